@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -392,13 +393,25 @@ func (u *Usage) appendJSON(b []byte) []byte {
 	return append(b, `}}`...)
 }
 
-// appendFloat formats like JavaScript's Number#toString for the magnitudes
-// costs take, so agentd's numbers read the same as pi's.
+// appendFloat formats like JavaScript's Number#toString, so costs read the
+// same as pi's: plain decimals from 1e-7 up to 1e21, exponent form outside.
 func appendFloat(b []byte, f float64) []byte {
 	if f == float64(int64(f)) && f < 1e21 && f > -1e21 {
 		return strconv.AppendInt(b, int64(f), 10)
 	}
-	return strconv.AppendFloat(b, f, 'g', -1, 64)
+	if a := math.Abs(f); a >= 1e-7 && a < 1e21 {
+		return strconv.AppendFloat(b, f, 'f', -1, 64)
+	}
+	// Go writes 1e-08 and 1e+21; JavaScript writes 1e-8 and 1e+21.
+	start := len(b)
+	b = strconv.AppendFloat(b, f, 'e', -1, 64)
+	if i := bytes.IndexByte(b[start:], 'e'); i >= 0 {
+		i += start + 2 // past "e" and the sign
+		for i < len(b)-1 && b[i] == '0' {
+			b = append(b[:i], b[i+1:]...)
+		}
+	}
+	return b
 }
 
 type messageJSON struct {
