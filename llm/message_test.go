@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/agentd-dev/agentd/llm"

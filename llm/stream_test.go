@@ -53,9 +53,18 @@ func TestStreamSequence(t *testing.T) {
 	var text, tool int
 	d := &stepDecoder{}
 	d.steps = []func(*Builder) error{
-		func(b *Builder) error { b.SetResponseID("r1"); text = b.TextStart(); b.TextDelta(text, "Hel"); return nil },
+		func(b *Builder) error {
+			b.SetResponseID("r1")
+			text = b.TextStart()
+			b.TextDelta(text, "Hel")
+			return nil
+		},
 		func(b *Builder) error { b.TextDelta(text, "lo"); return nil },
-		func(b *Builder) error { tool = b.ToolCallStart("c1", "bash"); b.ToolCallDelta(tool, `{"command":"ec`); return nil },
+		func(b *Builder) error {
+			tool = b.ToolCallStart("c1", "bash")
+			b.ToolCallDelta(tool, `{"command":"ec`)
+			return nil
+		},
 		func(b *Builder) error { b.ToolCallDelta(tool, `ho hi"}`); b.Finish(StopStop); return nil },
 		func(b *Builder) error { b.SetUsage(Usage{Input: 10, Output: 5}); return nil }, // usage after finish
 	}

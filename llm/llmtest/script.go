@@ -24,7 +24,7 @@ type Script struct {
 
 	Thinking          []string // thinking deltas
 	ThinkingSignature string
-	RedactedThinking  string // Anthropic redacted_thinking payload, if any
+	RedactedThinking  string   // Anthropic redacted_thinking payload, if any
 	Text              []string // text deltas
 	ToolCalls         []ToolCall
 	// Stop is the finish reason in agentd's terms ("stop", "length",
