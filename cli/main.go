@@ -1,0 +1,201 @@
+// Package cli is agentd's command line: it parses arguments into one
+// config.Config, wires the parts together and runs a subcommand. main()
+// only handles signals and the exit code, so end-to-end tests run exactly
+// what users run.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/agentd-dev/agentd/config"
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/llm/anthropic"
+	"github.com/agentd-dev/agentd/llm/faux"
+	"github.com/agentd-dev/agentd/llm/openaichat"
+	"github.com/agentd-dev/agentd/llm/openairesponses"
+	"github.com/agentd-dev/agentd/llm/registry"
+)
+
+// Version is agentd's version, set at build time with -ldflags.
+var Version = "dev"
+
+// Exit codes.
+const (
+	ExitOK    = 0
+	ExitError = 1
+	ExitUsage = 2
+)
+
+// Main is one run of the agentd command.
+type Main struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+
+	httpClient *http.Client
+}
+
+// New returns a Main reading and writing the given streams; getenv is the
+// environment (os.Getenv in production).
+func New(stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) *Main {
+	return &Main{stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}
+}
+
+// Close releases what Run acquired.
+func (m *Main) Close() error {
+	if m.httpClient != nil {
+		m.httpClient.CloseIdleConnections()
+	}
+	return nil
+}
+
+type command struct {
+	name, summary string
+	run           func(m *Main, ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"ask", "send one prompt to a model and stream the answer", (*Main).runAsk},
+		{"models", "list the models agentd can use, and why not for the others", (*Main).runModels},
+		{"version", "print the version", (*Main).runVersion},
+	}
+}
+
+// usageError is a mistake on the command line: reported with exit code 2.
+type usageError struct{ error }
+
+// Run runs the command line args (without the program name) and returns
+// the process exit code.
+func (m *Main) Run(ctx context.Context, args []string) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		m.usage(m.stdout)
+		if len(args) == 0 {
+			return ExitUsage
+		}
+		return ExitOK
+	}
+	var cmd *command
+	for _, c := range commands() {
+		if c.name == args[0] {
+			cmd = &c
+			break
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(m.stderr, "agentd: unknown command %q\n\n", args[0])
+		m.usage(m.stderr)
+		return ExitUsage
+	}
+	cfg := config.Defaults(m.getenv)
+	fs := flag.NewFlagSet("agentd "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(m.stderr)
+	cfg.Register(fs)
+	err := cmd.run(m, ctx, &cfg, fs, args[1:])
+	var ue usageError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, flag.ErrHelp):
+		return ExitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(m.stderr, "agentd %s: %v\n", cmd.name, ue.error)
+		return ExitUsage
+	default:
+		fmt.Fprintf(m.stderr, "agentd %s: %v\n", cmd.name, err)
+		return ExitError
+	}
+}
+
+func (m *Main) usage(w io.Writer) {
+	fmt.Fprintln(w, "agentd hosts LLM coding-agent sessions.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage: agentd <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, `Run "agentd <command> -h" for a command's flags.`)
+}
+
+// parse parses flags and checks the configuration.
+func parse(cfg *config.Config, fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if err := cfg.Check(); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+// logger is the stderr logger for cfg; nothing but protocol output ever
+// goes to stdout.
+func (m *Main) logger(cfg *config.Config) *slog.Logger { return cfg.Logger(m.stderr) }
+
+// client is the HTTP client shared by all providers: no overall timeout
+// (streams are long; the idle timeout and the context bound them), but
+// bounded connection setup.
+func (m *Main) client() *http.Client {
+	if m.httpClient == nil {
+		t := &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConnsPerHost:   16,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   15 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		}
+		m.httpClient = &http.Client{Transport: t}
+	}
+	return m.httpClient
+}
+
+// models loads the registry and the providers for each wire API.
+type models struct {
+	reg       *registry.Registry
+	providers map[llm.API]llm.Provider
+}
+
+func (m *Main) loadModels(ctx context.Context, cfg *config.Config) (*models, error) {
+	reg, err := registry.Load(ctx, registry.Options{
+		ConfigDir:      cfg.ConfigDir,
+		PiModelsPath:   cfg.PiModelsPath,
+		Env:            cfg.Getenv,
+		CommandTimeout: cfg.KeyCommandTimeout,
+		Extra:          []llm.Model{*faux.Model()},
+	})
+	if err != nil {
+		return nil, err
+	}
+	hc := m.client()
+	return &models{reg: reg, providers: map[llm.API]llm.Provider{
+		llm.APIAnthropicMessages: anthropic.New(hc),
+		llm.APIOpenAICompletions: openaichat.New(hc),
+		llm.APIOpenAIResponses:   openairesponses.New(hc),
+		llm.APIFaux:              faux.New(faux.Options{}),
+	}}, nil
+}
+
+func (m *Main) runVersion(_ context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
+	if err := parse(cfg, fs, args); err != nil {
+		return err
+	}
+	fmt.Fprintf(m.stdout, "agentd %s\n", Version)
+	return nil
+}
