@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agentd-dev/agentd/llm/llmtest"
+)
+
+// agentdBin is the binary under test, built once by TestMain.
+var agentdBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "agentd-e2e")
+	if err != nil {
+		panic(err)
+	}
+	agentdBin = filepath.Join(dir, "agentd")
+	build := exec.Command("go", "build", "-o", agentdBin, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building agentd:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// run starts the built agentd with a clean environment rooted in home.
+func run(t *testing.T, home string, env []string, stdin string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(agentdBin, args...)
+	cmd.Env = append([]string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}, env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+func writeModels(t *testing.T, home string, v any) {
+	t.Helper()
+	dir := filepath.Join(home, ".agentd")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(v)
+	if err := os.WriteFile(filepath.Join(dir, "models.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUsageAndErrors(t *testing.T) {
+	home := t.TempDir()
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stream string // "out" or "err"
+		want   string
+	}{
+		{"no args", nil, 2, "out", "Usage: agentd <command>"},
+		{"help", []string{"help"}, 0, "out", "models"},
+		{"unknown command", []string{"frobnicate"}, 2, "err", `unknown command "frobnicate"`},
+		{"bad flag", []string{"models", "--nope"}, 2, "err", "flag provided but not defined: -nope"},
+		{"bad log format", []string{"models", "--log-format", "xml"}, 2, "err", `log format "xml": want text or json`},
+		{"version", []string{"version"}, 0, "out", "agentd "},
+		{"ask without prompt", []string{"ask"}, 2, "err", "no prompt"},
+		{"ask unknown model", []string{"ask", "--model", "nope/x", "hi"}, 1, "err", `unknown model "nope/x"`},
+		{"ask bad thinking", []string{"ask", "--thinking", "huge", "hi"}, 2, "err", `invalid thinking level "huge"`},
+		{"ask unavailable model", []string{"ask", "--model", "anthropic/claude-sonnet-4-6", "hi"}, 1, "err", "no API key: set ANTHROPIC_API_KEY"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := run(t, home, nil, "", tt.args...)
+			got := r.stdout
+			if tt.stream == "err" {
+				got = r.stderr
+			}
+			if r.code != tt.code || !strings.Contains(got, tt.want) {
+				t.Fatalf("exit %d (want %d)\nstdout: %s\nstderr: %s\nwant %q", r.code, tt.code, r.stdout, r.stderr, tt.want)
+			}
+		})
+	}
+}
+
+func TestModelsListsAvailabilityWithReasons(t *testing.T) {
+	home := t.TempDir()
+	r := run(t, home, nil, "", "models", "--json")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var rows []struct {
+		Model struct {
+			ID       string `json:"id"`
+			Provider string `json:"provider"`
+		} `json:"model"`
+		Available bool   `json:"available"`
+		Reason    string `json:"reason"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
+		t.Fatalf("models --json: %v\n%s", err, r.stdout)
+	}
+	var faux, anthropic bool
+	for _, row := range rows {
+		switch {
+		case row.Model.Provider == "faux":
+			faux = row.Available
+		case row.Model.Provider == "anthropic":
+			anthropic = true
+			if row.Available || !strings.Contains(row.Reason, "ANTHROPIC_API_KEY") {
+				t.Errorf("anthropic without key: %+v", row)
+			}
+		}
+	}
+	if !faux || !anthropic {
+		t.Fatalf("faux available %v, anthropic listed %v", faux, anthropic)
+	}
+
+	// With a key in the environment the Anthropic models become available.
+	r = run(t, home, []string{"ANTHROPIC_API_KEY=sk-ant-test"}, "", "models", "--available")
+	if !strings.Contains(r.stdout, "anthropic/claude-sonnet-4-6") || strings.Contains(r.stdout, "openai/") {
+		t.Fatalf("models --available with an Anthropic key:\n%s", r.stdout)
+	}
+}
+
+func TestAskOffline(t *testing.T) {
+	r := run(t, t.TempDir(), nil, "", "ask", "hello", "agentd")
+	if r.code != 0 || !strings.Contains(r.stdout, "You said: hello agentd") || !strings.Contains(r.stderr, "faux/echo") {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	r = run(t, t.TempDir(), nil, "prompt from stdin", "ask", "-")
+	if !strings.Contains(r.stdout, "You said: prompt from stdin") {
+		t.Fatalf("stdin prompt: %s %s", r.stdout, r.stderr)
+	}
+}
+
+// TestAskThroughEachWireAPI runs the real binary against the wire mock for
+// each API, configured the way a user configures a server: models.json
+// with a base URL and an API key taken from an environment variable.
+func TestAskThroughEachWireAPI(t *testing.T) {
+	srv := llmtest.NewServer(t)
+	home := t.TempDir()
+	models := func(baseURL, api string) map[string]any {
+		return map[string]any{
+			"baseUrl": baseURL, "api": api, "apiKey": "MOCK_KEY",
+			"headers": map[string]string{"X-Team": "agentd"},
+			"models":  []any{map[string]any{"id": "m1", "reasoning": true, "cost": map[string]float64{"input": 1, "output": 2}}},
+		}
+	}
+	writeModels(t, home, map[string]any{"providers": map[string]any{
+		"mock-anthropic": models(srv.AnthropicURL(), "anthropic-messages"),
+		"mock-chat":      models(srv.OpenAIURL(), "openai-completions"),
+		"mock-responses": models(srv.OpenAIURL(), "openai-responses"),
+	}})
+	for _, provider := range []string{"mock-anthropic", "mock-chat", "mock-responses"} {
+		t.Run(provider, func(t *testing.T) {
+			srv.Enqueue(llmtest.Script{Thinking: []string{"pondering"}, Text: []string{"Hello ", "from ", provider}, Usage: &llmtest.Usage{Input: 42, Output: 7}})
+			r := run(t, home, []string{"MOCK_KEY=secret-" + provider}, "", "ask", "--model", provider+"/m1:low", "Say hi")
+			if r.code != 0 || strings.TrimSpace(r.stdout) != "Hello from "+provider {
+				t.Fatalf("exit %d\nstdout %q\nstderr %s", r.code, r.stdout, r.stderr)
+			}
+			if !strings.Contains(r.stderr, "pondering") || !strings.Contains(r.stderr, "42 in, 7 out") || !strings.Contains(r.stderr, "$0.000056") {
+				t.Fatalf("stderr lacks thinking or usage: %s", r.stderr)
+			}
+			req := srv.LastRequest(t)
+			auth := req.Header.Get("X-Api-Key") + req.Header.Get("Authorization")
+			if !strings.Contains(auth, "secret-"+provider) || req.Header.Get("X-Team") != "agentd" {
+				t.Fatalf("request headers %v", req.Header)
+			}
+			if !strings.Contains(string(req.Body), "Say hi") {
+				t.Fatalf("request body %s", req.Body)
+			}
+		})
+	}
+
+	t.Run("provider error reaches the user", func(t *testing.T) {
+		srv.Enqueue(llmtest.Script{Status: 429, ErrorType: "rate_limit_error", ErrorMessage: "Rate limit reached", RetryAfter: "3"})
+		r := run(t, home, []string{"MOCK_KEY=k"}, "", "ask", "--model", "mock-chat/m1", "hi")
+		if r.code != 1 || !strings.Contains(r.stderr, "429 Rate limit reached") {
+			t.Fatalf("exit %d stderr %s", r.code, r.stderr)
+		}
+	})
+}
