@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 )
 
@@ -249,6 +250,12 @@ type Builder struct {
 	args  map[int]*toolArgs
 	open  []int // content indexes of blocks started but not ended
 	dirty bool
+	// text accumulates the open text or thinking block. A strings.Builder
+	// hands out its contents without copying, so appending a delta and
+	// publishing the block's new text is amortised O(len(delta)) instead
+	// of re-copying the whole block per delta.
+	text    strings.Builder
+	textIdx int
 }
 
 type toolArgs struct {
@@ -311,6 +318,20 @@ func (b *Builder) SetUsage(u Usage) {
 // Usage returns the usage recorded so far.
 func (b *Builder) Usage() Usage { return b.msg.Usage }
 
+// appendBlock appends delta to the text or thinking of block i and
+// returns the block's new full text.
+func (b *Builder) appendBlock(i int, current, delta string) string {
+	if b.textIdx != i+1 {
+		// Another block was accumulating (or none): start over from
+		// this block's text so far.
+		b.text = strings.Builder{}
+		b.text.WriteString(current)
+		b.textIdx = i + 1
+	}
+	b.text.WriteString(delta)
+	return b.text.String()
+}
+
 // TextStart opens a text block and returns its index.
 func (b *Builder) TextStart() int {
 	i := len(b.msg.Content)
@@ -325,7 +346,8 @@ func (b *Builder) TextDelta(i int, delta string) {
 	if delta == "" {
 		return
 	}
-	b.msg.Content[i].Text += delta
+	c := &b.msg.Content[i]
+	c.Text = b.appendBlock(i, c.Text, delta)
 	b.push(Event{Type: EventTextDelta, ContentIndex: i, Delta: delta})
 }
 
@@ -346,7 +368,8 @@ func (b *Builder) ThinkingDelta(i int, delta string) {
 	if delta == "" {
 		return
 	}
-	b.msg.Content[i].Thinking += delta
+	c := &b.msg.Content[i]
+	c.Thinking = b.appendBlock(i, c.Thinking, delta)
 	b.push(Event{Type: EventThinkingDelta, ContentIndex: i, Delta: delta})
 }
 
