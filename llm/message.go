@@ -27,11 +27,18 @@ const (
 // Role is who authored a message.
 type Role string
 
-// Message roles, as in pi.
+// Message roles, as in pi. The first three are what models see; the
+// others are the agent-level kinds pi records in sessions and sends to
+// clients (its AgentMessage union), which the agent turns into user
+// messages before a request.
 const (
-	RoleUser       Role = "user"
-	RoleAssistant  Role = "assistant"
-	RoleToolResult Role = "toolResult"
+	RoleUser              Role = "user"
+	RoleAssistant         Role = "assistant"
+	RoleToolResult        Role = "toolResult"
+	RoleBashExecution     Role = "bashExecution"
+	RoleCustom            Role = "custom"
+	RoleBranchSummary     Role = "branchSummary"
+	RoleCompactionSummary Role = "compactionSummary"
 )
 
 // StopReason says why an assistant message ended.
@@ -136,9 +143,11 @@ func (u *Usage) Add(o Usage) {
 	u.Cost.Total += o.Cost.Total
 }
 
-// Message is a user, assistant or tool-result message. Like Content it is a
-// flat union keyed by Role; fields that do not belong to the role are
-// ignored when encoding.
+// Message is one message of pi's AgentMessage union: user, assistant or
+// tool result (what models see), or a user-run bash command, a custom
+// message, a branch or compaction summary. Like Content it is a flat union
+// keyed by Role; fields that do not belong to the role are ignored when
+// encoding.
 type Message struct {
 	Role      Role
 	Content   []Content
@@ -153,11 +162,29 @@ type Message struct {
 	ErrorMessage string
 	ResponseID   string
 
-	// toolResult
+	// toolResult (Details also for custom)
 	ToolCallID string
 	ToolName   string
 	Details    json.RawMessage
 	IsError    bool
+
+	// bashExecution
+	Command            string
+	Output             string
+	ExitCode           *int // nil when the command did not exit (cancelled)
+	Cancelled          bool
+	Truncated          bool
+	FullOutputPath     string
+	ExcludeFromContext bool
+
+	// custom
+	CustomType string
+	Display    bool
+
+	// branchSummary, compactionSummary
+	Summary      string
+	FromID       string
+	TokensBefore int64
 }
 
 // Clone returns a deep copy of m, safe to keep after the stream that built
@@ -174,7 +201,17 @@ func (m *Message) Clone() *Message {
 	if m.Details != nil {
 		c.Details = append(json.RawMessage(nil), m.Details...)
 	}
+	if m.ExitCode != nil {
+		code := *m.ExitCode
+		c.ExitCode = &code
+	}
 	return &c
+}
+
+// IsLLM reports whether the message is one a model can be sent as is
+// (user, assistant or tool result).
+func (m *Message) IsLLM() bool {
+	return m.Role == RoleUser || m.Role == RoleAssistant || m.Role == RoleToolResult
 }
 
 // TextContent concatenates the text blocks of m.
@@ -344,6 +381,52 @@ func (m *Message) AppendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"isError":`...)
 		b = strconv.AppendBool(b, m.IsError)
 		b = appendTimestamp(b, m.Timestamp)
+	case RoleBashExecution:
+		b = append(b, `,"command":`...)
+		b = appendString(b, m.Command)
+		b = append(b, `,"output":`...)
+		b = appendString(b, m.Output)
+		if m.ExitCode != nil {
+			b = append(b, `,"exitCode":`...)
+			b = strconv.AppendInt(b, int64(*m.ExitCode), 10)
+		}
+		b = append(b, `,"cancelled":`...)
+		b = strconv.AppendBool(b, m.Cancelled)
+		b = append(b, `,"truncated":`...)
+		b = strconv.AppendBool(b, m.Truncated)
+		if m.FullOutputPath != "" {
+			b = append(b, `,"fullOutputPath":`...)
+			b = appendString(b, m.FullOutputPath)
+		}
+		if m.ExcludeFromContext {
+			b = append(b, `,"excludeFromContext":true`...)
+		}
+		b = appendTimestamp(b, m.Timestamp)
+	case RoleCustom:
+		b = append(b, `,"customType":`...)
+		b = appendString(b, m.CustomType)
+		if b, err = m.appendContent(b); err != nil {
+			return nil, err
+		}
+		b = append(b, `,"display":`...)
+		b = strconv.AppendBool(b, m.Display)
+		if len(m.Details) > 0 {
+			b = append(b, `,"details":`...)
+			b = append(b, m.Details...)
+		}
+		b = appendTimestamp(b, m.Timestamp)
+	case RoleBranchSummary:
+		b = append(b, `,"summary":`...)
+		b = appendString(b, m.Summary)
+		b = append(b, `,"fromId":`...)
+		b = appendString(b, m.FromID)
+		b = appendTimestamp(b, m.Timestamp)
+	case RoleCompactionSummary:
+		b = append(b, `,"summary":`...)
+		b = appendString(b, m.Summary)
+		b = append(b, `,"tokensBefore":`...)
+		b = strconv.AppendInt(b, m.TokensBefore, 10)
+		b = appendTimestamp(b, m.Timestamp)
 	default:
 		return nil, fmt.Errorf("llm: cannot encode message with role %q", m.Role)
 	}
@@ -429,6 +512,19 @@ type messageJSON struct {
 	ToolName     string          `json:"toolName"`
 	Details      json.RawMessage `json:"details"`
 	IsError      bool            `json:"isError"`
+
+	Command            string `json:"command"`
+	Output             string `json:"output"`
+	ExitCode           *int   `json:"exitCode"`
+	Cancelled          bool   `json:"cancelled"`
+	Truncated          bool   `json:"truncated"`
+	FullOutputPath     string `json:"fullOutputPath"`
+	ExcludeFromContext bool   `json:"excludeFromContext"`
+	CustomType         string `json:"customType"`
+	Display            bool   `json:"display"`
+	Summary            string `json:"summary"`
+	FromID             string `json:"fromId"`
+	TokensBefore       int64  `json:"tokensBefore"`
 }
 
 // UnmarshalJSON reads a message in pi's shape. User content may be a plain
@@ -439,7 +535,9 @@ func (m *Message) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	switch j.Role {
-	case RoleUser, RoleAssistant, RoleToolResult:
+	case RoleUser, RoleAssistant, RoleToolResult, RoleBashExecution, RoleCustom, RoleBranchSummary, RoleCompactionSummary:
+	case "hookMessage": // pi session v2 name of custom
+		j.Role = RoleCustom
 	case "":
 		return fmt.Errorf("llm: message without a role")
 	default:
@@ -465,6 +563,9 @@ func (m *Message) UnmarshalJSON(data []byte) error {
 		API: j.API, Provider: j.Provider, Model: j.Model, Usage: j.Usage,
 		StopReason: j.StopReason, ErrorMessage: j.ErrorMessage, ResponseID: j.ResponseID,
 		ToolCallID: j.ToolCallID, ToolName: j.ToolName, Details: j.Details, IsError: j.IsError,
+		Command: j.Command, Output: j.Output, ExitCode: j.ExitCode, Cancelled: j.Cancelled, Truncated: j.Truncated,
+		FullOutputPath: j.FullOutputPath, ExcludeFromContext: j.ExcludeFromContext,
+		CustomType: j.CustomType, Display: j.Display, Summary: j.Summary, FromID: j.FromID, TokensBefore: j.TokensBefore,
 	}
 	return nil
 }

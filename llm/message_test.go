@@ -72,6 +72,7 @@ func TestMessageRoundTripPiTranscripts(t *testing.T) {
 var piInternals = regexp.MustCompile(`,"partialArgs":"(?:[^"\\]|\\.)*"|,"streamIndex":\d+`)
 
 func TestMessageJSONShapes(t *testing.T) {
+	zero := 0
 	tests := []struct {
 		name string
 		msg  llm.Message
@@ -87,6 +88,16 @@ func TestMessageJSONShapes(t *testing.T) {
 			`{"role":"assistant","content":[{"type":"thinking","thinking":"hmm","thinkingSignature":"sig"},{"type":"toolCall","id":"c1","name":"bash","arguments":{"command":"ls"}}],"api":"anthropic-messages","provider":"anthropic","model":"m","usage":{"input":1,"output":2,"cacheRead":0,"cacheWrite":0,"totalTokens":3,"cost":{"input":0.000042,"output":0,"cacheRead":0,"cacheWrite":0,"total":1.5}},"stopReason":"toolUse","timestamp":7}`},
 		{"tool result", llm.Message{Role: llm.RoleToolResult, ToolCallID: "c1", ToolName: "bash", Content: []llm.Content{llm.Text("x\n")}, Details: json.RawMessage(`{"exit":0}`), IsError: true, Timestamp: 9},
 			`{"role":"toolResult","toolCallId":"c1","toolName":"bash","content":[{"type":"text","text":"x\n"}],"details":{"exit":0},"isError":true,"timestamp":9}`},
+		{"bash execution", llm.Message{Role: llm.RoleBashExecution, Command: "ls", Output: "a\n", ExitCode: &zero, Truncated: true, FullOutputPath: "/tmp/o", Timestamp: 3},
+			`{"role":"bashExecution","command":"ls","output":"a\n","exitCode":0,"cancelled":false,"truncated":true,"fullOutputPath":"/tmp/o","timestamp":3}`},
+		{"cancelled bash", llm.Message{Role: llm.RoleBashExecution, Command: "sleep 9", Cancelled: true, ExcludeFromContext: true, Timestamp: 3},
+			`{"role":"bashExecution","command":"sleep 9","output":"","cancelled":true,"truncated":false,"excludeFromContext":true,"timestamp":3}`},
+		{"custom", llm.Message{Role: llm.RoleCustom, CustomType: "note", Content: []llm.Content{llm.Text("x")}, Display: true, Details: json.RawMessage(`{"a":1}`), Timestamp: 4},
+			`{"role":"custom","customType":"note","content":[{"type":"text","text":"x"}],"display":true,"details":{"a":1},"timestamp":4}`},
+		{"branch summary", llm.Message{Role: llm.RoleBranchSummary, Summary: "s", FromID: "abcd1234", Timestamp: 5},
+			`{"role":"branchSummary","summary":"s","fromId":"abcd1234","timestamp":5}`},
+		{"compaction summary", llm.Message{Role: llm.RoleCompactionSummary, Summary: "s", TokensBefore: 1234, Timestamp: 6},
+			`{"role":"compactionSummary","summary":"s","tokensBefore":1234,"timestamp":6}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
