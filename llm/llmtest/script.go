@@ -35,7 +35,8 @@ type Script struct {
 	// ResponseID is the provider's response id (a default is generated).
 	ResponseID string
 
-	// Delay is slept before every wire event after the first.
+	// Delay is slept before every content-delta frame but the first
+	// (structural frames go out at once, as from the real APIs).
 	Delay time.Duration
 	// FirstDelay is slept before the response headers are written.
 	FirstDelay time.Duration

@@ -183,9 +183,17 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request) {
 		return
 	}
 	frames := wire.Frames(&sc, &req)
+	deltas := 0
 	for i, f := range frames {
-		if i > 0 && !sleep(hr, sc.Delay) {
-			return
+		// Delay paces content, not the preamble: the real APIs send their
+		// structural frames (response.created, message_start, ...) at
+		// once, and a test that aborts after the first delta must not
+		// wait out a delay per preamble frame.
+		if strings.Contains(f, "delta") {
+			if deltas > 0 && !sleep(hr, sc.Delay) {
+				return
+			}
+			deltas++
 		}
 		switch {
 		case sc.CutAfter > 0 && i == sc.CutAfter:
