@@ -1,0 +1,289 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/tool"
+)
+
+// StreamFunc starts one model request; it is llm.Provider.Stream of the
+// model's provider.
+type StreamFunc func(ctx context.Context, m *llm.Model, c *llm.Context, o *llm.StreamOptions) *llm.Stream
+
+// QueueMode says how many queued messages are delivered at once.
+type QueueMode string
+
+// Queue modes, as pi's steeringMode / followUpMode.
+const (
+	OneAtATime QueueMode = "one-at-a-time"
+	All        QueueMode = "all"
+)
+
+// ToolDecision is what a BeforeToolCall hook decided for one call.
+type ToolDecision struct {
+	// Run the tool. When false, Result is what the model sees instead.
+	Run bool
+	// Args replaces the call's arguments when non-nil (an approver
+	// edited them).
+	Args   json.RawMessage
+	Result *tool.Result
+}
+
+// Config is what an Agent runs with. The model, thinking level, system
+// prompt and tools may change between runs.
+type Config struct {
+	Model        *llm.Model
+	Thinking     llm.ThinkingLevel
+	SystemPrompt string
+	Tools        []tool.Tool
+	// Stream starts a model request. Required.
+	Stream StreamFunc
+	// Options returns the per-request stream options (credentials,
+	// limits) for a model. An error ends the run with an error message.
+	Options func(ctx context.Context, m *llm.Model) (llm.StreamOptions, error)
+	// BeforeToolCall, when set, is asked before every tool call (the
+	// permission check). It may block, e.g. on a person's approval.
+	BeforeToolCall func(ctx context.Context, call tool.Call) ToolDecision
+	// Sequential runs tool calls one after another instead of in
+	// parallel.
+	Sequential   bool
+	SteeringMode QueueMode
+	FollowUpMode QueueMode
+}
+
+// ErrBusy is returned when a run is requested while one is in progress.
+var ErrBusy = errors.New("agent is already processing; steer or queue a follow-up instead")
+
+// ErrNothingToContinue is returned by Continue when the context does not
+// end in a user or tool-result message.
+var ErrNothingToContinue = errors.New("nothing to continue: the conversation does not end with a user message or tool result")
+
+// Agent holds a conversation and runs the loop over it, one run at a
+// time. Its methods are safe for concurrent use: clients steer, queue
+// follow-ups and abort while a run is in progress.
+type Agent struct {
+	mu       sync.Mutex
+	cfg      Config
+	messages []*llm.Message
+	steering []*llm.Message
+	followUp []*llm.Message
+	running  bool
+	cancel   context.CancelFunc
+	done     chan struct{}
+
+	emitMu sync.Mutex
+	emit   func(Event)
+}
+
+// New returns an idle agent. emit receives every event, one at a time
+// and in order (never concurrently), on the goroutine that produced it;
+// it must not call back into the agent's run methods.
+func New(cfg Config, emit func(Event)) *Agent {
+	if cfg.SteeringMode == "" {
+		cfg.SteeringMode = OneAtATime
+	}
+	if cfg.FollowUpMode == "" {
+		cfg.FollowUpMode = OneAtATime
+	}
+	if emit == nil {
+		emit = func(Event) {}
+	}
+	return &Agent{cfg: cfg, emit: emit}
+}
+
+func (a *Agent) send(ev Event) {
+	a.emitMu.Lock()
+	defer a.emitMu.Unlock()
+	a.emit(ev)
+}
+
+// Config returns the current configuration.
+func (a *Agent) Config() Config {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cfg
+}
+
+// Update changes the configuration; a run in progress keeps the settings
+// it started with.
+func (a *Agent) Update(f func(*Config)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f(&a.cfg)
+}
+
+// Messages returns the conversation so far (a copy of the slice; the
+// messages themselves are shared and must not be modified).
+func (a *Agent) Messages() []*llm.Message {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]*llm.Message(nil), a.messages...)
+}
+
+// SetMessages replaces the conversation (loading a session, compaction,
+// branching). It fails while a run is in progress.
+func (a *Agent) SetMessages(ms []*llm.Message) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.running {
+		return ErrBusy
+	}
+	a.messages = append([]*llm.Message(nil), ms...)
+	return nil
+}
+
+// Append adds messages to the conversation outside a run (a bash command
+// the user ran, a custom message).
+func (a *Agent) Append(ms ...*llm.Message) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.messages = append(a.messages, ms...)
+}
+
+// Running reports whether a run is in progress.
+func (a *Agent) Running() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.running
+}
+
+// Steer queues a message to be delivered after the current turn's tool
+// calls finish, before the model is asked again.
+func (a *Agent) Steer(m *llm.Message) {
+	a.mu.Lock()
+	a.steering = append(a.steering, m)
+	a.mu.Unlock()
+	a.sendQueue()
+}
+
+// FollowUp queues a message to be delivered when the agent would
+// otherwise stop.
+func (a *Agent) FollowUp(m *llm.Message) {
+	a.mu.Lock()
+	a.followUp = append(a.followUp, m)
+	a.mu.Unlock()
+	a.sendQueue()
+}
+
+// ClearQueues empties both queues and returns what was in them.
+func (a *Agent) ClearQueues() (steering, followUp []*llm.Message) {
+	a.mu.Lock()
+	steering, followUp = a.steering, a.followUp
+	a.steering, a.followUp = nil, nil
+	a.mu.Unlock()
+	if len(steering)+len(followUp) > 0 {
+		a.sendQueue()
+	}
+	return steering, followUp
+}
+
+// PendingCount is the number of queued steering and follow-up messages.
+func (a *Agent) PendingCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.steering) + len(a.followUp)
+}
+
+// Queued returns the texts of the queued messages.
+func (a *Agent) Queued() (steering, followUp []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return texts(a.steering), texts(a.followUp)
+}
+
+func texts(ms []*llm.Message) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.TextContent()
+	}
+	return out
+}
+
+func (a *Agent) sendQueue() {
+	s, f := a.Queued()
+	a.send(Event{Type: EventQueueUpdate, Steering: s, FollowUp: f})
+}
+
+func (a *Agent) takeQueued(q *[]*llm.Message, mode QueueMode) []*llm.Message {
+	a.mu.Lock()
+	if len(*q) == 0 {
+		a.mu.Unlock()
+		return nil
+	}
+	var out []*llm.Message
+	if mode == All {
+		out, *q = *q, nil
+	} else {
+		out = []*llm.Message{(*q)[0]}
+		*q = append([]*llm.Message(nil), (*q)[1:]...)
+	}
+	a.mu.Unlock()
+	a.sendQueue()
+	return out
+}
+
+// Abort cancels the run in progress, if any, and waits for it to end:
+// the stream is closed, running tools are killed, and the run ends with an
+// aborted assistant message.
+func (a *Agent) Abort() {
+	a.mu.Lock()
+	cancel, done := a.cancel, a.done
+	a.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+// Prompt runs the loop with new messages (usually one user message) and
+// returns the messages the run added. It blocks until the run ends; it
+// fails with ErrBusy if a run is already in progress.
+func (a *Agent) Prompt(ctx context.Context, prompts ...*llm.Message) ([]*llm.Message, error) {
+	return a.run(ctx, prompts, false)
+}
+
+// Continue runs the loop from the current conversation without a new
+// message (after a retryable error, or after compaction). The
+// conversation must end with a user or tool-result message.
+func (a *Agent) Continue(ctx context.Context) ([]*llm.Message, error) {
+	return a.run(ctx, nil, true)
+}
+
+func (a *Agent) run(ctx context.Context, prompts []*llm.Message, cont bool) ([]*llm.Message, error) {
+	a.mu.Lock()
+	if a.running {
+		a.mu.Unlock()
+		return nil, ErrBusy
+	}
+	if cont {
+		n := len(a.messages)
+		if n == 0 || a.messages[n-1].Role == llm.RoleAssistant {
+			a.mu.Unlock()
+			return nil, ErrNothingToContinue
+		}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	a.running, a.cancel, a.done = true, cancel, make(chan struct{})
+	cfg := a.cfg
+	done := a.done
+	a.mu.Unlock()
+
+	r := &run{a: a, cfg: cfg, ctx: runCtx}
+	added := r.loop(prompts)
+
+	cancel()
+	a.mu.Lock()
+	a.running, a.cancel, a.done = false, nil, nil
+	a.mu.Unlock()
+	close(done)
+	return added, nil
+}
+
+// now is the message timestamp clock.
+func now() int64 { return time.Now().UnixMilli() }

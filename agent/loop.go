@@ -1,0 +1,277 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/tool"
+)
+
+// run is one pass of the loop, from agent_start to agent_end.
+type run struct {
+	a     *Agent
+	cfg   Config
+	ctx   context.Context
+	added []*llm.Message
+}
+
+// push appends to the shared conversation and to what this run added.
+func (r *run) push(m *llm.Message) {
+	r.a.mu.Lock()
+	r.a.messages = append(r.a.messages, m)
+	r.a.mu.Unlock()
+	r.added = append(r.added, m)
+}
+
+func (r *run) loop(prompts []*llm.Message) []*llm.Message {
+	a := r.a
+	a.send(Event{Type: EventAgentStart})
+	a.send(Event{Type: EventTurnStart})
+	for _, p := range prompts {
+		if p.Timestamp == 0 {
+			p.Timestamp = now()
+		}
+		a.send(Event{Type: EventMessageStart, Message: p})
+		r.push(p)
+		a.send(Event{Type: EventMessageEnd, Message: p})
+	}
+	firstTurn := true
+	pending := a.takeQueued(&a.steering, r.cfg.SteeringMode)
+	for {
+		moreTools := true
+		for moreTools || len(pending) > 0 {
+			if !firstTurn {
+				a.send(Event{Type: EventTurnStart})
+			}
+			firstTurn = false
+			for _, p := range pending {
+				a.send(Event{Type: EventMessageStart, Message: p})
+				r.push(p)
+				a.send(Event{Type: EventMessageEnd, Message: p})
+			}
+			pending = nil
+
+			msg := r.stream()
+			if msg.StopReason == llm.StopError || msg.StopReason == llm.StopAborted {
+				a.send(Event{Type: EventTurnEnd, Message: msg})
+				a.send(Event{Type: EventAgentEnd, Messages: r.added})
+				return r.added
+			}
+			var results []*llm.Message
+			moreTools = false
+			if calls := msg.ToolCalls(); len(calls) > 0 {
+				results = r.executeTools(calls)
+				moreTools = true
+			}
+			a.send(Event{Type: EventTurnEnd, Message: msg, ToolResults: results})
+			pending = a.takeQueued(&a.steering, r.cfg.SteeringMode)
+		}
+		if follow := a.takeQueued(&a.followUp, r.cfg.FollowUpMode); len(follow) > 0 {
+			pending = follow
+			continue
+		}
+		break
+	}
+	a.send(Event{Type: EventAgentEnd, Messages: r.added})
+	return r.added
+}
+
+// stream asks the model for the next assistant message and emits it as
+// it arrives.
+func (r *run) stream() *llm.Message {
+	a := r.a
+	cfg := r.cfg
+	a.mu.Lock()
+	convo := ToLLM(a.messages)
+	a.mu.Unlock()
+	specs := make([]llm.Tool, len(cfg.Tools))
+	for i, t := range cfg.Tools {
+		specs[i] = t.Spec()
+	}
+	req := &llm.Context{SystemPrompt: cfg.SystemPrompt, Messages: convo, Tools: specs}
+
+	var opts llm.StreamOptions
+	if cfg.Options != nil {
+		var err error
+		if opts, err = cfg.Options(r.ctx, cfg.Model); err != nil {
+			return r.failed(err)
+		}
+	}
+	opts.Thinking = cfg.Thinking
+	s := cfg.Stream(r.ctx, cfg.Model, req, &opts)
+	defer s.Close()
+	var msg *llm.Message
+	for s.Next() {
+		ev := s.Event()
+		switch ev.Type {
+		case llm.EventStart:
+			msg = s.Partial()
+			r.push(msg)
+			a.send(Event{Type: EventMessageStart, Message: msg})
+		case llm.EventDone, llm.EventError:
+			// The final message is the partial one, completed in place.
+		default:
+			a.send(Event{Type: EventMessageUpdate, Message: s.Partial(), Update: &ev})
+		}
+	}
+	if msg == nil { // a stream always starts; this is defence only
+		msg = s.Result()
+		r.push(msg)
+		a.send(Event{Type: EventMessageStart, Message: msg})
+	}
+	// The partial message lives inside the stream; keep a standalone copy
+	// so the conversation does not pin the stream's buffers.
+	final := msg.Clone()
+	r.replaceLast(msg, final)
+	a.send(Event{Type: EventMessageEnd, Message: final})
+	return final
+}
+
+func (r *run) replaceLast(old, m *llm.Message) {
+	r.a.mu.Lock()
+	for i := len(r.a.messages) - 1; i >= 0; i-- {
+		if r.a.messages[i] == old {
+			r.a.messages[i] = m
+			break
+		}
+	}
+	r.a.mu.Unlock()
+	for i := len(r.added) - 1; i >= 0; i-- {
+		if r.added[i] == old {
+			r.added[i] = m
+			break
+		}
+	}
+}
+
+// failed records an assistant message for a request that could not even
+// be sent (no credentials, say).
+func (r *run) failed(err error) *llm.Message {
+	m := r.cfg.Model
+	msg := &llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{}, API: m.API, Provider: m.Provider, Model: m.ID,
+		StopReason: llm.StopError, ErrorMessage: err.Error(), Timestamp: now()}
+	if r.ctx.Err() != nil {
+		msg.StopReason, msg.ErrorMessage = llm.StopAborted, "Request was aborted."
+	}
+	r.push(msg)
+	r.a.send(Event{Type: EventMessageStart, Message: msg})
+	r.a.send(Event{Type: EventMessageEnd, Message: msg})
+	return msg
+}
+
+// executeTools runs the calls of one assistant message: each is announced
+// and checked in call order, the approved ones run in parallel (or in
+// sequence), and the results are recorded in call order whatever order
+// they finish in.
+func (r *run) executeTools(calls []llm.Content) []*llm.Message {
+	a := r.a
+	results := make([]tool.Result, len(calls))
+	errs := make([]bool, len(calls))
+	var wg sync.WaitGroup
+	for i, c := range calls {
+		call := tool.Call{ID: c.ID, Name: c.Name, Args: c.Arguments}
+		a.send(Event{Type: EventToolExecutionStart, ToolCallID: c.ID, ToolName: c.Name, Args: c.Arguments})
+		t := r.find(c.Name)
+		if t == nil {
+			results[i] = tool.Errorf("Tool %s not found", c.Name)
+			errs[i] = true
+			r.endTool(call, &results[i])
+			continue
+		}
+		if r.cfg.BeforeToolCall != nil {
+			d := r.cfg.BeforeToolCall(r.ctx, call)
+			if !d.Run {
+				if d.Result != nil {
+					results[i] = *d.Result
+				} else {
+					results[i] = tool.Errorf("Tool execution was blocked")
+				}
+				if r.ctx.Err() != nil && d.Result == nil {
+					results[i] = tool.Errorf("Tool call aborted")
+				}
+				results[i].IsError = true
+				errs[i] = true
+				r.endTool(call, &results[i])
+				continue
+			}
+			if d.Args != nil {
+				call.Args = d.Args
+			}
+		}
+		exec := func(i int, call tool.Call) {
+			res := r.execute(t, call)
+			results[i] = res
+			errs[i] = res.IsError
+			r.endTool(call, &results[i])
+		}
+		if r.cfg.Sequential {
+			exec(i, call)
+			continue
+		}
+		wg.Add(1)
+		go func(i int, call tool.Call) {
+			defer wg.Done()
+			exec(i, call)
+		}(i, call)
+	}
+	wg.Wait()
+
+	msgs := make([]*llm.Message, len(calls))
+	for i, c := range calls {
+		m := &llm.Message{Role: llm.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
+			Content: results[i].Content, Details: details(results[i].Details), IsError: errs[i], Timestamp: now()}
+		if m.Content == nil {
+			m.Content = []llm.Content{}
+		}
+		a.send(Event{Type: EventMessageStart, Message: m})
+		r.push(m)
+		a.send(Event{Type: EventMessageEnd, Message: m})
+		msgs[i] = m
+	}
+	return msgs
+}
+
+func (r *run) find(name string) tool.Tool {
+	for _, t := range r.cfg.Tools {
+		if t.Spec().Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// execute runs one tool, turning a panic into an error result: a broken
+// tool must not take the server down.
+func (r *run) execute(t tool.Tool, call tool.Call) (res tool.Result) {
+	defer func() {
+		if p := recover(); p != nil {
+			res = tool.Errorf("Tool %s failed: %v", call.Name, p)
+		}
+	}()
+	update := func(partial tool.Result) {
+		r.a.send(Event{Type: EventToolExecutionUpdate, ToolCallID: call.ID, ToolName: call.Name, Args: call.Args, Partial: &partial})
+	}
+	return t.Execute(r.ctx, call, update)
+}
+
+func (r *run) endTool(call tool.Call, res *tool.Result) {
+	r.a.send(Event{Type: EventToolExecutionEnd, ToolCallID: call.ID, ToolName: call.Name, Args: call.Args, Result: res, IsError: res.IsError})
+}
+
+// details encodes a tool's details for the transcript.
+func details(d any) json.RawMessage {
+	switch v := d.(type) {
+	case nil:
+		return nil
+	case json.RawMessage:
+		return v
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return json.RawMessage(fmt.Sprintf(`{"error":%q}`, "details not encodable: "+err.Error()))
+	}
+	return b
+}
