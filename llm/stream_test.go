@@ -39,15 +39,6 @@ func (d *stepDecoder) block(b *Builder) error {
 
 var testModel = &Model{ID: "m", Provider: "p", API: APIFaux, Cost: ModelCost{Input: 1, Output: 2}}
 
-func eventTypes(t *testing.T, s *Stream) []string {
-	t.Helper()
-	var out []string
-	for s.Next() {
-		out = append(out, string(s.Event().Type))
-	}
-	return out
-}
-
 func TestStreamSequence(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var text, tool int
