@@ -1,0 +1,413 @@
+package interaction
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Errors of the broker. Test with errors.Is: the errors returned carry
+// more detail (ResolvedError, CancelledError, ValidationError).
+var (
+	// ErrNotFound: no request with that id is pending or was resolved
+	// recently enough to remember.
+	ErrNotFound = errors.New("interaction: no such request")
+	// ErrAlreadyResolved: the request ended before this answer arrived;
+	// the error is a *ResolvedError saying how.
+	ErrAlreadyResolved = errors.New("interaction: request already resolved")
+	// ErrTimeout: Ask got no answer before the request expired.
+	ErrTimeout = errors.New("interaction: no answer before the timeout")
+	// ErrCancelled: the request was cancelled through Cancel, CancelAll or
+	// Close; the error is a *CancelledError with the reason.
+	ErrCancelled = errors.New("interaction: request cancelled")
+	// ErrClosed: Ask on a closed broker.
+	ErrClosed = errors.New("interaction: broker closed")
+)
+
+// ResolvedBy is how a request ended.
+type ResolvedBy string
+
+// The ways a request ends.
+const (
+	ResolvedAnswered  ResolvedBy = "answered"
+	ResolvedTimeout   ResolvedBy = "timeout"
+	ResolvedCancelled ResolvedBy = "cancelled"
+)
+
+// ResolvedError is returned to an Answer or Cancel that lost: the request
+// had already ended, By says how. errors.Is(err, ErrAlreadyResolved) holds.
+type ResolvedError struct {
+	ID string
+	By ResolvedBy
+}
+
+// Error says how the request ended, for the loser to report.
+func (e *ResolvedError) Error() string {
+	switch e.By {
+	case ResolvedAnswered:
+		return fmt.Sprintf("interaction %s was already answered", e.ID)
+	case ResolvedTimeout:
+		return fmt.Sprintf("interaction %s already timed out", e.ID)
+	}
+	return fmt.Sprintf("interaction %s was already cancelled", e.ID)
+}
+
+// Unwrap makes errors.Is(err, ErrAlreadyResolved) hold.
+func (e *ResolvedError) Unwrap() error { return ErrAlreadyResolved }
+
+// CancelledError is what Ask returns when the request was cancelled on the
+// broker (Cancel, CancelAll, Close). errors.Is(err, ErrCancelled) holds.
+type CancelledError struct {
+	Reason string
+}
+
+// Error includes the reason, which is what a person or model acts on.
+func (e *CancelledError) Error() string {
+	if e.Reason == "" {
+		return ErrCancelled.Error()
+	}
+	return ErrCancelled.Error() + ": " + e.Reason
+}
+
+// Unwrap makes errors.Is(err, ErrCancelled) hold.
+func (e *CancelledError) Unwrap() error { return ErrCancelled }
+
+// EventType says what happened to a request.
+type EventType string
+
+// The event types.
+const (
+	EventRequested EventType = "requested"
+	EventResolved  EventType = "resolved"
+)
+
+// Resolution is how a request ended.
+type Resolution struct {
+	By ResolvedBy `json:"by"`
+	// Response is the validated answer when By is ResolvedAnswered.
+	Response Response `json:"response,omitzero"`
+	// Reason explains a cancellation.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Event is a change in the broker's pending set, for clients to show and
+// hide requests.
+type Event struct {
+	Type    EventType `json:"type"`
+	Request Request   `json:"request"`
+	// Resolution is set for EventResolved.
+	Resolution *Resolution `json:"resolution,omitempty"`
+}
+
+// BrokerOptions configure a Broker.
+type BrokerOptions struct {
+	// Timeout is the default wait of a request whose own Timeout is 0;
+	// 0 here means no limit.
+	Timeout time.Duration
+	// OnEvent observes every request and resolution. Calls are in the
+	// order the events happened, one at a time, and never under the
+	// broker's lock, so OnEvent may call back into the broker (answer a
+	// request it was just shown, for instance). It runs on whichever
+	// goroutine produced or is already delivering events: keep it short
+	// and do not block in it.
+	OnEvent func(Event)
+	// Remember is how many resolved ids are kept so that a late answer is
+	// told how the request ended rather than ErrNotFound; 0 means 1024.
+	Remember int
+}
+
+// Broker holds the pending interactions of one session. It belongs to the
+// session, not to a connection: a request outlives the client that first
+// saw it, and any client may answer it. A Broker owns no goroutines; the
+// waiting happens in Ask's caller.
+type Broker struct {
+	timeout  time.Duration
+	onEvent  func(Event)
+	remember int
+
+	mu      sync.Mutex
+	closed  bool
+	seq     uint64
+	pending map[string]*pending
+	// resolved remembers how recent requests ended, evicted oldest first
+	// through ring, so memory stays bounded in a long session.
+	resolved map[string]ResolvedBy
+	ring     []string
+	ringNext int
+	// queue and draining deliver events in order without holding mu and
+	// without a goroutine: the first goroutine to find the queue idle
+	// delivers everything queued until it is empty again.
+	queue    []Event
+	draining bool
+}
+
+type pending struct {
+	req  Request
+	seq  uint64
+	done chan struct{}
+	// Set once, under Broker.mu, before done is closed.
+	res Resolution
+	err error
+}
+
+// NewBroker returns an empty broker.
+func NewBroker(opts BrokerOptions) *Broker {
+	if opts.Remember <= 0 {
+		opts.Remember = 1024
+	}
+	return &Broker{
+		timeout:  opts.Timeout,
+		onEvent:  opts.OnEvent,
+		remember: opts.Remember,
+		pending:  make(map[string]*pending),
+		resolved: make(map[string]ResolvedBy),
+	}
+}
+
+// Ask publishes req and blocks until it is answered, expires, is
+// cancelled on the broker, or ctx is done. It returns the validated answer
+// (which may be Cancelled: the person dismissed it), or ErrTimeout, a
+// *CancelledError, context.Cause(ctx), ErrClosed, or a *ValidationError
+// for a malformed request. A ctx that is already done returns at once
+// without publishing anything.
+func (b *Broker) Ask(ctx context.Context, req Request) (Response, error) {
+	if err := req.Validate(); err != nil {
+		return Response{}, err
+	}
+	if ctx.Err() != nil {
+		return Response{}, context.Cause(ctx)
+	}
+	timeout := req.Timeout
+	if timeout == 0 {
+		timeout = b.timeout
+	}
+	req.ID = newID()
+	req.CreatedAt = time.Now()
+	req.ExpiresAt = time.Time{}
+	if timeout > 0 {
+		req.ExpiresAt = req.CreatedAt.Add(timeout)
+	}
+
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return Response{}, ErrClosed
+	}
+	b.seq++
+	p := &pending{req: req, seq: b.seq, done: make(chan struct{})}
+	b.pending[req.ID] = p
+	b.emitLocked(Event{Type: EventRequested, Request: req})
+	b.mu.Unlock()
+	b.drain()
+
+	// A timer channel in the select rather than time.AfterFunc: nothing
+	// runs on the broker's behalf after Ask returns, and under
+	// testing/synctest the wait is on the bubble's fake clock.
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-p.done:
+	case <-expired:
+		b.resolve(p, Resolution{By: ResolvedTimeout}, ErrTimeout)
+	case <-ctx.Done():
+		cause := context.Cause(ctx)
+		b.resolve(p, Resolution{By: ResolvedCancelled, Reason: cause.Error()}, cause)
+	}
+	// resolve is a no-op when another path won the race; either way done
+	// is closed and p.res/p.err are final.
+	<-p.done
+	if p.res.By == ResolvedAnswered {
+		return p.res.Response, nil
+	}
+	return Response{}, p.err
+}
+
+// Answer resolves request id with resp. The answer is validated against
+// the request first (a *ValidationError leaves the request pending, so the
+// person can correct it). If the request already ended, the error is a
+// *ResolvedError saying how; ErrNotFound if the id was never issued or is
+// too old to remember.
+func (b *Broker) Answer(id string, resp Response) error {
+	b.mu.Lock()
+	p, ok := b.pending[id]
+	if !ok {
+		err := b.goneLocked(id)
+		b.mu.Unlock()
+		return err
+	}
+	norm, err := p.req.ValidateResponse(resp)
+	if err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	b.resolveLocked(p, Resolution{By: ResolvedAnswered, Response: norm}, nil)
+	b.mu.Unlock()
+	b.drain()
+	return nil
+}
+
+// Cancel ends request id; its Ask returns a *CancelledError. Errors as for
+// Answer.
+func (b *Broker) Cancel(id string) error {
+	b.mu.Lock()
+	p, ok := b.pending[id]
+	if !ok {
+		err := b.goneLocked(id)
+		b.mu.Unlock()
+		return err
+	}
+	b.resolveLocked(p, Resolution{By: ResolvedCancelled, Reason: "cancelled"}, &CancelledError{Reason: "cancelled"})
+	b.mu.Unlock()
+	b.drain()
+	return nil
+}
+
+// CancelAll ends every pending request with reason (an abort: the run
+// that was waiting is gone) and returns how many there were. Later Asks
+// work as before.
+func (b *Broker) CancelAll(reason string) int {
+	b.mu.Lock()
+	n := b.cancelAllLocked(reason)
+	b.mu.Unlock()
+	b.drain()
+	return n
+}
+
+// Close cancels every pending request with reason and makes later Asks
+// fail with ErrClosed; for the end of the session.
+func (b *Broker) Close(reason string) {
+	b.mu.Lock()
+	b.closed = true
+	b.cancelAllLocked(reason)
+	b.mu.Unlock()
+	b.drain()
+}
+
+func (b *Broker) cancelAllLocked(reason string) int {
+	ps := b.sortedLocked()
+	for _, p := range ps {
+		b.resolveLocked(p, Resolution{By: ResolvedCancelled, Reason: reason}, &CancelledError{Reason: reason})
+	}
+	return len(ps)
+}
+
+// Pending returns the requests waiting for an answer, oldest first, so
+// a client that connects late shows them in the order they were asked.
+func (b *Broker) Pending() []Request {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ps := b.sortedLocked()
+	out := make([]Request, len(ps))
+	for i, p := range ps {
+		out[i] = p.req
+	}
+	return out
+}
+
+// Get returns pending request id.
+func (b *Broker) Get(id string) (Request, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p, ok := b.pending[id]
+	if !ok {
+		return Request{}, false
+	}
+	return p.req, true
+}
+
+func (b *Broker) sortedLocked() []*pending {
+	ps := make([]*pending, 0, len(b.pending))
+	for _, p := range b.pending {
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i].seq < ps[j].seq })
+	return ps
+}
+
+func (b *Broker) goneLocked(id string) error {
+	if by, ok := b.resolved[id]; ok {
+		return &ResolvedError{ID: id, By: by}
+	}
+	return ErrNotFound
+}
+
+func (b *Broker) resolve(p *pending, res Resolution, err error) {
+	b.mu.Lock()
+	if _, ok := b.pending[p.req.ID]; ok {
+		b.resolveLocked(p, res, err)
+	}
+	b.mu.Unlock()
+	b.drain()
+}
+
+func (b *Broker) resolveLocked(p *pending, res Resolution, err error) {
+	id := p.req.ID
+	delete(b.pending, id)
+	if len(b.ring) < b.remember {
+		b.ring = append(b.ring, id)
+	} else {
+		delete(b.resolved, b.ring[b.ringNext])
+		b.ring[b.ringNext] = id
+		b.ringNext = (b.ringNext + 1) % b.remember
+	}
+	b.resolved[id] = res.By
+	p.res, p.err = res, err
+	close(p.done)
+	b.emitLocked(Event{Type: EventResolved, Request: p.req, Resolution: &res})
+}
+
+func (b *Broker) emitLocked(e Event) {
+	if b.onEvent != nil {
+		b.queue = append(b.queue, e)
+	}
+}
+
+// drain delivers queued events unless another goroutine already is; that
+// goroutine will pick up whatever was queued meanwhile, which keeps the
+// order without blocking the caller or holding mu during OnEvent.
+func (b *Broker) drain() {
+	b.mu.Lock()
+	if b.draining {
+		b.mu.Unlock()
+		return
+	}
+	b.draining = true
+	locked := true
+	defer func() {
+		// Runs on a panic in OnEvent too, so one bad observer call does
+		// not silence every later event.
+		if !locked {
+			b.mu.Lock()
+		}
+		b.draining = false
+		b.mu.Unlock()
+	}()
+	for len(b.queue) > 0 {
+		e := b.queue[0]
+		b.queue[0] = Event{}
+		b.queue = b.queue[1:]
+		b.mu.Unlock()
+		locked = false
+		b.onEvent(e)
+		b.mu.Lock()
+		locked = true
+	}
+	b.queue = nil
+}
+
+// newID returns 16 random hex digits: unguessable enough that a client
+// cannot answer a request it was not shown, and short enough to type.
+func newID() string {
+	var buf [8]byte
+	_, _ = rand.Read(buf[:])
+	return hex.EncodeToString(buf[:])
+}

@@ -1,0 +1,329 @@
+package interaction
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/tool"
+)
+
+// TimeoutAction is what the gate does with a call whose approval nobody
+// answered in time.
+type TimeoutAction string
+
+// The timeout actions.
+const (
+	// TimeoutReject does not run the call and tells the model nobody
+	// answered; the default, since silence is not consent.
+	TimeoutReject TimeoutAction = "reject"
+	// TimeoutSkip does not run the call and tells the model it was skipped.
+	TimeoutSkip TimeoutAction = "skip"
+	// TimeoutApprove runs the call: "auto-confirm after N seconds" for
+	// unattended sessions that still want a window to intervene.
+	TimeoutApprove TimeoutAction = "approve"
+)
+
+// GateOptions configure a Gate.
+type GateOptions struct {
+	// Timeout bounds each approval: 0 uses the broker's default, negative
+	// waits without limit.
+	Timeout time.Duration
+	// OnTimeout is what an unanswered approval becomes; TimeoutReject
+	// when empty.
+	OnTimeout TimeoutAction
+}
+
+// Outcome is how the gate decided a call, for logs and clients.
+type Outcome string
+
+// The outcomes. Allowed, Granted, Approved and Edited run the call; so
+// does TimedOut under TimeoutApprove.
+const (
+	OutcomeAllowed   Outcome = "allowed"   // the policy allows it
+	OutcomeGranted   Outcome = "granted"   // an earlier approve_next or always covers it
+	OutcomeApproved  Outcome = "approved"  // a person approved it
+	OutcomeEdited    Outcome = "edited"    // a person approved it with other arguments
+	OutcomeDenied    Outcome = "denied"    // the policy denies it; nobody was asked
+	OutcomeSkipped   Outcome = "skipped"   // a person skipped it
+	OutcomeRejected  Outcome = "rejected"  // a person rejected or dismissed it
+	OutcomeTimedOut  Outcome = "timed_out" // nobody answered in time
+	OutcomeCancelled Outcome = "cancelled" // the wait was cancelled (abort, session closed)
+)
+
+// Decision is the gate's answer for one call.
+type Decision struct {
+	// Run says whether to execute the tool.
+	Run bool
+	// Args are the arguments to run with: the model's, or a person's edit.
+	Args json.RawMessage
+	// Result is what the model sees instead of running the tool; set
+	// exactly when Run is false.
+	Result  *tool.Result
+	Outcome Outcome
+}
+
+// ApprovalDetails are the Details of a Decision.Result, for clients.
+type ApprovalDetails struct {
+	Outcome  Outcome `json:"outcome"`
+	Feedback string  `json:"feedback,omitempty"`
+	Reason   string  `json:"reason,omitempty"`
+}
+
+// Grants are the approvals a session has given in advance.
+type Grants struct {
+	// Next is how many more calls that would ask run without asking.
+	Next int `json:"next,omitempty"`
+	// AllTools runs every call that would ask without asking.
+	AllTools bool `json:"allTools,omitempty"`
+	// Tools run without asking, sorted.
+	Tools []string `json:"tools,omitempty"`
+}
+
+// Gate decides whether each tool call runs: the policy first (allow and
+// deny never ask), then the session's grants, then a person through the
+// broker. It is safe for concurrent use; parallel tool calls may each have
+// an approval pending at once.
+//
+// Grants never override a deny: they stand for "stop asking me", and a
+// deny rule is not a question.
+type Gate struct {
+	broker *Broker
+	opts   GateOptions
+
+	mu       sync.Mutex
+	policy   Policy
+	next     int
+	allTools bool
+	tools    map[string]bool
+	// waiters are the calls blocked in Ask, oldest first, so that a grant
+	// given on one of them can release the others it covers.
+	waiters []*waiter
+}
+
+type waiter struct {
+	tool    string
+	cancel  context.CancelCauseFunc
+	granted bool
+	byCount bool
+}
+
+// errGranted cancels an approval that a grant given meanwhile made moot.
+var errGranted = errors.New("covered by an approval given for another call")
+
+// NewGate returns a gate asking through broker. The policy is validated.
+func NewGate(policy Policy, broker *Broker, opts GateOptions) (*Gate, error) {
+	if err := policy.Validate(); err != nil {
+		return nil, err
+	}
+	switch opts.OnTimeout {
+	case "":
+		opts.OnTimeout = TimeoutReject
+	case TimeoutReject, TimeoutSkip, TimeoutApprove:
+	default:
+		return nil, fmt.Errorf("interaction: unknown timeout action %q (want reject, skip or approve)", opts.OnTimeout)
+	}
+	return &Gate{broker: broker, opts: opts, policy: policy, tools: make(map[string]bool)}, nil
+}
+
+// SetPolicy replaces the policy for calls checked from now on.
+func (g *Gate) SetPolicy(p Policy) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.policy = p
+	g.mu.Unlock()
+	return nil
+}
+
+// Grants returns the session's current grants.
+func (g *Gate) Grants() Grants {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gr := Grants{Next: g.next, AllTools: g.allTools}
+	for name := range g.tools {
+		gr.Tools = append(gr.Tools, name)
+	}
+	sort.Strings(gr.Tools)
+	return gr
+}
+
+// SetGrants replaces the session's grants: restoring a session, a client's
+// auto-approve switch (AllTools), or revoking everything (Grants{}).
+// Approvals already pending are not released by it.
+func (g *Gate) SetGrants(gr Grants) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.next = max(gr.Next, 0)
+	g.allTools = gr.AllTools
+	g.tools = make(map[string]bool, len(gr.Tools))
+	for _, name := range gr.Tools {
+		g.tools[name] = true
+	}
+}
+
+// Check decides call, asking a person when the policy says ask and no
+// grant covers it. It blocks while the approval is pending; cancelling ctx
+// (an abort) ends the wait with OutcomeCancelled.
+func (g *Gate) Check(ctx context.Context, call tool.Call) Decision {
+	g.mu.Lock()
+	policy := g.policy
+	g.mu.Unlock()
+	action, rule := policy.Evaluate(call)
+	switch action {
+	case ActionDeny:
+		reason := denyReason(call, rule)
+		return refuse(OutcomeDenied, "Tool call denied by policy: "+reason, ApprovalDetails{Outcome: OutcomeDenied, Reason: reason})
+	case ActionAllow:
+		return Decision{Run: true, Args: call.Args, Outcome: OutcomeAllowed}
+	}
+	g.mu.Lock()
+	if ok, _ := g.coverLocked(call.Name); ok {
+		g.mu.Unlock()
+		return Decision{Run: true, Args: call.Args, Outcome: OutcomeGranted}
+	}
+	askCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := &waiter{tool: call.Name, cancel: cancel}
+	g.waiters = append(g.waiters, w)
+	g.mu.Unlock()
+
+	resp, err := g.broker.Ask(askCtx, Request{
+		Kind:    KindApproval,
+		Title:   "Allow " + call.Name + "?",
+		Message: KeyArgumentValue(call),
+		Tool:    &ToolApproval{ToolCallID: call.ID, ToolName: call.Name, Args: call.Args},
+		Timeout: g.opts.Timeout,
+	})
+
+	g.mu.Lock()
+	g.waiters = slices.DeleteFunc(g.waiters, func(x *waiter) bool { return x == w })
+	granted := w.granted
+	if granted && err == nil {
+		// The person's answer reached the broker before the grant's
+		// cancellation did: the answer decides, and a count the grant
+		// spent on this call goes back for the next one.
+		granted = false
+		if w.byCount {
+			g.next++
+		}
+	}
+	if err == nil {
+		g.grantLocked(call.Name, resp)
+	}
+	g.mu.Unlock()
+
+	if granted {
+		return Decision{Run: true, Args: call.Args, Outcome: OutcomeGranted}
+	}
+	if err != nil {
+		return g.failed(call, err)
+	}
+	return decide(call, resp)
+}
+
+// coverLocked reports whether a grant covers a call of toolName, spending
+// one approve_next count when that is what covers it.
+func (g *Gate) coverLocked(toolName string) (ok, byCount bool) {
+	if g.allTools || g.tools[toolName] {
+		return true, false
+	}
+	if g.next > 0 {
+		g.next--
+		return true, true
+	}
+	return false, false
+}
+
+// grantLocked records the grant in resp, if any, and releases the pending
+// approvals it covers: a person who says "always allow bash" on one of
+// three parallel bash calls means the other two as well.
+func (g *Gate) grantLocked(toolName string, resp Response) {
+	switch resp.Verdict {
+	case VerdictAlways:
+		if resp.AllTools {
+			g.allTools = true
+		} else {
+			g.tools[toolName] = true
+		}
+	case VerdictApproveNext:
+		g.next += resp.Count
+	default:
+		return
+	}
+	for _, w := range g.waiters {
+		if w.granted {
+			continue
+		}
+		ok, byCount := g.coverLocked(w.tool)
+		if !ok {
+			continue
+		}
+		w.granted, w.byCount = true, byCount
+		w.cancel(errGranted)
+	}
+}
+
+func (g *Gate) failed(call tool.Call, err error) Decision {
+	if errors.Is(err, ErrTimeout) {
+		switch g.opts.OnTimeout {
+		case TimeoutApprove:
+			return Decision{Run: true, Args: call.Args, Outcome: OutcomeTimedOut}
+		case TimeoutSkip:
+			return refuse(OutcomeTimedOut, "Tool call skipped: no answer before the approval timed out", ApprovalDetails{Outcome: OutcomeTimedOut})
+		}
+		return refuse(OutcomeTimedOut, "No answer before the approval timed out; the tool call was not run", ApprovalDetails{Outcome: OutcomeTimedOut})
+	}
+	reason := err.Error()
+	var ce *CancelledError
+	if errors.As(err, &ce) && ce.Reason != "" {
+		reason = ce.Reason
+	}
+	return refuse(OutcomeCancelled, "Tool call cancelled before it was approved: "+reason, ApprovalDetails{Outcome: OutcomeCancelled, Reason: reason})
+}
+
+func decide(call tool.Call, resp Response) Decision {
+	if resp.Cancelled {
+		return refuse(OutcomeRejected, "The user rejected this tool call", ApprovalDetails{Outcome: OutcomeRejected})
+	}
+	switch resp.Verdict {
+	case VerdictEdit:
+		return Decision{Run: true, Args: resp.Args, Outcome: OutcomeEdited}
+	case VerdictSkip:
+		return refuse(OutcomeSkipped, "Tool call skipped by the user", ApprovalDetails{Outcome: OutcomeSkipped})
+	case VerdictReject:
+		text := "The user rejected this tool call"
+		if resp.Feedback != "" {
+			text += ": " + resp.Feedback
+		}
+		return refuse(OutcomeRejected, text, ApprovalDetails{Outcome: OutcomeRejected, Feedback: resp.Feedback})
+	}
+	return Decision{Run: true, Args: call.Args, Outcome: OutcomeApproved}
+}
+
+func refuse(o Outcome, text string, details ApprovalDetails) Decision {
+	return Decision{Outcome: o, Result: &tool.Result{
+		Content: []llm.Content{llm.Text(text)},
+		Details: details,
+		// An error result: the call did not do what the model asked, and
+		// models reliably read is_error as "change course".
+		IsError: true,
+	}}
+}
+
+func denyReason(call tool.Call, rule *Rule) string {
+	switch {
+	case rule != nil && rule.Reason != "":
+		return rule.Reason
+	case rule != nil && rule.Match != "":
+		return fmt.Sprintf("%s calls matching %q are not allowed", call.Name, rule.Match)
+	}
+	return call.Name + " is not allowed"
+}
