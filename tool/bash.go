@@ -1,0 +1,438 @@
+package tool
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/agentd-dev/agentd/llm"
+)
+
+const (
+	// bashUpdateInterval throttles streamed partial output: often enough
+	// to feel live, rarely enough not to flood clients with snapshots.
+	bashUpdateInterval = 100 * time.Millisecond
+	// pipeGrace is how long, after the shell exits, to wait for the
+	// output pipe to close. A background job (`server &`) inherits the
+	// pipe and may hold it open forever; the call must still return.
+	pipeGrace = 100 * time.Millisecond
+	// maxTimeoutSeconds keeps seconds*1e9 inside a time.Duration.
+	maxTimeoutSeconds = 1e9
+)
+
+type bashTool struct{ env Env }
+
+// BashDetails are the details of a bash result or partial update.
+type BashDetails struct {
+	// Truncation is set when the output was cut to its tail.
+	Truncation *Truncation `json:"truncation,omitempty"`
+	// FullOutputPath names the file holding the complete output, set
+	// whenever the output was cut.
+	FullOutputPath string `json:"fullOutputPath,omitempty"`
+	// ExitCode is set when the command exited with a non-zero status.
+	ExitCode *int `json:"exitCode,omitempty"`
+}
+
+func (t *bashTool) Spec() llm.Tool { return spec(bashSpec) }
+
+func (t *bashTool) Execute(ctx context.Context, call Call, update func(Result)) Result {
+	a := parseArgs("bash", call.Args)
+	command, _ := a.str("command", true)
+	timeout, _ := a.num("timeout")
+	if r, bad := a.failed(); bad {
+		return r
+	}
+	if fi, err := os.Stat(t.env.Cwd); err != nil || !fi.IsDir() {
+		return Errorf("Cannot run the command: the working directory %s does not exist.", t.env.Cwd)
+	}
+	if ctx.Err() != nil {
+		return Errorf("Command aborted")
+	}
+	if t.env.ShellPrefix != "" {
+		command = t.env.ShellPrefix + "\n" + command
+	}
+
+	out := &outputAcc{tempDir: t.env.TempDir}
+	defer out.close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return Errorf("Cannot start command: %v", err)
+	}
+	cmd := exec.Command(t.env.Shell, "-c", command)
+	cmd.Dir = t.env.Cwd
+	cmd.Env = t.env.Environ
+	// One pipe for both streams keeps their interleaving exactly as the
+	// command wrote it.
+	cmd.Stdout, cmd.Stderr = pw, pw
+	// Its own process group, so that cancelling kills everything the
+	// command started, not just the shell.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return Errorf("Cannot start %s: %v", t.env.Shell, err)
+	}
+	pw.Close()
+	pgid := cmd.Process.Pid
+
+	dirty := make(chan struct{}, 1)
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := pr.Read(buf)
+			if n > 0 {
+				out.write(buf[:n])
+				select {
+				case dirty <- struct{}{}:
+				default:
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	var lastUpdate time.Time
+	emitted := 0 // out.writes at the last update
+	emit := func() {
+		lastUpdate = time.Now()
+		text, tr, path, writes := out.snapshotVersion()
+		emitted = writes
+		var details BashDetails
+		if tr.Truncated {
+			details = BashDetails{Truncation: &tr, FullOutputPath: path}
+		}
+		update(Result{Content: []llm.Content{llm.Text(text)}, Details: details})
+	}
+	if update != nil {
+		update(Result{Content: []llm.Content{}})
+	}
+
+	var timeoutC <-chan time.Time
+	if timeout > 0 {
+		timer := time.NewTimer(time.Duration(min(timeout, maxTimeoutSeconds) * float64(time.Second)))
+		defer timer.Stop()
+		timeoutC = timer.C
+	}
+	var throttle *time.Timer
+	var throttleC <-chan time.Time
+	defer func() {
+		if throttle != nil {
+			throttle.Stop()
+		}
+	}()
+	kill := func() {
+		if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
+			_ = cmd.Process.Kill()
+		}
+	}
+
+	done := ctx.Done()
+	stopped := "" // "aborted" or "timeout" once we killed the command
+	var waitErr error
+wait:
+	for {
+		select {
+		case <-dirty:
+			if update == nil {
+				continue
+			}
+			if since := time.Since(lastUpdate); since >= bashUpdateInterval {
+				emit()
+			} else if throttleC == nil {
+				throttle = time.NewTimer(bashUpdateInterval - since)
+				throttleC = throttle.C
+			}
+		case <-throttleC:
+			throttleC = nil
+			emit()
+		case <-done:
+			done = nil
+			if stopped == "" {
+				stopped = "aborted"
+			}
+			kill()
+		case <-timeoutC:
+			timeoutC = nil
+			if stopped == "" {
+				stopped = "timeout"
+			}
+			kill()
+		case waitErr = <-exited:
+			break wait
+		}
+	}
+
+	grace := time.NewTimer(pipeGrace)
+	select {
+	case <-readDone:
+	case <-grace.C:
+		// Something outside the shell still holds the pipe. Closing our
+		// end unblocks the reader; the holder gets EPIPE if it writes.
+		pr.Close()
+		<-readDone
+	}
+	grace.Stop()
+	pr.Close()
+	if update != nil {
+		// Like pi, end the stream with the complete output, so a client
+		// showing partial results never stops on a stale snapshot.
+		if _, _, _, writes := out.snapshotVersion(); writes != emitted {
+			emit()
+		}
+	}
+
+	text, tr, path := out.snapshot()
+	var details BashDetails
+	if tr.Truncated {
+		details.Truncation, details.FullOutputPath = &tr, path
+		text += "\n\n" + truncationNotice(tr, path, out.lastLineBytes())
+	}
+	status := ""
+	switch stopped {
+	case "aborted":
+		status = "Command aborted"
+	case "timeout":
+		status = "Command timed out after " + strconv.FormatFloat(timeout, 'f', -1, 64) + " seconds"
+	default:
+		var ee *exec.ExitError
+		if errors.As(waitErr, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				status = "Command was killed by signal " + signalName(ws.Signal())
+			} else {
+				code := ee.ExitCode()
+				details.ExitCode = &code
+				status = fmt.Sprintf("Command exited with code %d", code)
+			}
+		} else if waitErr != nil {
+			status = "Command failed: " + waitErr.Error()
+		}
+	}
+	if status == "" {
+		if text == "" {
+			text = "(no output)"
+		}
+		return TextResult(text, detailsOrNil(details))
+	}
+	if text != "" {
+		text += "\n\n"
+	}
+	return Result{Content: []llm.Content{llm.Text(text + status)}, Details: detailsOrNil(details), IsError: true}
+}
+
+// detailsOrNil keeps results without anything to report free of details,
+// as pi's are.
+func detailsOrNil(d BashDetails) any {
+	if d.Truncation == nil && d.FullOutputPath == "" && d.ExitCode == nil {
+		return nil
+	}
+	return d
+}
+
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGSEGV:
+		return "SIGSEGV"
+	case syscall.SIGABRT:
+		return "SIGABRT"
+	case syscall.SIGPIPE:
+		return "SIGPIPE"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	}
+	return strconv.Itoa(int(s))
+}
+
+// truncationNotice tells the model which part of the output it sees and
+// where the rest is.
+func truncationNotice(tr Truncation, path string, lastLine int) string {
+	where := path
+	if where == "" {
+		where = "unavailable (could not be saved)"
+	}
+	start := tr.TotalLines - tr.OutputLines + 1
+	switch {
+	case tr.LastLinePartial:
+		return fmt.Sprintf("[Showing last %s of line %d (line is %s). Full output: %s]",
+			formatSize(tr.OutputBytes), tr.TotalLines, formatSize(lastLine), where)
+	case tr.TruncatedBy == "lines":
+		return fmt.Sprintf("[Showing lines %d-%d of %d. Full output: %s]", start, tr.TotalLines, tr.TotalLines, where)
+	default:
+		return fmt.Sprintf("[Showing lines %d-%d of %d (%s limit). Full output: %s]",
+			start, tr.TotalLines, tr.TotalLines, formatSize(MaxBytes), where)
+	}
+}
+
+// outputAcc collects a command's output with bounded memory: a rolling
+// tail for display, and, once the output outgrows the limits, a temporary
+// file with all of it. It is written by the pipe reader and read by the
+// Execute goroutine.
+type outputAcc struct {
+	mu      sync.Mutex
+	tempDir string
+
+	tail            []byte
+	tailAtLineStart bool // tail[0] begins a line (else its first line is partial)
+	total           int64
+	newlines        int
+	curLine         int64 // bytes since the last newline
+	prevLine        int64 // length of the line the last newline ended
+	lastByte        byte
+
+	writes   int    // number of write calls, to tell stale snapshots
+	pending  []byte // everything so far, until it needs a file
+	file     *os.File
+	path     string
+	spillErr error
+}
+
+func (o *outputAcc) write(p []byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.writes++
+	if len(o.tail) == 0 && o.total == 0 {
+		o.tailAtLineStart = true
+	}
+	o.total += int64(len(p))
+	if i := bytes.LastIndexByte(p, '\n'); i >= 0 {
+		nl := bytes.Count(p, []byte{'\n'})
+		o.newlines += nl
+		if nl == 1 {
+			o.prevLine = o.curLine + int64(i)
+		} else {
+			o.prevLine = int64(i - 1 - bytes.LastIndexByte(p[:i], '\n'))
+		}
+		o.curLine = int64(len(p) - i - 1)
+	} else {
+		o.curLine += int64(len(p))
+	}
+	o.lastByte = p[len(p)-1]
+
+	o.tail = append(o.tail, p...)
+	if len(o.tail) > 4*MaxBytes {
+		// Keep twice the display limit: enough for any snapshot, and
+		// trimming only every few chunks keeps the copying cheap.
+		cut := len(o.tail) - 2*MaxBytes
+		for cut < len(o.tail) && !utf8.RuneStart(o.tail[cut]) {
+			cut++
+		}
+		o.tailAtLineStart = o.tail[cut-1] == '\n'
+		n := copy(o.tail, o.tail[cut:])
+		o.tail = o.tail[:n]
+	}
+
+	switch {
+	case o.file != nil:
+		if _, err := o.file.Write(p); err != nil && o.spillErr == nil {
+			o.spillErr = err
+		}
+	case o.spillErr != nil:
+	default:
+		o.pending = append(o.pending, p...)
+		if o.overLimit() {
+			o.spill()
+		}
+	}
+}
+
+func (o *outputAcc) spill() {
+	f, err := os.CreateTemp(o.tempDir, "agentd-bash-*.log")
+	if err != nil {
+		o.spillErr = err
+		o.pending = nil
+		return
+	}
+	o.file, o.path = f, f.Name()
+	if _, err := f.Write(o.pending); err != nil {
+		o.spillErr = err
+	}
+	o.pending = nil
+}
+
+func (o *outputAcc) lines() int {
+	n := o.newlines
+	if o.total > 0 && o.lastByte != '\n' {
+		n++
+	}
+	return n
+}
+
+func (o *outputAcc) overLimit() bool {
+	body := o.total
+	if body > 0 && o.lastByte == '\n' {
+		body--
+	}
+	return o.lines() > MaxLines || body > MaxBytes
+}
+
+func (o *outputAcc) lastLineBytes() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.curLine > 0 {
+		return int(min(o.curLine, math.MaxInt32))
+	}
+	return int(min(o.prevLine, math.MaxInt32))
+}
+
+// snapshot returns the output as the model should see it now: the tail,
+// cut to the limits, with counts for the whole output.
+func (o *outputAcc) snapshot() (string, Truncation, string) {
+	text, tr, path, _ := o.snapshotVersion()
+	return text, tr, path
+}
+
+// snapshotVersion is snapshot plus the number of writes it reflects.
+func (o *outputAcc) snapshotVersion() (string, Truncation, string, int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	text := o.tail
+	if !o.tailAtLineStart {
+		if i := bytes.IndexByte(text, '\n'); i >= 0 {
+			text = text[i+1:]
+		}
+	}
+	tr := truncateTail(string(text), MaxLines, MaxBytes)
+	tr.TotalLines = o.lines()
+	tr.TotalBytes = int(min(o.total, math.MaxInt))
+	tr.Truncated = o.overLimit()
+	switch {
+	case !tr.Truncated:
+		tr.TruncatedBy = ""
+	case tr.TruncatedBy == "":
+		tr.TruncatedBy = "lines"
+		if tr.TotalLines <= MaxLines {
+			tr.TruncatedBy = "bytes"
+		}
+	}
+	return strings.ToValidUTF8(tr.Content, "\uFFFD"), tr, o.path, o.writes
+}
+
+func (o *outputAcc) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.file != nil {
+		o.file.Close()
+		o.file = nil
+	}
+}
