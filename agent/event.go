@@ -61,4 +61,9 @@ type Event struct {
 
 	Steering []string
 	FollowUp []string
+
+	// Err is the typed error of an assistant message that ended with
+	// stopReason error or aborted (message_end only); retry and
+	// compaction branch on its kind.
+	Err *llm.Error
 }

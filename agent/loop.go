@@ -126,7 +126,7 @@ func (r *run) stream() *llm.Message {
 	// so the conversation does not pin the stream's buffers.
 	final := msg.Clone()
 	r.replaceLast(msg, final)
-	a.send(Event{Type: EventMessageEnd, Message: final})
+	a.send(Event{Type: EventMessageEnd, Message: final, Err: s.Err()})
 	return final
 }
 
@@ -158,7 +158,11 @@ func (r *run) failed(err error) *llm.Message {
 	}
 	r.push(msg)
 	r.a.send(Event{Type: EventMessageStart, Message: msg})
-	r.a.send(Event{Type: EventMessageEnd, Message: msg})
+	e, ok := llm.AsError(err)
+	if !ok {
+		e = &llm.Error{Kind: llm.ErrAuth, Message: err.Error(), Err: err}
+	}
+	r.a.send(Event{Type: EventMessageEnd, Message: msg, Err: e})
 	return msg
 }
 

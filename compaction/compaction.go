@@ -59,6 +59,7 @@ var (
 	// ErrNothingToCompact is returned when the conversation since the last
 	// compaction is smaller than what would be kept anyway, or offers no
 	// place to cut.
+	//lint:ignore ST1005 pi's wording, which RPC clients match on
 	ErrNothingToCompact = errors.New("Nothing to compact (session too small)")
 	// ErrAlreadyCompacted is returned when the newest entry of the path is
 	// itself a compaction. It also matches ErrNothingToCompact, so callers

@@ -1,0 +1,137 @@
+package session
+
+import (
+	"time"
+
+	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/interaction"
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/todo"
+)
+
+// EventType names a session event. Agent events keep their pi names;
+// the others are the session's own, named as pi names them where pi has
+// them.
+type EventType string
+
+// Session event types beyond the agent's.
+const (
+	EventStateChanged         EventType = "state_changed"
+	EventCompactionStart      EventType = "compaction_start"
+	EventCompactionEnd        EventType = "compaction_end"
+	EventAutoRetryStart       EventType = "auto_retry_start"
+	EventAutoRetryEnd         EventType = "auto_retry_end"
+	EventSessionInfoChanged   EventType = "session_info_changed"
+	EventThinkingLevelChanged EventType = "thinking_level_changed"
+	EventModelChanged         EventType = "model_changed"
+	EventInteractionRequested EventType = "interaction_requested"
+	EventInteractionResolved  EventType = "interaction_resolved"
+	EventTodoUpdated          EventType = "todo_updated"
+	EventSessionChanged       EventType = "session_changed" // new, switch, fork, clone: a different transcript
+)
+
+// State is where a session's state machine is.
+type State string
+
+// Session states.
+const (
+	StateIdle       State = "idle"
+	StateRunning    State = "running"
+	StateSuspended  State = "suspended" // running, but waiting on a person
+	StateCompacting State = "compacting"
+	StateRetrying   State = "retrying"
+)
+
+// Outcome is how a run ended.
+type Outcome string
+
+// Run outcomes.
+const (
+	OutcomeCompleted Outcome = "completed"
+	OutcomeFailed    Outcome = "failed"
+	OutcomeCancelled Outcome = "cancelled"
+)
+
+// CompactionResult is what a compaction produced.
+type CompactionResult struct {
+	Summary          string `json:"summary"`
+	FirstKeptEntryID string `json:"firstKeptEntryId"`
+	TokensBefore     int64  `json:"tokensBefore"`
+	Details          any    `json:"details"`
+}
+
+// Event is one thing that happened in a session. Every event carries a
+// per-session monotonic Seq. Which other fields are set depends on Type.
+//
+// Agent events (message_*, tool_*, turn_*, agent_*, queue_update) are in
+// Agent. A listener called by Subscribe sees message_update with the live
+// partial message (valid during the call only); the copy kept in the
+// event log has no partial message, only the delta in Agent.Update, so
+// the log stays small and immutable.
+type Event struct {
+	Seq   uint64
+	Time  time.Time
+	Type  EventType
+	Agent *agent.Event
+
+	// state_changed
+	State    State
+	Previous State
+	Outcome  Outcome // set when a run ended
+
+	// compaction_start / compaction_end
+	Reason     string // manual, threshold or overflow
+	Compaction *CompactionResult
+	Aborted    bool
+	WillRetry  bool
+	// compaction_end (failed), auto_retry_start
+	ErrorMessage string
+
+	// auto_retry_start / auto_retry_end
+	Attempt     int
+	MaxAttempts int
+	DelayMs     int64
+	Success     bool
+	FinalError  string
+
+	// session_info_changed
+	Name string
+	// thinking_level_changed
+	ThinkingLevel llm.ThinkingLevel
+	// model_changed
+	Model *llm.Model
+	// interaction_requested / interaction_resolved
+	Interaction *interaction.Event
+	// todo_updated
+	Todo *todo.Snapshot
+	// session_changed
+	SessionID   string
+	SessionFile string
+}
+
+// logCopy is the version of ev kept in the event log: nothing in it
+// changes after it is appended.
+func logCopy(ev Event) Event {
+	if ev.Agent == nil {
+		return ev
+	}
+	a := *ev.Agent
+	switch a.Type {
+	case agent.EventMessageUpdate:
+		a.Message = nil
+		if a.Update != nil {
+			u := *a.Update
+			if u.ToolCall != nil {
+				tc := *u.ToolCall
+				u.ToolCall = &tc
+			}
+			a.Update = &u
+		}
+	case agent.EventMessageStart:
+		if a.Message != nil && a.Message.Role == llm.RoleAssistant {
+			a.Message = a.Message.Clone()
+		}
+	}
+	ev.Agent = &a
+	return ev
+}

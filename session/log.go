@@ -1,0 +1,47 @@
+package session
+
+// eventLog keeps the most recent events of a session in a ring, so a
+// subscriber that reconnects can ask for everything after the last seq it
+// saw.
+type eventLog struct {
+	buf   []Event
+	start int // index of the oldest event
+	n     int
+}
+
+func newEventLog(size int) *eventLog {
+	if size <= 0 {
+		size = 4096
+	}
+	return &eventLog{buf: make([]Event, size)}
+}
+
+func (l *eventLog) add(ev Event) {
+	if l.n < len(l.buf) {
+		l.buf[(l.start+l.n)%len(l.buf)] = ev
+		l.n++
+		return
+	}
+	l.buf[l.start] = ev
+	l.start = (l.start + 1) % len(l.buf)
+}
+
+// since returns the events with Seq > after. ok is false when events after
+// `after` have already been dropped (the cursor is too old); the caller
+// then needs a snapshot instead.
+func (l *eventLog) since(after uint64) (out []Event, ok bool) {
+	if l.n == 0 {
+		return nil, true
+	}
+	oldest := l.buf[l.start].Seq
+	if after+1 < oldest {
+		return nil, false
+	}
+	for i := 0; i < l.n; i++ {
+		ev := l.buf[(l.start+i)%len(l.buf)]
+		if ev.Seq > after {
+			out = append(out, ev)
+		}
+	}
+	return out, true
+}

@@ -1,0 +1,394 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/compaction"
+	"github.com/agentd-dev/agentd/interaction"
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/todo"
+	"github.com/agentd-dev/agentd/transcript"
+)
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// ID is the session id (the transcript's).
+func (s *Session) ID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.file.ID()
+}
+
+// File is the transcript's path, "" for an in-memory session.
+func (s *Session) File() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.file.Path()
+}
+
+// Name is the session's display name, "" if none was set.
+func (s *Session) Name() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.file.Name()
+}
+
+// SetName records a display name.
+func (s *Session) SetName(name string) error {
+	s.mu.Lock()
+	f := s.file
+	s.mu.Unlock()
+	if _, err := f.AppendSessionInfo(name); err != nil {
+		return fmt.Errorf("recording the session name: %w", err)
+	}
+	s.emit(Event{Type: EventSessionInfoChanged, Name: name})
+	return nil
+}
+
+// Model is the model the next run uses.
+func (s *Session) Model() *llm.Model {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.model
+}
+
+// SetModel switches the model for the next run. The thinking level is
+// re-clamped to what the new model supports.
+func (s *Session) SetModel(m *llm.Model) error {
+	if m == nil {
+		return errors.New("no model given")
+	}
+	s.mu.Lock()
+	f := s.file
+	s.model = m
+	level := m.ClampThinking(s.thinking)
+	changed := level != s.thinking
+	s.thinking = level
+	s.mu.Unlock()
+	s.agent.Update(func(c *agent.Config) { c.Model, c.Thinking = m, level })
+	if _, err := f.AppendModelChange(m.Provider, m.ID); err != nil {
+		return fmt.Errorf("recording the model change: %w", err)
+	}
+	s.emit(Event{Type: EventModelChanged, Model: m})
+	if changed {
+		if _, err := f.AppendThinkingLevelChange(level); err != nil {
+			return fmt.Errorf("recording the thinking level: %w", err)
+		}
+		s.emit(Event{Type: EventThinkingLevelChanged, ThinkingLevel: level})
+	}
+	return nil
+}
+
+// Thinking is the thinking level in force.
+func (s *Session) Thinking() llm.ThinkingLevel {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.thinking
+}
+
+// SetThinking sets the thinking level, clamped to the model; it returns
+// the level actually in force.
+func (s *Session) SetThinking(l llm.ThinkingLevel) (llm.ThinkingLevel, error) {
+	s.mu.Lock()
+	f := s.file
+	level := s.model.ClampThinking(l)
+	if l == llm.ThinkingOff {
+		level = llm.ThinkingOff
+	}
+	s.thinking = level
+	s.mu.Unlock()
+	s.agent.Update(func(c *agent.Config) { c.Thinking = level })
+	if _, err := f.AppendThinkingLevelChange(level); err != nil {
+		return level, fmt.Errorf("recording the thinking level: %w", err)
+	}
+	s.emit(Event{Type: EventThinkingLevelChanged, ThinkingLevel: level})
+	return level, nil
+}
+
+// SetQueueModes sets how steering and follow-up messages are delivered
+// (empty leaves a mode as it is).
+func (s *Session) SetQueueModes(steering, followUp agent.QueueMode) {
+	s.agent.Update(func(c *agent.Config) {
+		if steering != "" {
+			c.SteeringMode = steering
+		}
+		if followUp != "" {
+			c.FollowUpMode = followUp
+		}
+	})
+}
+
+// SetAutoCompaction turns automatic compaction on or off.
+func (s *Session) SetAutoCompaction(on bool) {
+	s.mu.Lock()
+	s.compact.Enabled = on
+	s.mu.Unlock()
+}
+
+// SetAutoRetry turns automatic retry on or off.
+func (s *Session) SetAutoRetry(on bool) {
+	s.mu.Lock()
+	s.retry.Enabled = on
+	s.mu.Unlock()
+}
+
+// Settings reports the session's switchable settings.
+type Settings struct {
+	SteeringMode   agent.QueueMode
+	FollowUpMode   agent.QueueMode
+	AutoCompaction bool
+	AutoRetry      bool
+}
+
+// Settings returns the current settings.
+func (s *Session) Settings() Settings {
+	c := s.agent.Config()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Settings{SteeringMode: c.SteeringMode, FollowUpMode: c.FollowUpMode, AutoCompaction: s.compact.Enabled, AutoRetry: s.retry.Enabled}
+}
+
+// Messages returns the conversation in context (after any compaction).
+func (s *Session) Messages() []*llm.Message { return s.agent.Messages() }
+
+// PendingCount is the number of queued steering and follow-up messages.
+func (s *Session) PendingCount() int { return s.agent.PendingCount() }
+
+// ClearQueues empties the steering and follow-up queues and returns them.
+func (s *Session) ClearQueues() (steering, followUp []*llm.Message) { return s.agent.ClearQueues() }
+
+// LastAssistantText is the text of the last assistant message, "" if none.
+func (s *Session) LastAssistantText() (string, bool) {
+	msgs := s.agent.Messages()
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == llm.RoleAssistant {
+			return msgs[i].TextContent(), true
+		}
+	}
+	return "", false
+}
+
+// Stats are a session's counts, tokens and cost.
+type Stats struct {
+	SessionID         string
+	SessionFile       string
+	UserMessages      int
+	AssistantMessages int
+	ToolCalls         int
+	ToolResults       int
+	TotalMessages     int
+	Tokens            llm.Usage // summed over assistant messages, cost included
+	ContextTokens     int64     // estimated size of the context now
+	ContextWindow     int64
+	// ContextPercent is ContextTokens as a share of the window, 0-100.
+	ContextPercent float64
+}
+
+// Stats computes the session's statistics over the whole transcript
+// branch (compacted messages included), as pi does.
+func (s *Session) Stats() Stats {
+	s.mu.Lock()
+	f, model := s.file, s.model
+	s.mu.Unlock()
+	st := Stats{SessionID: f.ID(), SessionFile: f.Path(), ContextWindow: model.ContextWindow}
+	for _, e := range f.Branch(f.Leaf()) {
+		if e.Type != transcript.TypeMessage {
+			continue
+		}
+		m := e.Message
+		st.TotalMessages++
+		switch m.Role {
+		case llm.RoleUser:
+			st.UserMessages++
+		case llm.RoleAssistant:
+			st.AssistantMessages++
+			st.ToolCalls += len(m.ToolCalls())
+			st.Tokens.Add(m.Usage)
+		case llm.RoleToolResult:
+			st.ToolResults++
+		}
+	}
+	st.ContextTokens = compaction.ContextTokens(s.agent.Messages())
+	if st.ContextWindow > 0 {
+		st.ContextPercent = float64(st.ContextTokens) * 100 / float64(st.ContextWindow)
+	}
+	return st
+}
+
+// Interactions lists the pending interactions.
+func (s *Session) Interactions() []interaction.Request { return s.broker.Pending() }
+
+// Answer answers a pending interaction; the first answer wins and a late
+// one gets an error saying how the interaction was resolved.
+func (s *Session) Answer(id string, r interaction.Response) error { return s.broker.Answer(id, r) }
+
+// Ask puts a question to the people watching the session and waits for
+// the answer (the face's extension UI requests go through here too).
+func (s *Session) Ask(ctx context.Context, r interaction.Request) (interaction.Response, error) {
+	return s.broker.Ask(ctx, r)
+}
+
+// Todo returns the plan the model keeps with the todo tool.
+func (s *Session) Todo() todo.Snapshot { return s.todos.Snapshot() }
+
+// Gate is the session's permission gate (grants, policy).
+func (s *Session) Gate() *interaction.Gate { return s.gate }
+
+// appendOutsideRun records a message outside a run (a user bash command).
+func (s *Session) appendOutsideRun(m *llm.Message) {
+	s.agent.Append(m)
+	s.record(m)
+	s.emit(Event{Type: EventType(agent.EventMessageStart), Agent: &agent.Event{Type: agent.EventMessageStart, Message: m}})
+	s.emit(Event{Type: EventType(agent.EventMessageEnd), Agent: &agent.Event{Type: agent.EventMessageEnd, Message: m}})
+}
+
+// RecordBash records a bash command the user ran into the context, so the
+// model sees it on the next prompt. While a run is in progress it is held
+// and recorded when the run ends, so it never lands between a tool call
+// and its result.
+func (s *Session) RecordBash(m *llm.Message) {
+	if m.Timestamp == 0 {
+		m.Timestamp = time.Now().UnixMilli()
+	}
+	s.mu.Lock()
+	if s.runDone != nil {
+		s.pendingBash = append(s.pendingBash, m)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.appendOutsideRun(m)
+}
+
+// ExportHTML writes the session as a self-contained HTML page.
+func (s *Session) ExportHTML(w io.Writer) error {
+	s.mu.Lock()
+	f := s.file
+	s.mu.Unlock()
+	return transcript.ExportHTML(w, f, transcript.ExportOptions{})
+}
+
+// idle fails while a run is in progress: switching transcripts under a
+// running agent would tear the conversation.
+func (s *Session) idle() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.runDone != nil {
+		return errors.New("the agent is processing; abort it or wait for it to finish first")
+	}
+	return nil
+}
+
+func (s *Session) changed() {
+	s.mu.Lock()
+	id, path := s.file.ID(), s.file.Path()
+	s.mu.Unlock()
+	s.emit(Event{Type: EventSessionChanged, SessionID: id, SessionFile: path})
+}
+
+// NewSession starts a fresh transcript in place of the current one.
+// parent, if set, is recorded as the new session's parent.
+func (s *Session) NewSession(parent string) error {
+	if err := s.idle(); err != nil {
+		return err
+	}
+	f, err := s.newFile(parent)
+	if err != nil {
+		return err
+	}
+	if err := s.adopt(f); err != nil {
+		return err
+	}
+	s.agent.ClearQueues()
+	s.changed()
+	return nil
+}
+
+// Switch loads another session file in place of the current one.
+func (s *Session) Switch(path string) error {
+	if err := s.idle(); err != nil {
+		return err
+	}
+	f, err := transcript.Open(path, transcript.WithSync(s.cfg.Sync))
+	if err != nil {
+		return fmt.Errorf("opening session %s: %w", path, err)
+	}
+	if err := s.adopt(f); err != nil {
+		f.Close()
+		return err
+	}
+	s.changed()
+	return nil
+}
+
+// ForkMessage is a user message a session can be forked from.
+type ForkMessage struct {
+	EntryID string
+	Text    string
+}
+
+// ForkMessages lists the user messages of the current branch.
+func (s *Session) ForkMessages() []ForkMessage {
+	s.mu.Lock()
+	f := s.file
+	s.mu.Unlock()
+	var out []ForkMessage
+	for _, e := range f.Branch(f.Leaf()) {
+		if e.Type == transcript.TypeMessage && e.Message.Role == llm.RoleUser {
+			out = append(out, ForkMessage{EntryID: e.ID, Text: e.Message.TextContent()})
+		}
+	}
+	return out
+}
+
+// Fork continues in a new session holding the conversation before the
+// given user message; it returns that message's text so a client can
+// edit and resend it.
+func (s *Session) Fork(entryID string) (string, error) {
+	if err := s.idle(); err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	f := s.file
+	s.mu.Unlock()
+	e, ok := f.Entry(entryID)
+	if !ok || e.Type != transcript.TypeMessage || e.Message.Role != llm.RoleUser {
+		return "", fmt.Errorf("entry %q is not a user message of this session", entryID)
+	}
+	nf, text, err := f.Fork(entryID, s.cfg.SessionsDir)
+	if err != nil {
+		return "", fmt.Errorf("forking: %w", err)
+	}
+	if err := s.adopt(nf); err != nil {
+		nf.Close()
+		return "", err
+	}
+	s.changed()
+	return text, nil
+}
+
+// Clone continues in a copy of the current branch in a new session.
+func (s *Session) Clone() error {
+	if err := s.idle(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	f := s.file
+	s.mu.Unlock()
+	nf, err := f.Clone(s.cfg.SessionsDir)
+	if err != nil {
+		return fmt.Errorf("cloning: %w", err)
+	}
+	if err := s.adopt(nf); err != nil {
+		nf.Close()
+		return err
+	}
+	s.changed()
+	return nil
+}

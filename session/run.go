@@ -1,0 +1,415 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/compaction"
+	"github.com/agentd-dev/agentd/llm"
+)
+
+// Behavior says what to do with a prompt that arrives while a run is in
+// progress.
+type Behavior string
+
+// Prompt behaviours while streaming, as pi's streamingBehavior.
+const (
+	BehaviorNone     Behavior = ""
+	BehaviorSteer    Behavior = "steer"
+	BehaviorFollowUp Behavior = "followUp"
+)
+
+// UserMessage builds a user message from text and images.
+func UserMessage(text string, images []llm.Content) *llm.Message {
+	content := make([]llm.Content, 0, 1+len(images))
+	content = append(content, llm.Text(text))
+	content = append(content, images...)
+	return &llm.Message{Role: llm.RoleUser, Content: content, Timestamp: time.Now().UnixMilli()}
+}
+
+// Prompt starts a run with a user message, or queues it as a steering or
+// follow-up message when a run is in progress and b says so. It returns
+// once the prompt is accepted; the run goes on in the background and
+// reports through events. While a run is in progress and b is empty it
+// fails with ErrBusy.
+func (s *Session) Prompt(m *llm.Message, b Behavior) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	if s.runDone != nil {
+		s.mu.Unlock()
+		switch b {
+		case BehaviorSteer:
+			s.agent.Steer(m)
+			return nil
+		case BehaviorFollowUp:
+			s.agent.FollowUp(m)
+			return nil
+		}
+		return ErrBusy
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.runCancel, s.runDone, s.aborting = cancel, make(chan struct{}), false
+	done := s.runDone
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.setState(StateRunning, "")
+	go func() {
+		defer s.wg.Done()
+		outcome := s.run(ctx, m)
+		cancel()
+		s.mu.Lock()
+		s.runCancel, s.runDone = nil, nil
+		bash := s.pendingBash
+		s.pendingBash = nil
+		s.mu.Unlock()
+		for _, bm := range bash {
+			s.appendOutsideRun(bm)
+		}
+		s.setState(StateIdle, outcome)
+		close(done)
+	}()
+	return nil
+}
+
+// Steer queues a message for delivery after the current turn. With no
+// run in progress it starts one, as pi does.
+func (s *Session) Steer(m *llm.Message) error { return s.queueOrRun(m, BehaviorSteer) }
+
+// FollowUp queues a message for when the agent would stop. With no run
+// in progress it starts one.
+func (s *Session) FollowUp(m *llm.Message) error { return s.queueOrRun(m, BehaviorFollowUp) }
+
+func (s *Session) queueOrRun(m *llm.Message, b Behavior) error {
+	err := s.Prompt(m, b)
+	if errors.Is(err, ErrBusy) {
+		return s.Prompt(m, b)
+	}
+	return err
+}
+
+// Running reports whether a run is in progress.
+func (s *Session) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runDone != nil
+}
+
+// Wait blocks until no run is in progress or ctx ends.
+func (s *Session) Wait(ctx context.Context) error {
+	s.mu.Lock()
+	done := s.runDone
+	s.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Abort stops the run in progress (the model stream is closed, running
+// tools are killed, a retry wait or compaction is cancelled, pending
+// interactions are cancelled) and returns once the run has ended.
+func (s *Session) Abort() {
+	s.mu.Lock()
+	cancel, done := s.runCancel, s.runDone
+	compactCancel := s.compactCancel
+	s.aborting = true
+	s.mu.Unlock()
+	if compactCancel != nil {
+		compactCancel()
+	}
+	if cancel == nil {
+		return
+	}
+	cancel()
+	s.broker.CancelAll("the run was aborted")
+	s.agent.Abort()
+	<-done
+}
+
+// AbortRetry cancels a retry wait in progress; the run ends with the
+// error that caused the retry.
+func (s *Session) AbortRetry() {
+	s.mu.Lock()
+	retrying := s.state == StateRetrying
+	s.mu.Unlock()
+	if retrying {
+		s.Abort()
+	}
+}
+
+// run is one prompt's whole life: the agent run, retries of transient
+// errors, compaction when the context overflowed or passed the
+// threshold. It returns the outcome.
+func (s *Session) run(ctx context.Context, m *llm.Message) Outcome {
+	added, err := s.agent.Prompt(ctx, m)
+	if err != nil {
+		s.log.Error("agent run", "err", err)
+		return OutcomeFailed
+	}
+	attempt := 0
+	overflowRetried := false
+	for {
+		last := lastAssistant(added)
+		if last == nil || last.StopReason != llm.StopError {
+			break
+		}
+		s.mu.Lock()
+		e := s.lastErr
+		retry := s.retry
+		s.mu.Unlock()
+		if e == nil {
+			break
+		}
+		if e.ContextOverflow() && !overflowRetried {
+			overflowRetried = true
+			s.dropLast(last)
+			if s.doCompact(ctx, "overflow", "", true) != nil {
+				break
+			}
+			s.setState(StateRunning, "")
+			if added, err = s.agent.Continue(ctx); err != nil {
+				break
+			}
+			continue
+		}
+		if !retry.Enabled || !e.Retryable() || ctx.Err() != nil {
+			break
+		}
+		if attempt >= retry.MaxRetries {
+			s.emit(Event{Type: EventAutoRetryEnd, Success: false, Attempt: attempt, FinalError: last.ErrorMessage})
+			return OutcomeFailed
+		}
+		attempt++
+		delay := retryDelay(retry, attempt, e.RetryAfter)
+		s.setState(StateRetrying, "")
+		s.emit(Event{Type: EventAutoRetryStart, Attempt: attempt, MaxAttempts: retry.MaxRetries, DelayMs: delay.Milliseconds(), ErrorMessage: last.ErrorMessage})
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			s.emit(Event{Type: EventAutoRetryEnd, Success: false, Attempt: attempt, FinalError: "Retry cancelled"})
+			return OutcomeCancelled
+		}
+		s.setState(StateRunning, "")
+		// The failed message stays in the transcript but leaves the
+		// context, so the retry asks the same question again.
+		s.dropLast(last)
+		if added, err = s.agent.Continue(ctx); err != nil {
+			break
+		}
+		if l := lastAssistant(added); l != nil && l.StopReason != llm.StopError {
+			s.emit(Event{Type: EventAutoRetryEnd, Success: true, Attempt: attempt})
+			break
+		}
+	}
+	last := lastAssistant(added)
+	outcome := OutcomeCompleted
+	switch {
+	case ctx.Err() != nil || (last != nil && last.StopReason == llm.StopAborted):
+		return OutcomeCancelled
+	case last != nil && last.StopReason == llm.StopError:
+		outcome = OutcomeFailed
+	}
+	if outcome == OutcomeCompleted {
+		s.maybeAutoCompact(ctx)
+	}
+	return outcome
+}
+
+func lastAssistant(ms []*llm.Message) *llm.Message {
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].Role == llm.RoleAssistant {
+			return ms[i]
+		}
+	}
+	return nil
+}
+
+// dropLast removes a failed assistant message from the context (not the
+// transcript).
+func (s *Session) dropLast(m *llm.Message) {
+	msgs := s.agent.Messages()
+	if n := len(msgs); n > 0 && msgs[n-1] == m {
+		_ = s.agent.SetMessages(msgs[:n-1])
+	}
+	s.mu.Lock()
+	if n := len(s.items); n > 0 && s.items[n-1].msg == m {
+		s.items = s.items[:n-1]
+	}
+	s.mu.Unlock()
+}
+
+// retryDelay is base·2^(attempt-1), or what the provider asked for if
+// that is longer, capped at MaxDelay.
+func retryDelay(r RetrySettings, attempt int, after time.Duration) time.Duration {
+	d := r.BaseDelay << (attempt - 1)
+	if after > d {
+		d = after
+	}
+	if r.MaxDelay > 0 && d > r.MaxDelay {
+		d = r.MaxDelay
+	}
+	return d
+}
+
+func (s *Session) maybeAutoCompact(ctx context.Context) {
+	s.mu.Lock()
+	settings, model := s.compact, s.model
+	s.mu.Unlock()
+	if !settings.Enabled || ctx.Err() != nil {
+		return
+	}
+	tokens := compaction.ContextTokens(s.agent.Messages())
+	if !compaction.ShouldCompact(tokens, model.ContextWindow, settings) {
+		return
+	}
+	if err := s.doCompact(ctx, "threshold", "", false); err != nil {
+		s.log.Warn("automatic compaction failed", "err", err)
+	}
+}
+
+// Compact summarises the older part of the conversation now. It fails
+// while a run is in progress.
+func (s *Session) Compact(ctx context.Context, instructions string) (*CompactionResult, error) {
+	s.mu.Lock()
+	if s.runDone != nil {
+		s.mu.Unlock()
+		return nil, errors.New("cannot compact while the agent is processing; abort first")
+	}
+	s.mu.Unlock()
+	var res *CompactionResult
+	var err error
+	res, err = s.compactNow(ctx, "manual", instructions, false)
+	return res, err
+}
+
+func (s *Session) doCompact(ctx context.Context, reason, instructions string, willRetry bool) error {
+	_, err := s.compactNow(ctx, reason, instructions, willRetry)
+	return err
+}
+
+// compactNow runs one compaction and emits its start and end.
+func (s *Session) compactNow(ctx context.Context, reason, instructions string, willRetry bool) (*CompactionResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.mu.Lock()
+	if s.compactCancel != nil {
+		s.mu.Unlock()
+		return nil, errors.New("a compaction is already running")
+	}
+	s.compactCancel = cancel
+	prevState := s.state
+	items := append([]item(nil), s.items...)
+	model, settings := s.model, s.compact
+	prevDetails := s.prevDetails
+	f := s.file
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.compactCancel = nil
+		s.mu.Unlock()
+	}()
+
+	s.setState(StateCompacting, "")
+	s.emit(Event{Type: EventCompactionStart, Reason: reason})
+	end := func(res *CompactionResult, err error) (*CompactionResult, error) {
+		ev := Event{Type: EventCompactionEnd, Reason: reason, Compaction: res, WillRetry: willRetry && err == nil}
+		if err != nil {
+			if ctx.Err() != nil {
+				ev.Aborted = true
+			} else {
+				ev.ErrorMessage = err.Error()
+			}
+		}
+		s.emit(ev)
+		if prevState == StateCompacting {
+			prevState = StateIdle
+		}
+		s.setState(prevState, "")
+		return res, err
+	}
+
+	var prev *compaction.Previous
+	in := make([]compaction.Item, 0, len(items))
+	for i, it := range items {
+		if i == 0 && it.msg.Role == llm.RoleCompactionSummary {
+			prev = &compaction.Previous{EntryID: it.id, Summary: it.msg.Summary, Details: prevDetails}
+			if len(items) > 1 {
+				prev.FirstKeptEntryID = items[1].id
+			}
+			in = append(in, compaction.Item{EntryID: it.id})
+			continue
+		}
+		in = append(in, compaction.Item{EntryID: it.id, Message: it.msg})
+	}
+	plan, err := compaction.Prepare(in, prev, settings)
+	if err != nil {
+		return end(nil, err)
+	}
+	var opts llm.StreamOptions
+	if s.cfg.Options != nil {
+		if opts, err = s.cfg.Options(ctx, model); err != nil {
+			return end(nil, err)
+		}
+	}
+	result, err := compaction.Summarize(ctx, compaction.StreamFunc(s.cfg.Stream), model, opts, plan, instructions)
+	if err != nil {
+		return end(nil, err)
+	}
+	details := result.Details
+	detailsJSON, _ := jsonMarshal(details)
+	id, err := f.AppendCompaction(result.Summary, result.FirstKeptEntryID, result.TokensBefore, detailsJSON, false)
+	if err != nil {
+		return end(nil, fmt.Errorf("recording the compaction: %w", err))
+	}
+	// Rebuild the context the way a reload would: summary, then the kept
+	// messages.
+	summary := &llm.Message{Role: llm.RoleCompactionSummary, Summary: result.Summary, TokensBefore: result.TokensBefore, Timestamp: time.Now().UnixMilli()}
+	newItems := []item{{id, summary}}
+	kept := false
+	for _, it := range items {
+		if it.id == result.FirstKeptEntryID {
+			kept = true
+		}
+		if kept {
+			newItems = append(newItems, it)
+		}
+	}
+	msgs := make([]*llm.Message, len(newItems))
+	for i, it := range newItems {
+		msgs[i] = it.msg
+	}
+	if err := s.agent.SetMessages(msgs); err != nil {
+		return end(nil, err)
+	}
+	s.mu.Lock()
+	s.items = newItems
+	s.prevDetails = &details
+	s.mu.Unlock()
+	return end(&CompactionResult{Summary: result.Summary, FirstKeptEntryID: result.FirstKeptEntryID, TokensBefore: result.TokensBefore, Details: details}, nil)
+}
+
+// AbortCompaction cancels a compaction in progress.
+func (s *Session) AbortCompaction() {
+	s.mu.Lock()
+	c := s.compactCancel
+	s.mu.Unlock()
+	if c != nil {
+		c()
+	}
+}
+
+// Agent exposes the agent for read-only inspection in tests and faces.
+func (s *Session) Agent() *agent.Agent { return s.agent }

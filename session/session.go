@@ -1,0 +1,483 @@
+// Package session is one agent conversation as clients see it: the agent
+// loop plus its transcript on disk (pi's JSONL v3 files), a state machine,
+// pending interactions (tool approvals and questions), auto-retry and
+// compaction, stats, branching and export. Every change is an event with a
+// per-session monotonic seq; a bounded log of recent events lets a
+// subscriber resume after the last seq it saw.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/compaction"
+	"github.com/agentd-dev/agentd/interaction"
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/todo"
+	"github.com/agentd-dev/agentd/tool"
+	"github.com/agentd-dev/agentd/transcript"
+)
+
+// RetrySettings configure automatic retries of transient model errors.
+type RetrySettings struct {
+	Enabled    bool
+	MaxRetries int           // retries after the first attempt (default 3)
+	BaseDelay  time.Duration // first delay, doubled per retry (default 2s)
+	// MaxDelay caps a delay, including one the provider asked for with
+	// retry-after (default 60s).
+	MaxDelay time.Duration
+}
+
+// DefaultRetry is pi's retry policy: 3 retries at 2 s, 4 s, 8 s.
+func DefaultRetry() RetrySettings {
+	return RetrySettings{Enabled: true, MaxRetries: 3, BaseDelay: 2 * time.Second, MaxDelay: 60 * time.Second}
+}
+
+// Config is what a session is made from. Stream and the model are
+// required; everything else has a default.
+type Config struct {
+	// Cwd is the working directory tools act in.
+	Cwd string
+	// SessionsDir is where session files are created. Empty keeps the
+	// session in memory only (pi's --no-session).
+	SessionsDir string
+	// Open, when set, loads this session file instead of creating one.
+	Open string
+
+	Model        *llm.Model
+	Thinking     llm.ThinkingLevel
+	SystemPrompt string
+	// Stream starts a model request for any model (the caller maps the
+	// model's API to its provider).
+	Stream agent.StreamFunc
+	// Options resolves per-request options (credentials) for a model.
+	Options func(ctx context.Context, m *llm.Model) (llm.StreamOptions, error)
+	// ResolveModel finds a model by provider and id, for sessions whose
+	// transcript names a model (load, switch). Optional.
+	ResolveModel func(provider, id string) (*llm.Model, bool)
+	// Tools are the tools besides ask_user and todo, which the session
+	// adds itself (they need its interaction broker and todo list).
+	Tools []tool.Tool
+	// Policy is the permission policy for tool calls (default: allow
+	// everything, as pi).
+	Policy interaction.Policy
+	// InteractionTimeout bounds how long a pending interaction waits for
+	// an answer; 0 waits forever.
+	InteractionTimeout time.Duration
+	// ApprovalTimeout is the gate's behaviour when an approval times out.
+	Gate interaction.GateOptions
+
+	Retry        RetrySettings
+	Compaction   compaction.Settings
+	SteeringMode agent.QueueMode
+	FollowUpMode agent.QueueMode
+	// EventLogSize bounds the event log (default 4096 events).
+	EventLogSize int
+	Sync         transcript.SyncPolicy
+	Logger       *slog.Logger
+}
+
+// Errors callers branch on.
+var (
+	// ErrBusy is a prompt while a run is in progress without a
+	// steer/followUp behaviour.
+	//lint:ignore ST1005 pi's wording, which RPC clients match on
+	ErrBusy = errors.New("Agent is already processing. Specify streamingBehavior ('steer' or 'followUp') to queue the message.")
+	// ErrClosed is any operation on a closed session.
+	ErrClosed = errors.New("session is closed")
+)
+
+// Session is one conversation. It is safe for concurrent use.
+type Session struct {
+	cfg    Config
+	log    *slog.Logger
+	agent  *agent.Agent
+	broker *interaction.Broker
+	gate   *interaction.Gate
+	todos  *todo.List
+
+	// emitMu orders events: seq assignment, the log and listener calls
+	// happen under it, so every listener sees every event in seq order.
+	emitMu    sync.Mutex
+	seq       uint64
+	events    *eventLog
+	listeners map[int]func(Event)
+	nextLis   int
+
+	mu            sync.Mutex
+	file          *transcript.File
+	state         State
+	thinking      llm.ThinkingLevel
+	model         *llm.Model
+	retry         RetrySettings
+	compact       compaction.Settings
+	lastErr       *llm.Error
+	runCancel     context.CancelFunc
+	runDone       chan struct{}
+	aborting      bool
+	compactCancel context.CancelFunc
+	pendingBash   []*llm.Message // user bash results recorded while a run was in progress
+	closed        bool
+	items         []item // the current context with entry ids, for compaction
+	prevDetails   *compaction.Details
+	wg            sync.WaitGroup
+}
+
+// item is one message of the current context with its transcript entry.
+type item struct {
+	id  string
+	msg *llm.Message
+}
+
+// New creates or opens a session.
+func New(cfg Config) (*Session, error) {
+	if cfg.Stream == nil {
+		return nil, errors.New("session: no model stream function")
+	}
+	if cfg.Model == nil {
+		return nil, errors.New("session: no model")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Retry == (RetrySettings{}) {
+		cfg.Retry = DefaultRetry()
+	}
+	if cfg.Compaction == (compaction.Settings{}) {
+		cfg.Compaction = compaction.DefaultSettings()
+	}
+	if cfg.Thinking == "" {
+		cfg.Thinking = llm.ThinkingOff
+	}
+	s := &Session{
+		cfg: cfg, log: cfg.Logger, events: newEventLog(cfg.EventLogSize), listeners: map[int]func(Event){},
+		state: StateIdle, thinking: cfg.Thinking, model: cfg.Model, retry: cfg.Retry, compact: cfg.Compaction,
+	}
+	s.broker = interaction.NewBroker(interaction.BrokerOptions{Timeout: cfg.InteractionTimeout, OnEvent: s.onInteraction})
+	gate, err := interaction.NewGate(cfg.Policy, s.broker, cfg.Gate)
+	if err != nil {
+		return nil, fmt.Errorf("session: permission policy: %w", err)
+	}
+	s.gate = gate
+	s.todos = todo.NewList(s.onTodo)
+	tools := append([]tool.Tool{}, cfg.Tools...)
+	tools = append(tools, interaction.NewAskUserTool(s.broker, cfg.InteractionTimeout), todo.NewTool(s.todos))
+	s.agent = agent.New(agent.Config{
+		Model: cfg.Model, Thinking: cfg.Thinking, SystemPrompt: cfg.SystemPrompt, Tools: tools,
+		Stream: cfg.Stream, Options: cfg.Options, BeforeToolCall: s.beforeToolCall,
+		SteeringMode: cfg.SteeringMode, FollowUpMode: cfg.FollowUpMode,
+	}, s.onAgent)
+
+	if cfg.Open != "" {
+		f, err := transcript.Open(cfg.Open, transcript.WithSync(cfg.Sync))
+		if err != nil {
+			return nil, fmt.Errorf("opening session %s: %w", cfg.Open, err)
+		}
+		if err := s.adopt(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		return s, nil
+	}
+	f, err := s.newFile("")
+	if err != nil {
+		return nil, err
+	}
+	if err := s.adopt(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// newFile creates an empty transcript: on disk under SessionsDir, or in
+// memory.
+func (s *Session) newFile(parent string) (*transcript.File, error) {
+	opts := []transcript.Option{transcript.WithSync(s.cfg.Sync)}
+	if parent != "" {
+		opts = append(opts, transcript.WithParentSession(parent))
+	}
+	if s.cfg.SessionsDir == "" {
+		return transcript.NewMemory(s.cfg.Cwd, opts...), nil
+	}
+	f, err := transcript.Create(s.cfg.SessionsDir, s.cfg.Cwd, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("creating session file: %w", err)
+	}
+	return f, nil
+}
+
+// adopt makes f the session's transcript and loads its context into the
+// agent: messages, model and thinking level.
+func (s *Session) adopt(f *transcript.File) error {
+	c := f.Context(f.Leaf())
+	msgs := make([]*llm.Message, len(c.Messages))
+	for i := range c.Messages {
+		msgs[i] = &c.Messages[i]
+	}
+	if err := s.agent.SetMessages(msgs); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	old := s.file
+	s.file = f
+	s.items = pathItems(f)
+	s.prevDetails = lastCompactionDetails(f)
+	if c.Provider != "" && s.cfg.ResolveModel != nil {
+		if m, ok := s.cfg.ResolveModel(c.Provider, c.ModelID); ok {
+			s.model = m
+		}
+	}
+	if f.Len() > 0 {
+		s.thinking = c.ThinkingLevel
+	}
+	model, thinking := s.model, s.thinking
+	s.mu.Unlock()
+	s.agent.Update(func(ac *agent.Config) { ac.Model, ac.Thinking = model, thinking })
+	if f.Len() == 0 {
+		// A new transcript starts by recording what it runs with, as pi's
+		// files do.
+		if _, err := f.AppendModelChange(model.Provider, model.ID); err != nil {
+			return err
+		}
+		if _, err := f.AppendThinkingLevelChange(thinking); err != nil {
+			return err
+		}
+	}
+	if old != nil && old != f {
+		if err := old.Close(); err != nil {
+			s.log.Warn("closing previous transcript", "path", old.Path(), "err", err)
+		}
+	}
+	return nil
+}
+
+// lastCompactionDetails reads the file lists of the latest compaction on
+// f's current branch, which the next compaction carries forward.
+func lastCompactionDetails(f *transcript.File) *compaction.Details {
+	path := f.Branch(f.Leaf())
+	for i := len(path) - 1; i >= 0; i-- {
+		if e := path[i]; e.Type == transcript.TypeCompaction {
+			if e.FromHook || len(e.Details) == 0 {
+				return nil
+			}
+			return compaction.ParseDetails(e.Details)
+		}
+	}
+	return nil
+}
+
+// pathItems pairs the messages of f's current context with their entry
+// ids, the way transcript.Context builds them.
+func pathItems(f *transcript.File) []item {
+	path := f.Branch(f.Leaf())
+	last := -1
+	for i, e := range path {
+		if e.Type == transcript.TypeCompaction {
+			last = i
+		}
+	}
+	var out []item
+	add := func(e transcript.Entry) {
+		switch e.Type {
+		case transcript.TypeMessage:
+			out = append(out, item{e.ID, e.Message})
+		case transcript.TypeCustomMessage:
+			out = append(out, item{e.ID, &llm.Message{Role: llm.RoleCustom, CustomType: e.CustomType, Content: e.Content, Display: e.Display, Details: e.Details}})
+		case transcript.TypeBranchSummary:
+			if e.Summary != "" {
+				out = append(out, item{e.ID, &llm.Message{Role: llm.RoleBranchSummary, Summary: e.Summary, FromID: e.FromID}})
+			}
+		}
+	}
+	if last < 0 {
+		for _, e := range path {
+			add(e)
+		}
+		return out
+	}
+	ce := path[last]
+	out = append(out, item{ce.ID, &llm.Message{Role: llm.RoleCompactionSummary, Summary: ce.Summary, TokensBefore: ce.TokensBefore}})
+	kept := false
+	for _, e := range path[:last] {
+		if e.ID == ce.FirstKeptEntryID {
+			kept = true
+		}
+		if kept {
+			add(e)
+		}
+	}
+	for _, e := range path[last+1:] {
+		add(e)
+	}
+	return out
+}
+
+// Subscribe calls fn for every event from now on, in seq order, on the
+// goroutine that produced it; fn must not block (a face puts the event in
+// its own bounded queue). The returned function unsubscribes.
+func (s *Session) Subscribe(fn func(Event)) (unsubscribe func()) {
+	s.emitMu.Lock()
+	id := s.nextLis
+	s.nextLis++
+	s.listeners[id] = fn
+	s.emitMu.Unlock()
+	return func() {
+		s.emitMu.Lock()
+		delete(s.listeners, id)
+		s.emitMu.Unlock()
+	}
+}
+
+// SubscribeAfter atomically returns the logged events after seq and
+// subscribes fn for the ones after those, so nothing is missed or seen
+// twice. ok is false when the log no longer reaches back to seq.
+func (s *Session) SubscribeAfter(seq uint64, fn func(Event)) (missed []Event, ok bool, unsubscribe func()) {
+	s.emitMu.Lock()
+	missed, ok = s.events.since(seq)
+	id := s.nextLis
+	s.nextLis++
+	s.listeners[id] = fn
+	s.emitMu.Unlock()
+	return missed, ok, func() {
+		s.emitMu.Lock()
+		delete(s.listeners, id)
+		s.emitMu.Unlock()
+	}
+}
+
+// EventsSince returns the logged events after seq; ok is false when seq
+// is older than the log reaches.
+func (s *Session) EventsSince(seq uint64) ([]Event, bool) {
+	s.emitMu.Lock()
+	defer s.emitMu.Unlock()
+	return s.events.since(seq)
+}
+
+// Seq is the seq of the last event.
+func (s *Session) Seq() uint64 {
+	s.emitMu.Lock()
+	defer s.emitMu.Unlock()
+	return s.seq
+}
+
+func (s *Session) emit(ev Event) {
+	s.emitMu.Lock()
+	defer s.emitMu.Unlock()
+	s.seq++
+	ev.Seq = s.seq
+	ev.Time = time.Now()
+	s.events.add(logCopy(ev))
+	for _, fn := range s.listeners {
+		fn(ev)
+	}
+}
+
+// setState moves the state machine and emits the transition.
+func (s *Session) setState(st State, outcome Outcome) {
+	s.mu.Lock()
+	prev := s.state
+	if prev == st && outcome == "" {
+		s.mu.Unlock()
+		return
+	}
+	s.state = st
+	s.mu.Unlock()
+	s.emit(Event{Type: EventStateChanged, State: st, Previous: prev, Outcome: outcome})
+}
+
+// State is the current state.
+func (s *Session) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}
+
+// onAgent persists and forwards agent events.
+func (s *Session) onAgent(ev agent.Event) {
+	if ev.Type == agent.EventMessageEnd {
+		s.record(ev.Message)
+		if ev.Message.Role == llm.RoleAssistant {
+			s.mu.Lock()
+			s.lastErr = ev.Err
+			s.mu.Unlock()
+		}
+	}
+	s.emit(Event{Type: EventType(ev.Type), Agent: &ev})
+}
+
+// record appends a finished message to the transcript. A write failure
+// is logged, not fatal: the conversation goes on in memory and the
+// client still sees every event.
+func (s *Session) record(m *llm.Message) {
+	s.mu.Lock()
+	f := s.file
+	s.mu.Unlock()
+	id, err := f.AppendMessage(m)
+	if err != nil {
+		s.log.Error("writing session transcript", "path", f.Path(), "err", err)
+		return
+	}
+	s.mu.Lock()
+	s.items = append(s.items, item{id, m})
+	s.mu.Unlock()
+}
+
+func (s *Session) onInteraction(ev interaction.Event) {
+	s.emit(Event{Type: interactionEventType(ev), Interaction: &ev})
+	s.mu.Lock()
+	st := s.state
+	s.mu.Unlock()
+	pending := len(s.broker.Pending())
+	switch {
+	case st == StateRunning && pending > 0:
+		s.setState(StateSuspended, "")
+	case st == StateSuspended && pending == 0:
+		s.setState(StateRunning, "")
+	}
+}
+
+func interactionEventType(ev interaction.Event) EventType {
+	if ev.Type == interaction.EventRequested {
+		return EventInteractionRequested
+	}
+	return EventInteractionResolved
+}
+
+func (s *Session) onTodo(snap todo.Snapshot) {
+	s.emit(Event{Type: EventTodoUpdated, Todo: &snap})
+}
+
+func (s *Session) beforeToolCall(ctx context.Context, call tool.Call) agent.ToolDecision {
+	// Asking the user and keeping a plan never need approval: a policy of
+	// "ask for everything" must not ask permission to ask.
+	if call.Name == interaction.AskUserName || call.Name == todo.ToolName {
+		return agent.ToolDecision{Run: true}
+	}
+	d := s.gate.Check(ctx, call)
+	return agent.ToolDecision{Run: d.Run, Args: d.Args, Result: d.Result}
+}
+
+// Close aborts any run, cancels pending interactions, waits for the
+// session's goroutines and closes the transcript.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.Abort()
+	s.wg.Wait()
+	s.broker.Close("session closed")
+	s.mu.Lock()
+	f := s.file
+	s.mu.Unlock()
+	return f.Close()
+}
