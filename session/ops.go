@@ -13,6 +13,7 @@ import (
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/todo"
+	"github.com/agentd-dev/agentd/tool"
 	"github.com/agentd-dev/agentd/transcript"
 )
 
@@ -264,6 +265,57 @@ func (s *Session) RecordBash(m *llm.Message) {
 	}
 	s.mu.Unlock()
 	s.appendOutsideRun(m)
+}
+
+// ErrBashRunning is returned when a command is started while another
+// one the user ran is still running.
+var ErrBashRunning = errors.New("a bash command is already running; abort it first")
+
+// Bash runs a command the user typed (not the model), in the session's
+// working directory, and records it into the context as a bashExecution
+// message so the model sees it on the next prompt; exclude keeps it out
+// of the model's context (pi's "!!"). AbortBash or ctx cancels it and
+// kills its process group.
+func (s *Session) Bash(ctx context.Context, command string, exclude bool) (*llm.Message, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.mu.Lock()
+	if s.bashCancel != nil {
+		s.mu.Unlock()
+		return nil, ErrBashRunning
+	}
+	s.bashCancel = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.bashCancel = nil
+		s.mu.Unlock()
+	}()
+	run := tool.RunBash(ctx, s.cfg.BashEnv, command, 0, nil)
+	if run.StartError != "" {
+		return nil, errors.New(run.StartError)
+	}
+	m := &llm.Message{Role: llm.RoleBashExecution, Command: command, Output: run.Output, ExitCode: run.ExitCode,
+		Cancelled: run.Aborted, Truncated: run.Truncation.Truncated, FullOutputPath: run.FullOutputPath,
+		ExcludeFromContext: exclude, Timestamp: time.Now().UnixMilli()}
+	if m.ExitCode == nil && !run.Aborted && !run.TimedOut && run.Signal == "" && run.Failure == "" {
+		zero := 0
+		m.ExitCode = &zero
+	}
+	s.RecordBash(m)
+	return m, nil
+}
+
+// AbortBash cancels the command the user is running, if any; it reports
+// whether there was one.
+func (s *Session) AbortBash() bool {
+	s.mu.Lock()
+	c := s.bashCancel
+	s.mu.Unlock()
+	if c != nil {
+		c()
+	}
+	return c != nil
 }
 
 // ExportHTML writes the session as a self-contained HTML page.

@@ -63,6 +63,9 @@ type Config struct {
 	// Tools are the tools besides ask_user and todo, which the session
 	// adds itself (they need its interaction broker and todo list).
 	Tools []tool.Tool
+	// BashEnv is where commands the user runs directly (Bash) execute;
+	// normally the same Env the tools were built with.
+	BashEnv tool.Env
 	// Policy is the permission policy for tool calls (default: allow
 	// everything, as pi).
 	Policy interaction.Policy
@@ -122,6 +125,7 @@ type Session struct {
 	aborting      bool
 	compactCancel context.CancelFunc
 	pendingBash   []*llm.Message // user bash results recorded while a run was in progress
+	bashCancel    context.CancelFunc
 	closed        bool
 	items         []item // the current context with entry ids, for compaction
 	prevDetails   *compaction.Details

@@ -586,3 +586,71 @@ func TestModelAndThinkingChangesArePersisted(t *testing.T) {
 		t.Fatalf("persisted context %+v", c)
 	}
 }
+
+func TestUserBashIsRecordedIntoContext(t *testing.T) {
+	h := newHarness(t, func(c *session.Config) { c.BashEnv = tool.Env{Cwd: c.Cwd} })
+	m, err := h.s.Bash(context.Background(), "echo from-user; exit 3", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Output != "from-user\n" || m.ExitCode == nil || *m.ExitCode != 3 || m.Cancelled {
+		t.Fatalf("bash message %+v", m)
+	}
+	secret, _ := h.s.Bash(context.Background(), "echo hidden", true)
+	if !secret.ExcludeFromContext {
+		t.Fatal("exclude flag lost")
+	}
+	h.srv.Enqueue(llmtest.Script{Text: []string{"seen"}})
+	h.prompt("what happened?")
+	h.wait()
+	body := string(h.srv.LastRequest(t).Body)
+	if !strings.Contains(body, "from-user") || !strings.Contains(body, "exited with code 3") || strings.Contains(body, "hidden") {
+		t.Fatalf("request: %s", body)
+	}
+	// Abort kills a long command.
+	done := make(chan *llm.Message)
+	go func() {
+		m, _ := h.s.Bash(context.Background(), "sleep 30", false)
+		done <- m
+	}()
+	for !h.s.AbortBash() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case m := <-done:
+		if !m.Cancelled {
+			t.Fatalf("aborted command %+v", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("abort did not stop the command")
+	}
+	f, err := transcript.Open(h.s.File())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	for _, m := range f.Context(f.Leaf()).Messages {
+		if m.Role == llm.RoleBashExecution {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d bash executions in the transcript", n)
+	}
+}
+
+func TestExportHTML(t *testing.T) {
+	h := newHarness(t, nil)
+	h.srv.Enqueue(llmtest.Script{Text: []string{"<b>bold</b> answer"}})
+	h.prompt("<script>alert(1)</script>")
+	h.wait()
+	var b strings.Builder
+	if err := h.s.ExportHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !strings.Contains(out, "&lt;script&gt;alert(1)&lt;/script&gt;") || strings.Contains(out, "<script>alert") || !strings.Contains(out, "&lt;b&gt;bold") {
+		t.Fatal("export does not escape content")
+	}
+}

@@ -62,15 +62,92 @@ func (t *bashTool) Execute(ctx context.Context, call Call, update func(Result)) 
 		command = t.env.ShellPrefix + "\n" + command
 	}
 
-	out := &outputAcc{tempDir: t.env.TempDir}
+	var onOutput func(string, BashDetails)
+	if update != nil {
+		onOutput = func(text string, d BashDetails) {
+			content := []llm.Content{}
+			if text != "" {
+				content = append(content, llm.Text(text))
+			}
+			update(Result{Content: content, Details: detailsOrNil(d)})
+		}
+	}
+	run := RunBash(ctx, t.env, command, timeout, onOutput)
+	if run.StartError != "" {
+		return Errorf("%s", run.StartError)
+	}
+	text := run.Output
+	var details BashDetails
+	if run.Truncation.Truncated {
+		tr := run.Truncation
+		details.Truncation, details.FullOutputPath = &tr, run.FullOutputPath
+		text += "\n\n" + truncationNotice(tr, run.FullOutputPath, run.lastLineBytes)
+	}
+	details.ExitCode = run.ExitCode
+	status := ""
+	switch {
+	case run.Aborted:
+		status = "Command aborted"
+	case run.TimedOut:
+		status = "Command timed out after " + strconv.FormatFloat(timeout, 'f', -1, 64) + " seconds"
+	case run.Signal != "":
+		status = "Command was killed by signal " + run.Signal
+	case run.ExitCode != nil:
+		status = fmt.Sprintf("Command exited with code %d", *run.ExitCode)
+	case run.Failure != "":
+		status = "Command failed: " + run.Failure
+	}
+	if status == "" {
+		if text == "" {
+			text = "(no output)"
+		}
+		return TextResult(text, detailsOrNil(details))
+	}
+	if text != "" {
+		text += "\n\n"
+	}
+	return Result{Content: []llm.Content{llm.Text(text + status)}, Details: detailsOrNil(details), IsError: true}
+}
+
+// BashRun is what running one command produced. The bash tool formats
+// it for the model; a command the user runs directly is recorded from it
+// as a bashExecution message.
+type BashRun struct {
+	// Output is the merged stdout and stderr, tail-truncated to MaxLines
+	// / MaxBytes.
+	Output     string
+	Truncation Truncation
+	// FullOutputPath holds the complete output when it was truncated.
+	FullOutputPath string
+	// ExitCode is set when the command exited with a non-zero status.
+	ExitCode *int
+	Aborted  bool   // ctx was cancelled and the process group killed
+	TimedOut bool   // the timeout passed and the process group was killed
+	Signal   string // killed by this signal (not by us)
+	Failure  string // waiting for the command failed otherwise
+	// StartError says why the command could not be started at all.
+	StartError string
+
+	lastLineBytes int
+}
+
+// RunBash runs command with env's shell in env.Cwd, in its own process
+// group, merging stdout and stderr. onOutput, when non-nil, receives the
+// (tail-truncated) output so far, at most every bashUpdateInterval and
+// once more at the end. Cancelling ctx or passing timeout (seconds, 0 for
+// none) kills the whole process group.
+func RunBash(ctx context.Context, env Env, command string, timeout float64, onOutput func(text string, d BashDetails)) BashRun {
+	env = env.normalize()
+	update := onOutput
+	out := &outputAcc{tempDir: env.TempDir}
 	defer out.close()
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return Errorf("Cannot start command: %v", err)
+		return BashRun{StartError: fmt.Sprintf("Cannot start command: %v", err)}
 	}
-	cmd := exec.Command(t.env.Shell, "-c", command)
-	cmd.Dir = t.env.Cwd
-	cmd.Env = t.env.Environ
+	cmd := exec.Command(env.Shell, "-c", command)
+	cmd.Dir = env.Cwd
+	cmd.Env = env.Environ
 	// One pipe for both streams keeps their interleaving exactly as the
 	// command wrote it.
 	cmd.Stdout, cmd.Stderr = pw, pw
@@ -80,7 +157,7 @@ func (t *bashTool) Execute(ctx context.Context, call Call, update func(Result)) 
 	if err := cmd.Start(); err != nil {
 		pr.Close()
 		pw.Close()
-		return Errorf("Cannot start %s: %v", t.env.Shell, err)
+		return BashRun{StartError: fmt.Sprintf("Cannot start %s: %v", env.Shell, err)}
 	}
 	pw.Close()
 	pgid := cmd.Process.Pid
@@ -117,10 +194,10 @@ func (t *bashTool) Execute(ctx context.Context, call Call, update func(Result)) 
 		if tr.Truncated {
 			details = BashDetails{Truncation: &tr, FullOutputPath: path}
 		}
-		update(Result{Content: []llm.Content{llm.Text(text)}, Details: details})
+		update(text, details)
 	}
 	if update != nil {
-		update(Result{Content: []llm.Content{}})
+		update("", BashDetails{})
 	}
 
 	var timeoutC <-chan time.Time
@@ -198,41 +275,29 @@ wait:
 	}
 
 	text, tr, path := out.snapshot()
-	var details BashDetails
+	run := BashRun{Output: text, Truncation: tr, lastLineBytes: out.lastLineBytes()}
 	if tr.Truncated {
-		details.Truncation, details.FullOutputPath = &tr, path
-		text += "\n\n" + truncationNotice(tr, path, out.lastLineBytes())
+		run.FullOutputPath = path
 	}
-	status := ""
 	switch stopped {
 	case "aborted":
-		status = "Command aborted"
+		run.Aborted = true
 	case "timeout":
-		status = "Command timed out after " + strconv.FormatFloat(timeout, 'f', -1, 64) + " seconds"
+		run.TimedOut = true
 	default:
 		var ee *exec.ExitError
 		if errors.As(waitErr, &ee) {
 			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				status = "Command was killed by signal " + signalName(ws.Signal())
+				run.Signal = signalName(ws.Signal())
 			} else {
 				code := ee.ExitCode()
-				details.ExitCode = &code
-				status = fmt.Sprintf("Command exited with code %d", code)
+				run.ExitCode = &code
 			}
 		} else if waitErr != nil {
-			status = "Command failed: " + waitErr.Error()
+			run.Failure = waitErr.Error()
 		}
 	}
-	if status == "" {
-		if text == "" {
-			text = "(no output)"
-		}
-		return TextResult(text, detailsOrNil(details))
-	}
-	if text != "" {
-		text += "\n\n"
-	}
-	return Result{Content: []llm.Content{llm.Text(text + status)}, Details: detailsOrNil(details), IsError: true}
+	return run
 }
 
 // detailsOrNil keeps results without anything to report free of details,
