@@ -4,8 +4,9 @@ package session
 // subscriber that reconnects can ask for everything after the last seq it
 // saw.
 type eventLog struct {
-	buf   []Event
-	start int // index of the oldest event
+	buf   []Event // grows to max, then wraps
+	max   int
+	start int // index of the oldest event once wrapping
 	n     int
 }
 
@@ -13,12 +14,14 @@ func newEventLog(size int) *eventLog {
 	if size <= 0 {
 		size = 4096
 	}
-	return &eventLog{buf: make([]Event, size)}
+	// The ring grows as events come: an idle session loaded from disk
+	// holds no event memory at all.
+	return &eventLog{max: size}
 }
 
 func (l *eventLog) add(ev Event) {
-	if l.n < len(l.buf) {
-		l.buf[(l.start+l.n)%len(l.buf)] = ev
+	if len(l.buf) < l.max {
+		l.buf = append(l.buf, ev)
 		l.n++
 		return
 	}

@@ -220,9 +220,12 @@ func (s *Session) newFile(parent string) (*transcript.File, error) {
 // agent: messages, model and thinking level.
 func (s *Session) adopt(f *transcript.File) error {
 	c := f.Context(f.Leaf())
-	msgs := make([]*llm.Message, len(c.Messages))
-	for i := range c.Messages {
-		msgs[i] = &c.Messages[i]
+	// The agent's messages are the transcript's own (immutable) ones, not
+	// the copies Context builds: a loaded session holds each message once.
+	items := pathItems(f)
+	msgs := make([]*llm.Message, len(items))
+	for i, it := range items {
+		msgs[i] = it.msg
 	}
 	if err := s.agent.SetMessages(msgs); err != nil {
 		return err
@@ -230,7 +233,7 @@ func (s *Session) adopt(f *transcript.File) error {
 	s.mu.Lock()
 	old := s.file
 	s.file = f
-	s.items = pathItems(f)
+	s.items = items
 	s.prevDetails = lastCompactionDetails(f)
 	if c.Provider != "" && s.cfg.ResolveModel != nil {
 		if m, ok := s.cfg.ResolveModel(c.Provider, c.ModelID); ok {
