@@ -39,8 +39,11 @@ func (m *Main) runAsk(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 		return usageError{errors.New(`no prompt: agentd ask [flags] "your prompt" (or - to read it from stdin)`)}
 	}
 	ms, err := m.loadModels(ctx, cfg)
-	if err != nil {
+	if ms == nil {
 		return err
+	}
+	if err != nil {
+		fmt.Fprintf(m.stderr, "agentd ask: %v\n", err)
 	}
 	spec := *modelSpec
 	if spec == "" {

@@ -67,6 +67,7 @@ func commands() []command {
 	return []command{
 		{"ask", "send one prompt to a model and stream the answer", (*Main).runAsk},
 		{"models", "list the models agentd can use, and why not for the others", (*Main).runModels},
+		{"rpc", "speak pi's RPC protocol on stdin/stdout (a drop-in for pi --mode rpc)", (*Main).runRPC},
 		{"version", "print the version", (*Main).runVersion},
 	}
 }
@@ -180,16 +181,18 @@ func (m *Main) loadModels(ctx context.Context, cfg *config.Config) (*models, err
 		CommandTimeout: cfg.KeyCommandTimeout,
 		Extra:          []llm.Model{*faux.Model()},
 	})
-	if err != nil {
+	if reg == nil {
 		return nil, err
 	}
+	// Problems in models.json do not stop agentd: the broken parts are
+	// left out, the rest works, and the caller reports err.
 	hc := m.client()
 	return &models{reg: reg, providers: map[llm.API]llm.Provider{
 		llm.APIAnthropicMessages: anthropic.New(hc),
 		llm.APIOpenAICompletions: openaichat.New(hc),
 		llm.APIOpenAIResponses:   openairesponses.New(hc),
 		llm.APIFaux:              faux.New(faux.Options{}),
-	}}, nil
+	}}, err
 }
 
 func (m *Main) runVersion(_ context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {

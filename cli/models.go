@@ -17,8 +17,11 @@ func (m *Main) runModels(ctx context.Context, cfg *config.Config, fs *flag.FlagS
 		return err
 	}
 	ms, err := m.loadModels(ctx, cfg)
-	if err != nil {
+	if ms == nil {
 		return err
+	}
+	if err != nil {
+		fmt.Fprintf(m.stderr, "agentd models: %v\n\n", err)
 	}
 	entries := ms.reg.All()
 	if *asJSON {

@@ -225,6 +225,9 @@ func (s *Session) Stats() Stats {
 // Interactions lists the pending interactions.
 func (s *Session) Interactions() []interaction.Request { return s.broker.Pending() }
 
+// InteractionByID returns a pending interaction.
+func (s *Session) InteractionByID(id string) (interaction.Request, bool) { return s.broker.Get(id) }
+
 // Answer answers a pending interaction; the first answer wins and a late
 // one gets an error saying how the interaction was resolved.
 func (s *Session) Answer(id string, r interaction.Response) error { return s.broker.Answer(id, r) }

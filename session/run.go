@@ -36,6 +36,16 @@ func UserMessage(text string, images []llm.Content) *llm.Message {
 // reports through events. While a run is in progress and b is empty it
 // fails with ErrBusy.
 func (s *Session) Prompt(m *llm.Message, b Behavior) error {
+	return s.PromptThen(m, b, nil)
+}
+
+// PromptThen is Prompt with a callback run once the prompt is accepted
+// and before the run emits its first event, so a face can answer the
+// command before agent_start reaches the client.
+func (s *Session) PromptThen(m *llm.Message, b Behavior, accepted func()) error {
+	if accepted == nil {
+		accepted = func() {}
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -45,9 +55,11 @@ func (s *Session) Prompt(m *llm.Message, b Behavior) error {
 		s.mu.Unlock()
 		switch b {
 		case BehaviorSteer:
+			accepted()
 			s.agent.Steer(m)
 			return nil
 		case BehaviorFollowUp:
+			accepted()
 			s.agent.FollowUp(m)
 			return nil
 		}
@@ -58,6 +70,7 @@ func (s *Session) Prompt(m *llm.Message, b Behavior) error {
 	done := s.runDone
 	s.wg.Add(1)
 	s.mu.Unlock()
+	accepted()
 	s.setState(StateRunning, "")
 	go func() {
 		defer s.wg.Done()

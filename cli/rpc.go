@@ -1,0 +1,293 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/compaction"
+	"github.com/agentd-dev/agentd/config"
+	"github.com/agentd-dev/agentd/interaction"
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/llm/faux"
+	"github.com/agentd-dev/agentd/pirpc"
+	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/settings"
+	"github.com/agentd-dev/agentd/tool"
+	"github.com/agentd-dev/agentd/transcript"
+)
+
+// rpcFlags are pi's RPC-mode flags, where they mean the same.
+type rpcFlags struct {
+	provider, model, thinking string
+	noSession                 bool
+	sessionDir, sessionPath   string
+	cont                      bool
+	tools                     string
+	noTools                   bool
+	streamFormat              string
+	maxLineBytes              int
+	policy                    string
+	approvalTimeout           time.Duration
+}
+
+func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
+	var f rpcFlags
+	fs.StringVar(&f.provider, "provider", "", "model provider (with --model as a bare id)")
+	fs.StringVar(&f.model, "model", "", "model as provider/id[:thinking], or an id with --provider")
+	fs.StringVar(&f.thinking, "thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
+	fs.BoolVar(&f.noSession, "no-session", false, "keep the session in memory only")
+	fs.StringVar(&f.sessionDir, "session-dir", "", "directory for session files (default <data-dir>/sessions)")
+	fs.StringVar(&f.sessionPath, "session", "", "open this session file")
+	fs.BoolVar(&f.cont, "continue", false, "continue the most recent session of this directory")
+	fs.BoolVar(&f.cont, "c", false, "shorthand for --continue")
+	fs.StringVar(&f.tools, "tools", "", "comma-separated built-in tools to enable (default all: "+strings.Join(tool.BuiltinNames, ",")+")")
+	fs.BoolVar(&f.noTools, "no-tools", false, "enable no built-in tools")
+	fs.StringVar(&f.streamFormat, "stream-format", "full", "message_update payload: full (pi's, the whole partial message) or delta (only the new text)")
+	fs.IntVar(&f.maxLineBytes, "max-line-bytes", 10<<20, "largest command line accepted on stdin")
+	fs.StringVar(&f.policy, "policy", cfg.Getenv("AGENTD_POLICY"), "permission policy file (JSON rules: allow / ask / deny by tool and argument); default allows everything, as pi (env AGENTD_POLICY)")
+	fs.DurationVar(&f.approvalTimeout, "approval-timeout", 0, "how long a tool approval or question waits for an answer; 0 waits forever")
+	if err := parse(cfg, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+	}
+	if f.streamFormat != "full" && f.streamFormat != "delta" {
+		return usageError{fmt.Errorf("--stream-format %q: want full or delta", f.streamFormat)}
+	}
+	if f.maxLineBytes < 1024 {
+		return usageError{fmt.Errorf("--max-line-bytes %d: must be at least 1024", f.maxLineBytes)}
+	}
+	log := m.logger(cfg)
+	cwd, err := os.Getwd()
+	if err != nil {
+		return fmt.Errorf("working directory: %w", err)
+	}
+	st, err := settings.Open(filepath.Join(cfg.ConfigDir, "settings.json"))
+	if err != nil {
+		return err
+	}
+	ms, err := m.loadModels(ctx, cfg)
+	if err != nil {
+		log.Warn("model configuration", "err", err)
+		if ms == nil {
+			return err
+		}
+	}
+	model, level, err := pickModel(ms, st.Get(), f)
+	if err != nil {
+		return err
+	}
+	tools, err := pickTools(f)
+	if err != nil {
+		return usageError{err}
+	}
+	var policy interaction.Policy
+	if f.policy != "" {
+		data, err := os.ReadFile(f.policy)
+		if err != nil {
+			return usageError{fmt.Errorf("--policy: %w", err)}
+		}
+		if policy, err = interaction.ParsePolicy(data); err != nil {
+			return usageError{fmt.Errorf("--policy %s: %w", f.policy, err)}
+		}
+	}
+	sessionsDir := f.sessionDir
+	if sessionsDir == "" {
+		sessionsDir = filepath.Join(cfg.DataDir, "sessions")
+	}
+	open := f.sessionPath
+	if f.cont && open == "" {
+		open = latestSession(sessionsDir, cwd)
+	}
+	if open != "" {
+		if _, err := os.Stat(open); err != nil {
+			return fmt.Errorf("session file %s: %w", open, err)
+		}
+	}
+	env := tool.Env{Cwd: cwd, Home: cfg.Getenv("HOME"), Locks: &tool.FileLocks{}, TempDir: os.TempDir(), Environ: os.Environ()}
+	built := make([]tool.Tool, 0, len(tools))
+	for _, name := range tools {
+		t, err := tool.New(name, env)
+		if err != nil {
+			return usageError{err}
+		}
+		built = append(built, t)
+	}
+	s := st.Get()
+	retry := session.DefaultRetry()
+	retry.Enabled = settings.Bool(retryEnabled(s), true)
+	comp := compaction.DefaultSettings()
+	if s.Compaction != nil {
+		comp.Enabled = settings.Bool(s.Compaction.Enabled, true)
+		if s.Compaction.ReserveTokens != nil {
+			comp.ReserveTokens = *s.Compaction.ReserveTokens
+		}
+		if s.Compaction.KeepRecentTokens != nil {
+			comp.KeepRecentTokens = *s.Compaction.KeepRecentTokens
+		}
+	}
+	scfg := session.Config{
+		Cwd: cwd, Open: open, Model: model, Thinking: level,
+		SystemPrompt: systemPrompt(cwd, tools, time.Now()),
+		Stream:       ms.stream, Options: ms.options(cfg), ResolveModel: ms.resolve,
+		Tools: built, BashEnv: env, Retry: retry, Compaction: comp,
+		Policy: policy, InteractionTimeout: f.approvalTimeout,
+		SteeringMode: agent.QueueMode(s.SteeringMode), FollowUpMode: agent.QueueMode(s.FollowUpMode),
+		Logger: log,
+	}
+	if !f.noSession {
+		scfg.SessionsDir = sessionsDir
+	}
+	sess, err := session.New(scfg)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	srv := pirpc.New(pirpc.Options{Session: sess, Models: ms.reg, Settings: st, MaxLineBytes: f.maxLineBytes,
+		Delta: f.streamFormat == "delta", Cwd: cwd, Logger: log})
+	return srv.Run(ctx, m.stdin, m.stdout)
+}
+
+func retryEnabled(s settings.Settings) *bool {
+	if s.Retry == nil {
+		return nil
+	}
+	return s.Retry.Enabled
+}
+
+// pickModel chooses the session's model: the flags, else the saved
+// default, else the first available of the preferred models, else the
+// offline echo model.
+func pickModel(ms *models, s settings.Settings, f rpcFlags) (*llm.Model, llm.ThinkingLevel, error) {
+	var level llm.ThinkingLevel
+	if f.thinking != "" {
+		l, err := llm.ParseThinkingLevel(f.thinking)
+		if err != nil {
+			return nil, "", usageError{err}
+		}
+		level = l
+	} else if s.DefaultThinkingLevel != "" {
+		if l, err := llm.ParseThinkingLevel(s.DefaultThinkingLevel); err == nil {
+			level = l
+		}
+	}
+	spec := f.model
+	if spec != "" && f.provider != "" && !strings.HasPrefix(spec, f.provider+"/") {
+		spec = f.provider + "/" + spec
+	}
+	if spec == "" && s.DefaultProvider != "" && s.DefaultModel != "" {
+		if e, ok := ms.reg.Find(s.DefaultProvider, s.DefaultModel); ok && e.Available {
+			spec = s.DefaultProvider + "/" + s.DefaultModel
+		}
+	}
+	if spec == "" {
+		for _, p := range preferredDefaults {
+			prov, id, _ := strings.Cut(p, "/")
+			if e, ok := ms.reg.Find(prov, id); ok && e.Available {
+				spec = p
+				break
+			}
+		}
+	}
+	if spec == "" {
+		spec = faux.ProviderName + "/" + faux.ModelID
+	}
+	m, specLevel, err := ms.reg.Resolve(spec)
+	if err != nil {
+		return nil, "", err
+	}
+	if specLevel != "" && f.thinking == "" {
+		level = specLevel
+	}
+	if level == "" {
+		level = llm.ThinkingOff
+	}
+	return m, m.ClampThinking(level), nil
+}
+
+func pickTools(f rpcFlags) ([]string, error) {
+	if f.noTools {
+		return nil, nil
+	}
+	if f.tools == "" {
+		return tool.BuiltinNames, nil
+	}
+	var out []string
+	for _, n := range strings.Split(f.tools, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		known := false
+		for _, b := range tool.BuiltinNames {
+			known = known || b == n
+		}
+		if !known {
+			return nil, fmt.Errorf("--tools: unknown tool %q (known: %s)", n, strings.Join(tool.BuiltinNames, ", "))
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// latestSession is the most recently active session file for cwd, or "".
+func latestSession(root, cwd string) string {
+	infos, err := transcript.List(transcript.SessionDir(root, cwd))
+	if err != nil || len(infos) == 0 {
+		return ""
+	}
+	sort.Slice(infos, func(i, j int) bool { return infos[i].Modified.After(infos[j].Modified) })
+	return infos[0].Path
+}
+
+// stream sends a request to the provider of the model's API.
+func (ms *models) stream(ctx context.Context, m *llm.Model, c *llm.Context, o *llm.StreamOptions) *llm.Stream {
+	p := ms.providers[m.API]
+	if p == nil {
+		p = ms.providers[llm.APIFaux]
+	}
+	return p.Stream(ctx, m, c, o)
+}
+
+// options resolves credentials per request, so rotated keys and !command
+// keys are picked up.
+func (ms *models) options(cfg *config.Config) func(ctx context.Context, m *llm.Model) (llm.StreamOptions, error) {
+	return func(ctx context.Context, m *llm.Model) (llm.StreamOptions, error) {
+		key, headers, err := ms.reg.Auth(ctx, m)
+		if err != nil {
+			return llm.StreamOptions{}, err
+		}
+		return llm.StreamOptions{APIKey: key, Headers: headers, IdleTimeout: cfg.StreamIdleTimeout}, nil
+	}
+}
+
+func (ms *models) resolve(provider, id string) (*llm.Model, bool) {
+	e, ok := ms.reg.Find(provider, id)
+	if !ok || !e.Available {
+		return nil, false
+	}
+	return e.Model, true
+}
+
+// systemPrompt is agentd's own instructions for a coding agent.
+func systemPrompt(cwd string, tools []string, now time.Time) string {
+	var b strings.Builder
+	b.WriteString("You are a coding agent working in a user's project through tools. ")
+	b.WriteString("Read before you change, make the smallest change that does the job, and check your work by running it. ")
+	b.WriteString("When something is unclear or risky, ask the user (ask_user) instead of guessing; for multi-step work, keep a plan with the todo tool. ")
+	b.WriteString("Be brief: say what you did and what the user should know, not how you went about it.\n\n")
+	if len(tools) > 0 {
+		b.WriteString("Tools: " + strings.Join(tools, ", ") + ", ask_user, todo. ")
+		b.WriteString("Paths are relative to the working directory unless absolute. Prefer edit over rewriting a file; prefer read, grep, find and ls over shell equivalents.\n\n")
+	}
+	fmt.Fprintf(&b, "Working directory: %s\nToday: %s\n", cwd, now.Format("2006-01-02"))
+	return b.String()
+}

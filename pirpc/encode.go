@@ -1,0 +1,219 @@
+package pirpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+
+	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/tool"
+)
+
+// marshal encodes v as JSON the way JSON.stringify does: no HTML
+// escaping, no trailing newline.
+func marshal(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return []byte(`null`)
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'})
+}
+
+func appendMessage(b []byte, m *llm.Message) []byte {
+	out, err := m.AppendJSON(b)
+	if err != nil {
+		return append(b, "null"...)
+	}
+	return out
+}
+
+func appendMessages(b []byte, ms []*llm.Message) []byte {
+	b = append(b, '[')
+	for i, m := range ms {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendMessage(b, m)
+	}
+	return append(b, ']')
+}
+
+func appendRaw(b []byte, key string, raw []byte) []byte {
+	b = append(b, ',', '"')
+	b = append(b, key...)
+	b = append(b, '"', ':')
+	return append(b, raw...)
+}
+
+// appendToolResult writes an AgentToolResult: {content, details}.
+func appendToolResult(b []byte, r *tool.Result) []byte {
+	b = append(b, `{"content":[`...)
+	for i := range r.Content {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		cb, err := r.Content[i].MarshalJSON()
+		if err != nil {
+			cb = []byte("null")
+		}
+		b = append(b, cb...)
+	}
+	b = append(b, ']')
+	if r.Details != nil {
+		switch d := r.Details.(type) {
+		case json.RawMessage:
+			b = appendRaw(b, "details", d)
+		default:
+			b = appendRaw(b, "details", marshal(d))
+		}
+	}
+	return append(b, '}')
+}
+
+func args(a json.RawMessage) []byte {
+	if len(a) == 0 {
+		return []byte("{}")
+	}
+	return a
+}
+
+// encodeEvent writes one session event as a pi RPC event line, or
+// returns nil for events pi does not have.
+func encodeEvent(b []byte, ev session.Event, delta bool) []byte {
+	if ev.Agent != nil {
+		return encodeAgent(b, ev.Agent, delta)
+	}
+	switch ev.Type {
+	case session.EventCompactionStart:
+		return append(b, marshal(struct {
+			Type   string `json:"type"`
+			Reason string `json:"reason"`
+		}{"compaction_start", ev.Reason})...)
+	case session.EventCompactionEnd:
+		type end struct {
+			Type         string                    `json:"type"`
+			Reason       string                    `json:"reason"`
+			Result       *session.CompactionResult `json:"result"`
+			Aborted      bool                      `json:"aborted"`
+			WillRetry    bool                      `json:"willRetry"`
+			ErrorMessage string                    `json:"errorMessage,omitempty"`
+		}
+		return append(b, marshal(end{"compaction_end", ev.Reason, ev.Compaction, ev.Aborted, ev.WillRetry, ev.ErrorMessage})...)
+	case session.EventAutoRetryStart:
+		return append(b, marshal(struct {
+			Type         string `json:"type"`
+			Attempt      int    `json:"attempt"`
+			MaxAttempts  int    `json:"maxAttempts"`
+			DelayMs      int64  `json:"delayMs"`
+			ErrorMessage string `json:"errorMessage"`
+		}{"auto_retry_start", ev.Attempt, ev.MaxAttempts, ev.DelayMs, ev.ErrorMessage})...)
+	case session.EventAutoRetryEnd:
+		return append(b, marshal(struct {
+			Type       string `json:"type"`
+			Success    bool   `json:"success"`
+			Attempt    int    `json:"attempt"`
+			FinalError string `json:"finalError,omitempty"`
+		}{"auto_retry_end", ev.Success, ev.Attempt, ev.FinalError})...)
+	case session.EventSessionInfoChanged:
+		return append(b, marshal(struct {
+			Type string `json:"type"`
+			Name string `json:"name,omitempty"`
+		}{"session_info_changed", ev.Name})...)
+	case session.EventThinkingLevelChanged:
+		return append(b, marshal(struct {
+			Type  string            `json:"type"`
+			Level llm.ThinkingLevel `json:"level"`
+		}{"thinking_level_changed", ev.ThinkingLevel})...)
+	}
+	return nil
+}
+
+func encodeAgent(b []byte, a *agent.Event, delta bool) []byte {
+	typ := string(a.Type)
+	b = append(b, `{"type":`...)
+	b = llm.AppendJSONString(b, typ)
+	switch a.Type {
+	case agent.EventAgentStart, agent.EventTurnStart:
+	case agent.EventAgentEnd:
+		b = append(b, `,"messages":`...)
+		b = appendMessages(b, a.Messages)
+	case agent.EventTurnEnd:
+		b = append(b, `,"message":`...)
+		b = appendMessage(b, a.Message)
+		b = append(b, `,"toolResults":`...)
+		b = appendMessages(b, a.ToolResults)
+	case agent.EventMessageStart, agent.EventMessageEnd:
+		b = append(b, `,"message":`...)
+		b = appendMessage(b, a.Message)
+	case agent.EventMessageUpdate:
+		u := a.Update
+		b = append(b, `,"assistantMessageEvent":{"type":`...)
+		b = llm.AppendJSONString(b, string(u.Type))
+		b = append(b, `,"contentIndex":`...)
+		b = strconv.AppendInt(b, int64(u.ContentIndex), 10)
+		switch u.Type {
+		case llm.EventTextDelta, llm.EventThinkingDelta, llm.EventToolCallDelta:
+			b = append(b, `,"delta":`...)
+			b = llm.AppendJSONString(b, u.Delta)
+		case llm.EventTextEnd, llm.EventThinkingEnd:
+			b = append(b, `,"content":`...)
+			b = llm.AppendJSONString(b, u.Content)
+		case llm.EventToolCallEnd:
+			if u.ToolCall != nil {
+				tc, _ := u.ToolCall.MarshalJSON()
+				b = appendRaw(b, "toolCall", tc)
+			}
+		}
+		if delta || a.Message == nil {
+			return append(b, `}}`...)
+		}
+		// pi sends the partial message twice: inside the event and beside
+		// it. Encode it once and copy the bytes.
+		b = append(b, `,"partial":`...)
+		start := len(b)
+		b = appendMessage(b, a.Message)
+		msg := b[start:]
+		b = append(b, `},"message":`...)
+		b = append(b, msg...)
+	case agent.EventToolExecutionStart:
+		b = append(b, `,"toolCallId":`...)
+		b = llm.AppendJSONString(b, a.ToolCallID)
+		b = append(b, `,"toolName":`...)
+		b = llm.AppendJSONString(b, a.ToolName)
+		b = appendRaw(b, "args", args(a.Args))
+	case agent.EventToolExecutionUpdate:
+		b = append(b, `,"toolCallId":`...)
+		b = llm.AppendJSONString(b, a.ToolCallID)
+		b = append(b, `,"toolName":`...)
+		b = llm.AppendJSONString(b, a.ToolName)
+		b = appendRaw(b, "args", args(a.Args))
+		b = append(b, `,"partialResult":`...)
+		b = appendToolResult(b, a.Partial)
+	case agent.EventToolExecutionEnd:
+		b = append(b, `,"toolCallId":`...)
+		b = llm.AppendJSONString(b, a.ToolCallID)
+		b = append(b, `,"toolName":`...)
+		b = llm.AppendJSONString(b, a.ToolName)
+		b = append(b, `,"result":`...)
+		b = appendToolResult(b, a.Result)
+		b = append(b, `,"isError":`...)
+		b = strconv.AppendBool(b, a.IsError)
+	case agent.EventQueueUpdate:
+		b = append(b, `,"steering":`...)
+		b = append(b, marshal(nonNil(a.Steering))...)
+		b = append(b, `,"followUp":`...)
+		b = append(b, marshal(nonNil(a.FollowUp))...)
+	}
+	return append(b, '}')
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

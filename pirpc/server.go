@@ -1,0 +1,746 @@
+// Package pirpc is pi's RPC mode as an agentd face: JSON commands on one
+// line each on stdin, responses and events on stdout, for one session.
+// Programs written against `pi --mode rpc` (editor plugins, bots, web
+// bridges) drive `agentd rpc` unchanged.
+package pirpc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/interaction"
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/settings"
+)
+
+// Models is what the face needs of the model registry.
+type Models interface {
+	// Available lists the models that can be used now, in a stable order.
+	Available() []*llm.Model
+}
+
+// Options configure a Server.
+type Options struct {
+	Session *session.Session
+	Models  Models
+	// Settings, when set, receives the choices pi persists (model,
+	// thinking level, queue modes, auto-compaction, auto-retry).
+	Settings *settings.Store
+	// MaxLineBytes bounds one command line (default 10 MiB).
+	MaxLineBytes int
+	// Delta makes message_update carry only the delta, not the whole
+	// partial message twice: bytes per token stay constant however long
+	// the answer grows.
+	Delta bool
+	// Cwd is where export_html writes by default.
+	Cwd    string
+	Logger *slog.Logger
+}
+
+// Server speaks pi's RPC protocol for one session.
+type Server struct {
+	opt  Options
+	s    *session.Session
+	log  *slog.Logger
+	out  *output
+	wg   sync.WaitGroup
+	ctx  context.Context
+	stop context.CancelFunc
+}
+
+// New returns a server for opt.Session.
+func New(opt Options) *Server {
+	if opt.MaxLineBytes <= 0 {
+		opt.MaxLineBytes = 10 << 20
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{opt: opt, s: opt.Session, log: opt.Logger}
+}
+
+// Run serves commands from in until it ends or ctx is cancelled, writing
+// responses and events to out. At the end the run in progress is
+// aborted, in-flight commands finish, and everything written is flushed.
+func (srv *Server) Run(ctx context.Context, in io.Reader, out io.Writer) error {
+	srv.ctx, srv.stop = context.WithCancel(ctx)
+	defer srv.stop()
+	srv.out = newOutput(out)
+	defer srv.out.close()
+	unsubscribe := srv.s.Subscribe(srv.onEvent)
+	defer unsubscribe()
+
+	lines := make(chan []byte)
+	readErr := make(chan error, 1)
+	go func() {
+		lr := newLineReader(in, srv.opt.MaxLineBytes)
+		for {
+			line, err := lr.next()
+			if errors.Is(err, errTooLong) {
+				srv.out.write(marshal(failure(nil, "parse", fmt.Sprintf("Failed to parse command: line exceeds the maximum size of %d bytes", srv.opt.MaxLineBytes))))
+				continue
+			}
+			if err != nil {
+				readErr <- err
+				return
+			}
+			cp := append([]byte(nil), line...)
+			select {
+			case lines <- cp:
+			case <-srv.ctx.Done():
+				readErr <- srv.ctx.Err()
+				return
+			}
+		}
+	}()
+	var err error
+loop:
+	for {
+		select {
+		case line := <-lines:
+			srv.handleLine(line)
+		case err = <-readErr:
+			break loop
+		case <-srv.ctx.Done():
+			break loop
+		}
+	}
+	srv.stop()
+	srv.s.Abort()
+	srv.wg.Wait()
+	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// response is pi's response frame.
+type response struct {
+	ID      *string `json:"id,omitempty"`
+	Type    string  `json:"type"`
+	Command string  `json:"command,omitempty"`
+	Success bool    `json:"success"`
+	Data    any     `json:"data,omitempty"`
+	Error   string  `json:"error,omitempty"`
+}
+
+// withData distinguishes "data": null (cycle_model with one model) from
+// no data at all.
+type withData struct {
+	ID      *string `json:"id,omitempty"`
+	Type    string  `json:"type"`
+	Command string  `json:"command"`
+	Success bool    `json:"success"`
+	Data    any     `json:"data"`
+}
+
+func success(id *string, cmd string, data any) any {
+	if data == nil {
+		return response{ID: id, Type: "response", Command: cmd, Success: true}
+	}
+	return withData{ID: id, Type: "response", Command: cmd, Success: true, Data: data}
+}
+
+func successNull(id *string, cmd string) any {
+	return withData{ID: id, Type: "response", Command: cmd, Success: true, Data: nil}
+}
+
+func failure(id *string, cmd, msg string) response {
+	return response{ID: id, Type: "response", Command: cmd, Success: false, Error: msg}
+}
+
+func (srv *Server) reply(v any) { srv.out.write(marshal(v)) }
+
+// async runs a command that waits (abort, compact, bash) without holding
+// up the commands after it.
+func (srv *Server) async(f func()) {
+	srv.wg.Add(1)
+	go func() {
+		defer srv.wg.Done()
+		f()
+	}()
+}
+
+// command is the union of every command's fields.
+type command struct {
+	ID                 *string             `json:"id"`
+	Type               *string             `json:"type"`
+	Message            *string             `json:"message"`
+	Images             []llm.Content       `json:"images"`
+	StreamingBehavior  string              `json:"streamingBehavior"`
+	ParentSession      string              `json:"parentSession"`
+	Provider           string              `json:"provider"`
+	ModelID            string              `json:"modelId"`
+	Level              string              `json:"level"`
+	Mode               string              `json:"mode"`
+	CustomInstructions string              `json:"customInstructions"`
+	Enabled            *bool               `json:"enabled"`
+	Command            *string             `json:"command"`
+	OutputPath         string              `json:"outputPath"`
+	SessionPath        string              `json:"sessionPath"`
+	EntryID            string              `json:"entryId"`
+	Name               *string             `json:"name"`
+	Value              *string             `json:"value"`
+	Confirmed          *bool               `json:"confirmed"`
+	Cancelled          bool                `json:"cancelled"`
+}
+
+func (srv *Server) handleLine(line []byte) {
+	if len(strings.TrimSpace(string(line))) == 0 {
+		return
+	}
+	var probe any
+	if err := json.Unmarshal(line, &probe); err != nil {
+		srv.reply(failure(nil, "parse", "Failed to parse command: "+jsonError(err)))
+		return
+	}
+	obj, isObj := probe.(map[string]any)
+	var c command
+	if isObj {
+		if err := json.Unmarshal(line, &c); err != nil {
+			cmdType, _ := obj["type"].(string)
+			var id *string
+			if s, ok := obj["id"].(string); ok {
+				id = &s
+			}
+			srv.reply(failure(id, cmdType, "Invalid command: "+jsonError(err)))
+			return
+		}
+	}
+	if c.Type == nil {
+		srv.reply(response{Type: "response", Success: false, Error: "Unknown command: undefined"})
+		return
+	}
+	srv.dispatch(&c)
+}
+
+// jsonError turns a decoding error into a message for the client.
+func jsonError(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("%s at position %d", se.Error(), se.Offset)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+	}
+	return err.Error()
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "ptr", "struct", "map":
+		return "an object"
+	case "slice":
+		return "an array"
+	}
+	return "a " + k
+}
+
+func (srv *Server) dispatch(c *command) {
+	id, typ := c.ID, *c.Type
+	need := func(ok bool, field string) bool {
+		if !ok {
+			srv.reply(failure(id, typ, fmt.Sprintf("%s requires %s", typ, field)))
+		}
+		return ok
+	}
+	switch typ {
+	case "prompt", "steer", "follow_up":
+		if !need(c.Message != nil, `a "message" string`) {
+			return
+		}
+		for i, img := range c.Images {
+			if img.Type != llm.ContentImage || img.Data == "" || img.MimeType == "" {
+				srv.reply(failure(id, typ, fmt.Sprintf("images[%d] must be {type: \"image\", data, mimeType}", i)))
+				return
+			}
+		}
+		m := session.UserMessage(*c.Message, c.Images)
+		b := session.BehaviorNone
+		switch {
+		case typ == "steer":
+			b = session.BehaviorSteer
+		case typ == "follow_up":
+			b = session.BehaviorFollowUp
+		case c.StreamingBehavior == "steer":
+			b = session.BehaviorSteer
+		case c.StreamingBehavior == "followUp":
+			b = session.BehaviorFollowUp
+		case c.StreamingBehavior != "":
+			srv.reply(failure(id, typ, fmt.Sprintf("Invalid streamingBehavior %q: use \"steer\" or \"followUp\"", c.StreamingBehavior)))
+			return
+		}
+		err := srv.s.PromptThen(m, b, func() { srv.reply(success(id, typ, nil)) })
+		if err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+		}
+	case "abort":
+		srv.async(func() {
+			srv.s.Abort()
+			srv.reply(success(id, typ, nil))
+		})
+	case "new_session":
+		if err := srv.s.NewSession(c.ParentSession); err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.reply(success(id, typ, map[string]bool{"cancelled": false}))
+	case "get_state":
+		srv.reply(success(id, typ, srv.state()))
+	case "set_model":
+		m := srv.findModel(c.Provider, c.ModelID)
+		if m == nil {
+			srv.reply(failure(id, typ, fmt.Sprintf("Model not found: %s/%s", c.Provider, c.ModelID)))
+			return
+		}
+		if err := srv.s.SetModel(m); err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.persist(func(st *settings.Settings) { st.DefaultProvider, st.DefaultModel = m.Provider, m.ID })
+		srv.reply(success(id, typ, m))
+	case "cycle_model":
+		models := srv.opt.Models.Available()
+		if len(models) <= 1 {
+			srv.reply(successNull(id, typ))
+			return
+		}
+		cur := srv.s.Model()
+		next := models[0]
+		for i, m := range models {
+			if m.Provider == cur.Provider && m.ID == cur.ID {
+				next = models[(i+1)%len(models)]
+			}
+		}
+		if err := srv.s.SetModel(next); err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.persist(func(st *settings.Settings) { st.DefaultProvider, st.DefaultModel = next.Provider, next.ID })
+		srv.reply(success(id, typ, map[string]any{"model": next, "thinkingLevel": srv.s.Thinking(), "isScoped": false}))
+	case "get_available_models":
+		models := srv.opt.Models.Available()
+		if models == nil {
+			models = []*llm.Model{}
+		}
+		srv.reply(success(id, typ, map[string]any{"models": models}))
+	case "set_thinking_level":
+		level, err := llm.ParseThinkingLevel(c.Level)
+		if err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		got, err := srv.s.SetThinking(level)
+		if err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.persist(func(st *settings.Settings) { st.DefaultThinkingLevel = string(got) })
+		srv.reply(success(id, typ, nil))
+	case "cycle_thinking_level":
+		m := srv.s.Model()
+		if !m.Reasoning {
+			srv.reply(successNull(id, typ))
+			return
+		}
+		levels := []llm.ThinkingLevel{llm.ThinkingOff, llm.ThinkingMinimal, llm.ThinkingLow, llm.ThinkingMedium, llm.ThinkingHigh}
+		if m.ClampThinking(llm.ThinkingXHigh) == llm.ThinkingXHigh {
+			levels = append(levels, llm.ThinkingXHigh)
+		}
+		cur := srv.s.Thinking()
+		next := levels[0]
+		for i, l := range levels {
+			if l == cur {
+				next = levels[(i+1)%len(levels)]
+			}
+		}
+		got, err := srv.s.SetThinking(next)
+		if err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.persist(func(st *settings.Settings) { st.DefaultThinkingLevel = string(got) })
+		srv.reply(success(id, typ, map[string]any{"level": got}))
+	case "set_steering_mode", "set_follow_up_mode":
+		mode := agent.QueueMode(c.Mode)
+		if mode != agent.All && mode != agent.OneAtATime {
+			srv.reply(failure(id, typ, fmt.Sprintf("Invalid mode %q: use \"all\" or \"one-at-a-time\"", c.Mode)))
+			return
+		}
+		if typ == "set_steering_mode" {
+			srv.s.SetQueueModes(mode, "")
+			srv.persist(func(st *settings.Settings) { st.SteeringMode = c.Mode })
+		} else {
+			srv.s.SetQueueModes("", mode)
+			srv.persist(func(st *settings.Settings) { st.FollowUpMode = c.Mode })
+		}
+		srv.reply(success(id, typ, nil))
+	case "compact":
+		instructions := c.CustomInstructions
+		srv.async(func() {
+			res, err := srv.s.Compact(srv.ctx, instructions)
+			if err != nil {
+				srv.reply(failure(id, typ, err.Error()))
+				return
+			}
+			srv.reply(success(id, typ, res))
+		})
+	case "set_auto_compaction", "set_auto_retry":
+		if !need(c.Enabled != nil, `an "enabled" boolean`) {
+			return
+		}
+		on := *c.Enabled
+		if typ == "set_auto_compaction" {
+			srv.s.SetAutoCompaction(on)
+			srv.persist(func(st *settings.Settings) {
+				if st.Compaction == nil {
+					st.Compaction = &settings.Compaction{}
+				}
+				st.Compaction.Enabled = settings.Ptr(on)
+			})
+		} else {
+			srv.s.SetAutoRetry(on)
+			srv.persist(func(st *settings.Settings) {
+				if st.Retry == nil {
+					st.Retry = &settings.Retry{}
+				}
+				st.Retry.Enabled = settings.Ptr(on)
+			})
+		}
+		srv.reply(success(id, typ, nil))
+	case "abort_retry":
+		srv.async(func() {
+			srv.s.AbortRetry()
+			srv.reply(success(id, typ, nil))
+		})
+	case "bash":
+		if !need(c.Command != nil, `a "command" string`) {
+			return
+		}
+		command := *c.Command
+		srv.async(func() {
+			m, err := srv.s.Bash(srv.ctx, command, false)
+			if err != nil {
+				srv.reply(failure(id, typ, err.Error()))
+				return
+			}
+			srv.reply(success(id, typ, bashResult{Output: m.Output, ExitCode: m.ExitCode, Cancelled: m.Cancelled, Truncated: m.Truncated, FullOutputPath: m.FullOutputPath}))
+		})
+	case "abort_bash":
+		srv.s.AbortBash()
+		srv.reply(success(id, typ, nil))
+	case "get_session_stats":
+		srv.reply(success(id, typ, srv.stats()))
+	case "export_html":
+		path, err := srv.export(c.OutputPath)
+		if err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.reply(success(id, typ, map[string]string{"path": path}))
+	case "switch_session":
+		if !need(c.SessionPath != "", `a "sessionPath"`) {
+			return
+		}
+		if err := srv.s.Switch(c.SessionPath); err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.reply(success(id, typ, map[string]bool{"cancelled": false}))
+	case "fork":
+		if !need(c.EntryID != "", `an "entryId"`) {
+			return
+		}
+		text, err := srv.s.Fork(c.EntryID)
+		if err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.reply(success(id, typ, map[string]any{"text": text, "cancelled": false}))
+	case "clone":
+		if err := srv.s.Clone(); err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.reply(success(id, typ, map[string]bool{"cancelled": false}))
+	case "get_fork_messages":
+		type fm struct {
+			EntryID string `json:"entryId"`
+			Text    string `json:"text"`
+		}
+		out := []fm{}
+		for _, m := range srv.s.ForkMessages() {
+			out = append(out, fm{m.EntryID, m.Text})
+		}
+		srv.reply(success(id, typ, map[string]any{"messages": out}))
+	case "get_last_assistant_text":
+		text, ok := srv.s.LastAssistantText()
+		var v any
+		if ok {
+			v = text
+		}
+		srv.reply(success(id, typ, map[string]any{"text": v}))
+	case "set_session_name":
+		if !need(c.Name != nil, `a "name" string`) {
+			return
+		}
+		name := strings.TrimSpace(*c.Name)
+		if name == "" {
+			srv.reply(failure(id, typ, "Session name cannot be empty"))
+			return
+		}
+		if err := srv.s.SetName(name); err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.reply(success(id, typ, nil))
+	case "get_messages":
+		b := append([]byte(nil), `{`...)
+		if id != nil {
+			b = append(b, `"id":`...)
+			b = llm.AppendJSONString(b, *id)
+			b = append(b, ',')
+		}
+		b = append(b, `"type":"response","command":"get_messages","success":true,"data":{"messages":`...)
+		b = appendMessages(b, srv.s.Messages())
+		b = append(b, `}}`...)
+		srv.out.write(b)
+	case "get_commands":
+		srv.reply(success(id, typ, map[string]any{"commands": []any{}}))
+	case "extension_ui_response":
+		srv.answerUI(c)
+	default:
+		srv.reply(failure(nil, typ, "Unknown command: "+typ))
+	}
+}
+
+type bashResult struct {
+	Output         string `json:"output"`
+	ExitCode       *int   `json:"exitCode,omitempty"`
+	Cancelled      bool   `json:"cancelled"`
+	Truncated      bool   `json:"truncated"`
+	FullOutputPath string `json:"fullOutputPath,omitempty"`
+}
+
+func (srv *Server) findModel(provider, id string) *llm.Model {
+	for _, m := range srv.opt.Models.Available() {
+		if m.Provider == provider && m.ID == id {
+			return m
+		}
+	}
+	return nil
+}
+
+func (srv *Server) persist(f func(*settings.Settings)) {
+	if srv.opt.Settings == nil {
+		return
+	}
+	if err := srv.opt.Settings.Update(f); err != nil {
+		srv.log.Warn("saving settings", "err", err)
+	}
+}
+
+type stateData struct {
+	Model                 *llm.Model        `json:"model"`
+	ThinkingLevel         llm.ThinkingLevel `json:"thinkingLevel"`
+	IsStreaming           bool              `json:"isStreaming"`
+	IsCompacting          bool              `json:"isCompacting"`
+	SteeringMode          agent.QueueMode   `json:"steeringMode"`
+	FollowUpMode          agent.QueueMode   `json:"followUpMode"`
+	SessionFile           string            `json:"sessionFile,omitempty"`
+	SessionID             string            `json:"sessionId"`
+	SessionName           string            `json:"sessionName,omitempty"`
+	AutoCompactionEnabled bool              `json:"autoCompactionEnabled"`
+	MessageCount          int               `json:"messageCount"`
+	PendingMessageCount   int               `json:"pendingMessageCount"`
+}
+
+func (srv *Server) state() stateData {
+	st := srv.s.Settings()
+	return stateData{
+		Model: srv.s.Model(), ThinkingLevel: srv.s.Thinking(), IsStreaming: srv.s.Running(),
+		IsCompacting: srv.s.State() == session.StateCompacting, SteeringMode: st.SteeringMode, FollowUpMode: st.FollowUpMode,
+		SessionFile: srv.s.File(), SessionID: srv.s.ID(), SessionName: srv.s.Name(), AutoCompactionEnabled: st.AutoCompaction,
+		MessageCount: len(srv.s.Messages()), PendingMessageCount: srv.s.PendingCount(),
+	}
+}
+
+func (srv *Server) stats() any {
+	st := srv.s.Stats()
+	type tokens struct {
+		Input      int64 `json:"input"`
+		Output     int64 `json:"output"`
+		CacheRead  int64 `json:"cacheRead"`
+		CacheWrite int64 `json:"cacheWrite"`
+		Total      int64 `json:"total"`
+	}
+	type usage struct {
+		Tokens        int64   `json:"tokens"`
+		ContextWindow int64   `json:"contextWindow"`
+		Percent       float64 `json:"percent"`
+	}
+	type stats struct {
+		SessionFile       string  `json:"sessionFile,omitempty"`
+		SessionID         string  `json:"sessionId"`
+		UserMessages      int     `json:"userMessages"`
+		AssistantMessages int     `json:"assistantMessages"`
+		ToolCalls         int     `json:"toolCalls"`
+		ToolResults       int     `json:"toolResults"`
+		TotalMessages     int     `json:"totalMessages"`
+		Tokens            tokens  `json:"tokens"`
+		Cost              float64 `json:"cost"`
+		ContextUsage      *usage  `json:"contextUsage,omitempty"`
+	}
+	t := st.Tokens
+	out := stats{SessionFile: st.SessionFile, SessionID: st.SessionID, UserMessages: st.UserMessages, AssistantMessages: st.AssistantMessages,
+		ToolCalls: st.ToolCalls, ToolResults: st.ToolResults, TotalMessages: st.TotalMessages,
+		Tokens: tokens{t.Input, t.Output, t.CacheRead, t.CacheWrite, t.Input + t.Output + t.CacheRead + t.CacheWrite}, Cost: t.Cost.Total}
+	if st.ContextWindow > 0 {
+		out.ContextUsage = &usage{st.ContextTokens, st.ContextWindow, st.ContextPercent}
+	}
+	return out
+}
+
+// export writes the session as HTML to path, or to a file named for the
+// session in the working directory.
+func (srv *Server) export(path string) (string, error) {
+	if path == "" {
+		path = filepath.Join(srv.opt.Cwd, fmt.Sprintf("agentd-session-%s.html", srv.s.ID()))
+	} else if !filepath.IsAbs(path) {
+		path = filepath.Join(srv.opt.Cwd, path)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return "", fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	if err := srv.s.ExportHTML(f); err != nil {
+		f.Close()
+		return "", fmt.Errorf("exporting: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// onEvent turns session events into lines. It runs on the session's
+// emitting goroutine and only encodes and queues: a slow reader of
+// stdout never stalls the session.
+func (srv *Server) onEvent(ev session.Event) {
+	if ev.Type == session.EventInteractionRequested {
+		if line := uiRequest(ev.Interaction.Request); line != nil {
+			srv.out.write(line)
+		}
+		return
+	}
+	if line := encodeEvent(nil, ev, srv.opt.Delta); line != nil {
+		srv.out.write(line)
+	}
+}
+
+// answerUI routes an extension_ui_response to the pending interaction.
+func (srv *Server) answerUI(c *command) {
+	if c.ID == nil {
+		return
+	}
+	req, ok := srv.s.InteractionByID(*c.ID)
+	if !ok {
+		return // pi ignores responses to unknown ids
+	}
+	resp, err := uiResponse(req, c)
+	if err != nil {
+		srv.log.Warn("extension_ui_response", "id", *c.ID, "err", err)
+		return
+	}
+	if err := srv.s.Answer(*c.ID, resp); err != nil && !errors.Is(err, interaction.ErrAlreadyResolved) {
+		srv.log.Warn("extension_ui_response", "id", *c.ID, "err", err)
+	}
+}
+
+// output serialises lines to the writer from one goroutine, so no
+// producer waits on the client's reading.
+type output struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	queue  [][]byte
+	closed bool
+	done   chan struct{}
+	w      io.Writer
+}
+
+func newOutput(w io.Writer) *output {
+	o := &output{w: w, done: make(chan struct{})}
+	o.cond = sync.NewCond(&o.mu)
+	go o.loop()
+	return o
+}
+
+func (o *output) write(line []byte) {
+	o.mu.Lock()
+	if !o.closed {
+		o.queue = append(o.queue, line)
+		o.cond.Signal()
+	}
+	o.mu.Unlock()
+}
+
+func (o *output) loop() {
+	defer close(o.done)
+	var batch []byte
+	for {
+		o.mu.Lock()
+		for len(o.queue) == 0 && !o.closed {
+			o.cond.Wait()
+		}
+		if len(o.queue) == 0 && o.closed {
+			o.mu.Unlock()
+			return
+		}
+		q := o.queue
+		o.queue = nil
+		o.mu.Unlock()
+		batch = batch[:0]
+		for _, l := range q {
+			batch = append(batch, l...)
+			batch = append(batch, '\n')
+		}
+		if _, err := o.w.Write(batch); err != nil {
+			o.mu.Lock()
+			o.closed = true
+			o.queue = nil
+			o.mu.Unlock()
+			return
+		}
+		if cap(batch) > 4<<20 {
+			batch = nil
+		}
+	}
+}
+
+// close flushes what is queued and stops the writer.
+func (o *output) close() {
+	o.mu.Lock()
+	o.closed = true
+	o.cond.Signal()
+	o.mu.Unlock()
+	select {
+	case <-o.done:
+	case <-time.After(10 * time.Second):
+	}
+}
