@@ -174,26 +174,26 @@ func (srv *Server) async(f func()) {
 
 // command is the union of every command's fields.
 type command struct {
-	ID                 *string             `json:"id"`
-	Type               *string             `json:"type"`
-	Message            *string             `json:"message"`
-	Images             []llm.Content       `json:"images"`
-	StreamingBehavior  string              `json:"streamingBehavior"`
-	ParentSession      string              `json:"parentSession"`
-	Provider           string              `json:"provider"`
-	ModelID            string              `json:"modelId"`
-	Level              string              `json:"level"`
-	Mode               string              `json:"mode"`
-	CustomInstructions string              `json:"customInstructions"`
-	Enabled            *bool               `json:"enabled"`
-	Command            *string             `json:"command"`
-	OutputPath         string              `json:"outputPath"`
-	SessionPath        string              `json:"sessionPath"`
-	EntryID            string              `json:"entryId"`
-	Name               *string             `json:"name"`
-	Value              *string             `json:"value"`
-	Confirmed          *bool               `json:"confirmed"`
-	Cancelled          bool                `json:"cancelled"`
+	ID                 *string       `json:"id"`
+	Type               *string       `json:"type"`
+	Message            *string       `json:"message"`
+	Images             []llm.Content `json:"images"`
+	StreamingBehavior  string        `json:"streamingBehavior"`
+	ParentSession      string        `json:"parentSession"`
+	Provider           string        `json:"provider"`
+	ModelID            string        `json:"modelId"`
+	Level              string        `json:"level"`
+	Mode               string        `json:"mode"`
+	CustomInstructions string        `json:"customInstructions"`
+	Enabled            *bool         `json:"enabled"`
+	Command            *string       `json:"command"`
+	OutputPath         string        `json:"outputPath"`
+	SessionPath        string        `json:"sessionPath"`
+	EntryID            string        `json:"entryId"`
+	Name               *string       `json:"name"`
+	Value              *string       `json:"value"`
+	Confirmed          *bool         `json:"confirmed"`
+	Cancelled          bool          `json:"cancelled"`
 }
 
 func (srv *Server) handleLine(line []byte) {
