@@ -123,40 +123,7 @@ func runOn(t *testing.T, srv *llmtest.Server, ro runOpts) result {
 // events, then exactly one done or error.
 func checkSequence(t *testing.T, r result) {
 	t.Helper()
-	if len(r.events) < 2 || r.events[0].Type != llm.EventStart {
-		t.Fatalf("the stream must begin with start: %v", r.types)
-	}
-	last := r.events[len(r.events)-1].Type
-	if last != llm.EventDone && last != llm.EventError {
-		t.Fatalf("the stream must end with done or error: %v", r.types)
-	}
-	open := map[int]string{}
-	for _, ev := range r.events[1 : len(r.events)-1] {
-		kind, step, _ := strings.Cut(string(ev.Type), "_")
-		switch step {
-		case "start":
-			if _, dup := open[ev.ContentIndex]; dup {
-				t.Fatalf("block %d started twice: %v", ev.ContentIndex, r.types)
-			}
-			open[ev.ContentIndex] = kind
-		case "delta", "end":
-			if open[ev.ContentIndex] != kind {
-				t.Fatalf("%s for block %d, which is not an open %s block: %v", ev.Type, ev.ContentIndex, kind, r.types)
-			}
-			if step == "end" {
-				open[ev.ContentIndex] = "closed"
-			}
-		default:
-			t.Fatalf("unexpected %s in the middle: %v", ev.Type, r.types)
-		}
-	}
-	if last == llm.EventDone {
-		for i, k := range open {
-			if k != "closed" {
-				t.Fatalf("block %d still open at done: %v", i, r.types)
-			}
-		}
-	}
+	llmtest.CheckGrammar(t, r.events)
 }
 
 func count(types []string, want string) int {
