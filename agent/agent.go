@@ -209,6 +209,8 @@ func (a *Agent) sendQueue() {
 	a.send(Event{Type: EventQueueUpdate, Steering: s, FollowUp: f})
 }
 
+// takeQueued removes the messages to deliver next; the loop announces
+// the new queue when it delivers them, after turn_start, as pi does.
 func (a *Agent) takeQueued(q *[]*llm.Message, mode QueueMode) []*llm.Message {
 	a.mu.Lock()
 	if len(*q) == 0 {
@@ -223,7 +225,6 @@ func (a *Agent) takeQueued(q *[]*llm.Message, mode QueueMode) []*llm.Message {
 		*q = append([]*llm.Message(nil), (*q)[1:]...)
 	}
 	a.mu.Unlock()
-	a.sendQueue()
 	return out
 }
 

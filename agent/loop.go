@@ -47,6 +47,9 @@ func (r *run) loop(prompts []*llm.Message) []*llm.Message {
 				a.send(Event{Type: EventTurnStart})
 			}
 			firstTurn = false
+			if len(pending) > 0 {
+				a.sendQueue()
+			}
 			for _, p := range pending {
 				a.send(Event{Type: EventMessageStart, Message: p})
 				r.push(p)

@@ -673,6 +673,9 @@ func (srv *Server) answerUI(c *command) {
 	}
 }
 
+// maxBatch is the size the writer aims at for one write.
+const maxBatch = 64 << 10
+
 // output serialises lines to the writer from one goroutine, so no
 // producer waits on the client's reading.
 type output struct {
@@ -715,20 +718,29 @@ func (o *output) loop() {
 		q := o.queue
 		o.queue = nil
 		o.mu.Unlock()
-		batch = batch[:0]
-		for _, l := range q {
-			batch = append(batch, l...)
-			batch = append(batch, '\n')
-		}
-		if _, err := o.w.Write(batch); err != nil {
-			o.mu.Lock()
-			o.closed = true
-			o.queue = nil
-			o.mu.Unlock()
-			return
-		}
-		if cap(batch) > 4<<20 {
-			batch = nil
+		// Write in chunks and let go of each line once written: a long
+		// answer in pi's full format is tens of MB, and copying the whole
+		// backlog into one buffer doubled peak memory.
+		for len(q) > 0 {
+			batch = batch[:0]
+			n := 0
+			for n < len(q) && (n == 0 || len(batch)+len(q[n]) < maxBatch) {
+				batch = append(batch, q[n]...)
+				batch = append(batch, '\n')
+				q[n] = nil
+				n++
+			}
+			q = q[n:]
+			if _, err := o.w.Write(batch); err != nil {
+				o.mu.Lock()
+				o.closed = true
+				o.queue = nil
+				o.mu.Unlock()
+				return
+			}
+			if cap(batch) > 4*maxBatch {
+				batch = nil
+			}
 		}
 	}
 }
