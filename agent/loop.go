@@ -111,8 +111,9 @@ func (r *run) stream() *llm.Message {
 		ev := s.Event()
 		switch ev.Type {
 		case llm.EventStart:
+			// The message joins the conversation when it ends, as in pi:
+			// while it streams, get_state and get_messages do not show it.
 			msg = s.Partial()
-			r.push(msg)
 			a.send(Event{Type: EventMessageStart, Message: msg})
 		case llm.EventDone, llm.EventError:
 			// The final message is the partial one, completed in place.
@@ -122,32 +123,14 @@ func (r *run) stream() *llm.Message {
 	}
 	if msg == nil { // a stream always starts; this is defence only
 		msg = s.Result()
-		r.push(msg)
 		a.send(Event{Type: EventMessageStart, Message: msg})
 	}
 	// The partial message lives inside the stream; keep a standalone copy
 	// so the conversation does not pin the stream's buffers.
 	final := msg.Clone()
-	r.replaceLast(msg, final)
+	r.push(final)
 	a.send(Event{Type: EventMessageEnd, Message: final, Err: s.Err()})
 	return final
-}
-
-func (r *run) replaceLast(old, m *llm.Message) {
-	r.a.mu.Lock()
-	for i := len(r.a.messages) - 1; i >= 0; i-- {
-		if r.a.messages[i] == old {
-			r.a.messages[i] = m
-			break
-		}
-	}
-	r.a.mu.Unlock()
-	for i := len(r.added) - 1; i >= 0; i-- {
-		if r.added[i] == old {
-			r.added[i] = m
-			break
-		}
-	}
 }
 
 // failed records an assistant message for a request that could not even

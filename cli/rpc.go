@@ -124,6 +124,14 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	s := st.Get()
 	retry := session.DefaultRetry()
 	retry.Enabled = settings.Bool(retryEnabled(s), true)
+	if s.Retry != nil {
+		if s.Retry.MaxRetries != nil && *s.Retry.MaxRetries >= 0 {
+			retry.MaxRetries = *s.Retry.MaxRetries
+		}
+		if s.Retry.BaseDelayMs != nil && *s.Retry.BaseDelayMs > 0 {
+			retry.BaseDelay = time.Duration(*s.Retry.BaseDelayMs) * time.Millisecond
+		}
+	}
 	comp := compaction.DefaultSettings()
 	if s.Compaction != nil {
 		comp.Enabled = settings.Bool(s.Compaction.Enabled, true)

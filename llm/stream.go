@@ -522,13 +522,21 @@ func (b *Builder) emitError(e *Error) {
 	// the engine never executes the calls of an error or aborted message,
 	// and a transcript shows what the model had said.
 	b.syncArgs()
-	b.args = nil
-	b.open = nil
 	if e.Kind == ErrAborted {
 		b.msg.StopReason = StopAborted
 	} else {
 		b.msg.StopReason = StopError
 	}
 	b.msg.ErrorMessage = e.Error()
+	// As pi's providers, the open text and thinking blocks end (their
+	// *_end events carry the final stop reason); a half-streamed tool
+	// call does not.
+	for _, i := range append([]int(nil), b.open...) {
+		if b.msg.Content[i].Type != ContentToolCall {
+			b.End(i)
+		}
+	}
+	b.args = nil
+	b.open = nil
 	b.push(Event{Type: EventError, Reason: b.msg.StopReason})
 }

@@ -85,6 +85,9 @@ func args(a json.RawMessage) []byte {
 // returns nil for events pi does not have.
 func encodeEvent(b []byte, ev session.Event, delta bool) []byte {
 	if ev.Agent != nil {
+		if m := ev.Agent.Message; m != nil && m.Role == llm.RoleBashExecution {
+			return nil // pi records a user bash command without an event
+		}
 		return encodeAgent(b, ev.Agent, delta)
 	}
 	switch ev.Type {

@@ -286,7 +286,21 @@ func (srv *Server) dispatch(c *command) {
 			srv.reply(failure(id, typ, fmt.Sprintf("Invalid streamingBehavior %q: use \"steer\" or \"followUp\"", c.StreamingBehavior)))
 			return
 		}
-		err := srv.s.PromptThen(m, b, func() { srv.reply(success(id, typ, nil)) })
+		var err error
+		switch typ {
+		case "steer":
+			// Queued, running or not: delivered after the current turn,
+			// or with the next prompt's run.
+			if err = srv.s.Steer(m); err == nil {
+				srv.reply(success(id, typ, nil))
+			}
+		case "follow_up":
+			if err = srv.s.FollowUp(m); err == nil {
+				srv.reply(success(id, typ, nil))
+			}
+		default:
+			err = srv.s.PromptThen(m, b, func() { srv.reply(success(id, typ, nil)) })
+		}
 		if err != nil {
 			srv.reply(failure(id, typ, err.Error()))
 		}
@@ -472,7 +486,10 @@ func (srv *Server) dispatch(c *command) {
 			srv.reply(failure(id, typ, err.Error()))
 			return
 		}
-		srv.reply(success(id, typ, map[string]any{"text": text, "cancelled": false}))
+		srv.reply(success(id, typ, struct {
+			Text      string `json:"text"`
+			Cancelled bool   `json:"cancelled"`
+		}{text, false}))
 	case "clone":
 		if err := srv.s.Clone(); err != nil {
 			srv.reply(failure(id, typ, err.Error()))
@@ -591,9 +608,9 @@ func (srv *Server) stats() any {
 		Total      int64 `json:"total"`
 	}
 	type usage struct {
-		Tokens        int64   `json:"tokens"`
-		ContextWindow int64   `json:"contextWindow"`
-		Percent       float64 `json:"percent"`
+		Tokens        *int64   `json:"tokens"` // null right after a compaction
+		ContextWindow int64    `json:"contextWindow"`
+		Percent       *float64 `json:"percent"`
 	}
 	type stats struct {
 		SessionFile       string  `json:"sessionFile,omitempty"`
@@ -612,7 +629,10 @@ func (srv *Server) stats() any {
 		ToolCalls: st.ToolCalls, ToolResults: st.ToolResults, TotalMessages: st.TotalMessages,
 		Tokens: tokens{t.Input, t.Output, t.CacheRead, t.CacheWrite, t.Input + t.Output + t.CacheRead + t.CacheWrite}, Cost: t.Cost.Total}
 	if st.ContextWindow > 0 {
-		out.ContextUsage = &usage{st.ContextTokens, st.ContextWindow, st.ContextPercent}
+		out.ContextUsage = &usage{ContextWindow: st.ContextWindow}
+		if !st.ContextUnknown {
+			out.ContextUsage.Tokens, out.ContextUsage.Percent = &st.ContextTokens, &st.ContextPercent
+		}
 	}
 	return out
 }

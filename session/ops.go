@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/agentd-dev/agentd/agent"
@@ -102,8 +103,12 @@ func (s *Session) SetThinking(l llm.ThinkingLevel) (llm.ThinkingLevel, error) {
 	if l == llm.ThinkingOff {
 		level = llm.ThinkingOff
 	}
+	changed := level != s.thinking
 	s.thinking = level
 	s.mu.Unlock()
+	if !changed {
+		return level, nil // as pi: nothing recorded, no event
+	}
 	s.agent.Update(func(c *agent.Config) { c.Thinking = level })
 	if _, err := f.AppendThinkingLevelChange(level); err != nil {
 		return level, fmt.Errorf("recording the thinking level: %w", err)
@@ -164,13 +169,18 @@ func (s *Session) PendingCount() int { return s.agent.PendingCount() }
 // ClearQueues empties the steering and follow-up queues and returns them.
 func (s *Session) ClearQueues() (steering, followUp []*llm.Message) { return s.agent.ClearQueues() }
 
-// LastAssistantText is the text of the last assistant message, "" if none.
+// LastAssistantText is the trimmed text of the last assistant message,
+// skipping aborted ones without content, as pi's getLastAssistantText;
+// ok is false when there is none or it has no text.
 func (s *Session) LastAssistantText() (string, bool) {
 	msgs := s.agent.Messages()
 	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == llm.RoleAssistant {
-			return msgs[i].TextContent(), true
+		m := msgs[i]
+		if m.Role != llm.RoleAssistant || (m.StopReason == llm.StopAborted && len(m.Content) == 0) {
+			continue
 		}
+		text := strings.TrimSpace(m.TextContent())
+		return text, text != ""
 	}
 	return "", false
 }
@@ -189,21 +199,21 @@ type Stats struct {
 	ContextWindow     int64
 	// ContextPercent is ContextTokens as a share of the window, 0-100.
 	ContextPercent float64
+	// ContextUnknown is set right after a compaction, until an answer
+	// reports usage again (pi's contextUsage tokens/percent null).
+	ContextUnknown bool
 }
 
-// Stats computes the session's statistics over the whole transcript
-// branch (compacted messages included), as pi does.
+// Stats computes the session's statistics over the messages in context
+// (after any compaction), as pi's getSessionStats does.
 func (s *Session) Stats() Stats {
 	s.mu.Lock()
 	f, model := s.file, s.model
 	s.mu.Unlock()
-	st := Stats{SessionID: f.ID(), SessionFile: f.Path(), ContextWindow: model.ContextWindow}
-	for _, e := range f.Branch(f.Leaf()) {
-		if e.Type != transcript.TypeMessage {
-			continue
-		}
-		m := e.Message
-		st.TotalMessages++
+	msgs := s.agent.Messages()
+	st := Stats{SessionID: f.ID(), SessionFile: f.Path(), ContextWindow: model.ContextWindow, TotalMessages: len(msgs)}
+	st.ContextUnknown = contextUnknown(f.Branch(f.Leaf()))
+	for _, m := range msgs {
 		switch m.Role {
 		case llm.RoleUser:
 			st.UserMessages++
@@ -215,11 +225,36 @@ func (s *Session) Stats() Stats {
 			st.ToolResults++
 		}
 	}
-	st.ContextTokens = compaction.ContextTokens(s.agent.Messages())
+	st.ContextTokens = compaction.ContextTokens(msgs)
 	if st.ContextWindow > 0 {
 		st.ContextPercent = float64(st.ContextTokens) * 100 / float64(st.ContextWindow)
 	}
 	return st
+}
+
+// contextUnknown reports whether the branch's latest compaction has no
+// answer with usage after it, as pi's getContextUsage decides.
+func contextUnknown(path []transcript.Entry) bool {
+	last := -1
+	for i, e := range path {
+		if e.Type == transcript.TypeCompaction {
+			last = i
+		}
+	}
+	if last < 0 {
+		return false
+	}
+	for i := len(path) - 1; i > last; i-- {
+		e := path[i]
+		if e.Type != transcript.TypeMessage || e.Message.Role != llm.RoleAssistant {
+			continue
+		}
+		if m := e.Message; m.StopReason != llm.StopAborted && m.StopReason != llm.StopError {
+			u := m.Usage
+			return u.Input+u.Output+u.CacheRead+u.CacheWrite == 0
+		}
+	}
+	return true
 }
 
 // Interactions lists the pending interactions.

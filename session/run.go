@@ -55,12 +55,12 @@ func (s *Session) PromptThen(m *llm.Message, b Behavior, accepted func()) error 
 		s.mu.Unlock()
 		switch b {
 		case BehaviorSteer:
+			s.agent.Steer(m) // its queue_update goes out before the answer, as pi's
 			accepted()
-			s.agent.Steer(m)
 			return nil
 		case BehaviorFollowUp:
-			accepted()
 			s.agent.FollowUp(m)
+			accepted()
 			return nil
 		}
 		return ErrBusy
@@ -91,19 +91,26 @@ func (s *Session) PromptThen(m *llm.Message, b Behavior, accepted func()) error 
 }
 
 // Steer queues a message for delivery after the current turn. With no
-// run in progress it starts one, as pi does.
-func (s *Session) Steer(m *llm.Message) error { return s.queueOrRun(m, BehaviorSteer) }
+// run in progress it waits in the queue for the next prompt's run, as in
+// pi.
+func (s *Session) Steer(m *llm.Message) error { return s.queue(m, BehaviorSteer) }
 
-// FollowUp queues a message for when the agent would stop. With no run
-// in progress it starts one.
-func (s *Session) FollowUp(m *llm.Message) error { return s.queueOrRun(m, BehaviorFollowUp) }
+// FollowUp queues a message for when the agent would stop.
+func (s *Session) FollowUp(m *llm.Message) error { return s.queue(m, BehaviorFollowUp) }
 
-func (s *Session) queueOrRun(m *llm.Message, b Behavior) error {
-	err := s.Prompt(m, b)
-	if errors.Is(err, ErrBusy) {
-		return s.Prompt(m, b)
+func (s *Session) queue(m *llm.Message, b Behavior) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return ErrClosed
 	}
-	return err
+	if b == BehaviorSteer {
+		s.agent.Steer(m)
+	} else {
+		s.agent.FollowUp(m)
+	}
+	return nil
 }
 
 // Running reports whether a run is in progress.
@@ -172,6 +179,11 @@ func (s *Session) run(ctx context.Context, m *llm.Message) Outcome {
 	}
 	attempt := 0
 	overflowRetried := false
+	defer func() {
+		s.mu.Lock()
+		s.retryAttempt = 0
+		s.mu.Unlock()
+	}()
 	for {
 		last := lastAssistant(added)
 		if last == nil || last.StopReason != llm.StopError {
@@ -219,11 +231,13 @@ func (s *Session) run(ctx context.Context, m *llm.Message) Outcome {
 		// The failed message stays in the transcript but leaves the
 		// context, so the retry asks the same question again.
 		s.dropLast(last)
+		s.mu.Lock()
+		s.retryAttempt = attempt // onAgent sends auto_retry_end when the answer ends
+		s.mu.Unlock()
 		if added, err = s.agent.Continue(ctx); err != nil {
 			break
 		}
 		if l := lastAssistant(added); l != nil && l.StopReason != llm.StopError {
-			s.emit(Event{Type: EventAutoRetryEnd, Success: true, Attempt: attempt})
 			break
 		}
 	}

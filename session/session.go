@@ -120,6 +120,7 @@ type Session struct {
 	retry         RetrySettings
 	compact       compaction.Settings
 	lastErr       *llm.Error
+	retryAttempt  int // the retry in progress, ended by the next answer that is not an error
 	runCancel     context.CancelFunc
 	runDone       chan struct{}
 	aborting      bool
@@ -416,6 +417,16 @@ func (s *Session) onAgent(ev agent.Event) {
 		}
 	}
 	s.emit(Event{Type: EventType(ev.Type), Agent: &ev})
+	// As pi, a retry ends when its answer ends, before turn_end and agent_end.
+	if ev.Type == agent.EventMessageEnd && ev.Message.Role == llm.RoleAssistant && ev.Message.StopReason != llm.StopError {
+		s.mu.Lock()
+		attempt := s.retryAttempt
+		s.retryAttempt = 0
+		s.mu.Unlock()
+		if attempt > 0 {
+			s.emit(Event{Type: EventAutoRetryEnd, Success: true, Attempt: attempt})
+		}
+	}
 }
 
 // record appends a finished message to the transcript. A write failure

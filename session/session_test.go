@@ -342,7 +342,7 @@ func TestRetryAfter503(t *testing.T) {
 		t.Fatalf("context after retry: %d messages, last %q", len(msgs), msgs[len(msgs)-1].TextContent())
 	}
 	got := strings.Join(h.types(), " ")
-	want := "state_changed:running agent_start turn_start message_start message_end message_start message_end turn_end agent_end state_changed:retrying auto_retry_start state_changed:running agent_start turn_start message_start message_end turn_end agent_end auto_retry_end state_changed:idle/completed"
+	want := "state_changed:running agent_start turn_start message_start message_end message_start message_end turn_end agent_end state_changed:retrying auto_retry_start state_changed:running agent_start turn_start message_start message_end auto_retry_end turn_end agent_end state_changed:idle/completed"
 	if got != want {
 		t.Fatalf("events\n got %s\nwant %s", got, want)
 	}
@@ -350,9 +350,23 @@ func TestRetryAfter503(t *testing.T) {
 	if start.Attempt != 1 || start.MaxAttempts != 3 || start.ErrorMessage != "503 mock failure 503" {
 		t.Fatalf("auto_retry_start %+v", start)
 	}
-	// The failed attempt is kept in the transcript.
-	if st := h.s.Stats(); st.AssistantMessages != 2 {
-		t.Fatalf("transcript assistant messages %d", st.AssistantMessages)
+	// The failed attempt is kept in the transcript, not in the context.
+	if st := h.s.Stats(); st.AssistantMessages != 1 {
+		t.Fatalf("context assistant messages %d", st.AssistantMessages)
+	}
+	f, err := transcript.Open(h.s.File())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	failed := 0
+	for _, e := range f.Entries() {
+		if e.Type == transcript.TypeMessage && e.Message.StopReason == llm.StopError {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("%d failed attempts in the transcript", failed)
 	}
 }
 

@@ -69,7 +69,13 @@ func (t *bashTool) Execute(ctx context.Context, call Call, update func(Result)) 
 			if text != "" {
 				content = append(content, llm.Text(text))
 			}
-			update(Result{Content: content, Details: detailsOrNil(d)})
+			// As pi: the opening update has no details, later ones always
+			// carry an object (empty when nothing was truncated).
+			var details any
+			if text != "" || d.Truncation != nil {
+				details = d
+			}
+			update(Result{Content: content, Details: details})
 		}
 	}
 	run := RunBash(ctx, t.env, command, timeout, onOutput)
@@ -106,7 +112,8 @@ func (t *bashTool) Execute(ctx context.Context, call Call, update func(Result)) 
 	if text != "" {
 		text += "\n\n"
 	}
-	return Result{Content: []llm.Content{llm.Text(text + status)}, Details: detailsOrNil(details), IsError: true}
+	// A failed command's result always carries details, as pi's does.
+	return Result{Content: []llm.Content{llm.Text(text + status)}, Details: details, IsError: true}
 }
 
 // BashRun is what running one command produced. The bash tool formats
