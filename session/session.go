@@ -492,6 +492,7 @@ func (s *Session) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.Abort()
+	s.AbortBash()
 	s.wg.Wait()
 	s.broker.Close("session closed")
 	s.mu.Lock()
