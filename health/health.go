@@ -1,0 +1,118 @@
+package health
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync/atomic"
+)
+
+// HealthCheck is the data of a health_check response (spec §17.1, §21.2).
+type HealthCheck struct {
+	Healthy            bool     `json:"healthy"`
+	Issues             []string `json:"issues"` // never null: [] when healthy
+	HasOpenCircuit     bool     `json:"hasOpenCircuit"`
+	HasOpenBashCircuit bool     `json:"hasOpenBashCircuit"`
+}
+
+// Issue texts.
+const (
+	IssueShuttingDown = "Server shutting down"
+	IssueBashOpen     = BashOpenText
+)
+
+// IssueProviderOpen is the issue text for an open provider breaker.
+func IssueProviderOpen(provider string) string {
+	return ProviderOpenText + " for provider " + provider
+}
+
+// Health answers health_check and the liveness and readiness probes.
+type Health struct {
+	breakers     *Breakers
+	shuttingDown atomic.Bool
+}
+
+// NewHealth watches bs (nil for no breakers).
+func NewHealth(bs *Breakers) *Health { return &Health{breakers: bs} }
+
+// BeginShutdown marks the server as draining: readiness fails from now on
+// and health_check reports the issue. It cannot be undone.
+func (h *Health) BeginShutdown() { h.shuttingDown.Store(true) }
+
+// ShuttingDown reports whether BeginShutdown was called.
+func (h *Health) ShuttingDown() bool { return h.shuttingDown.Load() }
+
+// Check builds the health_check payload. A breaker counts as open only in
+// the open state; half_open (probing) is not an issue. Healthy is true
+// when there is no issue.
+func (h *Health) Check() HealthCheck {
+	hc := HealthCheck{Issues: []string{}}
+	if h.ShuttingDown() {
+		hc.Issues = append(hc.Issues, IssueShuttingDown)
+	}
+	if h.breakers != nil {
+		for _, b := range h.breakers.Providers() {
+			if b.State() == StateOpen {
+				hc.HasOpenCircuit = true
+				hc.Issues = append(hc.Issues, IssueProviderOpen(b.Name()))
+			}
+		}
+		if h.breakers.Bash().State() == StateOpen {
+			hc.HasOpenBashCircuit = true
+			hc.Issues = append(hc.Issues, IssueBashOpen)
+		}
+	}
+	hc.Healthy = len(hc.Issues) == 0
+	return hc
+}
+
+// Ready reports whether the server should get new traffic: it is not
+// ready once shutting down. Open breakers do not make it unready: they
+// concern one provider (or bash), and the other commands still work; they
+// show in health_check and the metrics instead.
+func (h *Health) Ready() (bool, string) {
+	if h.ShuttingDown() {
+		return false, IssueShuttingDown
+	}
+	return true, ""
+}
+
+type probeBody struct {
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+}
+
+func writeProbe(w http.ResponseWriter, code int, body probeBody) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// LivenessHandler answers /healthz: 200 while the process serves HTTP.
+func (h *Health) LivenessHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeProbe(w, http.StatusOK, probeBody{Status: "ok"})
+	})
+}
+
+// ReadinessHandler answers /readyz: 200 when [Health.Ready], else 503.
+func (h *Health) ReadinessHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if ok, reason := h.Ready(); !ok {
+			writeProbe(w, http.StatusServiceUnavailable, probeBody{Status: "unavailable", Reason: reason})
+			return
+		}
+		writeProbe(w, http.StatusOK, probeBody{Status: "ok"})
+	})
+}
+
+// NewMux serves /metrics (when m is not nil), /healthz and /readyz.
+func NewMux(h *Health, m *Metrics) *http.ServeMux {
+	mux := http.NewServeMux()
+	if m != nil {
+		mux.Handle("GET /metrics", m.Handler())
+	}
+	mux.Handle("GET /healthz", h.LivenessHandler())
+	mux.Handle("GET /readyz", h.ReadinessHandler())
+	return mux
+}
