@@ -1,0 +1,180 @@
+// Package pipeline is the command pipeline every face drives: admission,
+// lanes, replay by id, idempotency keys, dependsOn, session versions,
+// per-class timeouts and durable outcomes (pi-server protocol 1.0.0,
+// sections 4–13). It knows nothing of transports or of the engine: the
+// caller registers a Handler per command type and receives lifecycle events
+// and responses through callbacks.
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Command is one client command in the pi-server envelope.
+type Command struct {
+	Type             string          `json:"type"`
+	ID               string          `json:"id,omitempty"`
+	SessionID        string          `json:"sessionId,omitempty"`
+	DependsOn        []string        `json:"dependsOn,omitempty"`
+	IfSessionVersion *int            `json:"ifSessionVersion,omitempty"`
+	IdempotencyKey   string          `json:"idempotencyKey,omitempty"`
+	Payload          json.RawMessage `json:"payload,omitempty"`
+}
+
+// Response is the outcome of one command. The face maps it to the wire
+// ({type:"response", command, success, id?, data?, error?, ...}).
+type Response struct {
+	ID             string          `json:"id,omitempty"`
+	Command        string          `json:"command"`
+	Success        bool            `json:"success"`
+	Data           json.RawMessage `json:"data,omitempty"`
+	Err            *Error          `json:"error,omitempty"`
+	SessionVersion *int            `json:"sessionVersion,omitempty"`
+	Replayed       bool            `json:"replayed,omitempty"`
+	TimedOut       bool            `json:"timedOut,omitempty"`
+}
+
+// Code classifies a failure; the face maps it to its wire.
+type Code string
+
+// Failure codes (spec §12 categories).
+const (
+	CodeInvalid         Code = "invalid_command"
+	CodeUnknownCommand  Code = "unknown_command"
+	CodeShuttingDown    Code = "shutting_down"
+	CodeConflict        Code = "conflict"
+	CodeDependency      Code = "dependency_failed"
+	CodeVersionMismatch Code = "version_mismatch"
+	CodeSessionNotFound Code = "session_not_found"
+	CodeTimeout         Code = "timeout"
+	CodeInterrupted     Code = "interrupted"
+	CodeFailed          Code = "failed" // the handler returned a plain error
+	CodeInternal        Code = "internal"
+)
+
+// Error is the one error type clients see. Handlers may return an *Error to
+// choose the code; any other error becomes CodeFailed with its text.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Errorf builds an *Error.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Error strings. The pi-server spec gives verbatim strings for conflicts
+// (via the issue) and for "Session <id> not found" (§22.1); the others are
+// ours, chosen to contain the words clients of pi-server match on.
+const (
+	msgShuttingDown = "Server is shutting down"
+	msgInterrupted  = "Command interrupted by server restart"
+)
+
+func errShuttingDown() *Error        { return &Error{CodeShuttingDown, msgShuttingDown} }
+func errConflictID(id string) *Error { return Errorf(CodeConflict, "Conflicting id '%s'", id) }
+func errConflictKey(k string) *Error {
+	return Errorf(CodeConflict, "Conflicting idempotencyKey '%s'", k)
+}
+func errSessionNotFound(s string) *Error {
+	return Errorf(CodeSessionNotFound, "Session %s not found", s)
+}
+
+// EventType names a global lifecycle event.
+type EventType string
+
+// Lifecycle events (spec §6.2, §7.2).
+const (
+	CommandAccepted EventType = "command_accepted"
+	CommandStarted  EventType = "command_started"
+	CommandFinished EventType = "command_finished"
+)
+
+// Event is a global lifecycle event for an admitted command. The outcome
+// fields are set on CommandFinished only.
+type Event struct {
+	Type           EventType `json:"type"`
+	CommandID      string    `json:"commandId,omitempty"`
+	Command        string    `json:"command"`
+	SessionID      string    `json:"sessionId,omitempty"`
+	Lane           string    `json:"lane"`
+	Success        bool      `json:"success,omitempty"`
+	Err            *Error    `json:"error,omitempty"`
+	Replayed       bool      `json:"replayed,omitempty"`
+	TimedOut       bool      `json:"timedOut,omitempty"`
+	SessionVersion *int      `json:"sessionVersion,omitempty"`
+}
+
+// Class groups commands for timeouts and scheduling.
+type Class string
+
+// Command classes. Control commands are never queued behind their lane:
+// abort, abort_bash, abort_retry, abort_compaction, get_state,
+// extension_ui_response must not wait for a running prompt.
+const (
+	ClassControl Class = "control"
+	ClassRead    Class = "read"
+	ClassMutate  Class = "mutate"
+	ClassLong    Class = "long"
+)
+
+// LaneKind says which lane serializes a command.
+type LaneKind int
+
+// Lane kinds (spec §7.3).
+const (
+	LaneServer  LaneKind = iota // lane "server"; idempotency scope "server"
+	LaneSession                 // lane "session:<sessionId>"; sessionId required
+)
+
+// Handler executes one command type.
+type Handler struct {
+	Class Class
+	Lane  LaneKind
+	// Mutating commands bump the session's version by one when they
+	// succeed on a session that existed when they started.
+	Mutating bool
+	// Timeout overrides the class timeout; negative means none.
+	Timeout time.Duration
+	Run     func(ctx context.Context, cmd Command) (json.RawMessage, error)
+}
+
+// Registry maps command types to handlers.
+type Registry map[string]Handler
+
+// Default limits.
+const (
+	DefaultIdempotencyTTL    = 10 * time.Minute
+	DefaultOutcomeRetention  = 24 * time.Hour
+	DefaultDependencyTimeout = 30 * time.Second
+)
+
+// DefaultClassTimeouts are used for classes missing from Options.ClassTimeouts.
+// Zero means no timeout.
+var DefaultClassTimeouts = map[Class]time.Duration{
+	ClassControl: 10 * time.Second,
+	ClassRead:    30 * time.Second,
+	ClassMutate:  60 * time.Second,
+	ClassLong:    0,
+}
+
+// Options configure a Pipeline. Emit and OnJournalError are called without
+// the pipeline's lock held but must not block for long.
+type Options struct {
+	Registry          Registry
+	Journal           Journal // nil: an in-memory journal
+	Emit              func(Event)
+	IdempotencyTTL    time.Duration
+	OutcomeRetention  time.Duration // how long outcomes by id are kept
+	DependencyTimeout time.Duration
+	ClassTimeouts     map[Class]time.Duration
+	// OnJournalError learns of a failed durable write of an outcome (the
+	// response is still delivered and replayable until restart).
+	OnJournalError func(error)
+}
