@@ -222,11 +222,12 @@ func (s *Session) newFile(parent string) (*transcript.File, error) {
 func (s *Session) adopt(f *transcript.File) error {
 	c := f.Context(f.Leaf())
 	// The agent's messages are the transcript's own (immutable) ones, not
-	// the copies Context builds: a loaded session holds each message once.
-	items := pathItems(f)
-	msgs := make([]*llm.Message, len(items))
-	for i, it := range items {
-		msgs[i] = it.msg
+	// the copies in c.Messages: a loaded session holds each message once.
+	items := make([]item, len(c.Items))
+	msgs := make([]*llm.Message, len(c.Items))
+	for i, it := range c.Items {
+		items[i] = item{it.EntryID, it.Message}
+		msgs[i] = it.Message
 	}
 	if err := s.agent.SetMessages(msgs); err != nil {
 		return err
@@ -278,52 +279,6 @@ func lastCompactionDetails(f *transcript.File) *compaction.Details {
 		}
 	}
 	return nil
-}
-
-// pathItems pairs the messages of f's current context with their entry
-// ids, the way transcript.Context builds them.
-func pathItems(f *transcript.File) []item {
-	path := f.Branch(f.Leaf())
-	last := -1
-	for i, e := range path {
-		if e.Type == transcript.TypeCompaction {
-			last = i
-		}
-	}
-	var out []item
-	add := func(e transcript.Entry) {
-		switch e.Type {
-		case transcript.TypeMessage:
-			out = append(out, item{e.ID, e.Message})
-		case transcript.TypeCustomMessage:
-			out = append(out, item{e.ID, &llm.Message{Role: llm.RoleCustom, CustomType: e.CustomType, Content: e.Content, Display: e.Display, Details: e.Details}})
-		case transcript.TypeBranchSummary:
-			if e.Summary != "" {
-				out = append(out, item{e.ID, &llm.Message{Role: llm.RoleBranchSummary, Summary: e.Summary, FromID: e.FromID}})
-			}
-		}
-	}
-	if last < 0 {
-		for _, e := range path {
-			add(e)
-		}
-		return out
-	}
-	ce := path[last]
-	out = append(out, item{ce.ID, &llm.Message{Role: llm.RoleCompactionSummary, Summary: ce.Summary, TokensBefore: ce.TokensBefore}})
-	kept := false
-	for _, e := range path[:last] {
-		if e.ID == ce.FirstKeptEntryID {
-			kept = true
-		}
-		if kept {
-			add(e)
-		}
-	}
-	for _, e := range path[last+1:] {
-		add(e)
-	}
-	return out
 }
 
 // Subscribe calls fn for every event from now on, in seq order, on the

@@ -8,10 +8,21 @@ import (
 // send (pi's AgentMessage list, before the agent turns custom and summary
 // messages into user messages) and the model and thinking level in force.
 type Context struct {
-	Messages      []llm.Message
+	Messages []llm.Message
+	// Items are the same messages paired with the entry each comes from
+	// (the compaction entry for the summary). Message entries' messages
+	// are the File's own, shared, never to be modified; a session keeps
+	// them as its conversation without copying.
+	Items         []ContextItem
 	ThinkingLevel llm.ThinkingLevel // "off" unless a thinking_level_change says otherwise
 	Provider      string            // "" if no model is known on the path
 	ModelID       string
+}
+
+// ContextItem is one message of a context and the entry it comes from.
+type ContextItem struct {
+	EntryID string
+	Message *llm.Message
 }
 
 // Context builds the context at leafID by pi's rules (buildSessionContext):
@@ -66,54 +77,64 @@ func buildContext(path []*Entry) Context {
 			compaction = i
 		}
 	}
+	add := func(e *Entry) {
+		if m := contextMessage(e); m != nil {
+			c.Items = append(c.Items, ContextItem{e.ID, m})
+		}
+	}
 	if compaction < 0 {
-		c.Messages = make([]llm.Message, 0, len(path))
+		c.Items = make([]ContextItem, 0, len(path))
 		for _, e := range path {
-			c.Messages = appendContextMessage(c.Messages, e)
+			add(e)
 		}
-		return c
+	} else {
+		ce := path[compaction]
+		c.Items = make([]ContextItem, 0, len(path)-compaction+1)
+		c.Items = append(c.Items, ContextItem{ce.ID, &llm.Message{Role: llm.RoleCompactionSummary, Summary: ce.Summary,
+			TokensBefore: ce.TokensBefore, Timestamp: unixMilli(ce.Timestamp)}})
+		kept := false
+		for _, e := range path[:compaction] {
+			if e.ID == ce.FirstKeptEntryID {
+				kept = true
+			}
+			if kept {
+				add(e)
+			}
+		}
+		for _, e := range path[compaction+1:] {
+			add(e)
+		}
 	}
-	ce := path[compaction]
-	c.Messages = make([]llm.Message, 0, len(path)-compaction+1)
-	c.Messages = append(c.Messages, llm.Message{Role: llm.RoleCompactionSummary, Summary: ce.Summary,
-		TokensBefore: ce.TokensBefore, Timestamp: unixMilli(ce.Timestamp)})
-	kept := false
-	for _, e := range path[:compaction] {
-		if e.ID == ce.FirstKeptEntryID {
-			kept = true
-		}
-		if kept {
-			c.Messages = appendContextMessage(c.Messages, e)
-		}
-	}
-	for _, e := range path[compaction+1:] {
-		c.Messages = appendContextMessage(c.Messages, e)
+	c.Messages = make([]llm.Message, len(c.Items))
+	for i, it := range c.Items {
+		m := *it.Message
+		// Clip so that a caller appending content cannot write into the
+		// stored message's spare capacity.
+		m.Content = m.Content[:len(m.Content):len(m.Content)]
+		c.Messages[i] = m
 	}
 	return c
 }
 
-func appendContextMessage(msgs []llm.Message, e *Entry) []llm.Message {
+// contextMessage is what entry e contributes to a context, nil for
+// nothing. A message entry contributes its own stored message.
+func contextMessage(e *Entry) *llm.Message {
 	if e.raw != nil {
-		return msgs
+		return nil
 	}
 	switch e.Type {
 	case TypeMessage:
-		m := *e.Message
-		// Clip so that a caller appending content cannot write into the
-		// stored message's spare capacity.
-		m.Content = m.Content[:len(m.Content):len(m.Content)]
-		return append(msgs, m)
+		return e.Message
 	case TypeCustomMessage:
-		return append(msgs, llm.Message{Role: llm.RoleCustom, CustomType: e.CustomType,
-			Content: e.Content[:len(e.Content):len(e.Content)], Display: e.Display, Details: e.Details,
-			Timestamp: unixMilli(e.Timestamp)})
+		return &llm.Message{Role: llm.RoleCustom, CustomType: e.CustomType, Content: e.Content,
+			Display: e.Display, Details: e.Details, Timestamp: unixMilli(e.Timestamp)}
 	case TypeBranchSummary:
 		if e.Summary != "" {
-			return append(msgs, llm.Message{Role: llm.RoleBranchSummary, Summary: e.Summary,
-				FromID: e.FromID, Timestamp: unixMilli(e.Timestamp)})
+			return &llm.Message{Role: llm.RoleBranchSummary, Summary: e.Summary,
+				FromID: e.FromID, Timestamp: unixMilli(e.Timestamp)}
 		}
 	}
-	return msgs
+	return nil
 }
 
 // unixMilli is JavaScript's new Date(iso).getTime(); 0 where pi would get

@@ -1314,3 +1314,24 @@ func TestMemorySessionWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestContextItemsNameTheirEntries(t *testing.T) {
+	f, err := Open(piExample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := f.Context(f.Leaf())
+	if len(c.Items) != len(c.Messages) || len(c.Items) != 9 {
+		t.Fatalf("%d items, %d messages", len(c.Items), len(c.Messages))
+	}
+	// The summary comes from the compaction entry, the rest from their
+	// message entries, sharing the stored message.
+	if c.Items[0].EntryID != "ddacdd0a" || c.Items[0].Message.Role != llm.RoleCompactionSummary {
+		t.Fatalf("first item %+v", c.Items[0])
+	}
+	e, _ := f.Entry("42f34fa1")
+	if c.Items[1].EntryID != "42f34fa1" || c.Items[1].Message != e.Message {
+		t.Fatalf("second item %+v", c.Items[1])
+	}
+}
