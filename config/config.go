@@ -33,6 +33,10 @@ type Config struct {
 	StreamIdleTimeout time.Duration
 	// KeyCommandTimeout bounds an "!command" apiKey in models.json.
 	KeyCommandTimeout time.Duration
+	// envErrs are environment values that did not parse; Check reports
+	// them, so a typo never silently falls back to a default.
+	envErrs []error
+
 	// Getenv resolves API keys (ANTHROPIC_API_KEY, OPENAI_API_KEY, names
 	// used in models.json). It is the process environment in production
 	// and a map in tests.
@@ -63,7 +67,9 @@ func Defaults(getenv func(string) string) Config {
 		}
 	}
 	if v := getenv("AGENTD_LOG_LEVEL"); v != "" {
-		_ = c.LogLevel.UnmarshalText([]byte(v)) // checked again by Check via the flag
+		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+			c.envErrs = append(c.envErrs, fmt.Errorf("AGENTD_LOG_LEVEL=%q: want debug, info, warn or error", v))
+		}
 	}
 	if v := getenv("AGENTD_LOG_FORMAT"); v != "" {
 		c.LogFormat = v
@@ -71,6 +77,8 @@ func Defaults(getenv func(string) string) Config {
 	if v := getenv("AGENTD_STREAM_IDLE_TIMEOUT"); v != "" {
 		if d, err := time.ParseDuration(v); err == nil {
 			c.StreamIdleTimeout = d
+		} else {
+			c.envErrs = append(c.envErrs, fmt.Errorf("AGENTD_STREAM_IDLE_TIMEOUT=%q: want a duration such as 5m or 90s", v))
 		}
 	}
 	return c
@@ -89,7 +97,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 // Check validates c and resolves shorthand values. It is called once,
 // after flags are parsed.
 func (c *Config) Check() error {
-	var errs []error
+	errs := append([]error(nil), c.envErrs...)
 	if c.ConfigDir == "" {
 		errs = append(errs, errors.New("no config directory: set HOME, AGENTD_CONFIG_DIR or --config-dir"))
 	}
