@@ -82,7 +82,7 @@ func newNormalized(name string, env Env) (Tool, error) {
 	case "write":
 		return &writeTool{env: env}, nil
 	case "grep":
-		return &grepTool{env: env}, nil
+		return &grepTool{env: env, inMemory: grepInMemory}, nil
 	case "find":
 		return &findTool{env: env}, nil
 	case "ls":
@@ -104,7 +104,7 @@ func NewEdit(env Env) Tool { return &editTool{env: env.normalize()} }
 func NewBash(env Env) Tool { return &bashTool{env: env.normalize()} }
 
 // NewGrep returns the grep tool.
-func NewGrep(env Env) Tool { return &grepTool{env: env.normalize()} }
+func NewGrep(env Env) Tool { return &grepTool{env: env.normalize(), inMemory: grepInMemory} }
 
 // NewFind returns the find tool.
 func NewFind(env Env) Tool { return &findTool{env: env.normalize()} }

@@ -28,10 +28,15 @@ const (
 )
 
 // grepInMemory is the largest file searched as one buffer; bigger files
-// are streamed line by line. A variable so tests can exercise streaming.
-var grepInMemory int64 = 64 << 20
+// are streamed line by line.
+const grepInMemory int64 = 64 << 20
 
-type grepTool struct{ env Env }
+type grepTool struct {
+	env Env
+	// inMemory is the in-memory threshold; tests lower it to exercise
+	// streaming on small files.
+	inMemory int64
+}
 
 // GrepDetails are the details of a grep result, in pi's shape.
 type GrepDetails struct {
@@ -54,6 +59,7 @@ type grepQuery struct {
 	literal    bool
 	context    int
 	limit      int
+	inMemory   int64
 
 	line  *regexp.Regexp // matches one line
 	multi *regexp.Regexp // (?m) form for whole-buffer prefiltering; nil when unsafe
@@ -67,7 +73,7 @@ type grepQuery struct {
 
 func (t *grepTool) Execute(ctx context.Context, call Call, _ func(Result)) Result {
 	a := parseArgs("grep", call.Args)
-	var q grepQuery
+	q := grepQuery{inMemory: t.inMemory}
 	q.pattern, _ = a.str("pattern", true)
 	path, _ := a.str("path", false)
 	q.glob, _ = a.str("glob", false)
@@ -401,7 +407,7 @@ func (q *grepQuery) searchFile(ctx context.Context, abs, display string, max int
 	if !fi.Mode().IsRegular() {
 		return fileHits{}, nil
 	}
-	if fi.Size() > grepInMemory {
+	if fi.Size() > q.inMemory {
 		return q.searchStream(ctx, f, display, max)
 	}
 	if int64(cap(*buf)) < fi.Size()+1 {

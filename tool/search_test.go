@@ -201,13 +201,10 @@ func TestGrepLimits(t *testing.T) {
 // TestGrepStreaming searches with the in-memory threshold lowered, so the
 // line-by-line path runs on ordinary files.
 func TestGrepStreaming(t *testing.T) {
-	old := grepInMemory
-	grepInMemory = 0
-	defer func() { grepInMemory = old }()
 	env := testEnv(t)
 	writeFile(t, filepath.Join(env.Cwd, "f.txt"), "a\nx1\nb\nx2\nc\nd\ne\nx3")
 	writeFile(t, filepath.Join(env.Cwd, "g.bin"), "x\x00")
-	g := NewGrep(env)
+	g := &grepTool{env: env.normalize(), inMemory: 0}
 	if got := mustOK(t, run(t, g, map[string]any{"pattern": "x"})); got != "f.txt:2: x1\nf.txt:4: x2\nf.txt:8: x3" {
 		t.Fatalf("got\n%s", got)
 	}
