@@ -66,7 +66,7 @@ func (s *Session) PromptThen(m *llm.Message, b Behavior, accepted func()) error 
 		return ErrBusy
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s.runCancel, s.runDone, s.aborting = cancel, make(chan struct{}), false
+	s.runCancel, s.runDone = cancel, make(chan struct{})
 	done := s.runDone
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -143,7 +143,6 @@ func (s *Session) Abort() {
 	s.mu.Lock()
 	cancel, done := s.runCancel, s.runDone
 	compactCancel := s.compactCancel
-	s.aborting = true
 	s.mu.Unlock()
 	if compactCancel != nil {
 		compactCancel()
@@ -199,7 +198,7 @@ func (s *Session) run(ctx context.Context, m *llm.Message) Outcome {
 		if e.ContextOverflow() && !overflowRetried {
 			overflowRetried = true
 			s.dropLast(last)
-			if s.doCompact(ctx, "overflow", "", true) != nil {
+			if _, err := s.compactNow(ctx, "overflow", "", true); err != nil {
 				break
 			}
 			s.setState(StateRunning, "")
@@ -302,7 +301,7 @@ func (s *Session) maybeAutoCompact(ctx context.Context) {
 	if !compaction.ShouldCompact(tokens, model.ContextWindow, settings) {
 		return
 	}
-	if err := s.doCompact(ctx, "threshold", "", false); err != nil {
+	if _, err := s.compactNow(ctx, "threshold", "", false); err != nil {
 		s.log.Warn("automatic compaction failed", "err", err)
 	}
 }
@@ -316,15 +315,7 @@ func (s *Session) Compact(ctx context.Context, instructions string) (*Compaction
 		return nil, errors.New("cannot compact while the agent is processing; abort first")
 	}
 	s.mu.Unlock()
-	var res *CompactionResult
-	var err error
-	res, err = s.compactNow(ctx, "manual", instructions, false)
-	return res, err
-}
-
-func (s *Session) doCompact(ctx context.Context, reason, instructions string, willRetry bool) error {
-	_, err := s.compactNow(ctx, reason, instructions, willRetry)
-	return err
+	return s.compactNow(ctx, "manual", instructions, false)
 }
 
 // compactNow runs one compaction and emits its start and end.
