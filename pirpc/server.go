@@ -20,6 +20,7 @@ import (
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/piwire"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/settings"
 )
@@ -84,11 +85,11 @@ func (srv *Server) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	lines := make(chan []byte)
 	readErr := make(chan error, 1)
 	go func() {
-		lr := newLineReader(in, srv.opt.MaxLineBytes)
+		lr := piwire.NewLineReader(in, srv.opt.MaxLineBytes)
 		for {
-			line, err := lr.next()
-			if errors.Is(err, errTooLong) {
-				srv.out.write(marshal(failure(nil, "parse", fmt.Sprintf("Failed to parse command: line exceeds the maximum size of %d bytes", srv.opt.MaxLineBytes))))
+			line, err := lr.Next()
+			if errors.Is(err, piwire.ErrLineTooLong) {
+				srv.out.write(piwire.Marshal(failure(nil, "parse", fmt.Sprintf("Failed to parse command: line exceeds the maximum size of %d bytes", srv.opt.MaxLineBytes))))
 				continue
 			}
 			if err != nil {
@@ -160,7 +161,7 @@ func failure(id *string, cmd, msg string) response {
 	return response{ID: id, Type: "response", Command: cmd, Success: false, Error: msg}
 }
 
-func (srv *Server) reply(v any) { srv.out.write(marshal(v)) }
+func (srv *Server) reply(v any) { srv.out.write(piwire.Marshal(v)) }
 
 // async runs a command that waits (abort, compact, bash) without holding
 // up the commands after it.
@@ -535,7 +536,7 @@ func (srv *Server) dispatch(c *command) {
 			b = append(b, ',')
 		}
 		b = append(b, `"type":"response","command":"get_messages","success":true,"data":{"messages":`...)
-		b = appendMessages(b, srv.s.Messages())
+		b = piwire.AppendMessages(b, srv.s.Messages())
 		b = append(b, `}}`...)
 		srv.out.write(b)
 	case "get_commands":
@@ -545,6 +546,13 @@ func (srv *Server) dispatch(c *command) {
 	default:
 		srv.reply(failure(nil, typ, "Unknown command: "+typ))
 	}
+}
+
+// uiRequestFrame is pi's extension_ui_request: the dialog with an "id".
+type uiRequestFrame struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+	piwire.Dialog
 }
 
 type bashResult struct {
@@ -598,44 +606,7 @@ func (srv *Server) state() stateData {
 	}
 }
 
-func (srv *Server) stats() any {
-	st := srv.s.Stats()
-	type tokens struct {
-		Input      int64 `json:"input"`
-		Output     int64 `json:"output"`
-		CacheRead  int64 `json:"cacheRead"`
-		CacheWrite int64 `json:"cacheWrite"`
-		Total      int64 `json:"total"`
-	}
-	type usage struct {
-		Tokens        *int64   `json:"tokens"` // null right after a compaction
-		ContextWindow int64    `json:"contextWindow"`
-		Percent       *float64 `json:"percent"`
-	}
-	type stats struct {
-		SessionFile       string  `json:"sessionFile,omitempty"`
-		SessionID         string  `json:"sessionId"`
-		UserMessages      int     `json:"userMessages"`
-		AssistantMessages int     `json:"assistantMessages"`
-		ToolCalls         int     `json:"toolCalls"`
-		ToolResults       int     `json:"toolResults"`
-		TotalMessages     int     `json:"totalMessages"`
-		Tokens            tokens  `json:"tokens"`
-		Cost              float64 `json:"cost"`
-		ContextUsage      *usage  `json:"contextUsage,omitempty"`
-	}
-	t := st.Tokens
-	out := stats{SessionFile: st.SessionFile, SessionID: st.SessionID, UserMessages: st.UserMessages, AssistantMessages: st.AssistantMessages,
-		ToolCalls: st.ToolCalls, ToolResults: st.ToolResults, TotalMessages: st.TotalMessages,
-		Tokens: tokens{t.Input, t.Output, t.CacheRead, t.CacheWrite, t.Input + t.Output + t.CacheRead + t.CacheWrite}, Cost: t.Cost.Total}
-	if st.ContextWindow > 0 {
-		out.ContextUsage = &usage{ContextWindow: st.ContextWindow}
-		if !st.ContextUnknown {
-			out.ContextUsage.Tokens, out.ContextUsage.Percent = &st.ContextTokens, &st.ContextPercent
-		}
-	}
-	return out
-}
+func (srv *Server) stats() any { return piwire.SessionStats(srv.s.Stats()) }
 
 // export writes the session as HTML to path, or to a file named for the
 // session in the working directory.
@@ -664,12 +635,12 @@ func (srv *Server) export(path string) (string, error) {
 // stdout never stalls the session.
 func (srv *Server) onEvent(ev session.Event) {
 	if ev.Type == session.EventInteractionRequested {
-		if line := uiRequest(ev.Interaction.Request); line != nil {
-			srv.out.write(line)
+		if d, ok := piwire.NewDialog(ev.Interaction.Request, false); ok {
+			srv.out.write(piwire.Marshal(uiRequestFrame{Type: "extension_ui_request", ID: ev.Interaction.Request.ID, Dialog: d}))
 		}
 		return
 	}
-	if line := encodeEvent(nil, ev, srv.opt.Delta); line != nil {
+	if line := piwire.AppendEvent(nil, ev, srv.opt.Delta); line != nil {
 		srv.out.write(line)
 	}
 }
@@ -683,7 +654,7 @@ func (srv *Server) answerUI(c *command) {
 	if !ok {
 		return // pi ignores responses to unknown ids
 	}
-	resp, err := uiResponse(req, c)
+	resp, err := piwire.Answer{Value: c.Value, Confirmed: c.Confirmed, Cancelled: c.Cancelled}.Response(req)
 	if err != nil {
 		srv.log.Warn("extension_ui_response", "id", *c.ID, "err", err)
 		return

@@ -1,4 +1,8 @@
-package pirpc
+// Package piwire encodes agentd's session events and messages in pi's wire
+// shapes (pi's AgentSessionEvent JSON), shared by the faces that speak pi's
+// protocols: pi's RPC mode sends them as they are, the pi-server protocol
+// wraps them in its event envelope.
+package piwire
 
 import (
 	"bytes"
@@ -11,9 +15,9 @@ import (
 	"github.com/agentd-dev/agentd/tool"
 )
 
-// marshal encodes v as JSON the way JSON.stringify does: no HTML
+// Marshal encodes v as JSON the way JSON.stringify does: no HTML
 // escaping, no trailing newline.
-func marshal(v any) []byte {
+func Marshal(v any) []byte {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -23,7 +27,7 @@ func marshal(v any) []byte {
 	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'})
 }
 
-func appendMessage(b []byte, m *llm.Message) []byte {
+func AppendMessage(b []byte, m *llm.Message) []byte {
 	out, err := m.AppendJSON(b)
 	if err != nil {
 		return append(b, "null"...)
@@ -31,13 +35,13 @@ func appendMessage(b []byte, m *llm.Message) []byte {
 	return out
 }
 
-func appendMessages(b []byte, ms []*llm.Message) []byte {
+func AppendMessages(b []byte, ms []*llm.Message) []byte {
 	b = append(b, '[')
 	for i, m := range ms {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendMessage(b, m)
+		b = AppendMessage(b, m)
 	}
 	return append(b, ']')
 }
@@ -68,7 +72,7 @@ func appendToolResult(b []byte, r *tool.Result) []byte {
 		case json.RawMessage:
 			b = appendRaw(b, "details", d)
 		default:
-			b = appendRaw(b, "details", marshal(d))
+			b = appendRaw(b, "details", Marshal(d))
 		}
 	}
 	return append(b, '}')
@@ -81,9 +85,9 @@ func args(a json.RawMessage) []byte {
 	return a
 }
 
-// encodeEvent writes one session event as a pi RPC event line, or
+// AppendEvent appends one session event as pi's event JSON to b, or
 // returns nil for events pi does not have.
-func encodeEvent(b []byte, ev session.Event, delta bool) []byte {
+func AppendEvent(b []byte, ev session.Event, delta bool) []byte {
 	if ev.Agent != nil {
 		if m := ev.Agent.Message; m != nil && m.Role == llm.RoleBashExecution {
 			return nil // pi records a user bash command without an event
@@ -92,7 +96,7 @@ func encodeEvent(b []byte, ev session.Event, delta bool) []byte {
 	}
 	switch ev.Type {
 	case session.EventCompactionStart:
-		return append(b, marshal(struct {
+		return append(b, Marshal(struct {
 			Type   string `json:"type"`
 			Reason string `json:"reason"`
 		}{"compaction_start", ev.Reason})...)
@@ -105,9 +109,9 @@ func encodeEvent(b []byte, ev session.Event, delta bool) []byte {
 			WillRetry    bool                      `json:"willRetry"`
 			ErrorMessage string                    `json:"errorMessage,omitempty"`
 		}
-		return append(b, marshal(end{"compaction_end", ev.Reason, ev.Compaction, ev.Aborted, ev.WillRetry, ev.ErrorMessage})...)
+		return append(b, Marshal(end{"compaction_end", ev.Reason, ev.Compaction, ev.Aborted, ev.WillRetry, ev.ErrorMessage})...)
 	case session.EventAutoRetryStart:
-		return append(b, marshal(struct {
+		return append(b, Marshal(struct {
 			Type         string `json:"type"`
 			Attempt      int    `json:"attempt"`
 			MaxAttempts  int    `json:"maxAttempts"`
@@ -115,19 +119,19 @@ func encodeEvent(b []byte, ev session.Event, delta bool) []byte {
 			ErrorMessage string `json:"errorMessage"`
 		}{"auto_retry_start", ev.Attempt, ev.MaxAttempts, ev.DelayMs, ev.ErrorMessage})...)
 	case session.EventAutoRetryEnd:
-		return append(b, marshal(struct {
+		return append(b, Marshal(struct {
 			Type       string `json:"type"`
 			Success    bool   `json:"success"`
 			Attempt    int    `json:"attempt"`
 			FinalError string `json:"finalError,omitempty"`
 		}{"auto_retry_end", ev.Success, ev.Attempt, ev.FinalError})...)
 	case session.EventSessionInfoChanged:
-		return append(b, marshal(struct {
+		return append(b, Marshal(struct {
 			Type string `json:"type"`
 			Name string `json:"name,omitempty"`
 		}{"session_info_changed", ev.Name})...)
 	case session.EventThinkingLevelChanged:
-		return append(b, marshal(struct {
+		return append(b, Marshal(struct {
 			Type  string            `json:"type"`
 			Level llm.ThinkingLevel `json:"level"`
 		}{"thinking_level_changed", ev.ThinkingLevel})...)
@@ -143,15 +147,15 @@ func encodeAgent(b []byte, a *agent.Event, delta bool) []byte {
 	case agent.EventAgentStart, agent.EventTurnStart:
 	case agent.EventAgentEnd:
 		b = append(b, `,"messages":`...)
-		b = appendMessages(b, a.Messages)
+		b = AppendMessages(b, a.Messages)
 	case agent.EventTurnEnd:
 		b = append(b, `,"message":`...)
-		b = appendMessage(b, a.Message)
+		b = AppendMessage(b, a.Message)
 		b = append(b, `,"toolResults":`...)
-		b = appendMessages(b, a.ToolResults)
+		b = AppendMessages(b, a.ToolResults)
 	case agent.EventMessageStart, agent.EventMessageEnd:
 		b = append(b, `,"message":`...)
-		b = appendMessage(b, a.Message)
+		b = AppendMessage(b, a.Message)
 	case agent.EventMessageUpdate:
 		u := a.Update
 		b = append(b, `,"assistantMessageEvent":{"type":`...)
@@ -178,7 +182,7 @@ func encodeAgent(b []byte, a *agent.Event, delta bool) []byte {
 		// it. Encode it once and copy the bytes.
 		b = append(b, `,"partial":`...)
 		start := len(b)
-		b = appendMessage(b, a.Message)
+		b = AppendMessage(b, a.Message)
 		msg := b[start:]
 		b = append(b, `},"message":`...)
 		b = append(b, msg...)
@@ -207,9 +211,9 @@ func encodeAgent(b []byte, a *agent.Event, delta bool) []byte {
 		b = strconv.AppendBool(b, a.IsError)
 	case agent.EventQueueUpdate:
 		b = append(b, `,"steering":`...)
-		b = append(b, marshal(nonNil(a.Steering))...)
+		b = append(b, Marshal(nonNil(a.Steering))...)
 		b = append(b, `,"followUp":`...)
-		b = append(b, marshal(nonNil(a.FollowUp))...)
+		b = append(b, Marshal(nonNil(a.FollowUp))...)
 	}
 	return append(b, '}')
 }

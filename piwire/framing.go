@@ -1,4 +1,4 @@
-package pirpc
+package piwire
 
 import (
 	"bufio"
@@ -7,29 +7,35 @@ import (
 	"io"
 )
 
-// lineReader splits input into records on LF only (a trailing CR is
+// LineReader splits input into records on LF only (a trailing CR is
 // stripped), as pi's RPC framing requires: U+2028 and U+2029 inside JSON
 // strings never end a record. A record longer than max is skipped up to
-// its newline and reported as errTooLong, and reading goes on.
-type lineReader struct {
+// its newline and reported as ErrLineTooLong, and reading goes on.
+type LineReader struct {
 	r   *bufio.Reader
 	max int
 	buf []byte
+	// Skipped is the length of the last record skipped as too long.
+	Skipped int
 }
 
-var errTooLong = errors.New("line too long")
+// ErrLineTooLong reports a record longer than the reader's maximum.
+var ErrLineTooLong = errors.New("line too long")
 
-func newLineReader(r io.Reader, max int) *lineReader {
-	return &lineReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
+// NewLineReader reads records of at most max bytes from r.
+func NewLineReader(r io.Reader, max int) *LineReader {
+	return &LineReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
 }
 
-// next returns the next record. At the end of input it returns io.EOF;
+// Next returns the next record. At the end of input it returns io.EOF;
 // a final record without a newline is still returned first.
-func (l *lineReader) next() ([]byte, error) {
+func (l *LineReader) Next() ([]byte, error) {
 	l.buf = l.buf[:0]
 	tooLong := false
+	n := 0
 	for {
 		chunk, err := l.r.ReadSlice('\n')
+		n += len(chunk)
 		if !tooLong {
 			if len(l.buf)+len(chunk) > l.max+2 { // +2: the CR LF are not content
 				tooLong = true
@@ -41,19 +47,22 @@ func (l *lineReader) next() ([]byte, error) {
 		switch {
 		case err == nil:
 			if tooLong {
-				return nil, errTooLong
+				l.Skipped = n - 1
+				return nil, ErrLineTooLong
 			}
 			line := bytes.TrimSuffix(l.buf, []byte{'\n'})
 			line = bytes.TrimSuffix(line, []byte{'\r'})
 			if len(line) > l.max {
-				return nil, errTooLong
+				l.Skipped = len(line)
+				return nil, ErrLineTooLong
 			}
 			return line, nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case errors.Is(err, io.EOF):
 			if tooLong {
-				return nil, errTooLong
+				l.Skipped = n
+				return nil, ErrLineTooLong
 			}
 			if len(l.buf) > 0 {
 				line := bytes.TrimSuffix(l.buf, []byte{'\r'})

@@ -1,4 +1,4 @@
-package pirpc
+package piwire
 
 import (
 	"errors"
@@ -9,14 +9,14 @@ import (
 
 func TestLineReader(t *testing.T) {
 	in := "a\r\nb\u2028c\n\n" + strings.Repeat("x", 40) + "\nshort\nlast-without-newline"
-	lr := newLineReader(strings.NewReader(in), 20)
+	lr := NewLineReader(strings.NewReader(in), 20)
 	var got []string
 	for {
-		line, err := lr.next()
+		line, err := lr.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		if errors.Is(err, errTooLong) {
+		if errors.Is(err, ErrLineTooLong) {
 			got = append(got, "<too long>")
 			continue
 		}
@@ -34,14 +34,14 @@ func TestLineReader(t *testing.T) {
 func TestLineReaderHugeLineDoesNotBuffer(t *testing.T) {
 	// A 50 MB line against a 1 KB limit is skipped without holding it.
 	r := io.MultiReader(strings.NewReader(strings.Repeat("y", 50<<20)), strings.NewReader("\nok\n"))
-	lr := newLineReader(r, 1024)
-	if _, err := lr.next(); !errors.Is(err, errTooLong) {
+	lr := NewLineReader(r, 1024)
+	if _, err := lr.Next(); !errors.Is(err, ErrLineTooLong) {
 		t.Fatalf("first: %v", err)
 	}
 	if cap(lr.buf) > 1<<20 {
 		t.Fatalf("buffered %d bytes of an over-size line", cap(lr.buf))
 	}
-	line, err := lr.next()
+	line, err := lr.Next()
 	if err != nil || string(line) != "ok" {
 		t.Fatalf("after the long line: %q %v", line, err)
 	}
