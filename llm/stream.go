@@ -52,6 +52,21 @@ type Stream struct {
 	ended  bool // the final event has been handed out
 	cur    Event
 	err    *Error
+	onEnd  []func(*Error)
+}
+
+// OnEnd registers f to be called once when the stream ends, with the
+// error that ended it (nil when it finished normally, an aborted error
+// when it was closed early). Wrappers such as circuit breakers use it to
+// learn the outcome of a stream they hand on. Call it before Next.
+func (s *Stream) OnEnd(f func(err *Error)) { s.onEnd = append(s.onEnd, f) }
+
+func (s *Stream) runOnEnd(err *Error) {
+	fs := s.onEnd
+	s.onEnd = nil
+	for _, f := range fs {
+		f(err)
+	}
 }
 
 // NewStream starts a stream that pulls from dec. Cancelling ctx aborts it
@@ -189,6 +204,7 @@ func (s *Stream) release() {
 		_ = s.dec.Close()
 	}
 	s.cancel(context.Canceled)
+	s.runOnEnd(s.err)
 }
 
 // Event is the current event.
@@ -219,6 +235,11 @@ func (s *Stream) Close() {
 		if s.opened {
 			_ = s.dec.Close()
 		}
+		err := s.err
+		if err == nil {
+			err = &Error{Kind: ErrAborted, Message: "Request was aborted"}
+		}
+		s.runOnEnd(err)
 	}
 }
 

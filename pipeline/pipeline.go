@@ -41,6 +41,8 @@ type Pipeline struct {
 	outKey    map[string]*outcome
 	versions  map[string]int
 	nextSweep time.Time
+	anonBase  string
+	anonSeq   uint64
 }
 
 type outcome struct {
@@ -68,6 +70,8 @@ type flight struct {
 	finished   bool
 	hadSession bool
 
+	anon string // the lifecycle id of a command without an id
+
 	done chan struct{} // closed once resp is final
 	resp Response
 }
@@ -89,6 +93,7 @@ func New(opts Options) (*Pipeline, error) {
 		outID:      map[string]*outcome{},
 		outKey:     map[string]*outcome{},
 		versions:   map[string]int{},
+		anonBase:   fmt.Sprint(time.Now().UnixMilli()),
 	}
 	if p.journal == nil {
 		p.journal = NewMemJournal()
@@ -174,11 +179,20 @@ func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 		return
 	}
 	f := &flight{cmd: cmd, h: h, respond: respond, done: make(chan struct{})}
+	if cmd.ID == "" {
+		p.mu.Lock()
+		p.anonSeq++
+		f.anon = fmt.Sprintf("anon:%s:%d", p.anonBase, p.anonSeq)
+		p.mu.Unlock()
+	}
+	// A server command that names a session (create, delete, load) is
+	// ordered with that session's commands, so a client may send
+	// create_session and its first prompt back to back.
 	f.scope = "server"
-	if h.Lane == LaneSession {
+	if h.Lane == LaneSession || cmd.SessionID != "" {
 		f.scope = "session:" + cmd.SessionID
 	}
-	if h.Class != ClassControl {
+	if h.Class != ClassControl && (h.Bypass == nil || !h.Bypass(cmd)) {
 		f.lane = f.scope
 	}
 	if cmd.IdempotencyKey != "" {
@@ -405,8 +419,8 @@ func (p *Pipeline) execute(f *flight) {
 	if f.h.Timeout != 0 {
 		timeout = f.h.Timeout
 	}
-	ctx, cancel := context.WithCancel(p.hard)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(p.hard)
+	defer cancel(context.Canceled)
 	res := make(chan result, 1)
 	p.wg.Add(1)
 	go func() {
@@ -438,6 +452,7 @@ func (p *Pipeline) execute(f *flight) {
 		}
 	case <-timer:
 		// Terminal: the late completion is discarded (spec §11).
+		cancel(ErrTimeout)
 		p.finish(f, Response{TimedOut: true, Err: Errorf(CodeTimeout,
 			"Command '%s' timed out after %dms", f.cmd.Type, timeout.Milliseconds())})
 	case <-p.hard.Done():
@@ -569,7 +584,16 @@ func (p *Pipeline) emit(f *flight, t EventType, r *Response) {
 	if lane == "" {
 		lane = f.scope
 	}
-	ev := Event{Type: t, CommandID: f.cmd.ID, Command: f.cmd.Type, SessionID: f.cmd.SessionID, Lane: lane}
+	id := f.cmd.ID
+	if id == "" {
+		id = f.anon
+	}
+	deps := f.cmd.DependsOn
+	if deps == nil {
+		deps = []string{}
+	}
+	ev := Event{Type: t, CommandID: id, Command: f.cmd.Type, SessionID: f.cmd.SessionID, DependsOn: deps,
+		IfSessionVersion: f.cmd.IfSessionVersion, IdempotencyKey: f.cmd.IdempotencyKey, Lane: lane}
 	if r != nil {
 		ev.Success, ev.Err, ev.Replayed, ev.TimedOut, ev.SessionVersion = r.Success, r.Err, r.Replayed, r.TimedOut, r.SessionVersion
 	}

@@ -9,6 +9,7 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -99,16 +100,21 @@ const (
 // Event is a global lifecycle event for an admitted command. The outcome
 // fields are set on CommandFinished only.
 type Event struct {
-	Type           EventType `json:"type"`
-	CommandID      string    `json:"commandId,omitempty"`
-	Command        string    `json:"command"`
-	SessionID      string    `json:"sessionId,omitempty"`
-	Lane           string    `json:"lane"`
-	Success        bool      `json:"success,omitempty"`
-	Err            *Error    `json:"error,omitempty"`
-	Replayed       bool      `json:"replayed,omitempty"`
-	TimedOut       bool      `json:"timedOut,omitempty"`
-	SessionVersion *int      `json:"sessionVersion,omitempty"`
+	Type EventType `json:"type"`
+	// CommandID is the command's id, or "anon:<start>:<n>" for a command
+	// sent without one (the same for all three events of the command).
+	CommandID        string   `json:"commandId,omitempty"`
+	Command          string   `json:"command"`
+	SessionID        string   `json:"sessionId,omitempty"`
+	DependsOn        []string `json:"dependsOn"`
+	IfSessionVersion *int     `json:"ifSessionVersion,omitempty"`
+	IdempotencyKey   string   `json:"idempotencyKey,omitempty"`
+	Lane             string   `json:"lane"`
+	Success          bool     `json:"success,omitempty"`
+	Err              *Error   `json:"error,omitempty"`
+	Replayed         bool     `json:"replayed,omitempty"`
+	TimedOut         bool     `json:"timedOut,omitempty"`
+	SessionVersion   *int     `json:"sessionVersion,omitempty"`
 }
 
 // Class groups commands for timeouts and scheduling.
@@ -142,8 +148,16 @@ type Handler struct {
 	Mutating bool
 	// Timeout overrides the class timeout; negative means none.
 	Timeout time.Duration
-	Run     func(ctx context.Context, cmd Command) (json.RawMessage, error)
+	// Bypass, when set, decides per command whether it skips its lane
+	// as control commands do (a prompt that only queues a message into a
+	// running agent must not wait behind that agent's run).
+	Bypass func(cmd Command) bool
+	Run    func(ctx context.Context, cmd Command) (json.RawMessage, error)
 }
+
+// ErrTimeout is the cause of a handler's context when its command timed
+// out (context.Cause), so a handler can tell a timeout from a shutdown.
+var ErrTimeout = errors.New("command timed out")
 
 // Registry maps command types to handlers.
 type Registry map[string]Handler

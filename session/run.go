@@ -78,6 +78,7 @@ func (s *Session) PromptThen(m *llm.Message, b Behavior, accepted func()) error 
 		cancel()
 		s.mu.Lock()
 		s.runCancel, s.runDone = nil, nil
+		s.lastOutcome = outcome
 		bash := s.pendingBash
 		s.pendingBash = nil
 		s.mu.Unlock()
@@ -118,6 +119,14 @@ func (s *Session) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.runDone != nil
+}
+
+// LastOutcome is how the most recent run ended, "" before the first run
+// ends. Once Wait has returned for a run, it is that run's outcome.
+func (s *Session) LastOutcome() Outcome {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastOutcome
 }
 
 // Wait blocks until no run is in progress or ctx ends.

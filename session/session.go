@@ -123,6 +123,7 @@ type Session struct {
 	retryAttempt  int // the retry in progress, ended by the next answer that is not an error
 	runCancel     context.CancelFunc
 	runDone       chan struct{}
+	lastOutcome   Outcome
 	compactCancel context.CancelFunc
 	pendingBash   []*llm.Message // user bash results recorded while a run was in progress
 	bashCancel    context.CancelFunc
