@@ -1,0 +1,181 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Serve configures `agentd serve`: where it listens, who may connect and
+// the limits it enforces.
+type Serve struct {
+	// Host and Port are where the WebSocket and HTTP endpoints listen
+	// ($AGENTD_HOST, default 127.0.0.1; $AGENTD_PORT, default 3141).
+	Host string
+	Port int
+	// Stdio serves one client on stdin/stdout instead of listening.
+	Stdio bool
+	// Token, when set, is required of every WebSocket client
+	// ($AGENTD_TOKEN). It is required when Host is not a loopback address.
+	Token string
+	// AllowOrigins are browser origins allowed to connect (host patterns).
+	AllowOrigins StringList
+	// Model is the default model of new sessions (provider/id[:thinking]).
+	Model string
+	// Policy is a permission policy file ($AGENTD_POLICY).
+	Policy string
+	// StreamFormat is "full" (pi's message_update) or "delta".
+	StreamFormat string
+	// SessionsDir holds session files (default <data-dir>/sessions);
+	// AllowSessionDirs are more places load_session accepts files from.
+	SessionsDir      string
+	AllowSessionDirs StringList
+
+	MaxSessions       int
+	MaxConnections    int
+	MaxFrameBytes     int
+	RateLimit         int // commands per minute per session; 0 disables
+	GlobalRateLimit   int // commands per minute for the server; 0 disables
+	MaxPending        int
+	MaxQueuedBytes    int
+	UITimeout         time.Duration
+	ShutdownTimeout   time.Duration
+	DependencyTimeout time.Duration
+	IdempotencyTTL    time.Duration
+	CommandTimeout    time.Duration // long commands (prompt, bash, compact); 0: none
+	Heartbeat         time.Duration
+	EventLogSize      int
+	envErrs           []error
+}
+
+// StringList is a repeatable string flag.
+type StringList []string
+
+func (l *StringList) String() string { return strings.Join(*l, ",") }
+
+// Set adds one value.
+func (l *StringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// ServeDefaults returns serve's configuration before flags, from the
+// environment.
+func ServeDefaults(getenv func(string) string) Serve {
+	s := Serve{
+		Host: "127.0.0.1", Port: 3141, Token: getenv("AGENTD_TOKEN"), Policy: getenv("AGENTD_POLICY"),
+		StreamFormat: "full",
+		MaxSessions:  100, MaxConnections: 1000, MaxFrameBytes: 10 << 20,
+		RateLimit: 100, GlobalRateLimit: 1000, MaxPending: 256, MaxQueuedBytes: 64 << 20,
+		UITimeout: time.Minute, ShutdownTimeout: 30 * time.Second, DependencyTimeout: 30 * time.Second,
+		IdempotencyTTL: 10 * time.Minute, Heartbeat: 30 * time.Second, EventLogSize: 4096,
+	}
+	if v := getenv("AGENTD_HOST"); v != "" {
+		s.Host = v
+	}
+	if v := getenv("AGENTD_PORT"); v != "" {
+		if p, err := strconv.Atoi(v); err == nil {
+			s.Port = p
+		} else {
+			s.envErrs = append(s.envErrs, fmt.Errorf("AGENTD_PORT=%q: want a port number", v))
+		}
+	}
+	for _, e := range []struct {
+		name string
+		dst  *int
+	}{{"AGENTD_MAX_SESSIONS", &s.MaxSessions}, {"AGENTD_MAX_CONNECTIONS", &s.MaxConnections}} {
+		if v := getenv(e.name); v != "" {
+			if n, err := strconv.Atoi(v); err == nil {
+				*e.dst = n
+			} else {
+				s.envErrs = append(s.envErrs, fmt.Errorf("%s=%q: want a number", e.name, v))
+			}
+		}
+	}
+	if v := getenv("AGENTD_SHUTDOWN_TIMEOUT"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			s.ShutdownTimeout = d
+		} else {
+			s.envErrs = append(s.envErrs, fmt.Errorf("AGENTD_SHUTDOWN_TIMEOUT=%q: want a duration such as 30s", v))
+		}
+	}
+	return s
+}
+
+// Register adds serve's flags to fs.
+func (s *Serve) Register(fs *flag.FlagSet) {
+	fs.StringVar(&s.Host, "host", s.Host, "address to listen on; anything but loopback requires --token (env AGENTD_HOST)")
+	fs.IntVar(&s.Port, "port", s.Port, "port to listen on; 0 picks a free one (env AGENTD_PORT)")
+	fs.BoolVar(&s.Stdio, "stdio", false, "serve one client on stdin/stdout instead of listening")
+	fs.StringVar(&s.Token, "token", s.Token, "token clients must present (Authorization: Bearer, or ?token=) (env AGENTD_TOKEN)")
+	fs.Var(&s.AllowOrigins, "allow-origin", "browser origin allowed to connect, as a host pattern (repeatable)")
+	fs.StringVar(&s.Model, "model", "", "default model of new sessions, provider/id[:thinking]")
+	fs.StringVar(&s.Policy, "policy", s.Policy, "permission policy file: allow / ask / deny rules by tool and argument (env AGENTD_POLICY)")
+	fs.StringVar(&s.StreamFormat, "stream-format", s.StreamFormat, "message_update payload: full (pi's) or delta")
+	fs.StringVar(&s.SessionsDir, "sessions-dir", "", "directory for session files (default <data-dir>/sessions)")
+	fs.Var(&s.AllowSessionDirs, "allow-session-dir", "another directory load_session may open files from (repeatable)")
+	fs.IntVar(&s.MaxSessions, "max-sessions", s.MaxSessions, "sessions held at once (env AGENTD_MAX_SESSIONS)")
+	fs.IntVar(&s.MaxConnections, "max-connections", s.MaxConnections, "WebSocket connections at once (env AGENTD_MAX_CONNECTIONS)")
+	fs.IntVar(&s.MaxFrameBytes, "max-frame-bytes", s.MaxFrameBytes, "largest inbound frame or stdio line")
+	fs.IntVar(&s.RateLimit, "rate-limit", s.RateLimit, "commands per minute per session (server commands share one budget); 0 disables")
+	fs.IntVar(&s.GlobalRateLimit, "global-rate-limit", s.GlobalRateLimit, "commands per minute for the whole server; 0 disables")
+	fs.IntVar(&s.MaxPending, "max-pending", s.MaxPending, "commands one connection may have in flight")
+	fs.IntVar(&s.MaxQueuedBytes, "max-queued-bytes", s.MaxQueuedBytes, "bytes waiting to be sent to one client before it is disconnected as too slow")
+	fs.DurationVar(&s.UITimeout, "ui-timeout", s.UITimeout, "how long an approval or question waits for an answer")
+	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", s.ShutdownTimeout, "how long running commands may finish on SIGTERM (env AGENTD_SHUTDOWN_TIMEOUT)")
+	fs.DurationVar(&s.DependencyTimeout, "dependency-timeout", s.DependencyTimeout, "how long a command waits for its dependsOn")
+	fs.DurationVar(&s.IdempotencyTTL, "idempotency-ttl", s.IdempotencyTTL, "how long an idempotencyKey's outcome is replayed")
+	fs.DurationVar(&s.CommandTimeout, "command-timeout", 0, "limit for long commands (prompt, bash, compact); 0 means none")
+	fs.DurationVar(&s.Heartbeat, "heartbeat", s.Heartbeat, "WebSocket ping interval; 0 disables")
+	fs.IntVar(&s.EventLogSize, "event-log-size", s.EventLogSize, "events kept per session for switch_session afterSeq resume")
+}
+
+// Check validates s.
+func (s *Serve) Check() error {
+	errs := append([]error(nil), s.envErrs...)
+	if s.Port < 0 || s.Port > 65535 {
+		errs = append(errs, fmt.Errorf("--port %d: want 0-65535", s.Port))
+	}
+	if !s.Stdio && s.Token == "" && !loopback(s.Host) {
+		errs = append(errs, fmt.Errorf("--host %s is reachable from other machines: set --token (or AGENTD_TOKEN) so only clients with the token can connect", s.Host))
+	}
+	if s.StreamFormat != "full" && s.StreamFormat != "delta" {
+		errs = append(errs, fmt.Errorf("--stream-format %q: want full or delta", s.StreamFormat))
+	}
+	positive := []struct {
+		name string
+		v    int
+	}{{"--max-sessions", s.MaxSessions}, {"--max-connections", s.MaxConnections}, {"--max-pending", s.MaxPending}, {"--event-log-size", s.EventLogSize}}
+	for _, p := range positive {
+		if p.v < 1 {
+			errs = append(errs, fmt.Errorf("%s %d: must be at least 1", p.name, p.v))
+		}
+	}
+	if s.MaxFrameBytes < 1024 {
+		errs = append(errs, fmt.Errorf("--max-frame-bytes %d: must be at least 1024", s.MaxFrameBytes))
+	}
+	if s.MaxQueuedBytes < s.MaxFrameBytes && s.MaxQueuedBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("--max-queued-bytes %d: must be at least 1 MiB", s.MaxQueuedBytes))
+	}
+	if s.RateLimit < 0 || s.GlobalRateLimit < 0 {
+		errs = append(errs, errors.New("rate limits must not be negative (0 disables)"))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--ui-timeout", s.UITimeout}, {"--shutdown-timeout", s.ShutdownTimeout}, {"--dependency-timeout", s.DependencyTimeout}, {"--idempotency-ttl", s.IdempotencyTTL}, {"--command-timeout", s.CommandTimeout}, {"--heartbeat", s.Heartbeat}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %s: must not be negative", d.name, d.v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,469 @@
+package piserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentd-dev/agentd/interaction"
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/pipeline"
+	"github.com/agentd-dev/agentd/piwire"
+	"github.com/agentd-dev/agentd/session"
+)
+
+// frame is an outbound message with a data object, in pi-server's key
+// order.
+type frame struct {
+	Type string `json:"type"`
+	Data any    `json:"data"`
+}
+
+func readyFrame(version string) []byte {
+	type ready struct {
+		ServerVersion   string   `json:"serverVersion"`
+		ProtocolVersion string   `json:"protocolVersion"`
+		Transports      []string `json:"transports"`
+	}
+	return piwire.Marshal(frame{"server_ready", ready{version, ProtocolVersion, []string{"websocket", "stdio"}}})
+}
+
+func shutdownFrame(drain time.Duration) []byte {
+	return piwire.Marshal(struct {
+		Type string `json:"type"`
+		Data struct {
+			Reason    string `json:"reason"`
+			TimeoutMs int64  `json:"timeoutMs"`
+		} `json:"data"`
+	}{Type: "server_shutdown", Data: struct {
+		Reason    string `json:"reason"`
+		TimeoutMs int64  `json:"timeoutMs"`
+	}{"graceful_shutdown", drain.Milliseconds()}})
+}
+
+// wireResponse is the response envelope (spec §5), in pi-server's order.
+type wireResponse struct {
+	ID             string          `json:"id,omitempty"`
+	Type           string          `json:"type"`
+	Command        string          `json:"command"`
+	Success        bool            `json:"success"`
+	Error          string          `json:"error,omitempty"`
+	Data           json.RawMessage `json:"data,omitempty"`
+	SessionVersion *int            `json:"sessionVersion,omitempty"`
+	Replayed       bool            `json:"replayed,omitempty"`
+	TimedOut       bool            `json:"timedOut,omitempty"`
+}
+
+func failureFrame(id, command, msg string) []byte {
+	return piwire.Marshal(wireResponse{ID: id, Type: "response", Command: command, Error: msg})
+}
+
+func responseFrame(r pipeline.Response) []byte {
+	w := wireResponse{ID: r.ID, Type: "response", Command: r.Command, Success: r.Success,
+		SessionVersion: r.SessionVersion, Replayed: r.Replayed, TimedOut: r.TimedOut}
+	if r.Success {
+		w.Data = r.Data
+	} else {
+		w.Error = errorText(r.Err)
+	}
+	if r.Command == "create_session" && r.Success && w.SessionVersion == nil {
+		zero := 0
+		w.SessionVersion = &zero
+	}
+	return piwire.Marshal(w)
+}
+
+// errorText is what a client reads of a failure: the pipeline's and the
+// handlers' errors are written for clients; anything internal is not.
+func errorText(e *pipeline.Error) string {
+	switch {
+	case e == nil:
+		return "unknown error"
+	case e.Code == pipeline.CodeInternal:
+		return "Internal error"
+	}
+	return e.Message
+}
+
+type lifecycleData struct {
+	CommandID        string   `json:"commandId"`
+	CommandType      string   `json:"commandType"`
+	SessionID        string   `json:"sessionId,omitempty"`
+	DependsOn        []string `json:"dependsOn"`
+	IfSessionVersion *int     `json:"ifSessionVersion,omitempty"`
+	IdempotencyKey   string   `json:"idempotencyKey,omitempty"`
+	Success          *bool    `json:"success,omitempty"`
+	Error            string   `json:"error,omitempty"`
+	SessionVersion   *int     `json:"sessionVersion,omitempty"`
+	Replayed         bool     `json:"replayed,omitempty"`
+	TimedOut         bool     `json:"timedOut,omitempty"`
+}
+
+func lifecycleFrame(ev pipeline.Event) []byte {
+	d := lifecycleData{CommandID: ev.CommandID, CommandType: ev.Command, SessionID: ev.SessionID,
+		DependsOn: ev.DependsOn, IfSessionVersion: ev.IfSessionVersion, IdempotencyKey: ev.IdempotencyKey}
+	if ev.Type == pipeline.CommandFinished {
+		ok := ev.Success
+		d.Success = &ok
+		if !ok {
+			d.Error = errorText(ev.Err)
+		}
+		d.SessionVersion, d.Replayed, d.TimedOut = ev.SessionVersion, ev.Replayed, ev.TimedOut
+		if ev.Command == "create_session" && ok && d.SessionVersion == nil {
+			zero := 0
+			d.SessionVersion = &zero
+		}
+	}
+	return piwire.Marshal(struct {
+		Type string        `json:"type"`
+		Data lifecycleData `json:"data"`
+	}{string(ev.Type), d})
+}
+
+// eventFrame wraps a session event in the pi-server event envelope, with
+// agentd's per-session seq so a client can resume; nil for events that
+// have no wire form.
+func (s *Server) eventFrame(sessionID string, ev session.Event) []byte {
+	var inner []byte
+	switch ev.Type {
+	case session.EventInteractionRequested:
+		r := ev.Interaction.Request
+		d, ok := piwire.NewDialog(r, true)
+		if !ok {
+			return nil
+		}
+		inner = piwire.Marshal(struct {
+			Type      string `json:"type"`
+			RequestID string `json:"requestId"`
+			piwire.Dialog
+		}{"extension_ui_request", r.ID, d})
+	case session.EventInteractionResolved:
+		outcome, reason := "answered", ""
+		if res := ev.Interaction.Resolution; res != nil {
+			switch res.By {
+			case interaction.ResolvedAnswered:
+			case interaction.ResolvedTimeout:
+				outcome = "timeout"
+			default:
+				outcome, reason = "cancelled", res.Reason
+			}
+		}
+		inner = piwire.Marshal(struct {
+			Type      string `json:"type"`
+			RequestID string `json:"requestId"`
+			Outcome   string `json:"outcome"`
+			Reason    string `json:"reason,omitempty"`
+		}{"extension_ui_resolved", ev.Interaction.Request.ID, outcome, reason})
+	case session.EventStateChanged, session.EventModelChanged, session.EventTodoUpdated, session.EventSessionChanged:
+		inner = agentdEvent(ev)
+	default:
+		inner = piwire.AppendEvent(nil, ev, s.opt.Delta)
+	}
+	if inner == nil {
+		return nil
+	}
+	b := make([]byte, 0, len(inner)+len(sessionID)+64)
+	b = append(b, `{"type":"event","sessionId":`...)
+	b = llm.AppendJSONString(b, sessionID)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, ev.Seq, 10)
+	b = append(b, `,"event":`...)
+	b = append(b, inner...)
+	return append(b, '}')
+}
+
+// agentdEvent encodes the session events pi has no event for; clients
+// that do not know them ignore them (spec §14).
+func agentdEvent(ev session.Event) []byte {
+	switch ev.Type {
+	case session.EventStateChanged:
+		return piwire.Marshal(struct {
+			Type     string          `json:"type"`
+			State    session.State   `json:"state"`
+			Previous session.State   `json:"previous"`
+			Outcome  session.Outcome `json:"outcome,omitempty"`
+		}{string(ev.Type), ev.State, ev.Previous, ev.Outcome})
+	case session.EventModelChanged:
+		return piwire.Marshal(struct {
+			Type  string     `json:"type"`
+			Model *llm.Model `json:"model"`
+		}{string(ev.Type), ev.Model})
+	case session.EventTodoUpdated:
+		return piwire.Marshal(struct {
+			Type string `json:"type"`
+			Todo any    `json:"todo"`
+		}{string(ev.Type), ev.Todo})
+	case session.EventSessionChanged:
+		return piwire.Marshal(struct {
+			Type        string `json:"type"`
+			SessionFile string `json:"sessionFile,omitempty"`
+		}{string(ev.Type), ev.SessionFile})
+	}
+	return nil
+}
+
+// frameError is a frame rejected before admission.
+type frameError struct {
+	id, command, msg string
+}
+
+// envelope keys are the pipeline's; everything else is the payload.
+var envelopeKeys = map[string]bool{"type": true, "id": true, "sessionId": true, "dependsOn": true, "ifSessionVersion": true, "idempotencyKey": true}
+
+var (
+	idRe        = regexp.MustCompile(`^[a-zA-Z0-9_.-]+$`)
+	requestIDRe = regexp.MustCompile(`^[a-zA-Z0-9:_.-]+$`)
+)
+
+// decodeCommand parses and validates one frame (spec §4): the envelope,
+// and the fields the command's spec declares. Everything a handler reads
+// is checked here, so a malformed command never reaches the pipeline.
+func decodeCommand(data []byte, specs map[string]*commandSpec) (pipeline.Command, *frameError) {
+	var fields map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&fields); err != nil {
+		return pipeline.Command{}, &frameError{command: "unknown", msg: "Invalid JSON: " + jsonProblem(err)}
+	}
+	if dec.More() {
+		return pipeline.Command{}, &frameError{command: "unknown", msg: "Invalid JSON: a frame must hold exactly one JSON object"}
+	}
+	if fields == nil {
+		return pipeline.Command{}, &frameError{command: "unknown", msg: "Invalid JSON: a frame must be a JSON object"}
+	}
+	var problems []string
+	bad := func(field, format string, args ...any) {
+		problems = append(problems, field+": "+fmt.Sprintf(format, args...))
+	}
+	str := func(key string) (string, bool) {
+		raw, ok := fields[key]
+		if !ok {
+			return "", false
+		}
+		var v string
+		if json.Unmarshal(raw, &v) != nil {
+			bad(key, "must be a string")
+			return "", false
+		}
+		return v, true
+	}
+	var cmd pipeline.Command
+	typ, hasType := str("type")
+	cmd.Type = typ
+	command := typ
+	if command == "" {
+		command = "unknown"
+	}
+	if id, ok := str("id"); ok {
+		switch {
+		case id == "":
+			bad("id", "must be a non-empty string")
+		case len(id) > 256:
+			bad("id", "must be at most 256 characters")
+		case strings.HasPrefix(id, "anon:"):
+			bad("id", "must not start with the reserved prefix 'anon:'")
+		default:
+			cmd.ID = id
+		}
+	}
+	if !hasType {
+		if _, present := fields["type"]; !present {
+			bad("type", "is required")
+		}
+		return cmd, &frameError{id: cmd.ID, command: command, msg: "Validation failed: " + strings.Join(problems, "; ")}
+	}
+	spec := specs[typ]
+	if spec == nil {
+		bad("type", "Unknown command type '%s'", typ)
+		return cmd, &frameError{id: cmd.ID, command: command, msg: "Validation failed: " + strings.Join(problems, "; ")}
+	}
+	if k, ok := str("idempotencyKey"); ok {
+		if k == "" || len(k) > 256 {
+			bad("idempotencyKey", "must be a non-empty string of at most 256 characters")
+		} else {
+			cmd.IdempotencyKey = k
+		}
+	}
+	if sid, ok := str("sessionId"); ok {
+		switch {
+		case sid == "":
+			bad("sessionId", "Session ID must be a non-empty string")
+		case len(sid) > 256:
+			bad("sessionId", "Session ID too long (max 256 characters)")
+		case !idRe.MatchString(sid):
+			bad("sessionId", "Session ID must contain only alphanumeric characters, underscores, dashes, and dots")
+		default:
+			cmd.SessionID = sid
+		}
+	} else if spec.session {
+		if _, present := fields["sessionId"]; !present {
+			bad("sessionId", "Session commands must have a non-empty string 'sessionId'")
+		}
+	} else if spec.needsID {
+		if _, present := fields["sessionId"]; !present {
+			bad("sessionId", "is required")
+		}
+	}
+	if raw, ok := fields["dependsOn"]; ok {
+		var deps []string
+		switch {
+		case json.Unmarshal(raw, &deps) != nil:
+			bad("dependsOn", "must be an array of strings")
+		case len(deps) > 32:
+			bad("dependsOn", "at most 32 dependencies")
+		case len(deps) > 0 && cmd.ID == "":
+			bad("dependsOn", "requires the command to have an 'id'")
+		default:
+			for _, d := range deps {
+				if d == "" {
+					bad("dependsOn", "entries must be non-empty strings")
+					break
+				}
+			}
+			cmd.DependsOn = deps
+		}
+	}
+	if raw, ok := fields["ifSessionVersion"]; ok {
+		n, err := nonNegInt(raw)
+		switch {
+		case err != nil:
+			bad("ifSessionVersion", "must be a non-negative integer")
+		case !spec.session && !spec.needsID:
+			bad("ifSessionVersion", "Only supported for session-targeted commands")
+		default:
+			cmd.IfSessionVersion = &n
+		}
+	}
+	payload := map[string]json.RawMessage{}
+	for k, v := range fields {
+		if !envelopeKeys[k] {
+			payload[k] = v
+		}
+	}
+	for _, f := range spec.fields {
+		raw, ok := payload[f.name]
+		if !ok || string(raw) == "null" {
+			if f.required {
+				bad(f.name, "is required")
+			}
+			continue
+		}
+		if msg := f.check(raw); msg != "" {
+			bad(f.name, "%s", msg)
+		}
+	}
+	if len(problems) > 0 {
+		return cmd, &frameError{id: cmd.ID, command: command, msg: "Validation failed: " + strings.Join(problems, "; ")}
+	}
+	if len(payload) > 0 {
+		keys := make([]string, 0, len(payload))
+		for k := range payload {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b := []byte{'{'}
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = llm.AppendJSONString(b, k)
+			b = append(b, ':')
+			b = append(b, payload[k]...)
+		}
+		cmd.Payload = append(b, '}')
+	}
+	return cmd, nil
+}
+
+func nonNegInt(raw json.RawMessage) (int, error) {
+	var f float64
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return 0, err
+	}
+	if f < 0 || f != math.Trunc(f) || f > math.MaxInt32 {
+		return 0, errors.New("not a non-negative integer")
+	}
+	return int(f), nil
+}
+
+// jsonProblem says what is wrong with a frame that is not JSON.
+func jsonProblem(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("%s at offset %d", se.Error(), se.Offset)
+	case errors.As(err, &te):
+		return "a frame must be a JSON object, not " + te.Value
+	case err.Error() == "EOF":
+		return "empty frame"
+	}
+	return err.Error()
+}
+
+// field is one command field the decoder checks.
+type field struct {
+	name     string
+	kind     fieldKind
+	required bool
+	max      int      // strings: most characters (0: no limit)
+	oneOf    []string // strings: allowed values
+}
+
+type fieldKind int
+
+const (
+	kString fieldKind = iota
+	kBool
+	kInt
+	kObject
+	kArray
+)
+
+func (f field) check(raw json.RawMessage) string {
+	switch f.kind {
+	case kString:
+		var v string
+		if json.Unmarshal(raw, &v) != nil {
+			return "must be a string"
+		}
+		if f.max > 0 && len(v) > f.max {
+			return fmt.Sprintf("must be at most %d characters", f.max)
+		}
+		if len(f.oneOf) > 0 {
+			for _, o := range f.oneOf {
+				if v == o {
+					return ""
+				}
+			}
+			return fmt.Sprintf("must be one of %s", strings.Join(f.oneOf, ", "))
+		}
+	case kBool:
+		var v bool
+		if json.Unmarshal(raw, &v) != nil {
+			return "must be a boolean"
+		}
+	case kInt:
+		if _, err := nonNegInt(raw); err != nil {
+			return "must be a non-negative integer"
+		}
+	case kObject:
+		var v map[string]json.RawMessage
+		if json.Unmarshal(raw, &v) != nil || v == nil {
+			return "must be an object"
+		}
+	case kArray:
+		var v []json.RawMessage
+		if json.Unmarshal(raw, &v) != nil || v == nil {
+			return "must be an array"
+		}
+	}
+	return ""
+}

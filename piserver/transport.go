@@ -1,0 +1,268 @@
+package piserver
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/agentd-dev/agentd/piwire"
+)
+
+// WebSocketOptions configure the WebSocket transport.
+type WebSocketOptions struct {
+	// Token, when set, must be presented as "Authorization: Bearer <token>"
+	// or "?token=<token>".
+	Token string
+	// OriginPatterns are the browser origins allowed besides the server's
+	// own host (websocket.AcceptOptions); clients that send no Origin, such
+	// as programs, are always allowed.
+	OriginPatterns []string
+}
+
+// Close codes.
+const (
+	closePolicy     = 1008 // authentication failed
+	closeTryAgain   = 1013 // connection limit
+	closeGoingAway  = 1001
+	closeOverloaded = 1011
+)
+
+// WebSocketHandler serves the protocol on every path it is mounted on.
+func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: o.OriginPatterns})
+		if err != nil {
+			s.log.Debug("websocket handshake failed", "remote", r.RemoteAddr, "err", err)
+			return
+		}
+		// The server reads frames itself, so that an over-size frame gets
+		// an error response instead of closing the connection.
+		ws.SetReadLimit(-1)
+		if reason := checkToken(o.Token, r); reason != "" {
+			s.log.Info("websocket refused", "remote", r.RemoteAddr, "reason", reason)
+			_ = ws.Close(closePolicy, reason)
+			return
+		}
+		l := &wsLink{ws: ws}
+		c := newConn(s, "websocket", l)
+		if err := c.start(); err != nil {
+			code := websocket.StatusCode(closeTryAgain)
+			if errors.Is(err, errShutdown) {
+				code = closeGoingAway
+			}
+			_ = ws.Close(code, err.Error())
+			return
+		}
+		s.log.Debug("websocket connected", "remote", r.RemoteAddr)
+		ctx, cancel := context.WithCancel(s.ctx)
+		defer cancel()
+		var hb sync.WaitGroup
+		if s.lim.Heartbeat > 0 {
+			hb.Add(1)
+			go func() {
+				defer hb.Done()
+				s.heartbeat(ctx, ws, c)
+			}()
+		}
+		s.readFrames(ctx, ws, c)
+		c.closed()
+		cancel()
+		hb.Wait()
+		<-c.done
+	})
+}
+
+// checkToken returns why a request's credentials are refused, "" if they
+// are fine.
+func checkToken(token string, r *http.Request) string {
+	if token == "" {
+		return ""
+	}
+	got := r.URL.Query().Get("token")
+	if h := r.Header.Get("Authorization"); h != "" {
+		got = strings.TrimSpace(strings.TrimPrefix(h, "Bearer "))
+	}
+	if got == "" {
+		return "Missing authorization token"
+	}
+	if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+		return "Invalid token"
+	}
+	return ""
+}
+
+func (s *Server) readFrames(ctx context.Context, ws *websocket.Conn, c *conn) {
+	max := s.lim.MaxFrameBytes
+	buf := make([]byte, 0, 4096)
+	for {
+		_, r, err := ws.Reader(ctx)
+		if err != nil {
+			return
+		}
+		buf = buf[:0]
+		n, err := readAtMost(r, &buf, max)
+		if err != nil {
+			return
+		}
+		if n > max {
+			c.oversize(n)
+			continue
+		}
+		c.handle(buf)
+		if cap(buf) > 1<<20 {
+			buf = make([]byte, 0, 4096) // do not keep a large frame's buffer
+		}
+	}
+}
+
+// readAtMost reads a message into buf, keeping at most max+1 bytes; it
+// returns the message's full length, reading and dropping the rest.
+func readAtMost(r io.Reader, buf *[]byte, max int) (int, error) {
+	total := 0
+	chunk := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(chunk)
+		if n > 0 {
+			if total+n <= max {
+				*buf = append(*buf, chunk[:n]...)
+			}
+			total += n
+		}
+		if errors.Is(err, io.EOF) {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// heartbeat pings the client; one that does not answer within an
+// interval is disconnected.
+func (s *Server) heartbeat(ctx context.Context, ws *websocket.Conn, c *conn) {
+	t := time.NewTicker(s.lim.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, s.lim.Heartbeat)
+		err := ws.Ping(pctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			c.shutdown(closeGoingAway, "Heartbeat timeout")
+			return
+		}
+	}
+}
+
+type wsLink struct {
+	ws   *websocket.Conn
+	once sync.Once
+}
+
+// writeTimeout bounds one frame's write: a client that stops reading is
+// cut off instead of holding its writer forever.
+const writeTimeout = 30 * time.Second
+
+func (l *wsLink) write(ctx context.Context, f []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	return l.ws.Write(ctx, websocket.MessageText, f)
+}
+
+func (l *wsLink) close(code int, reason string) {
+	l.once.Do(func() {
+		if code == 0 {
+			code = int(websocket.StatusNormalClosure)
+		}
+		_ = l.ws.Close(websocket.StatusCode(code), reason)
+	})
+}
+
+// ServeStdio serves one client on in/out (newline-delimited JSON) until in
+// ends, ctx ends or out fails. The caller then shuts the server down, which
+// drains the commands in flight and writes their responses.
+func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
+	l := &stdioLink{w: out}
+	c := newConn(s, "stdio", l)
+	if err := c.start(); err != nil {
+		return err
+	}
+	lines := make(chan []byte)
+	readDone := make(chan error, 1)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		lr := piwire.NewLineReader(in, s.lim.MaxFrameBytes)
+		for {
+			line, err := lr.Next()
+			if errors.Is(err, piwire.ErrLineTooLong) {
+				c.oversize(lr.Skipped)
+				continue
+			}
+			if err != nil {
+				readDone <- err
+				return
+			}
+			select {
+			case lines <- append([]byte(nil), line...):
+			case <-rctx.Done():
+				readDone <- rctx.Err()
+				return
+			}
+		}
+	}()
+	var err error
+loop:
+	for {
+		select {
+		case line := <-lines:
+			if len(strings.TrimSpace(string(line))) > 0 {
+				c.handle(line)
+			}
+		case err = <-readDone:
+			break loop
+		case <-ctx.Done():
+			break loop
+		case <-c.done:
+			break loop
+		}
+	}
+	// The connection stays registered: commands still in flight answer on
+	// it, and Shutdown closes it after the drain. The reader goroutine
+	// blocks in Read until the input ends; the caller owns the input.
+	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading stdin: %w", err)
+	}
+	return nil
+}
+
+type stdioLink struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *stdioLink) write(_ context.Context, f []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := make([]byte, 0, len(f)+1)
+	b = append(append(b, f...), '\n')
+	_, err := l.w.Write(b)
+	return err
+}
+
+func (l *stdioLink) close(int, string) {}
