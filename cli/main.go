@@ -68,6 +68,7 @@ func commands() []command {
 		{"ask", "send one prompt to a model and stream the answer", (*Main).runAsk},
 		{"models", "list the models agentd can use, and why not for the others", (*Main).runModels},
 		{"rpc", "speak pi's RPC protocol on stdin/stdout (a drop-in for pi --mode rpc)", (*Main).runRPC},
+		{"serve", "serve many sessions over the pi-server protocol (WebSocket, or --stdio)", (*Main).runServe},
 		{"version", "print the version", (*Main).runVersion},
 	}
 }

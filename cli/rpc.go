@@ -122,26 +122,7 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 		built = append(built, t)
 	}
 	s := st.Get()
-	retry := session.DefaultRetry()
-	retry.Enabled = settings.Bool(retryEnabled(s), true)
-	if s.Retry != nil {
-		if s.Retry.MaxRetries != nil && *s.Retry.MaxRetries >= 0 {
-			retry.MaxRetries = *s.Retry.MaxRetries
-		}
-		if s.Retry.BaseDelayMs != nil && *s.Retry.BaseDelayMs > 0 {
-			retry.BaseDelay = time.Duration(*s.Retry.BaseDelayMs) * time.Millisecond
-		}
-	}
-	comp := compaction.DefaultSettings()
-	if s.Compaction != nil {
-		comp.Enabled = settings.Bool(s.Compaction.Enabled, true)
-		if s.Compaction.ReserveTokens != nil {
-			comp.ReserveTokens = *s.Compaction.ReserveTokens
-		}
-		if s.Compaction.KeepRecentTokens != nil {
-			comp.KeepRecentTokens = *s.Compaction.KeepRecentTokens
-		}
-	}
+	retry, comp := engineSettings(s)
 	scfg := session.Config{
 		Cwd: cwd, Open: open, Model: model, Thinking: level,
 		SystemPrompt: systemPrompt(cwd, tools, time.Now()),
@@ -162,6 +143,32 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	srv := pirpc.New(pirpc.Options{Session: sess, Models: ms.reg, Settings: st, MaxLineBytes: f.maxLineBytes,
 		Delta: f.streamFormat == "delta", Cwd: cwd, Logger: log})
 	return srv.Run(ctx, m.stdin, m.stdout)
+}
+
+// engineSettings are the retry and compaction settings saved in
+// settings.json, over the engine's defaults.
+func engineSettings(s settings.Settings) (session.RetrySettings, compaction.Settings) {
+	retry := session.DefaultRetry()
+	retry.Enabled = settings.Bool(retryEnabled(s), true)
+	if s.Retry != nil {
+		if s.Retry.MaxRetries != nil && *s.Retry.MaxRetries >= 0 {
+			retry.MaxRetries = *s.Retry.MaxRetries
+		}
+		if s.Retry.BaseDelayMs != nil && *s.Retry.BaseDelayMs > 0 {
+			retry.BaseDelay = time.Duration(*s.Retry.BaseDelayMs) * time.Millisecond
+		}
+	}
+	comp := compaction.DefaultSettings()
+	if s.Compaction != nil {
+		comp.Enabled = settings.Bool(s.Compaction.Enabled, true)
+		if s.Compaction.ReserveTokens != nil {
+			comp.ReserveTokens = *s.Compaction.ReserveTokens
+		}
+		if s.Compaction.KeepRecentTokens != nil {
+			comp.KeepRecentTokens = *s.Compaction.KeepRecentTokens
+		}
+	}
+	return retry, comp
 }
 
 func retryEnabled(s settings.Settings) *bool {
