@@ -491,6 +491,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = s.removeSession(id)
 	}
 	s.wg.Wait()
+	if cerr := s.index.close(); cerr != nil {
+		s.log.Warn("closing the session index", "err", cerr)
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		s.log.Warn("shutdown drain timed out; running commands were cancelled", "timeout", s.lim.ShutdownTimeout)
 		return nil

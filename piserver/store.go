@@ -17,12 +17,16 @@ import (
 
 // sessionIndex remembers which server session id each session file had,
 // so list_stored_sessions shows the ids clients chose and load_session
-// after a restart brings a session back under the same id.
+// after a restart brings a session back under the same id. It is an
+// append-only JSONL file (the last line for a file wins), rewritten
+// compactly when it is opened, so recording a session costs one small
+// append however many there are.
 type sessionIndex struct {
 	path string // "" keeps the index in memory
 
 	mu     sync.Mutex
 	byFile map[string]indexEntry
+	f      *os.File
 }
 
 type indexEntry struct {
@@ -40,22 +44,34 @@ func openIndex(dir string) (*sessionIndex, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("server state directory: %w", err)
 	}
-	x.path = filepath.Join(dir, "sessions.json")
+	x.path = filepath.Join(dir, "sessions.jsonl")
 	data, err := os.ReadFile(x.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return x, nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("session index: %w", err)
 	}
-	var list []indexEntry
-	if err := json.Unmarshal(data, &list); err != nil {
-		// A damaged index loses only the ids clients chose; the files
-		// are still listed under their own ids.
-		return x, nil
+	// A damaged line loses only the id a client chose for one file; the
+	// file is still listed under its own id.
+	for _, line := range strings.Split(string(data), "\n") {
+		var e indexEntry
+		if json.Unmarshal([]byte(line), &e) == nil && e.File != "" {
+			x.byFile[e.File] = e
+		}
 	}
+	list := x.sorted()
+	var b []byte
 	for _, e := range list {
-		x.byFile[e.File] = e
+		line, _ := json.Marshal(e)
+		b = append(append(b, line...), '\n')
+	}
+	tmp := x.path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return nil, fmt.Errorf("session index: %w", err)
+	}
+	if err := os.Rename(tmp, x.path); err != nil {
+		return nil, fmt.Errorf("session index: %w", err)
+	}
+	if x.f, err = os.OpenFile(x.path, os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
+		return nil, fmt.Errorf("session index: %w", err)
 	}
 	return x, nil
 }
@@ -67,7 +83,21 @@ func (x *sessionIndex) put(e indexEntry) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.byFile[e.File] = e
-	x.save()
+	if x.f != nil {
+		line, _ := json.Marshal(e)
+		_, _ = x.f.Write(append(line, '\n'))
+	}
+}
+
+func (x *sessionIndex) close() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.f == nil {
+		return nil
+	}
+	err := x.f.Close()
+	x.f = nil
+	return err
 }
 
 func (x *sessionIndex) get(file string) (indexEntry, bool) {
@@ -80,28 +110,17 @@ func (x *sessionIndex) get(file string) (indexEntry, bool) {
 func (x *sessionIndex) all() []indexEntry {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	return x.sorted()
+}
+
+// sorted lists the entries oldest first; x.mu is held or x is private.
+func (x *sessionIndex) sorted() []indexEntry {
 	out := make([]indexEntry, 0, len(x.byFile))
 	for _, e := range x.byFile {
 		out = append(out, e)
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
 	return out
-}
-
-// save writes the index atomically; x.mu is held.
-func (x *sessionIndex) save() {
-	if x.path == "" {
-		return
-	}
-	list := make([]indexEntry, 0, len(x.byFile))
-	for _, e := range x.byFile {
-		list = append(list, e)
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i].Created.Before(list[j].Created) })
-	data, _ := json.MarshalIndent(list, "", "  ")
-	tmp := x.path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err == nil {
-		_ = os.Rename(tmp, x.path)
-	}
 }
 
 // storedSession is one entry of list_stored_sessions (spec §20.1).
