@@ -381,6 +381,10 @@ func (p *Pipeline) runLane(l *lane) {
 	}
 }
 
+// timeoutGrace bounds how long a lane waits for a timed-out handler to
+// return after its context was cancelled.
+const timeoutGrace = 5 * time.Second
+
 type result struct {
 	data json.RawMessage
 	err  error
@@ -455,6 +459,15 @@ func (p *Pipeline) execute(f *flight) {
 		cancel(ErrTimeout)
 		p.finish(f, Response{TimedOut: true, Err: Errorf(CodeTimeout,
 			"Command '%s' timed out after %dms", f.cmd.Type, timeout.Milliseconds())})
+		// The client has its answer; the lane waits a little for the
+		// cancelled handler to let go (a killed bash, a closed stream), so
+		// the next command does not find the session still busy.
+		grace := time.NewTimer(timeoutGrace)
+		defer grace.Stop()
+		select {
+		case <-res:
+		case <-grace.C:
+		}
 	case <-p.hard.Done():
 		p.finish(f, Response{Err: errShuttingDown()})
 	}
@@ -517,8 +530,10 @@ func (p *Pipeline) finish(f *flight, resp Response) {
 	}
 	f.finished = true
 	resp.ID, resp.Command = f.cmd.ID, f.cmd.Type
-	if v, ok := p.versions[sid]; ok && sid != "" {
-		if resp.Success && f.h.Mutating && f.hadSession {
+	// Versions ride on successes only: a failure changed nothing, and
+	// pi-server's clients read a sessionVersion as "now at".
+	if v, ok := p.versions[sid]; ok && sid != "" && resp.Success {
+		if f.h.Mutating && f.hadSession {
 			v++
 			p.versions[sid] = v
 		}
