@@ -153,7 +153,6 @@ type Server struct {
 	log     *slog.Logger
 	pipe    *pipeline.Pipeline
 	started time.Time
-	anonSeq atomic.Uint64
 
 	rates        *rateLimits
 	index        *sessionIndex
@@ -425,11 +424,11 @@ func (s *Server) addConn(c *conn) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
-		return errShutdown
+		return &refusal{closeGoingAway, "Server shutting down"}
 	}
 	if len(s.conns) >= s.lim.MaxConnections {
 		s.rejected.connectionLimit.Add(1)
-		return fmt.Errorf("Connection limit reached (%d connections)", s.lim.MaxConnections)
+		return &refusal{closeTryAgain, fmt.Sprintf("Connection limit reached (%d connections)", s.lim.MaxConnections)}
 	}
 	s.conns[c] = struct{}{}
 	if s.opt.Metrics != nil {
@@ -448,7 +447,14 @@ func (s *Server) removeConn(c *conn) {
 	}
 }
 
-var errShutdown = errors.New("Server shutting down")
+// refusal is a connection the server turns away, with the close code and
+// reason the client sees.
+type refusal struct {
+	code   int
+	reason string
+}
+
+func (r *refusal) Error() string { return r.reason }
 
 // Shutdown drains the server: every client is told, new commands are
 // refused, running ones get until ctx ends (or the configured drain time)

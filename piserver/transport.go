@@ -54,11 +54,12 @@ func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
 		l := &wsLink{ws: ws}
 		c := newConn(s, "websocket", l)
 		if err := c.start(); err != nil {
-			code := websocket.StatusCode(closeTryAgain)
-			if errors.Is(err, errShutdown) {
-				code = closeGoingAway
+			code, reason := closeOverloaded, err.Error()
+			var rf *refusal
+			if errors.As(err, &rf) {
+				code, reason = rf.code, rf.reason
 			}
-			_ = ws.Close(code, err.Error())
+			_ = ws.Close(websocket.StatusCode(code), reason)
 			return
 		}
 		s.log.Debug("websocket connected", "remote", r.RemoteAddr)
