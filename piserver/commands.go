@@ -38,6 +38,35 @@ type commandSpec struct {
 	run      func(ctx context.Context, c *call) (any, error)
 }
 
+// decode reads the fields the command declares, and only those: a field
+// another command uses, sent here with another type, is ignored as any
+// unknown field is.
+func (spec *commandSpec) decode(payload json.RawMessage, p *params) error {
+	if len(payload) == 0 || len(spec.fields) == 0 {
+		return nil
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &all); err != nil {
+		return clientErr(pipeline.CodeInvalid, "Validation failed: %s", shapeProblem(err))
+	}
+	b := []byte{'{'}
+	for _, f := range spec.fields {
+		raw, ok := all[f.name]
+		if !ok {
+			continue
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(llm.AppendJSONString(b, f.name), ':')
+		b = append(b, raw...)
+	}
+	if err := json.Unmarshal(append(b, '}'), p); err != nil {
+		return clientErr(pipeline.CodeInvalid, "Validation failed: %s", shapeProblem(err))
+	}
+	return nil
+}
+
 // call is one command being run.
 type call struct {
 	cmd pipeline.Command
@@ -52,7 +81,7 @@ type params struct {
 	Images             []llm.Content `json:"images"`
 	StreamingBehavior  string        `json:"streamingBehavior"`
 	Cwd                string        `json:"cwd"`
-	AfterSeq           *uint64       `json:"afterSeq"`
+	AfterSeq           *float64      `json:"afterSeq"` // a non-negative integer (checked)
 	SessionPath        string        `json:"sessionPath"`
 	Provider           string        `json:"provider"`
 	ModelID            string        `json:"modelId"`
@@ -180,13 +209,11 @@ func (s *Server) registry() pipeline.Registry {
 			Class: spec.class, Lane: lane, Mutating: mutating, Timeout: spec.timeout, Bypass: spec.bypass,
 			Run: func(ctx context.Context, cmd pipeline.Command) (json.RawMessage, error) {
 				c := &call{cmd: cmd}
-				if len(cmd.Payload) > 0 {
-					if err := json.Unmarshal(cmd.Payload, &c.p); err != nil {
-						return nil, clientErr(pipeline.CodeInvalid, "Validation failed: %v", err)
-					}
+				if err := spec.decode(cmd.Payload, &c.p); err != nil {
+					return nil, err
 				}
 				if spec.session {
-					e, err := s.lookup(cmd.SessionID)
+					e, err := s.lookup(ctx, cmd.SessionID)
 					if err != nil {
 						return nil, err
 					}
@@ -319,8 +346,8 @@ func (s *Server) deleteSession(_ context.Context, c *call) (any, error) {
 // switchSession answers with the session's state; the connection is
 // subscribed after the response is sent (see afterResponse), so the
 // events it missed follow the response in order.
-func (s *Server) switchSession(_ context.Context, c *call) (any, error) {
-	e, err := s.lookup(c.cmd.SessionID)
+func (s *Server) switchSession(ctx context.Context, c *call) (any, error) {
+	e, err := s.lookup(ctx, c.cmd.SessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +355,7 @@ func (s *Server) switchSession(_ context.Context, c *call) (any, error) {
 	if c.p.AfterSeq == nil {
 		return map[string]any{"sessionInfo": info, "seq": info.Seq}, nil
 	}
-	if _, ok := e.sess.EventsSince(*c.p.AfterSeq); ok {
+	if _, ok := e.sess.EventsSince(uint64(*c.p.AfterSeq)); ok {
 		return map[string]any{"sessionInfo": info, "seq": info.Seq, "resumed": true}, nil
 	}
 	// The cursor is older than the log: the client rebuilds from the
@@ -881,6 +908,16 @@ func (s *Server) uiResponse(_ context.Context, c *call) (any, error) {
 
 // ---- events around commands ----
 
+// reportedSeq is the "seq" of a response's data or of a sessionInfo: the
+// last event the client was told about.
+func reportedSeq(data json.RawMessage) uint64 {
+	var d struct {
+		Seq uint64 `json:"seq"`
+	}
+	_ = json.Unmarshal(data, &d)
+	return d.Seq
+}
+
 // onLifecycle broadcasts the pipeline's lifecycle events (spec §6.2).
 func (s *Server) onLifecycle(ev pipeline.Event) { s.broadcast(lifecycleFrame(ev)) }
 
@@ -899,20 +936,26 @@ func (s *Server) afterResponse(c *conn, cmd pipeline.Command, r pipeline.Respons
 		if json.Unmarshal(r.Data, &d) != nil {
 			return
 		}
-		if e, err := s.lookup(d.SessionID); err == nil {
-			s.subscribe(c, e, false, 0)
+		if e, err := s.lookup(context.Background(), d.SessionID); err == nil {
+			s.subscribe(c, e, true, reportedSeq(d.SessionInfo))
 		}
 		if cmd.Type == "create_session" && !r.Replayed {
 			s.broadcast(piwire.Marshal(frame{"session_created", d}))
 		}
 	case "switch_session":
-		if e, err := s.lookup(cmd.SessionID); err == nil {
+		if e, err := s.lookup(context.Background(), cmd.SessionID); err == nil {
 			var p params
 			_ = json.Unmarshal(cmd.Payload, &p)
-			if p.AfterSeq != nil {
-				s.subscribe(c, e, true, *p.AfterSeq)
-			} else {
-				s.subscribe(c, e, false, 0)
+			switch {
+			case p.AfterSeq != nil && !strings.Contains(string(r.Data), `"cursorTooOld":true`):
+				s.subscribe(c, e, true, uint64(*p.AfterSeq))
+			case e.subscribed(c):
+				// Already watching: the live events keep coming.
+			default:
+				// Resuming from the seq the response reported means
+				// nothing emitted between the response and this
+				// subscription is lost.
+				s.subscribe(c, e, true, reportedSeq(r.Data))
 			}
 		}
 	case "delete_session":

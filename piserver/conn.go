@@ -214,8 +214,13 @@ func (c *conn) handle(data []byte) {
 			}()
 		}
 	}
+	settle := func() {}
+	if (cmd.Type == "create_session" || cmd.Type == "load_session") && cmd.SessionID != "" {
+		settle = s.expectSession(cmd.SessionID)
+	}
 	started := time.Now()
 	s.pipe.Submit(cmd, func(r pipeline.Response) {
+		defer settle()
 		c.mu.Lock()
 		c.pending--
 		c.mu.Unlock()

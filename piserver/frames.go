@@ -232,7 +232,7 @@ func decodeCommand(data []byte, specs map[string]*commandSpec) (pipeline.Command
 	if err := dec.Decode(&fields); err != nil {
 		return pipeline.Command{}, &frameError{command: "unknown", msg: "Invalid JSON: " + jsonProblem(err)}
 	}
-	if dec.More() {
+	if len(bytes.TrimSpace(data[dec.InputOffset():])) > 0 {
 		return pipeline.Command{}, &frameError{command: "unknown", msg: "Invalid JSON: a frame must hold exactly one JSON object"}
 	}
 	if fields == nil {
@@ -357,6 +357,13 @@ func decodeCommand(data []byte, specs map[string]*commandSpec) (pipeline.Command
 		}
 		if msg := f.check(raw); msg != "" {
 			bad(f.name, "%s", msg)
+			continue
+		}
+		// What the handler will read must decode: nested shapes (images,
+		// an answer's method) are checked here, before admission.
+		var p params
+		if err := json.Unmarshal(append(append(llm.AppendJSONString([]byte{'{'}, f.name), ':'), append(raw, '}')...), &p); err != nil {
+			bad(f.name, "%s", shapeProblem(err))
 		}
 	}
 	if len(problems) > 0 {
@@ -391,6 +398,18 @@ func nonNegInt(raw json.RawMessage) (int, error) {
 		return 0, errors.New("not a non-negative integer")
 	}
 	return int(f), nil
+}
+
+// shapeProblem says, without Go type names, why a field did not decode.
+func shapeProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			return fmt.Sprintf("%s has the wrong type (%s)", te.Field, te.Value)
+		}
+		return fmt.Sprintf("has the wrong type (%s)", te.Value)
+	}
+	return "has the wrong shape"
 }
 
 // jsonProblem says what is wrong with a frame that is not JSON.

@@ -31,17 +31,14 @@ type rateLimits struct {
 // window holds the times of the commands of the last minute, oldest first.
 type window struct{ times []time.Time }
 
-func (w *window) admit(now time.Time, span time.Duration, limit int) bool {
+// full prunes the window and reports whether it has no room left.
+func (w *window) full(now time.Time, span time.Duration, limit int) bool {
 	cut := 0
 	for cut < len(w.times) && now.Sub(w.times[cut]) >= span {
 		cut++
 	}
 	w.times = w.times[cut:]
-	if len(w.times) >= limit {
-		return false
-	}
-	w.times = append(w.times, now)
-	return true
+	return len(w.times) >= limit
 }
 
 func newRateLimits(l Limits) *rateLimits {
@@ -53,12 +50,18 @@ func (r *rateLimits) admit(cmd pipeline.Command) *rateError {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
-	if r.lim.GlobalRate > 0 && !r.global.admit(now, r.window, r.lim.GlobalRate) {
+	// Every window is checked before any is charged: a command refused by
+	// its session's limit must not use up the server's.
+	if r.lim.GlobalRate > 0 && r.global.full(now, r.window, r.lim.GlobalRate) {
 		return &rateError{"global", fmt.Sprintf("Global rate limit exceeded (%d commands/minute)", r.lim.GlobalRate)}
 	}
 	key := cmd.SessionID
 	if key == "" {
 		key = "_server_"
+	}
+	var charge []*window
+	if r.lim.GlobalRate > 0 {
+		charge = append(charge, &r.global)
 	}
 	if r.lim.SessionRate > 0 {
 		w := r.keys[key]
@@ -66,9 +69,10 @@ func (r *rateLimits) admit(cmd pipeline.Command) *rateError {
 			w = &window{}
 			r.keys[key] = w
 		}
-		if !w.admit(now, r.window, r.lim.SessionRate) {
+		if w.full(now, r.window, r.lim.SessionRate) {
 			return &rateError{"session", fmt.Sprintf("Rate limit exceeded (%d commands/minute)", r.lim.SessionRate)}
 		}
+		charge = append(charge, w)
 	}
 	if cmd.Type == "extension_ui_response" && r.lim.UIResponseRate > 0 {
 		w := r.ui[key]
@@ -76,9 +80,13 @@ func (r *rateLimits) admit(cmd pipeline.Command) *rateError {
 			w = &window{}
 			r.ui[key] = w
 		}
-		if !w.admit(now, r.window, r.lim.UIResponseRate) {
+		if w.full(now, r.window, r.lim.UIResponseRate) {
 			return &rateError{"ui", fmt.Sprintf("Extension UI response rate limit exceeded (%d responses/minute)", r.lim.UIResponseRate)}
 		}
+		charge = append(charge, w)
+	}
+	for _, w := range charge {
+		w.times = append(w.times, now)
 	}
 	if len(r.keys) > 4096 {
 		r.sweep(now)

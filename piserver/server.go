@@ -166,7 +166,10 @@ type Server struct {
 	conns    map[*conn]struct{}
 	sessions map[string]*entry
 	creating int // sessions being made, counted against the limit
-	closing  bool
+	// creations are the admitted create/load commands naming a session,
+	// closed when they have answered.
+	creations map[string]chan struct{}
+	closing   bool
 
 	executed atomic.Int64
 	rejected rejections
@@ -196,7 +199,7 @@ func New(opt Options) (*Server, error) {
 	}
 	s := &Server{
 		opt: opt, lim: opt.Limits, log: opt.Logger, started: time.Now(),
-		conns: map[*conn]struct{}{}, sessions: map[string]*entry{},
+		conns: map[*conn]struct{}{}, sessions: map[string]*entry{}, creations: map[string]chan struct{}{},
 	}
 	s.rates = newRateLimits(s.lim)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -247,15 +250,49 @@ type subscription struct {
 	seqs    []uint64
 }
 
-func (s *Server) lookup(id string) (*entry, error) {
+// lookup finds a session. A session whose create_session or load_session
+// is admitted but not finished is waited for (within ctx): commands that
+// bypass the lane, such as get_state or switch_session sent right behind
+// create_session, see the session the client just asked for.
+func (s *Server) lookup(ctx context.Context, id string) (*entry, error) {
 	s.mu.RLock()
 	e := s.sessions[id]
+	pending := s.creations[id]
 	s.mu.RUnlock()
+	if e == nil && pending != nil {
+		select {
+		case <-pending:
+		case <-ctx.Done():
+		}
+		s.mu.RLock()
+		e = s.sessions[id]
+		s.mu.RUnlock()
+	}
 	if e == nil {
 		return nil, clientErr(pipeline.CodeSessionNotFound, "Session %s not found", id)
 	}
 	e.lastCmd.Store(time.Now().UnixMilli())
 	return e, nil
+}
+
+// expectSession notes an admitted command that will create session id;
+// settle is called with its answer.
+func (s *Server) expectSession(id string) (settle func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.creations[id] != nil {
+		return func() {}
+	}
+	ch := make(chan struct{})
+	s.creations[id] = ch
+	return func() {
+		s.mu.Lock()
+		if s.creations[id] == ch {
+			delete(s.creations, id)
+		}
+		s.mu.Unlock()
+		close(ch)
+	}
 }
 
 // addSession makes and registers a session under id, within the limit.
@@ -335,7 +372,7 @@ func (s *Server) subscribe(c *conn, e *entry, resume bool, afterSeq uint64) (seq
 		e.mu.Unlock()
 		return e.sess.Seq(), false
 	}
-	e.subs[c] = sub
+	e.subs[c] = sub // replaces an older subscription: the client asked to resume
 	e.mu.Unlock()
 	c.watch(e.id)
 
@@ -369,6 +406,13 @@ func (s *Server) subscribe(c *conn, e *entry, resume bool, afterSeq uint64) (seq
 	}
 	sub.pending, sub.seqs, sub.ready = nil, nil, true
 	return max(cur, sub.after), resume && ok
+}
+
+// subscribed reports whether c watches e already.
+func (e *entry) subscribed(c *conn) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.subs[c] != nil
 }
 
 func (s *Server) unsubscribeAll(c *conn, ids []string) {
@@ -500,8 +544,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if cerr := s.index.close(); cerr != nil {
 		s.log.Warn("closing the session index", "err", cerr)
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		s.log.Warn("shutdown drain timed out; running commands were cancelled", "timeout", s.lim.ShutdownTimeout)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		// The drain ended early: what was still running was cancelled,
+		// which is what a bounded shutdown means, not a failure.
+		s.log.Warn("shutdown drain cut short; running commands were cancelled", "timeout", s.lim.ShutdownTimeout)
 		return nil
 	}
 	return err
