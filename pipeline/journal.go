@@ -106,13 +106,22 @@ func (j *MemJournal) Load() ([]Record, error) {
 	return append([]Record(nil), j.recs...), nil
 }
 
-// FileJournal is an append-only JSONL file; every Append is fsync'd.
+// FileJournal is an append-only JSONL file; every Append is durable
+// (fsync'd) before it returns. Appends that arrive while a sync is under
+// way are written and synced together (group commit), so many clients
+// share one fsync instead of queueing for one each.
 // Opening it compacts the file: one line per live outcome, interrupted
 // commands rewritten as failed, expired entries dropped.
 type FileJournal struct {
-	mu     sync.Mutex
-	f      *os.File
-	loaded []Record
+	mu      sync.Mutex
+	cond    *sync.Cond
+	f       *os.File
+	loaded  []Record
+	pending []byte // lines not yet written
+	gen     uint64 // batches started; the batch an Append joins is gen+1
+	synced  uint64 // batches durable
+	err     error  // the error of the last batch, for its waiters
+	syncing bool
 }
 
 // OpenFileJournal opens (creating if needed) and compacts the journal at path.
@@ -159,7 +168,9 @@ func OpenFileJournal(path string) (*FileJournal, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FileJournal{f: f, loaded: live}, nil
+	j := &FileJournal{f: f, loaded: live}
+	j.cond = sync.NewCond(&j.mu)
+	return j, nil
 }
 
 // Append implements Journal.
@@ -173,10 +184,31 @@ func (j *FileJournal) Append(r Record) error {
 	if j.f == nil {
 		return os.ErrClosed
 	}
-	if _, err := j.f.Write(append(b, '\n')); err != nil {
-		return err
+	j.pending = append(append(j.pending, b...), '\n')
+	mine := j.gen + 1
+	for {
+		if j.synced >= mine {
+			return j.err
+		}
+		if !j.syncing {
+			// Lead this batch: everything pending goes in one write and
+			// one fsync, without the lock held.
+			j.syncing = true
+			j.gen++
+			batch, f := j.pending, j.f
+			j.pending = nil
+			j.mu.Unlock()
+			_, werr := f.Write(batch)
+			serr := f.Sync()
+			j.mu.Lock()
+			j.syncing = false
+			j.synced = j.gen
+			j.err = errors.Join(werr, serr)
+			j.cond.Broadcast()
+			continue
+		}
+		j.cond.Wait()
 	}
-	return j.f.Sync()
 }
 
 // Load implements Journal.

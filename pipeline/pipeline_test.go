@@ -773,3 +773,54 @@ func TestMemJournalBounded(t *testing.T) {
 		t.Fatalf("loaded %d", len(recs))
 	}
 }
+
+// Concurrent appends share fsyncs (group commit) and every one of them is
+// in the file when Append returns.
+func TestFileJournalGroupCommit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	j, err := OpenFileJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	exp := time.Now().Add(time.Hour)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("c%d", i)
+			ok := Response{ID: id, Command: "get_state", Success: true}
+			for _, r := range []Record{
+				{Op: OpBegin, Command: "get_state", ID: id, Fingerprint: "f", At: time.Now(), Expires: exp},
+				{Op: OpFinish, Command: "get_state", ID: id, Fingerprint: "f", Response: &ok, At: time.Now(), Expires: exp},
+			} {
+				if err := j.Append(r); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Append(Record{Op: OpBegin, ID: "late"}); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+	j2, err := OpenFileJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j2.Close()
+	recs, _ := j2.Load()
+	got := map[string]bool{}
+	for _, r := range recs {
+		if r.Response != nil && r.Response.Success {
+			got[r.ID] = true
+		}
+	}
+	if len(got) != n {
+		t.Fatalf("%d of %d outcomes survived", len(got), n)
+	}
+}

@@ -47,11 +47,13 @@ func newConn(srv *Server, transport string, l link) *conn {
 // start registers the connection, sends server_ready and starts the
 // writer. An error means the connection was refused (limit, shutdown).
 func (c *conn) start() error {
+	// server_ready is queued before the connection is visible to
+	// broadcasts, so it is always the first frame.
+	c.send(readyFrame(c.srv.opt.Version))
 	if err := c.srv.addConn(c); err != nil {
 		close(c.done)
 		return err
 	}
-	c.send(readyFrame(c.srv.opt.Version))
 	c.srv.wg.Add(1)
 	go func() {
 		defer c.srv.wg.Done()
@@ -112,6 +114,7 @@ func (c *conn) writeLoop() {
 		if len(c.queue) == 0 {
 			code, reason := c.code, c.reason
 			c.mu.Unlock()
+			c.srv.log.Debug("closing connection", "transport", c.transport, "code", code, "reason", reason)
 			c.link.close(code, reason)
 			return
 		}
@@ -120,6 +123,7 @@ func (c *conn) writeLoop() {
 		c.mu.Unlock()
 		for i, f := range q {
 			if err := c.link.write(c.srv.ctx, f); err != nil {
+				c.srv.log.Debug("connection write failed", "transport", c.transport, "err", err)
 				c.mu.Lock()
 				c.closing, c.queue, c.queued = true, nil, 0
 				c.mu.Unlock()

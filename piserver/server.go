@@ -165,7 +165,6 @@ type Server struct {
 	mu       sync.RWMutex
 	conns    map[*conn]struct{}
 	sessions map[string]*entry
-	creating int // sessions being made, counted against the limit
 	// creations are the admitted create/load commands naming a session,
 	// closed when they have answered.
 	creations map[string]chan struct{}
@@ -306,18 +305,17 @@ func (s *Server) addSession(ctx context.Context, id string, spec SessionSpec) (*
 		s.mu.Unlock()
 		return nil, clientErr(pipeline.CodeInvalid, "Session %s already exists", id)
 	}
-	if len(s.sessions)+s.creating >= s.lim.MaxSessions {
+	// len counts the sessions being made too: their ids are reserved.
+	if len(s.sessions) >= s.lim.MaxSessions {
 		s.mu.Unlock()
 		s.rejected.sessionLimit.Add(1)
 		return nil, clientErr(pipeline.CodeInvalid, "Session limit reached (%d sessions)", s.lim.MaxSessions)
 	}
-	s.creating++
 	s.sessions[id] = nil // reserve the id
 	s.mu.Unlock()
 
 	sess, err := s.opt.NewSession(ctx, spec)
 	s.mu.Lock()
-	s.creating--
 	if err != nil {
 		delete(s.sessions, id)
 		s.mu.Unlock()
