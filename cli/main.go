@@ -69,6 +69,7 @@ func commands() []command {
 		{"models", "list the models agentd can use, and why not for the others", (*Main).runModels},
 		{"rpc", "speak pi's RPC protocol on stdin/stdout (a drop-in for pi --mode rpc)", (*Main).runRPC},
 		{"serve", "serve many sessions over the pi-server protocol (WebSocket, or --stdio)", (*Main).runServe},
+		{"bench", "measure agentd serve: N sessions over WebSocket against a mock model", (*Main).runBench},
 		{"version", "print the version", (*Main).runVersion},
 	}
 }

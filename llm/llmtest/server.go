@@ -76,6 +76,11 @@ func NewUnstarted() *Server {
 // Start starts listening.
 func (s *Server) Start() { s.srv.Start() }
 
+// ServeHTTP answers one request as the started server would, so the mock
+// can be mounted behind another handler: the bench command wraps it to
+// time each answer.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serve(w, r) }
+
 // Close stops the server and closes held connections.
 func (s *Server) Close() {
 	s.srv.CloseClientConnections()

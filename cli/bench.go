@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentd-dev/agentd/config"
+	"github.com/agentd-dev/agentd/loadgen"
+)
+
+// runBench measures `agentd serve`: for each N in --sessions it starts a
+// server against an in-process mock model, drives N sessions over
+// WebSocket and prints one column of figures per N.
+func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
+	sessions := fs.String("sessions", "1,100,1000", "comma-separated session counts N to run in turn, one connection per session")
+	rounds := fs.Int("rounds", 5, "prompts per session")
+	chunks := fs.Int("chunks", 20, "text deltas the mock model streams per answer")
+	gets := fs.Int("gets", 1, "get_state commands per session after each prompt (0 for none)")
+	jsonOut := fs.Bool("json", false, "print the reports as JSON instead of a table")
+	binary := fs.String("binary", "", "agentd binary to run as the server (default: this executable)")
+	serverLog := fs.Bool("server-log", false, "copy the server's stderr to stderr")
+	serverFlags := fs.String("server-flags", "", "extra flags for agentd serve, space-separated, after the bench's own (a repeated flag overrides)")
+	timeout := fs.Duration("command-timeout", 2*time.Minute, "longest wait for one command's response")
+	if err := parse(cfg, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+	}
+	ns, err := parseSessions(*sessions)
+	if err != nil {
+		return usageError{err}
+	}
+	if *rounds < 1 || *chunks < 1 || *gets < 0 {
+		return usageError{fmt.Errorf("--rounds and --chunks must be at least 1, --gets at least 0")}
+	}
+	log := m.logger(cfg)
+	// 1,000 sessions are 1,000 sockets here and as many in the server.
+	if lim, err := loadgen.RaiseOpenFileLimit(); err != nil {
+		log.Warn("open-file limit", "err", err)
+	} else if need := uint64(2*slices.Max(ns) + 100); lim < need {
+		log.Warn("open-file limit may be too low", "limit", lim, "need", need)
+	}
+	g := *gets
+	if g == 0 {
+		g = -1 // Options: 0 is the default (1), negative is none
+	}
+	var (
+		reps   []loadgen.Report
+		failed int
+		runErr error // a run that could not be set up; the earlier ones are still printed
+	)
+	for _, n := range ns {
+		o := loadgen.Options{Binary: *binary, Sessions: n, Rounds: *rounds, Chunks: *chunks, GetStates: g,
+			CommandTimeout: *timeout, Logger: log, ServerArgs: strings.Fields(*serverFlags)}
+		if *serverLog {
+			o.ServerLog = m.stderr
+		}
+		fmt.Fprintf(m.stderr, "agentd bench: N=%d ...\n", n)
+		rep, err := loadgen.Run(ctx, o)
+		if err != nil {
+			runErr = fmt.Errorf("N=%d: %w", n, err)
+			break
+		}
+		fmt.Fprintf(m.stderr, "agentd bench: N=%d done: %d commands in %s, %d errors\n", n, rep.Commands, rep.Duration.Round(time.Millisecond), rep.Errors)
+		reps = append(reps, rep)
+		failed += rep.Errors
+	}
+	switch {
+	case len(reps) == 0:
+	case *jsonOut:
+		b, err := json.MarshalIndent(reps, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encode reports: %w", err)
+		}
+		if _, err := fmt.Fprintf(m.stdout, "%s\n", b); err != nil {
+			return fmt.Errorf("write reports: %w", err)
+		}
+	default:
+		if err := loadgen.WriteTable(m.stdout, reps); err != nil {
+			return fmt.Errorf("write reports: %w", err)
+		}
+	}
+	if runErr != nil {
+		return runErr
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d errors under load (see the report)", failed)
+	}
+	return nil
+}
+
+// parseSessions parses "1,100,1000".
+func parseSessions(s string) ([]int, error) {
+	var ns []int
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--sessions %q: want positive counts separated by commas", s)
+		}
+		ns = append(ns, n)
+	}
+	return ns, nil
+}

@@ -1,0 +1,227 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/tidwall/gjson"
+)
+
+// reply is a response frame as the waiting command sees it.
+type reply struct {
+	at      time.Time // when the reader got the frame: excludes the waiter's scheduling
+	success bool
+	err     string
+	data    gjson.Result
+	lost    error // the connection ended before the response came
+}
+
+// client is one WebSocket connection driving one session. Its reader
+// goroutine is started by dial and stopped and waited for by close.
+type client struct {
+	conn *websocket.Conn
+	sid  string // the session this connection creates and drives; fixed before the reader starts
+
+	frames    atomic.Int64 // every frame received
+	events    atomic.Int64 // session `event` frames
+	agentEnds atomic.Int64 // agent_end events of the own session
+	shutdown  atomic.Bool  // server_shutdown seen
+
+	mu      sync.Mutex
+	pending map[string]chan reply
+	dead    error  // why the reader stopped; no new calls after it is set
+	faults  *tally // protocol problems the reader sees
+
+	ready      chan struct{} // closed on server_ready
+	readerDone chan struct{}
+	stopReader context.CancelFunc
+	lastSeq    int64     // reader only
+	lastFrame  time.Time // reader only: when the last frame came, to tell a stalled stream from a cut one
+}
+
+// dial connects to url and waits for server_ready. ctx bounds the dial
+// and the wait, and, while it lasts, the connection's reader.
+func dial(ctx context.Context, hc *http.Client, url, sid string, timeout time.Duration, faults *tally) (*client, error) {
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, resp, err := websocket.Dial(dctx, url, &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		if resp != nil {
+			return nil, fmt.Errorf("dial %s: HTTP %d: %w", url, resp.StatusCode, err)
+		}
+		return nil, fmt.Errorf("dial %s: %w", url, err)
+	}
+	// get_state and agent_end frames carry whole messages; the default
+	// 32 KiB limit is for untrusted peers.
+	conn.SetReadLimit(64 << 20)
+	rctx, stop := context.WithCancel(ctx)
+	c := &client{conn: conn, sid: sid, faults: faults, pending: map[string]chan reply{}, ready: make(chan struct{}),
+		readerDone: make(chan struct{}), stopReader: stop}
+	go c.read(rctx)
+	select {
+	case <-c.ready:
+		return c, nil
+	case <-c.readerDone:
+		err := c.deadErr()
+		c.close()
+		return nil, fmt.Errorf("connection closed before server_ready: %w", err)
+	case <-dctx.Done():
+		c.close()
+		return nil, fmt.Errorf("waiting for server_ready: %w", dctx.Err())
+	}
+}
+
+func (c *client) read(ctx context.Context) {
+	defer close(c.readerDone)
+	first := true
+	for {
+		_, data, err := c.conn.Read(ctx)
+		if err != nil {
+			if !c.lastFrame.IsZero() {
+				err = fmt.Errorf("%w (%s after the last frame)", err, time.Since(c.lastFrame).Round(time.Millisecond))
+			}
+			c.die(err)
+			return
+		}
+		now := time.Now()
+		c.lastFrame = now
+		c.frames.Add(1)
+		typ := gjson.GetBytes(data, "type").String()
+		if first {
+			first = false
+			if typ == "server_ready" {
+				close(c.ready)
+				continue
+			}
+			c.faults.add("first frame not server_ready", fmt.Sprintf("session %s: first frame is %q, not server_ready", c.sid, typ))
+			close(c.ready) // let the session go on; the fault is counted
+		}
+		switch typ {
+		case "response":
+			c.deliver(now, data)
+		case "event":
+			c.event(data)
+		case "server_shutdown":
+			c.shutdown.Store(true)
+		case "command_accepted", "command_started", "command_finished", "session_created", "session_deleted", "server_ready":
+		case "":
+			c.faults.add("frame without a type", "frame without a type: "+prefix(data, 120))
+		}
+	}
+}
+
+// event checks a session event: a connection subscribed to one session
+// must see that session's events only, numbered without gaps.
+func (c *client) event(data []byte) {
+	c.events.Add(1)
+	r := gjson.GetManyBytes(data, "sessionId", "seq", "event.type")
+	if r[0].String() != c.sid {
+		c.faults.add("event of another session", fmt.Sprintf("event of session %q on the connection of %q", r[0].String(), c.sid))
+	}
+	seq := r[1].Int()
+	if c.lastSeq != 0 && seq != c.lastSeq+1 {
+		c.faults.add("event seq gap", fmt.Sprintf("session %s: event seq %d after %d", r[0].String(), seq, c.lastSeq))
+	}
+	c.lastSeq = seq
+	if r[2].String() == "agent_end" {
+		c.agentEnds.Add(1)
+	}
+}
+
+func (c *client) deliver(at time.Time, data []byte) {
+	r := gjson.GetManyBytes(data, "id", "success", "error", "data")
+	id := r[0].String()
+	c.mu.Lock()
+	ch := c.pending[id]
+	delete(c.pending, id)
+	c.mu.Unlock()
+	if ch == nil {
+		c.faults.add("unmatched response", "response to no pending command: "+prefix(data, 200))
+		return
+	}
+	ch <- reply{at: at, success: r[1].Bool(), err: r[2].String(), data: r[3]}
+}
+
+// die records why the reader stopped and fails every waiting command.
+func (c *client) die(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dead = err
+	for id, ch := range c.pending {
+		ch <- reply{lost: err}
+		delete(c.pending, id)
+	}
+}
+
+func (c *client) deadErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dead
+}
+
+// call sends cmd with id and waits for its response. The latency is from
+// just before the write to the reader receiving the response frame.
+func (c *client) call(ctx context.Context, id string, cmd map[string]any) (reply, time.Duration, error) {
+	cmd["id"] = id
+	b, err := json.Marshal(cmd)
+	if err != nil {
+		return reply{}, 0, fmt.Errorf("encode %s: %w", cmd["type"], err)
+	}
+	ch := make(chan reply, 1) // buffered: the reader never blocks on a waiter that gave up
+	c.mu.Lock()
+	if c.dead != nil {
+		err := c.dead
+		c.mu.Unlock()
+		return reply{}, 0, fmt.Errorf("%s %s: connection closed: %w", cmd["type"], id, err)
+	}
+	if _, dup := c.pending[id]; dup {
+		c.mu.Unlock()
+		return reply{}, 0, fmt.Errorf("%s %s: id already in flight", cmd["type"], id)
+	}
+	c.pending[id] = ch
+	c.mu.Unlock()
+	start := time.Now()
+	if err := c.conn.Write(ctx, websocket.MessageText, b); err != nil {
+		c.forget(id)
+		return reply{}, 0, fmt.Errorf("send %s %s: %w", cmd["type"], id, err)
+	}
+	select {
+	case r := <-ch:
+		if r.lost != nil {
+			return r, 0, fmt.Errorf("%s %s: connection closed before the response: %w", cmd["type"], id, r.lost)
+		}
+		return r, r.at.Sub(start), nil
+	case <-ctx.Done():
+		c.forget(id)
+		return reply{}, 0, fmt.Errorf("%s %s: no response: %w", cmd["type"], id, ctx.Err())
+	}
+}
+
+func (c *client) forget(id string) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+// close says goodbye, stops the reader and waits for it.
+func (c *client) close() {
+	// Close waits (up to 5 s) for the peer's close frame, which the
+	// reader reads; a server that already hung up returns at once.
+	err := c.conn.Close(websocket.StatusNormalClosure, "bench done")
+	_ = err // the connection may be gone already (server shut down): nothing to report
+	c.stopReader()
+	<-c.readerDone
+}
+
+func prefix(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "..."
+}

@@ -1,0 +1,653 @@
+// Package loadgen measures `agentd serve`: it starts the server as a child
+// process against an in-process mock model, drives N sessions over real
+// WebSocket connections, and reports throughput, latency (raw, and added
+// over the model's own time) and memory per session. `agentd bench` and
+// the package's Go benchmark use it.
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options says what to run.
+type Options struct {
+	// Binary is the agentd executable to start as `agentd serve`; empty
+	// means this process's own executable.
+	Binary string
+	// Sessions is N: connections, one session each.
+	Sessions int
+	// Rounds is how many prompts each session sends, one after the other
+	// (default 5).
+	Rounds int
+	// Chunks is how many text deltas the mock streams per answer
+	// (default 20).
+	Chunks int
+	// GetStates is how many get_state commands each session sends after
+	// each prompt (default 1; negative means none): a command that never
+	// reaches the model, to measure command overhead alone.
+	GetStates int
+	// DialConcurrency bounds connections being opened at once (default 64),
+	// so a large N does not overflow the listen backlog.
+	DialConcurrency int
+	// CommandTimeout bounds each command's wait for its response
+	// (default 2 minutes).
+	CommandTimeout time.Duration
+	// StartTimeout bounds the wait for the server's ready line (default 30 s).
+	StartTimeout time.Duration
+	// ShutdownGrace is how long the server may take to exit after SIGTERM
+	// before it is killed (default 60 s).
+	ShutdownGrace time.Duration
+	// ServerArgs are extra `agentd serve` flags, after the bench's own.
+	ServerArgs []string
+	// ServerLog, if set, gets a copy of the server's stderr.
+	ServerLog io.Writer
+	// Logger gets progress messages; nil discards them.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Sessions < 1 {
+		return o, fmt.Errorf("sessions %d: must be at least 1", o.Sessions)
+	}
+	if o.Rounds == 0 {
+		o.Rounds = 5
+	}
+	if o.Rounds < 0 {
+		return o, fmt.Errorf("rounds %d: must not be negative", o.Rounds)
+	}
+	if o.Chunks == 0 {
+		o.Chunks = 20
+	}
+	if o.Chunks < 0 {
+		return o, fmt.Errorf("chunks %d: must not be negative", o.Chunks)
+	}
+	switch {
+	case o.GetStates == 0:
+		o.GetStates = 1
+	case o.GetStates < 0:
+		o.GetStates = 0
+	}
+	if o.DialConcurrency <= 0 {
+		o.DialConcurrency = 64
+	}
+	if o.CommandTimeout <= 0 {
+		o.CommandTimeout = 2 * time.Minute
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 30 * time.Second
+	}
+	if o.ShutdownGrace <= 0 {
+		o.ShutdownGrace = time.Minute
+	}
+	if o.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return o, fmt.Errorf("agentd binary: %w", err)
+		}
+		o.Binary = exe
+	}
+	// The server runs in its own work directory: a relative path would
+	// be looked up there.
+	if abs, err := filepath.Abs(o.Binary); err == nil {
+		o.Binary = abs
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+// Report is what one run measured. Durations are in nanoseconds in JSON,
+// sizes in bytes.
+type Report struct {
+	Sessions  int `json:"sessions"`
+	Rounds    int `json:"rounds"`
+	Chunks    int `json:"chunks"`
+	GetStates int `json:"get_states_per_round"`
+
+	// Setup is connecting all sessions and creating them.
+	Setup time.Duration `json:"setup_ns"`
+	// Commands are the load phase's commands (prompts and get_states)
+	// that got a response; Duration is that phase's wall time.
+	Commands       int           `json:"commands"`
+	Prompts        int           `json:"prompts"`
+	Duration       time.Duration `json:"duration_ns"`
+	CommandsPerSec float64       `json:"commands_per_sec"`
+	// Frames counts every frame the clients received in the load phase
+	// (responses, lifecycle broadcasts, session events); SessionEvents
+	// only the `event` frames of subscribed sessions.
+	Frames        int64   `json:"frames"`
+	SessionEvents int64   `json:"session_events"`
+	EventsPerSec  float64 `json:"events_per_sec"`
+
+	// PromptP50/P99: send to response of a prompt (the whole agent run).
+	PromptP50 time.Duration `json:"prompt_p50_ns"`
+	PromptP99 time.Duration `json:"prompt_p99_ns"`
+	// MockP50/P99: the mock model's own time per prompt, from its request
+	// arriving to its last byte.
+	MockP50 time.Duration `json:"mock_p50_ns"`
+	MockP99 time.Duration `json:"mock_p99_ns"`
+	// AddedP50/P99: prompt latency minus the mock's time, per prompt.
+	AddedP50 time.Duration `json:"added_p50_ns"`
+	AddedP99 time.Duration `json:"added_p99_ns"`
+	// GetStateP50/P99: send to response of get_state, which has no model.
+	GetStateP50 time.Duration `json:"get_state_p50_ns"`
+	GetStateP99 time.Duration `json:"get_state_p99_ns"`
+
+	// RSSBaseline is the server's VmRSS before any connection,
+	// RSSSessions after N sessions were created (idle), RSSPerSession
+	// their difference per session created (its connection included;
+	// at N=1 it also carries one-time lazy initialisation), RSSAfter the
+	// VmRSS after the load phase, RSSPeak the VmHWM then.
+	RSSBaseline   int64 `json:"rss_baseline_bytes"`
+	RSSSessions   int64 `json:"rss_sessions_bytes"`
+	RSSPerSession int64 `json:"rss_per_session_bytes"`
+	RSSAfter      int64 `json:"rss_after_bytes"`
+	RSSPeak       int64 `json:"rss_peak_bytes"`
+
+	// ModelRequests is how many requests the mock answered.
+	ModelRequests int `json:"model_requests"`
+	// ServerExit is the server's exit code after SIGTERM (-1: killed);
+	// Shutdown how long it took to exit; ShutdownNotices how many
+	// connections got server_shutdown.
+	ServerExit      int           `json:"server_exit_code"`
+	Shutdown        time.Duration `json:"shutdown_ns"`
+	ShutdownNotices int           `json:"shutdown_notices"`
+	// ServerWarnings counts the server's warning and error log lines.
+	ServerWarnings       int      `json:"server_warnings"`
+	ServerWarningSamples []string `json:"server_warning_samples,omitempty"`
+
+	// Errors counts failed commands, lost connections, protocol faults
+	// and an unclean server exit; ErrorKinds splits them by kind and
+	// ErrorSamples are the first few messages.
+	Errors       int            `json:"errors"`
+	ErrorKinds   map[string]int `json:"error_kinds,omitempty"`
+	ErrorSamples []string       `json:"error_samples,omitempty"`
+}
+
+// tally counts problems by kind and keeps the first few messages of each
+// kind. The session goroutines and connection readers all add to one.
+type tally struct {
+	log *slog.Logger // every problem at debug level; samples are few
+
+	mu      sync.Mutex
+	n       int
+	kinds   map[string]int
+	samples map[string][]string
+}
+
+const samplesPerKind = 3
+
+func (t *tally) add(kind, msg string) {
+	if t.log != nil {
+		t.log.Debug("problem", "kind", kind, "msg", msg)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n++
+	if t.kinds == nil {
+		t.kinds, t.samples = map[string]int{}, map[string][]string{}
+	}
+	t.kinds[kind]++
+	if len(t.samples[kind]) < samplesPerKind {
+		t.samples[kind] = append(t.samples[kind], msg)
+	}
+}
+
+// result is the count, the count by kind and the samples, kind by kind.
+func (t *tally) result() (int, map[string]int, []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var samples []string
+	for _, k := range slices.Sorted(maps.Keys(t.samples)) {
+		samples = append(samples, t.samples[k]...)
+	}
+	return t.n, maps.Clone(t.kinds), samples
+}
+
+// promptSample is one prompt's latency, with its tag to find the mock's time.
+type promptSample struct {
+	tag     string
+	latency time.Duration
+}
+
+// sessionResult is what one session goroutine measured; each goroutine
+// writes only its own.
+type sessionResult struct {
+	prompts []promptSample
+	gets    []time.Duration
+	done    int // commands answered in the load phase
+}
+
+// Run starts a mock model and `agentd serve`, drives o.Sessions sessions
+// and reports. It returns an error only when the run itself could not be
+// set up (no server, no mock); problems under load are counted in the
+// report's Errors.
+func Run(ctx context.Context, o Options) (Report, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return Report{}, err
+	}
+	rep := Report{Sessions: o.Sessions, Rounds: o.Rounds, Chunks: o.Chunks, GetStates: o.GetStates}
+	log := o.Logger.With("sessions", o.Sessions)
+
+	dir, err := os.MkdirTemp("", "agentd-bench-")
+	if err != nil {
+		return rep, fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+
+	mk, err := startMock(o.Chunks)
+	if err != nil {
+		return rep, err
+	}
+	defer mk.close()
+
+	env, err := writeEnv(dir, mk.openAIURL())
+	if err != nil {
+		return rep, err
+	}
+	limit := strconv.Itoa(o.Sessions + 10)
+	args := append([]string{"serve", "--port", "0",
+		"--config-dir", env.config, "--data-dir", env.data,
+		"--model", "mock/mock-model",
+		"--max-sessions", limit, "--max-connections", limit,
+		"--rate-limit", "0", "--global-rate-limit", "0",
+		// The ready line is logged at info; agentd serve logs nothing
+		// per command at info, so this costs the server nothing.
+		"--log-level", "info", "--log-format", "text"}, o.ServerArgs...)
+	srv, err := startServer(ctx, o.Binary, args, env.work, env.environ, o.ServerLog, o.StartTimeout)
+	if err != nil {
+		return rep, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			srv.stop(o.ShutdownGrace)
+		}
+	}()
+	log.Info("server ready", "addr", srv.addr, "pid", srv.pid())
+
+	base, err := readMemory(srv.pid())
+	if err != nil {
+		return rep, err
+	}
+	rep.RSSBaseline = base.RSS
+
+	probs := tally{log: log}
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+
+	// Phase 1: connect and create every session.
+	start := time.Now()
+	clients := connectAll(ctx, o, hc, "ws://"+srv.addr+"/", &probs)
+	defer func() {
+		var wg sync.WaitGroup
+		for _, c := range clients {
+			if c != nil {
+				wg.Go(c.close)
+			}
+		}
+		wg.Wait()
+	}()
+	rep.Setup = time.Since(start)
+	if err := ctx.Err(); err != nil {
+		return rep, fmt.Errorf("connecting sessions: %w", err)
+	}
+	idle, err := readMemory(srv.pid())
+	if err != nil {
+		return rep, err
+	}
+	rep.RSSSessions = idle.RSS
+	if n := int64(len(clients) - countNil(clients)); n > 0 {
+		// Per session that exists: a failed create holds nothing.
+		rep.RSSPerSession = (idle.RSS - base.RSS) / n
+	}
+	log.Info("sessions created", "took", rep.Setup.Round(time.Millisecond), "rss", idle.RSS)
+
+	// Phase 2: the load.
+	frames0, events0 := countFrames(clients)
+	start = time.Now()
+	results := make([]sessionResult, len(clients))
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		if c == nil {
+			continue
+		}
+		wg.Go(func() { results[i] = drive(ctx, o, c, &probs) })
+	}
+	wg.Wait()
+	rep.Duration = time.Since(start)
+	frames1, events1 := countFrames(clients)
+	if err := ctx.Err(); err != nil {
+		return rep, fmt.Errorf("load phase: %w", err)
+	}
+	after, err := readMemory(srv.pid())
+	if err != nil {
+		return rep, err
+	}
+	rep.RSSAfter, rep.RSSPeak = after.RSS, after.Peak
+	rep.Frames, rep.SessionEvents = frames1-frames0, events1-events0
+	log.Info("load done", "took", rep.Duration.Round(time.Millisecond))
+
+	// Phase 3: SIGTERM with every connection still open, as in a
+	// deployment's rolling restart.
+	code, took, killed := srv.stop(o.ShutdownGrace)
+	stopped = true
+	rep.ServerExit, rep.Shutdown = code, took
+	if killed {
+		probs.add("server killed", fmt.Sprintf("server did not exit within %s of SIGTERM; killed", o.ShutdownGrace))
+	} else if code != 0 {
+		probs.add("server exit code", fmt.Sprintf("server exited with code %d after SIGTERM; stderr:\n%s", code, srv.log.tail()))
+	}
+	rep.ServerWarnings, rep.ServerWarningSamples = srv.log.problemLines()
+	rep.ModelRequests = mk.requestCount()
+
+	var lat, added, mockT, gets []time.Duration
+	for _, r := range results {
+		rep.Commands += r.done
+		rep.Prompts += len(r.prompts)
+		gets = append(gets, r.gets...)
+		for _, p := range r.prompts {
+			lat = append(lat, p.latency)
+			m, ok := mk.time(p.tag)
+			if !ok {
+				probs.add("prompt without model request", "the mock got no request for prompt "+p.tag)
+				continue
+			}
+			mockT = append(mockT, m)
+			added = append(added, p.latency-m)
+		}
+	}
+	for _, c := range clients {
+		if c == nil {
+			continue
+		}
+		if c.shutdown.Load() {
+			rep.ShutdownNotices++
+		}
+	}
+	rep.PromptP50, rep.PromptP99 = percentile(lat, 50), percentile(lat, 99)
+	rep.MockP50, rep.MockP99 = percentile(mockT, 50), percentile(mockT, 99)
+	rep.AddedP50, rep.AddedP99 = percentile(added, 50), percentile(added, 99)
+	rep.GetStateP50, rep.GetStateP99 = percentile(gets, 50), percentile(gets, 99)
+	if s := rep.Duration.Seconds(); s > 0 {
+		rep.CommandsPerSec = float64(rep.Commands) / s
+		rep.EventsPerSec = float64(rep.Frames) / s
+	}
+	rep.Errors, rep.ErrorKinds, rep.ErrorSamples = probs.result()
+	return rep, nil
+}
+
+// benchEnv is the server's temporary world.
+type benchEnv struct {
+	config, data, work string
+	environ            []string
+}
+
+// writeEnv makes the config, data, work and home directories under dir
+// and a models.json whose only provider is the mock.
+func writeEnv(dir, baseURL string) (benchEnv, error) {
+	e := benchEnv{config: filepath.Join(dir, "config"), data: filepath.Join(dir, "data"), work: filepath.Join(dir, "work")}
+	home := filepath.Join(dir, "home")
+	for _, d := range []string{e.config, e.data, e.work, home} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return e, fmt.Errorf("bench dirs: %w", err)
+		}
+	}
+	models := map[string]any{"providers": map[string]any{"mock": map[string]any{
+		"baseUrl": baseURL, "api": "openai-completions", "apiKey": "bench",
+		"models": []any{map[string]any{
+			"id": "mock-model", "name": "Mock Model", "reasoning": false, "input": []string{"text"},
+			"cost":          map[string]float64{"input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0},
+			"contextWindow": 128000, "maxTokens": 4096,
+			"compat": map[string]bool{"supportsDeveloperRole": false, "supportsReasoningEffort": false},
+		}},
+	}}}
+	b, err := json.MarshalIndent(models, "", "  ")
+	if err != nil {
+		return e, fmt.Errorf("models.json: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(e.config, "models.json"), b, 0o600); err != nil {
+		return e, fmt.Errorf("models.json: %w", err)
+	}
+	// The server must not pick up the user's agentd settings (a token
+	// would make it demand one) or their home's configuration.
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "AGENTD_") || strings.HasPrefix(kv, "HOME=") {
+			continue
+		}
+		e.environ = append(e.environ, kv)
+	}
+	e.environ = append(e.environ, "HOME="+home)
+	return e, nil
+}
+
+// connectAll opens one connection per session and creates its session,
+// o.DialConcurrency at a time. A session that fails is counted and left
+// nil.
+func connectAll(ctx context.Context, o Options, hc *http.Client, url string, probs *tally) []*client {
+	clients := make([]*client, o.Sessions)
+	sem := make(chan struct{}, o.DialConcurrency)
+	var wg sync.WaitGroup
+	for i := range clients {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return clients
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			sid := fmt.Sprintf("bench-%06d", i)
+			c, err := dial(ctx, hc, url, sid, o.CommandTimeout, probs)
+			if err != nil {
+				probs.add("connect", fmt.Sprintf("session %s: %v", sid, err))
+				return
+			}
+			cctx, cancel := context.WithTimeout(ctx, o.CommandTimeout)
+			defer cancel()
+			r, _, err := c.call(cctx, sid+".create", map[string]any{"type": "create_session", "sessionId": sid})
+			switch {
+			case err != nil:
+				probs.add("transport", fmt.Sprintf("session %s: %v", sid, err))
+			case !r.success:
+				probs.add("create_session failed", fmt.Sprintf("create_session %s: %s", sid, r.err))
+			case r.data.Get("sessionId").String() != sid:
+				probs.add("create_session wrong id", fmt.Sprintf("create_session %s: answered sessionId %q", sid, r.data.Get("sessionId").String()))
+			default:
+				clients[i] = c
+				return
+			}
+			c.close()
+		})
+	}
+	wg.Wait()
+	return clients
+}
+
+// drive runs one session's rounds: a prompt, then o.GetStates get_states.
+// A lost connection ends the session; a failed command is counted and the
+// session goes on.
+func drive(ctx context.Context, o Options, c *client, probs *tally) sessionResult {
+	var res sessionResult
+	res.prompts = make([]promptSample, 0, o.Rounds)
+	res.gets = make([]time.Duration, 0, o.Rounds*o.GetStates)
+	call := func(id string, cmd map[string]any) (reply, time.Duration, bool) {
+		cctx, cancel := context.WithTimeout(ctx, o.CommandTimeout)
+		defer cancel()
+		// Command ids are server-wide (they key duplicate replay), so
+		// each carries its session's id.
+		r, lat, err := c.call(cctx, c.sid+"."+id, cmd)
+		if err != nil {
+			probs.add("transport", fmt.Sprintf("session %s: %v", c.sid, err))
+			return r, 0, false
+		}
+		res.done++
+		if !r.success {
+			probs.add(fmt.Sprintf("%s failed", cmd["type"]), fmt.Sprintf("session %s: %s %s failed: %s", c.sid, cmd["type"], id, r.err))
+		}
+		return r, lat, true
+	}
+	for round := range o.Rounds {
+		tag := fmt.Sprintf("%s/%d", c.sid, round)
+		r, lat, ok := call(fmt.Sprintf("p%d", round), map[string]any{"type": "prompt", "sessionId": c.sid,
+			"message": "Please answer briefly. " + tagOpen + tag + tagClose})
+		if !ok {
+			return res
+		}
+		if r.success {
+			res.prompts = append(res.prompts, promptSample{tag: tag, latency: lat})
+			// The response of a prompt comes after its agent run ended.
+			if ends := c.agentEnds.Load(); ends != int64(round+1) {
+				probs.add("prompt response without its agent_end", fmt.Sprintf("session %s: prompt %d answered after %d agent_end events, want %d", c.sid, round, ends, round+1))
+			}
+		}
+		for g := range o.GetStates {
+			r, lat, ok := call(fmt.Sprintf("g%d.%d", round, g), map[string]any{"type": "get_state", "sessionId": c.sid})
+			if !ok {
+				return res
+			}
+			if r.success {
+				res.gets = append(res.gets, lat)
+			}
+		}
+	}
+	return res
+}
+
+func countNil(clients []*client) int {
+	n := 0
+	for _, c := range clients {
+		if c == nil {
+			n++
+		}
+	}
+	return n
+}
+
+func countFrames(clients []*client) (frames, events int64) {
+	for _, c := range clients {
+		if c != nil {
+			frames += c.frames.Load()
+			events += c.events.Load()
+		}
+	}
+	return frames, events
+}
+
+// percentile is the nearest-rank p-th percentile of ds (0 if empty). It
+// sorts ds.
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := (p*len(ds)+99)/100 - 1
+	return ds[max(0, min(i, len(ds)-1))]
+}
+
+// WriteTable writes reports side by side: one row per measure, one column
+// per run.
+func WriteTable(w io.Writer, reps []Report) error {
+	rows := []struct {
+		name string
+		val  func(r Report) string
+	}{
+		{"sessions (N)", func(r Report) string { return strconv.Itoa(r.Sessions) }},
+		{"rounds x chunks", func(r Report) string { return fmt.Sprintf("%d x %d", r.Rounds, r.Chunks) }},
+		{"setup (connect+create)", func(r Report) string { return fmtDur(r.Setup) }},
+		{"commands", func(r Report) string { return strconv.Itoa(r.Commands) }},
+		{"duration", func(r Report) string { return fmtDur(r.Duration) }},
+		{"commands/s", func(r Report) string { return fmt.Sprintf("%.0f", r.CommandsPerSec) }},
+		{"events/s (all frames)", func(r Report) string { return fmt.Sprintf("%.0f", r.EventsPerSec) }},
+		{"frames (session events)", func(r Report) string { return fmt.Sprintf("%d (%d)", r.Frames, r.SessionEvents) }},
+		{"prompt latency p50/p99", func(r Report) string { return fmtDur(r.PromptP50) + " / " + fmtDur(r.PromptP99) }},
+		{"mock time p50/p99", func(r Report) string { return fmtDur(r.MockP50) + " / " + fmtDur(r.MockP99) }},
+		{"added latency p50/p99", func(r Report) string { return fmtDur(r.AddedP50) + " / " + fmtDur(r.AddedP99) }},
+		{"get_state latency p50/p99", func(r Report) string { return fmtDur(r.GetStateP50) + " / " + fmtDur(r.GetStateP99) }},
+		{"RSS baseline", func(r Report) string { return fmtBytes(r.RSSBaseline) }},
+		{"RSS with N idle sessions", func(r Report) string { return fmtBytes(r.RSSSessions) }},
+		{"RSS per session (idle)", func(r Report) string { return fmtBytes(r.RSSPerSession) }},
+		{"RSS after load / peak", func(r Report) string { return fmtBytes(r.RSSAfter) + " / " + fmtBytes(r.RSSPeak) }},
+		{"model requests", func(r Report) string { return strconv.Itoa(r.ModelRequests) }},
+		{"shutdown (exit code, notices)", func(r Report) string {
+			return fmt.Sprintf("%s (%d, %d)", fmtDur(r.Shutdown), r.ServerExit, r.ShutdownNotices)
+		}},
+		{"server warnings", func(r Report) string { return strconv.Itoa(r.ServerWarnings) }},
+		{"errors", func(r Report) string { return strconv.Itoa(r.Errors) }},
+	}
+	width := 0
+	for _, row := range rows {
+		width = max(width, len(row.name))
+	}
+	cols := make([][]string, len(reps))
+	colw := make([]int, len(reps))
+	for j, r := range reps {
+		for _, row := range rows {
+			v := row.val(r)
+			cols[j] = append(cols[j], v)
+			colw[j] = max(colw[j], len(v))
+		}
+	}
+	var b strings.Builder
+	for i, row := range rows {
+		fmt.Fprintf(&b, "%-*s", width, row.name)
+		for j := range reps {
+			fmt.Fprintf(&b, "  %*s", colw[j], cols[j][i])
+		}
+		b.WriteByte('\n')
+	}
+	for _, r := range reps {
+		for _, k := range slices.Sorted(maps.Keys(r.ErrorKinds)) {
+			fmt.Fprintf(&b, "N=%d errors: %d %s\n", r.Sessions, r.ErrorKinds[k], k)
+		}
+		for _, s := range r.ErrorSamples {
+			fmt.Fprintf(&b, "N=%d error: %s\n", r.Sessions, s)
+		}
+		for _, s := range r.ServerWarningSamples {
+			fmt.Fprintf(&b, "N=%d server: %s\n", r.Sessions, s)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "-"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	case d < time.Second:
+		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	}
+}
+
+func fmtBytes(n int64) string {
+	switch {
+	case n < 0:
+		return "-" + fmtBytes(-n)
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	default:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+}

@@ -1,0 +1,137 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/agentd-dev/agentd/llm/llmtest"
+)
+
+// tagOpen and tagClose bracket the id of one prompt in its text. The mock
+// finds the last one in a request body (the body carries the whole
+// conversation, so earlier rounds' tags are there too) to charge the time
+// it spent answering to that prompt.
+const (
+	tagOpen  = "bench-tag:["
+	tagClose = "]"
+)
+
+// mock is llmtest's wire-level model mounted behind a handler that times
+// every answer: the time from the request arriving to the last byte being
+// flushed is the model's share of a prompt's latency, which the report
+// subtracts to get what agentd itself adds.
+type mock struct {
+	llm    *llmtest.Server
+	srv    *http.Server
+	url    string
+	served chan struct{} // closed when Serve returns
+
+	mu       sync.Mutex
+	took     map[string]time.Duration // by prompt tag; summed over retries
+	requests int
+}
+
+// startMock listens on a free loopback port. Every answer is the same
+// short text streamed in chunks deltas, with usage, and no delay: the
+// model is as fast as a model can be, so what is left is agentd.
+func startMock(chunks int) (*mock, error) {
+	script := textScript(chunks)
+	m := &mock{llm: llmtest.NewUnstarted(), took: map[string]time.Duration{}, served: make(chan struct{})}
+	// The unstarted llmtest server is only a handler here; its own
+	// listener is never served, and closing it is all Close does.
+	m.llm.Handle(func(*llmtest.Request) llmtest.Script { return script })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		m.llm.Close()
+		return nil, fmt.Errorf("mock model: listen: %w", err)
+	}
+	m.url = "http://" + ln.Addr().String() + "/v1"
+	m.srv = &http.Server{Handler: http.HandlerFunc(m.serve), ReadHeaderTimeout: 30 * time.Second}
+	go func() {
+		defer close(m.served)
+		_ = m.srv.Serve(ln) // ErrServerClosed after close; nothing else to do with it
+	}()
+	return m, nil
+}
+
+// textScript is an answer of chunks text deltas.
+func textScript(chunks int) llmtest.Script {
+	text := make([]string, chunks)
+	for i := range text {
+		text[i] = fmt.Sprintf("word%d ", i)
+	}
+	return llmtest.Script{Text: text, Usage: &llmtest.Usage{Input: 42, Output: int64(chunks)}}
+}
+
+// openAIURL is the base URL for an openai-completions provider.
+func (m *mock) openAIURL() string { return m.url }
+
+func (m *mock) serve(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	m.llm.ServeHTTP(w, r)
+	took := time.Since(start)
+	tag := lastTag(body)
+	m.mu.Lock()
+	m.took[tag] += took
+	m.requests++
+	m.mu.Unlock()
+}
+
+// lastTag is the id of the newest prompt in a request body, "" if none.
+func lastTag(body []byte) string {
+	i := bytes.LastIndex(body, []byte(tagOpen))
+	if i < 0 {
+		return ""
+	}
+	rest := body[i+len(tagOpen):]
+	j := bytes.Index(rest, []byte(tagClose))
+	if j < 0 {
+		return ""
+	}
+	return string(rest[:j])
+}
+
+// time is the mock's time answering the prompt tagged tag.
+func (m *mock) time(tag string) (time.Duration, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, ok := m.took[tag]
+	return d, ok
+}
+
+func (m *mock) requestCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.requests
+}
+
+// close stops serving, drops held connections and waits for Serve to
+// return.
+func (m *mock) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := m.srv.Shutdown(ctx)
+	if err != nil {
+		// A stream still held by a server that did not hang up: cut it.
+		err = m.srv.Close()
+	}
+	<-m.served
+	m.llm.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
