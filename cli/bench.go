@@ -65,7 +65,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		fmt.Fprintf(m.stderr, "agentd bench: N=%d ...\n", n)
 		rep, err := loadgen.Run(ctx, o)
 		if err != nil {
-			runErr = fmt.Errorf("N=%d: %w", n, err)
+			runErr = fmt.Errorf("with %d sessions: %w", n, err)
 			break
 		}
 		fmt.Fprintf(m.stderr, "agentd bench: N=%d done: %d commands in %s, %d errors\n", n, rep.Commands, rep.Duration.Round(time.Millisecond), rep.Errors)
