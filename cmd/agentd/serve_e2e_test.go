@@ -1727,14 +1727,18 @@ func TestServeAfterSeqResume(t *testing.T) {
 		const sid = "watched"
 		svCreate(A, sid)
 		svPrompt(B, sid, "first run")
-		A.cursor = 0
-		A.waitEvent(sid, "agent_end")
+		// The run is over once B has its response; the session's last seq
+		// then is what A must have seen (state_changed follows agent_end).
+		latest, _ := svNum(B.must("get_state", svM{"sessionId": sid}).m, "data", "seq")
+		A.waitFor(0, "the session's latest event", func(f svFrame) bool {
+			n, _ := svNum(f.m, "seq")
+			return f.isEvent(sid, "") && n == latest
+		})
 		evA := A.events(sid)
 		if len(evA) < 4 {
 			t.Fatalf("only %d events for a prompt", len(evA))
 		}
 		mid, _ := svNum(evA[len(evA)/2].m, "seq")
-		latest, _ := svNum(evA[len(evA)-1].m, "seq")
 
 		C := s.dial("C")
 		r := C.ok(svM{"id": "resume", "type": "switch_session", "sessionId": sid, "afterSeq": mid})
@@ -1752,13 +1756,13 @@ func TestServeAfterSeqResume(t *testing.T) {
 
 		// then live events, to A and C alike
 		svPrompt(B, sid, "second run")
-		A.cursor = 0
-		for range 2 {
-			A.waitEvent(sid, "agent_end")
+		last, _ := svNum(B.must("get_state", svM{"sessionId": sid}).m, "data", "seq")
+		for _, w := range []*svConn{A, C} {
+			w.waitFor(0, "the session's last event", func(f svFrame) bool {
+				n, _ := svNum(f.m, "seq")
+				return f.isEvent(sid, "") && n == last
+			})
 		}
-		C.cursor = 0
-		C.waitEvent(sid, "agent_end")
-		C.waitEvent(sid, "agent_end")
 		// C's events: exactly A's after mid, in order, no gaps, no duplicates
 		evA = A.events(sid)
 		var want []string
