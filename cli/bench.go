@@ -25,6 +25,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	jsonOut := fs.Bool("json", false, "print the reports as JSON instead of a table")
 	binary := fs.String("binary", "", "agentd binary to run as the server (default: this executable)")
 	serverLog := fs.Bool("server-log", false, "copy the server's stderr to stderr")
+	ownLifecycle := fs.Bool("own-lifecycle", false, "connect with ?lifecycle=own: clients get their own commands' lifecycle events only, not every client's")
 	serverFlags := fs.String("server-flags", "", "extra flags for agentd serve, space-separated, after the bench's own (a repeated flag overrides)")
 	timeout := fs.Duration("command-timeout", 2*time.Minute, "longest wait for one command's response")
 	if err := parse(cfg, fs, args); err != nil {
@@ -58,7 +59,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	)
 	for _, n := range ns {
 		o := loadgen.Options{Binary: *binary, Sessions: n, Rounds: *rounds, Chunks: *chunks, GetStates: g,
-			CommandTimeout: *timeout, Logger: log, ServerArgs: strings.Fields(*serverFlags)}
+			CommandTimeout: *timeout, Logger: log, ServerArgs: strings.Fields(*serverFlags), OwnLifecycle: *ownLifecycle}
 		if *serverLog {
 			o.ServerLog = m.stderr
 		}

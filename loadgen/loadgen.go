@@ -50,6 +50,9 @@ type Options struct {
 	// ShutdownGrace is how long the server may take to exit after SIGTERM
 	// before it is killed (default 60 s).
 	ShutdownGrace time.Duration
+	// OwnLifecycle connects with ?lifecycle=own: each client receives the
+	// lifecycle events of its own commands only, not every client's.
+	OwnLifecycle bool
 	// ServerArgs are extra `agentd serve` flags, after the bench's own.
 	ServerArgs []string
 	// ServerLog, if set, gets a copy of the server's stderr.
@@ -293,7 +296,11 @@ func Run(ctx context.Context, o Options) (Report, error) {
 
 	// Phase 1: connect and create every session.
 	start := time.Now()
-	clients := connectAll(ctx, o, hc, "ws://"+srv.addr+"/", &probs)
+	url := "ws://" + srv.addr + "/"
+	if o.OwnLifecycle {
+		url += "?lifecycle=own"
+	}
+	clients := connectAll(ctx, o, hc, url, &probs)
 	defer func() {
 		var wg sync.WaitGroup
 		for _, c := range clients {

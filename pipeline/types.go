@@ -23,6 +23,10 @@ type Command struct {
 	IfSessionVersion *int            `json:"ifSessionVersion,omitempty"`
 	IdempotencyKey   string          `json:"idempotencyKey,omitempty"`
 	Payload          json.RawMessage `json:"payload,omitempty"`
+	// Origin is the face's handle on the sender (its connection), handed
+	// back on the command's lifecycle events. It is not part of the
+	// fingerprint and is not journaled.
+	Origin any `json:"-"`
 }
 
 // Response is the outcome of one command. The face maps it to the wire
@@ -110,11 +114,13 @@ type Event struct {
 	IfSessionVersion *int     `json:"ifSessionVersion,omitempty"`
 	IdempotencyKey   string   `json:"idempotencyKey,omitempty"`
 	Lane             string   `json:"lane"`
-	Success          bool     `json:"success,omitempty"`
-	Err              *Error   `json:"error,omitempty"`
-	Replayed         bool     `json:"replayed,omitempty"`
-	TimedOut         bool     `json:"timedOut,omitempty"`
-	SessionVersion   *int     `json:"sessionVersion,omitempty"`
+	// Origin is the Origin of the command the event is about.
+	Origin         any    `json:"-"`
+	Success        bool   `json:"success,omitempty"`
+	Err            *Error `json:"error,omitempty"`
+	Replayed       bool   `json:"replayed,omitempty"`
+	TimedOut       bool   `json:"timedOut,omitempty"`
+	SessionVersion *int   `json:"sessionVersion,omitempty"`
 }
 
 // Class groups commands for timeouts and scheduling.

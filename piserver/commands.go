@@ -919,7 +919,19 @@ func reportedSeq(data json.RawMessage) uint64 {
 }
 
 // onLifecycle broadcasts the pipeline's lifecycle events (spec §6.2).
-func (s *Server) onLifecycle(ev pipeline.Event) { s.broadcast(lifecycleFrame(ev)) }
+// A connection that asked for its own lifecycle events only does not get
+// the others': with N clients each sending commands, global broadcast
+// costs N frames per event.
+func (s *Server) onLifecycle(ev pipeline.Event) {
+	f := lifecycleFrame(ev)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for c := range s.conns {
+		if !c.ownLifecycle || ev.Origin == any(c) {
+			c.send(f)
+		}
+	}
+}
 
 // afterResponse does what follows a command's response: subscriptions
 // and the session_created / session_deleted broadcasts.

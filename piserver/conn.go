@@ -34,6 +34,9 @@ type conn struct {
 	reason   string
 	watching map[string]struct{}
 	pending  int
+	// ownLifecycle limits the lifecycle events sent to this connection to
+	// those of its own commands (the client asked with ?lifecycle=own).
+	ownLifecycle bool
 
 	done chan struct{} // closed when the writer has stopped
 }
@@ -223,6 +226,7 @@ func (c *conn) handle(data []byte) {
 		settle = s.expectSession(cmd.SessionID)
 	}
 	started := time.Now()
+	cmd.Origin = c
 	s.pipe.Submit(cmd, func(r pipeline.Response) {
 		defer settle()
 		c.mu.Lock()

@@ -53,6 +53,9 @@ func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
 		}
 		l := &wsLink{ws: ws}
 		c := newConn(s, "websocket", l)
+		// The spec broadcasts lifecycle events globally; a client that only
+		// wants its own opts out of the rest with ?lifecycle=own.
+		c.ownLifecycle = r.URL.Query().Get("lifecycle") == "own"
 		if err := c.start(); err != nil {
 			code, reason := closeOverloaded, err.Error()
 			var rf *refusal

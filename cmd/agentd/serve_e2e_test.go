@@ -2145,3 +2145,33 @@ func svDeltaForm(m map[string]any) map[string]any {
 	out["event"] = e2
 	return out
 }
+
+// ?lifecycle=own: a client that opts out of the global broadcast gets the
+// lifecycle events of its own commands and no one else's; the others still
+// get everything.
+func TestServeOwnLifecycle(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	s := svStart(t, e)
+	own := s.dialRaw(t, svDialOpts{name: "own", query: "lifecycle=own"})
+	own.ready()
+	all := s.dial("all")
+	svWantOK(t, all.call(svM{"id": "theirs", "type": "list_sessions"}))
+	svWantOK(t, own.call(svM{"id": "mine", "type": "list_sessions"}))
+	// "all" sees both commands' lifecycles; "own" only its own.
+	all.waitFor(0, "command_finished of mine", func(f svFrame) bool {
+		return f.typ() == "command_finished" && svStr(f.m, "data", "commandId") == "mine"
+	})
+	for _, f := range own.snapshot() {
+		if strings.HasPrefix(f.typ(), "command_") && svStr(f.m, "data", "commandId") != "mine" {
+			t.Errorf("lifecycle=own connection got another client's event: %s", f)
+		}
+	}
+	n := 0
+	for _, f := range own.snapshot() {
+		if strings.HasPrefix(f.typ(), "command_") {
+			n++
+		}
+	}
+	svEq(t, "own lifecycle events", n, 3)
+}
