@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -331,20 +329,13 @@ func (srv *Server) dispatch(c *command) {
 		srv.persist(func(st *settings.Settings) { st.DefaultProvider, st.DefaultModel = m.Provider, m.ID })
 		srv.reply(success(id, typ, m))
 	case "cycle_model":
-		models := srv.opt.Models.Available()
-		if len(models) <= 1 {
-			srv.reply(successNull(id, typ))
-			return
-		}
-		cur := srv.s.Model()
-		next := models[0]
-		for i, m := range models {
-			if m.Provider == cur.Provider && m.ID == cur.ID {
-				next = models[(i+1)%len(models)]
-			}
-		}
-		if err := srv.s.SetModel(next); err != nil {
+		next, ok, err := srv.s.CycleModel(srv.opt.Models.Available(), false)
+		switch {
+		case err != nil:
 			srv.reply(failure(id, typ, err.Error()))
+			return
+		case !ok:
+			srv.reply(successNull(id, typ))
 			return
 		}
 		srv.persist(func(st *settings.Settings) { st.DefaultProvider, st.DefaultModel = next.Provider, next.ID })
@@ -369,25 +360,13 @@ func (srv *Server) dispatch(c *command) {
 		srv.persist(func(st *settings.Settings) { st.DefaultThinkingLevel = string(got) })
 		srv.reply(success(id, typ, nil))
 	case "cycle_thinking_level":
-		m := srv.s.Model()
-		if !m.Reasoning {
-			srv.reply(successNull(id, typ))
-			return
-		}
-		levels := []llm.ThinkingLevel{llm.ThinkingOff, llm.ThinkingMinimal, llm.ThinkingLow, llm.ThinkingMedium, llm.ThinkingHigh}
-		if m.ClampThinking(llm.ThinkingXHigh) == llm.ThinkingXHigh {
-			levels = append(levels, llm.ThinkingXHigh)
-		}
-		cur := srv.s.Thinking()
-		next := levels[0]
-		for i, l := range levels {
-			if l == cur {
-				next = levels[(i+1)%len(levels)]
-			}
-		}
-		got, err := srv.s.SetThinking(next)
-		if err != nil {
+		got, ok, err := srv.s.CycleThinking()
+		switch {
+		case err != nil:
 			srv.reply(failure(id, typ, err.Error()))
+			return
+		case !ok:
+			srv.reply(successNull(id, typ))
 			return
 		}
 		srv.persist(func(st *settings.Settings) { st.DefaultThinkingLevel = string(got) })
@@ -463,7 +442,7 @@ func (srv *Server) dispatch(c *command) {
 	case "get_session_stats":
 		srv.reply(success(id, typ, srv.stats()))
 	case "export_html":
-		path, err := srv.export(c.OutputPath)
+		path, err := srv.s.ExportHTMLFile(srv.opt.Cwd, c.OutputPath)
 		if err != nil {
 			srv.reply(failure(id, typ, err.Error()))
 			return
@@ -607,28 +586,6 @@ func (srv *Server) state() stateData {
 }
 
 func (srv *Server) stats() any { return piwire.SessionStats(srv.s.Stats()) }
-
-// export writes the session as HTML to path, or to a file named for the
-// session in the working directory.
-func (srv *Server) export(path string) (string, error) {
-	if path == "" {
-		path = filepath.Join(srv.opt.Cwd, fmt.Sprintf("agentd-session-%s.html", srv.s.ID()))
-	} else if !filepath.IsAbs(path) {
-		path = filepath.Join(srv.opt.Cwd, path)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return "", fmt.Errorf("cannot write %s: %w", path, err)
-	}
-	if err := srv.s.ExportHTML(f); err != nil {
-		f.Close()
-		return "", fmt.Errorf("exporting: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("cannot write %s: %w", path, err)
-	}
-	return path, nil
-}
 
 // onEvent turns session events into lines. It runs on the session's
 // emitting goroutine and only encodes and queues: a slow reader of

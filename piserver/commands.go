@@ -560,23 +560,9 @@ func (s *Server) setModel(_ context.Context, c *call) (any, error) {
 }
 
 func (s *Server) cycleModel(_ context.Context, c *call) (any, error) {
-	models := s.opt.Models.Available()
-	if len(models) <= 1 {
-		return null, nil
-	}
-	cur := c.e.sess.Model()
-	step := 1
-	if c.p.Direction == "backward" {
-		step = len(models) - 1
-	}
-	next := models[0]
-	for i, m := range models {
-		if m.Provider == cur.Provider && m.ID == cur.ID {
-			next = models[(i+step)%len(models)]
-		}
-	}
-	if err := c.e.sess.SetModel(next); err != nil {
-		return nil, err
+	next, ok, err := c.e.sess.CycleModel(s.opt.Models.Available(), c.p.Direction == "backward")
+	if err != nil || !ok {
+		return null, err
 	}
 	return map[string]any{"model": next, "thinkingLevel": c.e.sess.Thinking(), "isScoped": false}, nil
 }
@@ -597,24 +583,9 @@ func (s *Server) setThinking(_ context.Context, c *call) (any, error) {
 }
 
 func (s *Server) cycleThinking(_ context.Context, c *call) (any, error) {
-	m := c.e.sess.Model()
-	if !m.Reasoning {
-		return null, nil
-	}
-	levels := []llm.ThinkingLevel{llm.ThinkingOff, llm.ThinkingMinimal, llm.ThinkingLow, llm.ThinkingMedium, llm.ThinkingHigh}
-	if m.ClampThinking(llm.ThinkingXHigh) == llm.ThinkingXHigh {
-		levels = append(levels, llm.ThinkingXHigh)
-	}
-	cur := c.e.sess.Thinking()
-	next := levels[0]
-	for i, l := range levels {
-		if l == cur {
-			next = levels[(i+1)%len(levels)]
-		}
-	}
-	got, err := c.e.sess.SetThinking(next)
-	if err != nil {
-		return nil, err
+	got, ok, err := c.e.sess.CycleThinking()
+	if err != nil || !ok {
+		return null, err
 	}
 	return map[string]any{"level": got}, nil
 }
@@ -713,22 +684,9 @@ func (s *Server) stats(_ context.Context, c *call) (any, error) {
 }
 
 func (s *Server) exportHTML(_ context.Context, c *call) (any, error) {
-	path := c.p.OutputPath
-	if path == "" {
-		path = filepath.Join(c.e.cwd, fmt.Sprintf("agentd-session-%s.html", c.e.id))
-	} else if !filepath.IsAbs(path) {
-		path = filepath.Join(c.e.cwd, path)
-	}
-	f, err := os.Create(path)
+	path, err := c.e.sess.ExportHTMLFile(c.e.cwd, c.p.OutputPath)
 	if err != nil {
-		return nil, fmt.Errorf("cannot write %s: %w", path, errors.Unwrap(err))
-	}
-	if err := c.e.sess.ExportHTML(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("exporting: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("cannot write %s: %w", path, errors.Unwrap(err))
+		return nil, err
 	}
 	return map[string]string{"path": path}, nil
 }

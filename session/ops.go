@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -362,6 +364,77 @@ func (s *Session) ExportHTML(w io.Writer) error {
 	f := s.file
 	s.mu.Unlock()
 	return transcript.ExportHTML(w, f, transcript.ExportOptions{})
+}
+
+// ExportHTMLFile writes the session as HTML to path, or, when path is
+// empty, to agentd-session-<id>.html in dir; a relative path is taken
+// from dir. It returns the path written.
+func (s *Session) ExportHTMLFile(dir, path string) (string, error) {
+	switch {
+	case path == "":
+		path = filepath.Join(dir, fmt.Sprintf("agentd-session-%s.html", s.ID()))
+	case !filepath.IsAbs(path):
+		path = filepath.Join(dir, path)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return "", fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	if err := s.ExportHTML(f); err != nil {
+		f.Close()
+		return "", fmt.Errorf("exporting: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// CycleThinking moves to the next thinking level the model supports, as
+// pi's cycle_thinking_level: off, minimal, low, medium, high (and xhigh
+// where the model has it), then round again. ok is false for a model
+// without reasoning.
+func (s *Session) CycleThinking() (level llm.ThinkingLevel, ok bool, err error) {
+	m := s.Model()
+	if !m.Reasoning {
+		return "", false, nil
+	}
+	levels := []llm.ThinkingLevel{llm.ThinkingOff, llm.ThinkingMinimal, llm.ThinkingLow, llm.ThinkingMedium, llm.ThinkingHigh}
+	if m.ClampThinking(llm.ThinkingXHigh) == llm.ThinkingXHigh {
+		levels = append(levels, llm.ThinkingXHigh)
+	}
+	cur := s.Thinking()
+	next := levels[0]
+	for i, l := range levels {
+		if l == cur {
+			next = levels[(i+1)%len(levels)]
+		}
+	}
+	level, err = s.SetThinking(next)
+	return level, err == nil, err
+}
+
+// CycleModel switches to the model after (or, backward, before) the
+// current one in models. ok is false when there is nothing to cycle to.
+func (s *Session) CycleModel(models []*llm.Model, backward bool) (next *llm.Model, ok bool, err error) {
+	if len(models) <= 1 {
+		return nil, false, nil
+	}
+	step := 1
+	if backward {
+		step = len(models) - 1
+	}
+	cur := s.Model()
+	next = models[0]
+	for i, m := range models {
+		if m.Provider == cur.Provider && m.ID == cur.ID {
+			next = models[(i+step)%len(models)]
+		}
+	}
+	if err := s.SetModel(next); err != nil {
+		return nil, false, err
+	}
+	return next, true, nil
 }
 
 // idle fails while a run is in progress: switching transcripts under a

@@ -668,3 +668,59 @@ func TestExportHTML(t *testing.T) {
 		t.Fatal("export does not escape content")
 	}
 }
+
+// The cycling and export operations both pi faces use.
+func TestCycleAndExportFile(t *testing.T) {
+	h := newHarness(t, nil)
+	base := h.s.Model()
+	if _, ok, err := h.s.CycleThinking(); ok || err != nil {
+		t.Fatalf("a model without reasoning cycled its thinking: %v %v", ok, err)
+	}
+	a, b, c := *base, *base, *base
+	a.ID, b.ID, c.ID = "a", "b", "c"
+	b.Reasoning = true
+	models := []*llm.Model{&a, &b, &c}
+	if _, ok, _ := h.s.CycleModel(models[:1], false); ok {
+		t.Fatal("cycled through a single model")
+	}
+	steps := []struct {
+		backward bool
+		want     string
+	}{{false, "a"}, {false, "b"}, {true, "a"}, {true, "c"}, {false, "a"}}
+	for i, st := range steps {
+		m, ok, err := h.s.CycleModel(models, st.backward)
+		if err != nil || !ok || m.ID != st.want || h.s.Model().ID != st.want {
+			t.Fatalf("step %d: got %v %v %v, want %s", i, m, ok, err, st.want)
+		}
+	}
+	if _, _, err := h.s.CycleModel(models, false); err != nil { // now "b", which reasons
+		t.Fatal(err)
+	}
+	var seen []llm.ThinkingLevel
+	for range 6 {
+		l, ok, err := h.s.CycleThinking()
+		if !ok || err != nil {
+			t.Fatalf("cycle thinking: %v %v", ok, err)
+		}
+		seen = append(seen, l)
+	}
+	// Five levels (off to high; this model has no xhigh), then round again.
+	if seen[0] == seen[1] || seen[5] != seen[0] {
+		t.Fatalf("thinking levels did not cycle: %v", seen)
+	}
+
+	dir := t.TempDir()
+	p, err := h.s.ExportHTMLFile(dir, "")
+	if err != nil || filepath.Dir(p) != dir || !strings.HasPrefix(filepath.Base(p), "agentd-session-") {
+		t.Fatalf("default export path %q, %v", p, err)
+	}
+	if p, err = h.s.ExportHTMLFile(dir, "out.html"); err != nil || p != filepath.Join(dir, "out.html") {
+		t.Fatalf("relative export path %q, %v", p, err)
+	}
+	if b, _ := os.ReadFile(p); !strings.Contains(string(b), "<html") {
+		t.Fatalf("export is not HTML: %.100s", b)
+	}
+	if _, err := h.s.ExportHTMLFile(dir, filepath.Join(dir, "missing", "x.html")); err == nil || !strings.Contains(err.Error(), "cannot write") {
+		t.Fatalf("export into a missing directory: %v", err)
+	}
+}
