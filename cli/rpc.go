@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -66,20 +67,9 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 		return usageError{fmt.Errorf("--max-line-bytes %d: must be at least 1024", f.maxLineBytes)}
 	}
 	log := m.logger(cfg)
-	cwd, err := os.Getwd()
-	if err != nil {
-		return fmt.Errorf("working directory: %w", err)
-	}
-	st, err := settings.Open(filepath.Join(cfg.ConfigDir, "settings.json"))
+	cwd, st, ms, err := m.environment(ctx, cfg, log)
 	if err != nil {
 		return err
-	}
-	ms, err := m.loadModels(ctx, cfg)
-	if err != nil {
-		log.Warn("model configuration", "err", err)
-		if ms == nil {
-			return err
-		}
 	}
 	model, level, err := pickModel(ms, st.Get(), f)
 	if err != nil {
@@ -89,15 +79,9 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	if err != nil {
 		return usageError{err}
 	}
-	var policy interaction.Policy
-	if f.policy != "" {
-		data, err := os.ReadFile(f.policy)
-		if err != nil {
-			return usageError{fmt.Errorf("--policy: %w", err)}
-		}
-		if policy, err = interaction.ParsePolicy(data); err != nil {
-			return usageError{fmt.Errorf("--policy %s: %w", f.policy, err)}
-		}
+	policy, err := loadPolicy(f.policy)
+	if err != nil {
+		return err
 	}
 	sessionsDir := f.sessionDir
 	if sessionsDir == "" {
@@ -169,6 +153,44 @@ func engineSettings(s settings.Settings) (session.RetrySettings, compaction.Sett
 		}
 	}
 	return retry, comp
+}
+
+// environment is what every session-hosting command starts from: the
+// working directory, the saved settings and the models. Problems in
+// models.json are logged and the rest is used.
+func (m *Main) environment(ctx context.Context, cfg *config.Config, log *slog.Logger) (string, *settings.Store, *models, error) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("working directory: %w", err)
+	}
+	st, err := settings.Open(filepath.Join(cfg.ConfigDir, "settings.json"))
+	if err != nil {
+		return "", nil, nil, err
+	}
+	ms, err := m.loadModels(ctx, cfg)
+	if err != nil {
+		log.Warn("model configuration", "err", err)
+		if ms == nil {
+			return "", nil, nil, err
+		}
+	}
+	return cwd, st, ms, nil
+}
+
+// loadPolicy reads the --policy file; "" is the default (allow all).
+func loadPolicy(path string) (interaction.Policy, error) {
+	if path == "" {
+		return interaction.Policy{}, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return interaction.Policy{}, usageError{fmt.Errorf("--policy: %w", err)}
+	}
+	p, err := interaction.ParsePolicy(data)
+	if err != nil {
+		return interaction.Policy{}, usageError{fmt.Errorf("--policy %s: %w", path, err)}
+	}
+	return p, nil
 }
 
 func retryEnabled(s settings.Settings) *bool {

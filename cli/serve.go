@@ -17,11 +17,9 @@ import (
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/config"
 	"github.com/agentd-dev/agentd/health"
-	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/pipeline"
 	"github.com/agentd-dev/agentd/piserver"
 	"github.com/agentd-dev/agentd/session"
-	"github.com/agentd-dev/agentd/settings"
 	"github.com/agentd-dev/agentd/tool"
 )
 
@@ -38,34 +36,17 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		return usageError{err}
 	}
 	log := m.logger(cfg)
-	cwd, err := os.Getwd()
-	if err != nil {
-		return fmt.Errorf("working directory: %w", err)
-	}
-	st, err := settings.Open(filepath.Join(cfg.ConfigDir, "settings.json"))
+	cwd, st, ms, err := m.environment(ctx, cfg, log)
 	if err != nil {
 		return err
-	}
-	ms, err := m.loadModels(ctx, cfg)
-	if err != nil {
-		log.Warn("model configuration", "err", err)
-		if ms == nil {
-			return err
-		}
 	}
 	model, level, err := pickModel(ms, st.Get(), rpcFlags{model: sc.Model})
 	if err != nil {
 		return err
 	}
-	var policy interaction.Policy
-	if sc.Policy != "" {
-		data, err := os.ReadFile(sc.Policy)
-		if err != nil {
-			return usageError{fmt.Errorf("--policy: %w", err)}
-		}
-		if policy, err = interaction.ParsePolicy(data); err != nil {
-			return usageError{fmt.Errorf("--policy %s: %w", sc.Policy, err)}
-		}
+	policy, err := loadPolicy(sc.Policy)
+	if err != nil {
+		return err
 	}
 	sessionsDir := sc.SessionsDir
 	if sessionsDir == "" {

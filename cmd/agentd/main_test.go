@@ -86,6 +86,10 @@ func TestUsageAndErrors(t *testing.T) {
 		{"ask without prompt", []string{"ask"}, 2, "err", "no prompt"},
 		{"ask unknown model", []string{"ask", "--model", "nope/x", "hi"}, 1, "err", `unknown model "nope/x"`},
 		{"ask bad thinking", []string{"ask", "--thinking", "huge", "hi"}, 2, "err", `invalid thinking level "huge"`},
+		{"serve missing policy", []string{"serve", "--policy", "/nonexistent/policy.json"}, 2, "err", "--policy: open /nonexistent/policy.json"},
+		{"serve extra args", []string{"serve", "now"}, 2, "err", "unexpected arguments: now"},
+		{"serve bad port", []string{"serve", "--port", "70000"}, 2, "err", "--port 70000: want 0-65535"},
+		{"serve tiny frames", []string{"serve", "--max-frame-bytes", "10"}, 2, "err", "--max-frame-bytes 10: must be at least 1024"},
 		{"ask unavailable model", []string{"ask", "--model", "anthropic/claude-sonnet-4-6", "hi"}, 1, "err", "no API key: set ANTHROPIC_API_KEY"},
 	}
 	for _, tt := range tests {
