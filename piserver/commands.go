@@ -47,7 +47,7 @@ func (spec *commandSpec) decode(payload json.RawMessage, p *params) error {
 	}
 	var all map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &all); err != nil {
-		return clientErr(pipeline.CodeInvalid, "Validation failed: %s", shapeProblem(err))
+		return pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: %s", shapeProblem(err))
 	}
 	b := []byte{'{'}
 	for _, f := range spec.fields {
@@ -62,7 +62,7 @@ func (spec *commandSpec) decode(payload json.RawMessage, p *params) error {
 		b = append(b, raw...)
 	}
 	if err := json.Unmarshal(append(b, '}'), p); err != nil {
-		return clientErr(pipeline.CodeInvalid, "Validation failed: %s", shapeProblem(err))
+		return pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: %s", shapeProblem(err))
 	}
 	return nil
 }
@@ -107,6 +107,8 @@ type uiAnswer struct {
 	Responses map[string]any `json:"responses"`
 }
 
+func always(pipeline.Command) bool { return true }
+
 // null is a response whose data is JSON null (cycle_model with one model).
 var null = json.RawMessage("null")
 
@@ -136,7 +138,9 @@ func (s *Server) commands() map[string]*commandSpec {
 		"list_sessions": server(pipeline.ClassRead, s.listSessions),
 		"create_session": {class: pipeline.ClassMutate, timeout: -1, run: s.createSession,
 			fields: []field{{name: "cwd", kind: kString, max: 4096}}},
-		"delete_session": {needsID: true, class: pipeline.ClassMutate, run: s.deleteSession},
+		// delete_session does not wait behind the session's running work:
+		// closing the session stops it.
+		"delete_session": {needsID: true, class: pipeline.ClassMutate, run: s.deleteSession, bypass: always},
 		// switch_session does not wait for the session's running prompt:
 		// watching a session mid-run is its point.
 		"switch_session":       {needsID: true, class: pipeline.ClassControl, readOnly: true, run: s.switchSession, fields: []field{{name: "afterSeq", kind: kInt}}},
@@ -149,7 +153,9 @@ func (s *Server) commands() map[string]*commandSpec {
 		"prompt": {session: true, class: pipeline.ClassLong, run: s.prompt,
 			fields: []field{fMessage, fImages, {name: "streamingBehavior", kind: kString, oneOf: []string{"steer", "followUp"}}},
 			bypass: func(c pipeline.Command) bool {
-				var p params
+				var p struct {
+					StreamingBehavior string `json:"streamingBehavior"`
+				}
 				_ = json.Unmarshal(c.Payload, &p)
 				return p.StreamingBehavior != ""
 			}},
@@ -310,7 +316,7 @@ func (s *Server) createSession(ctx context.Context, c *call) (any, error) {
 		cwd = s.opt.Cwd
 	} else {
 		if strings.HasPrefix(cwd, "~") || strings.ContainsRune(cwd, 0) || hasDotDot(cwd) {
-			return nil, clientErr(pipeline.CodeInvalid, "Validation failed: cwd: CWD contains potentially dangerous path components")
+			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: cwd: CWD contains potentially dangerous path components")
 		}
 		if err := absDir(cwd); err != nil {
 			return nil, err
@@ -332,7 +338,10 @@ func hasDotDot(p string) bool {
 	return false
 }
 
-func (s *Server) deleteSession(_ context.Context, c *call) (any, error) {
+func (s *Server) deleteSession(ctx context.Context, c *call) (any, error) {
+	if _, err := s.lookup(ctx, c.cmd.SessionID); err != nil {
+		return nil, err // also waits for a create admitted before this
+	}
 	if err := s.removeSession(c.cmd.SessionID); err != nil {
 		var pe *pipeline.Error
 		if errors.As(err, &pe) {
@@ -376,11 +385,11 @@ func (s *Server) loadSession(ctx context.Context, c *call) (any, error) {
 	}
 	info, err := transcript.ReadInfo(path)
 	if err != nil {
-		return nil, clientErr(pipeline.CodeInvalid, "Failed to load session from %s: not a session file", c.p.SessionPath)
+		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Failed to load session from %s: not a session file", c.p.SessionPath)
 	}
 	for _, e := range s.entries() {
 		if e.sess.File() == path {
-			return nil, clientErr(pipeline.CodeInvalid, "Session file %s is already loaded as session %s", c.p.SessionPath, e.id)
+			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Session file %s is already loaded as session %s", c.p.SessionPath, e.id)
 		}
 	}
 	id := c.cmd.SessionID
@@ -401,7 +410,7 @@ func (s *Server) loadSession(ctx context.Context, c *call) (any, error) {
 			return nil, err
 		}
 		s.log.Warn("load_session", "path", path, "err", err)
-		return nil, clientErr(pipeline.CodeFailed, "Failed to load session from %s", c.p.SessionPath)
+		return nil, pipeline.Errorf(pipeline.CodeFailed, "Failed to load session from %s", c.p.SessionPath)
 	}
 	return map[string]any{"sessionId": id, "sessionInfo": s.info(e)}, nil
 }
@@ -485,7 +494,7 @@ func (s *Server) prompt(ctx context.Context, c *call) (any, error) {
 	}
 	sess := c.e.sess
 	if b := s.opt.Breakers.Provider(sess.Model().Provider); b.State() == health.StateOpen {
-		return nil, clientErr(pipeline.CodeFailed, "%s for provider %s; retry later", health.ProviderOpenText, sess.Model().Provider)
+		return nil, pipeline.Errorf(pipeline.CodeFailed, "%s for provider %s; retry later", health.ProviderOpenText, sess.Model().Provider)
 	}
 	switch c.p.StreamingBehavior {
 	case "steer":
@@ -509,7 +518,7 @@ func (s *Server) prompt(ctx context.Context, c *call) (any, error) {
 func userMessage(p params) (*llm.Message, error) {
 	for i, img := range p.Images {
 		if img.Type != llm.ContentImage || img.Data == "" || img.MimeType == "" {
-			return nil, clientErr(pipeline.CodeInvalid, "Validation failed: images[%d]: must be {type: \"image\", data, mimeType}", i)
+			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: images[%d]: must be {type: \"image\", data, mimeType}", i)
 		}
 	}
 	return session.UserMessage(*p.Message, p.Images), nil
@@ -551,7 +560,7 @@ func (s *Server) findModel(provider, id string) *llm.Model {
 func (s *Server) setModel(_ context.Context, c *call) (any, error) {
 	m := s.findModel(c.p.Provider, c.p.ModelID)
 	if m == nil {
-		return nil, clientErr(pipeline.CodeInvalid, "Model not found: %s/%s", c.p.Provider, c.p.ModelID)
+		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Model not found: %s/%s", c.p.Provider, c.p.ModelID)
 	}
 	if err := c.e.sess.SetModel(m); err != nil {
 		return nil, err
@@ -574,7 +583,7 @@ func (s *Server) setThinking(_ context.Context, c *call) (any, error) {
 	}
 	l, err := llm.ParseThinkingLevel(level)
 	if err != nil {
-		return nil, clientErr(pipeline.CodeInvalid, "Validation failed: level: %v", err)
+		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: level: %v", err)
 	}
 	if _, err := c.e.sess.SetThinking(l); err != nil {
 		return nil, err
@@ -593,10 +602,10 @@ func (s *Server) cycleThinking(_ context.Context, c *call) (any, error) {
 func (s *Server) setName(_ context.Context, c *call) (any, error) {
 	name := strings.TrimSpace(*c.p.Name)
 	if name == "" {
-		return nil, clientErr(pipeline.CodeInvalid, "Validation failed: name: must not be empty")
+		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: name: must not be empty")
 	}
 	if strings.IndexFunc(name, unicode.IsControl) >= 0 {
-		return nil, clientErr(pipeline.CodeInvalid, "Validation failed: name: must not contain control characters")
+		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: name: must not contain control characters")
 	}
 	return nil, c.e.sess.SetName(name)
 }
@@ -614,7 +623,7 @@ func (s *Server) setQueueMode(_ context.Context, c *call) (any, error) {
 func (s *Server) compact(ctx context.Context, c *call) (any, error) {
 	sess := c.e.sess
 	if b := s.opt.Breakers.Provider(sess.Model().Provider); b.State() == health.StateOpen {
-		return nil, clientErr(pipeline.CodeFailed, "%s for provider %s; retry later", health.ProviderOpenText, sess.Model().Provider)
+		return nil, pipeline.Errorf(pipeline.CodeFailed, "%s for provider %s; retry later", health.ProviderOpenText, sess.Model().Provider)
 	}
 	res, err := sess.Compact(ctx, c.p.CustomInstructions)
 	if err != nil {
@@ -653,7 +662,7 @@ type bashResult struct {
 func (s *Server) bash(ctx context.Context, c *call) (any, error) {
 	report, err := s.opt.Breakers.Bash().Allow()
 	if err != nil {
-		return nil, clientErr(pipeline.CodeFailed, "%s; retry later", health.BashOpenText)
+		return nil, pipeline.Errorf(pipeline.CodeFailed, "%s; retry later", health.BashOpenText)
 	}
 	m, err := c.e.sess.Bash(ctx, *c.p.Command, c.p.ExcludeFromContext)
 	switch {
@@ -814,11 +823,11 @@ func (s *Server) sessionFiles(_ context.Context, c *call) (any, error) {
 func (s *Server) uiResponse(_ context.Context, c *call) (any, error) {
 	rid := c.p.RequestID
 	if !requestIDRe.MatchString(rid) {
-		return nil, clientErr(pipeline.CodeInvalid, "Validation failed: requestId: must match ^[a-zA-Z0-9:_.-]+$")
+		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: requestId: must match ^[a-zA-Z0-9:_.-]+$")
 	}
 	a := c.p.Response
 	if a == nil {
-		return nil, clientErr(pipeline.CodeInvalid, "Validation failed: response: is required")
+		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: response: is required")
 	}
 	var ans piwire.Answer
 	switch a.Method {
@@ -826,40 +835,40 @@ func (s *Server) uiResponse(_ context.Context, c *call) (any, error) {
 		ans.Cancelled = true
 	case "select", "input", "editor":
 		if a.Value == nil {
-			return nil, clientErr(pipeline.CodeInvalid, "Validation failed: response.value: is required for %s", a.Method)
+			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: response.value: is required for %s", a.Method)
 		}
 		ans.Value = a.Value
 	case "confirm":
 		if a.Confirmed == nil {
-			return nil, clientErr(pipeline.CodeInvalid, "Validation failed: response.confirmed: is required for confirm")
+			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: response.confirmed: is required for confirm")
 		}
 		ans.Confirmed = a.Confirmed
 	case "interview":
 		if a.Responses == nil {
-			return nil, clientErr(pipeline.CodeInvalid, "Validation failed: response.responses: is required for interview")
+			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: response.responses: is required for interview")
 		}
 		ans.Responses = a.Responses
 	default:
-		return nil, clientErr(pipeline.CodeInvalid, "Validation failed: response.method: must be one of select, confirm, input, editor, interview, cancelled")
+		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: response.method: must be one of select, confirm, input, editor, interview, cancelled")
 	}
 	req, ok := c.e.sess.InteractionByID(rid)
 	if !ok {
 		// Not pending: answered, timed out or never asked. Answering a
 		// settled request changes nothing and says which it is.
 		if err := c.e.sess.Answer(rid, interaction.Response{Cancelled: true}); errors.Is(err, interaction.ErrAlreadyResolved) {
-			return nil, clientErr(pipeline.CodeInvalid, "Request %s already settled", rid)
+			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Request %s already settled", rid)
 		}
-		return nil, clientErr(pipeline.CodeInvalid, "No pending UI request with id %s", rid)
+		return nil, pipeline.Errorf(pipeline.CodeInvalid, "No pending UI request with id %s", rid)
 	}
 	resp, err := ans.Response(req)
 	if err != nil {
-		return nil, clientErr(pipeline.CodeInvalid, "Validation failed: response: %v", err)
+		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: response: %v", err)
 	}
 	if err := c.e.sess.Answer(rid, resp); err != nil {
 		if errors.Is(err, interaction.ErrAlreadyResolved) || errors.Is(err, interaction.ErrNotFound) {
-			return nil, clientErr(pipeline.CodeInvalid, "Request %s already settled", rid)
+			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Request %s already settled", rid)
 		}
-		return nil, clientErr(pipeline.CodeInvalid, "Validation failed: response: %v", err)
+		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: response: %v", err)
 	}
 	return nil, nil
 }
@@ -916,8 +925,13 @@ func (s *Server) afterResponse(c *conn, cmd pipeline.Command, r pipeline.Respons
 		if e, err := s.lookup(context.Background(), cmd.SessionID); err == nil {
 			var p params
 			_ = json.Unmarshal(cmd.Payload, &p)
+			var d struct {
+				Seq          uint64 `json:"seq"`
+				CursorTooOld bool   `json:"cursorTooOld"`
+			}
+			_ = json.Unmarshal(r.Data, &d)
 			switch {
-			case p.AfterSeq != nil && !strings.Contains(string(r.Data), `"cursorTooOld":true`):
+			case p.AfterSeq != nil && !d.CursorTooOld:
 				s.subscribe(c, e, true, uint64(*p.AfterSeq))
 			case e.subscribed(c):
 				// Already watching: the live events keep coming.
@@ -925,7 +939,7 @@ func (s *Server) afterResponse(c *conn, cmd pipeline.Command, r pipeline.Respons
 				// Resuming from the seq the response reported means
 				// nothing emitted between the response and this
 				// subscription is lost.
-				s.subscribe(c, e, true, reportedSeq(r.Data))
+				s.subscribe(c, e, true, d.Seq)
 			}
 		}
 	case "delete_session":

@@ -207,20 +207,6 @@ func (c *conn) handle(data []byte) {
 	}
 	c.pending++
 	c.mu.Unlock()
-	if cmd.Type == "delete_session" {
-		// delete_session waits in the session's lane behind its running
-		// work; stopping that work now lets it through.
-		s.mu.RLock()
-		e := s.sessions[cmd.SessionID]
-		s.mu.RUnlock()
-		if e != nil {
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				e.sess.Abort()
-			}()
-		}
-	}
 	settle := func() {}
 	if (cmd.Type == "create_session" || cmd.Type == "load_session") && cmd.SessionID != "" {
 		settle = s.expectSession(cmd.SessionID)

@@ -41,6 +41,15 @@ func (w *window) full(now time.Time, span time.Duration, limit int) bool {
 	return len(w.times) >= limit
 }
 
+func windowOf(m map[string]*window, key string) *window {
+	w := m[key]
+	if w == nil {
+		w = &window{}
+		m[key] = w
+	}
+	return w
+}
+
 func newRateLimits(l Limits) *rateLimits {
 	return &rateLimits{lim: l, window: time.Minute, now: time.Now, keys: map[string]*window{}, ui: map[string]*window{}}
 }
@@ -64,22 +73,14 @@ func (r *rateLimits) admit(cmd pipeline.Command) *rateError {
 		charge = append(charge, &r.global)
 	}
 	if r.lim.SessionRate > 0 {
-		w := r.keys[key]
-		if w == nil {
-			w = &window{}
-			r.keys[key] = w
-		}
+		w := windowOf(r.keys, key)
 		if w.full(now, r.window, r.lim.SessionRate) {
 			return &rateError{"session", fmt.Sprintf("Rate limit exceeded (%d commands/minute)", r.lim.SessionRate)}
 		}
 		charge = append(charge, w)
 	}
 	if cmd.Type == "extension_ui_response" && r.lim.UIResponseRate > 0 {
-		w := r.ui[key]
-		if w == nil {
-			w = &window{}
-			r.ui[key] = w
-		}
+		w := windowOf(r.ui, key)
 		if w.full(now, r.window, r.lim.UIResponseRate) {
 			return &rateError{"ui", fmt.Sprintf("Extension UI response rate limit exceeded (%d responses/minute)", r.lim.UIResponseRate)}
 		}

@@ -268,7 +268,7 @@ func (s *Server) lookup(ctx context.Context, id string) (*entry, error) {
 		s.mu.RUnlock()
 	}
 	if e == nil {
-		return nil, clientErr(pipeline.CodeSessionNotFound, "Session %s not found", id)
+		return nil, pipeline.Errorf(pipeline.CodeSessionNotFound, "Session %s not found", id)
 	}
 	e.lastCmd.Store(time.Now().UnixMilli())
 	return e, nil
@@ -299,17 +299,17 @@ func (s *Server) addSession(ctx context.Context, id string, spec SessionSpec) (*
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
-		return nil, clientErr(pipeline.CodeShuttingDown, "Server is shutting down")
+		return nil, pipeline.Errorf(pipeline.CodeShuttingDown, "Server is shutting down")
 	}
 	if _, dup := s.sessions[id]; dup {
 		s.mu.Unlock()
-		return nil, clientErr(pipeline.CodeInvalid, "Session %s already exists", id)
+		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Session %s already exists", id)
 	}
 	// len counts the sessions being made too: their ids are reserved.
 	if len(s.sessions) >= s.lim.MaxSessions {
 		s.mu.Unlock()
 		s.rejected.sessionLimit.Add(1)
-		return nil, clientErr(pipeline.CodeInvalid, "Session limit reached (%d sessions)", s.lim.MaxSessions)
+		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Session limit reached (%d sessions)", s.lim.MaxSessions)
 	}
 	s.sessions[id] = nil // reserve the id
 	s.mu.Unlock()
@@ -341,7 +341,7 @@ func (s *Server) removeSession(id string) error {
 	e := s.sessions[id]
 	if e == nil {
 		s.mu.Unlock()
-		return clientErr(pipeline.CodeSessionNotFound, "Session %s not found", id)
+		return pipeline.Errorf(pipeline.CodeSessionNotFound, "Session %s not found", id)
 	}
 	delete(s.sessions, id)
 	n := len(s.sessions)
@@ -558,7 +558,7 @@ func (s *Server) Close() error {
 	return s.Shutdown(ctx)
 }
 
-// sessionIDs lists the loaded sessions in a stable order.
+// entries lists the loaded sessions, oldest first.
 func (s *Server) entries() []*entry {
 	s.mu.RLock()
 	out := make([]*entry, 0, len(s.sessions))
@@ -572,20 +572,14 @@ func (s *Server) entries() []*entry {
 	return out
 }
 
-// clientErr is an error a client may see, with the code the pipeline
-// classifies it by.
-func clientErr(code pipeline.Code, format string, args ...any) *pipeline.Error {
-	return pipeline.Errorf(code, format, args...)
-}
-
 // absDir checks that dir is an existing absolute directory.
 func absDir(dir string) error {
 	if !filepath.IsAbs(dir) {
-		return clientErr(pipeline.CodeInvalid, "Validation failed: cwd: must be an absolute path")
+		return pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: cwd: must be an absolute path")
 	}
 	st, err := os.Stat(dir)
 	if err != nil || !st.IsDir() {
-		return clientErr(pipeline.CodeInvalid, "Validation failed: cwd: %s is not a directory", dir)
+		return pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: cwd: %s is not a directory", dir)
 	}
 	return nil
 }

@@ -202,26 +202,21 @@ const (
 // every symlink is resolved, under the server's sessions directory, an
 // --allow-session-dir, ~/.pi/agent/sessions or a .pi/sessions directory.
 func (s *Server) checkSessionPath(p string) (string, error) {
-	if strings.ContainsRune(p, 0) || strings.HasPrefix(p, "~") {
-		return "", clientErr(pipeline.CodeInvalid, msgPathDangerous)
-	}
-	for _, part := range strings.Split(filepath.ToSlash(p), "/") {
-		if part == ".." {
-			return "", clientErr(pipeline.CodeInvalid, msgPathDangerous)
-		}
+	if strings.ContainsRune(p, 0) || strings.HasPrefix(p, "~") || hasDotDot(p) {
+		return "", pipeline.Errorf(pipeline.CodeInvalid, msgPathDangerous)
 	}
 	if !filepath.IsAbs(p) {
-		return "", clientErr(pipeline.CodeInvalid, msgPathNotAbs)
+		return "", pipeline.Errorf(pipeline.CodeInvalid, msgPathNotAbs)
 	}
 	if ext := filepath.Ext(p); ext != ".jsonl" && ext != ".json" {
-		return "", clientErr(pipeline.CodeInvalid, msgPathExt)
+		return "", pipeline.Errorf(pipeline.CodeInvalid, msgPathExt)
 	}
 	real, err := filepath.EvalSymlinks(p)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return "", clientErr(pipeline.CodeInvalid, "Session file %s does not exist", p)
+			return "", pipeline.Errorf(pipeline.CodeInvalid, "Session file %s does not exist", p)
 		}
-		return "", clientErr(pipeline.CodeInvalid, "Session file %s cannot be read", p)
+		return "", pipeline.Errorf(pipeline.CodeInvalid, "Session file %s cannot be read", p)
 	}
 	for _, root := range s.allowedRoots() {
 		if within(real, root) {
@@ -231,7 +226,7 @@ func (s *Server) checkSessionPath(p string) (string, error) {
 	if hasPiSessionsDir(real) {
 		return real, nil
 	}
-	return "", clientErr(pipeline.CodeInvalid, "sessionPath must be under an allowed session directory (e.g., %s, ~/.pi/agent/sessions/ or .pi/sessions/)", s.opt.SessionsDir)
+	return "", pipeline.Errorf(pipeline.CodeInvalid, "sessionPath must be under an allowed session directory (e.g., %s, ~/.pi/agent/sessions/ or .pi/sessions/)", s.opt.SessionsDir)
 }
 
 func (s *Server) allowedRoots() []string {

@@ -2175,3 +2175,25 @@ func TestServeOwnLifecycle(t *testing.T) {
 	}
 	svEq(t, "own lifecycle events", n, 3)
 }
+
+// delete_session does not wait behind a running prompt: closing the
+// session stops the run, the prompt answers, and the session is gone.
+func TestServeDeleteDuringPrompt(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	e.tweak("slow answer", func(s *llmtest.Script) {
+		s.Text = e2eChunks(strings.Repeat("word ", 400), 5)
+		s.Delay = 50 * time.Millisecond
+	})
+	s := svStart(t, e)
+	a := s.dial("A")
+	svCreate(a, "d")
+	a.send(svM{"id": "slow", "type": "prompt", "sessionId": "d", "message": "slow answer"})
+	a.waitEvent("d", "message_update")
+	svWantOK(t, a.call(svM{"id": "del", "type": "delete_session", "sessionId": "d"}))
+	r := a.response("slow")
+	svWantOK(t, r)
+	svEq(t, "prompt outcome", svAt(r.m, "data", "outcome"), "cancelled")
+	r = a.call(svM{"id": "after", "type": "get_state", "sessionId": "d"})
+	svEq(t, "get_state after delete", svAt(r.m, "error"), "Session d not found")
+}
