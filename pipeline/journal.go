@@ -69,7 +69,7 @@ func fold(recs []Record, now time.Time) []Record {
 	for i, r := range out {
 		if r.Op == OpBegin {
 			out[i].Op = OpFinish
-			out[i].Response = &Response{ID: r.ID, Command: r.Command, Err: &Error{CodeInterrupted, msgInterrupted}}
+			out[i].Response = &Response{ID: r.ID, Command: r.Command, Err: &Error{Code: CodeInterrupted, Message: msgInterrupted}}
 		}
 	}
 	return slices.DeleteFunc(out, func(r Record) bool { return r.Response == nil })

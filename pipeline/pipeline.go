@@ -448,7 +448,7 @@ func (p *Pipeline) execute(f *flight) {
 		if r.err != nil {
 			var e *Error
 			if !errors.As(r.err, &e) {
-				e = &Error{CodeFailed, r.err.Error()}
+				e = &Error{Code: CodeFailed, Message: r.err.Error(), Cause: r.err}
 			}
 			p.finish(f, Response{Err: e})
 		} else {

@@ -10,8 +10,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/agentd-dev/agentd/fault"
 )
 
 // Command is one client command in the pi-server envelope.
@@ -42,36 +43,34 @@ type Response struct {
 	TimedOut       bool            `json:"timedOut,omitempty"`
 }
 
-// Code classifies a failure; the face maps it to its wire.
-type Code string
+// Code classifies a failure; the face maps it to its wire. It is the
+// shared fault code: the pipeline's failures and the handlers' errors are
+// one type.
+type Code = fault.Code
 
-// Failure codes (spec §12 categories).
+// Failure codes of the pipeline (spec §12 categories), as fault codes.
 const (
-	CodeInvalid         Code = "invalid_command"
-	CodeUnknownCommand  Code = "unknown_command"
-	CodeShuttingDown    Code = "shutting_down"
-	CodeConflict        Code = "conflict"
-	CodeDependency      Code = "dependency_failed"
-	CodeVersionMismatch Code = "version_mismatch"
-	CodeSessionNotFound Code = "session_not_found"
-	CodeTimeout         Code = "timeout"
-	CodeInterrupted     Code = "interrupted"
-	CodeFailed          Code = "failed" // the handler returned a plain error
-	CodeInternal        Code = "internal"
+	CodeInvalid         = fault.Invalid
+	CodeUnknownCommand  = fault.UnknownCommand
+	CodeShuttingDown    = fault.ShuttingDown
+	CodeConflict        = fault.Conflict
+	CodeDependency      = fault.Dependency
+	CodeVersionMismatch = fault.VersionMismatch
+	CodeSessionNotFound = fault.NotFound
+	CodeTimeout         = fault.Timeout
+	CodeInterrupted     = fault.Interrupted
+	CodeFailed          = fault.Failed // the handler returned a plain error
+	CodeInternal        = fault.Internal
 )
 
-// Error is the one error type clients see. Handlers may return an *Error to
-// choose the code; any other error becomes CodeFailed with its text.
-type Error struct {
-	Code    Code   `json:"code"`
-	Message string `json:"message"`
-}
-
-func (e *Error) Error() string { return e.Message }
+// Error is the one error type clients see (fault.Error). Handlers may
+// return one to choose the code; any other error becomes CodeFailed with
+// its text.
+type Error = fault.Error
 
 // Errorf builds an *Error.
 func Errorf(code Code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+	return fault.Errorf(code, format, args...)
 }
 
 // Error strings. The pi-server spec gives verbatim strings for conflicts
@@ -82,7 +81,7 @@ const (
 	msgInterrupted  = "Command interrupted by server restart"
 )
 
-func errShuttingDown() *Error        { return &Error{CodeShuttingDown, msgShuttingDown} }
+func errShuttingDown() *Error        { return fault.New(CodeShuttingDown, msgShuttingDown) }
 func errConflictID(id string) *Error { return Errorf(CodeConflict, "Conflicting id '%s'", id) }
 func errConflictKey(k string) *Error {
 	return Errorf(CodeConflict, "Conflicting idempotencyKey '%s'", k)
