@@ -81,6 +81,16 @@ type Config struct {
 	FollowUpMode agent.QueueMode
 	// EventLogSize bounds the event log (default 4096 events).
 	EventLogSize int
+	// FirstSeq is the seq the session starts from: its first event gets
+	// FirstSeq+1. A host that reloads a session after a restart passes
+	// a seq at or above any the session used before, so seqs never go
+	// backwards and a client's old cursor is never mistaken for a new one.
+	FirstSeq uint64
+	// ReserveSeq, when set, is called before the session emits an event
+	// whose seq is above the last limit it returned (the first call gets
+	// FirstSeq+1); it records durably that seqs up to the returned limit
+	// may be in use, so a restart after a crash can start above them.
+	ReserveSeq func(next uint64) (limit uint64)
 	Sync         transcript.SyncPolicy
 	Logger       *slog.Logger
 }
@@ -108,6 +118,7 @@ type Session struct {
 	// happen under it, so every listener sees every event in seq order.
 	emitMu    sync.Mutex
 	seq       uint64
+	seqLimit  uint64 // seqs up to this were reserved (ReserveSeq)
 	events    *eventLog
 	listeners map[int]func(Event)
 	nextLis   int
@@ -160,7 +171,8 @@ func New(cfg Config) (*Session, error) {
 		cfg.Thinking = llm.ThinkingOff
 	}
 	s := &Session{
-		cfg: cfg, log: cfg.Logger, events: newEventLog(cfg.EventLogSize), listeners: map[int]func(Event){},
+		cfg: cfg, log: cfg.Logger, events: newEventLog(cfg.EventLogSize, cfg.FirstSeq), listeners: map[int]func(Event){},
+		seq: cfg.FirstSeq, seqLimit: cfg.FirstSeq,
 		state: StateIdle, thinking: cfg.Thinking, model: cfg.Model, retry: cfg.Retry, compact: cfg.Compaction,
 	}
 	s.broker = interaction.NewBroker(interaction.BrokerOptions{Timeout: cfg.InteractionTimeout, OnEvent: s.onInteraction})
@@ -315,7 +327,8 @@ func (s *Session) SubscribeAfter(seq uint64, fn func(Event)) (missed []Event, ok
 }
 
 // EventsSince returns the logged events after seq; ok is false when seq
-// is older than the log reaches.
+// is older than the log reaches, or newer than the last event (a cursor
+// from the future: another server's, or from before a crash lost events).
 func (s *Session) EventsSince(seq uint64) ([]Event, bool) {
 	s.emitMu.Lock()
 	defer s.emitMu.Unlock()
@@ -333,6 +346,9 @@ func (s *Session) emit(ev Event) {
 	s.emitMu.Lock()
 	defer s.emitMu.Unlock()
 	s.seq++
+	if s.cfg.ReserveSeq != nil && s.seq > s.seqLimit {
+		s.seqLimit = max(s.cfg.ReserveSeq(s.seq), s.seq)
+	}
 	ev.Seq = s.seq
 	ev.Time = time.Now()
 	s.events.add(logCopy(ev))

@@ -1,0 +1,244 @@
+// Package engine assembles agentd's engine for every face: the models
+// (registry and a provider per wire API, behind circuit breakers), the
+// built-in tools, the permission policy, the system prompt and the saved
+// settings become one session.Config, built in one place, whether the face
+// hosts one session (pi's RPC mode) or many (agentd serve).
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/compaction"
+	"github.com/agentd-dev/agentd/health"
+	"github.com/agentd-dev/agentd/interaction"
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/llm/registry"
+	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/settings"
+	"github.com/agentd-dev/agentd/tool"
+)
+
+// Models is the model catalog and a provider for each wire API.
+type Models struct {
+	Registry  *registry.Registry
+	Providers map[llm.API]llm.Provider
+	// Fallback serves models whose API has no provider (the offline
+	// model's); nil leaves such requests to fail.
+	Fallback llm.Provider
+}
+
+// Stream sends a request to the provider of the model's API.
+func (ms *Models) Stream(ctx context.Context, m *llm.Model, c *llm.Context, o *llm.StreamOptions) *llm.Stream {
+	p := ms.Providers[m.API]
+	if p == nil {
+		p = ms.Fallback
+	}
+	if p == nil {
+		return llm.NewStream(ctx, m, noProvider{m}, 0)
+	}
+	return p.Stream(ctx, m, c, o)
+}
+
+type noProvider struct{ m *llm.Model }
+
+func (n noProvider) Open(context.Context) error {
+	return &llm.Error{Kind: llm.ErrBadRequest, Message: fmt.Sprintf("model %s/%s uses api %q, which agentd does not speak", n.m.Provider, n.m.ID, n.m.API)}
+}
+func (noProvider) Next(*llm.Builder) error { return nil }
+func (noProvider) Close() error            { return nil }
+
+// Resolve finds a usable model by provider and id.
+func (ms *Models) Resolve(provider, id string) (*llm.Model, bool) {
+	e, ok := ms.Registry.Find(provider, id)
+	if !ok || !e.Available {
+		return nil, false
+	}
+	return e.Model, true
+}
+
+// Available lists the models that can be used now.
+func (ms *Models) Available() []*llm.Model { return ms.Registry.Available() }
+
+// Options configure an Engine. Models and Model are required.
+type Options struct {
+	Models *Models
+	// Breakers guard every model stream (a provider that keeps failing is
+	// refused for a while instead of being hammered); nil makes a set
+	// of this engine's own.
+	Breakers *health.Breakers
+	// Model and Thinking are what new sessions start with.
+	Model    *llm.Model
+	Thinking llm.ThinkingLevel
+	// Saved are the choices persisted in settings.json: queue modes,
+	// retry and compaction.
+	Saved  settings.Settings
+	Policy interaction.Policy
+	// InteractionTimeout bounds how long an approval or question waits
+	// for an answer; 0 waits forever.
+	InteractionTimeout time.Duration
+	// StreamIdleTimeout fails a model stream that sends nothing this long.
+	StreamIdleTimeout time.Duration
+	// Home, TempDir and Environ are the tools' environment.
+	Home    string
+	TempDir string
+	Environ []string
+	// EventLogSize bounds each session's log of recent events.
+	EventLogSize int
+	Logger       *slog.Logger
+	// Now is the clock of the system prompt's date (time.Now if nil).
+	Now func() time.Time
+}
+
+// Engine builds sessions.
+type Engine struct {
+	opt    Options
+	stream agent.StreamFunc
+	locks  *tool.FileLocks
+}
+
+// New returns an Engine.
+func New(opt Options) (*Engine, error) {
+	if opt.Models == nil || opt.Models.Registry == nil {
+		return nil, errors.New("engine: no models")
+	}
+	if opt.Model == nil {
+		return nil, errors.New("engine: no default model")
+	}
+	if opt.Breakers == nil {
+		opt.Breakers = health.NewBreakers(health.Options{}, health.Options{})
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.Thinking == "" {
+		opt.Thinking = llm.ThinkingOff
+	}
+	return &Engine{
+		opt:    opt,
+		stream: agent.StreamFunc(opt.Breakers.Guard(health.StreamFunc(opt.Models.Stream))),
+		// One set of per-file write locks for every session: two sessions
+		// editing the same file never interleave their writes.
+		locks: &tool.FileLocks{},
+	}, nil
+}
+
+// Breakers are the circuit breakers guarding model streams (and bash).
+func (e *Engine) Breakers() *health.Breakers { return e.opt.Breakers }
+
+// Models is the engine's model catalog.
+func (e *Engine) Models() *Models { return e.opt.Models }
+
+// Model is the default model of new sessions.
+func (e *Engine) Model() *llm.Model { return e.opt.Model }
+
+// Spec says which session to build.
+type Spec struct {
+	// Cwd is the directory the tools work in.
+	Cwd string
+	// SessionsDir is where the transcript is created; "" keeps it in
+	// memory.
+	SessionsDir string
+	// Open loads this transcript instead of creating one.
+	Open string
+	// Tools names the built-in tools to enable; nil enables all of them,
+	// an empty non-nil list none.
+	Tools []string
+	// Seq continues a session's event numbering (see session.Config).
+	FirstSeq   uint64
+	ReserveSeq func(next uint64) uint64
+}
+
+// ToolEnv is the environment the tools of a session in cwd run in.
+func (e *Engine) ToolEnv(cwd string) tool.Env {
+	return tool.Env{Cwd: cwd, Home: e.opt.Home, Locks: e.locks, TempDir: e.opt.TempDir, Environ: e.opt.Environ}
+}
+
+// Session builds a session.
+func (e *Engine) Session(spec Spec) (*session.Session, error) {
+	names := spec.Tools
+	if names == nil {
+		names = tool.BuiltinNames
+	}
+	env := e.ToolEnv(spec.Cwd)
+	tools := make([]tool.Tool, 0, len(names))
+	for _, n := range names {
+		t, err := tool.New(n, env)
+		if err != nil {
+			return nil, err
+		}
+		tools = append(tools, t)
+	}
+	retry, comp := Saved(e.opt.Saved)
+	return session.New(session.Config{
+		Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open,
+		Model: e.opt.Model, Thinking: e.opt.Thinking,
+		SystemPrompt: SystemPrompt(spec.Cwd, names, e.opt.Now()),
+		Stream:       e.stream, Options: e.streamOptions, ResolveModel: e.opt.Models.Resolve,
+		Tools: tools, BashEnv: env, Retry: retry, Compaction: comp,
+		Policy: e.opt.Policy, InteractionTimeout: e.opt.InteractionTimeout,
+		SteeringMode: agent.QueueMode(e.opt.Saved.SteeringMode), FollowUpMode: agent.QueueMode(e.opt.Saved.FollowUpMode),
+		EventLogSize: e.opt.EventLogSize, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,
+		Logger: e.opt.Logger,
+	})
+}
+
+// streamOptions resolves credentials per request, so rotated keys and
+// !command keys are picked up.
+func (e *Engine) streamOptions(ctx context.Context, m *llm.Model) (llm.StreamOptions, error) {
+	key, headers, err := e.opt.Models.Registry.Auth(ctx, m)
+	if err != nil {
+		return llm.StreamOptions{}, err
+	}
+	return llm.StreamOptions{APIKey: key, Headers: headers, IdleTimeout: e.opt.StreamIdleTimeout}, nil
+}
+
+// Saved are the retry and compaction settings saved in settings.json,
+// over the engine's defaults.
+func Saved(s settings.Settings) (session.RetrySettings, compaction.Settings) {
+	retry := session.DefaultRetry()
+	if s.Retry != nil {
+		retry.Enabled = settings.Bool(s.Retry.Enabled, true)
+		if s.Retry.MaxRetries != nil && *s.Retry.MaxRetries >= 0 {
+			retry.MaxRetries = *s.Retry.MaxRetries
+		}
+		if s.Retry.BaseDelayMs != nil && *s.Retry.BaseDelayMs > 0 {
+			retry.BaseDelay = time.Duration(*s.Retry.BaseDelayMs) * time.Millisecond
+		}
+	}
+	comp := compaction.DefaultSettings()
+	if s.Compaction != nil {
+		comp.Enabled = settings.Bool(s.Compaction.Enabled, true)
+		if s.Compaction.ReserveTokens != nil {
+			comp.ReserveTokens = *s.Compaction.ReserveTokens
+		}
+		if s.Compaction.KeepRecentTokens != nil {
+			comp.KeepRecentTokens = *s.Compaction.KeepRecentTokens
+		}
+	}
+	return retry, comp
+}
+
+// SystemPrompt is agentd's own instructions for a coding agent working in
+// cwd with the named built-in tools.
+func SystemPrompt(cwd string, tools []string, now time.Time) string {
+	var b strings.Builder
+	b.WriteString("You are a coding agent working in a user's project through tools. ")
+	b.WriteString("Read before you change, make the smallest change that does the job, and check your work by running it. ")
+	b.WriteString("When something is unclear or risky, ask the user (ask_user) instead of guessing; for multi-step work, keep a plan with the todo tool. ")
+	b.WriteString("Be brief: say what you did and what the user should know, not how you went about it.\n\n")
+	if len(tools) > 0 {
+		b.WriteString("Tools: " + strings.Join(tools, ", ") + ", ask_user, todo. ")
+		b.WriteString("Paths are relative to the working directory unless absolute. Prefer edit over rewriting a file; prefer read, grep, find and ls over shell equivalents.\n\n")
+	}
+	fmt.Fprintf(&b, "Working directory: %s\nToday: %s\n", cwd, now.Format("2006-01-02"))
+	return b.String()
+}
