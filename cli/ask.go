@@ -50,13 +50,13 @@ func (m *Main) runAsk(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 		spec = faux.Model().Provider + "/" + faux.Model().ID
 		for _, p := range preferredDefaults {
 			prov, id, _ := strings.Cut(p, "/")
-			if e, ok := ms.reg.Find(prov, id); ok && e.Available {
+			if e, ok := ms.Registry.Find(prov, id); ok && e.Available {
 				spec = p
 				break
 			}
 		}
 	}
-	model, level, err := ms.reg.Resolve(spec)
+	model, level, err := ms.Registry.Resolve(spec)
 	if err != nil {
 		return err
 	}
@@ -65,11 +65,11 @@ func (m *Main) runAsk(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 			return usageError{err}
 		}
 	}
-	key, headers, err := ms.reg.Auth(ctx, model)
+	key, headers, err := ms.Registry.Auth(ctx, model)
 	if err != nil {
 		return err
 	}
-	p := ms.providers[model.API]
+	p := ms.Providers[model.API]
 	if p == nil {
 		return fmt.Errorf("model %s/%s uses api %q, which agentd does not speak", model.Provider, model.ID, model.API)
 	}

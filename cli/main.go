@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/config"
+	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/llm/anthropic"
 	"github.com/agentd-dev/agentd/llm/faux"
@@ -70,6 +71,7 @@ func commands() []command {
 		{"rpc", "speak pi's RPC protocol on stdin/stdout (a drop-in for pi --mode rpc)", (*Main).runRPC},
 		{"serve", "serve many sessions over the pi-server protocol (WebSocket, or --stdio)", (*Main).runServe},
 		{"bench", "measure agentd serve: N sessions over WebSocket against a mock model", (*Main).runBench},
+		{"token", "print a random token for agentd serve --token", (*Main).runToken},
 		{"version", "print the version", (*Main).runVersion},
 	}
 }
@@ -169,13 +171,8 @@ func (m *Main) client() *http.Client {
 	return m.httpClient
 }
 
-// models loads the registry and the providers for each wire API.
-type models struct {
-	reg       *registry.Registry
-	providers map[llm.API]llm.Provider
-}
-
-func (m *Main) loadModels(ctx context.Context, cfg *config.Config) (*models, error) {
+// loadModels loads the registry and the providers for each wire API.
+func (m *Main) loadModels(ctx context.Context, cfg *config.Config) (*engine.Models, error) {
 	reg, err := registry.Load(ctx, registry.Options{
 		ConfigDir:      cfg.ConfigDir,
 		PiModelsPath:   cfg.PiModelsPath,
@@ -189,11 +186,12 @@ func (m *Main) loadModels(ctx context.Context, cfg *config.Config) (*models, err
 	// Problems in models.json do not stop agentd: the broken parts are
 	// left out, the rest works, and the caller reports err.
 	hc := m.client()
-	return &models{reg: reg, providers: map[llm.API]llm.Provider{
+	fx := faux.New(faux.Options{})
+	return &engine.Models{Registry: reg, Fallback: fx, Providers: map[llm.API]llm.Provider{
 		llm.APIAnthropicMessages: anthropic.New(hc),
 		llm.APIOpenAICompletions: openaichat.New(hc),
 		llm.APIOpenAIResponses:   openairesponses.New(hc),
-		llm.APIFaux:              faux.New(faux.Options{}),
+		llm.APIFaux:              fx,
 	}}, err
 }
 

@@ -23,7 +23,7 @@ func (m *Main) runModels(ctx context.Context, cfg *config.Config, fs *flag.FlagS
 	if err != nil {
 		fmt.Fprintf(m.stderr, "agentd models: %v\n\n", err)
 	}
-	entries := ms.reg.All()
+	entries := ms.Registry.All()
 	if *asJSON {
 		type row struct {
 			Model     any    `json:"model"`

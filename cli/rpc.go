@@ -11,14 +11,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentd-dev/agentd/agent"
-	"github.com/agentd-dev/agentd/compaction"
 	"github.com/agentd-dev/agentd/config"
+	"github.com/agentd-dev/agentd/engine"
+	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/llm/faux"
 	"github.com/agentd-dev/agentd/pirpc"
-	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/settings"
 	"github.com/agentd-dev/agentd/tool"
 	"github.com/agentd-dev/agentd/transcript"
@@ -96,69 +95,32 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 			return fmt.Errorf("session file %s: %w", open, err)
 		}
 	}
-	env := tool.Env{Cwd: cwd, Home: cfg.Getenv("HOME"), Locks: &tool.FileLocks{}, TempDir: os.TempDir(), Environ: os.Environ()}
-	built := make([]tool.Tool, 0, len(tools))
-	for _, name := range tools {
-		t, err := tool.New(name, env)
-		if err != nil {
-			return usageError{err}
-		}
-		built = append(built, t)
+	sessDir := sessionsDir
+	if f.noSession {
+		sessDir = ""
 	}
-	s := st.Get()
-	retry, comp := engineSettings(s)
-	scfg := session.Config{
-		Cwd: cwd, Open: open, Model: model, Thinking: level,
-		SystemPrompt: systemPrompt(cwd, tools, time.Now()),
-		Stream:       ms.stream, Options: ms.options(cfg), ResolveModel: ms.resolve,
-		Tools: built, BashEnv: env, Retry: retry, Compaction: comp,
-		Policy: policy, InteractionTimeout: f.approvalTimeout,
-		SteeringMode: agent.QueueMode(s.SteeringMode), FollowUpMode: agent.QueueMode(s.FollowUpMode),
-		Logger: log,
+	eng, err := m.engine(cfg, ms, st.Get(), engineChoices{model: model, thinking: level, policy: policy,
+		interactionTimeout: f.approvalTimeout, log: log})
+	if err != nil {
+		return err
 	}
-	if !f.noSession {
-		scfg.SessionsDir = sessionsDir
+	if tools == nil {
+		tools = []string{}
 	}
-	sess, err := session.New(scfg)
+	sess, err := eng.Session(engine.Spec{Cwd: cwd, SessionsDir: sessDir, Open: open, Tools: tools})
 	if err != nil {
 		return err
 	}
 	defer sess.Close()
-	srv := pirpc.New(pirpc.Options{Session: sess, Models: ms.reg, Settings: st, MaxLineBytes: f.maxLineBytes,
+	srv := pirpc.New(pirpc.Options{Session: sess, Models: ms, Settings: st, MaxLineBytes: f.maxLineBytes,
 		Delta: f.streamFormat == "delta", Cwd: cwd, Logger: log})
 	return srv.Run(ctx, m.stdin, m.stdout)
-}
-
-// engineSettings are the retry and compaction settings saved in
-// settings.json, over the engine's defaults.
-func engineSettings(s settings.Settings) (session.RetrySettings, compaction.Settings) {
-	retry := session.DefaultRetry()
-	retry.Enabled = settings.Bool(retryEnabled(s), true)
-	if s.Retry != nil {
-		if s.Retry.MaxRetries != nil && *s.Retry.MaxRetries >= 0 {
-			retry.MaxRetries = *s.Retry.MaxRetries
-		}
-		if s.Retry.BaseDelayMs != nil && *s.Retry.BaseDelayMs > 0 {
-			retry.BaseDelay = time.Duration(*s.Retry.BaseDelayMs) * time.Millisecond
-		}
-	}
-	comp := compaction.DefaultSettings()
-	if s.Compaction != nil {
-		comp.Enabled = settings.Bool(s.Compaction.Enabled, true)
-		if s.Compaction.ReserveTokens != nil {
-			comp.ReserveTokens = *s.Compaction.ReserveTokens
-		}
-		if s.Compaction.KeepRecentTokens != nil {
-			comp.KeepRecentTokens = *s.Compaction.KeepRecentTokens
-		}
-	}
-	return retry, comp
 }
 
 // environment is what every session-hosting command starts from: the
 // working directory, the saved settings and the models. Problems in
 // models.json are logged and the rest is used.
-func (m *Main) environment(ctx context.Context, cfg *config.Config, log *slog.Logger) (string, *settings.Store, *models, error) {
+func (m *Main) environment(ctx context.Context, cfg *config.Config, log *slog.Logger) (string, *settings.Store, *engine.Models, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("working directory: %w", err)
@@ -193,17 +155,10 @@ func loadPolicy(path string) (interaction.Policy, error) {
 	return p, nil
 }
 
-func retryEnabled(s settings.Settings) *bool {
-	if s.Retry == nil {
-		return nil
-	}
-	return s.Retry.Enabled
-}
-
 // pickModel chooses the session's model: the flags, else the saved
 // default, else the first available of the preferred models, else the
 // offline echo model.
-func pickModel(ms *models, s settings.Settings, f rpcFlags) (*llm.Model, llm.ThinkingLevel, error) {
+func pickModel(ms *engine.Models, s settings.Settings, f rpcFlags) (*llm.Model, llm.ThinkingLevel, error) {
 	var level llm.ThinkingLevel
 	if f.thinking != "" {
 		l, err := llm.ParseThinkingLevel(f.thinking)
@@ -221,14 +176,14 @@ func pickModel(ms *models, s settings.Settings, f rpcFlags) (*llm.Model, llm.Thi
 		spec = f.provider + "/" + spec
 	}
 	if spec == "" && s.DefaultProvider != "" && s.DefaultModel != "" {
-		if e, ok := ms.reg.Find(s.DefaultProvider, s.DefaultModel); ok && e.Available {
+		if e, ok := ms.Registry.Find(s.DefaultProvider, s.DefaultModel); ok && e.Available {
 			spec = s.DefaultProvider + "/" + s.DefaultModel
 		}
 	}
 	if spec == "" {
 		for _, p := range preferredDefaults {
 			prov, id, _ := strings.Cut(p, "/")
-			if e, ok := ms.reg.Find(prov, id); ok && e.Available {
+			if e, ok := ms.Registry.Find(prov, id); ok && e.Available {
 				spec = p
 				break
 			}
@@ -237,7 +192,7 @@ func pickModel(ms *models, s settings.Settings, f rpcFlags) (*llm.Model, llm.Thi
 	if spec == "" {
 		spec = faux.ProviderName + "/" + faux.ModelID
 	}
-	m, specLevel, err := ms.reg.Resolve(spec)
+	m, specLevel, err := ms.Registry.Resolve(spec)
 	if err != nil {
 		return nil, "", err
 	}
@@ -285,46 +240,23 @@ func latestSession(root, cwd string) string {
 	return infos[0].Path
 }
 
-// stream sends a request to the provider of the model's API.
-func (ms *models) stream(ctx context.Context, m *llm.Model, c *llm.Context, o *llm.StreamOptions) *llm.Stream {
-	p := ms.providers[m.API]
-	if p == nil {
-		p = ms.providers[llm.APIFaux]
-	}
-	return p.Stream(ctx, m, c, o)
+// engineChoices are what a command decided for its sessions.
+type engineChoices struct {
+	model              *llm.Model
+	thinking           llm.ThinkingLevel
+	policy             interaction.Policy
+	interactionTimeout time.Duration
+	eventLogSize       int
+	breakers           *health.Breakers
+	log                *slog.Logger
 }
 
-// options resolves credentials per request, so rotated keys and !command
-// keys are picked up.
-func (ms *models) options(cfg *config.Config) func(ctx context.Context, m *llm.Model) (llm.StreamOptions, error) {
-	return func(ctx context.Context, m *llm.Model) (llm.StreamOptions, error) {
-		key, headers, err := ms.reg.Auth(ctx, m)
-		if err != nil {
-			return llm.StreamOptions{}, err
-		}
-		return llm.StreamOptions{APIKey: key, Headers: headers, IdleTimeout: cfg.StreamIdleTimeout}, nil
-	}
-}
-
-func (ms *models) resolve(provider, id string) (*llm.Model, bool) {
-	e, ok := ms.reg.Find(provider, id)
-	if !ok || !e.Available {
-		return nil, false
-	}
-	return e.Model, true
-}
-
-// systemPrompt is agentd's own instructions for a coding agent.
-func systemPrompt(cwd string, tools []string, now time.Time) string {
-	var b strings.Builder
-	b.WriteString("You are a coding agent working in a user's project through tools. ")
-	b.WriteString("Read before you change, make the smallest change that does the job, and check your work by running it. ")
-	b.WriteString("When something is unclear or risky, ask the user (ask_user) instead of guessing; for multi-step work, keep a plan with the todo tool. ")
-	b.WriteString("Be brief: say what you did and what the user should know, not how you went about it.\n\n")
-	if len(tools) > 0 {
-		b.WriteString("Tools: " + strings.Join(tools, ", ") + ", ask_user, todo. ")
-		b.WriteString("Paths are relative to the working directory unless absolute. Prefer edit over rewriting a file; prefer read, grep, find and ls over shell equivalents.\n\n")
-	}
-	fmt.Fprintf(&b, "Working directory: %s\nToday: %s\n", cwd, now.Format("2006-01-02"))
-	return b.String()
+// engine assembles the engine every session-hosting command uses.
+func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Settings, c engineChoices) (*engine.Engine, error) {
+	return engine.New(engine.Options{
+		Models: ms, Breakers: c.breakers, Model: c.model, Thinking: c.thinking, Saved: saved,
+		Policy: c.policy, InteractionTimeout: c.interactionTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
+		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: os.Environ(),
+		EventLogSize: c.eventLogSize, Logger: c.log,
+	})
 }

@@ -14,13 +14,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/config"
 	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/pipeline"
 	"github.com/agentd-dev/agentd/piserver"
-	"github.com/agentd-dev/agentd/session"
-	"github.com/agentd-dev/agentd/tool"
+	"github.com/agentd-dev/agentd/server"
 )
 
 func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
@@ -68,47 +66,36 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		return err
 	}
 	hl := health.NewHealth(breakers)
-	stream := breakers.Guard(health.StreamFunc(ms.stream))
-	locks := &tool.FileLocks{}
-	home := cfg.Getenv("HOME")
-	retry, comp := engineSettings(st.Get())
-	saved := st.Get()
-	newSession := func(_ context.Context, spec piserver.SessionSpec) (*session.Session, error) {
-		env := tool.Env{Cwd: spec.Cwd, Home: home, Locks: locks, TempDir: os.TempDir(), Environ: os.Environ()}
-		tools := tool.Builtins(env)
-		names := make([]string, 0, len(tools))
-		for _, t := range tools {
-			names = append(names, t.Spec().Name)
-		}
-		return session.New(session.Config{
-			Cwd: spec.Cwd, SessionsDir: sessionsDir, Open: spec.Open, Model: model, Thinking: level,
-			SystemPrompt: systemPrompt(spec.Cwd, names, time.Now()),
-			Stream:       agent.StreamFunc(stream), Options: ms.options(cfg), ResolveModel: ms.resolve,
-			Tools: tools, BashEnv: env, Retry: retry, Compaction: comp, Policy: policy,
-			InteractionTimeout: sc.UITimeout,
-			SteeringMode:       agent.QueueMode(saved.SteeringMode), FollowUpMode: agent.QueueMode(saved.FollowUpMode),
-			EventLogSize: sc.EventLogSize, Logger: log,
-		})
+	eng, err := m.engine(cfg, ms, st.Get(), engineChoices{model: model, thinking: level, policy: policy,
+		interactionTimeout: sc.UITimeout, eventLogSize: sc.EventLogSize, breakers: breakers, log: log})
+	if err != nil {
+		return err
 	}
-	srv, err := piserver.New(piserver.Options{
-		NewSession: newSession, Models: ms.reg, Cwd: cwd, SessionsDir: sessionsDir,
-		AllowedDirs: sc.AllowSessionDirs, Home: home, StateDir: stateDir, Journal: journal,
-		Breakers: breakers, Health: hl, Metrics: metrics, Delta: sc.StreamFormat == "delta",
-		Version: Version, Logger: log,
-		Limits: piserver.Limits{
+	srv, err := server.New(server.Config{
+		Builder: eng, Cwd: cwd, SessionsDir: sessionsDir, AllowedDirs: sc.AllowSessionDirs,
+		Home: cfg.Getenv("HOME"), StateDir: stateDir, Journal: journal,
+		Breakers: breakers, Health: hl, Metrics: metrics, Logger: log,
+		Limits: server.Limits{
 			MaxSessions: sc.MaxSessions, MaxConnections: sc.MaxConnections, MaxFrameBytes: sc.MaxFrameBytes,
-			SessionRate: rate(sc.RateLimit), GlobalRate: rate(sc.GlobalRateLimit), MaxPending: sc.MaxPending,
-			MaxQueuedBytes: sc.MaxQueuedBytes, UITimeout: sc.UITimeout, ShutdownTimeout: sc.ShutdownTimeout,
-			DependencyTimeout: sc.DependencyTimeout, IdempotencyTTL: sc.IdempotencyTTL,
-			LongCommandTimeout: sc.CommandTimeout, Heartbeat: heartbeat(sc.Heartbeat),
+			SessionRate: rate(sc.RateLimit), GlobalRate: rate(sc.GlobalRateLimit), ControlRate: rate(sc.ControlRateLimit),
+			MaxPending: sc.MaxPending, MaxQueuedBytes: sc.MaxQueuedBytes, MaxQueuedBytesTotal: sc.MaxQueuedTotal,
+			ShutdownTimeout: sc.ShutdownTimeout, DependencyTimeout: sc.DependencyTimeout, IdempotencyTTL: sc.IdempotencyTTL,
+			LongCommandTimeout: sc.CommandTimeout,
 		},
 	})
 	if err != nil {
 		return err
 	}
+	pi, err := piserver.New(srv, piserver.Options{Models: ms, Delta: sc.StreamFormat == "delta", Version: Version, Heartbeat: heartbeat(sc.Heartbeat)})
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		return err
+	}
 	if sc.Stdio {
 		log.Info("agentd serve on stdio", "model", model.Provider+"/"+model.ID, "data", cfg.DataDir)
-		err := srv.ServeStdio(ctx, m.stdin, m.stdout)
+		err := pi.ServeStdio(ctx, m.stdin, m.stdout)
 		if serr := srv.Shutdown(context.Background()); err == nil {
 			err = serr
 		}
@@ -120,13 +107,15 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err != nil {
 		srv.Close()
 		if errors.Is(err, syscall.EADDRINUSE) {
-			return fmt.Errorf("cannot listen on %s: address already in use (is another agentd running? pick another --port)", addr)
+			return fmt.Errorf("Failed to start WebSocket server: cannot listen on %s: address already in use (is another agentd running? pick another --port)", addr)
 		}
-		return fmt.Errorf("cannot listen on %s: %w", addr, err)
+		return fmt.Errorf("Failed to start WebSocket server: cannot listen on %s: %w", addr, err)
 	}
 	mux := health.NewMux(hl, metrics)
-	mux.Handle("/", srv.WebSocketHandler(piserver.WebSocketOptions{Token: sc.Token, OriginPatterns: sc.AllowOrigins}))
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+	mux.Handle("/", pi.WebSocketHandler(piserver.WebSocketOptions{Token: sc.Token, OriginPatterns: sc.AllowOrigins}))
+	// Every request passes the Host check first, whatever face serves it.
+	handler := server.GuardHost(server.HostPolicy{Listen: ln.Addr().String(), Allowed: sc.AllowedHosts}, mux)
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	log.Info("agentd serve listening", "addr", ln.Addr().String(), "url", "ws://"+ln.Addr().String()+"/",
@@ -165,4 +154,12 @@ func heartbeat(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+func (m *Main) runToken(_ context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
+	if err := parse(cfg, fs, args); err != nil {
+		return err
+	}
+	fmt.Fprintln(m.stdout, server.NewToken())
+	return nil
 }

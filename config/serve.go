@@ -10,6 +10,9 @@ import (
 	"time"
 )
 
+// MinTokenLength is the shortest --token accepted.
+const MinTokenLength = 16
+
 // Serve configures `agentd serve`: where it listens, who may connect and
 // the limits it enforces.
 type Serve struct {
@@ -24,6 +27,10 @@ type Serve struct {
 	Token string
 	// AllowOrigins are browser origins allowed to connect (host patterns).
 	AllowOrigins StringList
+	// AllowedHosts are more names clients reach the server by (the Host
+	// header of every request must name the server: loopback names, IP
+	// literals, the listen address, or one of these).
+	AllowedHosts StringList
 	// Model is the default model of new sessions (provider/id[:thinking]).
 	Model string
 	// Policy is a permission policy file ($AGENTD_POLICY).
@@ -42,6 +49,8 @@ type Serve struct {
 	GlobalRateLimit   int // commands per minute for the server; 0 disables
 	MaxPending        int
 	MaxQueuedBytes    int
+	MaxQueuedTotal    int64 // bytes queued for all clients together
+	ControlRateLimit  int   // control commands per minute per session; 0 disables
 	UITimeout         time.Duration
 	ShutdownTimeout   time.Duration
 	DependencyTimeout time.Duration
@@ -67,7 +76,8 @@ func ServeDefaults(getenv func(string) string) Serve {
 		Host: "127.0.0.1", Port: 3141, Token: getenv("AGENTD_TOKEN"), Policy: getenv("AGENTD_POLICY"),
 		StreamFormat: "full",
 		MaxSessions:  100, MaxConnections: 1000, MaxFrameBytes: 10 << 20,
-		RateLimit: 100, GlobalRateLimit: 1000, MaxPending: 256, MaxQueuedBytes: 64 << 20,
+		RateLimit: 100, GlobalRateLimit: 1000, ControlRateLimit: 120, MaxPending: 256, MaxQueuedBytes: 64 << 20,
+		MaxQueuedTotal: 512 << 20,
 		UITimeout: time.Minute, ShutdownTimeout: 30 * time.Second, DependencyTimeout: 30 * time.Second,
 		IdempotencyTTL: 10 * time.Minute, Heartbeat: 30 * time.Second, EventLogSize: 4096,
 	}
@@ -110,6 +120,7 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&s.Stdio, "stdio", false, "serve one client on stdin/stdout instead of listening")
 	fs.StringVar(&s.Token, "token", s.Token, "token clients must present (Authorization: Bearer, or ?token=) (env AGENTD_TOKEN)")
 	fs.Var(&s.AllowOrigins, "allow-origin", "browser origin allowed to connect, as a host pattern (repeatable)")
+	fs.Var(&s.AllowedHosts, "allowed-host", "another host name clients reach the server by; requests naming any other host are refused (repeatable)")
 	fs.StringVar(&s.Model, "model", "", "default model of new sessions, provider/id[:thinking]")
 	fs.StringVar(&s.Policy, "policy", s.Policy, "permission policy file: allow / ask / deny rules by tool and argument (env AGENTD_POLICY)")
 	fs.StringVar(&s.StreamFormat, "stream-format", s.StreamFormat, "message_update payload: full (pi's) or delta")
@@ -120,8 +131,10 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.IntVar(&s.MaxFrameBytes, "max-frame-bytes", s.MaxFrameBytes, "largest inbound frame or stdio line")
 	fs.IntVar(&s.RateLimit, "rate-limit", s.RateLimit, "commands per minute per session (server commands share one budget); 0 disables")
 	fs.IntVar(&s.GlobalRateLimit, "global-rate-limit", s.GlobalRateLimit, "commands per minute for the whole server; 0 disables")
+	fs.IntVar(&s.ControlRateLimit, "control-rate-limit", s.ControlRateLimit, "control commands (delete_session, switch_session, abort*, extension_ui_response) per minute per session, counted apart from the rest; 0 disables")
 	fs.IntVar(&s.MaxPending, "max-pending", s.MaxPending, "commands one connection may have in flight")
 	fs.IntVar(&s.MaxQueuedBytes, "max-queued-bytes", s.MaxQueuedBytes, "bytes waiting to be sent to one client before it is disconnected as too slow")
+	fs.Int64Var(&s.MaxQueuedTotal, "max-queued-bytes-total", s.MaxQueuedTotal, "bytes waiting to be sent to all clients together; beyond it the clients furthest behind are disconnected first")
 	fs.DurationVar(&s.UITimeout, "ui-timeout", s.UITimeout, "how long an approval or question waits for an answer")
 	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", s.ShutdownTimeout, "how long running commands may finish on SIGTERM (env AGENTD_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&s.DependencyTimeout, "dependency-timeout", s.DependencyTimeout, "how long a command waits for its dependsOn")
@@ -137,8 +150,12 @@ func (s *Serve) Check() error {
 	if s.Port < 0 || s.Port > 65535 {
 		errs = append(errs, fmt.Errorf("--port %d: want 0-65535", s.Port))
 	}
+	s.Token = strings.TrimSpace(s.Token)
 	if !s.Stdio && s.Token == "" && !loopback(s.Host) {
-		errs = append(errs, fmt.Errorf("--host %s is reachable from other machines: set --token (or AGENTD_TOKEN) so only clients with the token can connect", s.Host))
+		errs = append(errs, fmt.Errorf("--host %s is reachable from other machines: set --token (or AGENTD_TOKEN) so only clients with the token can connect; `agentd token` prints a new one", s.Host))
+	}
+	if s.Token != "" && len(s.Token) < MinTokenLength {
+		errs = append(errs, fmt.Errorf("--token: %d characters is too short to resist guessing (at least %d); `agentd token` prints a random one", len(s.Token), MinTokenLength))
 	}
 	if s.StreamFormat != "full" && s.StreamFormat != "delta" {
 		errs = append(errs, fmt.Errorf("--stream-format %q: want full or delta", s.StreamFormat))
@@ -158,7 +175,10 @@ func (s *Serve) Check() error {
 	if s.MaxQueuedBytes < s.MaxFrameBytes && s.MaxQueuedBytes < 1<<20 {
 		errs = append(errs, fmt.Errorf("--max-queued-bytes %d: must be at least 1 MiB", s.MaxQueuedBytes))
 	}
-	if s.RateLimit < 0 || s.GlobalRateLimit < 0 {
+	if s.MaxQueuedTotal < int64(s.MaxQueuedBytes) {
+		errs = append(errs, fmt.Errorf("--max-queued-bytes-total %d: must be at least --max-queued-bytes (%d)", s.MaxQueuedTotal, s.MaxQueuedBytes))
+	}
+	if s.RateLimit < 0 || s.GlobalRateLimit < 0 || s.ControlRateLimit < 0 {
 		errs = append(errs, errors.New("rate limits must not be negative (0 disables)"))
 	}
 	for _, d := range []struct {

@@ -2,12 +2,10 @@ package piserver
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"log/slog"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,11 +13,13 @@ import (
 	"unicode"
 
 	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/pipeline"
 	"github.com/agentd-dev/agentd/piwire"
+	"github.com/agentd-dev/agentd/server"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/transcript"
 )
@@ -71,7 +71,13 @@ func (spec *commandSpec) decode(payload json.RawMessage, p *params) error {
 type call struct {
 	cmd pipeline.Command
 	p   params
-	e   *entry // the session, for session commands
+	h   *server.Hosted // the session, for session commands
+}
+
+// origin is the command's origin, nil for commands submitted without one.
+func (c *call) origin() *origin {
+	o, _ := c.cmd.Origin.(*origin)
+	return o
 }
 
 // params is the union of every command's fields; the decoder has checked
@@ -219,11 +225,11 @@ func (s *Server) registry() pipeline.Registry {
 					return nil, err
 				}
 				if spec.session {
-					e, err := s.lookup(ctx, cmd.SessionID)
+					h, err := s.srv.Session(ctx, cmd.SessionID)
 					if err != nil {
 						return nil, err
 					}
-					c.e = e
+					c.h = h
 				}
 				v, err := spec.run(ctx, c)
 				if err != nil {
@@ -245,11 +251,10 @@ func (s *Server) registry() pipeline.Registry {
 // clientError makes sure what reaches a client is written for it: the
 // engine's errors are, so their text is kept.
 func clientError(err error) error {
-	var pe *pipeline.Error
-	if errors.As(err, &pe) {
-		return pe
+	if fe := fault.As(err); fe != nil {
+		return fe
 	}
-	return &pipeline.Error{Code: pipeline.CodeFailed, Message: err.Error()}
+	return fault.Wrap(fault.Failed, err, err.Error())
 }
 
 // ---- server commands ----
@@ -274,214 +279,205 @@ type sessionInfo struct {
 	PendingMessageCount   int             `json:"pendingMessageCount"`
 	Seq                   uint64          `json:"seq"`
 	Subscribers           int             `json:"subscribers"`
+	// Loaded is false for a session known from before a restart that
+	// no command has touched since; its first command loads it.
+	Loaded bool `json:"loaded"`
 }
 
-func (s *Server) info(e *entry) sessionInfo {
-	st := e.sess.Settings()
-	state := e.sess.State()
-	e.mu.Lock()
-	subs := len(e.subs)
-	e.mu.Unlock()
+func (s *Server) info(h *server.Hosted) sessionInfo {
+	return s.infoAt(h, h.Session().Seq())
+}
+
+// infoAt is info with the seq the client was told about.
+func (s *Server) infoAt(h *server.Hosted, seq uint64) sessionInfo {
+	sess := h.Session()
+	st := sess.Settings()
+	state := sess.State()
 	return sessionInfo{
-		SessionID: e.id, SessionName: e.sess.Name(), SessionFile: e.sess.File(), Model: e.sess.Model(),
-		ThinkingLevel: e.sess.Thinking(), IsStreaming: e.sess.Running(), MessageCount: len(e.sess.Messages()),
-		CreatedAt: e.created.UTC().Format("2006-01-02T15:04:05.000Z"), Cwd: e.cwd, State: state,
+		SessionID: h.ID(), SessionName: sess.Name(), SessionFile: sess.File(), Model: sess.Model(),
+		ThinkingLevel: sess.Thinking(), IsStreaming: sess.Running(), MessageCount: len(sess.Messages()),
+		CreatedAt: h.Created().UTC().Format("2006-01-02T15:04:05.000Z"), Cwd: h.Cwd(), State: state,
 		IsCompacting: state == session.StateCompacting, SteeringMode: st.SteeringMode, FollowUpMode: st.FollowUpMode,
-		AutoCompactionEnabled: st.AutoCompaction, PendingMessageCount: e.sess.PendingCount(), Seq: e.sess.Seq(),
-		Subscribers: subs,
+		AutoCompactionEnabled: st.AutoCompaction, PendingMessageCount: sess.PendingCount(), Seq: seq,
+		Subscribers: h.Subscribers(), Loaded: true,
+	}
+}
+
+// knownInfo describes a session known from before a restart and not
+// loaded yet: it loads on its first command.
+func knownInfo(k server.Known) sessionInfo {
+	return sessionInfo{
+		SessionID: k.ID, SessionName: k.Info.Name, SessionFile: k.File, ThinkingLevel: llm.ThinkingOff,
+		MessageCount: k.Info.MessageCount, CreatedAt: k.Created.UTC().Format("2006-01-02T15:04:05.000Z"),
+		Cwd: k.Cwd, State: session.StateIdle,
 	}
 }
 
 func (s *Server) listSessions(context.Context, *call) (any, error) {
 	list := []sessionInfo{}
-	for _, e := range s.entries() {
-		list = append(list, s.info(e))
+	for _, h := range s.srv.Sessions() {
+		list = append(list, s.info(h))
+	}
+	for _, k := range s.srv.KnownSessions() {
+		list = append(list, knownInfo(k))
 	}
 	return map[string]any{"sessions": list}, nil
 }
 
-func newSessionID() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return "session-" + strconv.FormatInt(time.Now().UnixMilli(), 36) + "-" + hex.EncodeToString(b[:])
+// subscribe makes the command's connection watch h; what it sends waits
+// for the command's response.
+func (s *Server) subscribe(c *call, h *server.Hosted, after *uint64) server.Subscribed {
+	o := c.origin()
+	if o == nil || o.c.client == nil {
+		return server.Subscribed{Seq: h.Session().Seq()}
+	}
+	return s.srv.Subscribe(o.c.client, h, s.codec, after, o.hold)
 }
 
 func (s *Server) createSession(ctx context.Context, c *call) (any, error) {
-	id := c.cmd.SessionID
-	if id == "" {
-		id = newSessionID()
-	}
-	cwd := c.p.Cwd
-	if cwd == "" {
-		cwd = s.opt.Cwd
-	} else {
-		if strings.HasPrefix(cwd, "~") || strings.ContainsRune(cwd, 0) || hasDotDot(cwd) {
-			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: cwd: CWD contains potentially dangerous path components")
-		}
-		if err := absDir(cwd); err != nil {
-			return nil, err
-		}
-	}
-	e, err := s.addSession(ctx, id, SessionSpec{Cwd: cwd})
+	h, err := s.srv.Create(ctx, server.CreateRequest{ID: c.cmd.SessionID, Cwd: c.p.Cwd})
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"sessionId": id, "sessionInfo": s.info(e)}, nil
-}
-
-func hasDotDot(p string) bool {
-	for _, part := range strings.Split(filepath.ToSlash(p), "/") {
-		if part == ".." {
-			return true
-		}
-	}
-	return false
+	sub := s.subscribe(c, h, nil)
+	return map[string]any{"sessionId": h.ID(), "sessionInfo": s.infoAt(h, sub.Seq)}, nil
 }
 
 func (s *Server) deleteSession(ctx context.Context, c *call) (any, error) {
-	if _, err := s.lookup(ctx, c.cmd.SessionID); err != nil {
-		return nil, err // also waits for a create admitted before this
-	}
-	if err := s.removeSession(c.cmd.SessionID); err != nil {
-		var pe *pipeline.Error
-		if errors.As(err, &pe) {
+	if err := s.srv.Delete(ctx, c.cmd.SessionID); err != nil {
+		if fault.CodeOf(err) == fault.Internal {
+			// The session is gone; only closing its file failed.
+			s.srv.Logger().Warn("closing session", "session", c.cmd.SessionID, "err", err)
+		} else {
 			return nil, err
 		}
-		s.log.Warn("closing session", "session", c.cmd.SessionID, "err", err)
 	}
 	return map[string]any{"deleted": true}, nil
 }
 
-// switchSession answers with the session's state; the connection is
-// subscribed after the response is sent (see afterResponse), so the
-// events it missed follow the response in order.
+// switchSession subscribes the connection (held until the response is
+// sent, so the events it missed follow the response in order) and
+// answers with the session's state.
 func (s *Server) switchSession(ctx context.Context, c *call) (any, error) {
-	e, err := s.lookup(ctx, c.cmd.SessionID)
+	h, err := s.srv.Session(ctx, c.cmd.SessionID)
 	if err != nil {
 		return nil, err
 	}
-	info := s.info(e)
-	if c.p.AfterSeq == nil {
+	var after *uint64
+	if c.p.AfterSeq != nil {
+		a := uint64(*c.p.AfterSeq)
+		after = &a
+	} else if o := c.origin(); o != nil && o.c.client != nil && h.Subscribed(o.c.client) {
+		// Already watching: the live events keep coming.
+		info := s.info(h)
 		return map[string]any{"sessionInfo": info, "seq": info.Seq}, nil
 	}
-	if _, ok := e.sess.EventsSince(uint64(*c.p.AfterSeq)); ok {
-		return map[string]any{"sessionInfo": info, "seq": info.Seq, "resumed": true}, nil
+	sub := s.subscribe(c, h, after)
+	info := s.infoAt(h, sub.Seq)
+	switch {
+	case after == nil:
+		return map[string]any{"sessionInfo": info, "seq": sub.Seq}, nil
+	case sub.Resumed:
+		return map[string]any{"sessionInfo": info, "seq": sub.Seq, "resumed": true}, nil
 	}
-	// The cursor is older than the log: the client rebuilds from the
-	// whole context instead.
+	// The cursor is older than the log, or beyond the session's last
+	// event: the client rebuilds from the whole context instead.
 	b := []byte(`{"sessionInfo":`)
 	b = append(b, piwire.Marshal(info)...)
 	b = append(b, `,"seq":`...)
-	b = strconv.AppendUint(b, info.Seq, 10)
+	b = strconv.AppendUint(b, sub.Seq, 10)
 	b = append(b, `,"resumed":false,"cursorTooOld":true,"messages":`...)
-	b = piwire.AppendMessages(b, e.sess.Messages())
+	b = piwire.AppendMessages(b, h.Session().Messages())
 	return json.RawMessage(append(b, '}')), nil
 }
 
 func (s *Server) loadSession(ctx context.Context, c *call) (any, error) {
-	path, err := s.checkSessionPath(c.p.SessionPath)
+	h, err := s.srv.Load(ctx, server.LoadRequest{ID: c.cmd.SessionID, Path: c.p.SessionPath})
 	if err != nil {
 		return nil, err
 	}
-	info, err := transcript.ReadInfo(path)
-	if err != nil {
-		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Failed to load session from %s: not a session file", c.p.SessionPath)
-	}
-	for _, e := range s.entries() {
-		if e.sess.File() == path {
-			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Session file %s is already loaded as session %s", c.p.SessionPath, e.id)
-		}
-	}
-	id := c.cmd.SessionID
-	if id == "" {
-		id = info.ID
-		if x, ok := s.index.get(path); ok {
-			id = x.ID
-		}
-	}
-	cwd := info.Cwd
-	if st, err := os.Stat(cwd); cwd == "" || err != nil || !st.IsDir() {
-		cwd = s.opt.Cwd
-	}
-	e, err := s.addSession(ctx, id, SessionSpec{Cwd: cwd, Open: path})
-	if err != nil {
-		var pe *pipeline.Error
-		if errors.As(err, &pe) {
-			return nil, err
-		}
-		s.log.Warn("load_session", "path", path, "err", err)
-		return nil, pipeline.Errorf(pipeline.CodeFailed, "Failed to load session from %s", c.p.SessionPath)
-	}
-	return map[string]any{"sessionId": id, "sessionInfo": s.info(e)}, nil
+	sub := s.subscribe(c, h, nil)
+	return map[string]any{"sessionId": h.ID(), "sessionInfo": s.infoAt(h, sub.Seq)}, nil
+}
+
+// storedSession is one entry of list_stored_sessions (spec §20.1).
+type storedSession struct {
+	SessionID    string `json:"sessionId"`
+	SessionName  string `json:"sessionName,omitempty"`
+	SessionFile  string `json:"sessionFile"`
+	SessionPath  string `json:"sessionPath"`
+	Cwd          string `json:"cwd"`
+	CreatedAt    string `json:"createdAt"`
+	ModifiedAt   string `json:"modifiedAt,omitempty"`
+	MessageCount int    `json:"messageCount"`
+	FileExists   bool   `json:"fileExists"`
+	Loaded       bool   `json:"loaded"`
 }
 
 func (s *Server) listStored(context.Context, *call) (any, error) {
-	list, err := s.storedSessions()
+	list, err := s.srv.Stored()
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"sessions": list}, nil
+	out := make([]storedSession, 0, len(list))
+	for _, st := range list {
+		w := storedSession{SessionID: st.ID, SessionName: st.Name, SessionFile: st.File, SessionPath: st.File,
+			Cwd: st.Cwd, CreatedAt: st.Created.UTC().Format(time.RFC3339Nano), MessageCount: st.MessageCount,
+			FileExists: st.Exists, Loaded: st.Loaded}
+		if !st.Modified.IsZero() {
+			w.ModifiedAt = st.Modified.UTC().Format(time.RFC3339Nano)
+		}
+		if w.Cwd == "" {
+			w.Cwd = "/unknown"
+		}
+		out = append(out, w)
+	}
+	return map[string]any{"sessions": out}, nil
 }
 
 func (s *Server) healthCheck(context.Context, *call) (any, error) {
-	hc := s.opt.Health.Check()
-	s.mu.RLock()
-	nSess, nConn := len(s.sessions), len(s.conns)
-	s.mu.RUnlock()
-	if nSess*10 >= s.lim.MaxSessions*9 {
-		hc.Issues = append(hc.Issues, fmt.Sprintf("Session count at %d/%d (90%%+)", nSess, s.lim.MaxSessions))
+	hc := s.srv.Health().Check()
+	lim := s.srv.Limits()
+	nSess, nConn := s.srv.SessionCount(), s.srv.ClientCount()
+	if nSess*10 >= lim.MaxSessions*9 {
+		hc.Issues = append(hc.Issues, fmt.Sprintf("Session count at %d/%d (90%%+)", nSess, lim.MaxSessions))
 	}
-	if nConn*10 >= s.lim.MaxConnections*9 {
-		hc.Issues = append(hc.Issues, fmt.Sprintf("Connection count at %d/%d (90%%+)", nConn, s.lim.MaxConnections))
+	if nConn*10 >= lim.MaxConnections*9 {
+		hc.Issues = append(hc.Issues, fmt.Sprintf("Connection count at %d/%d (90%%+)", nConn, lim.MaxConnections))
 	}
-	if z := s.zombies(); z > 0 {
+	if z := s.srv.Zombies(); z > 0 {
 		hc.Issues = append(hc.Issues, fmt.Sprintf("%d zombie sessions detected", z))
 	}
 	hc.Healthy = len(hc.Issues) == 0
 	return hc, nil
 }
 
-// zombies counts idle sessions no command has touched for 5 minutes and
-// no client watches.
-func (s *Server) zombies() int {
-	cut := time.Now().Add(-5 * time.Minute).UnixMilli()
-	n := 0
-	for _, e := range s.entries() {
-		e.mu.Lock()
-		watched := len(e.subs) > 0
-		e.mu.Unlock()
-		if !watched && !e.sess.Running() && e.lastCmd.Load() < cut {
-			n++
-		}
-	}
-	return n
-}
-
 func (s *Server) metrics(context.Context, *call) (any, error) {
-	s.mu.RLock()
-	nSess, nConn := len(s.sessions), len(s.conns)
-	s.mu.RUnlock()
-	r := &s.rejected
-	cm := s.opt.Breakers.Metrics()
+	srv := s.srv
+	lim := srv.Limits()
+	cm := srv.Breakers().Metrics()
 	breakers := []any{}
 	for name, st := range cm.CircuitBreakers {
 		breakers = append(breakers, map[string]any{"providerName": name, "state": st.State, "failureCount": st.Failures,
 			"consecutiveFailures": st.ConsecutiveFailures, "totalCalls": st.Requests, "totalRejected": st.Rejected})
 	}
 	bash := cm.BashCircuitBreaker
+	rej := func(r server.Rejection) int64 { return srv.Rejected(r) }
 	return map[string]any{
-		"sessionCount": nSess, "connectionCount": nConn, "totalCommandsExecuted": s.executed.Load(),
+		"sessionCount": srv.SessionCount(), "connectionCount": srv.ClientCount(), "totalCommandsExecuted": srv.Executed(),
 		"commandsRejected": map[string]int64{
-			"sessionLimit": r.sessionLimit.Load(), "messageSize": r.messageSize.Load(), "rateLimit": r.rateLimit.Load(),
-			"globalRateLimit": r.globalRateLimit.Load(), "connectionLimit": r.connectionLimit.Load(),
-			"extensionUIResponseRateLimit": r.uiRateLimit.Load(), "pendingLimit": r.pending.Load(),
+			"sessionLimit": rej(server.RejectSessionLimit), "messageSize": rej(server.RejectMessageSize),
+			"rateLimit": rej(server.RejectRate), "globalRateLimit": rej(server.RejectGlobalRate),
+			"connectionLimit": rej(server.RejectConnectionLimit), "extensionUIResponseRateLimit": rej(server.RejectUIRate),
+			"controlRateLimit": rej(server.RejectControl), "pendingLimit": rej(server.RejectPending),
+			"sendBudget": srv.SendBudgetCuts(),
 		},
-		"zombieSessionsDetected": s.zombies(),
-		"rateLimitUsage":         map[string]int{"globalCount": s.rates.usage(), "globalLimit": s.lim.GlobalRate},
+		"zombieSessionsDetected": srv.Zombies(),
+		"rateLimitUsage":         map[string]int{"globalCount": srv.RateUsage(), "globalLimit": lim.GlobalRate},
 		"circuitBreakers":        breakers,
 		"bashCircuitBreaker": map[string]any{"enabled": true, "globalState": bash.State, "globalFailureCount": bash.Failures,
 			"totalCalls": bash.Requests, "totalRejected": bash.Rejected},
-		"uptimeMs": time.Since(s.started).Milliseconds(),
+		"uptimeMs": time.Since(srv.Started()).Milliseconds(),
 	}, nil
 }
 
@@ -492,8 +488,8 @@ func (s *Server) prompt(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	sess := c.e.sess
-	if b := s.opt.Breakers.Provider(sess.Model().Provider); b.State() == health.StateOpen {
+	sess := c.h.Session()
+	if b := s.srv.Breakers().Provider(sess.Model().Provider); b.State() == health.StateOpen {
 		return nil, pipeline.Errorf(pipeline.CodeFailed, "%s for provider %s; retry later", health.ProviderOpenText, sess.Model().Provider)
 	}
 	switch c.p.StreamingBehavior {
@@ -530,21 +526,21 @@ func (s *Server) steer(_ context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	if c.cmd.Type == "steer" {
-		return nil, c.e.sess.Steer(m)
+		return nil, c.h.Session().Steer(m)
 	}
-	return nil, c.e.sess.FollowUp(m)
+	return nil, c.h.Session().FollowUp(m)
 }
 
 func (s *Server) abort(_ context.Context, c *call) (any, error) {
-	c.e.sess.Abort()
+	c.h.Session().Abort()
 	return nil, nil
 }
 
-func (s *Server) getState(_ context.Context, c *call) (any, error) { return s.info(c.e), nil }
+func (s *Server) getState(_ context.Context, c *call) (any, error) { return s.info(c.h), nil }
 
 func (s *Server) getMessages(_ context.Context, c *call) (any, error) {
 	b := append([]byte(nil), `{"messages":`...)
-	b = piwire.AppendMessages(b, c.e.sess.Messages())
+	b = piwire.AppendMessages(b, c.h.Session().Messages())
 	return json.RawMessage(append(b, '}')), nil
 }
 
@@ -562,18 +558,18 @@ func (s *Server) setModel(_ context.Context, c *call) (any, error) {
 	if m == nil {
 		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Model not found: %s/%s", c.p.Provider, c.p.ModelID)
 	}
-	if err := c.e.sess.SetModel(m); err != nil {
+	if err := c.h.Session().SetModel(m); err != nil {
 		return nil, err
 	}
 	return map[string]any{"model": m}, nil
 }
 
 func (s *Server) cycleModel(_ context.Context, c *call) (any, error) {
-	next, ok, err := c.e.sess.CycleModel(s.opt.Models.Available(), c.p.Direction == "backward")
+	next, ok, err := c.h.Session().CycleModel(s.opt.Models.Available(), c.p.Direction == "backward")
 	if err != nil || !ok {
 		return null, err
 	}
-	return map[string]any{"model": next, "thinkingLevel": c.e.sess.Thinking(), "isScoped": false}, nil
+	return map[string]any{"model": next, "thinkingLevel": c.h.Session().Thinking(), "isScoped": false}, nil
 }
 
 func (s *Server) setThinking(_ context.Context, c *call) (any, error) {
@@ -585,14 +581,14 @@ func (s *Server) setThinking(_ context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: level: %v", err)
 	}
-	if _, err := c.e.sess.SetThinking(l); err != nil {
+	if _, err := c.h.Session().SetThinking(l); err != nil {
 		return nil, err
 	}
 	return nil, nil
 }
 
 func (s *Server) cycleThinking(_ context.Context, c *call) (any, error) {
-	got, ok, err := c.e.sess.CycleThinking()
+	got, ok, err := c.h.Session().CycleThinking()
 	if err != nil || !ok {
 		return null, err
 	}
@@ -607,22 +603,22 @@ func (s *Server) setName(_ context.Context, c *call) (any, error) {
 	if strings.IndexFunc(name, unicode.IsControl) >= 0 {
 		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: name: must not contain control characters")
 	}
-	return nil, c.e.sess.SetName(name)
+	return nil, c.h.Session().SetName(name)
 }
 
 func (s *Server) setQueueMode(_ context.Context, c *call) (any, error) {
 	mode := agent.QueueMode(c.p.Mode)
 	if c.cmd.Type == "set_steering_mode" {
-		c.e.sess.SetQueueModes(mode, "")
+		c.h.Session().SetQueueModes(mode, "")
 	} else {
-		c.e.sess.SetQueueModes("", mode)
+		c.h.Session().SetQueueModes("", mode)
 	}
 	return nil, nil
 }
 
 func (s *Server) compact(ctx context.Context, c *call) (any, error) {
-	sess := c.e.sess
-	if b := s.opt.Breakers.Provider(sess.Model().Provider); b.State() == health.StateOpen {
+	sess := c.h.Session()
+	if b := s.srv.Breakers().Provider(sess.Model().Provider); b.State() == health.StateOpen {
 		return nil, pipeline.Errorf(pipeline.CodeFailed, "%s for provider %s; retry later", health.ProviderOpenText, sess.Model().Provider)
 	}
 	res, err := sess.Compact(ctx, c.p.CustomInstructions)
@@ -633,21 +629,21 @@ func (s *Server) compact(ctx context.Context, c *call) (any, error) {
 }
 
 func (s *Server) abortCompaction(_ context.Context, c *call) (any, error) {
-	c.e.sess.AbortCompaction()
+	c.h.Session().AbortCompaction()
 	return nil, nil
 }
 
 func (s *Server) setAuto(_ context.Context, c *call) (any, error) {
 	if c.cmd.Type == "set_auto_compaction" {
-		c.e.sess.SetAutoCompaction(*c.p.Enabled)
+		c.h.Session().SetAutoCompaction(*c.p.Enabled)
 	} else {
-		c.e.sess.SetAutoRetry(*c.p.Enabled)
+		c.h.Session().SetAutoRetry(*c.p.Enabled)
 	}
 	return nil, nil
 }
 
 func (s *Server) abortRetry(_ context.Context, c *call) (any, error) {
-	c.e.sess.AbortRetry()
+	c.h.Session().AbortRetry()
 	return nil, nil
 }
 
@@ -660,11 +656,11 @@ type bashResult struct {
 }
 
 func (s *Server) bash(ctx context.Context, c *call) (any, error) {
-	report, err := s.opt.Breakers.Bash().Allow()
+	report, err := s.srv.Breakers().Bash().Allow()
 	if err != nil {
 		return nil, pipeline.Errorf(pipeline.CodeFailed, "%s; retry later", health.BashOpenText)
 	}
-	m, err := c.e.sess.Bash(ctx, *c.p.Command, c.p.ExcludeFromContext)
+	m, err := c.h.Session().Bash(ctx, *c.p.Command, c.p.ExcludeFromContext)
 	switch {
 	case errors.Is(context.Cause(ctx), pipeline.ErrTimeout):
 		report(health.ErrBashTimeout)
@@ -684,61 +680,48 @@ func (s *Server) bash(ctx context.Context, c *call) (any, error) {
 }
 
 func (s *Server) abortBash(_ context.Context, c *call) (any, error) {
-	c.e.sess.AbortBash()
+	c.h.Session().AbortBash()
 	return nil, nil
 }
 
 func (s *Server) stats(_ context.Context, c *call) (any, error) {
-	return piwire.SessionStats(c.e.sess.Stats()), nil
+	return piwire.SessionStats(c.h.Session().Stats()), nil
 }
 
 func (s *Server) exportHTML(_ context.Context, c *call) (any, error) {
-	path, err := c.e.sess.ExportHTMLFile(c.e.cwd, c.p.OutputPath)
+	path, err := c.h.Session().ExportHTMLFile(c.h.Cwd(), c.p.OutputPath)
 	if err != nil {
 		return nil, err
 	}
 	return map[string]string{"path": path}, nil
 }
 
-// reindex records the file a session moved to (new, switch, fork, clone).
-func (s *Server) reindex(e *entry) {
-	s.index.put(indexEntry{ID: e.id, File: e.sess.File(), Cwd: e.cwd, Created: time.Now()})
-}
-
 func (s *Server) newSession(_ context.Context, c *call) (any, error) {
-	if err := c.e.sess.NewSession(c.p.ParentSession); err != nil {
+	if err := c.h.Session().NewSession(c.p.ParentSession); err != nil {
 		return nil, err
 	}
-	s.reindex(c.e)
 	return map[string]bool{"cancelled": false}, nil
 }
 
 func (s *Server) switchFile(_ context.Context, c *call) (any, error) {
-	path, err := s.checkSessionPath(c.p.SessionPath)
-	if err != nil {
+	if err := s.srv.SwitchFile(c.h, c.p.SessionPath); err != nil {
 		return nil, err
 	}
-	if err := c.e.sess.Switch(path); err != nil {
-		return nil, err
-	}
-	s.reindex(c.e)
 	return map[string]bool{"cancelled": false}, nil
 }
 
 func (s *Server) fork(_ context.Context, c *call) (any, error) {
-	text, err := c.e.sess.Fork(c.p.EntryID)
+	text, err := c.h.Session().Fork(c.p.EntryID)
 	if err != nil {
 		return nil, err
 	}
-	s.reindex(c.e)
 	return map[string]any{"text": text, "cancelled": false}, nil
 }
 
 func (s *Server) clone(_ context.Context, c *call) (any, error) {
-	if err := c.e.sess.Clone(); err != nil {
+	if err := c.h.Session().Clone(); err != nil {
 		return nil, err
 	}
-	s.reindex(c.e)
 	return map[string]bool{"cancelled": false}, nil
 }
 
@@ -748,14 +731,14 @@ func (s *Server) forkMessages(_ context.Context, c *call) (any, error) {
 		Text    string `json:"text"`
 	}
 	out := []fm{}
-	for _, m := range c.e.sess.ForkMessages() {
+	for _, m := range c.h.Session().ForkMessages() {
 		out = append(out, fm{m.EntryID, m.Text})
 	}
 	return map[string]any{"messages": out}, nil
 }
 
 func (s *Server) lastText(_ context.Context, c *call) (any, error) {
-	text, ok := c.e.sess.LastAssistantText()
+	text, ok := c.h.Session().LastAssistantText()
 	var v any
 	if ok {
 		v = text
@@ -764,7 +747,7 @@ func (s *Server) lastText(_ context.Context, c *call) (any, error) {
 }
 
 func (s *Server) contextUsage(_ context.Context, c *call) (any, error) {
-	st := c.e.sess.Stats()
+	st := c.h.Session().Stats()
 	if st.ContextWindow <= 0 {
 		return null, nil
 	}
@@ -794,7 +777,7 @@ func (s *Server) tools(_ context.Context, c *call) (any, error) {
 		Description string `json:"description"`
 	}
 	out := []t{}
-	for _, tl := range c.e.sess.Agent().Config().Tools {
+	for _, tl := range c.h.Session().Agent().Config().Tools {
 		sp := tl.Spec()
 		out = append(out, t{sp.Name, sp.Description})
 	}
@@ -808,8 +791,8 @@ func (s *Server) sessionFiles(_ context.Context, c *call) (any, error) {
 		ModifiedAt string `json:"modifiedAt"`
 	}
 	out := []file{}
-	if s.opt.SessionsDir != "" {
-		infos, err := transcript.List(transcript.SessionDir(s.opt.SessionsDir, c.e.cwd))
+	if dir := s.srv.SessionsDir(); dir != "" {
+		infos, err := transcript.List(transcript.SessionDir(dir, c.h.Cwd()))
 		if err != nil {
 			return nil, fmt.Errorf("listing session files: %w", err)
 		}
@@ -851,11 +834,11 @@ func (s *Server) uiResponse(_ context.Context, c *call) (any, error) {
 	default:
 		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: response.method: must be one of select, confirm, input, editor, interview, cancelled")
 	}
-	req, ok := c.e.sess.InteractionByID(rid)
+	req, ok := c.h.Session().InteractionByID(rid)
 	if !ok {
 		// Not pending: answered, timed out or never asked. Answering a
 		// settled request changes nothing and says which it is.
-		if err := c.e.sess.Answer(rid, interaction.Response{Cancelled: true}); errors.Is(err, interaction.ErrAlreadyResolved) {
+		if err := c.h.Session().Answer(rid, interaction.Response{Cancelled: true}); errors.Is(err, interaction.ErrAlreadyResolved) {
 			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Request %s already settled", rid)
 		}
 		return nil, pipeline.Errorf(pipeline.CodeInvalid, "No pending UI request with id %s", rid)
@@ -864,7 +847,7 @@ func (s *Server) uiResponse(_ context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: response: %v", err)
 	}
-	if err := c.e.sess.Answer(rid, resp); err != nil {
+	if err := c.h.Session().Answer(rid, resp); err != nil {
 		if errors.Is(err, interaction.ErrAlreadyResolved) || errors.Is(err, interaction.ErrNotFound) {
 			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Request %s already settled", rid)
 		}
@@ -885,23 +868,10 @@ func reportedSeq(data json.RawMessage) uint64 {
 	return d.Seq
 }
 
-// onLifecycle broadcasts the pipeline's lifecycle events (spec §6.2).
-// A connection that asked for its own lifecycle events only does not get
-// the others': with N clients each sending commands, global broadcast
-// costs N frames per event.
-func (s *Server) onLifecycle(ev pipeline.Event) {
-	f := lifecycleFrame(ev)
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	for c := range s.conns {
-		if !c.ownLifecycle || ev.Origin == any(c) {
-			c.send(f)
-		}
-	}
-}
-
-// afterResponse does what follows a command's response: subscriptions
-// and the session_created / session_deleted broadcasts.
+// afterResponse does what follows a command's response: the
+// session_created / session_deleted broadcasts, and, for a replayed
+// create, load or switch (whose handler did not run this time), the
+// subscription the original made.
 func (s *Server) afterResponse(c *conn, cmd pipeline.Command, r pipeline.Response) {
 	if !r.Success {
 		return
@@ -915,36 +885,72 @@ func (s *Server) afterResponse(c *conn, cmd pipeline.Command, r pipeline.Respons
 		if json.Unmarshal(r.Data, &d) != nil {
 			return
 		}
-		if e, err := s.lookup(context.Background(), d.SessionID); err == nil {
-			s.subscribe(c, e, true, reportedSeq(d.SessionInfo))
+		if r.Replayed {
+			s.resubscribe(c, d.SessionID, reportedSeq(d.SessionInfo))
 		}
 		if cmd.Type == "create_session" && !r.Replayed {
-			s.broadcast(piwire.Marshal(frame{"session_created", d}))
+			s.srv.Broadcast(face, piwire.Marshal(frame{"session_created", d}))
 		}
 	case "switch_session":
-		if e, err := s.lookup(context.Background(), cmd.SessionID); err == nil {
-			var p params
-			_ = json.Unmarshal(cmd.Payload, &p)
+		if r.Replayed {
 			var d struct {
-				Seq          uint64 `json:"seq"`
-				CursorTooOld bool   `json:"cursorTooOld"`
+				Seq uint64 `json:"seq"`
 			}
 			_ = json.Unmarshal(r.Data, &d)
-			switch {
-			case p.AfterSeq != nil && !d.CursorTooOld:
-				s.subscribe(c, e, true, uint64(*p.AfterSeq))
-			case e.subscribed(c):
-				// Already watching: the live events keep coming.
-			default:
-				// Resuming from the seq the response reported means
-				// nothing emitted between the response and this
-				// subscription is lost.
-				s.subscribe(c, e, true, d.Seq)
-			}
+			s.resubscribe(c, cmd.SessionID, d.Seq)
 		}
 	case "delete_session":
 		if !r.Replayed {
-			s.broadcast(piwire.Marshal(frame{"session_deleted", map[string]string{"sessionId": cmd.SessionID}}))
+			s.srv.Broadcast(face, piwire.Marshal(frame{"session_deleted", map[string]string{"sessionId": cmd.SessionID}}))
 		}
 	}
+}
+
+// resubscribe subscribes c to session id after the seq a replayed
+// response reported. It runs on the pipeline's goroutine, off the
+// connection's reader, and gives up quickly: a session deleted since, or
+// unknown after a restart, is simply not watched.
+func (s *Server) resubscribe(c *conn, id string, seq uint64) {
+	ctx, cancel := context.WithTimeout(s.srv.Context(), 5*time.Second)
+	defer cancel()
+	h, err := s.srv.Session(ctx, id)
+	if err != nil || c.client == nil {
+		return
+	}
+	if !h.Subscribed(c.client) {
+		s.srv.Subscribe(c.client, h, s.codec, &seq, nil)
+	}
+}
+
+// log records a command at info: who sent it, what it was, how it ended
+// and how long it took. Prompt text and other payloads only at debug.
+func (s *Server) log(cmd pipeline.Command, r pipeline.Response, took time.Duration) {
+	log := s.srv.Logger()
+	attrs := []any{"command", cmd.Type, "ms", took.Milliseconds(), "success", r.Success}
+	if cmd.ID != "" {
+		attrs = append(attrs, "id", cmd.ID)
+	}
+	if cmd.SessionID != "" {
+		attrs = append(attrs, "session", cmd.SessionID)
+	}
+	if o, _ := cmd.Origin.(*origin); o != nil {
+		attrs = append(attrs, "transport", o.c.transport)
+		if o.c.remote != "" {
+			attrs = append(attrs, "remote", o.c.remote)
+		}
+	}
+	if r.Replayed {
+		attrs = append(attrs, "replayed", true)
+	}
+	if r.Err != nil {
+		attrs = append(attrs, "error", r.Err.Message)
+	}
+	if cmd.Type == "get_state" || cmd.Type == "health_check" || cmd.Type == "get_metrics" {
+		log.Debug("command", attrs...) // polled: at info they would drown the rest
+		return
+	}
+	if log.Enabled(context.Background(), slog.LevelDebug) && len(cmd.Payload) > 0 {
+		attrs = append(attrs, "payload", string(cmd.Payload))
+	}
+	log.Info("command", attrs...)
 }

@@ -73,11 +73,18 @@ func responseFrame(r pipeline.Response) []byte {
 	} else {
 		w.Error = errorText(r.Err)
 	}
-	if r.Command == "create_session" && r.Success && w.SessionVersion == nil {
+	if createsSession(r.Command) && r.Success && w.SessionVersion == nil {
 		zero := 0
 		w.SessionVersion = &zero
 	}
 	return piwire.Marshal(w)
+}
+
+// createsSession reports whether a command's success starts a session's
+// version at 0: a session loaded under the file's own id has no sessionId
+// in its command, so the pipeline cannot attach the version itself.
+func createsSession(command string) bool {
+	return command == "create_session" || command == "load_session"
 }
 
 // errorText is what a client reads of a failure: the pipeline's and the
@@ -116,7 +123,7 @@ func lifecycleFrame(ev pipeline.Event) []byte {
 			d.Error = errorText(ev.Err)
 		}
 		d.SessionVersion, d.Replayed, d.TimedOut = ev.SessionVersion, ev.Replayed, ev.TimedOut
-		if ev.Command == "create_session" && ok && d.SessionVersion == nil {
+		if createsSession(ev.Command) && ok && d.SessionVersion == nil {
 			zero := 0
 			d.SessionVersion = &zero
 		}
@@ -127,10 +134,16 @@ func lifecycleFrame(ev pipeline.Event) []byte {
 	}{string(ev.Type), d})
 }
 
-// eventFrame wraps a session event in the pi-server event envelope, with
+// codec encodes session events as pi-server event frames.
+type codec struct {
+	// delta makes message_update carry only the delta.
+	delta bool
+}
+
+// Encode wraps a session event in the pi-server event envelope, with
 // agentd's per-session seq so a client can resume; nil for events that
 // have no wire form.
-func (s *Server) eventFrame(sessionID string, ev session.Event) []byte {
+func (cd *codec) Encode(sessionID string, ev session.Event) []byte {
 	var inner []byte
 	switch ev.Type {
 	case session.EventInteractionRequested:
@@ -164,7 +177,7 @@ func (s *Server) eventFrame(sessionID string, ev session.Event) []byte {
 	case session.EventStateChanged, session.EventModelChanged, session.EventTodoUpdated, session.EventSessionChanged:
 		inner = agentdEvent(ev)
 	default:
-		inner = piwire.AppendEvent(nil, ev, s.opt.Delta)
+		inner = piwire.AppendEvent(nil, ev, cd.delta)
 	}
 	if inner == nil {
 		return nil
@@ -261,7 +274,11 @@ func decodeCommand(data []byte, specs map[string]*commandSpec) (pipeline.Command
 	if command == "" {
 		command = "unknown"
 	}
+	// A response echoes the id it answers, valid or not, so the client
+	// can match the refusal to what it sent.
+	var echoID string
 	if id, ok := str("id"); ok {
+		echoID = id
 		switch {
 		case id == "":
 			bad("id", "must be a non-empty string")
@@ -277,12 +294,12 @@ func decodeCommand(data []byte, specs map[string]*commandSpec) (pipeline.Command
 		if _, present := fields["type"]; !present {
 			bad("type", "is required")
 		}
-		return cmd, &frameError{id: cmd.ID, command: command, msg: "Validation failed: " + strings.Join(problems, "; ")}
+		return cmd, &frameError{id: echoID, command: command, msg: "Validation failed: " + strings.Join(problems, "; ")}
 	}
 	spec := specs[typ]
 	if spec == nil {
 		bad("type", "Unknown command type '%s'", typ)
-		return cmd, &frameError{id: cmd.ID, command: command, msg: "Validation failed: " + strings.Join(problems, "; ")}
+		return cmd, &frameError{id: echoID, command: command, msg: "Validation failed: " + strings.Join(problems, "; ")}
 	}
 	if k, ok := str("idempotencyKey"); ok {
 		if k == "" || len(k) > 256 {
@@ -367,7 +384,7 @@ func decodeCommand(data []byte, specs map[string]*commandSpec) (pipeline.Command
 		}
 	}
 	if len(problems) > 0 {
-		return cmd, &frameError{id: cmd.ID, command: command, msg: "Validation failed: " + strings.Join(problems, "; ")}
+		return cmd, &frameError{id: echoID, command: command, msg: "Validation failed: " + strings.Join(problems, "; ")}
 	}
 	if len(payload) > 0 {
 		keys := make([]string, 0, len(payload))

@@ -207,8 +207,8 @@ func TestDecodeCommandRefuses(t *testing.T) {
 		{"ifSessionVersion as string", `{"type":"get_state","sessionId":"s1","ifSessionVersion":"1"}`, "", "get_state", "Validation failed: ifSessionVersion: must be a non-negative integer"},
 
 		// id.
-		{"id with the reserved prefix", `{"type":"list_sessions","id":"anon:1:2"}`, "", "list_sessions", "Validation failed: id: must not start with the reserved prefix 'anon:'"},
-		{"id over 256 characters", `{"type":"list_sessions","id":"` + long + `"}`, "", "list_sessions", "Validation failed: id: must be at most 256 characters"},
+		{"id with the reserved prefix", `{"type":"list_sessions","id":"anon:1:2"}`, "anon:1:2", "list_sessions", "Validation failed: id: must not start with the reserved prefix 'anon:'"},
+		{"id over 256 characters", `{"type":"list_sessions","id":"` + long + `"}`, long, "list_sessions", "Validation failed: id: must be at most 256 characters"},
 		{"empty id", `{"type":"list_sessions","id":""}`, "", "list_sessions", "Validation failed: id: must be a non-empty string"},
 		{"id not a string", `{"type":"list_sessions","id":5}`, "", "list_sessions", "Validation failed: id: must be a string"},
 
@@ -238,7 +238,7 @@ func TestDecodeCommandRefuses(t *testing.T) {
 		{"direction not allowed", `{"type":"cycle_model","sessionId":"s1","direction":"up"}`, "", "cycle_model", "Validation failed: direction: must be one of forward, backward"},
 
 		// Several problems at once, in the order they are checked.
-		{"several problems", `{"type":"prompt","id":"anon:x","dependsOn":"y","message":1}`, "", "prompt",
+		{"several problems", `{"type":"prompt","id":"anon:x","dependsOn":"y","message":1}`, "anon:x", "prompt",
 			"Validation failed: id: must not start with the reserved prefix 'anon:'; sessionId: Session commands must have a non-empty string 'sessionId'; " +
 				"dependsOn: must be an array of strings; message: must be a string"},
 	}
@@ -459,7 +459,7 @@ func TestReadyAndShutdownFrames(t *testing.T) {
 }
 
 func TestEventFrame(t *testing.T) {
-	s := &Server{}
+	s := &codec{}
 	tests := []struct {
 		name string
 		sid  string
@@ -502,7 +502,7 @@ func TestEventFrame(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := s.eventFrame(tt.sid, tt.ev)
+			got := s.Encode(tt.sid, tt.ev)
 			if string(got) != tt.want {
 				t.Errorf("eventFrame =\n %s\nwant\n %s", got, tt.want)
 			}

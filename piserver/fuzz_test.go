@@ -132,13 +132,14 @@ func FuzzServeStdio(f *testing.F) {
 				t.Skip()
 			}
 		}
-		srv := newTestServer(t, func(o *Options) { o.Limits.MaxFrameBytes = 256 })
+		fx := newFixture(t, fixtureConfig{opts: func(o *testOptions) { o.Limits.MaxFrameBytes = 256 }})
+		srv := fx.srv
 		var out syncBuffer
 		if err := srv.ServeStdio(context.Background(), strings.NewReader(input), &out); err != nil {
 			t.Fatalf("ServeStdio: %v", err)
 		}
 		// Close's error is TestCloseReturnsNil's business.
-		_ = srv.Close()
+		_ = fx.layer.Close()
 		sc := bufio.NewScanner(strings.NewReader(out.String()))
 		sc.Buffer(nil, 1<<22)
 		first := true

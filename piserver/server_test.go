@@ -15,9 +15,11 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/llm/faux"
 	"github.com/agentd-dev/agentd/pipeline"
+	"github.com/agentd-dev/agentd/server"
 	"github.com/agentd-dev/agentd/session"
 )
 
@@ -166,19 +168,32 @@ func wantError(t *testing.T, w wire, msg string) {
 	}
 }
 
-// fixture is a server over sessions of the offline faux model.
+// fixture is the face over a layer whose sessions use the offline faux
+// model.
 type fixture struct {
 	srv         *Server
+	layer       *server.Server
 	faux        *faux.Provider
 	sessionsDir string
 	root        string
 }
 
+// testOptions are the layer's and the face's options a test may change.
+type testOptions struct {
+	Limits  server.Limits
+	Journal pipeline.Journal
+}
+
 type fixtureConfig struct {
 	chunkDelay   time.Duration // between the faux model's chunks
 	eventLogSize int
-	opts         func(*Options)
+	opts         func(*testOptions)
 }
+
+// builder makes faux sessions.
+type builder func(spec engine.Spec) (*session.Session, error)
+
+func (b builder) Session(spec engine.Spec) (*session.Session, error) { return b(spec) }
 
 func newFixture(t testing.TB, fc fixtureConfig) *fixture {
 	t.Helper()
@@ -188,34 +203,36 @@ func newFixture(t testing.TB, fc fixtureConfig) *fixture {
 	if err := os.MkdirAll(cwd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	opt := Options{
-		NewSession: func(_ context.Context, spec SessionSpec) (*session.Session, error) {
+	var to testOptions
+	if fc.opts != nil {
+		fc.opts(&to)
+	}
+	layer, err := server.New(server.Config{
+		Builder: builder(func(spec engine.Spec) (*session.Session, error) {
 			return session.New(session.Config{
-				Cwd: spec.Cwd, SessionsDir: fx.sessionsDir, Open: spec.Open, Model: faux.Model(),
-				Stream: fx.faux.Stream, EventLogSize: fc.eventLogSize,
+				Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open, Model: faux.Model(),
+				Stream: fx.faux.Stream, EventLogSize: fc.eventLogSize, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,
 			})
-		},
-		Models:      fixedModels{faux.Model()},
+		}),
 		Cwd:         cwd,
 		SessionsDir: fx.sessionsDir,
 		StateDir:    filepath.Join(root, "state"),
-		Version:     "test-1",
-	}
-	if fc.opts != nil {
-		fc.opts(&opt)
-	}
-	srv, err := New(opt)
+		Journal:     to.Journal,
+		Limits:      to.Limits,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = srv.Close() })
-	fx.srv = srv
+	srv, err := New(layer, Options{Models: fixedModels{faux.Model()}, Version: "test-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := layer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = layer.Close() })
+	fx.srv, fx.layer = srv, layer
 	return fx
-}
-
-// newTestServer is a server over faux sessions, for the fuzz test.
-func newTestServer(t testing.TB, mod func(*Options)) *Server {
-	return newFixture(t, fixtureConfig{opts: mod}).srv
 }
 
 func (fx *fixture) connect(t *testing.T, l *fakeLink) *conn {
@@ -453,7 +470,7 @@ func TestSwitchSessionCursorTooOld(t *testing.T) {
 func TestSlowClientIsDisconnected(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const maxQueued = 16 << 10
-		fx := newFixture(t, fixtureConfig{chunkDelay: time.Millisecond, opts: func(o *Options) { o.Limits.MaxQueuedBytes = maxQueued }})
+		fx := newFixture(t, fixtureConfig{chunkDelay: time.Millisecond, opts: func(o *testOptions) { o.Limits.MaxQueuedBytes = maxQueued }})
 		fast := &fakeLink{}
 		a := fx.connect(t, fast)
 		a.handle([]byte(`{"type":"create_session","id":"c1","sessionId":"s1"}`))
@@ -490,11 +507,8 @@ func TestSlowClientIsDisconnected(t *testing.T) {
 
 		// The slow client is cut off: nothing more is queued for it, and
 		// it is closed once its stuck write returns.
-		b.mu.Lock()
-		closing, code, queued := b.closing, b.code, len(b.queue)
-		b.mu.Unlock()
-		if !closing || code != 1011 || queued != 0 {
-			t.Errorf("slow connection: closing %v, code %d, %d frames queued", closing, code, queued)
+		if !b.client.Closing() {
+			t.Errorf("slow connection is not being closed")
 		}
 		close(slow.gate)
 		synctest.Wait()
@@ -505,13 +519,15 @@ func TestSlowClientIsDisconnected(t *testing.T) {
 		if ws := slow.wires(t); len(ws) != 1 || ws[0].typ() != "server_ready" {
 			t.Errorf("slow client got frames after it fell behind:\n%s", dump(ws))
 		}
-		fx.srv.mu.RLock()
-		_, registered := fx.srv.conns[b]
-		e := fx.srv.sessions["s1"]
-		fx.srv.mu.RUnlock()
-		e.mu.Lock()
-		_, subscribed := e.subs[b]
-		e.mu.Unlock()
+		registered := false
+		for _, c := range fx.layer.Clients("") {
+			registered = registered || c == b.client
+		}
+		h, err := fx.layer.Session(context.Background(), "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		subscribed := h.Subscribed(b.client)
 		if registered || subscribed {
 			t.Errorf("closed connection still registered (%v) or subscribed (%v)", registered, subscribed)
 		}
@@ -526,7 +542,7 @@ func TestSlowClientIsDisconnected(t *testing.T) {
 
 func TestMaxPendingPerConnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fx := newFixture(t, fixtureConfig{chunkDelay: 10 * time.Millisecond, opts: func(o *Options) { o.Limits.MaxPending = 1 }})
+		fx := newFixture(t, fixtureConfig{chunkDelay: 10 * time.Millisecond, opts: func(o *testOptions) { o.Limits.MaxPending = 1 }})
 		la := &fakeLink{}
 		a := fx.connect(t, la)
 		a.handle([]byte(`{"type":"create_session","id":"c1","sessionId":"s1"}`))
@@ -568,7 +584,7 @@ func TestMaxPendingPerConnection(t *testing.T) {
 // lets the running prompt finish and answer, then closes with 1001.
 func TestShutdownDrains(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fx := newFixture(t, fixtureConfig{chunkDelay: 10 * time.Millisecond, opts: func(o *Options) { o.Limits.ShutdownTimeout = 10 * time.Second }})
+		fx := newFixture(t, fixtureConfig{chunkDelay: 10 * time.Millisecond, opts: func(o *testOptions) { o.Limits.ShutdownTimeout = 10 * time.Second }})
 		la, lb := &fakeLink{}, &fakeLink{}
 		a, _ := fx.connect(t, la), fx.connect(t, lb)
 		a.handle([]byte(`{"type":"create_session","id":"c1","sessionId":"s1"}`))
@@ -577,7 +593,7 @@ func TestShutdownDrains(t *testing.T) {
 		synctest.Wait()
 
 		done := make(chan error, 1)
-		go func() { done <- fx.srv.Shutdown(context.Background()) }()
+		go func() { done <- fx.layer.Shutdown(context.Background()) }()
 		synctest.Wait()
 		for _, l := range []*fakeLink{la, lb} {
 			ws := l.wires(t)
@@ -607,10 +623,7 @@ func TestShutdownDrains(t *testing.T) {
 				t.Errorf("closed %d times, with %d %q; want once with 1001", n, code, reason)
 			}
 		}
-		fx.srv.mu.RLock()
-		n := len(fx.srv.sessions) + len(fx.srv.conns)
-		fx.srv.mu.RUnlock()
-		if n != 0 {
+		if n := fx.layer.SessionCount() + fx.layer.ClientCount(); n != 0 {
 			t.Errorf("%d sessions and connections left after Shutdown", n)
 		}
 	})
@@ -620,7 +633,7 @@ func TestShutdownDrains(t *testing.T) {
 // still closes everything.
 func TestShutdownDrainTimesOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fx := newFixture(t, fixtureConfig{chunkDelay: time.Second, opts: func(o *Options) { o.Limits.ShutdownTimeout = 3 * time.Second }})
+		fx := newFixture(t, fixtureConfig{chunkDelay: time.Second, opts: func(o *testOptions) { o.Limits.ShutdownTimeout = 3 * time.Second }})
 		la := &fakeLink{}
 		a := fx.connect(t, la)
 		a.handle([]byte(`{"type":"create_session","id":"c1","sessionId":"s1"}`))
@@ -628,7 +641,7 @@ func TestShutdownDrainTimesOut(t *testing.T) {
 		a.handle([]byte(`{"type":"prompt","id":"p1","sessionId":"s1","message":"` + words(20) + `"}`))
 		synctest.Wait()
 		start := time.Now()
-		if err := fx.srv.Shutdown(context.Background()); err != nil {
+		if err := fx.layer.Shutdown(context.Background()); err != nil {
 			t.Fatalf("Shutdown: %v", err)
 		}
 		if d := time.Since(start); d < 3*time.Second || d > 4*time.Second {
@@ -640,84 +653,6 @@ func TestShutdownDrainTimesOut(t *testing.T) {
 			t.Errorf("closed %d times with %d", n, code)
 		}
 	})
-}
-
-func TestCheckSessionPath(t *testing.T) {
-	root := t.TempDir()
-	mk := func(p string) string {
-		t.Helper()
-		p = filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte("{}\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	sessionsDir := filepath.Join(root, "sessions")
-	s := &Server{opt: Options{SessionsDir: sessionsDir, AllowedDirs: []string{filepath.Join(root, "allowed")}, Home: filepath.Join(root, "home")}}
-
-	inSessions := mk("sessions/--cwd--/a.jsonl")
-	inAllowed := mk("allowed/deep/b.json")
-	inHome := mk("home/.pi/agent/sessions/c.jsonl")
-	inProject := mk("proj/.pi/sessions/d.jsonl")
-	outside := mk("elsewhere/e.jsonl")
-	sibling := mk("sessions-evil/f.jsonl")
-	mk("sessions/notes.txt")
-	escape := filepath.Join(sessionsDir, "escape.jsonl")
-	if err := os.Symlink(outside, escape); err != nil {
-		t.Fatal(err)
-	}
-	into := filepath.Join(root, "elsewhere", "into.jsonl")
-	if err := os.Symlink(inSessions, into); err != nil {
-		t.Fatal(err)
-	}
-
-	notAllowed := fmt.Sprintf("sessionPath must be under an allowed session directory (e.g., %s, ~/.pi/agent/sessions/ or .pi/sessions/)", sessionsDir)
-	refused := []struct{ path, msg string }{
-		{"sessions/a.jsonl", "sessionPath must be an absolute path"},
-		{"a.jsonl", "sessionPath must be an absolute path"},
-		{sessionsDir + "/../elsewhere/e.jsonl", "Validation failed: sessionPath: sessionPath contains potentially dangerous path components"},
-		{"../x.jsonl", "Validation failed: sessionPath: sessionPath contains potentially dangerous path components"},
-		{"~/.pi/agent/sessions/c.jsonl", "Validation failed: sessionPath: sessionPath contains potentially dangerous path components"},
-		{sessionsDir + "/a\x00.jsonl", "Validation failed: sessionPath: sessionPath contains potentially dangerous path components"},
-		{filepath.Join(sessionsDir, "notes.txt"), "sessionPath must point to a .jsonl or .json session file"},
-		{filepath.Join(sessionsDir, "noext"), "sessionPath must point to a .jsonl or .json session file"},
-		{escape, notAllowed},
-		{outside, notAllowed},
-		{sibling, notAllowed},
-		{filepath.Join(sessionsDir, "missing.jsonl"), "Session file " + filepath.Join(sessionsDir, "missing.jsonl") + " does not exist"},
-	}
-	for _, tt := range refused {
-		got, err := s.checkSessionPath(tt.path)
-		if err == nil {
-			t.Errorf("checkSessionPath(%q) = %q, want refused with %q", tt.path, got, tt.msg)
-			continue
-		}
-		if err.Error() != tt.msg {
-			t.Errorf("checkSessionPath(%q): %q\n want %q", tt.path, err.Error(), tt.msg)
-		}
-		var pe *pipeline.Error
-		if !errors.As(err, &pe) || pe.Code != pipeline.CodeInvalid {
-			t.Errorf("checkSessionPath(%q): %T %v, want a pipeline invalid error", tt.path, err, err)
-		}
-	}
-	accepted := []struct{ path, real string }{
-		{inSessions, inSessions},
-		{inAllowed, inAllowed},
-		{inHome, inHome},
-		{inProject, inProject},
-		{into, inSessions}, // a link from outside into the sessions directory
-	}
-	for _, tt := range accepted {
-		got, err := s.checkSessionPath(tt.path)
-		if err != nil {
-			t.Errorf("checkSessionPath(%q): %v, want accepted", tt.path, err)
-		} else if got != tt.real {
-			t.Errorf("checkSessionPath(%q) = %q, want %q", tt.path, got, tt.real)
-		}
-	}
 }
 
 // load_session applies the rule and brings a stored session back under the
@@ -778,7 +713,7 @@ func TestLoadSession(t *testing.T) {
 // events, and the connection goes on.
 func TestBadFramesKeepTheConnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fx := newFixture(t, fixtureConfig{opts: func(o *Options) { o.Limits.MaxFrameBytes = 64 }})
+		fx := newFixture(t, fixtureConfig{opts: func(o *testOptions) { o.Limits.MaxFrameBytes = 64 }})
 		l := &fakeLink{}
 		c := fx.connect(t, l)
 		c.handle([]byte(`{"type":`))
@@ -810,14 +745,14 @@ func TestBadFramesKeepTheConnection(t *testing.T) {
 
 func TestConnectionLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fx := newFixture(t, fixtureConfig{opts: func(o *Options) { o.Limits.MaxConnections = 1 }})
+		fx := newFixture(t, fixtureConfig{opts: func(o *testOptions) { o.Limits.MaxConnections = 1 }})
 		fx.connect(t, &fakeLink{})
 		var rf *refusal
 		err := newConn(fx.srv, "test", &fakeLink{}).start()
 		if !errors.As(err, &rf) || rf.code != 1013 || rf.reason != "Connection limit reached (1 connections)" {
 			t.Fatalf("second connection: %v, want refused with 1013", err)
 		}
-		if n := fx.srv.rejected.connectionLimit.Load(); n != 1 {
+		if n := fx.layer.Rejected(server.RejectConnectionLimit); n != 1 {
 			t.Errorf("connectionLimit rejections = %d", n)
 		}
 	})
@@ -831,7 +766,7 @@ func TestCloseReturnsNil(t *testing.T) {
 		l := &fakeLink{}
 		fx.connect(t, l)
 		synctest.Wait()
-		if err := fx.srv.Close(); err != nil {
+		if err := fx.layer.Close(); err != nil {
 			t.Errorf("Close() = %v on an idle server, want nil", err)
 		}
 		if n, code, _ := l.closed(); n != 1 || code != 1001 {
@@ -884,7 +819,7 @@ func (j *gateJournal) Append(r pipeline.Record) error {
 func TestSwitchSessionWithoutCursorHasNoGap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		j := &gateJournal{MemJournal: pipeline.NewMemJournal(), id: "sw", reached: make(chan struct{}), release: make(chan struct{})}
-		fx := newFixture(t, fixtureConfig{opts: func(o *Options) { o.Journal = j }})
+		fx := newFixture(t, fixtureConfig{opts: func(o *testOptions) { o.Journal = j }})
 		la, lb := &fakeLink{}, &fakeLink{}
 		a, b := fx.connect(t, la), fx.connect(t, lb)
 		a.handle([]byte(`{"type":"create_session","id":"c1","sessionId":"s1"}`))

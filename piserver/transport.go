@@ -2,7 +2,6 @@ package piserver
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/agentd-dev/agentd/piwire"
+	"github.com/agentd-dev/agentd/server"
 )
 
 // WebSocketOptions configure the WebSocket transport.
@@ -27,32 +27,25 @@ type WebSocketOptions struct {
 	OriginPatterns []string
 }
 
-// Close codes.
-const (
-	closePolicy     = 1008 // authentication failed
-	closeTryAgain   = 1013 // connection limit
-	closeGoingAway  = 1001
-	closeOverloaded = 1011
-)
-
 // WebSocketHandler serves the protocol on every path it is mounted on.
 func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: o.OriginPatterns})
 		if err != nil {
-			s.log.Debug("websocket handshake failed", "remote", r.RemoteAddr, "err", err)
+			s.srv.Logger().Debug("websocket handshake failed", "remote", r.RemoteAddr, "err", err)
 			return
 		}
 		// The server reads frames itself, so that an over-size frame gets
 		// an error response instead of closing the connection.
 		ws.SetReadLimit(-1)
-		if reason := checkToken(o.Token, r); reason != "" {
-			s.log.Info("websocket refused", "remote", r.RemoteAddr, "reason", reason)
+		if reason := server.CheckToken(o.Token, r); reason != "" {
+			s.srv.Logger().Info("websocket refused", "remote", r.RemoteAddr, "reason", reason)
 			_ = ws.Close(closePolicy, reason)
 			return
 		}
 		l := &wsLink{ws: ws}
 		c := newConn(s, "websocket", l)
+		c.remote = r.RemoteAddr
 		// The spec broadcasts lifecycle events globally; a client that only
 		// wants its own opts out of the rest with ?lifecycle=own.
 		c.ownLifecycle = r.URL.Query().Get("lifecycle") == "own"
@@ -65,11 +58,11 @@ func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
 			_ = ws.Close(websocket.StatusCode(code), reason)
 			return
 		}
-		s.log.Debug("websocket connected", "remote", r.RemoteAddr)
-		ctx, cancel := context.WithCancel(s.ctx)
+		s.srv.Logger().Debug("websocket connected", "remote", r.RemoteAddr)
+		ctx, cancel := context.WithCancel(s.srv.Context())
 		defer cancel()
 		var hb sync.WaitGroup
-		if s.lim.Heartbeat > 0 {
+		if s.opt.Heartbeat > 0 {
 			hb.Add(1)
 			go func() {
 				defer hb.Done()
@@ -80,31 +73,12 @@ func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
 		c.closed()
 		cancel()
 		hb.Wait()
-		<-c.done
+		<-c.done()
 	})
 }
 
-// checkToken returns why a request's credentials are refused, "" if they
-// are fine.
-func checkToken(token string, r *http.Request) string {
-	if token == "" {
-		return ""
-	}
-	got := r.URL.Query().Get("token")
-	if h := r.Header.Get("Authorization"); h != "" {
-		got = strings.TrimSpace(strings.TrimPrefix(h, "Bearer "))
-	}
-	if got == "" {
-		return "Missing authorization token"
-	}
-	if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-		return "Invalid token"
-	}
-	return ""
-}
-
 func (s *Server) readFrames(ctx context.Context, ws *websocket.Conn, c *conn) {
-	max := s.lim.MaxFrameBytes
+	max := s.srv.Limits().MaxFrameBytes
 	buf := make([]byte, 0, 4096)
 	for {
 		_, r, err := ws.Reader(ctx)
@@ -152,7 +126,7 @@ func readAtMost(r io.Reader, buf *[]byte, max int) (int, error) {
 // heartbeat pings the client; one that does not answer within an
 // interval is disconnected.
 func (s *Server) heartbeat(ctx context.Context, ws *websocket.Conn, c *conn) {
-	t := time.NewTicker(s.lim.Heartbeat)
+	t := time.NewTicker(s.opt.Heartbeat)
 	defer t.Stop()
 	for {
 		select {
@@ -160,11 +134,11 @@ func (s *Server) heartbeat(ctx context.Context, ws *websocket.Conn, c *conn) {
 			return
 		case <-t.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, s.lim.Heartbeat)
+		pctx, cancel := context.WithTimeout(ctx, s.opt.Heartbeat)
 		err := ws.Ping(pctx)
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			c.shutdown(closeGoingAway, "Heartbeat timeout")
+			c.client.Close(server.Close{Kind: server.CloseGoingAway, Reason: "Heartbeat timeout"})
 			return
 		}
 	}
@@ -208,7 +182,7 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		lr := piwire.NewLineReader(in, s.lim.MaxFrameBytes)
+		lr := piwire.NewLineReader(in, s.srv.Limits().MaxFrameBytes)
 		for {
 			line, err := lr.Next()
 			if errors.Is(err, piwire.ErrLineTooLong) {
@@ -239,7 +213,7 @@ loop:
 			break loop
 		case <-ctx.Done():
 			break loop
-		case <-c.done:
+		case <-c.done():
 			break loop
 		}
 	}

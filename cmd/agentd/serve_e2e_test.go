@@ -1566,7 +1566,7 @@ func TestServeAuth(t *testing.T) {
 	t.Run("token", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{})
-		s := svStart(t, e, "--token", "s3cret")
+		s := svStart(t, e, "--token", "s3cret-s3cret-s3cret")
 		refused := []struct {
 			name   string
 			o      svDialOpts
@@ -1591,8 +1591,8 @@ func TestServeAuth(t *testing.T) {
 			name string
 			o    svDialOpts
 		}{
-			{"bearer header", svDialOpts{header: map[string][]string{"Authorization": {"Bearer s3cret"}}}},
-			{"query token", svDialOpts{query: "token=s3cret"}},
+			{"bearer header", svDialOpts{header: map[string][]string{"Authorization": {"Bearer s3cret-s3cret-s3cret"}}}},
+			{"query token", svDialOpts{query: "token=s3cret-s3cret-s3cret"}},
 		}
 		for _, tc := range accepted {
 			t.Run(tc.name, func(t *testing.T) {
@@ -1614,8 +1614,8 @@ func TestServeAuth(t *testing.T) {
 	t.Run("token from AGENTD_TOKEN on a wildcard host", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{})
-		s := svLaunch(t, e, svOpts{env: []string{"AGENTD_TOKEN=env-secret"}}, "--host", "0.0.0.0")
-		c := s.dialRaw(t, svDialOpts{header: map[string][]string{"Authorization": {"Bearer env-secret"}}})
+		s := svLaunch(t, e, svOpts{env: []string{"AGENTD_TOKEN=env-secret-env-secret"}}, "--host", "0.0.0.0")
+		c := s.dialRaw(t, svDialOpts{header: map[string][]string{"Authorization": {"Bearer env-secret-env-secret"}}})
 		c.ready()
 		d := s.dialRaw(t, svDialOpts{})
 		code, reason := d.waitClosed()

@@ -1,0 +1,491 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentd-dev/agentd/engine"
+	"github.com/agentd-dev/agentd/fault"
+	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/transcript"
+)
+
+// Hosted is one session the server holds. A face gets it from the server
+// for the command at hand (Session) and does not keep it.
+type Hosted struct {
+	srv     *Server
+	id      string
+	sess    *session.Session
+	created time.Time
+	cwd     string
+	file    fileID
+	unsub   func()
+	lastCmd atomic.Int64 // unix ms of the last command, for zombie detection
+
+	subMu sync.Mutex
+	subs  map[*Client]*subscription
+}
+
+// ID is the id clients know the session by.
+func (h *Hosted) ID() string { return h.id }
+
+// Session is the engine's session.
+func (h *Hosted) Session() *session.Session { return h.sess }
+
+// Cwd is the session's working directory.
+func (h *Hosted) Cwd() string { return h.cwd }
+
+// Created is when the session was loaded into this server.
+func (h *Hosted) Created() time.Time { return h.created }
+
+// Subscribers counts the clients watching the session.
+func (h *Hosted) Subscribers() int {
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	return len(h.subs)
+}
+
+// Subscribed reports whether c watches the session.
+func (h *Hosted) Subscribed(c *Client) bool {
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	return h.subs[c] != nil
+}
+
+// LastCommand is when a command last reached the session.
+func (h *Hosted) LastCommand() time.Time { return time.UnixMilli(h.lastCmd.Load()) }
+
+// NewID makes a session id: session-<ms base 36>-<8 hex>, pi-server's form.
+func NewID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "session-" + strconv.FormatInt(time.Now().UnixMilli(), 36) + "-" + hex.EncodeToString(b[:])
+}
+
+// Expect notes an admitted command that will create or load session id,
+// so commands that do not wait in the session's lane (a get_state sent
+// right behind create_session) wait for it instead of finding nothing.
+// The caller calls the returned function once that command has its
+// outcome, whatever it is, before anything that might look the session up.
+func (s *Server) Expect(id string) (settled func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending[id] != nil {
+		return func() {}
+	}
+	ch := make(chan struct{})
+	s.pending[id] = ch
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			if s.pending[id] == ch {
+				delete(s.pending, id)
+			}
+			s.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+// Session finds session id: loaded, on its way (waited for within ctx), or
+// known from before a restart (loaded again now, under the same id and
+// with its seq continuing).
+func (s *Server) Session(ctx context.Context, id string) (*Hosted, error) {
+	for attempt := 0; ; attempt++ {
+		s.mu.RLock()
+		h := s.sessions[id]
+		pending := s.pending[id]
+		s.mu.RUnlock()
+		if h != nil {
+			h.lastCmd.Store(time.Now().UnixMilli())
+			return h, nil
+		}
+		if pending != nil && attempt < 3 {
+			select {
+			case <-pending:
+			case <-ctx.Done():
+				return nil, fault.Errorf(fault.Timeout, "Session %s is still being created", id)
+			}
+			continue
+		}
+		e, ok := s.index.get(id)
+		if !ok || e.Deleted || e.File == "" {
+			return nil, fault.Errorf(fault.NotFound, "Session %s not found", id)
+		}
+		if _, err := os.Stat(e.File); err != nil {
+			return nil, fault.Errorf(fault.NotFound, "Session %s not found (its file %s is gone)", id, e.File)
+		}
+		h, err := s.open(ctx, id, e.Cwd, e.File, false)
+		if err != nil {
+			if fe := fault.As(err); fe != nil && fe.Code == fault.Conflict && attempt < 3 {
+				continue // brought back by another command meanwhile
+			}
+			return nil, err
+		}
+		s.log.Info("session reloaded", "session", id, "file", e.File)
+		return h, nil
+	}
+}
+
+// Sessions lists the loaded sessions, oldest first.
+func (s *Server) Sessions() []*Hosted {
+	s.mu.RLock()
+	out := make([]*Hosted, 0, len(s.sessions))
+	for _, h := range s.sessions {
+		if h != nil {
+			out = append(out, h)
+		}
+	}
+	s.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].created.Equal(out[j].created) {
+			return out[i].created.Before(out[j].created)
+		}
+		return out[i].id < out[j].id
+	})
+	return out
+}
+
+// SessionCount is the number of loaded sessions.
+func (s *Server) SessionCount() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.sessions)
+}
+
+// Known is a session the server knows by id but has not loaded since it
+// started: a client made it before a restart. It is loaded on first use.
+type Known struct {
+	ID      string
+	File    string
+	Cwd     string
+	Created time.Time
+	Info    transcript.Info // from the file; zero when unreadable
+}
+
+// KnownSessions lists the sessions known from before a restart that are
+// not loaded, oldest first.
+func (s *Server) KnownSessions() []Known {
+	var out []Known
+	for _, e := range s.index.all() {
+		if e.Deleted || e.File == "" {
+			continue
+		}
+		s.mu.RLock()
+		_, loaded := s.sessions[e.ID]
+		s.mu.RUnlock()
+		if loaded {
+			continue
+		}
+		info, err := transcript.ReadInfo(e.File)
+		if err != nil {
+			continue // the file is gone: the id no longer works
+		}
+		out = append(out, Known{ID: e.ID, File: e.File, Cwd: e.Cwd, Created: e.Created, Info: info})
+	}
+	return out
+}
+
+// CreateRequest asks for a new session.
+type CreateRequest struct {
+	// ID is the id to give it; "" makes one.
+	ID string
+	// Cwd is its working directory; "" is the server's.
+	Cwd string
+}
+
+// Create makes a new session.
+func (s *Server) Create(ctx context.Context, r CreateRequest) (*Hosted, error) {
+	id := r.ID
+	if id == "" {
+		id = NewID()
+	} else if err := CheckID(id); err != nil {
+		return nil, err
+	}
+	cwd := r.Cwd
+	if cwd == "" {
+		cwd = s.cfg.Cwd
+	} else if err := CheckCwd(cwd); err != nil {
+		return nil, err
+	}
+	if e, ok := s.index.get(id); ok && !e.Deleted && e.File != "" {
+		if _, err := os.Stat(e.File); err == nil {
+			return nil, fault.Errorf(fault.Conflict, "Session %s already exists", id)
+		}
+	}
+	return s.open(ctx, id, cwd, "", true)
+}
+
+// LoadRequest asks to load a stored session file.
+type LoadRequest struct {
+	// ID is the id to give it; "" uses the id it had on this server
+	// before, else the file's own.
+	ID string
+	// Path is the session file; it must pass the load-path rule.
+	Path string
+}
+
+// Load loads a stored session file.
+func (s *Server) Load(ctx context.Context, r LoadRequest) (*Hosted, error) {
+	if r.ID != "" {
+		if err := CheckID(r.ID); err != nil {
+			return nil, err
+		}
+	}
+	path, err := s.CheckSessionPath(r.Path)
+	if err != nil {
+		return nil, err
+	}
+	info, err := transcript.ReadInfo(path)
+	if err != nil {
+		return nil, fault.Wrap(fault.Invalid, err, "Failed to load session from "+r.Path+": not a session file")
+	}
+	id := r.ID
+	if id == "" {
+		id = info.ID
+		if known, ok := s.index.idOf(path); ok {
+			id = known
+		}
+	}
+	cwd := info.Cwd
+	if st, err := os.Stat(cwd); cwd == "" || err != nil || !st.IsDir() {
+		cwd = s.cfg.Cwd
+	}
+	h, err := s.open(ctx, id, cwd, path, false)
+	if err != nil {
+		if fe := fault.As(err); fe != nil {
+			return nil, fe
+		}
+		s.log.Warn("load_session", "path", path, "err", err)
+		return nil, fault.Wrap(fault.Failed, err, "Failed to load session from "+r.Path)
+	}
+	return h, nil
+}
+
+// open makes session id from file (or a new file when "") and hosts it.
+func (s *Server) open(_ context.Context, id, cwd, file string, fresh bool) (*Hosted, error) {
+	var fid fileID
+	if file != "" {
+		var err error
+		if fid, err = identify(file); err != nil {
+			return nil, fault.Wrap(fault.Invalid, err, "Failed to load session from "+file+": "+err.Error())
+		}
+	}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return nil, fault.New(fault.ShuttingDown, "Server is shutting down")
+	}
+	if _, dup := s.sessions[id]; dup {
+		s.mu.Unlock()
+		return nil, fault.Errorf(fault.Conflict, "Session %s already exists", id)
+	}
+	if file != "" {
+		for _, h := range s.sessions {
+			if h != nil && h.file == fid {
+				s.mu.Unlock()
+				return nil, fault.Errorf(fault.Conflict, "Session file %s is already loaded as session %s", file, h.id)
+			}
+		}
+	}
+	// len counts the sessions being made too: their ids are reserved.
+	if len(s.sessions) >= s.lim.MaxSessions {
+		s.mu.Unlock()
+		s.Reject(RejectSessionLimit)
+		return nil, fault.Errorf(fault.Limit, "Session limit reached (%d sessions)", s.lim.MaxSessions)
+	}
+	s.sessions[id] = nil // reserve the id
+	// Lookups of the id wait for this, unless an admitted command
+	// announced it already (Expect).
+	arrived := s.pending[id]
+	if arrived == nil {
+		arrived = make(chan struct{})
+		s.pending[id] = arrived
+		defer func() {
+			s.mu.Lock()
+			if s.pending[id] == arrived {
+				delete(s.pending, id)
+			}
+			s.mu.Unlock()
+			close(arrived)
+		}()
+	}
+	s.mu.Unlock()
+
+	prev, _ := s.index.get(id)
+	first := prev.Seq // never backwards for an id, even a reused one
+	sess, err := s.cfg.Builder.Session(engine.Spec{
+		Cwd: cwd, SessionsDir: s.cfg.SessionsDir, Open: file, FirstSeq: first,
+		ReserveSeq: func(next uint64) uint64 { return s.reserveSeq(id, next) },
+	})
+	if err == nil && file == "" {
+		if p := sess.File(); p != "" {
+			if fid, err = identify(p); err != nil {
+				_ = sess.Close()
+			}
+		}
+	}
+	if err != nil {
+		s.mu.Lock()
+		delete(s.sessions, id)
+		s.mu.Unlock()
+		return nil, err
+	}
+	h := &Hosted{srv: s, id: id, sess: sess, created: time.Now(), cwd: cwd, file: fid, subs: map[*Client]*subscription{}}
+	h.lastCmd.Store(time.Now().UnixMilli())
+	created := h.created
+	if !fresh && !prev.Created.IsZero() {
+		created = prev.Created
+	}
+	if err := s.index.put(indexEntry{ID: id, File: sess.File(), Cwd: cwd, Created: created, Seq: first}, true); err != nil {
+		s.log.Error("recording the session", "session", id, "err", err)
+	}
+	s.mu.Lock()
+	s.sessions[id] = h
+	n := len(s.sessions)
+	s.mu.Unlock()
+	h.unsub = sess.Subscribe(func(ev session.Event) { h.onEvent(ev) })
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.SetSessions(n)
+	}
+	if s.pipe != nil {
+		s.pipe.CreateSession(id)
+	}
+	return h, nil
+}
+
+// reserveSeq records durably that session id may use seqs up to a block
+// beyond next.
+func (s *Server) reserveSeq(id string, next uint64) uint64 {
+	limit := next + seqBlock - 1
+	if err := s.index.update(id, true, func(e *indexEntry) { e.Seq = max(e.Seq, limit) }); err != nil {
+		s.log.Error("reserving event seqs", "session", id, "err", err)
+	}
+	return limit
+}
+
+// onEvent follows the session: a new transcript (new, switch, fork,
+// clone) is recorded under the session's id; every event goes to the
+// subscribers.
+func (h *Hosted) onEvent(ev session.Event) {
+	if ev.Type == session.EventSessionChanged && ev.SessionFile != "" {
+		s := h.srv
+		if fid, err := identify(ev.SessionFile); err == nil {
+			s.mu.Lock()
+			h.file = fid
+			s.mu.Unlock()
+		}
+		if err := s.index.update(h.id, false, func(e *indexEntry) { e.File = ev.SessionFile }); err != nil {
+			s.log.Error("recording the session file", "session", h.id, "err", err)
+		}
+	}
+	h.fanOut(ev)
+}
+
+// Delete unloads session id: it stops, its file stays, and its id no
+// longer finds it.
+func (s *Server) Delete(ctx context.Context, id string) error {
+	s.mu.RLock()
+	h := s.sessions[id]
+	_, reserved := s.sessions[id]
+	pending := s.pending[id] != nil
+	s.mu.RUnlock()
+	if h == nil && (pending || reserved) {
+		// A create or load admitted before this: delete what it makes.
+		var err error
+		if h, err = s.Session(ctx, id); err != nil {
+			return err
+		}
+	}
+	if h == nil {
+		if e, ok := s.index.get(id); ok && !e.Deleted && e.File != "" {
+			// Known from before a restart and not loaded: forget it.
+			return s.index.update(id, true, func(e *indexEntry) { e.Deleted = true })
+		}
+		return fault.Errorf(fault.NotFound, "Session %s not found", id)
+	}
+	return s.unload(h, true)
+}
+
+// unload stops a hosted session; deleted marks its id as free.
+func (s *Server) unload(h *Hosted, deleted bool) error {
+	s.mu.Lock()
+	if s.sessions[h.id] != h {
+		s.mu.Unlock()
+		return fault.Errorf(fault.NotFound, "Session %s not found", h.id)
+	}
+	delete(s.sessions, h.id)
+	n := len(s.sessions)
+	s.mu.Unlock()
+	if s.pipe != nil {
+		s.pipe.DeleteSession(h.id)
+	}
+	h.unsub()
+	h.subMu.Lock()
+	subs := h.subs
+	h.subs = map[*Client]*subscription{}
+	h.subMu.Unlock()
+	for c := range subs {
+		c.forget(h.id)
+	}
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.SetSessions(n)
+	}
+	err := h.sess.Close()
+	// The exact last seq, so a client resuming after a clean restart
+	// misses nothing.
+	head := h.sess.Seq()
+	if ierr := s.index.update(h.id, true, func(e *indexEntry) {
+		e.Seq, e.Deleted = head, deleted
+	}); ierr != nil {
+		err = errors.Join(err, ierr)
+	}
+	return err
+}
+
+// Zombies counts idle sessions no command has touched for 5 minutes and
+// no client watches.
+func (s *Server) Zombies() int {
+	cut := time.Now().Add(-5 * time.Minute).UnixMilli()
+	n := 0
+	for _, h := range s.Sessions() {
+		if h.Subscribers() == 0 && !h.sess.Running() && h.lastCmd.Load() < cut {
+			n++
+		}
+	}
+	return n
+}
+
+// SessionsDir is where sessions are stored.
+func (s *Server) SessionsDir() string { return s.cfg.SessionsDir }
+
+// SwitchFile makes h continue in another stored session file: one that
+// passes the load-path rule and no other hosted session has open.
+func (s *Server) SwitchFile(h *Hosted, path string) error {
+	real, err := s.CheckSessionPath(path)
+	if err != nil {
+		return err
+	}
+	fid, err := identify(real)
+	if err != nil {
+		return fault.Wrap(fault.Invalid, err, "Failed to load session from "+path+": "+err.Error())
+	}
+	s.mu.RLock()
+	for _, o := range s.sessions {
+		if o != nil && o != h && o.file == fid {
+			s.mu.RUnlock()
+			return fault.Errorf(fault.Conflict, "Session file %s is already loaded as session %s", path, o.id)
+		}
+	}
+	s.mu.RUnlock()
+	return h.sess.Switch(real)
+}

@@ -1,0 +1,477 @@
+// Package server is the face-neutral core of agentd serve: the sessions
+// it hosts, by id, and everything every protocol face needs around them.
+//
+//   - Sessions by id, within a limit: creation, loading from a file,
+//     deletion, and lazy reloading after a restart, so an id a client was
+//     given keeps working without load_session. An index on disk remembers
+//     every id, its file, and how far its event seq went, so seqs never go
+//     backwards across restarts.
+//   - Clients (connections of any face) with an outbound queue each,
+//     bounded per client and for the whole server; subscriptions that take
+//     a cursor and answer "too old" for one the log cannot serve (older
+//     than the log, or newer than the session's last event); fan-out that
+//     encodes each event once per wire format.
+//   - The command pipeline (lanes, replay, idempotency, dependsOn,
+//     versions, the durable journal), shared by every face, so commands
+//     of one session are ordered whichever face sent them.
+//   - Rate limits with a separate budget for control commands, the
+//     load-path rule, the Host check every HTTP request passes, and the
+//     counters behind health and metrics.
+//
+// A face translates its wire to these calls and their results and errors
+// (*fault.Error) back to its wire. It reaches a session through the
+// server for every command and never keeps one.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentd-dev/agentd/engine"
+	"github.com/agentd-dev/agentd/fault"
+	"github.com/agentd-dev/agentd/health"
+	"github.com/agentd-dev/agentd/pipeline"
+	"github.com/agentd-dev/agentd/session"
+)
+
+// Builder makes sessions; engine.Engine is one.
+type Builder interface {
+	Session(spec engine.Spec) (*session.Session, error)
+}
+
+// Limits bound what clients can ask of the server. Zero values take the
+// defaults of DefaultLimits; a negative rate disables that rate limit.
+type Limits struct {
+	MaxSessions    int
+	MaxConnections int
+	// MaxFrameBytes bounds one inbound frame (WebSocket message, stdio
+	// line, request body).
+	MaxFrameBytes int
+	// SessionRate and GlobalRate are data-plane commands per minute
+	// (sliding window) per session (server commands share one window)
+	// and for the whole server; ControlRate is control commands per
+	// minute per session, counted apart; UIResponseRate bounds answers to
+	// questions per session on top of that.
+	SessionRate    int
+	GlobalRate     int
+	ControlRate    int
+	UIResponseRate int
+	// MaxPending bounds the commands one client has in flight.
+	MaxPending int
+	// MaxQueuedBytes bounds what may wait to be written to one client;
+	// MaxQueuedBytesTotal what may wait for all clients together. A client
+	// beyond either is disconnected (it can resume with its last seq).
+	MaxQueuedBytes      int
+	MaxQueuedBytesTotal int64
+	// ShutdownTimeout is how long running commands may drain on shutdown.
+	ShutdownTimeout time.Duration
+	// DependencyTimeout, IdempotencyTTL and the command timeouts configure
+	// the pipeline; LongCommandTimeout (prompt, bash, compact, ...) of 0
+	// means none.
+	DependencyTimeout  time.Duration
+	IdempotencyTTL     time.Duration
+	ReadTimeout        time.Duration
+	MutateTimeout      time.Duration
+	LongCommandTimeout time.Duration
+}
+
+// DefaultLimits are pi-server's limits, with agentd's per-client and
+// server-wide ones.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxSessions: 100, MaxConnections: 1000, MaxFrameBytes: 10 << 20,
+		SessionRate: 100, GlobalRate: 1000, ControlRate: 120, UIResponseRate: 60,
+		MaxPending: 256, MaxQueuedBytes: 64 << 20, MaxQueuedBytesTotal: 512 << 20,
+		ShutdownTimeout:   30 * time.Second,
+		DependencyTimeout: pipeline.DefaultDependencyTimeout, IdempotencyTTL: pipeline.DefaultIdempotencyTTL,
+		ReadTimeout: 30 * time.Second, MutateTimeout: 60 * time.Second,
+	}
+}
+
+func (l *Limits) fill() {
+	d := DefaultLimits()
+	set := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	set(&l.MaxSessions, d.MaxSessions)
+	set(&l.MaxConnections, d.MaxConnections)
+	set(&l.MaxFrameBytes, d.MaxFrameBytes)
+	set(&l.SessionRate, d.SessionRate)
+	set(&l.GlobalRate, d.GlobalRate)
+	set(&l.ControlRate, d.ControlRate)
+	set(&l.UIResponseRate, d.UIResponseRate)
+	set(&l.MaxPending, d.MaxPending)
+	set(&l.MaxQueuedBytes, d.MaxQueuedBytes)
+	if l.MaxQueuedBytesTotal == 0 {
+		l.MaxQueuedBytesTotal = d.MaxQueuedBytesTotal
+	}
+	setD := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setD(&l.ShutdownTimeout, d.ShutdownTimeout)
+	setD(&l.DependencyTimeout, d.DependencyTimeout)
+	setD(&l.IdempotencyTTL, d.IdempotencyTTL)
+	setD(&l.ReadTimeout, d.ReadTimeout)
+	setD(&l.MutateTimeout, d.MutateTimeout)
+}
+
+// Config configures a Server.
+type Config struct {
+	Builder Builder
+	// Cwd is the working directory of sessions created without one.
+	Cwd string
+	// SessionsDir is where sessions are stored; load_session accepts files
+	// under it, under AllowedDirs, under ~/.pi/agent/sessions (Home) and
+	// under any .pi/sessions directory.
+	SessionsDir string
+	AllowedDirs []string
+	Home        string
+	// StateDir holds the server's own files (the session index); "" keeps
+	// them in memory.
+	StateDir string
+	// Journal keeps outcomes of identified commands across restarts; nil
+	// keeps them in memory.
+	Journal  pipeline.Journal
+	Breakers *health.Breakers
+	Health   *health.Health
+	Metrics  *health.Metrics
+	Limits   Limits
+	Logger   *slog.Logger
+}
+
+// Server hosts sessions for every face.
+type Server struct {
+	cfg     Config
+	lim     Limits
+	log     *slog.Logger
+	started time.Time
+	rates   *rateLimits
+	index   *index
+	budget  budget
+
+	ctx    context.Context // cancelled when the server closes
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	reg         pipeline.Registry
+	pipe        *pipeline.Pipeline
+	onLifecycle []func(pipeline.Event)
+	onShutdown  []func(drain time.Duration)
+
+	mu      sync.RWMutex
+	clients map[*Client]struct{}
+	// sessions holds the hosted sessions; a nil value reserves an id
+	// whose session is being made.
+	sessions map[string]*Hosted
+	// pending are ids whose session is on its way (an admitted create or
+	// load, a lazy reload), closed when it has arrived or failed.
+	pending map[string]chan struct{}
+	closing bool
+
+	executed       atomic.Int64
+	rejected       sync.Map // Rejection -> *atomic.Int64
+	rejectedBudget atomic.Int64
+}
+
+// New builds a server. Faces register their commands, then Start starts
+// the pipeline.
+func New(cfg Config) (*Server, error) {
+	if cfg.Builder == nil {
+		return nil, errors.New("server: no session builder")
+	}
+	cfg.Limits.fill()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Breakers == nil {
+		cfg.Breakers = health.NewBreakers(health.Options{}, health.Options{})
+	}
+	if cfg.Health == nil {
+		cfg.Health = health.NewHealth(cfg.Breakers)
+	}
+	s := &Server{
+		cfg: cfg, lim: cfg.Limits, log: cfg.Logger, started: time.Now(),
+		rates: newRateLimits(cfg.Limits), reg: pipeline.Registry{},
+		clients: map[*Client]struct{}{}, sessions: map[string]*Hosted{}, pending: map[string]chan struct{}{},
+	}
+	s.budget.max = cfg.Limits.MaxQueuedBytesTotal
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	idx, err := openIndex(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	s.index = idx
+	return s, nil
+}
+
+// Limits are the limits in force.
+func (s *Server) Limits() Limits { return s.lim }
+
+// Breakers are the circuit breakers of the server's engine.
+func (s *Server) Breakers() *health.Breakers { return s.cfg.Breakers }
+
+// Health is the server's health.
+func (s *Server) Health() *health.Health { return s.cfg.Health }
+
+// Metrics are the server's Prometheus metrics (nil when none).
+func (s *Server) Metrics() *health.Metrics { return s.cfg.Metrics }
+
+// Logger is the server's logger.
+func (s *Server) Logger() *slog.Logger { return s.log }
+
+// Started is when the server started.
+func (s *Server) Started() time.Time { return s.started }
+
+// Context is cancelled when the server has closed.
+func (s *Server) Context() context.Context { return s.ctx }
+
+// Register adds a face's commands. Names must be unique across faces.
+// Call it before Start.
+func (s *Server) Register(reg pipeline.Registry) error {
+	if s.pipe != nil {
+		return errors.New("server: Register after Start")
+	}
+	for name, h := range reg {
+		if _, dup := s.reg[name]; dup {
+			return fmt.Errorf("server: command %q registered twice", name)
+		}
+		s.reg[name] = h
+	}
+	return nil
+}
+
+// OnLifecycle adds a listener of the pipeline's lifecycle events. It is
+// called on the pipeline's goroutines and must not block.
+func (s *Server) OnLifecycle(fn func(pipeline.Event)) { s.onLifecycle = append(s.onLifecycle, fn) }
+
+// OnShutdown adds a function called when a shutdown begins, before the
+// drain (a face tells its clients).
+func (s *Server) OnShutdown(fn func(drain time.Duration)) { s.onShutdown = append(s.onShutdown, fn) }
+
+// Start starts the command pipeline with every registered command.
+func (s *Server) Start() error {
+	if s.pipe != nil {
+		return errors.New("server: started twice")
+	}
+	p, err := pipeline.New(pipeline.Options{
+		Registry:          s.reg,
+		Journal:           s.cfg.Journal,
+		Emit:              s.emitLifecycle,
+		IdempotencyTTL:    s.lim.IdempotencyTTL,
+		DependencyTimeout: s.lim.DependencyTimeout,
+		ClassTimeouts: map[pipeline.Class]time.Duration{
+			pipeline.ClassRead:   s.lim.ReadTimeout,
+			pipeline.ClassMutate: s.lim.MutateTimeout,
+			pipeline.ClassLong:   s.lim.LongCommandTimeout,
+		},
+		OnJournalError: func(err error) { s.log.Error("command journal", "err", err) },
+	})
+	if err != nil {
+		return err
+	}
+	s.pipe = p
+	return nil
+}
+
+func (s *Server) emitLifecycle(ev pipeline.Event) {
+	for _, fn := range s.onLifecycle {
+		fn(ev)
+	}
+}
+
+// Pipeline is the command pipeline (after Start).
+func (s *Server) Pipeline() *pipeline.Pipeline { return s.pipe }
+
+// Submit puts a command through the pipeline; respond is called once with
+// its outcome and must not block.
+func (s *Server) Submit(cmd pipeline.Command, respond func(pipeline.Response)) {
+	s.pipe.Submit(cmd, func(r pipeline.Response) {
+		if r.Err == nil || r.Err.Code != fault.ShuttingDown {
+			s.executed.Add(1)
+		}
+		respond(r)
+	})
+}
+
+// Admit counts a command of session sid ("" for a server command)
+// against the rate limits of its class, or returns the limit that refuses
+// it.
+func (s *Server) Admit(sid string, class RateClass) *RateError {
+	if e := s.rates.admit(sid, class, time.Now()); e != nil {
+		s.Reject(e.Limit)
+		return e
+	}
+	return nil
+}
+
+// Reject counts a command refused by a limit.
+func (s *Server) Reject(limit Rejection) {
+	v, _ := s.rejected.LoadOrStore(limit, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+// Rejected is how many commands limit refused.
+func (s *Server) Rejected(limit Rejection) int64 {
+	if v, ok := s.rejected.Load(limit); ok {
+		return v.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// Executed is how many commands the server has answered (shutdown
+// refusals aside).
+func (s *Server) Executed() int64 { return s.executed.Load() }
+
+// RateUsage is the global window's count.
+func (s *Server) RateUsage() int { return s.rates.usage(time.Now()) }
+
+// More rejection kinds, counted by the server itself.
+const (
+	RejectSessionLimit    Rejection = "sessionLimit"
+	RejectConnectionLimit Rejection = "connectionLimit"
+	RejectMessageSize     Rejection = "messageSize"
+	RejectPending         Rejection = "pendingLimit"
+	RejectSendBudget      Rejection = "sendBudget"
+)
+
+func (s *Server) addClient(c *Client, transport string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return fault.New(fault.ShuttingDown, "Server shutting down")
+	}
+	if len(s.clients) >= s.lim.MaxConnections {
+		s.Reject(RejectConnectionLimit)
+		return fault.Errorf(fault.Limit, "Connection limit reached (%d connections)", s.lim.MaxConnections)
+	}
+	s.clients[c] = struct{}{}
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.ConnectionOpened(transport)
+	}
+	return nil
+}
+
+func (s *Server) removeClient(c *Client, transport string) {
+	s.mu.Lock()
+	_, ok := s.clients[c]
+	delete(s.clients, c)
+	s.mu.Unlock()
+	if ok && s.cfg.Metrics != nil {
+		s.cfg.Metrics.ConnectionClosed(transport)
+	}
+}
+
+// Clients lists the attached clients of a face ("" for every face).
+func (s *Server) Clients(face string) []*Client {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*Client, 0, len(s.clients))
+	for c := range s.clients {
+		if face == "" || c.face == face {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// ClientCount is the number of attached clients.
+func (s *Server) ClientCount() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.clients)
+}
+
+// Broadcast sends a frame to every client of a face.
+func (s *Server) Broadcast(face string, f []byte) {
+	for _, c := range s.Clients(face) {
+		c.Send(f)
+	}
+}
+
+// furthestBehind is the client with the most bytes queued, nil when none
+// has any.
+func (s *Server) furthestBehind() *Client {
+	var victim *Client
+	var most int64
+	for _, c := range s.Clients("") {
+		if q := c.queued.Load(); q > most {
+			victim, most = c, q
+		}
+	}
+	return victim
+}
+
+// SendBudgetCuts is how many clients were cut off by the server-wide
+// send budget.
+func (s *Server) SendBudgetCuts() int64 { return s.rejectedBudget.Load() }
+
+// Shutdown drains the server: faces tell their clients, new commands are
+// refused, running ones get until ctx ends (or the configured drain time)
+// to finish; then clients are closed and sessions stopped, each recording
+// where its seq ended.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closing = true
+	s.mu.Unlock()
+	s.cfg.Health.BeginShutdown()
+	for _, fn := range s.onShutdown {
+		fn(s.lim.ShutdownTimeout)
+	}
+	dctx, cancel := context.WithTimeout(ctx, s.lim.ShutdownTimeout)
+	defer cancel()
+	var err error
+	if s.pipe != nil {
+		err = s.pipe.Shutdown(dctx)
+	}
+	clients := s.Clients("")
+	for _, c := range clients {
+		c.Close(Close{CloseGoingAway, "Server shutting down"})
+	}
+	for _, c := range clients {
+		c.wait(5 * time.Second)
+	}
+	s.cancel()
+	for _, h := range s.Sessions() {
+		if cerr := s.unload(h, false); cerr != nil {
+			s.log.Warn("closing session", "session", h.id, "err", cerr)
+		}
+	}
+	s.wg.Wait()
+	if cerr := s.index.close(); cerr != nil {
+		s.log.Warn("closing the session index", "err", cerr)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		// The drain ended early: what was still running was cancelled,
+		// which is what a bounded shutdown means, not a failure.
+		s.log.Warn("shutdown drain cut short; running commands were cancelled", "timeout", s.lim.ShutdownTimeout)
+		return nil
+	}
+	return err
+}
+
+// Close stops the server without a drain.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return s.Shutdown(ctx)
+}
+
+// ShuttingDown reports whether a shutdown has begun.
+func (s *Server) ShuttingDown() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.closing
+}

@@ -1,0 +1,219 @@
+package server
+
+import (
+	"sync"
+
+	"github.com/agentd-dev/agentd/session"
+)
+
+// Codec encodes a session's events for one face's wire. Encode returns
+// nil for an event the face has no form for. For a live event it runs on
+// the session's emitting goroutine, where the partial message of a
+// message_update is valid; for a replayed one it gets the logged copy.
+// The server encodes each event once per codec, whatever the number of
+// subscribers.
+type Codec interface {
+	Encode(sessionID string, ev session.Event) []byte
+}
+
+// subscription is one client watching one session. While held, frames
+// wait in pending (the client must first receive the response that
+// answered its request to subscribe).
+type subscription struct {
+	codec   Codec
+	after   uint64 // frames with a seq at or below this were sent already
+	held    bool
+	hold    *Hold
+	pending [][]byte
+	seqs    []uint64
+}
+
+// Hold keeps new subscriptions from sending until it is released: a face
+// subscribes while answering a command and releases once the answer is
+// queued, so the client reads the answer before the events. Subscribing
+// with a released Hold sends at once.
+type Hold struct {
+	mu       sync.Mutex
+	released bool
+	subs     []heldSub
+}
+
+type heldSub struct {
+	h   *Hosted
+	c   *Client
+	sub *subscription
+}
+
+// NewHold returns an unreleased Hold.
+func NewHold() *Hold { return &Hold{} }
+
+// Release sends what the Hold's subscriptions kept back and lets them
+// run. It may be called more than once.
+func (hd *Hold) Release() {
+	hd.mu.Lock()
+	if hd.released {
+		hd.mu.Unlock()
+		return
+	}
+	hd.released = true
+	subs := hd.subs
+	hd.subs = nil
+	hd.mu.Unlock()
+	for _, x := range subs {
+		x.h.subMu.Lock()
+		if x.h.subs[x.c] == x.sub {
+			x.sub.flush(x.c)
+		}
+		x.h.subMu.Unlock()
+	}
+}
+
+// add reports false when the Hold is released already.
+func (hd *Hold) add(x heldSub) bool {
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	if hd.released {
+		return false
+	}
+	hd.subs = append(hd.subs, x)
+	return true
+}
+
+// flush sends what was held back, dropping what the client already has;
+// h.subMu is held.
+func (sub *subscription) flush(c *Client) {
+	for i, f := range sub.pending {
+		if sub.seqs[i] > sub.after {
+			c.Send(f)
+			sub.after = sub.seqs[i]
+		}
+	}
+	sub.pending, sub.seqs, sub.held = nil, nil, false
+}
+
+// Subscribed is the outcome of a subscription.
+type Subscribed struct {
+	// Seq is the last event the client has or is about to get.
+	Seq uint64
+	// Resumed: a cursor was given and every event after it follows.
+	Resumed bool
+	// TooOld: a cursor was given that the log cannot serve (older than
+	// the log, or beyond the last event); the client needs the whole
+	// context instead, and gets events from Seq on.
+	TooOld bool
+}
+
+// Subscribe makes c receive h's events, encoded by codec. With a cursor
+// (after != nil), the events after it are sent first, or the result says
+// the cursor is too old; without, events from now on. A subscription of c
+// to h made before is replaced. With hold, nothing is sent until it is
+// released.
+func (s *Server) Subscribe(c *Client, h *Hosted, codec Codec, after *uint64, hold *Hold) Subscribed {
+	sub := &subscription{codec: codec, held: true}
+	h.subMu.Lock()
+	h.subs[c] = sub
+	h.subMu.Unlock()
+	c.watch(h.id)
+
+	var missed []session.Event
+	ok := false
+	if after != nil {
+		missed, ok = h.sess.EventsSince(*after)
+	}
+	cur := h.sess.Seq()
+
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	if h.subs[c] != sub {
+		return Subscribed{Seq: cur} // replaced or unsubscribed meanwhile
+	}
+	sub.after = cur
+	if after != nil && ok {
+		sub.after = *after
+		// What the client missed goes before the live events that came
+		// in meanwhile; duplicates are dropped by seq when sent.
+		frames := make([][]byte, 0, len(missed)+len(sub.pending))
+		seqs := make([]uint64, 0, len(missed)+len(sub.pending))
+		for _, ev := range missed {
+			if f := codec.Encode(h.id, ev); f != nil {
+				frames = append(frames, f)
+				seqs = append(seqs, ev.Seq)
+			}
+		}
+		sub.pending = append(frames, sub.pending...)
+		sub.seqs = append(seqs, sub.seqs...)
+	}
+	res := Subscribed{Seq: max(cur, sub.after), Resumed: after != nil && ok, TooOld: after != nil && !ok}
+	if hold != nil && hold.add(heldSub{h, c, sub}) {
+		sub.hold = hold
+		return res
+	}
+	sub.flush(c)
+	return res
+}
+
+// Unsubscribe stops c watching h.
+func (s *Server) Unsubscribe(c *Client, h *Hosted) {
+	h.subMu.Lock()
+	delete(h.subs, c)
+	h.subMu.Unlock()
+	c.forget(h.id)
+}
+
+func (s *Server) unsubscribeAll(c *Client, ids []string) {
+	for _, id := range ids {
+		s.mu.RLock()
+		h := s.sessions[id]
+		s.mu.RUnlock()
+		if h != nil {
+			h.subMu.Lock()
+			delete(h.subs, c)
+			h.subMu.Unlock()
+		}
+	}
+}
+
+// fanOut sends one session event to the subscribers. It runs on the
+// session's emitting goroutine: it encodes once per codec and only queues.
+func (h *Hosted) fanOut(ev session.Event) {
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	if len(h.subs) == 0 {
+		return
+	}
+	if m := h.srv.cfg.Metrics; m != nil {
+		m.Event(string(ev.Type))
+	}
+	// Faces have one or two codecs: a slice beats a map.
+	type encoded struct {
+		codec Codec
+		frame []byte
+	}
+	var cache []encoded
+	for c, sub := range h.subs {
+		var f []byte
+		found := false
+		for _, e := range cache {
+			if e.codec == sub.codec {
+				f, found = e.frame, true
+				break
+			}
+		}
+		if !found {
+			f = sub.codec.Encode(h.id, ev)
+			cache = append(cache, encoded{sub.codec, f})
+		}
+		if f == nil {
+			continue
+		}
+		if sub.held {
+			sub.pending = append(sub.pending, f)
+			sub.seqs = append(sub.seqs, ev.Seq)
+			continue
+		}
+		if ev.Seq > sub.after {
+			sub.after = ev.Seq
+			c.Send(f)
+		}
+	}
+}
