@@ -91,8 +91,8 @@ type Config struct {
 	// FirstSeq+1); it records durably that seqs up to the returned limit
 	// may be in use, so a restart after a crash can start above them.
 	ReserveSeq func(next uint64) (limit uint64)
-	Sync         transcript.SyncPolicy
-	Logger       *slog.Logger
+	Sync       transcript.SyncPolicy
+	Logger     *slog.Logger
 }
 
 // Errors callers branch on.
