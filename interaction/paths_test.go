@@ -268,6 +268,58 @@ func TestEvaluatePaths(t *testing.T) {
 	}
 }
 
+// TestReadmePolicy: the README's example policy does what its text says.
+func TestReadmePolicy(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(readme), "A permission policy (`--policy <file>`)")
+	if !ok {
+		t.Fatal("README: the policy example is gone")
+	}
+	_, after, _ = strings.Cut(after, "```json\n")
+	example, _, _ := strings.Cut(after, "```")
+	p, err := ParsePolicy([]byte(example))
+	if err != nil {
+		t.Fatalf("README example: %v", err)
+	}
+	tr := newTree(t)
+	bash := func(cmd string) tool.Call {
+		raw, _ := json.Marshal(map[string]string{"command": cmd})
+		return tool.Call{Name: "bash", Args: raw}
+	}
+	tests := []struct {
+		claim string
+		call  tool.Call
+		want  Action
+	}{
+		{"runs git status", bash("git status"), ActionAllow},
+		{"runs git diff", bash("git diff"), ActionAllow},
+		{"asks before any other command", bash("make"), ActionAsk},
+		{"asks before a command riding on git status", bash("git status; rm -rf ~"), ActionAsk},
+		{"writes in the project", pathCall("write", "src/new.go"), ActionAllow},
+		{"edits in the project", pathCall("edit", tr.abs("work/own.txt")), ActionAllow},
+		{"no write outside", pathCall("write", "../elsewhere/z"), ActionDeny},
+		{"no write outside via ~", pathCall("write", "~/../elsewhere/z"), ActionDeny},
+		{"no write outside via @", pathCall("write", "@"+tr.abs("elsewhere/z")), ActionDeny},
+		{"no edit outside through a link", pathCall("edit", "out/z"), ActionDeny},
+		{"no edit outside", pathCall("edit", tr.abs("prot/x")), ActionDeny},
+		{"no reading keys", pathCall("read", "~/.ssh/id"), ActionDeny},
+		{"no reading keys through a link", pathCall("read", "keys/id"), ActionDeny},
+		{"no listing keys", pathCall("ls", "../home/.ssh"), ActionDeny},
+		{"no listing keys through a link", pathCall("find", "keys"), ActionDeny},
+		{"no grep in keys", pathCall("grep", "~/.ssh"), ActionDeny},
+		{"no writing keys", pathCall("write", "~/.ssh/authorized_keys"), ActionDeny},
+		{"reads elsewhere", pathCall("read", "../elsewhere/z"), ActionAllow},
+	}
+	for _, tt := range tests {
+		if got, _ := p.Evaluate(tr.env, tt.call); got != tt.want {
+			t.Errorf("%s: %s %s = %s, want %s", tt.claim, tt.call.Name, tt.call.Args, got, tt.want)
+		}
+	}
+}
+
 // TestGateShowsTheRealPath: a person asked about "link/x" is shown the
 // file it really is.
 func TestGateShowsTheRealPath(t *testing.T) {
