@@ -95,6 +95,7 @@ type Grants struct {
 // deny rule is not a question.
 type Gate struct {
 	broker *Broker
+	env    tool.Env
 	opts   GateOptions
 
 	mu       sync.Mutex
@@ -118,7 +119,10 @@ type waiter struct {
 var errGranted = errors.New("covered by an approval given for another call")
 
 // NewGate returns a gate asking through broker. The policy is validated.
-func NewGate(policy Policy, broker *Broker, opts GateOptions) (*Gate, error) {
+// env is the environment the session's tools were built with: path rules
+// are matched against the file a call would open, resolved from its Cwd
+// and Home as the tools resolve it (see Rule).
+func NewGate(policy Policy, broker *Broker, env tool.Env, opts GateOptions) (*Gate, error) {
 	if err := policy.Validate(); err != nil {
 		return nil, err
 	}
@@ -129,7 +133,9 @@ func NewGate(policy Policy, broker *Broker, opts GateOptions) (*Gate, error) {
 	default:
 		return nil, fmt.Errorf("interaction: unknown timeout action %q (want reject, skip or approve)", opts.OnTimeout)
 	}
-	return &Gate{broker: broker, opts: opts, policy: policy, tools: make(map[string]bool)}, nil
+	// Only what path resolution reads: the gate has no use for the rest.
+	env = tool.Env{Cwd: env.Cwd, Home: env.Home}
+	return &Gate{broker: broker, env: env, opts: opts, policy: policy, tools: make(map[string]bool)}, nil
 }
 
 // SetPolicy replaces the policy for calls checked from now on.
@@ -176,7 +182,7 @@ func (g *Gate) Check(ctx context.Context, call tool.Call) Decision {
 	g.mu.Lock()
 	policy := g.policy
 	g.mu.Unlock()
-	action, rule := policy.Evaluate(call)
+	action, rule := policy.Evaluate(g.env, call)
 	switch action {
 	case ActionDeny:
 		reason := denyReason(call, rule)
@@ -198,7 +204,7 @@ func (g *Gate) Check(ctx context.Context, call tool.Call) Decision {
 	resp, err := g.broker.Ask(askCtx, Request{
 		Kind:    KindApproval,
 		Title:   "Allow " + call.Name + "?",
-		Message: KeyArgumentValue(call),
+		Message: g.describe(call),
 		Tool:    &ToolApproval{ToolCallID: call.ID, ToolName: call.Name, Args: call.Args},
 		Timeout: g.opts.Timeout,
 	})
@@ -268,6 +274,28 @@ func (g *Gate) grantLocked(toolName string, resp Response) {
 		}
 		w.granted, w.byCount = true, byCount
 		w.cancel(errGranted)
+	}
+}
+
+// describe is the call's key argument for the person asked; for a file
+// tool, with the file it would really open when that is not what the
+// model wrote, so nobody approves "link/x" without seeing it is /prot/x.
+func (g *Gate) describe(call tool.Call) string {
+	text := KeyArgumentValue(call)
+	if keyArgument[call.Name] != "path" {
+		return text
+	}
+	forms := (&subject{env: g.env, call: call}).pathForms()
+	if len(forms) == 0 {
+		return text
+	}
+	switch real := forms[len(forms)-1]; {
+	case real == text:
+		return text
+	case text == "":
+		return real
+	default:
+		return text + " → " + real
 	}
 }
 

@@ -19,7 +19,7 @@ var askAll = Policy{Default: ActionAsk}
 func newGate(t *testing.T, p Policy, bo BrokerOptions, opts GateOptions) (*Gate, *Broker) {
 	t.Helper()
 	b := NewBroker(bo)
-	g, err := NewGate(p, b, opts)
+	g, err := NewGate(p, b, tool.Env{}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func TestGateTimeout(t *testing.T) {
 			})
 		})
 	}
-	if _, err := NewGate(askAll, NewBroker(BrokerOptions{}), GateOptions{OnTimeout: "ignore"}); err == nil {
+	if _, err := NewGate(askAll, NewBroker(BrokerOptions{}), tool.Env{}, GateOptions{OnTimeout: "ignore"}); err == nil {
 		t.Error("unknown timeout action accepted")
 	}
 }
@@ -428,7 +428,7 @@ func TestGateSetPolicy(t *testing.T) {
 	if d := g.Check(t.Context(), call("read", `{}`)); d.Outcome != OutcomeAllowed || len(b.Pending()) != 0 {
 		t.Errorf("read: %s", d.Outcome)
 	}
-	if _, err := NewGate(Policy{Default: "sometimes"}, b, GateOptions{}); err == nil {
+	if _, err := NewGate(Policy{Default: "sometimes"}, b, tool.Env{}, GateOptions{}); err == nil {
 		t.Error("NewGate accepted an invalid policy")
 	}
 }

@@ -111,7 +111,7 @@ func TestEvaluate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, rule := p.Evaluate(tt.call)
+			got, rule := p.Evaluate(tool.Env{Cwd: "/work"}, tt.call)
 			if got != tt.want {
 				t.Errorf("action = %q, want %q", got, tt.want)
 			}
@@ -127,11 +127,11 @@ func TestEvaluate(t *testing.T) {
 
 func TestDefaultIsAllow(t *testing.T) {
 	var p Policy
-	if a, _ := p.Evaluate(call("bash", `{"command":"rm -rf /"}`)); a != ActionAllow {
+	if a, _ := p.Evaluate(tool.Env{}, call("bash", `{"command":"rm -rf /"}`)); a != ActionAllow {
 		t.Errorf("zero policy = %q, want allow as in pi", a)
 	}
 	p.Rules = []Rule{{Tool: "bash"}} // a rule with no action allows too
-	if a, _ := p.Evaluate(call("bash", `{}`)); a != ActionAllow {
+	if a, _ := p.Evaluate(tool.Env{}, call("bash", `{}`)); a != ActionAllow {
 		t.Errorf("rule without action = %q", a)
 	}
 }

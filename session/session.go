@@ -176,7 +176,7 @@ func New(cfg Config) (*Session, error) {
 		state: StateIdle, thinking: cfg.Thinking, model: cfg.Model, retry: cfg.Retry, compact: cfg.Compaction,
 	}
 	s.broker = interaction.NewBroker(interaction.BrokerOptions{Timeout: cfg.InteractionTimeout, OnEvent: s.onInteraction})
-	gate, err := interaction.NewGate(cfg.Policy, s.broker, cfg.Gate)
+	gate, err := interaction.NewGate(cfg.Policy, s.broker, cfg.BashEnv, cfg.Gate)
 	if err != nil {
 		return nil, fmt.Errorf("session: permission policy: %w", err)
 	}

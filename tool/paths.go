@@ -2,6 +2,7 @@ package tool
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,6 +40,113 @@ func (e *Env) resolve(p string) (string, error) {
 		p = filepath.Join(e.Cwd, p)
 	}
 	return filepath.Clean(p), nil
+}
+
+// ResolvePath returns the absolute, clean path that the built-in tool
+// called toolName works on for its path argument p, by the rules the tool
+// itself follows (see resolve): read also tries macOS's screenshot
+// spellings of a missing file, and ls, find and grep take an empty path
+// as the working directory. The permission gate resolves with it, so a
+// path rule sees the file the tool will open, however the model spelled
+// it. Symlinks are not followed here; RealPath follows them.
+//
+// e need not be normalized: a relative or empty Cwd is made absolute the
+// way the tools built from e make it.
+func (e Env) ResolvePath(toolName, p string) (string, error) {
+	e.Cwd = absCwd(e.Cwd)
+	switch toolName {
+	case "ls", "find", "grep":
+		if p == "" {
+			p = "."
+		}
+	case "read":
+		if p == "" {
+			return "", errEmptyPath
+		}
+		return e.resolveExisting(p)
+	default:
+		if p == "" {
+			return "", errEmptyPath
+		}
+	}
+	return e.resolve(p)
+}
+
+var errEmptyPath = errors.New("path is empty")
+
+// absCwd is the working directory Env.normalize settles on.
+func absCwd(cwd string) string {
+	if cwd == "" {
+		return "/"
+	}
+	if !filepath.IsAbs(cwd) {
+		if abs, err := filepath.Abs(cwd); err == nil {
+			cwd = abs
+		}
+	}
+	return filepath.Clean(cwd)
+}
+
+// maxLinks is how many symlinks RealPath follows before it gives up, as
+// Linux does (ELOOP after 40).
+const maxLinks = 40
+
+// ErrTooManyLinks is RealPath's answer for a path whose links loop.
+var ErrTooManyLinks = errors.New("too many levels of symbolic links")
+
+// RealPath returns the file the system reaches when a tool opens abs (an
+// absolute, clean path, as ResolvePath returns): every symlink along the
+// path followed, one component at a time, as the kernel does. Unlike
+// filepath.EvalSymlinks it also answers for paths that do not exist yet,
+// because write creates them: the components from the first missing one
+// on are kept as they are (nothing there can redirect them yet), and a
+// last component that is a dangling symlink is followed to where opening
+// it for writing would create the file. It fails only on a loop of links.
+//
+// The answer is as of the call: a link changed between RealPath and the
+// open (by a bash command, say) is not seen.
+func RealPath(abs string) (string, error) {
+	if !filepath.IsAbs(abs) {
+		return "", fmt.Errorf("%q is not an absolute path", abs)
+	}
+	todo := strings.Split(abs, "/")
+	done := "/"
+	links := 0
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			// done has no links in it, so its parent is the real one.
+			done = filepath.Dir(done)
+			continue
+		}
+		next := filepath.Join(done, c)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			// Missing, or not searchable: the tool cannot get further
+			// either, or creates what follows as plain directories.
+			return filepath.Join(append([]string{next}, todo...)...), nil
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			done = next
+			continue
+		}
+		if links++; links > maxLinks {
+			return "", fmt.Errorf("%s: %w", abs, ErrTooManyLinks)
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return filepath.Join(append([]string{next}, todo...)...), nil
+		}
+		if filepath.IsAbs(target) {
+			done = "/"
+		}
+		todo = append(strings.Split(target, "/"), todo...)
+	}
+	return done, nil
 }
 
 // resolveExisting is resolve for files that must already exist (read).
