@@ -63,8 +63,10 @@ type Config struct {
 	// Tools are the tools besides ask_user and todo, which the session
 	// adds itself (they need its interaction broker and todo list).
 	Tools []tool.Tool
-	// BashEnv is where commands the user runs directly (Bash) execute;
-	// normally the same Env the tools were built with.
+	// BashEnv is where commands the user runs directly (Bash) execute,
+	// and what the permission gate resolves tool paths against (its Cwd
+	// and Home); normally the same Env the tools were built with. An
+	// empty Cwd is the session's Cwd.
 	BashEnv tool.Env
 	// Policy is the permission policy for tool calls (default: allow
 	// everything, as pi).
@@ -169,6 +171,9 @@ func New(cfg Config) (*Session, error) {
 	}
 	if cfg.Thinking == "" {
 		cfg.Thinking = llm.ThinkingOff
+	}
+	if cfg.BashEnv.Cwd == "" {
+		cfg.BashEnv.Cwd = cfg.Cwd
 	}
 	s := &Session{
 		cfg: cfg, log: cfg.Logger, events: newEventLog(cfg.EventLogSize, cfg.FirstSeq), listeners: map[int]func(Event){},
