@@ -152,11 +152,11 @@ func Summarize(ctx context.Context, stream StreamFunc, model *llm.Model, opts ll
 		if plan.PreviousSummary != "" {
 			instructions = updateNotePrompt
 		}
-		history = newRequest(model, opts, reserve*4/5, plan.ToSummarize, plan.PreviousSummary, instructions, custom, "Summarization failed")
+		history = newRequest(model, opts, reserve*4/5, plan.ToSummarize, plan.PreviousSummary, systemPrompt, instructions, custom, "Summarization failed")
 	}
 	var prefix *request
 	if plan.SplitTurn && len(plan.TurnPrefix) > 0 {
-		prefix = newRequest(model, opts, reserve/2, plan.TurnPrefix, "", turnPrefixPrompt, custom, "Turn prefix summarization failed")
+		prefix = newRequest(model, opts, reserve/2, plan.TurnPrefix, "", systemPrompt, turnPrefixPrompt, custom, "Turn prefix summarization failed")
 	}
 	if history == nil && prefix == nil {
 		return Result{}, ErrNothingToCompact // a turn prefix without SplitTurn: not a plan Prepare makes
@@ -238,10 +238,10 @@ type request struct {
 	failure string // what a failure is reported as
 }
 
-// newRequest builds a summary request for msgs. The transcript gets what
-// is left of the context window after the answer and the rest of the
-// prompt.
-func newRequest(model *llm.Model, opts llm.StreamOptions, maxTokens int64, msgs []*llm.Message, earlier, instructions, custom, failure string) *request {
+// newRequest builds a summary request for msgs under the system prompt
+// system. The transcript gets what is left of the context window after
+// the answer and the rest of the prompt.
+func newRequest(model *llm.Model, opts llm.StreamOptions, maxTokens int64, msgs []*llm.Message, earlier, system, instructions, custom, failure string) *request {
 	if model.MaxTokens > 0 && maxTokens > model.MaxTokens {
 		maxTokens = model.MaxTokens
 	}
@@ -261,7 +261,7 @@ func newRequest(model *llm.Model, opts llm.StreamOptions, maxTokens int64, msgs 
 
 	budget := 0
 	if model.ContextWindow > 0 {
-		budget = max(transcriptBytes(model, &opts, len(systemPrompt)+tail.Len()), minTranscriptBytes)
+		budget = max(transcriptBytes(model, &opts, len(system)+tail.Len()), minTranscriptBytes)
 	}
 	var text strings.Builder
 	text.WriteString("<transcript>\n")
@@ -271,7 +271,7 @@ func newRequest(model *llm.Model, opts llm.StreamOptions, maxTokens int64, msgs 
 
 	return &request{
 		ctx: llm.Context{
-			SystemPrompt: systemPrompt,
+			SystemPrompt: system,
 			Messages: []llm.Message{{
 				Role: llm.RoleUser, Content: []llm.Content{llm.Text(text.String())}, Timestamp: time.Now().UnixMilli(),
 			}},
