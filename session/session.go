@@ -238,14 +238,7 @@ func (s *Session) newFile(parent string) (*transcript.File, error) {
 // agent: messages, model and thinking level.
 func (s *Session) adopt(f *transcript.File) error {
 	c := f.Context(f.Leaf())
-	// The agent's messages are the transcript's own (immutable) ones, not
-	// the copies in c.Messages: a loaded session holds each message once.
-	items := make([]item, len(c.Items))
-	msgs := make([]*llm.Message, len(c.Items))
-	for i, it := range c.Items {
-		items[i] = item{it.EntryID, it.Message}
-		msgs[i] = it.Message
-	}
+	items, msgs := contextItems(c)
 	if err := s.agent.SetMessages(msgs); err != nil {
 		return err
 	}
