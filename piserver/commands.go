@@ -191,6 +191,8 @@ func (s *Server) commands() map[string]*commandSpec {
 		"fork":                    long(s.fork, field{name: "entryId", kind: kString, required: true}),
 		"clone":                   long(s.clone),
 		"get_fork_messages":       read(s.forkMessages),
+		"get_tree":                read(s.getTree),
+		"navigate_tree":           long(s.navigateTree, fTargetID, fTreeOptions),
 		"get_last_assistant_text": read(s.lastText),
 		"get_context_usage":       read(s.contextUsage),
 		"get_available_models":    read(s.availableModels),

@@ -376,6 +376,9 @@ func decodeCommand(data []byte, specs map[string]*commandSpec) (pipeline.Command
 			bad(f.name, "%s", msg)
 			continue
 		}
+		if f.inner != nil {
+			problems = append(problems, f.inner(raw)...)
+		}
 		// What the handler will read must decode: nested shapes (images,
 		// an answer's method) are checked here, before admission.
 		var p params
@@ -451,6 +454,10 @@ type field struct {
 	required bool
 	max      int      // strings: most characters (0: no limit)
 	oneOf    []string // strings: allowed values
+	// inner, when set, checks what the kind cannot (the fields of an
+	// object, a string that must not be empty) once the kind is right; it
+	// returns problems whole, each naming its own path ("options.label: …").
+	inner func(raw json.RawMessage) []string
 }
 
 type fieldKind int
