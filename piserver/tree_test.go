@@ -156,6 +156,7 @@ func TestNavigateTreeAbort(t *testing.T) {
 		synctest.Wait()
 		time.Sleep(50 * time.Millisecond) // a few chunks of the summary
 		c.handle([]byte(`{"type":"get_state","id":"g1","sessionId":"s1"}`))
+		synctest.Wait() // control commands run side by side: get_state first
 		c.handle([]byte(`{"type":"abort","id":"a1","sessionId":"s1"}`))
 		synctest.Wait()
 		c.handle([]byte(`{"type":"get_tree","id":"t2","sessionId":"s1"}`))
