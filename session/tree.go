@@ -407,6 +407,9 @@ func (s *Session) NavigateTree(ctx context.Context, targetID string, opts Naviga
 		m := llm.Message{Content: target.Content}
 		newLeaf, res.EditorText, res.HasEditorText = target.ParentID, m.TextContent(), true
 	}
+	if _, ok := f.Entry(newLeaf); !ok {
+		newLeaf = "" // an orphan's parent is missing: it is a root, as the tree shows it
+	}
 
 	var summary *compaction.BranchSummary
 	if opts.Summarize {

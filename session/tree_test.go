@@ -411,32 +411,37 @@ func TestNavigateTreeNoOpAndUnknown(t *testing.T) {
 	}
 }
 
-// A user message that is the first entry of its file: the conversation
-// moves before everything, and the next prompt starts a new root.
+// A user message that is a root of its file (the first entry, or one
+// whose parent is missing): the conversation moves before everything,
+// and the next prompt starts a new root.
 func TestNavigateTreeToARootUserMessage(t *testing.T) {
-	p := writeSession(t,
-		msgLine("u1", "", 1, `{"role":"user","content":"first words","timestamp":1}`),
-		msgLine("a1", "u1", 2, `{"role":"assistant","content":[{"type":"text","text":"re: first words"}],`+assistantTail+`}`),
-	)
-	h := newHarness(t, func(c *session.Config) { c.Open = p })
-	h.srv.Handle(summariser(100))
-	res, err := h.s.NavigateTree(context.Background(), "u1", session.NavigateOptions{})
-	if err != nil || res.EditorText != "first words" {
-		t.Fatalf("%+v, %v", res, err)
-	}
-	if tree := h.s.Tree(); tree.LeafID != "" || len(h.s.Messages()) != 0 {
-		t.Fatalf("leaf %q, %d messages", tree.LeafID, len(h.s.Messages()))
-	}
-	h.prompt("second words")
-	h.wait()
-	var roots []string
-	for _, n := range h.s.Tree().Nodes {
-		if n.ParentID == "" {
-			roots = append(roots, n.Text)
-		}
-	}
-	if strings.Join(roots, "|") != "first words|second words" {
-		t.Errorf("roots %q", roots)
+	for _, parent := range []string{"", "gone"} {
+		t.Run("parent "+parent, func(t *testing.T) {
+			p := writeSession(t,
+				msgLine("u1", parent, 1, `{"role":"user","content":"first words","timestamp":1}`),
+				msgLine("a1", "u1", 2, `{"role":"assistant","content":[{"type":"text","text":"re: first words"}],`+assistantTail+`}`),
+			)
+			h := newHarness(t, func(c *session.Config) { c.Open = p })
+			h.srv.Handle(summariser(100))
+			res, err := h.s.NavigateTree(context.Background(), "u1", session.NavigateOptions{})
+			if err != nil || res.EditorText != "first words" {
+				t.Fatalf("%+v, %v", res, err)
+			}
+			if tree := h.s.Tree(); tree.LeafID != "" || len(h.s.Messages()) != 0 {
+				t.Fatalf("leaf %q, %d messages", tree.LeafID, len(h.s.Messages()))
+			}
+			h.prompt("second words")
+			h.wait()
+			var roots []string
+			for _, n := range h.s.Tree().Nodes {
+				if n.ParentID == "" || n.ParentID == "gone" {
+					roots = append(roots, n.Text)
+				}
+			}
+			if strings.Join(roots, "|") != "first words|second words" {
+				t.Errorf("roots %q", roots)
+			}
+		})
 	}
 }
 
