@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 
@@ -124,16 +125,16 @@ func treeNodes(entries []transcript.Entry, maxNodes, maxDepth int) []TreeNode {
 
 func treeNode(e *transcript.Entry, label string) TreeNode {
 	n := TreeNode{EntryID: e.ID, ParentID: e.ParentID, Type: e.Type, Timestamp: e.Timestamp, Label: label}
-	var text string
+	var p preview
 	if e.Opaque() {
-		n.Role, text = opaquePreview(e)
+		n.Role = opaqueText(&p, e)
 	} else {
 		if e.Type == transcript.TypeMessage && e.Message != nil {
 			n.Role = e.Message.Role
 		}
-		text = entryText(e)
+		entryText(&p, e)
 	}
-	n.Text = oneLine(text)
+	n.Text = p.finish()
 	if n.Text == "" {
 		if n.Role != "" {
 			n.Text = "[" + string(n.Role) + "]"
@@ -144,58 +145,137 @@ func treeNode(e *transcript.Entry, label string) TreeNode {
 	return n
 }
 
-// entryText is what a node shows of an entry, before it is put on one
-// line.
-func entryText(e *transcript.Entry) string {
+// preview builds a node's text the way pi-server's normalizePreview
+// treats the whole text: every run of whitespace (JavaScript's \s) one
+// space, trimmed, cut to treePreviewLen UTF-16 code units (never inside a
+// surrogate pair) with "…" after a cut. It does so as the text is added
+// and stops looking once full, so a long message costs no more than a
+// short one.
+type preview struct {
+	b     strings.Builder
+	units int
+	space bool // whitespace since the last character kept
+	full  bool // a character did not fit
+	any   bool // something was added, if only whitespace
+}
+
+func (p *preview) add(s string) {
+	if s != "" {
+		p.any = true
+	}
+	if p.b.Cap() == 0 {
+		// Room for the usual preview, ASCII, cut or not, in one go.
+		p.b.Grow(min(len(s), treePreviewLen) + len("…"))
+	}
+	for i := 0; i < len(s) && !p.full; {
+		// Runs of ASCII letters go in whole: text is mostly those, and a
+		// preview is built for every node of a tree.
+		if c := s[i]; c < utf8.RuneSelf && !jsSpace(rune(c)) {
+			j := i + 1
+			for j < len(s) && s[j] < utf8.RuneSelf && !jsSpace(rune(s[j])) {
+				j++
+			}
+			p.put(s[i:j], j-i)
+			i = j
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if jsSpace(r) {
+			p.space = p.b.Len() > 0
+		} else {
+			p.put(s[i:i+size], utf16.RuneLen(r)) // never -1: DecodeRune gives no surrogates
+		}
+		i += size
+	}
+}
+
+// put adds text of the given UTF-16 length, after the pending space. Of
+// an ASCII run (units == len(text)) what fits goes in; a longer character
+// goes in whole or not at all.
+func (p *preview) put(text string, units int) {
+	if p.space {
+		if p.units == treePreviewLen {
+			p.full = true
+			return
+		}
+		p.b.WriteByte(' ')
+		p.units++
+		p.space = false
+	}
+	room := treePreviewLen - p.units
+	if units <= room {
+		p.b.WriteString(text)
+		p.units += units
+		return
+	}
+	if units == len(text) {
+		p.b.WriteString(text[:room])
+		p.units += room
+	}
+	p.full = true
+}
+
+// finish returns the preview. Call it once, after the last add.
+func (p *preview) finish() string {
+	if p.full {
+		p.b.WriteString("…")
+	}
+	return p.b.String()
+}
+
+// entryText adds to p what a node shows of an entry.
+func entryText(p *preview, e *transcript.Entry) {
 	switch e.Type {
 	case transcript.TypeMessage:
 		m := e.Message
-		if t := blocksText(m.Content); t != "" {
-			return t
+		blocksText(p, m.Content)
+		if p.any {
+			return
 		}
-		// Messages without content blocks: a command the user ran, a
-		// summary.
-		for _, s := range []string{m.Output, m.Command, m.Summary} {
-			if s != "" {
-				return s
-			}
+		// Messages without content: a command the user ran shows its
+		// output (only its output, however empty, as pi-server), a
+		// summary its summary.
+		switch m.Role {
+		case llm.RoleBashExecution:
+			p.add(m.Output)
+		case llm.RoleBranchSummary, llm.RoleCompactionSummary:
+			p.add(m.Summary)
 		}
 	case transcript.TypeCustomMessage:
-		return blocksText(e.Content)
+		blocksText(p, e.Content)
 	case transcript.TypeBranchSummary, transcript.TypeCompaction:
-		return e.Summary
+		p.add(e.Summary)
 	case transcript.TypeModelChange:
 		if e.Provider != "" && e.ModelID != "" {
-			return e.Provider + "/" + e.ModelID
+			p.add(e.Provider + "/" + e.ModelID)
+		} else {
+			p.add(e.ModelID)
 		}
-		return e.ModelID
 	case transcript.TypeThinkingLevelChange:
-		return string(e.ThinkingLevel)
+		p.add(string(e.ThinkingLevel))
 	case transcript.TypeLabel:
-		return labelText(e.Label, e.TargetID)
+		p.add(labelText(e.Label, e.TargetID))
 	case transcript.TypeCustom:
 		if e.CustomType != "" {
-			return e.CustomType
+			p.add(e.CustomType)
+		} else if e.Data != nil {
+			p.add(dataText(gjson.ParseBytes(e.Data)))
 		}
-		return dataText(gjson.ParseBytes(e.Data), e.Data != nil)
 	case transcript.TypeSessionInfo:
-		return e.Name
+		p.add(e.Name)
 	}
-	return ""
 }
 
-// blocksText joins the text and the reasoning of content blocks.
-func blocksText(content []llm.Content) string {
-	var b strings.Builder
+// blocksText adds the text and the reasoning of content blocks.
+func blocksText(p *preview, content []llm.Content) {
 	for i := range content {
 		switch c := &content[i]; c.Type {
 		case llm.ContentText:
-			b.WriteString(c.Text)
+			p.add(c.Text)
 		case llm.ContentThinking:
-			b.WriteString(c.Thinking)
+			p.add(c.Thinking)
 		}
 	}
-	return b.String()
 }
 
 func labelText(label, target string) string {
@@ -210,9 +290,9 @@ func labelText(label, target string) string {
 
 // dataText shows a custom entry's data: a string as it is, anything else
 // as JSON.
-func dataText(v gjson.Result, present bool) string {
+func dataText(v gjson.Result) string {
 	switch {
-	case !present || !v.Exists():
+	case !v.Exists():
 		return ""
 	case v.Type == gjson.String:
 		return v.Str
@@ -220,32 +300,32 @@ func dataText(v gjson.Result, present bool) string {
 	return v.Raw
 }
 
-// opaquePreview reads the role and text of an entry agentd keeps but does
-// not interpret straight from its line, by the same rules.
-func opaquePreview(e *transcript.Entry) (llm.Role, string) {
+// opaqueText adds to p what a node shows of an entry agentd keeps but
+// does not interpret, read straight from its line by the same rules, and
+// returns the role of a message entry.
+func opaqueText(p *preview, e *transcript.Entry) llm.Role {
 	line := gjson.ParseBytes(e.Raw())
 	var role llm.Role
 	if r := line.Get("message.role"); e.Type == transcript.TypeMessage && r.Type == gjson.String {
 		role = llm.Role(r.Str)
 	}
-	blocks := func(v gjson.Result) string {
+	blocks := func(v gjson.Result) {
 		if v.Type == gjson.String {
-			return v.Str
+			p.add(v.Str)
+			return
 		}
-		var b strings.Builder
 		for _, c := range v.Array() {
-			switch {
-			case c.Type == gjson.String:
-				b.WriteString(c.Str)
-			case c.Get("text").Type == gjson.String:
-				b.WriteString(c.Get("text").Str)
-			case c.Get("thinking").Type == gjson.String:
-				b.WriteString(c.Get("thinking").Str)
-			case c.Get("content").Type == gjson.String:
-				b.WriteString(c.Get("content").Str)
+			if c.Type == gjson.String {
+				p.add(c.Str)
+				continue
+			}
+			for _, k := range []string{"text", "thinking", "content"} {
+				if f := c.Get(k); f.Type == gjson.String {
+					p.add(f.Str)
+					break
+				}
 			}
 		}
-		return b.String()
 	}
 	str := func(v gjson.Result) string {
 		if v.Type == gjson.String {
@@ -256,72 +336,40 @@ func opaquePreview(e *transcript.Entry) (llm.Role, string) {
 	switch e.Type {
 	case transcript.TypeMessage:
 		m := line.Get("message")
-		if t := blocks(m.Get("content")); t != "" {
-			return role, t
+		if blocks(m.Get("content")); p.any {
+			return role
 		}
+		// The first of these that is a string, however empty.
 		for _, k := range []string{"text", "output", "command", "summary"} {
-			if s := str(m.Get(k)); s != "" {
-				return role, s
+			if f := m.Get(k); f.Type == gjson.String {
+				p.add(f.Str)
+				break
 			}
 		}
 	case transcript.TypeCustomMessage:
-		return role, blocks(line.Get("content"))
+		blocks(line.Get("content"))
 	case transcript.TypeBranchSummary, transcript.TypeCompaction:
-		return role, str(line.Get("summary"))
+		p.add(str(line.Get("summary")))
 	case transcript.TypeModelChange:
-		p, m := str(line.Get("provider")), str(line.Get("modelId"))
-		if p != "" && m != "" {
-			return role, p + "/" + m
+		if pr, m := str(line.Get("provider")), str(line.Get("modelId")); pr != "" && m != "" {
+			p.add(pr + "/" + m)
+		} else {
+			p.add(m)
 		}
-		return role, m
 	case transcript.TypeThinkingLevelChange:
-		return role, str(line.Get("thinkingLevel"))
+		p.add(str(line.Get("thinkingLevel")))
 	case transcript.TypeLabel:
-		return role, labelText(str(line.Get("label")), str(line.Get("targetId")))
+		p.add(labelText(str(line.Get("label")), str(line.Get("targetId"))))
 	case transcript.TypeCustom:
 		if t := str(line.Get("customType")); t != "" {
-			return role, t
+			p.add(t)
+		} else {
+			p.add(dataText(line.Get("data")))
 		}
-		d := line.Get("data")
-		return role, dataText(d, d.Exists())
 	case transcript.TypeSessionInfo:
-		return role, str(line.Get("name"))
+		p.add(str(line.Get("name")))
 	}
-	return role, ""
-}
-
-// oneLine collapses every run of whitespace (JavaScript's \s) to one
-// space, trims, and cuts what is left to treePreviewLen UTF-16 code
-// units, never inside a surrogate pair, marking the cut with "…".
-func oneLine(s string) string {
-	var b strings.Builder
-	space, units, cut := false, 0, false
-	for _, r := range s {
-		if jsSpace(r) {
-			space = b.Len() > 0
-			continue
-		}
-		if space {
-			if units+1 > treePreviewLen {
-				cut = true
-				break
-			}
-			b.WriteByte(' ')
-			units++
-			space = false
-		}
-		n := utf16.RuneLen(r) // never -1: ranging over a string gives no surrogates
-		if units+n > treePreviewLen {
-			cut = true
-			break
-		}
-		b.WriteRune(r)
-		units += n
-	}
-	if cut {
-		b.WriteString("…")
-	}
-	return b.String()
+	return role
 }
 
 // jsSpace is JavaScript's \s: the same set its String#trim strips.

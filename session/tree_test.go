@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/llm/faux"
 	"github.com/agentd-dev/agentd/llm/llmtest"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/transcript"
@@ -103,7 +104,7 @@ func TestTreeShapeOrderPreviewsAndLabels(t *testing.T) {
 		"r1<a1 message/toolResult file body",
 		"a2<r1 message/assistant [assistant]",
 		"u2<a2 message/user " + strings.Repeat("x", 400) + "…",
-		"b1<u2 message/bashExecution ls -l",
+		"b1<u2 message/bashExecution [bashExecution]", // its output only, however empty
 		"l1<b1 label start → u1",
 		"l2<l1 label tmp → u3",
 		"l3<l2 label (cleared) → u3",
@@ -574,4 +575,41 @@ func TestNavigateTreeRecordsBashRunMeanwhile(t *testing.T) {
 	if got := strings.Join(texts(fx.s), "|"); got != "alpha|re: alpha|bravo|re: bravo|[branch summary]|[bashExecution]" {
 		t.Errorf("context %s", got)
 	}
+}
+
+// BenchmarkTree measures get_tree's work on a session of 10,000 entries
+// in a few branches, each message a couple of kilobytes long.
+func BenchmarkTree(b *testing.B) {
+	text := strings.Repeat("some words of a message ", 100)
+	lines := make([]string, 0, session.MaxTreeNodes)
+	for i := range session.MaxTreeNodes {
+		parent := ""
+		if i > 0 {
+			parent = fmt.Sprintf("e%07d", i-1)
+		}
+		if i%500 == 499 {
+			parent = "e0000010" // a new branch off an early entry
+		}
+		lines = append(lines, msgLine(fmt.Sprintf("e%07d", i), parent, i%1000, fmt.Sprintf(`{"role":"user","content":%q,"timestamp":1}`, text)))
+	}
+	dir := b.TempDir()
+	head := `{"type":"session","version":3,"id":"0190a000-0000-7000-8000-000000000001","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}`
+	p := filepath.Join(dir, "s.jsonl")
+	if err := os.WriteFile(p, []byte(head+"\n"+strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	pr := faux.New(faux.Options{})
+	s, err := session.New(session.Config{Cwd: dir, Open: p, Model: faux.Model(), Stream: pr.Stream})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if n := len(s.Tree().Nodes); n != session.MaxTreeNodes {
+			b.Fatalf("%d nodes", n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(session.MaxTreeNodes), "ns/node")
 }
