@@ -133,6 +133,8 @@ func TestTreePreviewCountsJavaScriptCharacters(t *testing.T) {
 		{"exactly 400", strings.Repeat("é", 400), strings.Repeat("é", 400)},
 		{"trailing space trimmed, not cut", strings.Repeat("a", 400) + "   \n", strings.Repeat("a", 400)},
 		{"space at the cut", strings.Repeat("a", 399) + " bc", strings.Repeat("a", 399) + " …"},
+		{"space just past the cut", strings.Repeat("a", 400) + " b", strings.Repeat("a", 400) + "…"},
+		{"a word across the cut", strings.Repeat("é", 398) + "\n\n abcdef", strings.Repeat("é", 398) + " a…"},
 		// An emoji is two UTF-16 units: 199 of them and a half do not fit twice.
 		{"surrogate pairs", strings.Repeat("😀", 201), strings.Repeat("😀", 200) + "…"},
 		{"unicode spaces", "a\u00a0\u2003b\u3000", "a b"},
