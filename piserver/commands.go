@@ -942,6 +942,18 @@ func (s *Server) log(cmd pipeline.Command, r pipeline.Response, took time.Durati
 	if r.Replayed {
 		attrs = append(attrs, "replayed", true)
 	}
+	if cmd.Type == "bash" {
+		// A shell command run for a client is what an operator most needs
+		// to see; it is not conversation text.
+		var p struct {
+			Command string `json:"command"`
+		}
+		_ = json.Unmarshal(cmd.Payload, &p)
+		if len(p.Command) > 500 {
+			p.Command = p.Command[:500] + "…"
+		}
+		attrs = append(attrs, "shell", p.Command)
+	}
 	if r.Err != nil {
 		attrs = append(attrs, "error", r.Err.Message)
 	}
