@@ -95,6 +95,11 @@ type Config struct {
 	ReserveSeq func(next uint64) (limit uint64)
 	Sync       transcript.SyncPolicy
 	Logger     *slog.Logger
+
+	// MaxQueued and MaxQueuedBytes are the agent's queue limits (see
+	// agent.Config: 0 is the default, negative none).
+	MaxQueued      int
+	MaxQueuedBytes int
 }
 
 // Errors callers branch on.
@@ -193,6 +198,7 @@ func New(cfg Config) (*Session, error) {
 		Model: cfg.Model, Thinking: cfg.Thinking, SystemPrompt: cfg.SystemPrompt, Tools: tools,
 		Stream: cfg.Stream, Options: cfg.Options, BeforeToolCall: s.beforeToolCall,
 		SteeringMode: cfg.SteeringMode, FollowUpMode: cfg.FollowUpMode,
+		MaxQueued: cfg.MaxQueued, MaxQueuedBytes: cfg.MaxQueuedBytes,
 	}, s.onAgent)
 
 	if cfg.Open != "" {
