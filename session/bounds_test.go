@@ -1,6 +1,8 @@
 package session_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -8,17 +10,23 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/llm/faux"
 	"github.com/agentd-dev/agentd/llm/llmtest"
 	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/tool"
 )
 
 // busy starts a run whose model does not answer for a minute, so that
-// what is queued stays queued.
+// what is queued stays queued. It returns once the request is out: the
+// run takes the steering queued before its first request with it.
 func busy(h *harness) {
 	h.t.Helper()
 	h.srv.Enqueue(llmtest.Script{Text: []string{"late"}, FirstDelay: time.Minute})
 	h.prompt("start")
-	h.waitEvent(is("agent_start"))
+	for len(h.srv.Requests()) == 0 {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // The queues refuse what would not fit, with a reason the client can
@@ -136,5 +144,139 @@ func TestQueueLimitsFromConfig(t *testing.T) {
 	err := h.s.PromptThen(session.UserMessage("second", nil), session.BehaviorSteer, func() { t.Error("a refused prompt was accepted") })
 	if !errors.Is(err, agent.ErrQueueFull) || !strings.Contains(err.Error(), "at most 1 queued message") {
 		t.Fatalf("second: %v", err)
+	}
+}
+
+// The log keeps a tool_execution_update without its partial result:
+// bash sends its whole output so far every 100 ms, and
+// tool_execution_end carries the final one.
+func TestLoggedToolUpdateHasNoPartialResult(t *testing.T) {
+	p := faux.New(faux.Options{})
+	p.Push(faux.Response{ToolCalls: []faux.ToolCall{{ID: "t1", Name: "noisy"}}}, faux.Response{Text: "done"})
+	s, err := session.New(session.Config{Cwd: t.TempDir(), Model: faux.Model(), Stream: p.Stream,
+		Tools: []tool.Tool{&updatingTool{count: 20, size: 50 << 10}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	liveBytes := 0
+	s.Subscribe(func(ev session.Event) {
+		if ev.Type == "tool_execution_update" {
+			liveBytes += len(ev.Agent.Partial.Content[0].Text)
+		}
+	})
+	if err := s.Prompt(session.UserMessage("go", nil), session.BehaviorNone); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if liveBytes != 20*50<<10 {
+		t.Fatalf("live listeners got %d bytes of partial output", liveBytes)
+	}
+	logged, _ := s.EventsSince(0)
+	updates := 0
+	for _, ev := range logged {
+		switch ev.Type {
+		case "tool_execution_update":
+			updates++
+			if pr := ev.Agent.Partial; pr != nil && (len(pr.Content) != 0 || pr.Details != nil) {
+				t.Fatalf("logged tool_execution_update keeps a partial result (%d blocks, details %T)", len(pr.Content), pr.Details)
+			}
+			if ev.Agent.ToolCallID != "t1" || ev.Agent.ToolName != "noisy" {
+				t.Fatalf("logged tool_execution_update lost its call: %+v", ev.Agent)
+			}
+		case "tool_execution_end":
+			if ev.Agent.Result == nil || ev.Agent.Result.Content[0].Text != "done" {
+				t.Fatalf("logged tool_execution_end %+v", ev.Agent.Result)
+			}
+		}
+	}
+	if updates != 20 {
+		t.Fatalf("%d updates logged", updates)
+	}
+}
+
+// bigTool returns size bytes of text.
+type bigTool struct{ size int }
+
+func (t *bigTool) Spec() llm.Tool {
+	return llm.Tool{Name: "big", Description: "returns a lot", Parameters: json.RawMessage(`{"type":"object"}`)}
+}
+
+func (t *bigTool) Execute(ctx context.Context, call tool.Call, update func(tool.Result)) tool.Result {
+	return tool.TextResult(strings.Repeat("z", t.size), nil)
+}
+
+// The log is bounded in bytes as well as in events: big messages push
+// the oldest events out long before the count limit is reached, and a
+// cursor before them is too old.
+func TestEventLogIsBoundedInBytes(t *testing.T) {
+	p := faux.New(faux.Options{})
+	var script []faux.Response
+	for i := 0; i < 12; i++ {
+		script = append(script, faux.Response{ToolCalls: []faux.ToolCall{{ID: fmt.Sprint("b", i), Name: "big", Args: fmt.Sprintf(`{"n":%d}`, i)}}})
+	}
+	p.Push(append(script, faux.Response{Text: "done"})...)
+	s, err := session.New(session.Config{Cwd: t.TempDir(), Model: faux.Model(), Stream: p.Stream,
+		Tools: []tool.Tool{&bigTool{size: 2 << 20}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Prompt(session.UserMessage("go", nil), session.BehaviorNone); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	seq := s.Seq()
+	if seq >= 4096 {
+		t.Fatalf("%d events: the count limit alone would drop some", seq)
+	}
+	if _, ok := s.EventsSince(0); ok {
+		t.Fatalf("the log still holds all %d events, 24 MiB of tool output and more", seq)
+	}
+	// The newest events are there, and what they keep is within the
+	// default budget of 16 MiB.
+	logged, ok := s.EventsSince(seq - 2)
+	if !ok || len(logged) != 2 || logged[1].Seq != seq {
+		t.Fatalf("the newest events are gone: ok %v, %d events", ok, len(logged))
+	}
+	all, _ := s.EventsSince(logged[0].Seq - 1)
+	for first := logged[0].Seq - 1; ; first-- {
+		evs, ok := s.EventsSince(first - 1)
+		if !ok {
+			break
+		}
+		all = evs
+	}
+	text := 0
+	for _, ev := range all {
+		if a := ev.Agent; a != nil {
+			if a.Message != nil {
+				text += len(a.Message.TextContent())
+			}
+			for _, m := range append(a.ToolResults, a.Messages...) {
+				text += len(m.TextContent())
+			}
+			if a.Result != nil && len(a.Result.Content) > 0 {
+				text += len(a.Result.Content[0].Text)
+			}
+		}
+	}
+	if text > 16<<20 {
+		t.Fatalf("the %d logged events keep %d bytes of text", len(all), text)
+	}
+}
+
+// The log's byte bound is set through session.Config.
+func TestEventLogBytesFromConfig(t *testing.T) {
+	h := newHarness(t, func(c *session.Config) { c.SessionsDir, c.EventLogBytes = "", 8<<10 })
+	h.srv.Enqueue(llmtest.Script{Text: []string{strings.Repeat("w", 10<<10)}})
+	h.prompt("talk")
+	h.wait()
+	if _, ok := h.s.EventsSince(0); ok {
+		t.Fatal("an 8 KiB log kept a run with 10 KiB of text three times over")
 	}
 }

@@ -1,6 +1,8 @@
 package session
 
 import (
+	"bytes"
+	"encoding/json"
 	"time"
 	"unicode/utf8"
 
@@ -8,6 +10,7 @@ import (
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/todo"
+	"github.com/agentd-dev/agentd/tool"
 )
 
 // EventType names a session event. Agent events keep their pi names;
@@ -68,8 +71,8 @@ type CompactionResult struct {
 // Agent. A listener called by Subscribe sees message_update with the live
 // partial message (valid during the call only); the copy kept in the
 // event log has no partial message, only the delta in Agent.Update, and
-// keeps less of queue_update too (see logCopy), so the log stays small
-// and immutable.
+// keeps less of tool_execution_update and queue_update too (see logCopy),
+// so the log stays small and immutable.
 type Event struct {
 	Seq   uint64
 	Time  time.Time
@@ -114,9 +117,12 @@ type Event struct {
 // logCopy is the version of ev kept in the event log: nothing in it
 // changes after it is appended, and nothing in it grows with what a
 // client resends or a tool streams, so a long session keeps a small log.
-// What the log keeps differs from what listeners get in two events:
+// What the log keeps differs from what listeners get in three events:
 //
 //   - message_update: the delta only, without the partial message.
+//   - tool_execution_update: no partial result (an empty one); a tool
+//     such as bash sends its whole output so far several times a second,
+//     and tool_execution_end carries the final result.
 //   - queue_update: every queued text cut to a preview of
 //     QueuePreviewBytes, so that the log holds the queue's shape (how many
 //     messages, in which order, how each begins) and not a copy of the
@@ -141,6 +147,14 @@ func logCopy(ev Event) Event {
 	case agent.EventMessageStart:
 		if a.Message != nil && a.Message.Role == llm.RoleAssistant {
 			a.Message = a.Message.Clone()
+		}
+	case agent.EventToolExecutionUpdate:
+		a.Partial = &tool.Result{}
+	case agent.EventToolExecutionEnd:
+		if a.Result != nil {
+			r := *a.Result
+			r.Details = encodedDetails(r.Details)
+			a.Result = &r
 		}
 	case agent.EventQueueUpdate:
 		a.Steering, a.FollowUp = previews(a.Steering), previews(a.FollowUp)
@@ -170,4 +184,21 @@ func previews(texts []string) []string {
 		out[i] = t
 	}
 	return out
+}
+
+// encodedDetails returns a tool result's details as the JSON clients are
+// sent. The log keeps that instead of the tool's own value, whose size
+// the log cannot see (bash's details hold the output's tail once more).
+func encodedDetails(d any) any {
+	switch d.(type) {
+	case nil, json.RawMessage:
+		return d
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(d); err != nil {
+		return d
+	}
+	return json.RawMessage(bytes.TrimSuffix(b.Bytes(), []byte{'\n'}))
 }

@@ -96,6 +96,9 @@ type Config struct {
 	Sync       transcript.SyncPolicy
 	Logger     *slog.Logger
 
+	// EventLogBytes bounds the event log's estimated size (default
+	// DefaultEventLogBytes, 16 MiB) besides EventLogSize.
+	EventLogBytes int
 	// MaxQueued and MaxQueuedBytes are the agent's queue limits (see
 	// agent.Config: 0 is the default, negative none).
 	MaxQueued      int
@@ -181,7 +184,7 @@ func New(cfg Config) (*Session, error) {
 		cfg.BashEnv.Cwd = cfg.Cwd
 	}
 	s := &Session{
-		cfg: cfg, log: cfg.Logger, events: newEventLog(cfg.EventLogSize, cfg.FirstSeq), listeners: map[int]func(Event){},
+		cfg: cfg, log: cfg.Logger, events: newEventLog(cfg.EventLogSize, cfg.EventLogBytes, cfg.FirstSeq), listeners: map[int]func(Event){},
 		seq: cfg.FirstSeq, seqLimit: cfg.FirstSeq,
 		state: StateIdle, thinking: cfg.Thinking, model: cfg.Model, retry: cfg.Retry, compact: cfg.Compaction,
 	}
