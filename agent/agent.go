@@ -56,6 +56,16 @@ type Config struct {
 	SteeringMode QueueMode
 	FollowUpMode QueueMode
 
+	// MaxTurns bounds the model requests of one prompt's run, counting
+	// the continuations after a retry or a compaction: a model that
+	// calls tools for ever must not run for ever. 0 means
+	// DefaultMaxTurns; a negative value means no limit.
+	MaxTurns int
+	// MaxSameToolFailures ends a run when one tool call (the same tool
+	// with the same arguments) has failed this many times in a row. 0
+	// means DefaultMaxSameToolFailures; a negative value never ends a
+	// run for this.
+	MaxSameToolFailures int
 	// MaxQueued bounds the steering and follow-up messages waiting
 	// together. 0 means DefaultMaxQueued; a negative value means no
 	// limit.
@@ -68,8 +78,10 @@ type Config struct {
 
 // Defaults of the limits in Config.
 const (
-	DefaultMaxQueued      = 64
-	DefaultMaxQueuedBytes = 16 << 20
+	DefaultMaxTurns            = 200
+	DefaultMaxSameToolFailures = 3
+	DefaultMaxQueued           = 64
+	DefaultMaxQueuedBytes      = 16 << 20
 )
 
 // limit resolves a Config limit: 0 is the default, negative is none
@@ -91,11 +103,13 @@ var ErrBusy = errors.New("agent is already processing; steer or queue a follow-u
 // end in a user or tool-result message.
 var ErrNothingToContinue = errors.New("nothing to continue: the conversation does not end with a user message or tool result")
 
-// Errors a queued message may fail with; each comes wrapped in a
-// *LimitError whose text is written for the person who hit the limit.
+// Errors a run or a queued message may fail with; each comes wrapped in
+// a *LimitError whose text is written for the person who hit the limit.
 var (
 	ErrQueueFull             = errors.New("queue full")
 	ErrQueuedMessageTooLarge = errors.New("queued message too large")
+	ErrTurnLimit             = errors.New("turn limit reached")
+	ErrRepeatedToolFailure   = errors.New("the same tool call kept failing")
 )
 
 // LimitError is a limit of Config that was reached. Err is one of the
@@ -107,6 +121,11 @@ type LimitError struct {
 
 func (e *LimitError) Error() string { return e.Message }
 func (e *LimitError) Unwrap() error { return e.Err }
+
+// KindRunLimit is the kind of the *llm.Error on the assistant message that
+// ends a run the agent stopped itself (turn limit, repeated failing tool
+// call). It is not retryable.
+const KindRunLimit llm.ErrorKind = "run_limit"
 
 // Agent holds a conversation and runs the loop over it, one run at a
 // time. Its methods are safe for concurrent use: clients steer, queue
@@ -120,6 +139,13 @@ type Agent struct {
 	running  bool
 	cancel   context.CancelFunc
 	done     chan struct{}
+
+	// What a prompt's run has done so far, carried across Continue so
+	// that retries and compactions do not reset the run's limits. Only
+	// the run in progress touches them.
+	turns     int
+	failedSig string // tool name and canonical arguments of the last call, if it failed
+	failedN   int    // how many times in a row it failed
 
 	emitMu sync.Mutex
 	emit   func(Event)
@@ -371,6 +397,9 @@ func (a *Agent) run(ctx context.Context, prompts []*llm.Message, cont bool) ([]*
 			a.mu.Unlock()
 			return nil, ErrNothingToContinue
 		}
+	}
+	if !cont {
+		a.turns, a.failedSig, a.failedN = 0, "", 0
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	a.running, a.cancel, a.done = true, cancel, make(chan struct{})

@@ -280,3 +280,118 @@ func TestEventLogBytesFromConfig(t *testing.T) {
 		t.Fatal("an 8 KiB log kept a run with 10 KiB of text three times over")
 	}
 }
+
+// The model calls a tool forever; the run ends after the turn limit with
+// a failed outcome and the reason on the last assistant message.
+func TestTurnLimitByDefault(t *testing.T) {
+	h := newHarness(t, func(c *session.Config) { c.SessionsDir = "" })
+	h.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+		if len(h.srv.Requests()) > 260 { // old code would go on for ever
+			return llmtest.Script{Text: []string{"giving up"}}
+		}
+		return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "c", Name: "ls", Args: []string{`{"path":"."}`}}}}
+	})
+	h.prompt("loop")
+	h.wait()
+	if n := len(h.srv.Requests()); n != 200 {
+		t.Fatalf("%d model requests, want 200", n)
+	}
+	checkStopped(t, h, "200 turns")
+}
+
+// checkStopped checks that the run failed and that its last assistant
+// message says why.
+func checkStopped(t *testing.T, h *harness, reason string) {
+	t.Helper()
+	msgs := h.s.Messages()
+	last := msgs[len(msgs)-1]
+	if last.Role != llm.RoleAssistant || last.StopReason != llm.StopError || !strings.Contains(last.ErrorMessage, reason) {
+		t.Fatalf("last message %s %s %q, want an error saying %q", last.Role, last.StopReason, last.ErrorMessage, reason)
+	}
+	if o := h.s.LastOutcome(); o != session.OutcomeFailed {
+		t.Fatalf("outcome %s", o)
+	}
+	end := h.waitEvent(func(ev session.Event) bool { return ev.Type == session.EventStateChanged && ev.Outcome != "" })
+	if end.Outcome != session.OutcomeFailed {
+		t.Fatalf("state_changed outcome %s", end.Outcome)
+	}
+}
+
+func TestRepeatedFailingToolCall(t *testing.T) {
+	missing := `{"path":"missing.txt"}`
+	tests := []struct {
+		name     string
+		calls    [][]string // per request, the read arguments it calls; "ls" calls ls
+		requests int        // requests the run makes
+		stopped  bool
+	}{
+		{"same failing call three times", [][]string{{missing}, {missing}, {missing}, {missing}}, 3, true},
+		{"three in one message", [][]string{{missing, missing, missing}, {missing}}, 1, true},
+		{"different arguments", [][]string{{missing}, {`{"path":"other.txt"}`}, {missing}, {`{"path":"other.txt"}`}}, 5, false},
+		{"a success in between", [][]string{{missing}, {missing}, {"ls"}, {missing}, {missing}}, 6, false},
+		{"whitespace and key order do not matter", [][]string{{`{"path":"missing.txt","offset":2}`}, {`{ "offset" : 2, "path" : "missing.txt" }`}, {`{"offset":2,"path":"missing.txt"}`}, {missing}}, 3, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, func(c *session.Config) { c.SessionsDir = "" })
+			h.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+				i := len(h.srv.Requests()) - 1
+				if i >= len(tt.calls) {
+					return llmtest.Script{Text: []string{"stopping"}}
+				}
+				var calls []llmtest.ToolCall
+				for j, a := range tt.calls[i] {
+					id := fmt.Sprintf("c%d_%d", i, j)
+					if a == "ls" {
+						calls = append(calls, llmtest.ToolCall{ID: id, Name: "ls", Args: []string{`{}`}})
+						continue
+					}
+					calls = append(calls, llmtest.ToolCall{ID: id, Name: "read", Args: []string{a}})
+				}
+				return llmtest.Script{ToolCalls: calls}
+			})
+			h.prompt("go")
+			h.wait()
+			if n := len(h.srv.Requests()); n != tt.requests {
+				t.Fatalf("%d model requests, want %d", n, tt.requests)
+			}
+			if tt.stopped {
+				checkStopped(t, h, "failed 3 times in a row")
+				return
+			}
+			if o := h.s.LastOutcome(); o != session.OutcomeCompleted {
+				t.Fatalf("outcome %s", o)
+			}
+		})
+	}
+}
+
+// The run limits are set through session.Config.
+func TestRunLimitsFromConfig(t *testing.T) {
+	t.Run("turns", func(t *testing.T) {
+		h := newHarness(t, func(c *session.Config) { c.SessionsDir, c.MaxTurns = "", 2 })
+		h.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+			return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "c", Name: "ls", Args: []string{`{}`}}}}
+		})
+		h.prompt("loop")
+		h.wait()
+		if n := len(h.srv.Requests()); n != 2 {
+			t.Fatalf("%d requests", n)
+		}
+		checkStopped(t, h, "after 2 turns")
+	})
+	t.Run("failures off", func(t *testing.T) {
+		h := newHarness(t, func(c *session.Config) { c.SessionsDir, c.MaxSameToolFailures = "", -1 })
+		h.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+			if len(h.srv.Requests()) > 5 {
+				return llmtest.Script{Text: []string{"ok"}}
+			}
+			return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "c", Name: "read", Args: []string{`{"path":"nope"}`}}}}
+		})
+		h.prompt("loop")
+		h.wait()
+		if o := h.s.LastOutcome(); o != session.OutcomeCompleted || len(h.srv.Requests()) != 6 {
+			t.Fatalf("outcome %s after %d requests", o, len(h.srv.Requests()))
+		}
+	})
+}

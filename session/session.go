@@ -99,10 +99,13 @@ type Config struct {
 	// EventLogBytes bounds the event log's estimated size (default
 	// DefaultEventLogBytes, 16 MiB) besides EventLogSize.
 	EventLogBytes int
-	// MaxQueued and MaxQueuedBytes are the agent's queue limits (see
-	// agent.Config: 0 is the default, negative none).
-	MaxQueued      int
-	MaxQueuedBytes int
+	// MaxTurns, MaxSameToolFailures, MaxQueued and MaxQueuedBytes are
+	// the agent's limits (see agent.Config: 0 is the default, negative
+	// none).
+	MaxTurns            int
+	MaxSameToolFailures int
+	MaxQueued           int
+	MaxQueuedBytes      int
 }
 
 // Errors callers branch on.
@@ -201,7 +204,7 @@ func New(cfg Config) (*Session, error) {
 		Model: cfg.Model, Thinking: cfg.Thinking, SystemPrompt: cfg.SystemPrompt, Tools: tools,
 		Stream: cfg.Stream, Options: cfg.Options, BeforeToolCall: s.beforeToolCall,
 		SteeringMode: cfg.SteeringMode, FollowUpMode: cfg.FollowUpMode,
-		MaxQueued: cfg.MaxQueued, MaxQueuedBytes: cfg.MaxQueuedBytes,
+		MaxTurns: cfg.MaxTurns, MaxSameToolFailures: cfg.MaxSameToolFailures, MaxQueued: cfg.MaxQueued, MaxQueuedBytes: cfg.MaxQueuedBytes,
 	}, s.onAgent)
 
 	if cfg.Open != "" {
