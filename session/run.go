@@ -53,17 +53,20 @@ func (s *Session) PromptThen(m *llm.Message, b Behavior, accepted func()) error 
 	}
 	if s.runDone != nil {
 		s.mu.Unlock()
+		var err error
 		switch b {
 		case BehaviorSteer:
-			s.agent.Steer(m) // its queue_update goes out before the answer, as pi's
-			accepted()
-			return nil
+			err = s.agent.Steer(m) // its queue_update goes out before the answer, as pi's
 		case BehaviorFollowUp:
-			s.agent.FollowUp(m)
-			accepted()
-			return nil
+			err = s.agent.FollowUp(m)
+		default:
+			return ErrBusy
 		}
-		return ErrBusy
+		if err != nil {
+			return err
+		}
+		accepted()
+		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.runCancel, s.runDone = cancel, make(chan struct{})
@@ -93,7 +96,8 @@ func (s *Session) PromptThen(m *llm.Message, b Behavior, accepted func()) error 
 
 // Steer queues a message for delivery after the current turn. With no
 // run in progress it waits in the queue for the next prompt's run, as in
-// pi.
+// pi. A message the queue limits refuse fails with an *agent.LimitError
+// whose text is for the client.
 func (s *Session) Steer(m *llm.Message) error { return s.queue(m, BehaviorSteer) }
 
 // FollowUp queues a message for when the agent would stop.
@@ -107,11 +111,9 @@ func (s *Session) queue(m *llm.Message, b Behavior) error {
 		return ErrClosed
 	}
 	if b == BehaviorSteer {
-		s.agent.Steer(m)
-	} else {
-		s.agent.FollowUp(m)
+		return s.agent.Steer(m)
 	}
-	return nil
+	return s.agent.FollowUp(m)
 }
 
 // Running reports whether a run is in progress.

@@ -95,6 +95,17 @@ type Config struct {
 	ReserveSeq func(next uint64) (limit uint64)
 	Sync       transcript.SyncPolicy
 	Logger     *slog.Logger
+
+	// EventLogBytes bounds the event log's estimated size (default
+	// DefaultEventLogBytes, 16 MiB) besides EventLogSize.
+	EventLogBytes int
+	// MaxTurns, MaxSameToolFailures, MaxQueued and MaxQueuedBytes are
+	// the agent's limits (see agent.Config: 0 is the default, negative
+	// none).
+	MaxTurns            int
+	MaxSameToolFailures int
+	MaxQueued           int
+	MaxQueuedBytes      int
 }
 
 // Errors callers branch on.
@@ -176,7 +187,7 @@ func New(cfg Config) (*Session, error) {
 		cfg.BashEnv.Cwd = cfg.Cwd
 	}
 	s := &Session{
-		cfg: cfg, log: cfg.Logger, events: newEventLog(cfg.EventLogSize, cfg.FirstSeq), listeners: map[int]func(Event){},
+		cfg: cfg, log: cfg.Logger, events: newEventLog(cfg.EventLogSize, cfg.EventLogBytes, cfg.FirstSeq), listeners: map[int]func(Event){},
 		seq: cfg.FirstSeq, seqLimit: cfg.FirstSeq,
 		state: StateIdle, thinking: cfg.Thinking, model: cfg.Model, retry: cfg.Retry, compact: cfg.Compaction,
 	}
@@ -193,6 +204,7 @@ func New(cfg Config) (*Session, error) {
 		Model: cfg.Model, Thinking: cfg.Thinking, SystemPrompt: cfg.SystemPrompt, Tools: tools,
 		Stream: cfg.Stream, Options: cfg.Options, BeforeToolCall: s.beforeToolCall,
 		SteeringMode: cfg.SteeringMode, FollowUpMode: cfg.FollowUpMode,
+		MaxTurns: cfg.MaxTurns, MaxSameToolFailures: cfg.MaxSameToolFailures, MaxQueued: cfg.MaxQueued, MaxQueuedBytes: cfg.MaxQueuedBytes,
 	}, s.onAgent)
 
 	if cfg.Open != "" {
