@@ -62,7 +62,7 @@ func newExportSetup(t *testing.T, h *harness) *exportSetup {
 			t.Fatal(err)
 		}
 	}
-	link(x.outside, "out-link")                               // a directory leading out
+	link(x.outside, "out-link")                                // a directory leading out
 	link(filepath.Join(x.outside, "victim.html"), "to-victim") // a file link leading out
 	link(x.journal, "to-journal")
 	if err := os.Link(x.journal, filepath.Join(x.cwd, "journal-hardlink")); err != nil {
