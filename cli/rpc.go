@@ -113,7 +113,7 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	}
 	defer sess.Close()
 	srv := pirpc.New(pirpc.Options{Session: sess, Models: ms, Settings: st, MaxLineBytes: f.maxLineBytes,
-		Delta: f.streamFormat == "delta", Cwd: cwd, Logger: log})
+		Delta: f.streamFormat == "delta", Cwd: cwd, ExportsDir: filepath.Join(cfg.DataDir, "exports"), Logger: log})
 	return srv.Run(ctx, m.stdin, m.stdout)
 }
 

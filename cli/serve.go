@@ -74,6 +74,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	srv, err := server.New(server.Config{
 		Builder: eng, Cwd: cwd, SessionsDir: sessionsDir, AllowedDirs: sc.AllowSessionDirs,
 		Home: cfg.Getenv("HOME"), StateDir: stateDir, Journal: journal,
+		ExportsDir: filepath.Join(cfg.DataDir, "exports"), Protected: []string{filepath.Join(stateDir, "journal.jsonl")},
 		Breakers: breakers, Health: hl, Metrics: metrics, Logger: log,
 		Limits: server.Limits{
 			MaxSessions: sc.MaxSessions, MaxConnections: sc.MaxConnections, MaxFrameBytes: sc.MaxFrameBytes,

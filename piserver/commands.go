@@ -100,6 +100,7 @@ type params struct {
 	Command            *string       `json:"command"`
 	ExcludeFromContext bool          `json:"excludeFromContext"`
 	OutputPath         string        `json:"outputPath"`
+	Overwrite          bool          `json:"overwrite"`
 	ParentSession      string        `json:"parentSession"`
 	EntryID            string        `json:"entryId"`
 	RequestID          string        `json:"requestId"`
@@ -185,7 +186,7 @@ func (s *Server) commands() map[string]*commandSpec {
 		"bash":                    long(s.bash, field{name: "command", kind: kString, required: true, max: 20000}, field{name: "excludeFromContext", kind: kBool}),
 		"abort_bash":              control(s.abortBash),
 		"get_session_stats":       read(s.stats),
-		"export_html":             mutate(s.exportHTML, field{name: "outputPath", kind: kString, max: 4096}),
+		"export_html":             mutate(s.exportHTML, field{name: "outputPath", kind: kString, max: 4096}, field{name: "overwrite", kind: kBool}),
 		"new_session":             long(s.newSession, field{name: "parentSession", kind: kString, max: 4096}),
 		"switch_session_file":     long(s.switchFile, field{name: "sessionPath", kind: kString, required: true, max: 4096}),
 		"fork":                    long(s.fork, field{name: "entryId", kind: kString, required: true}),
@@ -689,7 +690,7 @@ func (s *Server) stats(_ context.Context, c *call) (any, error) {
 }
 
 func (s *Server) exportHTML(_ context.Context, c *call) (any, error) {
-	path, err := c.h.Session().ExportHTMLFile(c.h.Cwd(), c.p.OutputPath)
+	path, err := c.h.ExportHTML(c.p.OutputPath, c.p.Overwrite)
 	if err != nil {
 		return nil, err
 	}

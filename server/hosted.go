@@ -28,7 +28,7 @@ type Hosted struct {
 	sess    *session.Session
 	created time.Time
 	cwd     string
-	file    fileID
+	file    transcript.FileID
 	unsub   func()
 	lastCmd atomic.Int64 // unix ms of the last command, for zombie detection
 
@@ -251,6 +251,9 @@ func (s *Server) Load(ctx context.Context, r LoadRequest) (*Hosted, error) {
 		return nil, err
 	}
 	info, err := transcript.ReadInfo(path)
+	if errors.Is(err, transcript.ErrNotRegular) {
+		return nil, fault.Wrap(fault.Invalid, err, "Failed to load session from "+r.Path+": it is not a regular file")
+	}
 	if err != nil {
 		return nil, fault.Wrap(fault.Invalid, err, "Failed to load session from "+r.Path+": not a session file")
 	}
@@ -278,10 +281,10 @@ func (s *Server) Load(ctx context.Context, r LoadRequest) (*Hosted, error) {
 
 // open makes session id from file (or a new file when "") and hosts it.
 func (s *Server) open(_ context.Context, id, cwd, file string, fresh bool) (*Hosted, error) {
-	var fid fileID
+	var fid transcript.FileID
 	if file != "" {
 		var err error
-		if fid, err = identify(file); err != nil {
+		if fid, err = transcript.FileIDOf(file); err != nil {
 			return nil, fault.Wrap(fault.Invalid, err, "Failed to load session from "+file+": "+err.Error())
 		}
 	}
@@ -334,7 +337,7 @@ func (s *Server) open(_ context.Context, id, cwd, file string, fresh bool) (*Hos
 	})
 	if err == nil && file == "" {
 		if p := sess.File(); p != "" {
-			if fid, err = identify(p); err != nil {
+			if fid, err = transcript.FileIDOf(p); err != nil {
 				_ = sess.Close()
 			}
 		}
@@ -389,7 +392,7 @@ func (s *Server) reserveSeq(id string, next uint64) uint64 {
 func (h *Hosted) onEvent(ev session.Event) {
 	if ev.Type == session.EventSessionChanged && ev.SessionFile != "" {
 		s := h.srv
-		if fid, err := identify(ev.SessionFile); err == nil {
+		if fid, err := transcript.FileIDOf(ev.SessionFile); err == nil {
 			s.mu.Lock()
 			h.file = fid
 			s.mu.Unlock()
@@ -527,7 +530,7 @@ func (s *Server) SwitchFile(h *Hosted, path string) error {
 	if err != nil {
 		return err
 	}
-	fid, err := identify(real)
+	fid, err := transcript.FileIDOf(real)
 	if err != nil {
 		return fault.Wrap(fault.Invalid, err, "Failed to load session from "+path+": "+err.Error())
 	}

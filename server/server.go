@@ -138,6 +138,12 @@ type Config struct {
 	// StateDir holds the server's own files (the session index); "" keeps
 	// them in memory.
 	StateDir string
+	// ExportsDir is where export_html may write besides a session's
+	// working directory (the data dir's exports folder).
+	ExportsDir string
+	// Protected are files an export must never replace (the command
+	// journal); the index and the hosted sessions' files are added.
+	Protected []string
 	// Journal keeps outcomes of identified commands across restarts; nil
 	// keeps them in memory.
 	Journal  pipeline.Journal

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -364,30 +362,6 @@ func (s *Session) ExportHTML(w io.Writer) error {
 	f := s.file
 	s.mu.Unlock()
 	return transcript.ExportHTML(w, f, transcript.ExportOptions{})
-}
-
-// ExportHTMLFile writes the session as HTML to path, or, when path is
-// empty, to agentd-session-<id>.html in dir; a relative path is taken
-// from dir. It returns the path written.
-func (s *Session) ExportHTMLFile(dir, path string) (string, error) {
-	switch {
-	case path == "":
-		path = filepath.Join(dir, fmt.Sprintf("agentd-session-%s.html", s.ID()))
-	case !filepath.IsAbs(path):
-		path = filepath.Join(dir, path)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return "", fmt.Errorf("cannot write %s: %w", path, err)
-	}
-	if err := s.ExportHTML(f); err != nil {
-		f.Close()
-		return "", fmt.Errorf("exporting: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("cannot write %s: %w", path, err)
-	}
-	return path, nil
 }
 
 // CycleThinking moves to the next thinking level the model supports, as
