@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/tool"
 )
@@ -121,6 +122,21 @@ type LimitError struct {
 
 func (e *LimitError) Error() string { return e.Message }
 func (e *LimitError) Unwrap() error { return e.Err }
+
+// As lets a face see the limit as the client-visible error it is: a
+// message too large for the queue, or a capacity reached.
+func (e *LimitError) As(target any) bool {
+	p, ok := target.(**fault.Error)
+	if !ok {
+		return false
+	}
+	code := fault.Limit
+	if errors.Is(e.Err, ErrQueuedMessageTooLarge) {
+		code = fault.TooLarge
+	}
+	*p = &fault.Error{Code: code, Message: e.Message, Cause: e.Err}
+	return true
+}
 
 // KindRunLimit is the kind of the *llm.Error on the assistant message that
 // ends a run the agent stopped itself (turn limit, repeated failing tool

@@ -35,6 +35,7 @@ type rpcFlags struct {
 	maxLineBytes              int
 	policy                    string
 	approvalTimeout           time.Duration
+	bounds                    config.Engine
 }
 
 func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
@@ -53,11 +54,15 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	fs.IntVar(&f.maxLineBytes, "max-line-bytes", 10<<20, "largest command line accepted on stdin")
 	fs.StringVar(&f.policy, "policy", cfg.Getenv("AGENTD_POLICY"), "permission policy file (JSON rules: allow / ask / deny by tool and argument); default allows everything, as pi (env AGENTD_POLICY)")
 	fs.DurationVar(&f.approvalTimeout, "approval-timeout", 0, "how long a tool approval or question waits for an answer; 0 waits forever")
+	f.bounds.Register(fs)
 	if err := parse(cfg, fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+	}
+	if err := f.bounds.Check(); err != nil {
+		return usageError{err}
 	}
 	if f.streamFormat != "full" && f.streamFormat != "delta" {
 		return usageError{fmt.Errorf("--stream-format %q: want full or delta", f.streamFormat)}
@@ -100,7 +105,7 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 		sessDir = ""
 	}
 	eng, err := m.engine(cfg, ms, st.Get(), engineChoices{model: model, thinking: level, policy: policy,
-		interactionTimeout: f.approvalTimeout, log: log})
+		interactionTimeout: f.approvalTimeout, bounds: f.bounds, log: log})
 	if err != nil {
 		return err
 	}
@@ -242,6 +247,7 @@ func latestSession(root, cwd string) string {
 
 // engineChoices are what a command decided for its sessions.
 type engineChoices struct {
+	bounds             config.Engine
 	model              *llm.Model
 	thinking           llm.ThinkingLevel
 	policy             interaction.Policy
@@ -257,6 +263,9 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 		Models: ms, Breakers: c.breakers, Model: c.model, Thinking: c.thinking, Saved: saved,
 		Policy: c.policy, InteractionTimeout: c.interactionTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
 		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: os.Environ(),
-		EventLogSize: c.eventLogSize, Logger: c.log,
+		EventLogSize: c.eventLogSize, EventLogBytes: c.bounds.EventLogBytes,
+		MaxTurns: c.bounds.MaxTurns, MaxToolFailures: c.bounds.MaxToolFailures,
+		MaxQueued: c.bounds.MaxQueuedMessages, MaxQueuedBytes: c.bounds.MaxQueuedMessageBytes,
+		Logger: c.log,
 	})
 }

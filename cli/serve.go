@@ -67,7 +67,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	}
 	hl := health.NewHealth(breakers)
 	eng, err := m.engine(cfg, ms, st.Get(), engineChoices{model: model, thinking: level, policy: policy,
-		interactionTimeout: sc.UITimeout, eventLogSize: sc.EventLogSize, breakers: breakers, log: log})
+		interactionTimeout: sc.UITimeout, eventLogSize: sc.EventLogSize, bounds: sc.Engine, breakers: breakers, log: log})
 	if err != nil {
 		return err
 	}
@@ -108,8 +108,10 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err != nil {
 		srv.Close()
 		if errors.Is(err, syscall.EADDRINUSE) {
+			//lint:ignore ST1005 pi-server's wording, which its clients match on
 			return fmt.Errorf("Failed to start WebSocket server: cannot listen on %s: address already in use (is another agentd running? pick another --port)", addr)
 		}
+		//lint:ignore ST1005 pi-server's wording, which its clients match on
 		return fmt.Errorf("Failed to start WebSocket server: cannot listen on %s: %w", addr, err)
 	}
 	mux := health.NewMux(hl, metrics)

@@ -58,7 +58,9 @@ type Serve struct {
 	CommandTimeout    time.Duration // long commands (prompt, bash, compact); 0: none
 	Heartbeat         time.Duration
 	EventLogSize      int
-	envErrs           []error
+	// Engine bounds runs and queues of the sessions served.
+	Engine  Engine
+	envErrs []error
 }
 
 // StringList is a repeatable string flag.
@@ -142,11 +144,15 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.CommandTimeout, "command-timeout", 0, "limit for long commands (prompt, bash, compact); 0 means none")
 	fs.DurationVar(&s.Heartbeat, "heartbeat", s.Heartbeat, "WebSocket ping interval; 0 disables")
 	fs.IntVar(&s.EventLogSize, "event-log-size", s.EventLogSize, "events kept per session for switch_session afterSeq resume")
+	s.Engine.Register(fs)
 }
 
 // Check validates s.
 func (s *Serve) Check() error {
 	errs := append([]error(nil), s.envErrs...)
+	if err := s.Engine.Check(); err != nil {
+		errs = append(errs, err)
+	}
 	if s.Port < 0 || s.Port > 65535 {
 		errs = append(errs, fmt.Errorf("--port %d: want 0-65535", s.Port))
 	}

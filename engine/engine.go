@@ -88,9 +88,17 @@ type Options struct {
 	Home    string
 	TempDir string
 	Environ []string
-	// EventLogSize bounds each session's log of recent events.
-	EventLogSize int
-	Logger       *slog.Logger
+	// EventLogSize and EventLogBytes bound each session's log of recent
+	// events.
+	EventLogSize  int
+	EventLogBytes int
+	// MaxTurns, MaxToolFailures, MaxQueued and MaxQueuedBytes bound a
+	// run (see session.Config); zero takes the defaults.
+	MaxTurns        int
+	MaxToolFailures int
+	MaxQueued       int
+	MaxQueuedBytes  int
+	Logger          *slog.Logger
 	// Now is the clock of the system prompt's date (time.Now if nil).
 	Now func() time.Time
 }
@@ -186,7 +194,8 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 		Tools: tools, BashEnv: env, Retry: retry, Compaction: comp,
 		Policy: e.opt.Policy, InteractionTimeout: e.opt.InteractionTimeout,
 		SteeringMode: agent.QueueMode(e.opt.Saved.SteeringMode), FollowUpMode: agent.QueueMode(e.opt.Saved.FollowUpMode),
-		EventLogSize: e.opt.EventLogSize, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,
+		EventLogSize: e.opt.EventLogSize, EventLogBytes: e.opt.EventLogBytes, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,
+		MaxTurns: e.opt.MaxTurns, MaxSameToolFailures: e.opt.MaxToolFailures, MaxQueued: e.opt.MaxQueued, MaxQueuedBytes: e.opt.MaxQueuedBytes,
 		Logger: e.opt.Logger,
 	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/compaction"
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/todo"
@@ -64,7 +65,7 @@ func (s *Session) Model() *llm.Model {
 // re-clamped to what the new model supports.
 func (s *Session) SetModel(m *llm.Model) error {
 	if m == nil {
-		return errors.New("no model given")
+		return fault.New(fault.Invalid, "no model given")
 	}
 	s.mu.Lock()
 	f := s.file
@@ -307,7 +308,7 @@ func (s *Session) RecordBash(m *llm.Message) {
 
 // ErrBashRunning is returned when a command is started while another
 // one the user ran is still running.
-var ErrBashRunning = errors.New("a bash command is already running; abort it first")
+var ErrBashRunning = fault.New(fault.Busy, "a bash command is already running; abort it first")
 
 // Bash runs a command the user typed (not the model), in the session's
 // working directory, and records it into the context as a bashExecution
@@ -411,13 +412,16 @@ func (s *Session) CycleModel(models []*llm.Model, backward bool) (next *llm.Mode
 	return next, true, nil
 }
 
+// errIdle refuses to switch transcripts under a running agent.
+var errIdle = fault.New(fault.Busy, "the agent is processing; abort it or wait for it to finish first")
+
 // idle fails while a run is in progress: switching transcripts under a
 // running agent would tear the conversation.
 func (s *Session) idle() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.runDone != nil {
-		return errors.New("the agent is processing; abort it or wait for it to finish first")
+		return errIdle
 	}
 	return nil
 }
@@ -496,7 +500,7 @@ func (s *Session) Fork(entryID string) (string, error) {
 	s.mu.Unlock()
 	e, ok := f.Entry(entryID)
 	if !ok || e.Type != transcript.TypeMessage || e.Message.Role != llm.RoleUser {
-		return "", fmt.Errorf("entry %q is not a user message of this session", entryID)
+		return "", fault.Errorf(fault.Invalid, "entry %q is not a user message of this session", entryID)
 	}
 	nf, text, err := f.Fork(entryID, s.cfg.SessionsDir)
 	if err != nil {

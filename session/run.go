@@ -2,12 +2,12 @@ package session
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/compaction"
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/llm"
 )
 
@@ -323,7 +323,7 @@ func (s *Session) Compact(ctx context.Context, instructions string) (*Compaction
 	s.mu.Lock()
 	if s.runDone != nil {
 		s.mu.Unlock()
-		return nil, errors.New("cannot compact while the agent is processing; abort first")
+		return nil, fault.New(fault.Busy, "cannot compact while the agent is processing; abort first")
 	}
 	s.mu.Unlock()
 	return s.compactNow(ctx, "manual", instructions, false)
@@ -336,7 +336,7 @@ func (s *Session) compactNow(ctx context.Context, reason, instructions string, w
 	s.mu.Lock()
 	if s.compactCancel != nil {
 		s.mu.Unlock()
-		return nil, errors.New("a compaction is already running")
+		return nil, fault.New(fault.Busy, "a compaction is already running")
 	}
 	s.compactCancel = cancel
 	prevState := s.state

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/compaction"
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/todo"
@@ -112,10 +113,9 @@ type Config struct {
 var (
 	// ErrBusy is a prompt while a run is in progress without a
 	// steer/followUp behaviour.
-	//lint:ignore ST1005 pi's wording, which RPC clients match on
-	ErrBusy = errors.New("Agent is already processing. Specify streamingBehavior ('steer' or 'followUp') to queue the message.")
+	ErrBusy = fault.New(fault.Busy, "Agent is already processing. Specify streamingBehavior ('steer' or 'followUp') to queue the message.")
 	// ErrClosed is any operation on a closed session.
-	ErrClosed = errors.New("session is closed")
+	ErrClosed = fault.New(fault.NotFound, "session is closed")
 )
 
 // Session is one conversation. It is safe for concurrent use.

@@ -18,7 +18,7 @@ func TestServeLogsWhatItDoes(t *testing.T) {
 	c.must("bash", svM{"sessionId": "logged", "command": "echo from-the-log-test"})
 	svWantErr(t, c.do("get_messages", svM{"sessionId": "nope"}), "Session nope not found")
 	c.must("delete_session", svM{"sessionId": "logged"})
-	svWaitUntil(t, "the delete in the log", func() bool { return strings.Contains(s.stderr.String(), "session deleted") })
+	svWaitUntil(t, "the delete in the log", func() bool { return strings.Contains(s.stderr.String(), "command=delete_session") })
 	log := s.stderr.String()
 	for _, want := range []string{
 		"session created", "session=logged",
