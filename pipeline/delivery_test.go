@@ -44,7 +44,7 @@ func TestAnswersNeverInline(t *testing.T) {
 					mu.Unlock()
 				}
 				var armed atomic.Bool // past the setup
-				sender := new(int)    // the Origin of the commands under test
+				sender := new(int)    // the Sender and Origin of the commands under test
 				h := newHarness(t, nil, func(o *Options) {
 					emit := o.Emit
 					o.Emit = func(e Event) {
@@ -63,7 +63,7 @@ func TestAnswersNeverInline(t *testing.T) {
 				}
 				armed.Store(true)
 				got := make(chan Response, 2)
-				tc.cmd.Origin = sender
+				tc.cmd.Origin, tc.cmd.Sender = sender, sender
 				h.p.Submit(tc.cmd, func(r Response) {
 					<-submitted
 					note("respond")
@@ -72,7 +72,7 @@ func TestAnswersNeverInline(t *testing.T) {
 				// Another command from the same goroutine, as a reader
 				// goroutine would send it; answered at once, so after the
 				// first.
-				h.p.Submit(Command{Type: "unknown", Origin: sender}, func(r Response) { got <- r })
+				h.p.Submit(Command{Type: "unknown", Origin: sender, Sender: sender}, func(r Response) { got <- r })
 				close(submitted)
 				r1, r2 := <-got, <-got
 				if tc.name == "executed" && r1.Command == "unknown" {
@@ -99,8 +99,9 @@ func TestAnswersNeverInline(t *testing.T) {
 }
 
 // The immediate answers of commands sent back to back by one sender come
-// in the order sent, and every command's lifecycle comes in phase order
-// before its answer, while lanes run commands concurrently.
+// in the order sent (here: commands without a Sender, each with an Origin
+// of its own), and every command's lifecycle comes in phase order before
+// its answer, while lanes run commands concurrently.
 func TestDeliveryOrder(t *testing.T) {
 	h := newHarness(t, nil, nil)
 	h.p.Do(Command{Type: "create_session", SessionID: "s"})
@@ -140,6 +141,7 @@ func TestDeliveryOrder(t *testing.T) {
 			c = Command{Type: "abort", SessionID: "s", ID: id}
 			kinds[id] = "executed"
 		}
+		c.Origin = new(int)
 		kind := kinds[id]
 		wg.Add(1)
 		p.Submit(c, func(r Response) {
@@ -184,17 +186,19 @@ func TestDeliveryOrder(t *testing.T) {
 	}
 }
 
-// A sender whose callback blocks holds up its own answers only.
-func TestSlowOriginDoesNotBlockOthers(t *testing.T) {
+// A sender whose callback blocks holds up its own answers only, and keeps
+// their order whatever Origin each command carries (a face may give every
+// command an Origin of its own).
+func TestSlowSenderDoesNotBlockOthers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, nil, nil)
 		h.p.Do(Command{Type: "list_sessions", ID: "a"})
 		slow, fast := new(int), new(int)
 		hold := make(chan struct{})
 		slowGot := make(chan Response, 2)
-		h.p.Submit(Command{Type: "list_sessions", ID: "a", Origin: slow}, func(r Response) { <-hold; slowGot <- r })
-		h.p.Submit(Command{Type: "nope", Origin: slow}, func(r Response) { slowGot <- r })
-		for _, c := range []Command{{Type: "list_sessions", ID: "a", Origin: fast}, {Type: "nope", Origin: fast}, {Type: "list_sessions", Origin: fast}} {
+		h.p.Submit(Command{Type: "list_sessions", ID: "a", Sender: slow, Origin: new(int)}, func(r Response) { <-hold; slowGot <- r })
+		h.p.Submit(Command{Type: "nope", Sender: slow, Origin: new(int)}, func(r Response) { slowGot <- r })
+		for _, c := range []Command{{Type: "list_sessions", ID: "a", Sender: fast}, {Type: "nope", Sender: fast}, {Type: "list_sessions", Sender: fast}} {
 			if r := doFrom(h.p, c); r.Command != c.Type {
 				t.Fatalf("%+v", r)
 			}

@@ -86,7 +86,7 @@ type flight struct {
 	resp Response
 }
 
-// courier runs the callbacks of one Origin in order on a goroutine of its
+// courier runs the callbacks of one Sender in order on a goroutine of its
 // own: immediate answers (rejections, conflicts, replays) of commands one
 // connection sent back to back arrive in the order sent, and a callback
 // that blocks holds up only its own connection.
@@ -205,8 +205,8 @@ func (p *Pipeline) SessionVersion(id string) (int, bool) {
 // runs), command_finished, then respond. Commands rejected before
 // admission (shutdown, validation) are answered with no lifecycle events.
 // The immediate answers (rejections, conflicts, replays) of commands with
-// the same Origin are delivered in submission order. respond must not
-// block for long: it holds up the answers of its Origin.
+// the same Sender are delivered in submission order. respond must not
+// block for long: it holds up the answers of its Sender.
 func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 	if respond == nil {
 		respond = func(Response) {}
@@ -236,7 +236,7 @@ func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 		verr = errShuttingDown()
 	}
 	if verr != nil {
-		p.deliverLocked(cmd.Origin, func() { respond(Response{ID: cmd.ID, Command: cmd.Type, Err: verr}) })
+		p.deliverLocked(cmd.Sender, func() { respond(Response{ID: cmd.ID, Command: cmd.Type, Err: verr}) })
 		p.mu.Unlock()
 		return
 	}
@@ -283,7 +283,7 @@ func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 	}
 	switch {
 	case conflict != nil:
-		p.deliverLocked(cmd.Origin, func() {
+		p.deliverLocked(cmd.Sender, func() {
 			p.accept(f)
 			r := Response{ID: cmd.ID, Command: cmd.Type, Err: conflict}
 			p.emit(f, CommandFinished, &r)
@@ -294,12 +294,12 @@ func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 	case waitFor != nil:
 		// Answered with the first one's outcome when it finishes.
 		waitFor.waiters = append(waitFor.waiters, f)
-		p.deliverLocked(cmd.Origin, func() { p.accept(f) })
+		p.deliverLocked(cmd.Sender, func() { p.accept(f) })
 		p.mu.Unlock()
 		return
 	case hit != nil && !(hit.resp.DataDropped && h.ReadOnly):
 		r := hit.resp
-		p.deliverLocked(cmd.Origin, func() { p.answerReplay(f, r) })
+		p.deliverLocked(cmd.Sender, func() { p.answerReplay(f, r) })
 		p.mu.Unlock()
 		return
 	case hit != nil:
@@ -313,7 +313,7 @@ func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 		}
 	}
 	p.flights.Add(1)
-	p.deliverLocked(cmd.Origin, func() { p.accept(f) })
+	p.deliverLocked(cmd.Sender, func() { p.accept(f) })
 	p.mu.Unlock()
 
 	if f.durable() {
@@ -323,7 +323,7 @@ func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 		})
 		if err != nil {
 			p.mu.Lock()
-			p.deliverLocked(cmd.Origin, func() { p.finish(f, Response{Err: Errorf(CodeInternal, "journal: %v", err)}) })
+			p.deliverLocked(cmd.Sender, func() { p.finish(f, Response{Err: Errorf(CodeInternal, "journal: %v", err)}) })
 			p.mu.Unlock()
 			return
 		}
@@ -359,21 +359,21 @@ func (p *Pipeline) Do(cmd Command) Response {
 	return <-ch
 }
 
-// deliverLocked queues fn on the courier of origin, starting it if it is
-// idle; p.mu is held. An origin that cannot be a map key shares the
-// courier of the nil origin.
-func (p *Pipeline) deliverLocked(origin any, fn func()) {
-	if origin != nil && !reflect.ValueOf(origin).Comparable() {
-		origin = nil
+// deliverLocked queues fn on the courier of sender, starting it if it is
+// idle; p.mu is held. A sender that cannot be a map key shares the
+// courier of commands without one.
+func (p *Pipeline) deliverLocked(sender any, fn func()) {
+	if sender != nil && !reflect.ValueOf(sender).Comparable() {
+		sender = nil
 	}
-	c := p.couriers[origin]
+	c := p.couriers[sender]
 	if c == nil {
 		c = &courier{}
-		p.couriers[origin] = c
+		p.couriers[sender] = c
 		if p.couriersIdle == nil {
 			p.couriersIdle = make(chan struct{})
 		}
-		go p.runCourier(origin, c)
+		go p.runCourier(sender, c)
 	}
 	c.queue = append(c.queue, fn)
 }
@@ -381,11 +381,11 @@ func (p *Pipeline) deliverLocked(origin any, fn func()) {
 // runCourier runs c's callbacks until its queue is empty. Couriers are
 // waited for by Shutdown through couriersIdle rather than p.wg, because
 // commands rejected after Shutdown returned still need one.
-func (p *Pipeline) runCourier(origin any, c *courier) {
+func (p *Pipeline) runCourier(sender any, c *courier) {
 	for {
 		p.mu.Lock()
 		if len(c.queue) == 0 {
-			delete(p.couriers, origin)
+			delete(p.couriers, sender)
 			if len(p.couriers) == 0 {
 				close(p.couriersIdle)
 				p.couriersIdle = nil
@@ -695,7 +695,7 @@ func (p *Pipeline) finish(f *flight, resp Response) {
 	if len(waiters) > 0 {
 		p.mu.Lock()
 		for _, w := range waiters {
-			p.deliverLocked(w.cmd.Origin, func() { p.answerReplay(w, resp) })
+			p.deliverLocked(w.cmd.Sender, func() { p.answerReplay(w, resp) })
 		}
 		p.mu.Unlock()
 	}

@@ -42,6 +42,14 @@ type Command struct {
 	// back on the command's lifecycle events. It is not part of the
 	// fingerprint and is not journaled.
 	Origin any `json:"-"`
+	// Sender groups the commands of one client (its connection) for the
+	// delivery of immediate answers (rejections, conflicts, replays):
+	// those of one Sender arrive in submission order on a goroutine of
+	// their own, so a Sender whose callback is slow holds up only itself.
+	// Commands without a Sender share one such goroutine. It must be
+	// comparable (a pointer); it is not part of the fingerprint and is not
+	// journaled.
+	Sender any `json:"-"`
 }
 
 // Response is the outcome of one command. The face maps it to the wire
