@@ -89,7 +89,7 @@ func TestLargeReadIsReadAgain(t *testing.T) {
 	if r := p.Do(sized("big_read", "r2", 100)); !r.Replayed || !bytes.Equal(r.Data, small.Data) || reads.Load() != 3 {
 		t.Fatalf("small read replay ran again or changed: replayed=%v %d bytes, %d reads", r.Replayed, len(r.Data), reads.Load())
 	}
-	wantFail(t, p.Do(sized("big_read", "r1", 5)), "Conflicting id 'r1'")
+	wantFail(t, p.Do(sized("big_read", "r1", 5)), "Conflicting id 'r1': previously used for 'big_read', now used for 'big_read'")
 	p.Close()
 	j.Close()
 

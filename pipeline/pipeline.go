@@ -45,6 +45,7 @@ type Pipeline struct {
 	nextSweep time.Time
 	anonBase  string
 	anonSeq   uint64
+	inFlight  int // admitted commands not yet finished
 	couriers  map[any]*courier
 	// couriersIdle is closed when the last courier exits; nil while none runs.
 	couriersIdle chan struct{}
@@ -254,13 +255,13 @@ func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 	if cmd.ID != "" {
 		if o := p.out.byID(cmd.ID, now); o != nil {
 			if o.fp != f.fp {
-				conflict = errConflictID(cmd.ID)
+				conflict = errConflictID(cmd.ID, o.resp.Command, cmd.Type)
 			} else {
 				hit = o
 			}
 		} else if o := p.byID[cmd.ID]; o != nil {
 			if o.fp != f.fp {
-				conflict = errConflictID(cmd.ID)
+				conflict = errConflictID(cmd.ID, o.cmd.Type, cmd.Type)
 			} else {
 				waitFor = o
 			}
@@ -269,13 +270,13 @@ func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 	if hit == nil && waitFor == nil && conflict == nil && f.keyIdx != "" {
 		if o := p.out.byKey(f.keyIdx, now); o != nil {
 			if o.fp != f.fp {
-				conflict = errConflictKey(cmd.IdempotencyKey)
+				conflict = errConflictKey(cmd.IdempotencyKey, o.resp.Command, cmd.Type)
 			} else {
 				hit = o
 			}
 		} else if o := p.byKey[f.keyIdx]; o != nil {
 			if o.fp != f.fp {
-				conflict = errConflictKey(cmd.IdempotencyKey)
+				conflict = errConflictKey(cmd.IdempotencyKey, o.cmd.Type, cmd.Type)
 			} else {
 				waitFor = o
 			}
@@ -313,6 +314,7 @@ func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 		}
 	}
 	p.flights.Add(1)
+	p.inFlight++
 	p.deliverLocked(cmd.Sender, func() { p.accept(f) })
 	p.mu.Unlock()
 
@@ -700,6 +702,9 @@ func (p *Pipeline) finish(f *flight, resp Response) {
 		p.mu.Unlock()
 	}
 	f.respond(resp)
+	p.mu.Lock()
+	p.inFlight--
+	p.mu.Unlock()
 	p.flights.Done()
 }
 

@@ -108,9 +108,14 @@ const (
 )
 
 func errShuttingDown() *Error        { return fault.New(CodeShuttingDown, msgShuttingDown) }
-func errConflictID(id string) *Error { return Errorf(CodeConflict, "Conflicting id '%s'", id) }
-func errConflictKey(k string) *Error {
-	return Errorf(CodeConflict, "Conflicting idempotencyKey '%s'", k)
+// errConflictID and errConflictKey say what the identity was used for
+// (pi-server's wording, which says it even when only the payload differs):
+// a client that reused an id learns which of its commands it clashed with.
+func errConflictID(id, was, now string) *Error {
+	return Errorf(CodeConflict, "Conflicting id '%s': previously used for '%s', now used for '%s'", id, was, now)
+}
+func errConflictKey(k, was, now string) *Error {
+	return Errorf(CodeConflict, "Conflicting idempotencyKey '%s': previously used for '%s', now used for '%s'", k, was, now)
 }
 func errSessionNotFound(s string) *Error {
 	return Errorf(CodeSessionNotFound, "Session %s not found", s)

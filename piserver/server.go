@@ -7,6 +7,7 @@ package piserver
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentd-dev/agentd/llm"
@@ -44,6 +45,9 @@ type Server struct {
 	opt          Options
 	commandSpecs map[string]*commandSpec
 	codec        *codec
+	// handshakes counts WebSocket connections accepted but not yet
+	// attached (upgrading, authenticating).
+	handshakes atomic.Int64
 }
 
 // New adds the pi-server face to srv: its commands, its lifecycle

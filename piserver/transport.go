@@ -30,6 +30,15 @@ type WebSocketOptions struct {
 // WebSocketHandler serves the protocol on every path it is mounted on.
 func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.handshakes.Add(1)
+		pending := true
+		done := func() {
+			if pending {
+				pending = false
+				s.handshakes.Add(-1)
+			}
+		}
+		defer done()
 		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: o.OriginPatterns})
 		if err != nil {
 			s.srv.Logger().Debug("websocket handshake failed", "remote", r.RemoteAddr, "err", err)
@@ -58,6 +67,7 @@ func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
 			_ = ws.Close(websocket.StatusCode(code), reason)
 			return
 		}
+		done()
 		s.srv.Logger().Debug("websocket connected", "remote", r.RemoteAddr)
 		ctx, cancel := context.WithCancel(s.srv.Context())
 		defer cancel()
