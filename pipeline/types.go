@@ -107,7 +107,8 @@ const (
 	msgInterrupted  = "Command interrupted by server restart"
 )
 
-func errShuttingDown() *Error        { return fault.New(CodeShuttingDown, msgShuttingDown) }
+func errShuttingDown() *Error { return fault.New(CodeShuttingDown, msgShuttingDown) }
+
 // errConflictID and errConflictKey say what the identity was used for
 // (pi-server's wording, which says it even when only the payload differs):
 // a client that reused an id learns which of its commands it clashed with.

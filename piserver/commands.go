@@ -163,7 +163,7 @@ func (s *Server) commands() map[string]*commandSpec {
 		"get_command_history": server(pipeline.ClassRead, s.commandHistory,
 			field{name: "limit", kind: kInt}, field{name: "sessionIdFilter", kind: kString, max: 256},
 			field{name: "commandId", kind: kString, max: 256}, field{name: "fromTimestamp", kind: kInt}, field{name: "toTimestamp", kind: kInt}),
-		"load_session":         server(pipeline.ClassMutate, s.loadSession, field{name: "sessionPath", kind: kString, required: true, max: 4096}),
+		"load_session": server(pipeline.ClassMutate, s.loadSession, field{name: "sessionPath", kind: kString, required: true, max: 4096}),
 
 		// Session commands (spec §17.2).
 		"prompt": {session: true, class: pipeline.ClassLong, run: s.prompt,
@@ -542,7 +542,7 @@ func (s *Server) metrics(context.Context, *call) (any, error) {
 		"circuitBreakers":        breakers,
 		"bashCircuitBreaker": map[string]any{"enabled": true, "globalState": bash.State, "globalFailureCount": bash.Failures,
 			"totalCalls": bash.Requests, "totalRejected": bash.Rejected},
-		"stores": s.stores(),
+		"stores":   s.stores(),
 		"uptimeMs": time.Since(srv.Started()).Milliseconds(),
 	}, nil
 }
