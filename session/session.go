@@ -64,8 +64,14 @@ type Config struct {
 	// adds itself (they need its interaction broker and todo list).
 	Tools []tool.Tool
 	// BashEnv is where commands the user runs directly (Bash) execute;
-	// normally the same Env the tools were built with.
+	// normally the same Env the tools were built with. The session owns
+	// its Scope (one is made when it is nil) and closes it in Close,
+	// which ends the processes and deletes the output files the tools
+	// and commands sharing it left behind.
 	BashEnv tool.Env
+	// BashTimeout bounds a command the user runs directly (Bash): 0
+	// means DefaultBashTimeout, a negative value no limit.
+	BashTimeout time.Duration
 	// Policy is the permission policy for tool calls (default: allow
 	// everything, as pi).
 	Policy interaction.Policy
@@ -158,6 +164,9 @@ func New(cfg Config) (*Session, error) {
 	}
 	if cfg.Thinking == "" {
 		cfg.Thinking = llm.ThinkingOff
+	}
+	if cfg.BashEnv.Scope == nil {
+		cfg.BashEnv.Scope = tool.NewScope()
 	}
 	s := &Session{
 		cfg: cfg, log: cfg.Logger, events: newEventLog(cfg.EventLogSize), listeners: map[int]func(Event){},
@@ -437,7 +446,8 @@ func (s *Session) beforeToolCall(ctx context.Context, call tool.Call) agent.Tool
 }
 
 // Close aborts any run, cancels pending interactions, waits for the
-// session's goroutines and closes the transcript.
+// session's goroutines, ends every process its commands left running,
+// deletes their output files and closes the transcript.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -449,6 +459,9 @@ func (s *Session) Close() error {
 	s.Abort()
 	s.AbortBash()
 	s.wg.Wait()
+	if err := s.cfg.BashEnv.Scope.Close(); err != nil {
+		s.log.Warn("cleaning up after bash commands", "err", err)
+	}
 	s.broker.Close("session closed")
 	s.mu.Lock()
 	f := s.file
