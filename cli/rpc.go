@@ -96,7 +96,7 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 			return fmt.Errorf("session file %s: %w", open, err)
 		}
 	}
-	env := tool.Env{Cwd: cwd, Home: cfg.Getenv("HOME"), Locks: &tool.FileLocks{}, TempDir: os.TempDir(), Environ: os.Environ()}
+	env := tool.Env{Cwd: cwd, Home: cfg.Getenv("HOME"), Locks: &tool.FileLocks{}, TempDir: os.TempDir(), Environ: os.Environ(), Supervisor: supervisor(), Scope: tool.NewScope()}
 	built := make([]tool.Tool, 0, len(tools))
 	for _, name := range tools {
 		t, err := tool.New(name, env)
@@ -163,6 +163,7 @@ func (m *Main) environment(ctx context.Context, cfg *config.Config, log *slog.Lo
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("working directory: %w", err)
 	}
+	removeStaleSpill(log)
 	st, err := settings.Open(filepath.Join(cfg.ConfigDir, "settings.json"))
 	if err != nil {
 		return "", nil, nil, err

@@ -74,7 +74,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	retry, comp := engineSettings(st.Get())
 	saved := st.Get()
 	newSession := func(_ context.Context, spec piserver.SessionSpec) (*session.Session, error) {
-		env := tool.Env{Cwd: spec.Cwd, Home: home, Locks: locks, TempDir: os.TempDir(), Environ: os.Environ()}
+		env := tool.Env{Cwd: spec.Cwd, Home: home, Locks: locks, TempDir: os.TempDir(), Environ: os.Environ(), Supervisor: supervisor(), Scope: tool.NewScope()}
 		tools := tool.Builtins(env)
 		names := make([]string, 0, len(tools))
 		for _, t := range tools {
