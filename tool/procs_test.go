@@ -36,6 +36,11 @@ var escapeNames = []string{"setsid", "double-fork", "nohup", "new-group"}
 // done so and then, with hold, keeps running.
 func escapeCommand(t *testing.T, dir, pidFile string, hold bool) string {
 	t.Helper()
+	for _, name := range []string{"setsid", "nohup"} {
+		if _, err := exec.LookPath(name); err != nil {
+			t.Skipf("no %s here", name)
+		}
+	}
 	rec := filepath.Join(dir, "rec.sh")
 	writeFile(t, rec, fmt.Sprintf("echo \"$1 $$\" >> %q\nexec sleep 300\n", pidFile))
 	cmd := fmt.Sprintf(`echo "shell $$" >> %[1]q
@@ -327,4 +332,61 @@ func TestDirectRunDiesWithAgentd(t *testing.T) {
 	_ = standIn.Process.Signal(syscall.SIGKILL)
 	_ = standIn.Wait()
 	waitDead(t, pids...)
+}
+
+// TestScopeCloseDuringStarts: runs starting while the Scope closes either
+// refuse to start or are ended; none is left running or waited for by
+// nobody.
+func TestScopeCloseDuringStarts(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	env := supervisedEnv(t, false)
+	pidFile := filepath.Join(env.Cwd, "pids")
+	cmd := fmt.Sprintf("echo $$ >> %q; exec sleep 300", pidFile)
+	const n = 8
+	done := make(chan BashRun, n)
+	for range n {
+		go func() { done <- RunBash(context.Background(), env, cmd, 0, nil) }()
+	}
+	time.Sleep(20 * time.Millisecond) // let some of them start
+	if err := env.Scope.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		r := waitRun(t, done)
+		if !strings.Contains(r.StartError, ErrScopeClosed.Error()) && r.Failure != "stopped: its session was closed" {
+			t.Errorf("a run neither refused nor ended: %+v", r)
+		}
+	}
+	b, _ := os.ReadFile(pidFile)
+	pids := map[string]int{}
+	for i, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids["run "+strconv.Itoa(i)] = pid
+		}
+	}
+	waitAllDead(t, pids)
+}
+
+func TestCgroupDir(t *testing.T) {
+	const v1 = "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+	tests := []struct {
+		name, cgroups, mountinfo string
+		want                     string
+	}{
+		{"hybrid, root cgroup", "4:memory:/x\n0::/\n", v1 + "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n", "/sys/fs/cgroup/unified"},
+		{"unified", "0::/user.slice/user-1000.slice/session-2.scope\n", "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n",
+			"/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope"},
+		{"mount of a subtree", "0::/lxc/c1/app\n", "30 23 0:26 /lxc/c1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "/sys/fs/cgroup/app"},
+		{"mount of another subtree", "0::/lxc/c10/app\n", "30 23 0:26 /lxc/c1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", ""},
+		{"escaped mount point", "0::/a\n", `30 23 0:26 / /mnt/cg\040two rw - cgroup2 none rw` + "\n", "/mnt/cg two/a"},
+		{"cgroup v1 only", "4:memory:/x\n1:name=systemd:/\n", v1, ""},
+		{"no cgroup2 mounted", "0::/a\n", v1, ""},
+		{"outside the namespace", "0::/../../other\n", "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", ""},
+	}
+	for _, tc := range tests {
+		got, ok := cgroupDir(tc.cgroups, tc.mountinfo)
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("%s: %q %v, want %q", tc.name, got, ok, tc.want)
+		}
+	}
 }

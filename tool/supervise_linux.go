@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -36,7 +37,8 @@ func directAttr() *syscall.SysProcAttr {
 
 // supervised is agentd's handle on one run's supervisor.
 type supervised struct {
-	ctl      *os.File // agentd's end of the control socket
+	ctl      *os.File    // agentd's end of the control socket
+	stopped  atomic.Bool // stop was called before the supervisor exited
 	stopOnce sync.Once
 	read     chan struct{} // closed once the report was read (or cannot be)
 	gone     chan struct{} // closed once the supervisor has been reaped
@@ -44,7 +46,14 @@ type supervised struct {
 }
 
 // stop tells the supervisor to kill everything and exit.
-func (r *supervised) stop() { r.stopOnce.Do(func() { r.ctl.Close() }) }
+func (r *supervised) stop() {
+	r.stopped.Store(true)
+	r.release()
+}
+
+// release closes our end of the socket; after the supervisor exited it
+// only frees the descriptor.
+func (r *supervised) release() { r.stopOnce.Do(func() { r.ctl.Close() }) }
 
 // startSupervised starts `Supervisor... shell -c command` with stdout and
 // stderr on out. The returned channel receives the shell's exit once, as
@@ -64,7 +73,6 @@ func startSupervised(env Env, command string, out *os.File) (stop func(), exited
 		return nil, nil, fmt.Sprintf("Cannot start command: %v", err)
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "supervisor-control"), os.NewFile(uintptr(fds[1]), "supervisor-control")
-	defer theirs.Close()
 
 	args := append(append([]string{}, env.Supervisor[1:]...), env.Shell, "-c", command)
 	cmd := exec.Command(env.Supervisor[0], args...)
@@ -74,6 +82,10 @@ func startSupervised(env Env, command string, out *os.File) (stop func(), exited
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3
 	// Its own process group keeps a terminal's ^C (meant for agentd) from
 	// reaching the command; SIGTERM at agentd's death lets it clean up.
+	// (The kernel sends it when the thread that started the supervisor
+	// exits, and Go ends a thread only when a goroutine locked to it
+	// returns, which nothing in agentd does. The socket is what agentd
+	// relies on; the signal is a second line.)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 
 	r := &supervised{ctl: ours, read: make(chan struct{}), gone: make(chan struct{})}
@@ -81,23 +93,19 @@ func startSupervised(env Env, command string, out *os.File) (stop func(), exited
 	untrack, err := env.Scope.track(r.stop)
 	if err != nil {
 		ours.Close()
+		theirs.Close()
 		return nil, nil, fmt.Sprintf("Cannot start command: %v", err)
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	// Only the supervisor may hold its end: its exit must end our read.
+	theirs.Close()
+	if err != nil {
 		untrack()
 		ours.Close()
 		return nil, nil, fmt.Sprintf("Cannot start the process supervisor %s: %v", env.Supervisor[0], err)
 	}
-	env.Scope.goWait(func() {
-		r.waitErr = cmd.Wait()
-		close(r.gone)
-		// Closing our end before the report is read would lose it; the
-		// supervisor's exit has closed its end, so the read ends soon.
-		<-r.read
-		r.stop()
-		untrack()
-	})
-
+	// The report is read first: the supervisor's waiter below holds our
+	// end open until it has been, and may run right here.
 	ch := make(chan shellExit, 1)
 	go func() {
 		st, ok := readStatus(ours)
@@ -106,13 +114,24 @@ func startSupervised(env Env, command string, out *os.File) (stop func(), exited
 		case ok && st.startErr != "":
 			// Report it once the supervisor has cleaned up and exited.
 			<-r.gone
+		case !ok && r.stopped.Load():
+			<-r.gone
+			st = shellExit{failure: "stopped: its session was closed"}
 		case !ok:
-			// Stopped, or the supervisor died without a report.
 			<-r.gone
 			st = shellExit{failure: fmt.Sprintf("the process supervisor ended without reporting the command's status (%v)", r.waitErr)}
 		}
 		ch <- st
 	}()
+	env.Scope.goWait(func() {
+		r.waitErr = cmd.Wait()
+		close(r.gone)
+		// Closing our end before the report is read would lose it; the
+		// supervisor's exit has closed its end, so the read ends soon.
+		<-r.read
+		r.release()
+		untrack()
+	})
 	return r.stop, ch, ""
 }
 
@@ -387,33 +406,36 @@ func (c *runCgroup) remove() {
 	}
 }
 
-// ownCgroupDir finds this process's cgroup v2 directory: its path from
-// /proc/self/cgroup ("0::/path") under the cgroup2 mount point.
+// ownCgroupDir finds this process's cgroup v2 directory.
 func ownCgroupDir() (string, bool) {
-	b, err := os.ReadFile("/proc/self/cgroup")
+	cg, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return "", false
 	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", false
+	}
+	return cgroupDir(string(cg), string(mi))
+}
+
+// cgroupDir is the directory of the cgroup v2 named in a /proc/<pid>/cgroup
+// ("0::/path") under the cgroup2 mount point found in mountinfo.
+func cgroupDir(cgroups, mountinfo string) (string, bool) {
 	path := ""
 	found := false
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(cgroups, "\n") {
 		if p, ok := strings.CutPrefix(line, "0::"); ok {
 			path, found = p, true
 			break
 		}
 	}
-	if !found || strings.Contains(path, "/..") {
-		return "", false // outside our cgroup namespace's view
+	if !found || !strings.HasPrefix(path, "/") || strings.Contains(path, "/..") {
+		return "", false // none, or outside our cgroup namespace's view
 	}
-	mi, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", false
-	}
-	defer mi.Close()
-	sc := bufio.NewScanner(mi)
-	for sc.Scan() {
+	for _, line := range strings.Split(mountinfo, "\n") {
 		// id parent major:minor root mountpoint options... - fstype source superoptions
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		pre, post, ok := strings.Cut(line, " - ")
 		if !ok || !strings.HasPrefix(post, "cgroup2 ") {
 			continue
 		}
@@ -455,9 +477,18 @@ func unescapeMount(s string) string {
 }
 
 // goWait runs wait on a goroutine the Scope owns (Close waits for it);
-// wait must return once the run's kill has been called.
+// wait must return once the run's kill, registered with track, has been
+// called. Once the Scope is closed, wait runs in the caller instead:
+// Close has killed the run and would not wait for a goroutine added now.
 func (s *Scope) goWait(wait func()) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		wait()
+		return
+	}
 	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		wait()
