@@ -130,6 +130,7 @@ func (m *Main) environment(ctx context.Context, cfg *config.Config, log *slog.Lo
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("working directory: %w", err)
 	}
+	removeStaleSpill(log)
 	st, err := settings.Open(filepath.Join(cfg.ConfigDir, "settings.json"))
 	if err != nil {
 		return "", nil, nil, err
@@ -262,10 +263,10 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 	return engine.New(engine.Options{
 		Models: ms, Breakers: c.breakers, Model: c.model, Thinking: c.thinking, Saved: saved,
 		Policy: c.policy, InteractionTimeout: c.interactionTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
-		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: os.Environ(),
+		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: os.Environ(), Supervisor: supervisor(),
 		EventLogSize: c.eventLogSize, EventLogBytes: c.bounds.EventLogBytes,
 		MaxTurns: c.bounds.MaxTurns, MaxToolFailures: c.bounds.MaxToolFailures,
-		MaxQueued: c.bounds.MaxQueuedMessages, MaxQueuedBytes: c.bounds.MaxQueuedMessageBytes,
+		MaxQueued: c.bounds.MaxQueuedMessages, MaxQueuedBytes: c.bounds.MaxQueuedMessageBytes, BashTimeout: c.bounds.BashTimeout,
 		Logger: c.log,
 	})
 }

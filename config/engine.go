@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"flag"
+	"time"
 )
 
 // Engine bounds what one run of a session may do, for every command that
@@ -22,6 +23,9 @@ type Engine struct {
 	// EventLogBytes bounds each session's log of recent events, kept for
 	// clients that resume (default 16 MiB).
 	EventLogBytes int
+	// BashTimeout bounds a command a client runs with the protocol's bash
+	// command (default 10 minutes; negative: none).
+	BashTimeout time.Duration
 }
 
 // Register adds the engine's flags to fs.
@@ -31,6 +35,7 @@ func (e *Engine) Register(fs *flag.FlagSet) {
 	fs.IntVar(&e.MaxQueuedMessages, "max-queued-messages", e.MaxQueuedMessages, "steering and follow-up messages that may wait for a running agent (0: the default, 64)")
 	fs.IntVar(&e.MaxQueuedMessageBytes, "max-queued-message-bytes", e.MaxQueuedMessageBytes, "bytes of steering and follow-up messages that may wait (0: the default, 16 MiB)")
 	fs.IntVar(&e.EventLogBytes, "event-log-bytes", e.EventLogBytes, "bytes of recent events kept per session for clients that resume (0: the default, 16 MiB)")
+	fs.DurationVar(&e.BashTimeout, "bash-timeout", e.BashTimeout, "limit for a command a client runs with the bash command (0: the default, 10m; negative: none)")
 }
 
 // Check validates e.

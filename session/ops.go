@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -310,11 +311,28 @@ func (s *Session) RecordBash(m *llm.Message) {
 // one the user ran is still running.
 var ErrBashRunning = fault.New(fault.Busy, "a bash command is already running; abort it first")
 
+// DefaultBashTimeout bounds a command the user runs (Bash) when
+// Config.BashTimeout is 0: long enough for a build or a test suite, short
+// enough that a forgotten `tail -f` does not hold the session forever.
+const DefaultBashTimeout = 10 * time.Minute
+
+// bashTimeoutSeconds is Config.BashTimeout as RunBash takes it (0: none).
+func bashTimeoutSeconds(d time.Duration) float64 {
+	switch {
+	case d == 0:
+		return DefaultBashTimeout.Seconds()
+	case d < 0:
+		return 0
+	}
+	return d.Seconds()
+}
+
 // Bash runs a command the user typed (not the model), in the session's
 // working directory, and records it into the context as a bashExecution
 // message so the model sees it on the next prompt; exclude keeps it out
-// of the model's context (pi's "!!"). AbortBash or ctx cancels it and
-// kills its process group.
+// of the model's context (pi's "!!"). AbortBash, ctx or Config.BashTimeout
+// ends it and everything it started; a command that timed out is recorded
+// as cancelled, its output ending with a line saying so.
 func (s *Session) Bash(ctx context.Context, command string, exclude bool) (*llm.Message, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -330,12 +348,20 @@ func (s *Session) Bash(ctx context.Context, command string, exclude bool) (*llm.
 		s.bashCancel = nil
 		s.mu.Unlock()
 	}()
-	run := tool.RunBash(ctx, s.cfg.BashEnv, command, 0, nil)
+	timeout := bashTimeoutSeconds(s.cfg.BashTimeout)
+	run := tool.RunBash(ctx, s.cfg.BashEnv, command, timeout, nil)
 	if run.StartError != "" {
 		return nil, errors.New(run.StartError)
 	}
-	m := &llm.Message{Role: llm.RoleBashExecution, Command: command, Output: run.Output, ExitCode: run.ExitCode,
-		Cancelled: run.Aborted, Truncated: run.Truncation.Truncated, FullOutputPath: run.FullOutputPath,
+	output := run.Output
+	if run.TimedOut {
+		if output != "" && !strings.HasSuffix(output, "\n") {
+			output += "\n"
+		}
+		output += "Command timed out after " + strconv.FormatFloat(timeout, 'f', -1, 64) + " seconds"
+	}
+	m := &llm.Message{Role: llm.RoleBashExecution, Command: command, Output: output, ExitCode: run.ExitCode,
+		Cancelled: run.Aborted || run.TimedOut, Truncated: run.Truncation.Truncated, FullOutputPath: run.FullOutputPath,
 		ExcludeFromContext: exclude, Timestamp: time.Now().UnixMilli()}
 	if m.ExitCode == nil && !run.Aborted && !run.TimedOut && run.Signal == "" && run.Failure == "" {
 		zero := 0

@@ -67,8 +67,14 @@ type Config struct {
 	// BashEnv is where commands the user runs directly (Bash) execute,
 	// and what the permission gate resolves tool paths against (its Cwd
 	// and Home); normally the same Env the tools were built with. An
-	// empty Cwd is the session's Cwd.
+	// empty Cwd is the session's Cwd. The session owns its Scope (one is
+	// made when it is nil) and closes it in Close, which ends the
+	// processes and deletes the output files the tools and commands
+	// sharing it left behind.
 	BashEnv tool.Env
+	// BashTimeout bounds a command the user runs directly (Bash): 0
+	// means DefaultBashTimeout, a negative value no limit.
+	BashTimeout time.Duration
 	// Policy is the permission policy for tool calls (default: allow
 	// everything, as pi).
 	Policy interaction.Policy
@@ -185,6 +191,9 @@ func New(cfg Config) (*Session, error) {
 	}
 	if cfg.BashEnv.Cwd == "" {
 		cfg.BashEnv.Cwd = cfg.Cwd
+	}
+	if cfg.BashEnv.Scope == nil {
+		cfg.BashEnv.Scope = tool.NewScope()
 	}
 	s := &Session{
 		cfg: cfg, log: cfg.Logger, events: newEventLog(cfg.EventLogSize, cfg.EventLogBytes, cfg.FirstSeq), listeners: map[int]func(Event){},
@@ -470,7 +479,8 @@ func (s *Session) beforeToolCall(ctx context.Context, call tool.Call) agent.Tool
 }
 
 // Close aborts any run, cancels pending interactions, waits for the
-// session's goroutines and closes the transcript.
+// session's goroutines, ends every process its commands left running,
+// deletes their output files and closes the transcript.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -482,6 +492,9 @@ func (s *Session) Close() error {
 	s.Abort()
 	s.AbortBash()
 	s.wg.Wait()
+	if err := s.cfg.BashEnv.Scope.Close(); err != nil {
+		s.log.Warn("cleaning up after bash commands", "err", err)
+	}
 	s.broker.Close("session closed")
 	s.mu.Lock()
 	f := s.file
