@@ -87,7 +87,13 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err != nil {
 		return err
 	}
-	pi, err := piserver.New(srv, piserver.Options{Models: ms, Delta: sc.StreamFormat == "delta", Version: Version, Heartbeat: heartbeat(sc.Heartbeat)})
+	po := piserver.Options{Models: ms, Delta: sc.StreamFormat == "delta", Version: Version, Heartbeat: heartbeat(sc.Heartbeat)}
+	if sc.Stdio {
+		// A token on a stdio server is for stdio exposed beyond its parent
+		// (ssh, socat): the client authenticates first.
+		po.StdioToken = sc.Token
+	}
+	pi, err := piserver.New(srv, po)
 	if err != nil {
 		return err
 	}

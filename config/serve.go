@@ -120,7 +120,7 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.StringVar(&s.Host, "host", s.Host, "address to listen on; anything but loopback requires --token (env AGENTD_HOST)")
 	fs.IntVar(&s.Port, "port", s.Port, "port to listen on; 0 picks a free one (env AGENTD_PORT)")
 	fs.BoolVar(&s.Stdio, "stdio", false, "serve one client on stdin/stdout instead of listening")
-	fs.StringVar(&s.Token, "token", s.Token, "token clients must present (Authorization: Bearer, or ?token=) (env AGENTD_TOKEN)")
+	fs.StringVar(&s.Token, "token", s.Token, "token clients must present (Authorization: Bearer, or ?token=; with --stdio, an authenticate command first) (env AGENTD_TOKEN)")
 	fs.Var(&s.AllowOrigins, "allow-origin", "browser origin allowed to connect, as a host pattern (repeatable)")
 	fs.Var(&s.AllowedHosts, "allowed-host", "another host name clients reach the server by; requests naming any other host are refused (repeatable)")
 	fs.StringVar(&s.Model, "model", "", "default model of new sessions, provider/id[:thinking]")

@@ -37,6 +37,9 @@ type Options struct {
 	// answer within the next interval is disconnected. 0 takes 30 s, a
 	// negative value disables it.
 	Heartbeat time.Duration
+	// StdioToken, when set, must be presented by a stdio client before it
+	// may send commands (see ServeStdio).
+	StdioToken string
 }
 
 // Server is the pi-server face of a server.Server.
