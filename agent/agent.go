@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/tool"
 )
@@ -54,6 +56,45 @@ type Config struct {
 	Sequential   bool
 	SteeringMode QueueMode
 	FollowUpMode QueueMode
+
+	// MaxTurns bounds the model requests of one prompt's run, counting
+	// the continuations after a retry or a compaction: a model that
+	// calls tools for ever must not run for ever. 0 means
+	// DefaultMaxTurns; a negative value means no limit.
+	MaxTurns int
+	// MaxSameToolFailures ends a run when one tool call (the same tool
+	// with the same arguments) has failed this many times in a row. 0
+	// means DefaultMaxSameToolFailures; a negative value never ends a
+	// run for this.
+	MaxSameToolFailures int
+	// MaxQueued bounds the steering and follow-up messages waiting
+	// together. 0 means DefaultMaxQueued; a negative value means no
+	// limit.
+	MaxQueued int
+	// MaxQueuedBytes bounds the size of the queued messages together
+	// (their text and image data, as MessageSize counts it). 0 means
+	// DefaultMaxQueuedBytes; a negative value means no limit.
+	MaxQueuedBytes int
+}
+
+// Defaults of the limits in Config.
+const (
+	DefaultMaxTurns            = 200
+	DefaultMaxSameToolFailures = 3
+	DefaultMaxQueued           = 64
+	DefaultMaxQueuedBytes      = 16 << 20
+)
+
+// limit resolves a Config limit: 0 is the default, negative is none
+// (returned as 0).
+func limit(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
 }
 
 // ErrBusy is returned when a run is requested while one is in progress.
@@ -62,6 +103,45 @@ var ErrBusy = errors.New("agent is already processing; steer or queue a follow-u
 // ErrNothingToContinue is returned by Continue when the context does not
 // end in a user or tool-result message.
 var ErrNothingToContinue = errors.New("nothing to continue: the conversation does not end with a user message or tool result")
+
+// Errors a run or a queued message may fail with; each comes wrapped in
+// a *LimitError whose text is written for the person who hit the limit.
+var (
+	ErrQueueFull             = errors.New("queue full")
+	ErrQueuedMessageTooLarge = errors.New("queued message too large")
+	ErrTurnLimit             = errors.New("turn limit reached")
+	ErrRepeatedToolFailure   = errors.New("the same tool call kept failing")
+)
+
+// LimitError is a limit of Config that was reached. Err is one of the
+// Err* values above, for errors.Is; Error() is the message for a client.
+type LimitError struct {
+	Err     error
+	Message string
+}
+
+func (e *LimitError) Error() string { return e.Message }
+func (e *LimitError) Unwrap() error { return e.Err }
+
+// As lets a face see the limit as the client-visible error it is: a
+// message too large for the queue, or a capacity reached.
+func (e *LimitError) As(target any) bool {
+	p, ok := target.(**fault.Error)
+	if !ok {
+		return false
+	}
+	code := fault.Limit
+	if errors.Is(e.Err, ErrQueuedMessageTooLarge) {
+		code = fault.TooLarge
+	}
+	*p = &fault.Error{Code: code, Message: e.Message, Cause: e.Err}
+	return true
+}
+
+// KindRunLimit is the kind of the *llm.Error on the assistant message that
+// ends a run the agent stopped itself (turn limit, repeated failing tool
+// call). It is not retryable.
+const KindRunLimit llm.ErrorKind = "run_limit"
 
 // Agent holds a conversation and runs the loop over it, one run at a
 // time. Its methods are safe for concurrent use: clients steer, queue
@@ -75,6 +155,13 @@ type Agent struct {
 	running  bool
 	cancel   context.CancelFunc
 	done     chan struct{}
+
+	// What a prompt's run has done so far, carried across Continue so
+	// that retries and compactions do not reset the run's limits. Only
+	// the run in progress touches them.
+	turns     int
+	failedSig string // tool name and canonical arguments of the last call, if it failed
+	failedN   int    // how many times in a row it failed
 
 	emitMu sync.Mutex
 	emit   func(Event)
@@ -153,21 +240,79 @@ func (a *Agent) Running() bool {
 }
 
 // Steer queues a message to be delivered after the current turn's tool
-// calls finish, before the model is asked again.
-func (a *Agent) Steer(m *llm.Message) {
-	a.mu.Lock()
-	a.steering = append(a.steering, m)
-	a.mu.Unlock()
-	a.sendQueue()
-}
+// calls finish, before the model is asked again. It fails with a
+// *LimitError (ErrQueueFull, ErrQueuedMessageTooLarge) when the message
+// does not fit the queues' limits.
+func (a *Agent) Steer(m *llm.Message) error { return a.enqueue(&a.steering, m) }
 
 // FollowUp queues a message to be delivered when the agent would
-// otherwise stop.
-func (a *Agent) FollowUp(m *llm.Message) {
+// otherwise stop; it fails as Steer does.
+func (a *Agent) FollowUp(m *llm.Message) error { return a.enqueue(&a.followUp, m) }
+
+func (a *Agent) enqueue(q *[]*llm.Message, m *llm.Message) error {
+	size := MessageSize(m)
 	a.mu.Lock()
-	a.followUp = append(a.followUp, m)
+	if err := a.admit(size); err != nil {
+		a.mu.Unlock()
+		return err
+	}
+	*q = append(*q, m)
 	a.mu.Unlock()
 	a.sendQueue()
+	return nil
+}
+
+// admit checks a message of size bytes against the queue limits; a.mu
+// is held.
+func (a *Agent) admit(size int) error {
+	maxN := limit(a.cfg.MaxQueued, DefaultMaxQueued)
+	maxBytes := limit(a.cfg.MaxQueuedBytes, DefaultMaxQueuedBytes)
+	if maxBytes > 0 && size > maxBytes {
+		return &LimitError{ErrQueuedMessageTooLarge, fmt.Sprintf("Queued message too large: %s, at most %s", byteSize(size), byteSize(maxBytes))}
+	}
+	if n := len(a.steering) + len(a.followUp); maxN > 0 && n >= maxN {
+		return &LimitError{ErrQueueFull, fmt.Sprintf("Queue full: at most %d queued messages (steering and follow-up together); wait until some are delivered", maxN)}
+	}
+	if maxBytes == 0 {
+		return nil
+	}
+	queued := 0
+	for _, q := range [][]*llm.Message{a.steering, a.followUp} {
+		for _, m := range q {
+			queued += MessageSize(m)
+		}
+	}
+	if queued+size > maxBytes {
+		return &LimitError{ErrQueueFull, fmt.Sprintf("Queue full: queued messages take at most %s together, %s are queued and this one is %s; wait until some are delivered",
+			byteSize(maxBytes), byteSize(queued), byteSize(size))}
+	}
+	return nil
+}
+
+// MessageSize is the size in bytes of what m carries: text, thinking,
+// image data, tool arguments and details, and the bash, summary and error
+// texts. It leaves out the fixed size of the structs, so it is what a
+// person would call the message's size; the queue limits count it.
+func MessageSize(m *llm.Message) int {
+	n := len(m.ErrorMessage) + len(m.Details) + len(m.Command) + len(m.Output) + len(m.Summary)
+	for i := range m.Content {
+		c := &m.Content[i]
+		n += len(c.Text) + len(c.TextSignature) + len(c.Thinking) + len(c.ThinkingSignature) + len(c.Data) + len(c.Arguments) + len(c.ThoughtSignature)
+	}
+	return n
+}
+
+// byteSize writes n bytes for a person: 512 bytes, 3.2 KiB, 16.0 MiB.
+func byteSize(n int) string {
+	switch {
+	case n == 1:
+		return "1 byte"
+	case n < 1<<10:
+		return fmt.Sprintf("%d bytes", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
 // ClearQueues empties both queues and returns what was in them.
@@ -268,6 +413,9 @@ func (a *Agent) run(ctx context.Context, prompts []*llm.Message, cont bool) ([]*
 			a.mu.Unlock()
 			return nil, ErrNothingToContinue
 		}
+	}
+	if !cont {
+		a.turns, a.failedSig, a.failedN = 0, "", 0
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	a.running, a.cancel, a.done = true, cancel, make(chan struct{})

@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/tool"
@@ -64,12 +66,17 @@ func (r *run) loop(prompts []*llm.Message) []*llm.Message {
 				return r.added
 			}
 			var results []*llm.Message
-			moreTools = false
-			if calls := msg.ToolCalls(); len(calls) > 0 {
+			calls := msg.ToolCalls()
+			moreTools = len(calls) > 0
+			if moreTools {
 				results = r.executeTools(calls)
-				moreTools = true
 			}
 			a.send(Event{Type: EventTurnEnd, Message: msg, ToolResults: results})
+			if le := r.overLimit(calls, results); le != nil {
+				// Queued messages stay queued for the next prompt.
+				r.stop(le)
+				return r.added
+			}
 			pending = a.takeQueued(&a.steering, r.cfg.SteeringMode)
 		}
 		if follow := a.takeQueued(&a.followUp, r.cfg.FollowUpMode); len(follow) > 0 {
@@ -90,6 +97,7 @@ func (r *run) stream() *llm.Message {
 	a.mu.Lock()
 	convo := ToLLM(a.messages)
 	a.mu.Unlock()
+	a.turns++
 	specs := make([]llm.Tool, len(cfg.Tools))
 	for i, t := range cfg.Tools {
 		specs[i] = t.Spec()
@@ -136,20 +144,98 @@ func (r *run) stream() *llm.Message {
 // failed records an assistant message for a request that could not even
 // be sent (no credentials, say).
 func (r *run) failed(err error) *llm.Message {
+	e, ok := llm.AsError(err)
+	if !ok {
+		e = &llm.Error{Kind: llm.ErrAuth, Message: err.Error(), Err: err}
+	}
+	return r.errorMessage(e)
+}
+
+// errorMessage records and emits an assistant message that ends the run
+// with e, without asking the model.
+func (r *run) errorMessage(e *llm.Error) *llm.Message {
 	m := r.cfg.Model
 	msg := &llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{}, API: m.API, Provider: m.Provider, Model: m.ID,
-		StopReason: llm.StopError, ErrorMessage: err.Error(), Timestamp: now()}
+		StopReason: llm.StopError, ErrorMessage: e.Error(), Timestamp: now()}
 	if r.ctx.Err() != nil {
 		msg.StopReason, msg.ErrorMessage = llm.StopAborted, "Request was aborted."
 	}
 	r.push(msg)
 	r.a.send(Event{Type: EventMessageStart, Message: msg})
-	e, ok := llm.AsError(err)
-	if !ok {
-		e = &llm.Error{Kind: llm.ErrAuth, Message: err.Error(), Err: err}
-	}
 	r.a.send(Event{Type: EventMessageEnd, Message: msg, Err: e})
 	return msg
+}
+
+// overLimit checks, after a turn's tool calls have run, whether the run
+// must end instead of asking the model again: the same call failed
+// MaxSameToolFailures times in a row, or MaxTurns turns are done. An
+// abort is left to the next request, which ends aborted.
+func (r *run) overLimit(calls []llm.Content, results []*llm.Message) *LimitError {
+	if len(calls) == 0 || r.ctx.Err() != nil {
+		return nil
+	}
+	a := r.a
+	if maxFail := limit(r.cfg.MaxSameToolFailures, DefaultMaxSameToolFailures); maxFail > 0 {
+		for i, c := range calls {
+			if !results[i].IsError {
+				a.failedSig, a.failedN = "", 0
+				continue
+			}
+			args := canonicalArgs(c.Arguments)
+			if sig := c.Name + "\x00" + args; sig == a.failedSig {
+				a.failedN++
+			} else {
+				a.failedSig, a.failedN = sig, 1
+			}
+			if a.failedN >= maxFail {
+				return &LimitError{ErrRepeatedToolFailure, fmt.Sprintf(
+					"Run stopped: the tool call %s %s failed %d times in a row with the same arguments. Prompt again to continue.",
+					c.Name, preview(args, 200), a.failedN)}
+			}
+		}
+	}
+	if maxTurns := limit(r.cfg.MaxTurns, DefaultMaxTurns); maxTurns > 0 && a.turns >= maxTurns {
+		return &LimitError{ErrTurnLimit, fmt.Sprintf(
+			"Run stopped after %d turns, the limit for one prompt, while the model was still calling tools. Prompt again to continue.", a.turns)}
+	}
+	return nil
+}
+
+// stop ends the run with a turn whose assistant message is the error le,
+// as a failed model request would: clients see stopReason "error" and the
+// reason in errorMessage, and the run's outcome is a failure.
+func (r *run) stop(le *LimitError) {
+	r.a.send(Event{Type: EventTurnStart})
+	msg := r.errorMessage(&llm.Error{Kind: KindRunLimit, Message: le.Message, Err: le})
+	r.a.send(Event{Type: EventTurnEnd, Message: msg})
+	r.a.send(Event{Type: EventAgentEnd, Messages: r.added})
+}
+
+// canonicalArgs is a call's arguments re-encoded with sorted keys and no
+// spaces, so that the same call written twice compares equal.
+func canonicalArgs(raw json.RawMessage) string {
+	var v any
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	if err := d.Decode(&v); err != nil {
+		return string(raw)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return string(raw)
+	}
+	return string(b)
+}
+
+// preview cuts s to at most n bytes, on a rune boundary, marking the cut.
+func preview(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // executeTools runs the calls of one assistant message: each is announced

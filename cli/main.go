@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/agentd-dev/agentd/config"
@@ -23,6 +24,7 @@ import (
 	"github.com/agentd-dev/agentd/llm/openaichat"
 	"github.com/agentd-dev/agentd/llm/openairesponses"
 	"github.com/agentd-dev/agentd/llm/registry"
+	"github.com/agentd-dev/agentd/tool"
 )
 
 // Version is agentd's version, set at build time with -ldflags.
@@ -82,6 +84,10 @@ type usageError struct{ error }
 // Run runs the command line args (without the program name) and returns
 // the process exit code.
 func (m *Main) Run(ctx context.Context, args []string) int {
+	if len(args) > 0 && args[0] == tool.SuperviseCommand {
+		// Hidden: agentd itself starts this around every bash run.
+		return tool.Supervise(ctx, args[1:])
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		m.usage(m.stdout)
 		if len(args) == 0 {
@@ -146,6 +152,25 @@ func parse(cfg *config.Config, fs *flag.FlagSet, args []string) error {
 		return usageError{err}
 	}
 	return nil
+}
+
+// supervisor is the argv of the process supervisor of bash runs (see
+// tool.Env.Supervisor): this very binary. /proc/self/exe is resolved by
+// the starting child, so it names the running agentd even after an
+// upgrade replaced or deleted its file, and the supervisor always speaks
+// this agentd's protocol. Systems other than Linux ignore it.
+func supervisor() []string { return []string{"/proc/self/exe", tool.SuperviseCommand} }
+
+// removeStaleSpill deletes the bash output files of agentd processes
+// that ended without cleaning up (kill -9, a crash, a reboot).
+func removeStaleSpill(log *slog.Logger) {
+	removed, err := tool.RemoveStaleSpill(os.TempDir())
+	if err != nil {
+		log.Warn("removing stale bash output files", "err", err)
+	}
+	if len(removed) > 0 {
+		log.Info("removed bash output files of agentd processes no longer running", "count", len(removed))
+	}
 }
 
 // logger is the stderr logger for cfg; nothing but protocol output ever

@@ -35,6 +35,7 @@ type rpcFlags struct {
 	maxLineBytes              int
 	policy                    string
 	approvalTimeout           time.Duration
+	bounds                    config.Engine
 }
 
 func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
@@ -53,11 +54,15 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	fs.IntVar(&f.maxLineBytes, "max-line-bytes", 10<<20, "largest command line accepted on stdin")
 	fs.StringVar(&f.policy, "policy", cfg.Getenv("AGENTD_POLICY"), "permission policy file (JSON rules: allow / ask / deny by tool and argument); default allows everything, as pi (env AGENTD_POLICY)")
 	fs.DurationVar(&f.approvalTimeout, "approval-timeout", 0, "how long a tool approval or question waits for an answer; 0 waits forever")
+	f.bounds.Register(fs)
 	if err := parse(cfg, fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+	}
+	if err := f.bounds.Check(); err != nil {
+		return usageError{err}
 	}
 	if f.streamFormat != "full" && f.streamFormat != "delta" {
 		return usageError{fmt.Errorf("--stream-format %q: want full or delta", f.streamFormat)}
@@ -100,7 +105,7 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 		sessDir = ""
 	}
 	eng, err := m.engine(cfg, ms, st.Get(), engineChoices{model: model, thinking: level, policy: policy,
-		interactionTimeout: f.approvalTimeout, log: log})
+		interactionTimeout: f.approvalTimeout, bounds: f.bounds, log: log})
 	if err != nil {
 		return err
 	}
@@ -113,7 +118,7 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	}
 	defer sess.Close()
 	srv := pirpc.New(pirpc.Options{Session: sess, Models: ms, Settings: st, MaxLineBytes: f.maxLineBytes,
-		Delta: f.streamFormat == "delta", Cwd: cwd, Logger: log})
+		Delta: f.streamFormat == "delta", Cwd: cwd, ExportsDir: filepath.Join(cfg.DataDir, "exports"), Logger: log})
 	return srv.Run(ctx, m.stdin, m.stdout)
 }
 
@@ -125,6 +130,7 @@ func (m *Main) environment(ctx context.Context, cfg *config.Config, log *slog.Lo
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("working directory: %w", err)
 	}
+	removeStaleSpill(log)
 	st, err := settings.Open(filepath.Join(cfg.ConfigDir, "settings.json"))
 	if err != nil {
 		return "", nil, nil, err
@@ -242,6 +248,7 @@ func latestSession(root, cwd string) string {
 
 // engineChoices are what a command decided for its sessions.
 type engineChoices struct {
+	bounds             config.Engine
 	model              *llm.Model
 	thinking           llm.ThinkingLevel
 	policy             interaction.Policy
@@ -256,7 +263,10 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 	return engine.New(engine.Options{
 		Models: ms, Breakers: c.breakers, Model: c.model, Thinking: c.thinking, Saved: saved,
 		Policy: c.policy, InteractionTimeout: c.interactionTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
-		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: os.Environ(),
-		EventLogSize: c.eventLogSize, Logger: c.log,
+		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: os.Environ(), Supervisor: supervisor(),
+		EventLogSize: c.eventLogSize, EventLogBytes: c.bounds.EventLogBytes,
+		MaxTurns: c.bounds.MaxTurns, MaxToolFailures: c.bounds.MaxToolFailures,
+		MaxQueued: c.bounds.MaxQueuedMessages, MaxQueuedBytes: c.bounds.MaxQueuedMessageBytes, BashTimeout: c.bounds.BashTimeout,
+		Logger: c.log,
 	})
 }

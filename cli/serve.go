@@ -67,13 +67,14 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	}
 	hl := health.NewHealth(breakers)
 	eng, err := m.engine(cfg, ms, st.Get(), engineChoices{model: model, thinking: level, policy: policy,
-		interactionTimeout: sc.UITimeout, eventLogSize: sc.EventLogSize, breakers: breakers, log: log})
+		interactionTimeout: sc.UITimeout, eventLogSize: sc.EventLogSize, bounds: sc.Engine, breakers: breakers, log: log})
 	if err != nil {
 		return err
 	}
 	srv, err := server.New(server.Config{
 		Builder: eng, Cwd: cwd, SessionsDir: sessionsDir, AllowedDirs: sc.AllowSessionDirs,
 		Home: cfg.Getenv("HOME"), StateDir: stateDir, Journal: journal,
+		ExportsDir: filepath.Join(cfg.DataDir, "exports"), Protected: []string{filepath.Join(stateDir, "journal.jsonl")},
 		Breakers: breakers, Health: hl, Metrics: metrics, Logger: log,
 		Limits: server.Limits{
 			MaxSessions: sc.MaxSessions, MaxConnections: sc.MaxConnections, MaxFrameBytes: sc.MaxFrameBytes,
@@ -86,7 +87,13 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err != nil {
 		return err
 	}
-	pi, err := piserver.New(srv, piserver.Options{Models: ms, Delta: sc.StreamFormat == "delta", Version: Version, Heartbeat: heartbeat(sc.Heartbeat)})
+	po := piserver.Options{Models: ms, Delta: sc.StreamFormat == "delta", Version: Version, Heartbeat: heartbeat(sc.Heartbeat)}
+	if sc.Stdio {
+		// A token on a stdio server is for stdio exposed beyond its parent
+		// (ssh, socat): the client authenticates first.
+		po.StdioToken = sc.Token
+	}
+	pi, err := piserver.New(srv, po)
 	if err != nil {
 		return err
 	}
@@ -107,8 +114,10 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err != nil {
 		srv.Close()
 		if errors.Is(err, syscall.EADDRINUSE) {
+			//lint:ignore ST1005 pi-server's wording, which its clients match on
 			return fmt.Errorf("Failed to start WebSocket server: cannot listen on %s: address already in use (is another agentd running? pick another --port)", addr)
 		}
+		//lint:ignore ST1005 pi-server's wording, which its clients match on
 		return fmt.Errorf("Failed to start WebSocket server: cannot listen on %s: %w", addr, err)
 	}
 	mux := health.NewMux(hl, metrics)

@@ -58,7 +58,9 @@ type Serve struct {
 	CommandTimeout    time.Duration // long commands (prompt, bash, compact); 0: none
 	Heartbeat         time.Duration
 	EventLogSize      int
-	envErrs           []error
+	// Engine bounds runs and queues of the sessions served.
+	Engine  Engine
+	envErrs []error
 }
 
 // StringList is a repeatable string flag.
@@ -118,7 +120,7 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.StringVar(&s.Host, "host", s.Host, "address to listen on; anything but loopback requires --token (env AGENTD_HOST)")
 	fs.IntVar(&s.Port, "port", s.Port, "port to listen on; 0 picks a free one (env AGENTD_PORT)")
 	fs.BoolVar(&s.Stdio, "stdio", false, "serve one client on stdin/stdout instead of listening")
-	fs.StringVar(&s.Token, "token", s.Token, "token clients must present (Authorization: Bearer, or ?token=) (env AGENTD_TOKEN)")
+	fs.StringVar(&s.Token, "token", s.Token, "token clients must present (Authorization: Bearer, or ?token=; with --stdio, an authenticate command first) (env AGENTD_TOKEN)")
 	fs.Var(&s.AllowOrigins, "allow-origin", "browser origin allowed to connect, as a host pattern (repeatable)")
 	fs.Var(&s.AllowedHosts, "allowed-host", "another host name clients reach the server by; requests naming any other host are refused (repeatable)")
 	fs.StringVar(&s.Model, "model", "", "default model of new sessions, provider/id[:thinking]")
@@ -142,11 +144,15 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.CommandTimeout, "command-timeout", 0, "limit for long commands (prompt, bash, compact); 0 means none")
 	fs.DurationVar(&s.Heartbeat, "heartbeat", s.Heartbeat, "WebSocket ping interval; 0 disables")
 	fs.IntVar(&s.EventLogSize, "event-log-size", s.EventLogSize, "events kept per session for switch_session afterSeq resume")
+	s.Engine.Register(fs)
 }
 
 // Check validates s.
 func (s *Serve) Check() error {
 	errs := append([]error(nil), s.envErrs...)
+	if err := s.Engine.Check(); err != nil {
+		errs = append(errs, err)
+	}
 	if s.Port < 0 || s.Port > 65535 {
 		errs = append(errs, fmt.Errorf("--port %d: want 0-65535", s.Port))
 	}

@@ -88,9 +88,24 @@ type Options struct {
 	Home    string
 	TempDir string
 	Environ []string
-	// EventLogSize bounds each session's log of recent events.
-	EventLogSize int
-	Logger       *slog.Logger
+	// Supervisor is the command that runs each bash command under a
+	// supervisor that takes all its processes along when it ends (see
+	// tool.Env); nil runs bash directly.
+	Supervisor []string
+	// BashTimeout bounds a command a client runs with bash (0: the
+	// session's default, negative: none).
+	BashTimeout time.Duration
+	// EventLogSize and EventLogBytes bound each session's log of recent
+	// events.
+	EventLogSize  int
+	EventLogBytes int
+	// MaxTurns, MaxToolFailures, MaxQueued and MaxQueuedBytes bound a
+	// run (see session.Config); zero takes the defaults.
+	MaxTurns        int
+	MaxToolFailures int
+	MaxQueued       int
+	MaxQueuedBytes  int
+	Logger          *slog.Logger
 	// Now is the clock of the system prompt's date (time.Now if nil).
 	Now func() time.Time
 }
@@ -157,9 +172,12 @@ type Spec struct {
 	ReserveSeq func(next uint64) uint64
 }
 
-// ToolEnv is the environment the tools of a session in cwd run in.
+// ToolEnv is the environment the tools of a session in cwd run in. Each
+// call has a Scope of its own: the tools and user commands of one session
+// share it, and closing the session ends what they started.
 func (e *Engine) ToolEnv(cwd string) tool.Env {
-	return tool.Env{Cwd: cwd, Home: e.opt.Home, Locks: e.locks, TempDir: e.opt.TempDir, Environ: e.opt.Environ}
+	return tool.Env{Cwd: cwd, Home: e.opt.Home, Locks: e.locks, TempDir: e.opt.TempDir, Environ: e.opt.Environ,
+		Supervisor: e.opt.Supervisor, Scope: tool.NewScope()}
 }
 
 // Session builds a session.
@@ -183,10 +201,11 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 		Model: e.opt.Model, Thinking: e.opt.Thinking,
 		SystemPrompt: SystemPrompt(spec.Cwd, names, e.opt.Now()),
 		Stream:       e.stream, Options: e.streamOptions, ResolveModel: e.opt.Models.Resolve,
-		Tools: tools, BashEnv: env, Retry: retry, Compaction: comp,
+		Tools: tools, BashEnv: env, BashTimeout: e.opt.BashTimeout, Retry: retry, Compaction: comp,
 		Policy: e.opt.Policy, InteractionTimeout: e.opt.InteractionTimeout,
 		SteeringMode: agent.QueueMode(e.opt.Saved.SteeringMode), FollowUpMode: agent.QueueMode(e.opt.Saved.FollowUpMode),
-		EventLogSize: e.opt.EventLogSize, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,
+		EventLogSize: e.opt.EventLogSize, EventLogBytes: e.opt.EventLogBytes, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,
+		MaxTurns: e.opt.MaxTurns, MaxSameToolFailures: e.opt.MaxToolFailures, MaxQueued: e.opt.MaxQueued, MaxQueuedBytes: e.opt.MaxQueuedBytes,
 		Logger: e.opt.Logger,
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 )
@@ -24,12 +25,14 @@ type Pipeline struct {
 	retention  time.Duration
 	depTimeout time.Duration
 	timeouts   map[Class]time.Duration
+	keepRead   int
+	keepData   int
 
 	// hard is cancelled when a shutdown's drain deadline passes (or on
 	// Close): running handlers are cancelled, queued commands fail.
 	hard       context.Context
 	hardCancel context.CancelFunc
-	wg         sync.WaitGroup // every goroutine the pipeline starts
+	wg         sync.WaitGroup // lanes, handlers and control commands
 	flights    sync.WaitGroup // admitted commands not yet finished
 
 	mu        sync.Mutex
@@ -37,18 +40,19 @@ type Pipeline struct {
 	lanes     map[string]*lane
 	byID      map[string]*flight // in flight, by command id
 	byKey     map[string]*flight // in flight, by scope\x00key
-	outID     map[string]*outcome
-	outKey    map[string]*outcome
+	out       *outcomes
 	versions  map[string]int
 	nextSweep time.Time
 	anonBase  string
 	anonSeq   uint64
-}
+	inFlight  int // admitted commands not yet finished
+	couriers  map[any]*courier
+	// couriersIdle is closed when the last courier exits; nil while none runs.
+	couriersIdle chan struct{}
 
-type outcome struct {
-	fp      string
-	resp    Response
-	expires time.Time
+	hist     *history
+	recovery StartupRecovery // what New found in the journal; fixed
+	jinfo    func() JournalInfo
 }
 
 type lane struct {
@@ -65,10 +69,17 @@ type flight struct {
 	scope   string
 	keyIdx  string
 	respond func(Response)
+	// rerun marks the replay of a read whose data was not kept: it runs
+	// again, unannounced (no command_started, spec §7.4), and answers
+	// replayed without storing anything.
+	rerun bool
+
+	accepted sync.Once // command_accepted is emitted exactly once, before anything else
 
 	// guarded by Pipeline.mu
 	finished   bool
 	hadSession bool
+	waiters    []*flight // duplicates admitted while this one runs
 
 	anon string // the lifecycle id of a command without an id
 
@@ -76,8 +87,21 @@ type flight struct {
 	resp Response
 }
 
+// courier runs the callbacks of one Sender in order on a goroutine of its
+// own: immediate answers (rejections, conflicts, replays) of commands one
+// connection sent back to back arrive in the order sent, and a callback
+// that blocks holds up only its own connection.
+type courier struct {
+	queue []func()
+}
+
 // New builds a Pipeline and loads the journal's outcomes.
 func New(opts Options) (*Pipeline, error) {
+	for name, h := range opts.Registry {
+		if h.ReadOnly && h.Mutating {
+			return nil, fmt.Errorf("handler %s: ReadOnly and Mutating exclude each other", name)
+		}
+	}
 	p := &Pipeline{
 		reg:        opts.Registry,
 		journal:    opts.Journal,
@@ -87,16 +111,23 @@ func New(opts Options) (*Pipeline, error) {
 		retention:  opts.OutcomeRetention,
 		depTimeout: opts.DependencyTimeout,
 		timeouts:   map[Class]time.Duration{},
+		keepRead:   orDefault(opts.KeepReadBytes, DefaultKeepReadBytes),
+		keepData:   orDefault(opts.KeepDataBytes, DefaultKeepDataBytes),
 		lanes:      map[string]*lane{},
 		byID:       map[string]*flight{},
 		byKey:      map[string]*flight{},
-		outID:      map[string]*outcome{},
-		outKey:     map[string]*outcome{},
+		out:        newOutcomes(orDefault(opts.MaxOutcomes, DefaultMaxOutcomes), orDefault(opts.MaxOutcomeMemory, DefaultMaxOutcomeMemory)),
 		versions:   map[string]int{},
 		anonBase:   fmt.Sprint(time.Now().UnixMilli()),
+		couriers:   map[any]*courier{},
+		hist:       newHistory(orDefault(opts.HistoryEntries, DefaultHistoryEntries)),
 	}
 	if p.journal == nil {
 		p.journal = NewMemJournal()
+	}
+	p.jinfo = func() JournalInfo { return JournalInfo{} }
+	if ji, ok := p.journal.(interface{ Info() JournalInfo }); ok {
+		p.jinfo = ji.Info
 	}
 	if p.ttl <= 0 {
 		p.ttl = DefaultIdempotencyTTL
@@ -122,15 +153,27 @@ func New(opts Options) (*Pipeline, error) {
 		if r.Response == nil {
 			continue
 		}
+		o := &outcome{fp: r.Fingerprint, resp: p.keepable(p.reg[r.Command], *r.Response)}
 		if r.ID != "" && r.Expires.After(now) {
-			p.outID[r.ID] = &outcome{r.Fingerprint, *r.Response, r.Expires}
+			o.id, o.idExpires = r.ID, r.Expires
 		}
 		if r.Key != "" && r.KeyExpires.After(now) {
-			p.outKey[r.Scope+"\x00"+r.Key] = &outcome{r.Fingerprint, *r.Response, r.KeyExpires}
+			o.key, o.keyExpires = r.Scope+"\x00"+r.Key, r.KeyExpires
+		}
+		if o.id != "" || o.key != "" {
+			p.out.put(o)
 		}
 	}
+	p.recovery = p.startupRecovery(recs, now)
 	p.hard, p.hardCancel = context.WithCancel(context.Background())
 	return p, nil
+}
+
+func orDefault(v, d int) int {
+	if v <= 0 {
+		return d
+	}
+	return v
 }
 
 // CreateSession starts version tracking for a session at 0 (spec §10).
@@ -157,132 +200,133 @@ func (p *Pipeline) SessionVersion(id string) (int, bool) {
 }
 
 // Submit admits cmd and arranges for respond to be called exactly once
-// with its outcome; command_finished is emitted just before respond is
-// called. Rejections before admission (shutdown, validation) are
-// answered synchronously with no lifecycle events. respond must not block.
+// with its outcome. Submit never calls respond or Emit itself: both run on
+// goroutines the pipeline owns, so the caller may hold what they wait for.
+// For one command the order is command_accepted, command_started (when it
+// runs), command_finished, then respond. Commands rejected before
+// admission (shutdown, validation) are answered with no lifecycle events.
+// The immediate answers (rejections, conflicts, replays) of commands with
+// the same Sender are delivered in submission order. respond must not
+// block for long: it holds up the answers of its Sender.
 func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 	if respond == nil {
 		respond = func(Response) {}
 	}
-	reject := func(e *Error) { respond(Response{ID: cmd.ID, Command: cmd.Type, Err: e}) }
-
-	p.mu.Lock()
-	closing := p.closing
-	p.mu.Unlock()
-	if closing {
-		reject(errShuttingDown())
-		return
-	}
 	h, verr := p.validate(cmd)
-	if verr != nil {
-		reject(verr)
-		return
-	}
 	f := &flight{cmd: cmd, h: h, respond: respond, done: make(chan struct{})}
-	if cmd.ID == "" {
-		p.mu.Lock()
-		p.anonSeq++
-		f.anon = fmt.Sprintf("anon:%s:%d", p.anonBase, p.anonSeq)
-		p.mu.Unlock()
+	if verr == nil {
+		// A server command that names a session (create, delete, load) is
+		// ordered with that session's commands, so a client may send
+		// create_session and its first prompt back to back.
+		f.scope = "server"
+		if h.Lane == LaneSession || cmd.SessionID != "" {
+			f.scope = "session:" + cmd.SessionID
+		}
+		if h.Class != ClassControl && (h.Bypass == nil || !h.Bypass(cmd)) {
+			f.lane = f.scope
+		}
+		if cmd.IdempotencyKey != "" {
+			f.keyIdx = f.scope + "\x00" + cmd.IdempotencyKey
+		}
+		f.fp = fingerprint(cmd)
 	}
-	// A server command that names a session (create, delete, load) is
-	// ordered with that session's commands, so a client may send
-	// create_session and its first prompt back to back.
-	f.scope = "server"
-	if h.Lane == LaneSession || cmd.SessionID != "" {
-		f.scope = "session:" + cmd.SessionID
-	}
-	if h.Class != ClassControl && (h.Bypass == nil || !h.Bypass(cmd)) {
-		f.lane = f.scope
-	}
-	if cmd.IdempotencyKey != "" {
-		f.keyIdx = f.scope + "\x00" + cmd.IdempotencyKey
-	}
-	f.fp = fingerprint(cmd)
 	now := time.Now()
 
 	p.mu.Lock()
 	if p.closing {
+		verr = errShuttingDown()
+	}
+	if verr != nil {
+		p.deliverLocked(cmd.Sender, func() { respond(Response{ID: cmd.ID, Command: cmd.Type, Err: verr}) })
 		p.mu.Unlock()
-		reject(errShuttingDown())
 		return
+	}
+	if cmd.ID == "" {
+		p.anonSeq++
+		f.anon = fmt.Sprintf("anon:%s:%d", p.anonBase, p.anonSeq)
 	}
 	p.sweep(now)
 	// Replay or conflict (spec §8): by id first, then by idempotency key.
 	var (
-		hit      *Response
+		hit      *outcome
 		waitFor  *flight
 		conflict *Error
 	)
 	if cmd.ID != "" {
-		if o := p.outID[cmd.ID]; o != nil && o.expires.After(now) {
+		if o := p.out.byID(cmd.ID, now); o != nil {
 			if o.fp != f.fp {
-				conflict = errConflictID(cmd.ID)
+				conflict = errConflictID(cmd.ID, o.resp.Command, cmd.Type)
 			} else {
-				r := o.resp
-				hit = &r
+				hit = o
 			}
 		} else if o := p.byID[cmd.ID]; o != nil {
 			if o.fp != f.fp {
-				conflict = errConflictID(cmd.ID)
+				conflict = errConflictID(cmd.ID, o.cmd.Type, cmd.Type)
 			} else {
 				waitFor = o
 			}
 		}
 	}
 	if hit == nil && waitFor == nil && conflict == nil && f.keyIdx != "" {
-		if o := p.outKey[f.keyIdx]; o != nil && o.expires.After(now) {
+		if o := p.out.byKey(f.keyIdx, now); o != nil {
 			if o.fp != f.fp {
-				conflict = errConflictKey(cmd.IdempotencyKey)
+				conflict = errConflictKey(cmd.IdempotencyKey, o.resp.Command, cmd.Type)
 			} else {
-				r := o.resp
-				hit = &r
+				hit = o
 			}
 		} else if o := p.byKey[f.keyIdx]; o != nil {
 			if o.fp != f.fp {
-				conflict = errConflictKey(cmd.IdempotencyKey)
+				conflict = errConflictKey(cmd.IdempotencyKey, o.cmd.Type, cmd.Type)
 			} else {
 				waitFor = o
 			}
 		}
 	}
-	if hit != nil || waitFor != nil || conflict != nil {
-		p.mu.Unlock()
-		p.emit(f, CommandAccepted, nil)
-		switch {
-		case conflict != nil:
+	switch {
+	case conflict != nil:
+		p.deliverLocked(cmd.Sender, func() {
+			p.accept(f)
 			r := Response{ID: cmd.ID, Command: cmd.Type, Err: conflict}
 			p.emit(f, CommandFinished, &r)
 			respond(r)
-		case hit != nil:
-			p.replay(f, *hit)
-		default:
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				<-waitFor.done
-				p.replay(f, waitFor.resp)
-			}()
-		}
+		})
+		p.mu.Unlock()
 		return
-	}
-	if cmd.ID != "" {
-		p.byID[cmd.ID] = f
-	}
-	if f.keyIdx != "" {
-		p.byKey[f.keyIdx] = f
+	case waitFor != nil:
+		// Answered with the first one's outcome when it finishes.
+		waitFor.waiters = append(waitFor.waiters, f)
+		p.deliverLocked(cmd.Sender, func() { p.accept(f) })
+		p.mu.Unlock()
+		return
+	case hit != nil && !(hit.resp.DataDropped && h.ReadOnly):
+		r := hit.resp
+		p.deliverLocked(cmd.Sender, func() { p.answerReplay(f, r) })
+		p.mu.Unlock()
+		return
+	case hit != nil:
+		f.rerun = true
+	default:
+		if cmd.ID != "" {
+			p.byID[cmd.ID] = f
+		}
+		if f.keyIdx != "" {
+			p.byKey[f.keyIdx] = f
+		}
 	}
 	p.flights.Add(1)
+	p.inFlight++
+	p.deliverLocked(cmd.Sender, func() { p.accept(f) })
 	p.mu.Unlock()
 
-	p.emit(f, CommandAccepted, nil)
 	if f.durable() {
 		err := p.journal.Append(Record{
 			Op: OpBegin, Command: cmd.Type, ID: cmd.ID, Scope: f.scope, Key: cmd.IdempotencyKey,
 			Fingerprint: f.fp, At: now, KeyExpires: f.keyExpiresAt(p, now), Expires: f.expires(p, now),
 		})
 		if err != nil {
-			p.finish(f, Response{Err: Errorf(CodeInternal, "journal: %v", err)})
+			p.mu.Lock()
+			p.deliverLocked(cmd.Sender, func() { p.finish(f, Response{Err: Errorf(CodeInternal, "journal: %v", err)}) })
+			p.mu.Unlock()
 			return
 		}
 	}
@@ -317,7 +361,62 @@ func (p *Pipeline) Do(cmd Command) Response {
 	return <-ch
 }
 
-func (f *flight) durable() bool { return f.cmd.ID != "" || f.keyIdx != "" }
+// deliverLocked queues fn on the courier of sender, starting it if it is
+// idle; p.mu is held. A sender that cannot be a map key shares the
+// courier of commands without one.
+func (p *Pipeline) deliverLocked(sender any, fn func()) {
+	if sender != nil && !reflect.ValueOf(sender).Comparable() {
+		sender = nil
+	}
+	c := p.couriers[sender]
+	if c == nil {
+		c = &courier{}
+		p.couriers[sender] = c
+		if p.couriersIdle == nil {
+			p.couriersIdle = make(chan struct{})
+		}
+		go p.runCourier(sender, c)
+	}
+	c.queue = append(c.queue, fn)
+}
+
+// runCourier runs c's callbacks until its queue is empty. Couriers are
+// waited for by Shutdown through couriersIdle rather than p.wg, because
+// commands rejected after Shutdown returned still need one.
+func (p *Pipeline) runCourier(sender any, c *courier) {
+	for {
+		p.mu.Lock()
+		if len(c.queue) == 0 {
+			delete(p.couriers, sender)
+			if len(p.couriers) == 0 {
+				close(p.couriersIdle)
+				p.couriersIdle = nil
+			}
+			p.mu.Unlock()
+			return
+		}
+		fn := c.queue[0]
+		c.queue[0] = nil
+		c.queue = c.queue[1:]
+		p.mu.Unlock()
+		fn()
+	}
+}
+
+// waitCouriers returns once no courier runs.
+func (p *Pipeline) waitCouriers() {
+	for {
+		p.mu.Lock()
+		idle := p.couriersIdle
+		p.mu.Unlock()
+		if idle == nil {
+			return
+		}
+		<-idle
+	}
+}
+
+func (f *flight) durable() bool { return !f.rerun && (f.cmd.ID != "" || f.keyIdx != "") }
 
 func (f *flight) expires(p *Pipeline, now time.Time) time.Time {
 	return now.Add(max(p.ttl, p.retention))
@@ -351,16 +450,7 @@ func (p *Pipeline) sweep(now time.Time) {
 		return
 	}
 	p.nextSweep = now.Add(time.Minute)
-	for k, o := range p.outID {
-		if !o.expires.After(now) {
-			delete(p.outID, k)
-		}
-	}
-	for k, o := range p.outKey {
-		if !o.expires.After(now) {
-			delete(p.outKey, k)
-		}
-	}
+	p.out.sweep(now)
 }
 
 func (p *Pipeline) runLane(l *lane) {
@@ -395,9 +485,13 @@ func (p *Pipeline) execute(f *flight) {
 		p.finish(f, Response{Err: errShuttingDown()})
 		return
 	}
-	if e := p.awaitDeps(f); e != nil {
-		p.finish(f, Response{Err: e})
-		return
+	// A rerun is the same command, whose dependencies held when it first
+	// ran; they may have expired since.
+	if !f.rerun {
+		if e := p.awaitDeps(f); e != nil {
+			p.finish(f, Response{Err: e})
+			return
+		}
 	}
 	sid := f.cmd.SessionID
 	p.mu.Lock()
@@ -418,7 +512,10 @@ func (p *Pipeline) execute(f *flight) {
 	f.hadSession = sid != "" && ok
 	p.mu.Unlock()
 
-	p.emit(f, CommandStarted, nil)
+	if !f.rerun {
+		p.accept(f)
+		p.emit(f, CommandStarted, nil)
+	}
 	timeout := p.timeouts[f.h.Class]
 	if f.h.Timeout != 0 {
 		timeout = f.h.Timeout
@@ -481,10 +578,11 @@ func (p *Pipeline) awaitDeps(f *flight) *Error {
 	var deadline <-chan time.Time
 	for _, d := range f.cmd.DependsOn {
 		p.mu.Lock()
-		if o := p.outID[d]; o != nil && o.expires.After(time.Now()) {
+		if o := p.out.byID(d, time.Now()); o != nil {
+			ok, e := o.resp.Success, o.resp.Err
 			p.mu.Unlock()
-			if !o.resp.Success {
-				return Errorf(CodeDependency, "Dependency '%s' failed: %s", d, errText(o.resp.Err))
+			if !ok {
+				return Errorf(CodeDependency, "Dependency '%s' failed: %s", d, errText(e))
 			}
 			continue
 		}
@@ -519,8 +617,22 @@ func (p *Pipeline) awaitDeps(f *flight) *Error {
 	return nil
 }
 
-// finish stores f's terminal outcome (durably, if identified), responds and
-// emits command_finished, exactly once.
+// keepable is what of resp is kept for replay (see the package doc).
+func (p *Pipeline) keepable(h Handler, resp Response) Response {
+	limit := p.keepData
+	if h.ReadOnly {
+		limit = p.keepRead
+	}
+	if len(resp.Data) > limit {
+		resp.Data = nil
+		resp.DataDropped = true
+	}
+	return resp
+}
+
+// finish stores f's terminal outcome (durably, if identified), emits
+// command_finished and responds, exactly once. It runs on a pipeline
+// goroutine: a lane, a control command's, or a courier.
 func (p *Pipeline) finish(f *flight, resp Response) {
 	sid := f.cmd.SessionID
 	p.mu.Lock()
@@ -530,6 +642,7 @@ func (p *Pipeline) finish(f *flight, resp Response) {
 	}
 	f.finished = true
 	resp.ID, resp.Command = f.cmd.ID, f.cmd.Type
+	resp.Replayed = f.rerun
 	// Versions ride on successes only: a failure changed nothing, and
 	// pi-server's clients read a sessionVersion as "now at".
 	if v, ok := p.versions[sid]; ok && sid != "" && resp.Success {
@@ -542,11 +655,11 @@ func (p *Pipeline) finish(f *flight, resp Response) {
 	p.mu.Unlock()
 
 	now := time.Now()
+	kept := p.keepable(f.h, resp)
 	if f.durable() {
-		r := resp
 		err := p.journal.Append(Record{
 			Op: OpFinish, Command: f.cmd.Type, ID: f.cmd.ID, Scope: f.scope, Key: f.cmd.IdempotencyKey,
-			Fingerprint: f.fp, Response: &r, At: now,
+			Fingerprint: f.fp, Response: &kept, At: now,
 			KeyExpires: f.keyExpiresAt(p, now), Expires: f.expires(p, now),
 		})
 		if err != nil && p.onJErr != nil {
@@ -555,24 +668,43 @@ func (p *Pipeline) finish(f *flight, resp Response) {
 	}
 
 	p.mu.Lock()
-	if f.cmd.ID != "" {
-		if p.byID[f.cmd.ID] == f {
+	if !f.rerun {
+		if f.cmd.ID != "" && p.byID[f.cmd.ID] == f {
 			delete(p.byID, f.cmd.ID)
 		}
-		p.outID[f.cmd.ID] = &outcome{f.fp, resp, now.Add(p.retention)}
-	}
-	if f.keyIdx != "" {
-		if p.byKey[f.keyIdx] == f {
+		if f.keyIdx != "" && p.byKey[f.keyIdx] == f {
 			delete(p.byKey, f.keyIdx)
 		}
-		p.outKey[f.keyIdx] = &outcome{f.fp, resp, now.Add(p.ttl)}
+		if f.durable() {
+			o := &outcome{fp: f.fp, resp: kept}
+			if f.cmd.ID != "" {
+				o.id, o.idExpires = f.cmd.ID, now.Add(p.retention)
+			}
+			if f.keyIdx != "" {
+				o.key, o.keyExpires = f.keyIdx, now.Add(p.ttl)
+			}
+			p.out.put(o)
+		}
 	}
+	waiters := f.waiters
+	f.waiters = nil
 	f.resp = resp
 	close(f.done)
 	p.mu.Unlock()
 
+	p.accept(f)
 	p.emit(f, CommandFinished, &resp)
+	if len(waiters) > 0 {
+		p.mu.Lock()
+		for _, w := range waiters {
+			p.deliverLocked(w.cmd.Sender, func() { p.answerReplay(w, resp) })
+		}
+		p.mu.Unlock()
+	}
 	f.respond(resp)
+	p.mu.Lock()
+	p.inFlight--
+	p.mu.Unlock()
 	p.flights.Done()
 }
 
@@ -583,18 +715,23 @@ func (f *flight) keyExpiresAt(p *Pipeline, now time.Time) time.Time {
 	return now.Add(p.ttl)
 }
 
-// replay answers f with a stored outcome (spec §7.4, §5.1).
-func (p *Pipeline) replay(f *flight, r Response) {
+// answerReplay answers f with a stored outcome (spec §7.4, §5.1); it runs
+// on f's courier.
+func (p *Pipeline) answerReplay(f *flight, r Response) {
+	p.accept(f)
 	r.ID = f.cmd.ID // never leak the stored id
 	r.Replayed = true
 	p.emit(f, CommandFinished, &r)
 	f.respond(r)
 }
 
+// accept emits f's command_accepted unless that was done already: by its
+// courier soon after admission, or by whichever goroutine gets to f first.
+func (p *Pipeline) accept(f *flight) {
+	f.accepted.Do(func() { p.emit(f, CommandAccepted, nil) })
+}
+
 func (p *Pipeline) emit(f *flight, t EventType, r *Response) {
-	if p.emitFn == nil {
-		return
-	}
 	lane := f.lane
 	if lane == "" {
 		lane = f.scope
@@ -612,12 +749,18 @@ func (p *Pipeline) emit(f *flight, t EventType, r *Response) {
 	if r != nil {
 		ev.Success, ev.Err, ev.Replayed, ev.TimedOut, ev.SessionVersion = r.Success, r.Err, r.Replayed, r.TimedOut, r.SessionVersion
 	}
-	p.emitFn(ev)
+	p.hist.record(ev, f.fp, f.cmd.ID != "")
+	if p.emitFn != nil {
+		p.emitFn(ev)
+	}
 }
 
 // Shutdown stops admitting commands and waits for admitted ones to finish.
 // When ctx ends first, running handlers are cancelled and queued commands
-// fail; Shutdown then waits for every goroutine and returns ctx's error.
+// fail; Shutdown then waits for every goroutine and every answer to be
+// delivered, and returns ctx's error. Commands submitted after Shutdown
+// returned are refused; their answers are delivered on goroutines that a
+// later Shutdown or Close waits for.
 func (p *Pipeline) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	p.closing = true
@@ -637,6 +780,7 @@ func (p *Pipeline) Shutdown(ctx context.Context) error {
 	}
 	p.hardCancel()
 	p.wg.Wait()
+	p.waitCouriers()
 	return err
 }
 

@@ -272,10 +272,10 @@ func TestReplay(t *testing.T) {
 		executes bool // the command runs again instead of replaying
 	}{
 		{name: "same id same payload", setup: []Command{first}, cmd: Command{Type: "list_sessions", ID: "a", Payload: json.RawMessage(`{ "y":[1,2], "x":1 }`)}, wantID: "a"},
-		{name: "same id different payload", setup: []Command{first}, cmd: Command{Type: "list_sessions", ID: "a", Payload: json.RawMessage(`{"x":2}`)}, err: "Conflicting id 'a'", wantID: "a"},
-		{name: "same id different type", setup: []Command{{Type: "list_sessions", ID: "dup-id"}}, cmd: Command{Type: "health_check", ID: "dup-id"}, err: "Conflicting id 'dup-id'", wantID: "dup-id"},
+		{name: "same id different payload", setup: []Command{first}, cmd: Command{Type: "list_sessions", ID: "a", Payload: json.RawMessage(`{"x":2}`)}, err: "Conflicting id 'a': previously used for 'list_sessions', now used for 'list_sessions'", wantID: "a"},
+		{name: "same id different type", setup: []Command{{Type: "list_sessions", ID: "dup-id"}}, cmd: Command{Type: "health_check", ID: "dup-id"}, err: "Conflicting id 'dup-id': previously used for 'list_sessions', now used for 'health_check'", wantID: "dup-id"},
 		{name: "same key same payload new id", setup: []Command{first}, cmd: Command{Type: "list_sessions", ID: "b", IdempotencyKey: "k", Payload: first.Payload}, wantID: "b"},
-		{name: "same key different payload", setup: []Command{first}, cmd: Command{Type: "health_check", ID: "c", IdempotencyKey: "k"}, err: "Conflicting idempotencyKey 'k'", wantID: "c"},
+		{name: "same key different payload", setup: []Command{first}, cmd: Command{Type: "health_check", ID: "c", IdempotencyKey: "k"}, err: "Conflicting idempotencyKey 'k': previously used for 'list_sessions', now used for 'health_check'", wantID: "c"},
 		{name: "replay without id does not leak id", setup: []Command{first}, cmd: Command{Type: "list_sessions", IdempotencyKey: "k", Payload: first.Payload}, wantID: ""},
 		{name: "key scoped per session", setup: []Command{{Type: "create_session", SessionID: "s1"}, {Type: "create_session", SessionID: "s2"}, {Type: "get_messages", SessionID: "s1", IdempotencyKey: "k"}}, cmd: Command{Type: "get_messages", SessionID: "s2", IdempotencyKey: "k"}, executes: true},
 		{name: "server scope separate from session scope", setup: []Command{{Type: "create_session", SessionID: "s1"}, {Type: "get_messages", SessionID: "s1", IdempotencyKey: "k"}}, cmd: Command{Type: "list_sessions", IdempotencyKey: "k"}, executes: true},
@@ -331,7 +331,7 @@ func TestReplayWhileInFlight(t *testing.T) {
 	<-h.started
 	dup := make(chan Response, 1)
 	h.p.Submit(Command{Type: "server_block", ID: "x"}, func(r Response) { dup <- r })
-	if r := h.p.Do(Command{Type: "server_block", ID: "x", Payload: json.RawMessage(`1`)}); errMsg(r) != "Conflicting id 'x'" {
+	if r := h.p.Do(Command{Type: "server_block", ID: "x", Payload: json.RawMessage(`1`)}); errMsg(r) != "Conflicting id 'x': previously used for 'server_block', now used for 'server_block'" {
 		t.Fatalf("%+v", r)
 	}
 	close(h.release)
@@ -625,7 +625,7 @@ func TestCrashReplay(t *testing.T) {
 		if !r.Success || !r.Replayed || string(r.Data) != string(done.Data) || h2.count("list_sessions") != 0 {
 			t.Fatalf("restart %d: done: %+v", restart, r)
 		}
-		wantFail(t, h2.p.Do(Command{Type: "list_sessions", ID: "done"}), "Conflicting id 'done'")
+		wantFail(t, h2.p.Do(Command{Type: "list_sessions", ID: "done"}), "Conflicting id 'done': previously used for 'list_sessions', now used for 'list_sessions'")
 		r = h2.p.Do(Command{Type: "server_block", ID: "running"})
 		wantFail(t, r, "Command interrupted by server restart")
 		if !r.Replayed || r.Err.Code != CodeInterrupted || h2.count("server_block") != 0 {

@@ -4,6 +4,20 @@
 // sections 4–13). It knows nothing of transports or of the engine: the
 // caller registers a Handler per command type and receives lifecycle events
 // and responses through callbacks.
+//
+// Callbacks (a command's respond, Options.Emit) always run on a goroutine
+// the pipeline owns, never inside Submit: a face may call Submit while
+// holding something its callback waits for.
+//
+// What is kept of an outcome is bounded: at most Options.MaxOutcomes
+// outcomes, their data within Options.MaxOutcomeMemory, and no single
+// outcome's data beyond Options.KeepReadBytes (read-only commands) or
+// Options.KeepDataBytes (the others). A replay of a read-only command whose
+// data was dropped runs the read again and answers with what it returns
+// now, marked replayed; a replay of any other command whose data was
+// dropped answers with the original outcome (success, error, version)
+// without data, marked DataDropped. A command is never run twice because
+// its answer was large.
 package pipeline
 
 import (
@@ -28,6 +42,14 @@ type Command struct {
 	// back on the command's lifecycle events. It is not part of the
 	// fingerprint and is not journaled.
 	Origin any `json:"-"`
+	// Sender groups the commands of one client (its connection) for the
+	// delivery of immediate answers (rejections, conflicts, replays):
+	// those of one Sender arrive in submission order on a goroutine of
+	// their own, so a Sender whose callback is slow holds up only itself.
+	// Commands without a Sender share one such goroutine. It must be
+	// comparable (a pointer); it is not part of the fingerprint and is not
+	// journaled.
+	Sender any `json:"-"`
 }
 
 // Response is the outcome of one command. The face maps it to the wire
@@ -41,6 +63,10 @@ type Response struct {
 	SessionVersion *int            `json:"sessionVersion,omitempty"`
 	Replayed       bool            `json:"replayed,omitempty"`
 	TimedOut       bool            `json:"timedOut,omitempty"`
+	// DataDropped marks a replayed outcome whose data was too large to
+	// keep (see the package doc): the command's outcome is as stated, its
+	// data is gone.
+	DataDropped bool `json:"dataDropped,omitempty"`
 }
 
 // Code classifies a failure; the face maps it to its wire. It is the
@@ -81,10 +107,16 @@ const (
 	msgInterrupted  = "Command interrupted by server restart"
 )
 
-func errShuttingDown() *Error        { return fault.New(CodeShuttingDown, msgShuttingDown) }
-func errConflictID(id string) *Error { return Errorf(CodeConflict, "Conflicting id '%s'", id) }
-func errConflictKey(k string) *Error {
-	return Errorf(CodeConflict, "Conflicting idempotencyKey '%s'", k)
+func errShuttingDown() *Error { return fault.New(CodeShuttingDown, msgShuttingDown) }
+
+// errConflictID and errConflictKey say what the identity was used for
+// (pi-server's wording, which says it even when only the payload differs):
+// a client that reused an id learns which of its commands it clashed with.
+func errConflictID(id, was, now string) *Error {
+	return Errorf(CodeConflict, "Conflicting id '%s': previously used for '%s', now used for '%s'", id, was, now)
+}
+func errConflictKey(k, was, now string) *Error {
+	return Errorf(CodeConflict, "Conflicting idempotencyKey '%s': previously used for '%s', now used for '%s'", k, was, now)
 }
 func errSessionNotFound(s string) *Error {
 	return Errorf(CodeSessionNotFound, "Session %s not found", s)
@@ -151,6 +183,10 @@ type Handler struct {
 	// Mutating commands bump the session's version by one when they
 	// succeed on a session that existed when they started.
 	Mutating bool
+	// ReadOnly commands change nothing, so running one again is safe: when
+	// the data of its outcome was too large to keep, a replay runs it
+	// again instead. Mutating and ReadOnly exclude each other.
+	ReadOnly bool
 	// Timeout overrides the class timeout; negative means none.
 	Timeout time.Duration
 	// Bypass, when set, decides per command whether it skips its lane
@@ -172,6 +208,23 @@ const (
 	DefaultIdempotencyTTL    = 10 * time.Minute
 	DefaultOutcomeRetention  = 24 * time.Hour
 	DefaultDependencyTimeout = 30 * time.Second
+	// DefaultMaxOutcomes is pi-server's bound on outcomes kept by id.
+	DefaultMaxOutcomes = 2000
+	// DefaultMaxOutcomeMemory bounds the data of all kept outcomes; past
+	// it the oldest outcomes lose their data (not their identity).
+	DefaultMaxOutcomeMemory = 32 << 20
+	// DefaultKeepReadBytes: a read's data above this is not kept; a replay
+	// reads again. Small reads replay exactly.
+	DefaultKeepReadBytes = 64 << 10
+	// DefaultKeepDataBytes: other commands' data above this is not kept.
+	// The engine's answers to mutating commands stay well below it (bash
+	// output and summaries are truncated before they get here), so in
+	// practice it only stops a pathological handler from filling the
+	// journal.
+	DefaultKeepDataBytes = 1 << 20
+	// DefaultHistoryEntries bounds the lifecycle history CommandHistory
+	// reads (about a thousand commands, three entries each).
+	DefaultHistoryEntries = 3000
 )
 
 // DefaultClassTimeouts are used for classes missing from Options.ClassTimeouts.
@@ -184,10 +237,14 @@ var DefaultClassTimeouts = map[Class]time.Duration{
 }
 
 // Options configure a Pipeline. Emit and OnJournalError are called without
-// the pipeline's lock held but must not block for long.
+// the pipeline's lock held but must not block for long. Zero values mean
+// the defaults.
 type Options struct {
-	Registry          Registry
-	Journal           Journal // nil: an in-memory journal
+	Registry Registry
+	// Journal stores outcomes durably; nil means an in-memory journal.
+	// A journal that reports JournalInfo (FileJournal does) is named in
+	// StartupRecovery and CommandHistory.
+	Journal           Journal
 	Emit              func(Event)
 	IdempotencyTTL    time.Duration
 	OutcomeRetention  time.Duration // how long outcomes by id are kept
@@ -196,4 +253,10 @@ type Options struct {
 	// OnJournalError learns of a failed durable write of an outcome (the
 	// response is still delivered and replayable until restart).
 	OnJournalError func(error)
+
+	MaxOutcomes      int // outcomes kept in memory (by id and by key)
+	MaxOutcomeMemory int // bytes of outcome data kept in memory
+	KeepReadBytes    int // largest data of a ReadOnly command's outcome kept
+	KeepDataBytes    int // largest data of any other command's outcome kept
+	HistoryEntries   int // lifecycle entries kept for CommandHistory
 }

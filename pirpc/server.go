@@ -43,8 +43,11 @@ type Options struct {
 	// the answer grows.
 	Delta bool
 	// Cwd is where export_html writes by default.
-	Cwd    string
-	Logger *slog.Logger
+	Cwd string
+	// ExportsDir is the other directory export_html may write to (the
+	// data dir's exports folder).
+	ExportsDir string
+	Logger     *slog.Logger
 }
 
 // Server speaks pi's RPC protocol for one session.
@@ -187,6 +190,7 @@ type command struct {
 	Enabled            *bool         `json:"enabled"`
 	Command            *string       `json:"command"`
 	OutputPath         string        `json:"outputPath"`
+	Overwrite          bool          `json:"overwrite"`
 	SessionPath        string        `json:"sessionPath"`
 	EntryID            string        `json:"entryId"`
 	Name               *string       `json:"name"`
@@ -442,7 +446,7 @@ func (srv *Server) dispatch(c *command) {
 	case "get_session_stats":
 		srv.reply(success(id, typ, srv.stats()))
 	case "export_html":
-		path, err := srv.s.ExportHTMLFile(srv.opt.Cwd, c.OutputPath)
+		path, err := srv.s.ExportHTMLFile(session.ExportRequest{Path: c.OutputPath, Cwd: srv.opt.Cwd, ExportsDir: srv.opt.ExportsDir, Overwrite: c.Overwrite})
 		if err != nil {
 			srv.reply(failure(id, typ, err.Error()))
 			return

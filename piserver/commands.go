@@ -100,10 +100,16 @@ type params struct {
 	Command            *string       `json:"command"`
 	ExcludeFromContext bool          `json:"excludeFromContext"`
 	OutputPath         string        `json:"outputPath"`
+	Overwrite          bool          `json:"overwrite"`
 	ParentSession      string        `json:"parentSession"`
 	EntryID            string        `json:"entryId"`
 	RequestID          string        `json:"requestId"`
 	Response           *uiAnswer     `json:"response"`
+	Limit              *int          `json:"limit"`
+	SessionIDFilter    string        `json:"sessionIdFilter"`
+	CommandID          string        `json:"commandId"`
+	FromTimestamp      *int64        `json:"fromTimestamp"`
+	ToTimestamp        *int64        `json:"toTimestamp"`
 }
 
 type uiAnswer struct {
@@ -153,7 +159,11 @@ func (s *Server) commands() map[string]*commandSpec {
 		"get_metrics":          server(pipeline.ClassRead, s.metrics),
 		"health_check":         server(pipeline.ClassRead, s.healthCheck),
 		"list_stored_sessions": server(pipeline.ClassRead, s.listStored),
-		"load_session":         server(pipeline.ClassMutate, s.loadSession, field{name: "sessionPath", kind: kString, required: true, max: 4096}),
+		"get_startup_recovery": server(pipeline.ClassRead, s.startupRecovery),
+		"get_command_history": server(pipeline.ClassRead, s.commandHistory,
+			field{name: "limit", kind: kInt}, field{name: "sessionIdFilter", kind: kString, max: 256},
+			field{name: "commandId", kind: kString, max: 256}, field{name: "fromTimestamp", kind: kInt}, field{name: "toTimestamp", kind: kInt}),
+		"load_session": server(pipeline.ClassMutate, s.loadSession, field{name: "sessionPath", kind: kString, required: true, max: 4096}),
 
 		// Session commands (spec §17.2).
 		"prompt": {session: true, class: pipeline.ClassLong, run: s.prompt,
@@ -185,7 +195,7 @@ func (s *Server) commands() map[string]*commandSpec {
 		"bash":                    long(s.bash, field{name: "command", kind: kString, required: true, max: 20000}, field{name: "excludeFromContext", kind: kBool}),
 		"abort_bash":              control(s.abortBash),
 		"get_session_stats":       read(s.stats),
-		"export_html":             mutate(s.exportHTML, field{name: "outputPath", kind: kString, max: 4096}),
+		"export_html":             mutate(s.exportHTML, field{name: "outputPath", kind: kString, max: 4096}, field{name: "overwrite", kind: kBool}),
 		"new_session":             long(s.newSession, field{name: "parentSession", kind: kString, max: 4096}),
 		"switch_session_file":     long(s.switchFile, field{name: "sessionPath", kind: kString, required: true, max: 4096}),
 		"fork":                    long(s.fork, field{name: "entryId", kind: kString, required: true}),
@@ -221,6 +231,9 @@ func (s *Server) registry() pipeline.Registry {
 		mutating := !spec.readOnly && (spec.session || name == "load_session")
 		reg[name] = pipeline.Handler{
 			Class: spec.class, Lane: lane, Mutating: mutating, Timeout: spec.timeout, Bypass: spec.bypass,
+			// Reads can be run again on replay instead of keeping a large
+			// answer in the journal.
+			ReadOnly: spec.class == pipeline.ClassRead,
 			Run: func(ctx context.Context, cmd pipeline.Command) (json.RawMessage, error) {
 				c := &call{cmd: cmd}
 				if err := spec.decode(cmd.Payload, &c.p); err != nil {
@@ -437,6 +450,53 @@ func (s *Server) listStored(context.Context, *call) (any, error) {
 	return map[string]any{"sessions": out}, nil
 }
 
+// stores describes the server's stores with agentd's own figures, under
+// pi-server's names where agentd has the same thing.
+func (s *Server) stores() map[string]any {
+	srv := s.srv
+	ps := srv.Pipeline().Stats()
+	pendingUI := 0
+	for _, h := range srv.Sessions() {
+		pendingUI += len(h.Session().Interactions())
+	}
+	queued, budget := srv.QueuedBytes()
+	out := map[string]any{
+		"replay": map[string]any{"inFlightCount": ps.InFlight, "inFlightWithIdCount": ps.InFlightByID,
+			"outcomeCount": ps.Outcomes, "idempotencyCacheSize": ps.IdempotencyKeys, "outcomeBytes": ps.OutcomeBytes,
+			"maxCommandOutcomes": ps.MaxOutcomes, "maxInFlightPerConnection": srv.Limits().MaxPending,
+			"inFlightRejections": srv.Rejected(server.RejectPending)},
+		"version":      map[string]any{"sessionCount": ps.Versions},
+		"execution":    map[string]any{"laneCount": ps.Lanes},
+		"extensionUI":  map[string]any{"pendingCount": pendingUI},
+		"sessionStore": map[string]any{"loadedCount": srv.SessionCount(), "knownCount": srv.KnownCount()},
+		"sendQueues":   map[string]any{"queuedBytes": queued, "budgetBytes": budget, "budgetCuts": srv.SendBudgetCuts()},
+	}
+	if j, ok := srv.Journal().(interface{ Info() pipeline.JournalInfo }); ok {
+		ji := j.Info()
+		out["journal"] = map[string]any{"path": ji.Path, "durable": ji.Durable, "bytes": ji.Bytes, "records": ji.Records, "compactions": ji.Compactions}
+	}
+	return out
+}
+
+func (s *Server) startupRecovery(context.Context, *call) (any, error) {
+	return s.srv.Pipeline().StartupRecovery(), nil
+}
+
+func (s *Server) commandHistory(_ context.Context, c *call) (any, error) {
+	q := pipeline.HistoryQuery{SessionID: c.p.SessionIDFilter, CommandID: c.p.CommandID,
+		FromTimestamp: c.p.FromTimestamp, ToTimestamp: c.p.ToTimestamp}
+	if c.p.Limit != nil {
+		q.Limit = *c.p.Limit
+		if q.Limit == 0 {
+			q.Limit = -1 // an explicit 0 is out of range, not the default
+		}
+	}
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	return s.srv.Pipeline().CommandHistory(q), nil
+}
+
 func (s *Server) healthCheck(context.Context, *call) (any, error) {
 	hc := s.srv.Health().Check()
 	lim := s.srv.Limits()
@@ -475,10 +535,16 @@ func (s *Server) metrics(context.Context, *call) (any, error) {
 			"sendBudget": srv.SendBudgetCuts(),
 		},
 		"zombieSessionsDetected": srv.Zombies(),
+		// agentd never unloads an idle session by itself: a zombie stays
+		// until a client deletes it or the server stops.
+		"zombieSessionsCleaned":  0,
+		"doubleUnregisterErrors": srv.DoubleDetaches(),
+		"pendingConnectionCount": s.handshakes.Load(),
 		"rateLimitUsage":         map[string]int{"globalCount": srv.RateUsage(), "globalLimit": lim.GlobalRate},
 		"circuitBreakers":        breakers,
 		"bashCircuitBreaker": map[string]any{"enabled": true, "globalState": bash.State, "globalFailureCount": bash.Failures,
 			"totalCalls": bash.Requests, "totalRejected": bash.Rejected},
+		"stores":   s.stores(),
 		"uptimeMs": time.Since(srv.Started()).Milliseconds(),
 	}, nil
 }
@@ -691,7 +757,7 @@ func (s *Server) stats(_ context.Context, c *call) (any, error) {
 }
 
 func (s *Server) exportHTML(_ context.Context, c *call) (any, error) {
-	path, err := c.h.Session().ExportHTMLFile(c.h.Cwd(), c.p.OutputPath)
+	path, err := c.h.ExportHTML(c.p.OutputPath, c.p.Overwrite)
 	if err != nil {
 		return nil, err
 	}
@@ -943,6 +1009,18 @@ func (s *Server) log(cmd pipeline.Command, r pipeline.Response, took time.Durati
 	}
 	if r.Replayed {
 		attrs = append(attrs, "replayed", true)
+	}
+	if cmd.Type == "bash" {
+		// A shell command run for a client is what an operator most needs
+		// to see; it is not conversation text.
+		var p struct {
+			Command string `json:"command"`
+		}
+		_ = json.Unmarshal(cmd.Payload, &p)
+		if len(p.Command) > 500 {
+			p.Command = p.Command[:500] + "…"
+		}
+		attrs = append(attrs, "shell", p.Command)
 	}
 	if r.Err != nil {
 		attrs = append(attrs, "error", r.Err.Message)

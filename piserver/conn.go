@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/pipeline"
+	"github.com/agentd-dev/agentd/piwire"
 	"github.com/agentd-dev/agentd/server"
 )
 
@@ -74,7 +75,10 @@ func (r *refusal) Error() string { return r.reason }
 // writer. An error (a *refusal) means the connection was refused.
 func (c *conn) start() error {
 	cl, err := c.srv.srv.Attach(wireLink{c.link}, server.ClientOptions{
-		Face: face, Transport: c.transport, First: readyFrame(c.srv.opt.Version), Value: c,
+		Face: face, Transport: c.transport, Value: c,
+		// startup_recovery_summary follows server_ready, redacted: a client
+		// asks get_startup_recovery for the paths and ids.
+		First: [][]byte{readyFrame(c.srv.opt.Version), piwire.Marshal(frame{"startup_recovery_summary", c.srv.srv.Pipeline().StartupRecovery().Redacted()})},
 	})
 	if err != nil {
 		code := closeOverloaded
@@ -153,6 +157,7 @@ func (c *conn) handle(data []byte) {
 	started := time.Now()
 	o := &origin{c: c, hold: server.NewHold()}
 	cmd.Origin = o
+	cmd.Sender = c // a slow connection holds up only its own answers
 	s.srv.Submit(cmd, func(r pipeline.Response) {
 		// The session a create or load announced has arrived (or
 		// failed) by now: lookups stop waiting for it before anything

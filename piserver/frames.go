@@ -59,6 +59,9 @@ type wireResponse struct {
 	SessionVersion *int            `json:"sessionVersion,omitempty"`
 	Replayed       bool            `json:"replayed,omitempty"`
 	TimedOut       bool            `json:"timedOut,omitempty"`
+	// DataDropped marks a replay whose answer was too large to keep:
+	// the outcome is the original one, without its data.
+	DataDropped bool `json:"dataDropped,omitempty"`
 }
 
 func failureFrame(id, command, msg string) []byte {
@@ -67,7 +70,7 @@ func failureFrame(id, command, msg string) []byte {
 
 func responseFrame(r pipeline.Response) []byte {
 	w := wireResponse{ID: r.ID, Type: "response", Command: r.Command, Success: r.Success,
-		SessionVersion: r.SessionVersion, Replayed: r.Replayed, TimedOut: r.TimedOut}
+		SessionVersion: r.SessionVersion, Replayed: r.Replayed, TimedOut: r.TimedOut, DataDropped: r.DataDropped}
 	if r.Success {
 		w.Data = r.Data
 	} else {
@@ -414,7 +417,9 @@ func nonNegInt(raw json.RawMessage) (int, error) {
 	if err := json.Unmarshal(raw, &f); err != nil {
 		return 0, err
 	}
-	if f < 0 || f != math.Trunc(f) || f > math.MaxInt32 {
+	// Up to 2^53: what a JavaScript client can send exactly (timestamps in
+	// ms, seqs).
+	if f < 0 || f != math.Trunc(f) || f > 1<<53 {
 		return 0, errors.New("not a non-negative integer")
 	}
 	return int(f), nil

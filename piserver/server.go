@@ -7,6 +7,7 @@ package piserver
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentd-dev/agentd/llm"
@@ -36,6 +37,9 @@ type Options struct {
 	// answer within the next interval is disconnected. 0 takes 30 s, a
 	// negative value disables it.
 	Heartbeat time.Duration
+	// StdioToken, when set, must be presented by a stdio client before it
+	// may send commands (see ServeStdio).
+	StdioToken string
 }
 
 // Server is the pi-server face of a server.Server.
@@ -44,6 +48,9 @@ type Server struct {
 	opt          Options
 	commandSpecs map[string]*commandSpec
 	codec        *codec
+	// handshakes counts WebSocket connections accepted but not yet
+	// attached (upgrading, authenticating).
+	handshakes atomic.Int64
 }
 
 // New adds the pi-server face to srv: its commands, its lifecycle

@@ -2,6 +2,8 @@ package piserver
 
 import (
 	"context"
+	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +32,15 @@ type WebSocketOptions struct {
 // WebSocketHandler serves the protocol on every path it is mounted on.
 func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.handshakes.Add(1)
+		pending := true
+		done := func() {
+			if pending {
+				pending = false
+				s.handshakes.Add(-1)
+			}
+		}
+		defer done()
 		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: o.OriginPatterns})
 		if err != nil {
 			s.srv.Logger().Debug("websocket handshake failed", "remote", r.RemoteAddr, "err", err)
@@ -58,6 +69,7 @@ func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
 			_ = ws.Close(websocket.StatusCode(code), reason)
 			return
 		}
+		done()
 		s.srv.Logger().Debug("websocket connected", "remote", r.RemoteAddr)
 		ctx, cancel := context.WithCancel(s.srv.Context())
 		defer cancel()
@@ -171,13 +183,26 @@ func (l *wsLink) close(code int, reason string) {
 // ServeStdio serves one client on in/out (newline-delimited JSON) until in
 // ends, ctx ends or out fails. The caller then shuts the server down, which
 // drains the commands in flight and writes their responses.
+//
+// With Options.StdioToken set (stdio exposed beyond the process that
+// started agentd, through ssh or socat), the client must first send
+// {"type":"authenticate","token":"..."}: until then it gets no broadcasts,
+// and every command is refused with the reason.
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
 	l := &stdioLink{w: out}
 	c := newConn(s, "stdio", l)
-	if err := c.start(); err != nil {
-		return err
+	authed := s.opt.StdioToken == ""
+	if authed {
+		if err := c.start(); err != nil {
+			return err
+		}
 	}
-	lines := make(chan []byte)
+	// A line, or the size of one too long to read (data nil).
+	type input struct {
+		data    []byte
+		skipped int
+	}
+	lines := make(chan input)
 	readDone := make(chan error, 1)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -186,7 +211,12 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 		for {
 			line, err := lr.Next()
 			if errors.Is(err, piwire.ErrLineTooLong) {
-				c.oversize(lr.Skipped)
+				select {
+				case lines <- input{skipped: lr.Skipped}: // the loop answers: it knows whether c started
+				case <-rctx.Done():
+					readDone <- rctx.Err()
+					return
+				}
 				continue
 			}
 			if err != nil {
@@ -194,7 +224,7 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 				return
 			}
 			select {
-			case lines <- append([]byte(nil), line...):
+			case lines <- input{data: append([]byte(nil), line...)}:
 			case <-rctx.Done():
 				readDone <- rctx.Err()
 				return
@@ -202,18 +232,42 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 		}
 	}()
 	var err error
+	var done <-chan struct{}
+	if authed {
+		done = c.done()
+	}
 loop:
 	for {
 		select {
-		case line := <-lines:
-			if len(strings.TrimSpace(string(line))) > 0 {
+		case in := <-lines:
+			line := in.data
+			switch {
+			case line == nil:
+				n := in.skipped
+				if authed {
+					c.oversize(n)
+				} else {
+					s.srv.Reject(server.RejectMessageSize)
+					_ = l.write(ctx, failureFrame("", "unknown", fmt.Sprintf("Message size %d exceeds limit %d", n, s.srv.Limits().MaxFrameBytes)))
+				}
+			case len(strings.TrimSpace(string(line))) == 0:
+			case authed:
 				c.handle(line)
+			default:
+				ok, reply := s.stdioAuthenticate(line)
+				_ = l.write(ctx, reply)
+				if ok {
+					if err := c.start(); err != nil {
+						return err
+					}
+					authed, done = true, c.done()
+				}
 			}
 		case err = <-readDone:
 			break loop
 		case <-ctx.Done():
 			break loop
-		case <-c.done():
+		case <-done:
 			break loop
 		}
 	}
@@ -227,6 +281,31 @@ loop:
 		return fmt.Errorf("reading stdin: %w", err)
 	}
 	return nil
+}
+
+// stdioAuthenticate answers a line from a stdio client that has not
+// authenticated: an authenticate command with the right token lets it in;
+// anything else is refused with the reason, echoing its id and type.
+func (s *Server) stdioAuthenticate(line []byte) (ok bool, reply []byte) {
+	var f struct {
+		Type  string `json:"type"`
+		ID    string `json:"id"`
+		Token string `json:"token"`
+	}
+	_ = json.Unmarshal(line, &f)
+	command := f.Type
+	if command == "" {
+		command = "unknown"
+	}
+	reason := "Missing authorization token: send {\"type\":\"authenticate\",\"token\":\"...\"} first"
+	if f.Type == "authenticate" && f.Token != "" {
+		if subtle.ConstantTimeCompare([]byte(f.Token), []byte(s.opt.StdioToken)) == 1 {
+			return true, piwire.Marshal(wireResponse{ID: f.ID, Type: "response", Command: "authenticate", Success: true})
+		}
+		reason = "Invalid token"
+	}
+	s.srv.Logger().Info("stdio command refused", "reason", reason)
+	return false, failureFrame(f.ID, command, reason)
 }
 
 type stdioLink struct {

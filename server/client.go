@@ -69,8 +69,9 @@ type ClientOptions struct {
 	Face string
 	// Transport names the transport, for metrics ("websocket", "stdio").
 	Transport string
-	// First is queued before anything else can be (server_ready).
-	First []byte
+	// First are queued before anything else can be (server_ready, and
+	// what a face sends right after it).
+	First [][]byte
 	Value any
 }
 
@@ -80,8 +81,8 @@ type ClientOptions struct {
 func (s *Server) Attach(link Link, o ClientOptions) (*Client, error) {
 	c := &Client{srv: s, face: o.Face, link: link, Value: o.Value, watching: map[string]struct{}{}, done: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
-	if o.First != nil {
-		c.Send(o.First)
+	for _, f := range o.First {
+		c.Send(f)
 	}
 	if err := s.addClient(c, o.Transport); err != nil {
 		close(c.done)

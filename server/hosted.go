@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"os"
 	"sort"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/session"
@@ -26,12 +28,16 @@ type Hosted struct {
 	sess    *session.Session
 	created time.Time
 	cwd     string
-	file    fileID
+	file    transcript.FileID
 	unsub   func()
 	lastCmd atomic.Int64 // unix ms of the last command, for zombie detection
 
 	subMu sync.Mutex
 	subs  map[*Client]*subscription
+
+	// started holds when each running tool call began, for the log; only
+	// onEvent touches it, and the session calls that in order.
+	started map[string]time.Time
 }
 
 // ID is the id clients know the session by.
@@ -131,7 +137,6 @@ func (s *Server) Session(ctx context.Context, id string) (*Hosted, error) {
 			}
 			return nil, err
 		}
-		s.log.Info("session reloaded", "session", id, "file", e.File)
 		return h, nil
 	}
 }
@@ -246,6 +251,9 @@ func (s *Server) Load(ctx context.Context, r LoadRequest) (*Hosted, error) {
 		return nil, err
 	}
 	info, err := transcript.ReadInfo(path)
+	if errors.Is(err, transcript.ErrNotRegular) {
+		return nil, fault.Wrap(fault.Invalid, err, "Failed to load session from "+r.Path+": it is not a regular file")
+	}
 	if err != nil {
 		return nil, fault.Wrap(fault.Invalid, err, "Failed to load session from "+r.Path+": not a session file")
 	}
@@ -273,10 +281,10 @@ func (s *Server) Load(ctx context.Context, r LoadRequest) (*Hosted, error) {
 
 // open makes session id from file (or a new file when "") and hosts it.
 func (s *Server) open(_ context.Context, id, cwd, file string, fresh bool) (*Hosted, error) {
-	var fid fileID
+	var fid transcript.FileID
 	if file != "" {
 		var err error
-		if fid, err = identify(file); err != nil {
+		if fid, err = transcript.FileIDOf(file); err != nil {
 			return nil, fault.Wrap(fault.Invalid, err, "Failed to load session from "+file+": "+err.Error())
 		}
 	}
@@ -329,7 +337,7 @@ func (s *Server) open(_ context.Context, id, cwd, file string, fresh bool) (*Hos
 	})
 	if err == nil && file == "" {
 		if p := sess.File(); p != "" {
-			if fid, err = identify(p); err != nil {
+			if fid, err = transcript.FileIDOf(p); err != nil {
 				_ = sess.Close()
 			}
 		}
@@ -340,7 +348,7 @@ func (s *Server) open(_ context.Context, id, cwd, file string, fresh bool) (*Hos
 		s.mu.Unlock()
 		return nil, err
 	}
-	h := &Hosted{srv: s, id: id, sess: sess, created: time.Now(), cwd: cwd, file: fid, subs: map[*Client]*subscription{}}
+	h := &Hosted{srv: s, id: id, sess: sess, created: time.Now(), cwd: cwd, file: fid, subs: map[*Client]*subscription{}, started: map[string]time.Time{}}
 	h.lastCmd.Store(time.Now().UnixMilli())
 	created := h.created
 	if !fresh && !prev.Created.IsZero() {
@@ -360,6 +368,11 @@ func (s *Server) open(_ context.Context, id, cwd, file string, fresh bool) (*Hos
 	if s.pipe != nil {
 		s.pipe.CreateSession(id)
 	}
+	how := "created"
+	if file != "" {
+		how = "loaded"
+	}
+	s.log.Info("session "+how, "session", id, "cwd", cwd, "file", sess.File(), "seq", first)
 	return h, nil
 }
 
@@ -379,7 +392,7 @@ func (s *Server) reserveSeq(id string, next uint64) uint64 {
 func (h *Hosted) onEvent(ev session.Event) {
 	if ev.Type == session.EventSessionChanged && ev.SessionFile != "" {
 		s := h.srv
-		if fid, err := identify(ev.SessionFile); err == nil {
+		if fid, err := transcript.FileIDOf(ev.SessionFile); err == nil {
 			s.mu.Lock()
 			h.file = fid
 			s.mu.Unlock()
@@ -388,7 +401,46 @@ func (h *Hosted) onEvent(ev session.Event) {
 			s.log.Error("recording the session file", "session", h.id, "err", err)
 		}
 	}
+	h.logEvent(ev)
 	h.fanOut(ev)
+}
+
+// logEvent records what a session does for its clients: each shell
+// command at info (what ran, how it ended, how long it took), other tool
+// calls at debug, each run's outcome at info. Prompt text stays out.
+func (h *Hosted) logEvent(ev session.Event) {
+	log := h.srv.log
+	switch {
+	case ev.Agent != nil && ev.Type == session.EventType(agent.EventToolExecutionStart):
+		h.started[ev.Agent.ToolCallID] = time.Now()
+	case ev.Agent != nil && ev.Type == session.EventType(agent.EventToolExecutionEnd):
+		a := ev.Agent
+		began, ok := h.started[a.ToolCallID]
+		delete(h.started, a.ToolCallID)
+		attrs := []any{"session", h.id, "tool", a.ToolName, "error", a.IsError}
+		if ok {
+			attrs = append(attrs, "ms", time.Since(began).Milliseconds())
+		}
+		if a.ToolName == "bash" {
+			var args struct {
+				Command string `json:"command"`
+			}
+			_ = json.Unmarshal(a.Args, &args)
+			log.Info("shell command", append(attrs, "command", clip(args.Command, 500))...)
+			return
+		}
+		log.Debug("tool call", attrs...)
+	case ev.Type == session.EventStateChanged && ev.Outcome != "":
+		log.Info("run ended", "session", h.id, "outcome", ev.Outcome)
+	}
+}
+
+// clip shortens s for a log line.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // Delete unloads session id: it stops, its file stays, and its id no
@@ -441,6 +493,9 @@ func (s *Server) unload(h *Hosted, deleted bool) error {
 		s.cfg.Metrics.SetSessions(n)
 	}
 	err := h.sess.Close()
+	if deleted {
+		s.log.Info("session deleted", "session", h.id)
+	}
 	// The exact last seq, so a client resuming after a clean restart
 	// misses nothing.
 	head := h.sess.Seq()
@@ -475,7 +530,7 @@ func (s *Server) SwitchFile(h *Hosted, path string) error {
 	if err != nil {
 		return err
 	}
-	fid, err := identify(real)
+	fid, err := transcript.FileIDOf(real)
 	if err != nil {
 		return fault.Wrap(fault.Invalid, err, "Failed to load session from "+path+": "+err.Error())
 	}

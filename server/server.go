@@ -138,6 +138,12 @@ type Config struct {
 	// StateDir holds the server's own files (the session index); "" keeps
 	// them in memory.
 	StateDir string
+	// ExportsDir is where export_html may write besides a session's
+	// working directory (the data dir's exports folder).
+	ExportsDir string
+	// Protected are files an export must never replace (the command
+	// journal); the index and the hosted sessions' files are added.
+	Protected []string
 	// Journal keeps outcomes of identified commands across restarts; nil
 	// keeps them in memory.
 	Journal  pipeline.Journal
@@ -178,6 +184,7 @@ type Server struct {
 	closing bool
 
 	executed       atomic.Int64
+	doubleDetach   atomic.Int64
 	rejected       sync.Map // Rejection -> *atomic.Int64
 	rejectedBudget atomic.Int64
 }
@@ -365,6 +372,9 @@ func (s *Server) removeClient(c *Client, transport string) {
 	_, ok := s.clients[c]
 	delete(s.clients, c)
 	s.mu.Unlock()
+	if !ok {
+		s.doubleDetach.Add(1)
+	}
 	if ok && s.cfg.Metrics != nil {
 		s.cfg.Metrics.ConnectionClosed(transport)
 	}
@@ -408,6 +418,28 @@ func (s *Server) furthestBehind() *Client {
 		}
 	}
 	return victim
+}
+
+// DoubleDetaches counts clients detached when they were not attached: a
+// bug if ever above 0.
+func (s *Server) DoubleDetaches() int64 { return s.doubleDetach.Load() }
+
+// QueuedBytes is what waits to be sent to all clients, and the budget.
+func (s *Server) QueuedBytes() (queued, budget int64) { return s.budget.total.Load(), s.budget.max }
+
+// Journal is the command journal (nil when kept in memory).
+func (s *Server) Journal() pipeline.Journal { return s.cfg.Journal }
+
+// KnownCount is the number of session ids the index knows, loaded or not,
+// deleted ones aside.
+func (s *Server) KnownCount() int {
+	n := 0
+	for _, e := range s.index.all() {
+		if !e.Deleted {
+			n++
+		}
+	}
+	return n
 }
 
 // SendBudgetCuts is how many clients were cut off by the server-wide

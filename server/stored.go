@@ -26,9 +26,13 @@ type Stored struct {
 // Stored lists the stored sessions, most recently active first.
 func (s *Server) Stored() ([]Stored, error) {
 	loaded := map[string]bool{}
+	loadedIDs := map[transcript.FileID]bool{} // a hard link is loaded too
 	for _, h := range s.Sessions() {
 		if f := h.sess.File(); f != "" {
 			loaded[f] = true
+			if id, err := transcript.FileIDOf(f); err == nil {
+				loadedIDs[id] = true
+			}
 		}
 	}
 	var infos []transcript.Info
@@ -47,7 +51,7 @@ func (s *Server) Stored() ([]Stored, error) {
 			id = known
 		}
 		out = append(out, Stored{ID: id, Name: info.Name, File: info.Path, Cwd: info.Cwd, Created: info.Created,
-			Modified: info.Modified, MessageCount: info.MessageCount, Exists: exists, Loaded: loaded[info.Path]})
+			Modified: info.Modified, MessageCount: info.MessageCount, Exists: exists, Loaded: loaded[info.Path] || loadedIDs[info.FileID]})
 	}
 	for _, info := range infos {
 		add(info, true)

@@ -1,12 +1,16 @@
 package session
 
 import (
+	"bytes"
+	"encoding/json"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/todo"
+	"github.com/agentd-dev/agentd/tool"
 )
 
 // EventType names a session event. Agent events keep their pi names;
@@ -66,8 +70,9 @@ type CompactionResult struct {
 // Agent events (message_*, tool_*, turn_*, agent_*, queue_update) are in
 // Agent. A listener called by Subscribe sees message_update with the live
 // partial message (valid during the call only); the copy kept in the
-// event log has no partial message, only the delta in Agent.Update, so
-// the log stays small and immutable.
+// event log has no partial message, only the delta in Agent.Update, and
+// keeps less of tool_execution_update and queue_update too (see logCopy),
+// so the log stays small and immutable.
 type Event struct {
 	Seq   uint64
 	Time  time.Time
@@ -110,7 +115,19 @@ type Event struct {
 }
 
 // logCopy is the version of ev kept in the event log: nothing in it
-// changes after it is appended.
+// changes after it is appended, and nothing in it grows with what a
+// client resends or a tool streams, so a long session keeps a small log.
+// What the log keeps differs from what listeners get in three events:
+//
+//   - message_update: the delta only, without the partial message.
+//   - tool_execution_update: no partial result (an empty one); a tool
+//     such as bash sends its whole output so far several times a second,
+//     and tool_execution_end carries the final result.
+//   - queue_update: every queued text cut to a preview of
+//     QueuePreviewBytes, so that the log holds the queue's shape (how many
+//     messages, in which order, how each begins) and not a copy of the
+//     whole queue per change; the full texts are in the user messages
+//     when they are delivered.
 func logCopy(ev Event) Event {
 	if ev.Agent == nil {
 		return ev
@@ -131,7 +148,57 @@ func logCopy(ev Event) Event {
 		if a.Message != nil && a.Message.Role == llm.RoleAssistant {
 			a.Message = a.Message.Clone()
 		}
+	case agent.EventToolExecutionUpdate:
+		a.Partial = &tool.Result{}
+	case agent.EventToolExecutionEnd:
+		if a.Result != nil {
+			r := *a.Result
+			r.Details = encodedDetails(r.Details)
+			a.Result = &r
+		}
+	case agent.EventQueueUpdate:
+		a.Steering, a.FollowUp = previews(a.Steering), previews(a.FollowUp)
 	}
 	ev.Agent = &a
 	return ev
+}
+
+// QueuePreviewBytes is how much of each queued text a logged
+// queue_update keeps.
+const QueuePreviewBytes = 256
+
+func previews(texts []string) []string {
+	if texts == nil {
+		return nil
+	}
+	out := make([]string, len(texts))
+	for i, t := range texts {
+		if len(t) > QueuePreviewBytes {
+			n := QueuePreviewBytes
+			for n > 0 && !utf8.RuneStart(t[n]) {
+				n--
+			}
+			// A new string: the preview must not keep the whole text alive.
+			t = t[:n] + "…"
+		}
+		out[i] = t
+	}
+	return out
+}
+
+// encodedDetails returns a tool result's details as the JSON clients are
+// sent. The log keeps that instead of the tool's own value, whose size
+// the log cannot see (bash's details hold the output's tail once more).
+func encodedDetails(d any) any {
+	switch d.(type) {
+	case nil, json.RawMessage:
+		return d
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(d); err != nil {
+		return d
+	}
+	return json.RawMessage(bytes.TrimSuffix(b.Bytes(), []byte{'\n'}))
 }

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/compaction"
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/todo"
@@ -66,7 +66,7 @@ func (s *Session) Model() *llm.Model {
 // re-clamped to what the new model supports.
 func (s *Session) SetModel(m *llm.Model) error {
 	if m == nil {
-		return errors.New("no model given")
+		return fault.New(fault.Invalid, "no model given")
 	}
 	s.mu.Lock()
 	f := s.file
@@ -309,13 +309,30 @@ func (s *Session) RecordBash(m *llm.Message) {
 
 // ErrBashRunning is returned when a command is started while another
 // one the user ran is still running.
-var ErrBashRunning = errors.New("a bash command is already running; abort it first")
+var ErrBashRunning = fault.New(fault.Busy, "a bash command is already running; abort it first")
+
+// DefaultBashTimeout bounds a command the user runs (Bash) when
+// Config.BashTimeout is 0: long enough for a build or a test suite, short
+// enough that a forgotten `tail -f` does not hold the session forever.
+const DefaultBashTimeout = 10 * time.Minute
+
+// bashTimeoutSeconds is Config.BashTimeout as RunBash takes it (0: none).
+func bashTimeoutSeconds(d time.Duration) float64 {
+	switch {
+	case d == 0:
+		return DefaultBashTimeout.Seconds()
+	case d < 0:
+		return 0
+	}
+	return d.Seconds()
+}
 
 // Bash runs a command the user typed (not the model), in the session's
 // working directory, and records it into the context as a bashExecution
 // message so the model sees it on the next prompt; exclude keeps it out
-// of the model's context (pi's "!!"). AbortBash or ctx cancels it and
-// kills its process group.
+// of the model's context (pi's "!!"). AbortBash, ctx or Config.BashTimeout
+// ends it and everything it started; a command that timed out is recorded
+// as cancelled, its output ending with a line saying so.
 func (s *Session) Bash(ctx context.Context, command string, exclude bool) (*llm.Message, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -331,12 +348,20 @@ func (s *Session) Bash(ctx context.Context, command string, exclude bool) (*llm.
 		s.bashCancel = nil
 		s.mu.Unlock()
 	}()
-	run := tool.RunBash(ctx, s.cfg.BashEnv, command, 0, nil)
+	timeout := bashTimeoutSeconds(s.cfg.BashTimeout)
+	run := tool.RunBash(ctx, s.cfg.BashEnv, command, timeout, nil)
 	if run.StartError != "" {
 		return nil, errors.New(run.StartError)
 	}
-	m := &llm.Message{Role: llm.RoleBashExecution, Command: command, Output: run.Output, ExitCode: run.ExitCode,
-		Cancelled: run.Aborted, Truncated: run.Truncation.Truncated, FullOutputPath: run.FullOutputPath,
+	output := run.Output
+	if run.TimedOut {
+		if output != "" && !strings.HasSuffix(output, "\n") {
+			output += "\n"
+		}
+		output += "Command timed out after " + strconv.FormatFloat(timeout, 'f', -1, 64) + " seconds"
+	}
+	m := &llm.Message{Role: llm.RoleBashExecution, Command: command, Output: output, ExitCode: run.ExitCode,
+		Cancelled: run.Aborted || run.TimedOut, Truncated: run.Truncation.Truncated, FullOutputPath: run.FullOutputPath,
 		ExcludeFromContext: exclude, Timestamp: time.Now().UnixMilli()}
 	if m.ExitCode == nil && !run.Aborted && !run.TimedOut && run.Signal == "" && run.Failure == "" {
 		zero := 0
@@ -364,30 +389,6 @@ func (s *Session) ExportHTML(w io.Writer) error {
 	f := s.file
 	s.mu.Unlock()
 	return transcript.ExportHTML(w, f, transcript.ExportOptions{})
-}
-
-// ExportHTMLFile writes the session as HTML to path, or, when path is
-// empty, to agentd-session-<id>.html in dir; a relative path is taken
-// from dir. It returns the path written.
-func (s *Session) ExportHTMLFile(dir, path string) (string, error) {
-	switch {
-	case path == "":
-		path = filepath.Join(dir, fmt.Sprintf("agentd-session-%s.html", s.ID()))
-	case !filepath.IsAbs(path):
-		path = filepath.Join(dir, path)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return "", fmt.Errorf("cannot write %s: %w", path, err)
-	}
-	if err := s.ExportHTML(f); err != nil {
-		f.Close()
-		return "", fmt.Errorf("exporting: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("cannot write %s: %w", path, err)
-	}
-	return path, nil
 }
 
 // CycleThinking moves to the next thinking level the model supports, as
@@ -437,13 +438,16 @@ func (s *Session) CycleModel(models []*llm.Model, backward bool) (next *llm.Mode
 	return next, true, nil
 }
 
+// errIdle refuses to switch transcripts under a running agent.
+var errIdle = fault.New(fault.Busy, "the agent is processing; abort it or wait for it to finish first")
+
 // idle fails while a run is in progress: switching transcripts under a
 // running agent would tear the conversation.
 func (s *Session) idle() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.runDone != nil {
-		return errors.New("the agent is processing; abort it or wait for it to finish first")
+		return errIdle
 	}
 	return nil
 }
@@ -522,7 +526,7 @@ func (s *Session) Fork(entryID string) (string, error) {
 	s.mu.Unlock()
 	e, ok := f.Entry(entryID)
 	if !ok || e.Type != transcript.TypeMessage || e.Message.Role != llm.RoleUser {
-		return "", fmt.Errorf("entry %q is not a user message of this session", entryID)
+		return "", fault.Errorf(fault.Invalid, "entry %q is not a user message of this session", entryID)
 	}
 	nf, text, err := f.Fork(entryID, s.cfg.SessionsDir)
 	if err != nil {

@@ -2,12 +2,12 @@ package session
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/compaction"
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/llm"
 )
 
@@ -53,17 +53,20 @@ func (s *Session) PromptThen(m *llm.Message, b Behavior, accepted func()) error 
 	}
 	if s.runDone != nil {
 		s.mu.Unlock()
+		var err error
 		switch b {
 		case BehaviorSteer:
-			s.agent.Steer(m) // its queue_update goes out before the answer, as pi's
-			accepted()
-			return nil
+			err = s.agent.Steer(m) // its queue_update goes out before the answer, as pi's
 		case BehaviorFollowUp:
-			s.agent.FollowUp(m)
-			accepted()
-			return nil
+			err = s.agent.FollowUp(m)
+		default:
+			return ErrBusy
 		}
-		return ErrBusy
+		if err != nil {
+			return err
+		}
+		accepted()
+		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.runCancel, s.runDone = cancel, make(chan struct{})
@@ -93,7 +96,8 @@ func (s *Session) PromptThen(m *llm.Message, b Behavior, accepted func()) error 
 
 // Steer queues a message for delivery after the current turn. With no
 // run in progress it waits in the queue for the next prompt's run, as in
-// pi.
+// pi. A message the queue limits refuse fails with an *agent.LimitError
+// whose text is for the client.
 func (s *Session) Steer(m *llm.Message) error { return s.queue(m, BehaviorSteer) }
 
 // FollowUp queues a message for when the agent would stop.
@@ -107,11 +111,9 @@ func (s *Session) queue(m *llm.Message, b Behavior) error {
 		return ErrClosed
 	}
 	if b == BehaviorSteer {
-		s.agent.Steer(m)
-	} else {
-		s.agent.FollowUp(m)
+		return s.agent.Steer(m)
 	}
-	return nil
+	return s.agent.FollowUp(m)
 }
 
 // Running reports whether a run is in progress.
@@ -321,7 +323,7 @@ func (s *Session) Compact(ctx context.Context, instructions string) (*Compaction
 	s.mu.Lock()
 	if s.runDone != nil {
 		s.mu.Unlock()
-		return nil, errors.New("cannot compact while the agent is processing; abort first")
+		return nil, fault.New(fault.Busy, "cannot compact while the agent is processing; abort first")
 	}
 	s.mu.Unlock()
 	return s.compactNow(ctx, "manual", instructions, false)
@@ -334,7 +336,7 @@ func (s *Session) compactNow(ctx context.Context, reason, instructions string, w
 	s.mu.Lock()
 	if s.compactCancel != nil {
 		s.mu.Unlock()
-		return nil, errors.New("a compaction is already running")
+		return nil, fault.New(fault.Busy, "a compaction is already running")
 	}
 	s.compactCancel = cancel
 	prevState := s.state

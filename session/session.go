@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/compaction"
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/todo"
@@ -66,8 +67,14 @@ type Config struct {
 	// BashEnv is where commands the user runs directly (Bash) execute,
 	// and what the permission gate resolves tool paths against (its Cwd
 	// and Home); normally the same Env the tools were built with. An
-	// empty Cwd is the session's Cwd.
+	// empty Cwd is the session's Cwd. The session owns its Scope (one is
+	// made when it is nil) and closes it in Close, which ends the
+	// processes and deletes the output files the tools and commands
+	// sharing it left behind.
 	BashEnv tool.Env
+	// BashTimeout bounds a command the user runs directly (Bash): 0
+	// means DefaultBashTimeout, a negative value no limit.
+	BashTimeout time.Duration
 	// Policy is the permission policy for tool calls (default: allow
 	// everything, as pi).
 	Policy interaction.Policy
@@ -95,16 +102,26 @@ type Config struct {
 	ReserveSeq func(next uint64) (limit uint64)
 	Sync       transcript.SyncPolicy
 	Logger     *slog.Logger
+
+	// EventLogBytes bounds the event log's estimated size (default
+	// DefaultEventLogBytes, 16 MiB) besides EventLogSize.
+	EventLogBytes int
+	// MaxTurns, MaxSameToolFailures, MaxQueued and MaxQueuedBytes are
+	// the agent's limits (see agent.Config: 0 is the default, negative
+	// none).
+	MaxTurns            int
+	MaxSameToolFailures int
+	MaxQueued           int
+	MaxQueuedBytes      int
 }
 
 // Errors callers branch on.
 var (
 	// ErrBusy is a prompt while a run is in progress without a
 	// steer/followUp behaviour.
-	//lint:ignore ST1005 pi's wording, which RPC clients match on
-	ErrBusy = errors.New("Agent is already processing. Specify streamingBehavior ('steer' or 'followUp') to queue the message.")
+	ErrBusy = fault.New(fault.Busy, "Agent is already processing. Specify streamingBehavior ('steer' or 'followUp') to queue the message.")
 	// ErrClosed is any operation on a closed session.
-	ErrClosed = errors.New("session is closed")
+	ErrClosed = fault.New(fault.NotFound, "session is closed")
 )
 
 // Session is one conversation. It is safe for concurrent use.
@@ -175,8 +192,11 @@ func New(cfg Config) (*Session, error) {
 	if cfg.BashEnv.Cwd == "" {
 		cfg.BashEnv.Cwd = cfg.Cwd
 	}
+	if cfg.BashEnv.Scope == nil {
+		cfg.BashEnv.Scope = tool.NewScope()
+	}
 	s := &Session{
-		cfg: cfg, log: cfg.Logger, events: newEventLog(cfg.EventLogSize, cfg.FirstSeq), listeners: map[int]func(Event){},
+		cfg: cfg, log: cfg.Logger, events: newEventLog(cfg.EventLogSize, cfg.EventLogBytes, cfg.FirstSeq), listeners: map[int]func(Event){},
 		seq: cfg.FirstSeq, seqLimit: cfg.FirstSeq,
 		state: StateIdle, thinking: cfg.Thinking, model: cfg.Model, retry: cfg.Retry, compact: cfg.Compaction,
 	}
@@ -193,6 +213,7 @@ func New(cfg Config) (*Session, error) {
 		Model: cfg.Model, Thinking: cfg.Thinking, SystemPrompt: cfg.SystemPrompt, Tools: tools,
 		Stream: cfg.Stream, Options: cfg.Options, BeforeToolCall: s.beforeToolCall,
 		SteeringMode: cfg.SteeringMode, FollowUpMode: cfg.FollowUpMode,
+		MaxTurns: cfg.MaxTurns, MaxSameToolFailures: cfg.MaxSameToolFailures, MaxQueued: cfg.MaxQueued, MaxQueuedBytes: cfg.MaxQueuedBytes,
 	}, s.onAgent)
 
 	if cfg.Open != "" {
@@ -451,7 +472,8 @@ func (s *Session) beforeToolCall(ctx context.Context, call tool.Call) agent.Tool
 }
 
 // Close aborts any run, cancels pending interactions, waits for the
-// session's goroutines and closes the transcript.
+// session's goroutines, ends every process its commands left running,
+// deletes their output files and closes the transcript.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -463,6 +485,9 @@ func (s *Session) Close() error {
 	s.Abort()
 	s.AbortBash()
 	s.wg.Wait()
+	if err := s.cfg.BashEnv.Scope.Close(); err != nil {
+		s.log.Warn("cleaning up after bash commands", "err", err)
+	}
 	s.broker.Close("session closed")
 	s.mu.Lock()
 	f := s.file

@@ -710,17 +710,17 @@ func TestCycleAndExportFile(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	p, err := h.s.ExportHTMLFile(dir, "")
+	p, err := h.s.ExportHTMLFile(session.ExportRequest{Cwd: dir})
 	if err != nil || filepath.Dir(p) != dir || !strings.HasPrefix(filepath.Base(p), "agentd-session-") {
 		t.Fatalf("default export path %q, %v", p, err)
 	}
-	if p, err = h.s.ExportHTMLFile(dir, "out.html"); err != nil || p != filepath.Join(dir, "out.html") {
+	if p, err = h.s.ExportHTMLFile(session.ExportRequest{Cwd: dir, Path: "out.html"}); err != nil || p != filepath.Join(dir, "out.html") {
 		t.Fatalf("relative export path %q, %v", p, err)
 	}
 	if b, _ := os.ReadFile(p); !strings.Contains(string(b), "<html") {
 		t.Fatalf("export is not HTML: %.100s", b)
 	}
-	if _, err := h.s.ExportHTMLFile(dir, filepath.Join(dir, "missing", "x.html")); err == nil || !strings.Contains(err.Error(), "cannot write") {
+	if _, err := h.s.ExportHTMLFile(session.ExportRequest{Cwd: dir, Path: filepath.Join(dir, "missing", "x.html")}); err == nil || !strings.Contains(err.Error(), "cannot write") {
 		t.Fatalf("export into a missing directory: %v", err)
 	}
 }

@@ -87,7 +87,7 @@ func (t *bashTool) Execute(ctx context.Context, call Call, update func(Result)) 
 	if run.Truncation.Truncated {
 		tr := run.Truncation
 		details.Truncation, details.FullOutputPath = &tr, run.FullOutputPath
-		text += "\n\n" + truncationNotice(tr, run.FullOutputPath, run.lastLineBytes)
+		text += "\n\n" + truncationNotice(tr, fullOutputWhere(run), run.lastLineBytes)
 	}
 	details.ExitCode = run.ExitCode
 	status := ""
@@ -134,40 +134,46 @@ type BashRun struct {
 	Failure  string // waiting for the command failed otherwise
 	// StartError says why the command could not be started at all.
 	StartError string
+	// DroppedBytes is how much of the output's middle the full-output
+	// file left out (it keeps the head and the tail); DroppedLines counts
+	// the newlines in it. Both are 0 when the file holds everything.
+	DroppedBytes int64
+	DroppedLines int
 
 	lastLineBytes int
 }
 
-// RunBash runs command with env's shell in env.Cwd, in its own process
-// group, merging stdout and stderr. onOutput, when non-nil, receives the
-// (tail-truncated) output so far, at most every bashUpdateInterval and
-// once more at the end. Cancelling ctx or passing timeout (seconds, 0 for
-// none) kills the whole process group.
+// RunBash runs command with env's shell in env.Cwd, merging stdout and
+// stderr. onOutput, when non-nil, receives the (tail-truncated) output so
+// far, at most every bashUpdateInterval and once more at the end.
+// Cancelling ctx or passing timeout (seconds, 0 for none) kills every
+// process the command started (with env.Supervisor; without one, its
+// process group). It returns when the shell exits: background jobs live
+// on in env.Scope until it is closed.
 func RunBash(ctx context.Context, env Env, command string, timeout float64, onOutput func(text string, d BashDetails)) BashRun {
 	env = env.normalize()
 	update := onOutput
-	out := &outputAcc{tempDir: env.TempDir}
+	out := &outputAcc{tempDir: env.TempDir, scope: env.Scope, capHead: spillHead, capTail: spillTail}
 	defer out.close()
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return BashRun{StartError: fmt.Sprintf("Cannot start command: %v", err)}
 	}
-	cmd := exec.Command(env.Shell, "-c", command)
-	cmd.Dir = env.Cwd
-	cmd.Env = env.Environ
 	// One pipe for both streams keeps their interleaving exactly as the
 	// command wrote it.
-	cmd.Stdout, cmd.Stderr = pw, pw
-	// Its own process group, so that cancelling kills everything the
-	// command started, not just the shell.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
-		return BashRun{StartError: fmt.Sprintf("Cannot start %s: %v", env.Shell, err)}
+	var kill func()
+	var exited <-chan shellExit
+	var startErr string
+	if len(env.Supervisor) > 0 && supervisorSupported {
+		kill, exited, startErr = startSupervised(env, command, pw)
+	} else {
+		kill, exited, startErr = startDirect(env, command, pw)
 	}
 	pw.Close()
-	pgid := cmd.Process.Pid
+	if startErr != "" {
+		pr.Close()
+		return BashRun{StartError: startErr}
+	}
 
 	dirty := make(chan struct{}, 1)
 	readDone := make(chan struct{})
@@ -188,8 +194,6 @@ func RunBash(ctx context.Context, env Env, command string, timeout float64, onOu
 			}
 		}
 	}()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 
 	var lastUpdate time.Time
 	emitted := 0 // out.writes at the last update
@@ -220,15 +224,10 @@ func RunBash(ctx context.Context, env Env, command string, timeout float64, onOu
 			throttle.Stop()
 		}
 	}()
-	kill := func() {
-		if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
-			_ = cmd.Process.Kill()
-		}
-	}
 
 	done := ctx.Done()
 	stopped := "" // "aborted" or "timeout" once we killed the command
-	var waitErr error
+	var exit shellExit
 wait:
 	for {
 		select {
@@ -257,9 +256,14 @@ wait:
 				stopped = "timeout"
 			}
 			kill()
-		case waitErr = <-exited:
+		case exit = <-exited:
 			break wait
 		}
+	}
+	if exit.startErr != "" && stopped == "" {
+		pr.Close()
+		<-readDone
+		return BashRun{StartError: fmt.Sprintf("Cannot start %s: %s", env.Shell, exit.startErr)}
 	}
 
 	grace := time.NewTimer(pipeGrace)
@@ -281,30 +285,75 @@ wait:
 		}
 	}
 
+	dropped := out.finish()
 	text, tr, path := out.snapshot()
-	run := BashRun{Output: text, Truncation: tr, lastLineBytes: out.lastLineBytes()}
+	run := BashRun{Output: text, Truncation: tr, lastLineBytes: out.lastLineBytes(),
+		DroppedBytes: dropped.dropped, DroppedLines: dropped.droppedLines}
 	if tr.Truncated {
 		run.FullOutputPath = path
 	}
-	switch stopped {
-	case "aborted":
+	switch {
+	case stopped == "aborted":
 		run.Aborted = true
-	case "timeout":
+	case stopped == "timeout":
 		run.TimedOut = true
-	default:
-		var ee *exec.ExitError
-		if errors.As(waitErr, &ee) {
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				run.Signal = signalName(ws.Signal())
-			} else {
-				code := ee.ExitCode()
-				run.ExitCode = &code
-			}
-		} else if waitErr != nil {
-			run.Failure = waitErr.Error()
-		}
+	case exit.failure != "":
+		run.Failure = exit.failure
+	case exit.signaled:
+		run.Signal = signalName(exit.signal)
+	case exit.code != 0:
+		code := exit.code
+		run.ExitCode = &code
 	}
 	return run
+}
+
+// startDirect runs the shell as agentd's own child, in its own process
+// group: what the command starts in that group dies with it on abort;
+// what leaves the group (setsid, a new group) does not. The returned
+// channel receives the shell's exit.
+func startDirect(env Env, command string, out *os.File) (kill func(), exited <-chan shellExit, startErr string) {
+	cmd := exec.Command(env.Shell, "-c", command)
+	cmd.Dir = env.Cwd
+	cmd.Env = env.Environ
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = directAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Sprintf("Cannot start %s: %v", env.Shell, err)
+	}
+	pgid := cmd.Process.Pid
+	kill = func() {
+		if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
+			_ = cmd.Process.Kill()
+		}
+	}
+	// Until the shell is reaped its pid, and so the group id, cannot be
+	// reused: killing the group from Scope.Close is safe until then.
+	untrack, err := env.Scope.track(kill)
+	if err != nil {
+		kill()
+		_ = cmd.Wait()
+		return nil, nil, fmt.Sprintf("Cannot start command: %v", err)
+	}
+	ch := make(chan shellExit, 1)
+	go func() {
+		err := cmd.Wait()
+		untrack()
+		var st shellExit
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				st = shellExit{signaled: true, signal: ws.Signal()}
+			} else {
+				st = shellExit{code: ee.ExitCode()}
+			}
+		case err != nil:
+			st = shellExit{failure: err.Error()}
+		}
+		ch <- st
+	}()
+	return kill, ch, ""
 }
 
 // detailsOrNil keeps results without anything to report free of details,
@@ -336,13 +385,22 @@ func signalName(s syscall.Signal) string {
 	return strconv.Itoa(int(s))
 }
 
+// fullOutputWhere names the full-output file for the model, saying what
+// it lacks when the middle was dropped.
+func fullOutputWhere(run BashRun) string {
+	switch {
+	case run.FullOutputPath == "":
+		return "unavailable (could not be saved)"
+	case run.DroppedBytes > 0:
+		return fmt.Sprintf("%s (its first %s and last %s only: %s (%d lines) in between were dropped)",
+			run.FullOutputPath, formatSize64(spillHead), formatSize64(spillTail), formatSize64(run.DroppedBytes), run.DroppedLines)
+	}
+	return run.FullOutputPath
+}
+
 // truncationNotice tells the model which part of the output it sees and
 // where the rest is.
-func truncationNotice(tr Truncation, path string, lastLine int) string {
-	where := path
-	if where == "" {
-		where = "unavailable (could not be saved)"
-	}
+func truncationNotice(tr Truncation, where string, lastLine int) string {
 	start := tr.TotalLines - tr.OutputLines + 1
 	switch {
 	case tr.LastLinePartial:
@@ -357,15 +415,17 @@ func truncationNotice(tr Truncation, path string, lastLine int) string {
 }
 
 // outputAcc collects a command's output with bounded memory: a rolling
-// tail for display, and, once the output outgrows the limits, a temporary
-// file with all of it. It is written by the pipe reader and read by the
-// Execute goroutine.
+// tail for display, and, once the output outgrows the limits, a file with
+// its head and tail (see spillFile). It is written by the pipe reader and
+// read by the Execute goroutine.
 type outputAcc struct {
-	mu      sync.Mutex
-	tempDir string
+	mu               sync.Mutex
+	tempDir          string
+	scope            *Scope
+	capHead, capTail int64 // the full-output file's caps
 
-	tail            []byte
-	tailAtLineStart bool // tail[0] begins a line (else its first line is partial)
+	recent          []byte
+	tailAtLineStart bool // recent[0] begins a line (else its first line is partial)
 	total           int64
 	newlines        int
 	curLine         int64 // bytes since the last newline
@@ -374,7 +434,7 @@ type outputAcc struct {
 
 	writes   int    // number of write calls, to tell stale snapshots
 	pending  []byte // everything so far, until it needs a file
-	file     *os.File
+	file     *spillFile
 	path     string
 	spillErr error
 }
@@ -383,7 +443,7 @@ func (o *outputAcc) write(p []byte) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.writes++
-	if len(o.tail) == 0 && o.total == 0 {
+	if len(o.recent) == 0 && o.total == 0 {
 		o.tailAtLineStart = true
 	}
 	o.total += int64(len(p))
@@ -401,24 +461,22 @@ func (o *outputAcc) write(p []byte) {
 	}
 	o.lastByte = p[len(p)-1]
 
-	o.tail = append(o.tail, p...)
-	if len(o.tail) > 4*MaxBytes {
+	o.recent = append(o.recent, p...)
+	if len(o.recent) > 4*MaxBytes {
 		// Keep twice the display limit: enough for any snapshot, and
 		// trimming only every few chunks keeps the copying cheap.
-		cut := len(o.tail) - 2*MaxBytes
-		for cut < len(o.tail) && !utf8.RuneStart(o.tail[cut]) {
+		cut := len(o.recent) - 2*MaxBytes
+		for cut < len(o.recent) && !utf8.RuneStart(o.recent[cut]) {
 			cut++
 		}
-		o.tailAtLineStart = o.tail[cut-1] == '\n'
-		n := copy(o.tail, o.tail[cut:])
-		o.tail = o.tail[:n]
+		o.tailAtLineStart = o.recent[cut-1] == '\n'
+		n := copy(o.recent, o.recent[cut:])
+		o.recent = o.recent[:n]
 	}
 
 	switch {
 	case o.file != nil:
-		if _, err := o.file.Write(p); err != nil && o.spillErr == nil {
-			o.spillErr = err
-		}
+		o.file.write(p)
 	case o.spillErr != nil:
 	default:
 		o.pending = append(o.pending, p...)
@@ -429,16 +487,14 @@ func (o *outputAcc) write(p []byte) {
 }
 
 func (o *outputAcc) spill() {
-	f, err := os.CreateTemp(o.tempDir, "agentd-bash-*.log")
+	f, err := o.scope.createSpill(o.tempDir)
 	if err != nil {
 		o.spillErr = err
 		o.pending = nil
 		return
 	}
-	o.file, o.path = f, f.Name()
-	if _, err := f.Write(o.pending); err != nil {
-		o.spillErr = err
-	}
+	o.file, o.path = newSpillFile(f, o.capHead, o.capTail), f.Name()
+	o.file.write(o.pending)
 	o.pending = nil
 }
 
@@ -478,7 +534,7 @@ func (o *outputAcc) snapshot() (string, Truncation, string) {
 func (o *outputAcc) snapshotVersion() (string, Truncation, string, int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	text := o.tail
+	text := o.recent
 	if !o.tailAtLineStart {
 		if i := bytes.IndexByte(text, '\n'); i >= 0 {
 			text = text[i+1:]
@@ -500,11 +556,31 @@ func (o *outputAcc) snapshotVersion() (string, Truncation, string, int) {
 	return strings.ToValidUTF8(tr.Content, "\uFFFD"), tr, o.path, o.writes
 }
 
+// finish completes the full-output file, if there is one, and says what
+// it left out. A file that could not be completed is removed: the path
+// is reported only for a file that holds what the notice says.
+func (o *outputAcc) finish() spillResult {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.file == nil {
+		return spillResult{}
+	}
+	res, err := o.file.finish(o.newlines)
+	o.file = nil
+	if err != nil {
+		o.spillErr = err
+		os.Remove(o.path)
+		o.path = ""
+	}
+	return res
+}
+
+// close releases the file if finish never ran.
 func (o *outputAcc) close() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.file != nil {
-		o.file.Close()
+		o.file.f.Close()
 		o.file = nil
 	}
 }

@@ -109,43 +109,44 @@ func killAtCleanup(t *testing.T, pids ...int) {
 
 func TestBashOutput(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	env := testEnv(t)
-	env.Environ = append(env.Environ, "AGENTD_TEST_VAR=from-env")
-	sh := NewBash(env)
-	writeFile(t, filepath.Join(env.Cwd, "marker.txt"), "here\n")
-	tests := []struct {
-		name    string
-		command string
-		want    string
-		isErr   bool
-	}{
-		{"stdout", "echo hello", "hello\n", false},
-		{"merged in order", "echo out1; echo err1 >&2; echo out2; echo err2 >&2; echo out3", "out1\nerr1\nout2\nerr2\nout3\n", false},
-		{"runs in cwd", "cat marker.txt", "here\n", false},
-		{"environment from Env", "echo $AGENTD_TEST_VAR", "from-env\n", false},
-		{"no output", "true", "(no output)", false},
-		{"exit code", "echo partial; exit 3", "partial\n\n\nCommand exited with code 3", true},
-		{"exit code, no output", "exit 7", "Command exited with code 7", true},
-		{"stderr and failure", "ls /definitely/not/here", "", true},
-		{"killed by signal", "kill -9 $$", "Command was killed by signal SIGKILL", true},
-		{"stdin is empty", "cat; echo done", "done\n", false},
-		{"empty command", "", "(no output)", false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r := runBash(t, context.Background(), sh, map[string]any{"command": tc.command}, nil)
-			if r.res.IsError != tc.isErr {
-				t.Fatalf("IsError %v: %q", r.res.IsError, textOf(r.res))
-			}
-			if tc.want != "" && textOf(r.res) != tc.want {
-				t.Fatalf("got %q want %q", textOf(r.res), tc.want)
-			}
-		})
-	}
-	r := runBash(t, context.Background(), sh, map[string]any{"command": "exit 3"}, nil)
-	if m := detailsJSON(t, r.res); m["exitCode"] != 3.0 {
-		t.Fatalf("details %v", m)
-	}
+	forEachRunner(t, func(t *testing.T, env Env) {
+		env.Environ = append(env.Environ, "AGENTD_TEST_VAR=from-env")
+		sh := NewBash(env)
+		writeFile(t, filepath.Join(env.Cwd, "marker.txt"), "here\n")
+		tests := []struct {
+			name    string
+			command string
+			want    string
+			isErr   bool
+		}{
+			{"stdout", "echo hello", "hello\n", false},
+			{"merged in order", "echo out1; echo err1 >&2; echo out2; echo err2 >&2; echo out3", "out1\nerr1\nout2\nerr2\nout3\n", false},
+			{"runs in cwd", "cat marker.txt", "here\n", false},
+			{"environment from Env", "echo $AGENTD_TEST_VAR", "from-env\n", false},
+			{"no output", "true", "(no output)", false},
+			{"exit code", "echo partial; exit 3", "partial\n\n\nCommand exited with code 3", true},
+			{"exit code, no output", "exit 7", "Command exited with code 7", true},
+			{"stderr and failure", "ls /definitely/not/here", "", true},
+			{"killed by signal", "kill -9 $$", "Command was killed by signal SIGKILL", true},
+			{"stdin is empty", "cat; echo done", "done\n", false},
+			{"empty command", "", "(no output)", false},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				r := runBash(t, context.Background(), sh, map[string]any{"command": tc.command}, nil)
+				if r.res.IsError != tc.isErr {
+					t.Fatalf("IsError %v: %q", r.res.IsError, textOf(r.res))
+				}
+				if tc.want != "" && textOf(r.res) != tc.want {
+					t.Fatalf("got %q want %q", textOf(r.res), tc.want)
+				}
+			})
+		}
+		r := runBash(t, context.Background(), sh, map[string]any{"command": "exit 3"}, nil)
+		if m := detailsJSON(t, r.res); m["exitCode"] != 3.0 {
+			t.Fatalf("details %v", m)
+		}
+	})
 }
 
 func TestBashValidation(t *testing.T) {
@@ -174,39 +175,40 @@ func TestBashDefaultEnvironAndPrefix(t *testing.T) {
 
 func TestBashStreamsUpdates(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	env := testEnv(t)
-	gate := filepath.Join(env.Cwd, "gate")
-	// The command prints, then waits until the test has seen the partial
-	// output, which proves updates arrive while the command runs.
-	cmd := fmt.Sprintf("echo first; while [ ! -e %q ]; do sleep 0.02; done; echo second", gate)
-	var mu sync.Mutex
-	var updates []Result
-	update := func(r Result) {
+	forEachRunner(t, func(t *testing.T, env Env) {
+		gate := filepath.Join(env.Cwd, "gate")
+		// The command prints, then waits until the test has seen the partial
+		// output, which proves updates arrive while the command runs.
+		cmd := fmt.Sprintf("echo first; while [ ! -e %q ]; do sleep 0.02; done; echo second", gate)
+		var mu sync.Mutex
+		var updates []Result
+		update := func(r Result) {
+			mu.Lock()
+			updates = append(updates, r)
+			mu.Unlock()
+			if strings.Contains(textOf(r), "first") {
+				_ = os.WriteFile(gate, nil, 0o644)
+			}
+		}
+		r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": cmd}, update)
+		if got := mustOK(t, r.res); got != "first\nsecond\n" {
+			t.Fatalf("got %q", got)
+		}
 		mu.Lock()
-		updates = append(updates, r)
-		mu.Unlock()
-		if strings.Contains(textOf(r), "first") {
-			_ = os.WriteFile(gate, nil, 0o644)
+		defer mu.Unlock()
+		if len(updates) < 2 || len(updates[0].Content) != 0 {
+			t.Fatalf("want an initial empty update then output, got %d updates", len(updates))
 		}
-	}
-	r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": cmd}, update)
-	if got := mustOK(t, r.res); got != "first\nsecond\n" {
-		t.Fatalf("got %q", got)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(updates) < 2 || len(updates[0].Content) != 0 {
-		t.Fatalf("want an initial empty update then output, got %d updates", len(updates))
-	}
-	sawFirstOnly := false
-	for _, u := range updates {
-		if s := textOf(u); s == "first\n" {
-			sawFirstOnly = true
+		sawFirstOnly := false
+		for _, u := range updates {
+			if s := textOf(u); s == "first\n" {
+				sawFirstOnly = true
+			}
 		}
-	}
-	if !sawFirstOnly {
-		t.Fatal("no partial update before the command finished")
-	}
+		if !sawFirstOnly {
+			t.Fatal("no partial update before the command finished")
+		}
+	})
 }
 
 func TestBashUpdatesThrottled(t *testing.T) {
@@ -225,14 +227,15 @@ func TestBashUpdatesThrottled(t *testing.T) {
 
 func TestBashTimeout(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	env := testEnv(t)
-	pidFile := filepath.Join(env.Cwd, "pids")
-	cmd := fmt.Sprintf("echo started; sleep 30 & echo $! > %q; wait", pidFile)
-	r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": cmd, "timeout": 0.5}, nil)
-	if got := mustErr(t, r.res); got != "started\n\n\nCommand timed out after 0.5 seconds" {
-		t.Fatalf("got %q", got)
-	}
-	waitDead(t, readPids(t, pidFile, 1)...)
+	forEachRunner(t, func(t *testing.T, env Env) {
+		pidFile := filepath.Join(env.Cwd, "pids")
+		cmd := fmt.Sprintf("echo started; sleep 30 & echo $! > %q; wait", pidFile)
+		r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": cmd, "timeout": 0.5}, nil)
+		if got := mustErr(t, r.res); got != "started\n\n\nCommand timed out after 0.5 seconds" {
+			t.Fatalf("got %q", got)
+		}
+		waitDead(t, readPids(t, pidFile, 1)...)
+	})
 }
 
 // TestBashCancelKillsProcessGroup starts a child, a grandchild and a
@@ -240,27 +243,28 @@ func TestBashTimeout(t *testing.T) {
 // that Execute returns and every one of them is gone.
 func TestBashCancelKillsProcessGroup(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	env := testEnv(t)
-	pidFile := filepath.Join(env.Cwd, "pids")
-	cmd := fmt.Sprintf(`
-sleep 30 & echo $! >> %[1]q
-bash -c 'echo $$ >> %[1]q; sleep 30 & echo $! >> %[1]q; wait' &
-wait`, pidFile)
-	ctx, cancel := context.WithCancel(context.Background())
-	var pids []int
-	go func() {
-		pids = readPids(t, pidFile, 3)
-		cancel()
-	}()
-	r := runBash(t, ctx, NewBash(env), map[string]any{"command": cmd}, nil)
-	if got := mustErr(t, r.res); got != "Command aborted" {
-		t.Fatalf("got %q", got)
-	}
-	if len(pids) != 3 {
-		t.Fatalf("pids %v", pids)
-	}
-	killAtCleanup(t, pids...) // only matters if the test fails
-	waitDead(t, pids...)
+	forEachRunner(t, func(t *testing.T, env Env) {
+		pidFile := filepath.Join(env.Cwd, "pids")
+		cmd := fmt.Sprintf(`
+	sleep 30 & echo $! >> %[1]q
+	bash -c 'echo $$ >> %[1]q; sleep 30 & echo $! >> %[1]q; wait' &
+	wait`, pidFile)
+		ctx, cancel := context.WithCancel(context.Background())
+		var pids []int
+		go func() {
+			pids = readPids(t, pidFile, 3)
+			cancel()
+		}()
+		r := runBash(t, ctx, NewBash(env), map[string]any{"command": cmd}, nil)
+		if got := mustErr(t, r.res); got != "Command aborted" {
+			t.Fatalf("got %q", got)
+		}
+		if len(pids) != 3 {
+			t.Fatalf("pids %v", pids)
+		}
+		killAtCleanup(t, pids...) // only matters if the test fails
+		waitDead(t, pids...)
+	})
 }
 
 // TestBashBackgroundJobDoesNotBlock: the shell exits but leaves a job that
@@ -268,87 +272,89 @@ wait`, pidFile)
 // jobs running, and so do we).
 func TestBashBackgroundJobDoesNotBlock(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	env := testEnv(t)
-	pidFile := filepath.Join(env.Cwd, "pid")
-	cmd := fmt.Sprintf("sleep 30 & echo $! > %q; echo done", pidFile)
-	r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": cmd}, nil)
-	pids := readPids(t, pidFile, 1)
-	killAtCleanup(t, pids...)
-	if got := mustOK(t, r.res); got != "done\n" {
-		t.Fatalf("got %q", got)
-	}
-	if r.elapsed > 10*time.Second {
-		t.Fatalf("took %v", r.elapsed)
-	}
+	forEachRunner(t, func(t *testing.T, env Env) {
+		pidFile := filepath.Join(env.Cwd, "pid")
+		cmd := fmt.Sprintf("sleep 30 & echo $! > %q; echo done", pidFile)
+		r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": cmd}, nil)
+		pids := readPids(t, pidFile, 1)
+		killAtCleanup(t, pids...)
+		if got := mustOK(t, r.res); got != "done\n" {
+			t.Fatalf("got %q", got)
+		}
+		if r.elapsed > 10*time.Second {
+			t.Fatalf("took %v", r.elapsed)
+		}
+	})
 }
 
 func TestBashTruncation(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	env := testEnv(t)
-	sh := NewBash(env)
+	forEachRunner(t, func(t *testing.T, env Env) {
+		sh := NewBash(env)
 
-	t.Run("exactly 2000 lines", func(t *testing.T) {
-		r := runBash(t, context.Background(), sh, map[string]any{"command": "seq 1 2000"}, nil)
-		if got := mustOK(t, r.res); !strings.HasPrefix(got, "1\n2\n") || !strings.HasSuffix(got, "\n2000\n") || r.res.Details != nil {
-			t.Fatalf("2000 lines must be whole; details %v", r.res.Details)
-		}
-	})
-	t.Run("lines", func(t *testing.T) {
-		var last Result
-		r := runBash(t, context.Background(), sh, map[string]any{"command": "seq 1 5000"}, func(u Result) { last = u })
-		got := mustOK(t, r.res)
-		d := r.res.Details.(BashDetails)
-		if d.FullOutputPath == "" || filepath.Dir(d.FullOutputPath) != env.TempDir {
-			t.Fatalf("full output path %q", d.FullOutputPath)
-		}
-		want := fmt.Sprintf("\n\n[Showing lines 3001-5000 of 5000. Full output: %s]", d.FullOutputPath)
-		if !strings.HasPrefix(got, "3001\n") || !strings.HasSuffix(got, "5000"+want) {
-			t.Fatalf("head %q tail %q", got[:10], got[len(got)-120:])
-		}
-		if full := readFile(t, d.FullOutputPath); full != seq(1, 5000) {
-			t.Fatalf("full output file has %d bytes", len(full))
-		}
-		if d.Truncation.TruncatedBy != "lines" || d.Truncation.TotalLines != 5000 || d.Truncation.OutputLines != 2000 {
-			t.Fatalf("truncation %+v", d.Truncation)
-		}
-		// Partial updates carry the same truncated tail and the file path.
-		if ud, ok := last.Details.(BashDetails); !ok || ud.FullOutputPath != d.FullOutputPath || ud.Truncation == nil {
-			t.Fatalf("last update details %+v", last.Details)
-		}
-	})
-	t.Run("bytes", func(t *testing.T) {
-		// 200 lines of 1000 bytes: 200KB in few lines.
-		r := runBash(t, context.Background(), sh, map[string]any{"command": "for i in $(seq 1 200); do printf '%0999d\\n' $i; done"}, nil)
-		got := mustOK(t, r.res)
-		d := r.res.Details.(BashDetails)
-		if d.Truncation.TruncatedBy != "bytes" || d.Truncation.OutputLines != 51 {
-			t.Fatalf("truncation %+v", d.Truncation)
-		}
-		if !strings.HasSuffix(got, fmt.Sprintf("\n\n[Showing lines 150-200 of 200 (50.0KB limit). Full output: %s]", d.FullOutputPath)) {
-			t.Fatalf("tail %q", got[len(got)-150:])
-		}
-		if len(readFile(t, d.FullOutputPath)) != 200*1000 {
-			t.Fatal("full output incomplete")
-		}
-	})
-	t.Run("one huge line", func(t *testing.T) {
-		r := runBash(t, context.Background(), sh, map[string]any{"command": "head -c 60000 /dev/zero | tr '\\0' a"}, nil)
-		got := mustOK(t, r.res)
-		d := r.res.Details.(BashDetails)
-		if !d.Truncation.LastLinePartial {
-			t.Fatalf("truncation %+v", d.Truncation)
-		}
-		want := fmt.Sprintf("%s\n\n[Showing last 50.0KB of line 1 (line is 58.6KB). Full output: %s]", strings.Repeat("a", MaxBytes), d.FullOutputPath)
-		if got != want {
-			t.Fatalf("tail %q", got[len(got)-120:])
-		}
-	})
-	t.Run("failure keeps the tail and the notice", func(t *testing.T) {
-		r := runBash(t, context.Background(), sh, map[string]any{"command": "seq 1 3000; exit 2"}, nil)
-		got := mustErr(t, r.res, "Command exited with code 2", "[Showing lines 1001-3000 of 3000. Full output: ")
-		if !strings.HasPrefix(got, "1001\n") {
-			t.Fatalf("head %q", got[:10])
-		}
+		t.Run("exactly 2000 lines", func(t *testing.T) {
+			r := runBash(t, context.Background(), sh, map[string]any{"command": "seq 1 2000"}, nil)
+			if got := mustOK(t, r.res); !strings.HasPrefix(got, "1\n2\n") || !strings.HasSuffix(got, "\n2000\n") || r.res.Details != nil {
+				t.Fatalf("2000 lines must be whole; details %v", r.res.Details)
+			}
+		})
+		t.Run("lines", func(t *testing.T) {
+			var last Result
+			r := runBash(t, context.Background(), sh, map[string]any{"command": "seq 1 5000"}, func(u Result) { last = u })
+			got := mustOK(t, r.res)
+			d := r.res.Details.(BashDetails)
+			if d.FullOutputPath == "" || filepath.Dir(filepath.Dir(d.FullOutputPath)) != env.TempDir {
+				t.Fatalf("full output path %q", d.FullOutputPath)
+			}
+			want := fmt.Sprintf("\n\n[Showing lines 3001-5000 of 5000. Full output: %s]", d.FullOutputPath)
+			if !strings.HasPrefix(got, "3001\n") || !strings.HasSuffix(got, "5000"+want) {
+				t.Fatalf("head %q tail %q", got[:10], got[len(got)-120:])
+			}
+			if full := readFile(t, d.FullOutputPath); full != seq(1, 5000) {
+				t.Fatalf("full output file has %d bytes", len(full))
+			}
+			if d.Truncation.TruncatedBy != "lines" || d.Truncation.TotalLines != 5000 || d.Truncation.OutputLines != 2000 {
+				t.Fatalf("truncation %+v", d.Truncation)
+			}
+			// Partial updates carry the same truncated tail and the file path.
+			if ud, ok := last.Details.(BashDetails); !ok || ud.FullOutputPath != d.FullOutputPath || ud.Truncation == nil {
+				t.Fatalf("last update details %+v", last.Details)
+			}
+		})
+		t.Run("bytes", func(t *testing.T) {
+			// 200 lines of 1000 bytes: 200KB in few lines.
+			r := runBash(t, context.Background(), sh, map[string]any{"command": "for i in $(seq 1 200); do printf '%0999d\\n' $i; done"}, nil)
+			got := mustOK(t, r.res)
+			d := r.res.Details.(BashDetails)
+			if d.Truncation.TruncatedBy != "bytes" || d.Truncation.OutputLines != 51 {
+				t.Fatalf("truncation %+v", d.Truncation)
+			}
+			if !strings.HasSuffix(got, fmt.Sprintf("\n\n[Showing lines 150-200 of 200 (50.0KB limit). Full output: %s]", d.FullOutputPath)) {
+				t.Fatalf("tail %q", got[len(got)-150:])
+			}
+			if len(readFile(t, d.FullOutputPath)) != 200*1000 {
+				t.Fatal("full output incomplete")
+			}
+		})
+		t.Run("one huge line", func(t *testing.T) {
+			r := runBash(t, context.Background(), sh, map[string]any{"command": "head -c 60000 /dev/zero | tr '\\0' a"}, nil)
+			got := mustOK(t, r.res)
+			d := r.res.Details.(BashDetails)
+			if !d.Truncation.LastLinePartial {
+				t.Fatalf("truncation %+v", d.Truncation)
+			}
+			want := fmt.Sprintf("%s\n\n[Showing last 50.0KB of line 1 (line is 58.6KB). Full output: %s]", strings.Repeat("a", MaxBytes), d.FullOutputPath)
+			if got != want {
+				t.Fatalf("tail %q", got[len(got)-120:])
+			}
+		})
+		t.Run("failure keeps the tail and the notice", func(t *testing.T) {
+			r := runBash(t, context.Background(), sh, map[string]any{"command": "seq 1 3000; exit 2"}, nil)
+			got := mustErr(t, r.res, "Command exited with code 2", "[Showing lines 1001-3000 of 3000. Full output: ")
+			if !strings.HasPrefix(got, "1001\n") {
+				t.Fatalf("head %q", got[:10])
+			}
+		})
 	})
 }
 
@@ -380,5 +386,25 @@ func TestFormatSize(t *testing.T) {
 		if got := formatSize(n); got != want {
 			t.Errorf("formatSize(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// forEachRunner runs f with an Env that starts bash directly and with one
+// that starts it under a supervisor; each has a Scope closed afterwards.
+func forEachRunner(t *testing.T, f func(t *testing.T, env Env)) {
+	for _, supervised := range []bool{false, true} {
+		name := "direct"
+		if supervised {
+			name = "supervised"
+		}
+		t.Run(name, func(t *testing.T) {
+			env := testEnv(t)
+			env.Scope = NewScope()
+			if supervised {
+				env = supervisedEnv(t, true)
+			}
+			defer env.Scope.Close()
+			f(t, env)
+		})
 	}
 }

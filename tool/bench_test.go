@@ -1,6 +1,7 @@
 package tool
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -135,8 +136,18 @@ func BenchmarkEdit(b *testing.B) {
 }
 
 // TestMain also checks that no test (grep's worker pool included) leaves
-// goroutines behind.
+// goroutines behind. Started as a process supervisor or as a test's
+// stand-in for agentd (see procs_test.go), the test binary is that
+// instead.
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case SuperviseCommand:
+			os.Exit(Supervise(context.Background(), os.Args[2:]))
+		case standInCommand:
+			os.Exit(standInMain(os.Args[2:]))
+		}
+	}
 	code := m.Run()
 	if benchTreeDir != "" {
 		os.RemoveAll(benchTreeDir)

@@ -28,8 +28,23 @@ type Env struct {
 	// all of them, so two sessions editing one file never interleave.
 	Locks *FileLocks
 	// TempDir receives bash's full-output files when its output is
-	// truncated. Empty means "/tmp".
+	// truncated, in a directory per Scope. Empty means "/tmp".
 	TempDir string
+	// Supervisor is the argv that starts agentd's process supervisor
+	// (the running agentd binary and SuperviseCommand); the command line
+	// to supervise is appended. With it, everything a bash run starts,
+	// setsid'd and double-forked processes included, ends on abort,
+	// timeout, Scope.Close and agentd's own death. Empty (or on systems
+	// other than Linux) runs bash directly in its own process group, with
+	// a parent-death signal for the shell only.
+	Supervisor []string
+	// Scope owns the processes bash runs leave alive and their output
+	// files; closing it ends them. Pass the same Scope to the tools and
+	// the user's commands of one session (the session closes it). Nil
+	// gives the tools built from this Env (one Builtins call) a Scope of
+	// their own that nothing closes: what they leave lives until it ends
+	// or agentd does, and RemoveStaleSpill deletes the files afterwards.
+	Scope *Scope
 	// Shell runs bash commands as `Shell -c command`. Empty picks
 	// /bin/bash, then bash on Environ's PATH, then /bin/sh.
 	Shell string
@@ -132,6 +147,10 @@ func (e Env) normalize() Env {
 	if e.TempDir == "" {
 		e.TempDir = "/tmp"
 	}
+	if e.Scope == nil {
+		e.Scope = &Scope{}
+	}
+	e.Supervisor = append([]string(nil), e.Supervisor...)
 	if e.Environ == nil {
 		e.Environ = []string{"PATH=" + defaultPath}
 		if e.Home != "" {

@@ -205,7 +205,7 @@ func Open(path string, opts ...Option) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := os.ReadFile(abs)
+	data, _, err := readRegular(abs, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -867,7 +867,9 @@ func (f *File) write(newEntries []*Entry, doSync bool) error {
 		if creating {
 			flags |= os.O_CREATE | os.O_EXCL
 		}
-		fd, err := os.OpenFile(f.path, flags, 0o600)
+		// The file may have been replaced since it was read; a FIFO
+		// there must not hang the session.
+		fd, _, err := openRegular(f.path, flags, 0o600)
 		if err != nil {
 			if errors.Is(err, fs.ErrExist) {
 				return fmt.Errorf("%w: %s", ErrExists, f.path)

@@ -29,6 +29,9 @@ type Info struct {
 	Modified     time.Time
 	MessageCount int    // message entries on all branches
 	FirstMessage string // text of the first user message with text; "" if none
+	// FileID is the identity of the file read, for telling whether it is
+	// one a session has open under another path.
+	FileID FileID
 }
 
 // List summarises the sessions in dir (one cwd's directory, see
@@ -66,9 +69,10 @@ func ListAll(root string) ([]Info, error) {
 	return readInfos(files), nil
 }
 
-// ReadInfo summarises one session file.
+// ReadInfo summarises one session file. A path that is not a regular
+// file gets ErrNotRegular, without being opened blocking.
 func ReadInfo(path string) (Info, error) {
-	data, err := os.ReadFile(path)
+	data, fi, err := readRegular(path, 0)
 	if err != nil {
 		return Info{}, err
 	}
@@ -77,10 +81,11 @@ func ReadInfo(path string) (Info, error) {
 		return Info{}, ErrNoHeader
 	}
 	info.Path = path
+	if id, err := fileIDOf(fi); err == nil {
+		info.FileID = id
+	}
 	if info.Modified.IsZero() {
-		if fi, err := os.Stat(path); err == nil {
-			info.Modified = fi.ModTime()
-		}
+		info.Modified = fi.ModTime()
 	}
 	return info, nil
 }
@@ -95,7 +100,10 @@ func sessionFiles(dir string) ([]string, error) {
 	}
 	var out []string
 	for _, e := range ents {
-		if !e.IsDir() && strings.HasSuffix(e.Name(), ".jsonl") && !strings.HasPrefix(e.Name(), ".") {
+		// Regular files and symlinks (ReadInfo checks what they point
+		// to); a FIFO, socket or device is never opened.
+		t := e.Type()
+		if (t.IsRegular() || t&fs.ModeSymlink != 0) && strings.HasSuffix(e.Name(), ".jsonl") && !strings.HasPrefix(e.Name(), ".") {
 			out = append(out, filepath.Join(dir, e.Name()))
 		}
 	}

@@ -913,7 +913,7 @@ type e2eNorm struct {
 var (
 	e2eUUIDRe     = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 	e2eFileTimeRe = regexp.MustCompile(`\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z`)
-	e2eBashLogRe  = regexp.MustCompile(`agentd-bash-\d+\.log`)
+	e2eBashLogRe  = regexp.MustCompile(`agentd-spill-\d+\.\d+-\d+/bash-\d+\.log`)
 )
 
 func (n *e2eNorm) id(cat, v string) string {

@@ -235,4 +235,3 @@ func TestServeFutureCursor(t *testing.T) {
 		return f.isEvent("f", "") && n == last
 	})
 }
-

@@ -112,3 +112,23 @@ func TestServeTokenStrength(t *testing.T) {
 	c.ready()
 	svWantOK(t, c.call(svM{"id": "l", "type": "list_sessions"}))
 }
+
+// agentd serve --stdio with a token (stdio exposed through ssh or socat):
+// the client authenticates before anything else; until then every command
+// is refused with the reason and nothing is broadcast to it.
+func TestServeStdioToken(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	tok := "stdio-token-0123456789"
+	_, c := svStartStdio(t, e, "--token", tok)
+	r := c.call(svM{"id": "l0", "type": "list_sessions"})
+	svWantErrPrefix(t, r, "Missing authorization token")
+	svEq(t, "refused command", r.m["command"], "list_sessions")
+	if fs := c.snapshot(); len(fs) != 1 {
+		t.Errorf("an unauthenticated stdio client got %d frames: %v", len(fs), fs)
+	}
+	svWantErr(t, c.call(svM{"id": "a0", "type": "authenticate", "token": "not-the-token"}), "Invalid token")
+	svWantOK(t, c.call(svM{"id": "a1", "type": "authenticate", "token": tok}))
+	c.waitType("server_ready")
+	svWantOK(t, c.call(svM{"id": "l1", "type": "list_sessions"}))
+}

@@ -1,0 +1,47 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"time"
+)
+
+// Engine bounds what one run of a session may do, for every command that
+// hosts sessions (rpc, serve). Zero takes the engine's default; a
+// negative value means no limit.
+type Engine struct {
+	// MaxTurns ends a run after this many model requests (default 200).
+	MaxTurns int
+	// MaxToolFailures ends a run when the same tool call, with the same
+	// arguments, fails this many times in a row (default 3).
+	MaxToolFailures int
+	// MaxQueuedMessages and MaxQueuedMessageBytes bound the steering and
+	// follow-up messages waiting for a running agent (default 64 and
+	// 16 MiB).
+	MaxQueuedMessages     int
+	MaxQueuedMessageBytes int
+	// EventLogBytes bounds each session's log of recent events, kept for
+	// clients that resume (default 16 MiB).
+	EventLogBytes int
+	// BashTimeout bounds a command a client runs with the protocol's bash
+	// command (default 10 minutes; negative: none).
+	BashTimeout time.Duration
+}
+
+// Register adds the engine's flags to fs.
+func (e *Engine) Register(fs *flag.FlagSet) {
+	fs.IntVar(&e.MaxTurns, "max-turns", e.MaxTurns, "end a run after this many model requests (0: the default, 200; negative: no limit)")
+	fs.IntVar(&e.MaxToolFailures, "max-tool-failures", e.MaxToolFailures, "end a run when the same tool call fails this many times in a row (0: the default, 3; negative: never)")
+	fs.IntVar(&e.MaxQueuedMessages, "max-queued-messages", e.MaxQueuedMessages, "steering and follow-up messages that may wait for a running agent (0: the default, 64)")
+	fs.IntVar(&e.MaxQueuedMessageBytes, "max-queued-message-bytes", e.MaxQueuedMessageBytes, "bytes of steering and follow-up messages that may wait (0: the default, 16 MiB)")
+	fs.IntVar(&e.EventLogBytes, "event-log-bytes", e.EventLogBytes, "bytes of recent events kept per session for clients that resume (0: the default, 16 MiB)")
+	fs.DurationVar(&e.BashTimeout, "bash-timeout", e.BashTimeout, "limit for a command a client runs with the bash command (0: the default, 10m; negative: none)")
+}
+
+// Check validates e.
+func (e *Engine) Check() error {
+	if e.MaxQueuedMessages < 0 || e.MaxQueuedMessageBytes < 0 || e.EventLogBytes < 0 {
+		return errors.New("--max-queued-messages, --max-queued-message-bytes and --event-log-bytes must not be negative (0 takes the default)")
+	}
+	return nil
+}

@@ -1,0 +1,4 @@
+package session
+
+// BashTimeoutSeconds exposes bashTimeoutSeconds to the tests.
+var BashTimeoutSeconds = bashTimeoutSeconds

@@ -1,0 +1,46 @@
+package tool
+
+import "syscall"
+
+// Why a supervisor process. agentd cannot itself catch what a command
+// leaves behind: a child that calls setsid or double-forks leaves the
+// process group bash was started in, and orphans go to init, where
+// nothing of agentd can find them; and when agentd dies (kill -9, OOM)
+// nothing of it runs to clean up. Making agentd a child subreaper would
+// hand it every orphan to reap, behind the back of os/exec, which waits
+// for its own children by pid.
+//
+// So every bash run gets a small supervisor: agentd re-executed with
+// SuperviseCommand. It becomes a child subreaper (orphans of the run come
+// to it, not to init), starts the shell in a cgroup of its own when the
+// system lets it, reports the shell's exit status on its control socket
+// as soon as the shell exits (the call returns then; background jobs go
+// on), and, when told to stop or when agentd dies, kills every
+// descendant (the cgroup at once, and its own subtree until none is
+// left), reaps them and exits.
+//
+// agentd tells it to stop by closing its end of the control socket, and
+// its death closes it too: one mechanism for abort, timeout, session
+// close and kill -9. A parent-death signal is there as well, for the
+// case where agentd's end of the socket survives agentd (it never should,
+// the socket is close-on-exec).
+
+// SuperviseCommand is the hidden subcommand that runs a supervisor:
+// `agentd __supervise [--no-cgroup] <shell> -c <command>`, with the
+// control socket on fd 3. Only agentd starts it; see Env.Supervisor.
+const SuperviseCommand = "__supervise"
+
+// NoCgroupFlag, right after SuperviseCommand, keeps the supervisor from
+// putting the run in a cgroup even where it could; it then relies on
+// reaping its subtree alone.
+const NoCgroupFlag = "--no-cgroup"
+
+// shellExit is how a run's shell ended, as the supervisor reports it or
+// as agentd's own wait saw it.
+type shellExit struct {
+	code     int
+	signaled bool
+	signal   syscall.Signal
+	failure  string // no status known: why
+	startErr string // the shell could not start: why
+}
