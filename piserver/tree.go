@@ -10,7 +10,7 @@ import (
 )
 
 // The session tree commands pi-server added after protocol 1.0.0
-// (docs/pi-server-wire.md §14): get_tree shows every entry of a session's
+// (docs/pi-server-wire.md §14.7): get_tree shows every entry of a session's
 // transcript, navigate_tree moves the session to one of them.
 
 var (
