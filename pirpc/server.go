@@ -64,6 +64,9 @@ type Server struct {
 	// new interaction wakes Run to cancel it.
 	inputClosed atomic.Bool
 	wake        chan struct{}
+	// inFlight counts the commands running off the read loop (wg has no
+	// way to ask).
+	inFlight atomic.Int64
 }
 
 // New returns a server for opt.Session.
@@ -155,6 +158,10 @@ loop:
 // The returned channel is closed once the waiting goroutine is gone.
 func (srv *Server) finish() <-chan struct{} {
 	srv.inputClosed.Store(true)
+	if srv.s.Running() || srv.inFlight.Load() > 0 {
+		// Someone piping commands in sees why agentd has not exited yet.
+		srv.log.Info("input ended: finishing the work in progress, then exiting (interrupt to abort it)")
+	}
 	settled := make(chan struct{})
 	go func() {
 		defer close(settled)
@@ -242,8 +249,10 @@ func (srv *Server) reply(v any) { srv.out.write(piwire.Marshal(v)) }
 // up the commands after it.
 func (srv *Server) async(f func()) {
 	srv.wg.Add(1)
+	srv.inFlight.Add(1)
 	go func() {
 		defer srv.wg.Done()
+		defer srv.inFlight.Add(-1)
 		f()
 	}()
 }
