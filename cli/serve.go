@@ -87,7 +87,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err != nil {
 		return err
 	}
-	po := piserver.Options{Models: ms, Delta: sc.StreamFormat == "delta", Version: Version, Heartbeat: heartbeat(sc.Heartbeat)}
+	po := piserver.Options{Models: ms, Delta: sc.StreamFormat == "delta", Version: version(), Heartbeat: heartbeat(sc.Heartbeat)}
 	if sc.Stdio {
 		// A token on a stdio server is for stdio exposed beyond its parent
 		// (ssh, socat): the client authenticates first.

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"debug/buildinfo"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -181,4 +183,81 @@ func TestRPCSignalAbortsAfterStdinClose(t *testing.T) {
 			}
 		})
 	}
+}
+
+// agentd version, --version and -v print the same line, made of what the
+// toolchain recorded in the binary (CI builds with -buildvcs=false, so
+// there may be no revision); serve announces the same version in
+// server_ready; -ldflags still overrides it.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	info, err := buildinfo.ReadFile(agentdBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string // what the line must contain
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		want = append(want, v)
+	}
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			want = append(want, "rev "+s.Value[:min(12, len(s.Value))])
+		case s.Key == "vcs.modified" && s.Value == "true":
+			want = append(want, ", modified)")
+		}
+	}
+	home := t.TempDir()
+	line := run(t, home, nil, "", "version")
+	if line.code != 0 || !strings.HasPrefix(line.stdout, "agentd ") || strings.Count(line.stdout, "\n") != 1 {
+		t.Fatalf("agentd version: exit %d, stdout %q, stderr %q", line.code, line.stdout, line.stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(line.stdout, w) {
+			t.Errorf("agentd version printed %q, which lacks %q (build info: %s)", line.stdout, w, info)
+		}
+	}
+	if len(want) == 0 && line.stdout != "agentd dev\n" {
+		t.Errorf("agentd version with no build information printed %q, want agentd dev", line.stdout)
+	}
+	for _, flag := range []string{"--version", "-v"} {
+		if r := run(t, home, nil, "", flag); r.code != 0 || r.stdout != line.stdout {
+			t.Errorf("agentd %s: exit %d, stdout %q, want %q", flag, r.code, r.stdout, line.stdout)
+		}
+	}
+	if got := serverVersion(t, agentdBin, home); "agentd "+got+"\n" != line.stdout {
+		t.Errorf("server_ready serverVersion %q, agentd version %q", got, line.stdout)
+	}
+
+	// A release build sets the version with -ldflags.
+	ld := filepath.Join(t.TempDir(), "agentd")
+	build := exec.Command("go", "build", "-ldflags", "-X github.com/agentd-dev/agentd/cli.Version=v9.8.7-test", "-o", ld, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -ldflags: %v\n%s", err, out)
+	}
+	out, err := exec.Command(ld, "--version").Output()
+	if err != nil || string(out) != "agentd v9.8.7-test\n" {
+		t.Errorf("-ldflags build: agentd --version printed %q (%v)", out, err)
+	}
+	if got := serverVersion(t, ld, home); got != "v9.8.7-test" {
+		t.Errorf("-ldflags build: serverVersion %q", got)
+	}
+}
+
+// serverVersion is what `serve --stdio` announces in server_ready.
+func serverVersion(t *testing.T, bin, home string) string {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "--stdio")
+	cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
+	cmd.Stdin = strings.NewReader("")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("serve --stdio: %v", err)
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	v, err := e2eParse([]byte(first))
+	if err != nil || e2eStr(v, "type") != "server_ready" {
+		t.Fatalf("serve --stdio: first line %q", first)
+	}
+	return e2eStr(v, "data", "serverVersion")
 }
