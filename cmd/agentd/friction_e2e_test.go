@@ -2,6 +2,7 @@ package main
 
 import (
 	"debug/buildinfo"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -86,6 +87,16 @@ func (g e2eGate) open() {
 	case <-time.After(e2eHangGuard):
 		g.t.Fatalf("hang guard: nothing read %s", g.path)
 	}
+}
+
+// e2eNumOK is the number at path, and whether there is one.
+func e2eNumOK(v any, path ...string) (float64, bool) {
+	n, ok := e2eAt(v, path...).(json.Number)
+	if !ok {
+		return 0, false
+	}
+	f, err := n.Float64()
+	return f, err == nil
 }
 
 // agentEnd is the last agent_end of out.
@@ -260,4 +271,92 @@ func serverVersion(t *testing.T, bin, home string) string {
 		t.Fatalf("serve --stdio: first line %q", first)
 	}
 	return e2eStr(v, "data", "serverVersion")
+}
+
+// rpc and serve bound an approval the same way: --approval-timeout or
+// AGENTD_APPROVAL_TIMEOUT, 10 minutes by default; serve's old
+// --ui-timeout still works (see "unanswered request times out" in
+// TestServeExtensionUI).
+func TestApprovalTimeout(t *testing.T) {
+	t.Parallel()
+	const askBash = `{"rules":[{"tool":"bash","action":"ask"}]}`
+	const tenMinutes = 10 * 60 * 1000
+	// wantTimeout checks the timeout (ms) an extension_ui_request carries.
+	wantTimeout := func(t *testing.T, got float64, ok bool, max float64) {
+		t.Helper()
+		// The request says how long is left when it is sent: a little
+		// under the configured timeout.
+		if !ok || got <= max-5000 || got > max {
+			t.Errorf("request timeout %v (present: %v), want just under %v ms", got, ok, max)
+		}
+	}
+	t.Run("rpc default", func(t *testing.T) {
+		t.Parallel()
+		e := e2eNewEnv(t, e2eOpts{})
+		p := e.start("--no-session", "--policy", e.writePolicy(askBash))
+		p.ok(`{"id":"p","type":"prompt","message":"CMD:echo waiting"}`)
+		req := p.event("extension_ui_request")
+		n, ok := e2eNumOK(req, "timeout")
+		wantTimeout(t, n, ok, tenMinutes)
+		p.send(fmt.Sprintf(`{"type":"extension_ui_response","id":%q,"value":"Allow"}`, e2eStr(req, "id")))
+		p.event("agent_end")
+		p.close()
+	})
+	t.Run("rpc flag", func(t *testing.T) {
+		t.Parallel()
+		e := e2eNewEnv(t, e2eOpts{})
+		p := e.start("--no-session", "--policy", e.writePolicy(askBash), "--approval-timeout", "1s")
+		p.ok(`{"id":"p","type":"prompt","message":"CMD:echo never-approved"}`)
+		req := p.event("extension_ui_request")
+		n, ok := e2eNumOK(req, "timeout")
+		wantTimeout(t, n, ok, 1000)
+		te := p.event("tool_execution_end")
+		if strings.Contains(e2eStr(te, "result", "content", "0", "text"), "never-approved\n") {
+			t.Errorf("an unanswered approval ran the tool: %s", e2eJSON(te))
+		}
+		p.event("agent_end")
+		p.close()
+	})
+	for _, tt := range []struct {
+		name string
+		env  []string
+		args []string
+		max  float64
+	}{
+		{"serve default", nil, nil, tenMinutes},
+		{"serve env", []string{"AGENTD_APPROVAL_TIMEOUT=1s"}, nil, 1000},
+		{"serve flag over env", []string{"AGENTD_APPROVAL_TIMEOUT=1h"}, []string{"--approval-timeout", "1s"}, 1000},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := e2eNewEnv(t, e2eOpts{})
+			s := svLaunch(t, e, svOpts{env: tt.env}, append([]string{"--policy", e.writePolicy(askBash)}, tt.args...)...)
+			A := s.dial("A")
+			const sid = "ask"
+			svCreate(A, sid)
+			A.send(svM{"id": "p1", "type": "prompt", "sessionId": sid, "message": "CMD:echo waiting"})
+			req := A.waitEvent(sid, "extension_ui_request")
+			n, ok := svNum(req.m, "event", "timeout")
+			wantTimeout(t, n, ok, tt.max)
+			if tt.max == tenMinutes {
+				A.send(svM{"id": "ans", "type": "extension_ui_response", "sessionId": sid, "requestId": svStr(req.m, "event", "requestId"),
+					"response": svM{"method": "select", "value": "Allow"}})
+			}
+			svWantOK(t, A.response("p1"))
+		})
+	}
+	t.Run("help", func(t *testing.T) {
+		t.Parallel()
+		home := t.TempDir()
+		for _, cmd := range []string{"rpc", "serve"} {
+			r := run(t, home, nil, "", cmd, "-h")
+			if !strings.Contains(r.stderr, "-approval-timeout duration") || !strings.Contains(r.stderr, "(default 10m0s)") {
+				t.Errorf("agentd %s -h does not show --approval-timeout with its default:\n%s", cmd, r.stderr)
+			}
+		}
+		r := run(t, home, nil, "", "serve", "-h")
+		if !strings.Contains(r.stderr, "-ui-timeout duration\n    \tdeprecated: the old name of --approval-timeout") {
+			t.Errorf("agentd serve -h does not mark --ui-timeout deprecated:\n%s", r.stderr)
+		}
+	})
 }

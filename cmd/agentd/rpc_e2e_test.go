@@ -1712,7 +1712,9 @@ func TestRPCPiTranscript3(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
 	policy := e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`)
-	p := e.start("--no-session", "--policy", policy)
+	// pi's dialogs wait forever, as agentd's do with 0 (the default bounds
+	// them and adds a timeout to each request: see TestApprovalTimeout).
+	p := e.start("--no-session", "--policy", policy, "--approval-timeout", "0")
 
 	gc := p.ok(`{"id":"gc","type":"get_commands"}`)
 	e2eEqual(t, "commands", len(e2eAt(gc, "data", "commands").([]any)), 0)
@@ -2123,7 +2125,9 @@ func TestRPCRetry(t *testing.T) {
 func TestRPCExtensionUI(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	p := e.start("--no-session", "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`))
+	// Without a timeout the dialogs are pi's exactly (the default one is in
+	// TestApprovalTimeout).
+	p := e.start("--no-session", "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`), "--approval-timeout", "0")
 
 	// run prompts text, answers the dialog it raises with answer (a JSON
 	// fragment) and returns the dialog and what the model was told (the
