@@ -360,3 +360,118 @@ func TestApprovalTimeout(t *testing.T) {
 		}
 	})
 }
+
+// agentd ask --tools runs the prompt as an agent run with those tools:
+// the offline model's markers make a newcomer's first tool call work with
+// no key. Without --tools, ask stays a plain question.
+func TestAskWithTools(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		args      []string
+		code      int
+		stdout    []string // substrings
+		stderr    []string
+		notStderr string
+		notStdout string
+	}{
+		{name: "ls", args: []string{"--tools", "ls", "/tool ls"}, stdout: []string{"Calling ls.\n", "Tool ls returned: hello.txt"},
+			stderr: []string{"[tool ls {}]", "[tool ls done: hello.txt]", "faux/echo · stop · 1 tool call(s)"}},
+		{name: "bash", args: []string{"--tools", "read,ls,bash", "/bash echo hi-from-bash"}, stdout: []string{"Tool bash returned: hi-from-bash"},
+			stderr: []string{`[tool bash {"command":"echo hi-from-bash"}]`, "[tool bash done: hi-from-bash]"}},
+		{name: "thinking", args: []string{"--tools", "ls", "/think\n/tool ls"}, stdout: []string{"Tool ls returned: hello.txt"},
+			stderr: []string{"I will call the tools they asked for."}},
+		{name: "quiet", args: []string{"--tools", "ls", "--quiet", "/tool ls"}, stdout: []string{"Tool ls returned: hello.txt"}, notStderr: "[tool"},
+		{name: "a tool not enabled", args: []string{"--tools", "ls", "/bash echo never-run"}, stdout: []string{"Tool bash returned: "},
+			stderr: []string{"[tool bash failed: "}, notStdout: "never-run\n"},
+		{name: "a question", args: []string{"--tools", "ls", `/tool ask_user {"question":"which one?"}`},
+			stdout: []string{"Tool ask_user returned: The user dismissed the question"}, stderr: []string{`[question dismissed: agentd ask cannot answer "which one?"]`}},
+		{name: "no tools by default", args: []string{"/tool ls"}, stdout: []string{"[tool call ls {}]"}, notStderr: "[tool ls"},
+		{name: "unknown tool", args: []string{"--tools", "ls,nope", "hi"}, code: 2, stderr: []string{`unknown tool "nope"`}},
+		{name: "no tool named", args: []string{"--tools", ",", "hi"}, code: 2, stderr: []string{"names no tool"}},
+		{name: "with --system", args: []string{"--tools", "ls", "--system", "be brief", "hi"}, code: 2, stderr: []string{"--system and --tools"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			home, cwd := t.TempDir(), t.TempDir()
+			if err := os.WriteFile(filepath.Join(cwd, "hello.txt"), []byte("hi\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(agentdBin, append([]string{"ask"}, tt.args...)...)
+			cmd.Dir = cwd
+			cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "TMPDIR=" + t.TempDir()}
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			fail := func(what string) {
+				t.Helper()
+				t.Errorf("%s\nexit %d\nstdout:\n%s\nstderr:\n%s", what, code, stdout.String(), stderr.String())
+			}
+			if code != tt.code {
+				fail(fmt.Sprintf("exit code %d, want %d", code, tt.code))
+			}
+			for _, s := range tt.stdout {
+				if !strings.Contains(stdout.String(), s) {
+					fail(fmt.Sprintf("stdout lacks %q", s))
+				}
+			}
+			for _, s := range tt.stderr {
+				if !strings.Contains(stderr.String(), s) {
+					fail(fmt.Sprintf("stderr lacks %q", s))
+				}
+			}
+			if tt.notStderr != "" && strings.Contains(stderr.String(), tt.notStderr) {
+				fail(fmt.Sprintf("stderr has %q", tt.notStderr))
+			}
+			if tt.notStdout != "" && strings.Contains(stdout.String(), tt.notStdout) {
+				fail(fmt.Sprintf("stdout has %q", tt.notStdout))
+			}
+		})
+	}
+}
+
+// An interrupt stops agentd ask --tools at once, the running command too.
+func TestAskWithToolsInterrupt(t *testing.T) {
+	t.Parallel()
+	home, cwd := t.TempDir(), t.TempDir()
+	cmd := exec.Command(agentdBin, "ask", "--tools", "bash", "/bash sleep 60")
+	cmd.Dir = cwd
+	cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "TMPDIR=" + t.TempDir()}
+	var stdout strings.Builder
+	var stderr e2eSyncBuf
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	guard := time.After(e2eHangGuard)
+	for !strings.Contains(stderr.String(), "[tool bash ") {
+		select {
+		case <-guard:
+			_ = cmd.Process.Kill()
+			t.Fatalf("the tool never started; stderr:\n%s", stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "[tool bash failed: Command aborted]") {
+			t.Errorf("after SIGINT: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+		}
+	case <-guard:
+		_ = cmd.Process.Kill()
+		t.Fatalf("agentd ask did not exit after SIGINT; stderr:\n%s", stderr.String())
+	}
+}
