@@ -27,8 +27,11 @@ import (
 	"github.com/agentd-dev/agentd/tool"
 )
 
-// Version is agentd's version, set at build time with -ldflags.
-var Version = "dev"
+// Version, when set at build time with
+// -ldflags "-X github.com/agentd-dev/agentd/cli.Version=v1.2.3", is
+// agentd's version; empty leaves it to the build information (see
+// version).
+var Version string
 
 // Exit codes.
 const (
@@ -87,6 +90,9 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 	if len(args) > 0 && args[0] == tool.SuperviseCommand {
 		// Hidden: agentd itself starts this around every bash run.
 		return tool.Supervise(ctx, args[1:])
+	}
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-v") {
+		args = append([]string{"version"}, args[1:]...)
 	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		m.usage(m.stdout)
@@ -224,6 +230,6 @@ func (m *Main) runVersion(_ context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err := parse(cfg, fs, args); err != nil {
 		return err
 	}
-	fmt.Fprintf(m.stdout, "agentd %s\n", Version)
+	fmt.Fprintf(m.stdout, "agentd %s\n", version())
 	return nil
 }

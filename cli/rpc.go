@@ -34,7 +34,6 @@ type rpcFlags struct {
 	streamFormat              string
 	maxLineBytes              int
 	policy                    string
-	approvalTimeout           time.Duration
 	bounds                    config.Engine
 }
 
@@ -53,7 +52,7 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	fs.StringVar(&f.streamFormat, "stream-format", "full", "message_update payload: full (pi's, the whole partial message) or delta (only the new text)")
 	fs.IntVar(&f.maxLineBytes, "max-line-bytes", 10<<20, "largest command line accepted on stdin")
 	fs.StringVar(&f.policy, "policy", cfg.Getenv("AGENTD_POLICY"), "permission policy file (JSON rules: allow / ask / deny by tool and argument); default allows everything, as pi (env AGENTD_POLICY)")
-	fs.DurationVar(&f.approvalTimeout, "approval-timeout", 0, "how long a tool approval or question waits for an answer; 0 waits forever")
+	cfg.RegisterApprovalTimeout(fs)
 	f.bounds.Register(fs)
 	if err := parse(cfg, fs, args); err != nil {
 		return err
@@ -105,7 +104,7 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 		sessDir = ""
 	}
 	eng, err := m.engine(cfg, ms, st.Get(), engineChoices{model: model, thinking: level, policy: policy,
-		interactionTimeout: f.approvalTimeout, bounds: f.bounds, log: log})
+		interactionTimeout: cfg.ApprovalTimeout, bounds: f.bounds, log: log})
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
 	sc := config.ServeDefaults(cfg.Getenv)
 	sc.Register(fs)
+	cfg.RegisterApprovalTimeout(fs, "ui-timeout")
 	if err := parse(cfg, fs, args); err != nil {
 		return err
 	}
@@ -67,7 +68,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	}
 	hl := health.NewHealth(breakers)
 	eng, err := m.engine(cfg, ms, st.Get(), engineChoices{model: model, thinking: level, policy: policy,
-		interactionTimeout: sc.UITimeout, eventLogSize: sc.EventLogSize, bounds: sc.Engine, breakers: breakers, log: log})
+		interactionTimeout: cfg.ApprovalTimeout, eventLogSize: sc.EventLogSize, bounds: sc.Engine, breakers: breakers, log: log})
 	if err != nil {
 		return err
 	}
@@ -87,7 +88,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err != nil {
 		return err
 	}
-	po := piserver.Options{Models: ms, Delta: sc.StreamFormat == "delta", Version: Version, Heartbeat: heartbeat(sc.Heartbeat)}
+	po := piserver.Options{Models: ms, Delta: sc.StreamFormat == "delta", Version: version(), Heartbeat: heartbeat(sc.Heartbeat)}
 	if sc.Stdio {
 		// A token on a stdio server is for stdio exposed beyond its parent
 		// (ssh, socat): the client authenticates first.

@@ -33,6 +33,12 @@ type Config struct {
 	StreamIdleTimeout time.Duration
 	// KeyCommandTimeout bounds an "!command" apiKey in models.json.
 	KeyCommandTimeout time.Duration
+	// ApprovalTimeout bounds how long a tool approval or an ask_user
+	// question waits for an answer in rpc and serve
+	// ($AGENTD_APPROVAL_TIMEOUT, default DefaultApprovalTimeout; 0 waits
+	// forever). It is registered only by the commands that host sessions
+	// (RegisterApprovalTimeout).
+	ApprovalTimeout time.Duration
 	// envErrs are environment values that did not parse; Check reports
 	// them, so a typo never silently falls back to a default.
 	envErrs []error
@@ -42,6 +48,12 @@ type Config struct {
 	// and a map in tests.
 	Getenv func(string) string `json:"-"`
 }
+
+// DefaultApprovalTimeout is how long an approval or a question waits by
+// default: long enough for a person who stepped away for a moment to read
+// the call and decide, short enough that a forgotten one does not hold a
+// run (and, in serve, every later command of its session) forever.
+const DefaultApprovalTimeout = 10 * time.Minute
 
 // Defaults returns the configuration before flags, from the environment.
 func Defaults(getenv func(string) string) Config {
@@ -54,6 +66,7 @@ func Defaults(getenv func(string) string) Config {
 		LogFormat:         "text",
 		StreamIdleTimeout: 5 * time.Minute,
 		KeyCommandTimeout: 10 * time.Second,
+		ApprovalTimeout:   DefaultApprovalTimeout,
 		Getenv:            getenv,
 	}
 	if c.ConfigDir == "" && home != "" {
@@ -81,6 +94,13 @@ func Defaults(getenv func(string) string) Config {
 			c.envErrs = append(c.envErrs, fmt.Errorf("AGENTD_STREAM_IDLE_TIMEOUT=%q: want a duration such as 5m or 90s", v))
 		}
 	}
+	if v := getenv("AGENTD_APPROVAL_TIMEOUT"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			c.ApprovalTimeout = d
+		} else {
+			c.envErrs = append(c.envErrs, fmt.Errorf("AGENTD_APPROVAL_TIMEOUT=%q: want a duration such as 10m or 90s (0 waits forever)", v))
+		}
+	}
 	return c
 }
 
@@ -92,6 +112,16 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.TextVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error (env AGENTD_LOG_LEVEL)")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json (env AGENTD_LOG_FORMAT)")
 	fs.DurationVar(&c.StreamIdleTimeout, "stream-idle-timeout", c.StreamIdleTimeout, "fail a model stream silent for this long; 0 disables (env AGENTD_STREAM_IDLE_TIMEOUT)")
+}
+
+// RegisterApprovalTimeout adds --approval-timeout to fs, for the commands
+// whose sessions ask people, and each of the deprecated names as an alias
+// of it (serve's --ui-timeout).
+func (c *Config) RegisterApprovalTimeout(fs *flag.FlagSet, deprecated ...string) {
+	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", c.ApprovalTimeout, "how long a tool approval or a question waits for an answer; 0 waits forever (env AGENTD_APPROVAL_TIMEOUT)")
+	for _, name := range deprecated {
+		fs.DurationVar(&c.ApprovalTimeout, name, c.ApprovalTimeout, "deprecated: the old name of --approval-timeout")
+	}
 }
 
 // Check validates c and resolves shorthand values. It is called once,
@@ -109,6 +139,9 @@ func (c *Config) Check() error {
 	}
 	if c.StreamIdleTimeout < 0 {
 		errs = append(errs, fmt.Errorf("stream idle timeout %s: must not be negative", c.StreamIdleTimeout))
+	}
+	if c.ApprovalTimeout < 0 {
+		errs = append(errs, fmt.Errorf("approval timeout %s: must not be negative (0 waits forever)", c.ApprovalTimeout))
 	}
 	if c.PiModelsPath == "pi" {
 		c.PiModelsPath = filepath.Join(c.Getenv("HOME"), ".pi", "agent", "models.json")

@@ -32,12 +32,27 @@ func TestDefaultsFlagsAndChecks(t *testing.T) {
 		{"bad env timeout", map[string]string{"HOME": "/h", "AGENTD_STREAM_IDLE_TIMEOUT": "soon"}, nil, `AGENTD_STREAM_IDLE_TIMEOUT="soon"`, nil},
 		{"bad format", map[string]string{"HOME": "/h"}, []string{"--log-format", "xml"}, `log format "xml"`, nil},
 		{"negative timeout", map[string]string{"HOME": "/h"}, []string{"--stream-idle-timeout", "-1s"}, "must not be negative", nil},
+		{"approval timeout default", map[string]string{"HOME": "/h"}, nil, "", func(c *Config) bool {
+			return c.ApprovalTimeout == DefaultApprovalTimeout
+		}},
+		{"approval timeout env", map[string]string{"HOME": "/h", "AGENTD_APPROVAL_TIMEOUT": "0"}, nil, "", func(c *Config) bool {
+			return c.ApprovalTimeout == 0
+		}},
+		{"approval timeout flag over env", map[string]string{"HOME": "/h", "AGENTD_APPROVAL_TIMEOUT": "1h"}, []string{"--approval-timeout", "90s"}, "", func(c *Config) bool {
+			return c.ApprovalTimeout == 90*time.Second
+		}},
+		{"deprecated approval timeout name", map[string]string{"HOME": "/h"}, []string{"--ui-timeout", "2m"}, "", func(c *Config) bool {
+			return c.ApprovalTimeout == 2*time.Minute
+		}},
+		{"bad env approval timeout", map[string]string{"HOME": "/h", "AGENTD_APPROVAL_TIMEOUT": "forever"}, nil, `AGENTD_APPROVAL_TIMEOUT="forever"`, nil},
+		{"negative approval timeout", map[string]string{"HOME": "/h"}, []string{"--approval-timeout", "-1m"}, "approval timeout -1m0s: must not be negative", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Defaults(env(tt.env))
 			fs := flag.NewFlagSet("t", flag.ContinueOnError)
 			c.Register(fs)
+			c.RegisterApprovalTimeout(fs, "ui-timeout")
 			if err := fs.Parse(tt.args); err != nil {
 				t.Fatal(err)
 			}

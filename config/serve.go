@@ -51,7 +51,6 @@ type Serve struct {
 	MaxQueuedBytes    int
 	MaxQueuedTotal    int64 // bytes queued for all clients together
 	ControlRateLimit  int   // control commands per minute per session; 0 disables
-	UITimeout         time.Duration
 	ShutdownTimeout   time.Duration
 	DependencyTimeout time.Duration
 	IdempotencyTTL    time.Duration
@@ -79,8 +78,8 @@ func ServeDefaults(getenv func(string) string) Serve {
 		StreamFormat: "full",
 		MaxSessions:  100, MaxConnections: 1000, MaxFrameBytes: 10 << 20,
 		RateLimit: 100, GlobalRateLimit: 1000, ControlRateLimit: 120, MaxPending: 256, MaxQueuedBytes: 64 << 20,
-		MaxQueuedTotal: 512 << 20,
-		UITimeout:      time.Minute, ShutdownTimeout: 30 * time.Second, DependencyTimeout: 30 * time.Second,
+		MaxQueuedTotal:  512 << 20,
+		ShutdownTimeout: 30 * time.Second, DependencyTimeout: 30 * time.Second,
 		IdempotencyTTL: 10 * time.Minute, Heartbeat: 30 * time.Second, EventLogSize: 4096,
 	}
 	if v := getenv("AGENTD_HOST"); v != "" {
@@ -137,7 +136,6 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.IntVar(&s.MaxPending, "max-pending", s.MaxPending, "commands one connection may have in flight")
 	fs.IntVar(&s.MaxQueuedBytes, "max-queued-bytes", s.MaxQueuedBytes, "bytes waiting to be sent to one client before it is disconnected as too slow")
 	fs.Int64Var(&s.MaxQueuedTotal, "max-queued-bytes-total", s.MaxQueuedTotal, "bytes waiting to be sent to all clients together; beyond it the clients furthest behind are disconnected first")
-	fs.DurationVar(&s.UITimeout, "ui-timeout", s.UITimeout, "how long an approval or question waits for an answer")
 	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", s.ShutdownTimeout, "how long running commands may finish on SIGTERM (env AGENTD_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&s.DependencyTimeout, "dependency-timeout", s.DependencyTimeout, "how long a command waits for its dependsOn")
 	fs.DurationVar(&s.IdempotencyTTL, "idempotency-ttl", s.IdempotencyTTL, "how long an idempotencyKey's outcome is replayed")
@@ -190,7 +188,7 @@ func (s *Serve) Check() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"--ui-timeout", s.UITimeout}, {"--shutdown-timeout", s.ShutdownTimeout}, {"--dependency-timeout", s.DependencyTimeout}, {"--idempotency-ttl", s.IdempotencyTTL}, {"--command-timeout", s.CommandTimeout}, {"--heartbeat", s.Heartbeat}} {
+	}{{"--shutdown-timeout", s.ShutdownTimeout}, {"--dependency-timeout", s.DependencyTimeout}, {"--idempotency-ttl", s.IdempotencyTTL}, {"--command-timeout", s.CommandTimeout}, {"--heartbeat", s.Heartbeat}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s %s: must not be negative", d.name, d.v))
 		}

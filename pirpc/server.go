@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentd-dev/agentd/agent"
@@ -59,6 +60,13 @@ type Server struct {
 	wg   sync.WaitGroup
 	ctx  context.Context
 	stop context.CancelFunc
+	// inputClosed is set when the input has ended; from then on every
+	// new interaction wakes Run to cancel it.
+	inputClosed atomic.Bool
+	wake        chan struct{}
+	// inFlight counts the commands running off the read loop (wg has no
+	// way to ask).
+	inFlight atomic.Int64
 }
 
 // New returns a server for opt.Session.
@@ -69,12 +77,20 @@ func New(opt Options) *Server {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{opt: opt, s: opt.Session, log: opt.Logger}
+	return &Server{opt: opt, s: opt.Session, log: opt.Logger, wake: make(chan struct{}, 1)}
 }
 
 // Run serves commands from in until it ends or ctx is cancelled, writing
-// responses and events to out. At the end the run in progress is
-// aborted, in-flight commands finish, and everything written is flushed.
+// responses and events to out.
+//
+// When in ends, the work already accepted finishes first, as a shell user
+// piping a prompt in expects: the run in progress goes on to agent_end
+// (follow-ups and retries included), and bash commands and a compaction
+// complete. Nobody can answer a question or an approval any more, so
+// those are cancelled (approvals are rejected with a reason the model
+// sees). When ctx is cancelled, even during that wait, the run in
+// progress is aborted at once and in-flight commands are cancelled.
+// Either way everything written is flushed before Run returns.
 func (srv *Server) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	srv.ctx, srv.stop = context.WithCancel(ctx)
 	defer srv.stop()
@@ -118,13 +134,78 @@ loop:
 			break loop
 		}
 	}
+	var settled <-chan struct{}
+	if errors.Is(err, io.EOF) {
+		settled = srv.finish()
+	}
 	srv.stop()
 	srv.s.Abort()
 	srv.wg.Wait()
+	if settled != nil {
+		<-settled
+	}
 	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
 		err = nil
 	}
 	return err
+}
+
+// finish waits, after the input ended, for the accepted work to end or
+// for ctx to be cancelled, whichever comes first. Every line read was
+// handled before the end of input was seen, so nothing new starts: a
+// prompt was accepted (its run registered) by the time its line was
+// handled, and the commands that run off the loop are counted in wg.
+// The returned channel is closed once the waiting goroutine is gone.
+func (srv *Server) finish() <-chan struct{} {
+	srv.inputClosed.Store(true)
+	if srv.s.Running() || srv.inFlight.Load() > 0 {
+		// Someone piping commands in sees why agentd has not exited yet.
+		srv.log.Info("input ended: finishing the work in progress, then exiting (interrupt to abort it)")
+	}
+	settled := make(chan struct{})
+	go func() {
+		defer close(settled)
+		for srv.ctx.Err() == nil {
+			_ = srv.s.Wait(srv.ctx)
+			srv.wg.Wait()
+			if !srv.s.Running() {
+				return
+			}
+		}
+	}()
+	for {
+		srv.cancelInteractions()
+		select {
+		case <-settled:
+			return settled
+		case <-srv.wake:
+		case <-srv.ctx.Done():
+			return settled
+		}
+	}
+}
+
+// inputEnded is what the model is told when an approval it waits for can
+// no longer be given.
+const inputEnded = "nobody can answer: the client closed agentd rpc's input"
+
+// cancelInteractions ends the pending interactions once no client can
+// answer them. It runs on Run's goroutine, never inside onEvent: answering
+// emits an event, and onEvent runs under the session's emit lock.
+func (srv *Server) cancelInteractions() {
+	for _, req := range srv.s.Interactions() {
+		resp := interaction.Response{Cancelled: true}
+		if req.Kind == interaction.KindApproval {
+			resp = interaction.Response{Verdict: interaction.VerdictReject, Feedback: inputEnded}
+		}
+		err := srv.s.Answer(req.ID, resp)
+		switch {
+		case err == nil:
+			srv.log.Info("cancelled an interaction after the end of input", "id", req.ID, "kind", req.Kind)
+		case !errors.Is(err, interaction.ErrAlreadyResolved) && !errors.Is(err, interaction.ErrNotFound):
+			srv.log.Warn("cancelling an interaction after the end of input", "id", req.ID, "err", err)
+		}
+	}
 }
 
 // response is pi's response frame.
@@ -168,8 +249,10 @@ func (srv *Server) reply(v any) { srv.out.write(piwire.Marshal(v)) }
 // up the commands after it.
 func (srv *Server) async(f func()) {
 	srv.wg.Add(1)
+	srv.inFlight.Add(1)
 	go func() {
 		defer srv.wg.Done()
+		defer srv.inFlight.Add(-1)
 		f()
 	}()
 }
@@ -598,6 +681,12 @@ func (srv *Server) onEvent(ev session.Event) {
 	if ev.Type == session.EventInteractionRequested {
 		if d, ok := piwire.NewDialog(ev.Interaction.Request, false); ok {
 			srv.out.write(piwire.Marshal(uiRequestFrame{Type: "extension_ui_request", ID: ev.Interaction.Request.ID, Dialog: d}))
+		}
+		if srv.inputClosed.Load() {
+			select {
+			case srv.wake <- struct{}{}:
+			default: // a wake-up is already pending; it covers this one
+			}
 		}
 		return
 	}

@@ -1712,7 +1712,9 @@ func TestRPCPiTranscript3(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
 	policy := e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`)
-	p := e.start("--no-session", "--policy", policy)
+	// pi's dialogs wait forever, as agentd's do with 0 (the default bounds
+	// them and adds a timeout to each request: see TestApprovalTimeout).
+	p := e.start("--no-session", "--policy", policy, "--approval-timeout", "0")
 
 	gc := p.ok(`{"id":"gc","type":"get_commands"}`)
 	e2eEqual(t, "commands", len(e2eAt(gc, "data", "commands").([]any)), 0)
@@ -2123,7 +2125,9 @@ func TestRPCRetry(t *testing.T) {
 func TestRPCExtensionUI(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	p := e.start("--no-session", "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`))
+	// Without a timeout the dialogs are pi's exactly (the default one is in
+	// TestApprovalTimeout).
+	p := e.start("--no-session", "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`), "--approval-timeout", "0")
 
 	// run prompts text, answers the dialog it raises with answer (a JSON
 	// fragment) and returns the dialog and what the model was told (the
@@ -2291,16 +2295,23 @@ func TestRPCBadInput(t *testing.T) {
 // command killed, and their last lines are written before the exit.
 func TestRPCExitOnStdinClose(t *testing.T) {
 	t.Parallel()
+	// Closing stdin is "no more commands", not "stop": what was accepted
+	// finishes, then agentd exits 0. (Before, both of these were aborted;
+	// SIGTERM still aborts them: see TestRPCSignalAbortsAfterStdinClose.)
 	t.Run("mid-run", func(t *testing.T) {
 		t.Parallel()
-		e := e2eNewEnv(t, e2eOpts{})
-		e.tweak("hang", func(s *llmtest.Script) { s.HangAfter = 1 })
+		e := e2eNewEnv(t, e2eOpts{proxy: true})
+		release := e.proxy.holdAfter("finish me", 2) // the role chunk, the first delta
 		p := e.start("--no-session")
-		p.ok(`{"id":"p","type":"prompt","message":"hang"}`)
+		p.ok(`{"id":"p","type":"prompt","message":"finish me"}`)
 		p.event("message_update:text_delta")
+		_ = p.stdin.Close()
+		p.waitStderr("input ended")
+		close(release)
 		out := p.close()
 		last := out[len(out)-1]
-		if last.typ() != "agent_end" || e2eStr(last.v, "messages", "1", "stopReason") != "aborted" {
+		if last.typ() != "agent_end" || e2eStr(last.v, "messages", "1", "stopReason") != "stop" ||
+			e2eStr(last.v, "messages", "1", "content", "0", "text") != "Hello from mock! You said: finish me" {
 			t.Fatalf("last line before the exit: %s", last)
 		}
 	})
@@ -2309,8 +2320,12 @@ func TestRPCExitOnStdinClose(t *testing.T) {
 		e := e2eNewEnv(t, e2eOpts{})
 		p := e.start("--no-session")
 		fifo, started := e.fifo("started")
-		p.send(fmt.Sprintf(`{"id":"b","type":"bash","command":"echo > %s; sleep 30"}`, fifo))
+		gate := e.gate("gate")
+		p.send(fmt.Sprintf(`{"id":"b","type":"bash","command":"echo > %s; cat %s; echo finished"}`, fifo, gate.path))
 		started()
+		_ = p.stdin.Close()
+		p.waitStderr("input ended")
+		gate.open()
 		out := p.close()
 		var b *e2eLine
 		for i := range out {
@@ -2318,7 +2333,7 @@ func TestRPCExitOnStdinClose(t *testing.T) {
 				b = &out[i]
 			}
 		}
-		if b == nil || e2eAt(b.v, "data", "cancelled") != true {
+		if b == nil || e2eAt(b.v, "data", "cancelled") != false || e2eStr(b.v, "data", "output") != "finished\n" {
 			t.Fatalf("bash response before the exit: %v", b)
 		}
 	})
