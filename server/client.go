@@ -126,22 +126,23 @@ func (c *Client) Send(f []byte) {
 }
 
 // cutLocked drops what is queued and closes the client as overloaded;
-// c.mu is held.
-func (c *Client) cutLocked(reason string) {
+// c.mu is held. It reports false when the client was closing already.
+func (c *Client) cutLocked(reason string) bool {
 	if c.closing {
-		return
+		return false
 	}
 	c.closing, c.dropped, c.cl = true, true, Close{CloseOverloaded, reason}
 	c.srv.budget.release(c.queued.Swap(0))
 	c.queue = nil
 	c.cond.Signal()
+	return true
 }
 
 // cut is cutLocked for a caller without the lock.
-func (c *Client) cut(reason string) {
+func (c *Client) cut(reason string) bool {
 	c.mu.Lock()
-	c.cutLocked(reason)
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	return c.cutLocked(reason)
 }
 
 // Close closes the client once what is queued has been written.
@@ -199,43 +200,37 @@ func (c *Client) writeLoop(transport string) {
 		for len(c.queue) == 0 && !c.closing {
 			c.cond.Wait()
 		}
-		if len(c.queue) == 0 {
+		if len(c.queue) == 0 || c.dropped {
 			cl := c.cl
 			c.mu.Unlock()
 			c.srv.log.Debug("closing connection", "face", c.face, "transport", transport, "kind", cl.Kind, "reason", cl.Reason)
 			c.link.Close(cl)
 			return
 		}
-		q := c.queue
-		c.queue = nil
+		// One frame at a time: a client stuck in a write holds only the
+		// frame being written, so cutting it off frees the rest at once.
+		f := c.queue[0]
+		c.queue[0] = nil
+		c.queue = c.queue[1:]
 		c.mu.Unlock()
-		for i, f := range q {
-			c.mu.Lock()
-			dropped := c.dropped
-			c.mu.Unlock()
-			if dropped {
-				break // cut off: what it had queued is not sent
-			}
-			if err := c.link.Write(c.srv.ctx, f); err != nil {
-				c.srv.log.Debug("connection write failed", "face", c.face, "transport", transport, "err", err)
-				c.mu.Lock()
-				if !c.dropped {
-					c.closing, c.dropped = true, true
-					c.srv.budget.release(c.queued.Swap(0))
-				}
-				c.queue = nil
-				c.mu.Unlock()
-				c.link.Close(Close{CloseOverloaded, "write failed"})
-				return
-			}
-			q[i] = nil
+		if err := c.link.Write(c.srv.ctx, f); err != nil {
+			c.srv.log.Debug("connection write failed", "face", c.face, "transport", transport, "err", err)
 			c.mu.Lock()
 			if !c.dropped {
-				c.queued.Add(-int64(len(f)))
-				c.srv.budget.release(int64(len(f)))
+				c.closing, c.dropped = true, true
+				c.srv.budget.release(c.queued.Swap(0))
 			}
+			c.queue = nil
 			c.mu.Unlock()
+			c.link.Close(Close{CloseOverloaded, "write failed"})
+			return
 		}
+		c.mu.Lock()
+		if !c.dropped {
+			c.queued.Add(-int64(len(f)))
+			c.srv.budget.release(int64(len(f)))
+		}
+		c.mu.Unlock()
 	}
 }
 
@@ -283,8 +278,9 @@ func (b *budget) charge(s *Server, n int64) {
 		if victim == nil {
 			return
 		}
-		s.rejectedBudget.Add(1)
-		victim.cut(fmt.Sprintf("Server send budget exhausted (%d bytes queued for all clients): this client was furthest behind; reconnect and resume from the last seq you saw", b.max))
+		if victim.cut(fmt.Sprintf("Server send budget exhausted (%d bytes queued for all clients): this client was furthest behind; reconnect and resume from the last seq you saw", b.max)) {
+			s.rejectedBudget.Add(1)
+		}
 	}
 }
 

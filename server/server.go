@@ -86,7 +86,7 @@ func DefaultLimits() Limits {
 	return Limits{
 		MaxSessions: 100, MaxConnections: 1000, MaxFrameBytes: 10 << 20,
 		SessionRate: 100, GlobalRate: 1000, ControlRate: 120, UIResponseRate: 60,
-		MaxPending: 256, MaxQueuedBytes: 64 << 20, MaxQueuedBytesTotal: 512 << 20,
+		MaxPending: 256, MaxQueuedBytes: 64 << 20, MaxQueuedBytesTotal: 256 << 20,
 		ShutdownTimeout:   30 * time.Second,
 		DependencyTimeout: pipeline.DefaultDependencyTimeout, IdempotencyTTL: pipeline.DefaultIdempotencyTTL,
 		ReadTimeout: 30 * time.Second, MutateTimeout: 60 * time.Second,
@@ -413,7 +413,7 @@ func (s *Server) furthestBehind() *Client {
 	var victim *Client
 	var most int64
 	for _, c := range s.Clients("") {
-		if q := c.queued.Load(); q > most {
+		if q := c.queued.Load(); q > most && !c.Closing() {
 			victim, most = c, q
 		}
 	}
