@@ -257,29 +257,15 @@ func (srv *Server) async(f func()) {
 	}()
 }
 
-// command is the union of every command's fields.
+// command is the union of every command's fields: pi's shared ones and
+// the answer fields of pi's extension UI responses.
 type command struct {
-	ID                 *string       `json:"id"`
-	Type               *string       `json:"type"`
-	Message            *string       `json:"message"`
-	Images             []llm.Content `json:"images"`
-	StreamingBehavior  string        `json:"streamingBehavior"`
-	ParentSession      string        `json:"parentSession"`
-	Provider           string        `json:"provider"`
-	ModelID            string        `json:"modelId"`
-	Level              string        `json:"level"`
-	Mode               string        `json:"mode"`
-	CustomInstructions string        `json:"customInstructions"`
-	Enabled            *bool         `json:"enabled"`
-	Command            *string       `json:"command"`
-	OutputPath         string        `json:"outputPath"`
-	Overwrite          bool          `json:"overwrite"`
-	SessionPath        string        `json:"sessionPath"`
-	EntryID            string        `json:"entryId"`
-	Name               *string       `json:"name"`
-	Value              *string       `json:"value"`
-	Confirmed          *bool         `json:"confirmed"`
-	Cancelled          bool          `json:"cancelled"`
+	ID   *string `json:"id"`
+	Type *string `json:"type"`
+	piwire.Fields
+	Value     *string `json:"value"`
+	Confirmed *bool   `json:"confirmed"`
+	Cancelled bool    `json:"cancelled"`
 }
 
 func (srv *Server) handleLine(line []byte) {
@@ -288,7 +274,7 @@ func (srv *Server) handleLine(line []byte) {
 	}
 	var probe any
 	if err := json.Unmarshal(line, &probe); err != nil {
-		srv.reply(failure(nil, "parse", "Failed to parse command: "+jsonError(err)))
+		srv.reply(failure(nil, "parse", "Failed to parse command: "+piwire.DescribeJSONError(err)))
 		return
 	}
 	obj, isObj := probe.(map[string]any)
@@ -300,7 +286,7 @@ func (srv *Server) handleLine(line []byte) {
 			if s, ok := obj["id"].(string); ok {
 				id = &s
 			}
-			srv.reply(failure(id, cmdType, "Invalid command: "+jsonError(err)))
+			srv.reply(failure(id, cmdType, "Invalid command: "+piwire.DescribeJSONError(err)))
 			return
 		}
 	}
@@ -309,33 +295,6 @@ func (srv *Server) handleLine(line []byte) {
 		return
 	}
 	srv.dispatch(&c)
-}
-
-// jsonError turns a decoding error into a message for the client.
-func jsonError(err error) string {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return fmt.Sprintf("%s at position %d", se.Error(), se.Offset)
-	case errors.As(err, &te):
-		return fmt.Sprintf("field %q must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
-	}
-	return err.Error()
-}
-
-func jsonKind(k string) string {
-	switch k {
-	case "string":
-		return "a string"
-	case "bool":
-		return "a boolean"
-	case "ptr", "struct", "map":
-		return "an object"
-	case "slice":
-		return "an array"
-	}
-	return "a " + k
 }
 
 func (srv *Server) dispatch(c *command) {

@@ -83,33 +83,17 @@ func (c *call) origin() *origin {
 // params is the union of every command's fields; the decoder has checked
 // the types of the ones the command declares.
 type params struct {
-	Message            *string       `json:"message"`
-	Images             []llm.Content `json:"images"`
-	StreamingBehavior  string        `json:"streamingBehavior"`
-	Cwd                string        `json:"cwd"`
-	AfterSeq           *float64      `json:"afterSeq"` // a non-negative integer (checked)
-	SessionPath        string        `json:"sessionPath"`
-	Provider           string        `json:"provider"`
-	ModelID            string        `json:"modelId"`
-	Direction          string        `json:"direction"`
-	Level              string        `json:"level"`
-	Mode               string        `json:"mode"`
-	Name               *string       `json:"name"`
-	CustomInstructions string        `json:"customInstructions"`
-	Enabled            *bool         `json:"enabled"`
-	Command            *string       `json:"command"`
-	ExcludeFromContext bool          `json:"excludeFromContext"`
-	OutputPath         string        `json:"outputPath"`
-	Overwrite          bool          `json:"overwrite"`
-	ParentSession      string        `json:"parentSession"`
-	EntryID            string        `json:"entryId"`
-	RequestID          string        `json:"requestId"`
-	Response           *uiAnswer     `json:"response"`
-	Limit              *int          `json:"limit"`
-	SessionIDFilter    string        `json:"sessionIdFilter"`
-	CommandID          string        `json:"commandId"`
-	FromTimestamp      *int64        `json:"fromTimestamp"`
-	ToTimestamp        *int64        `json:"toTimestamp"`
+	piwire.Fields
+	Cwd             string    `json:"cwd"`
+	AfterSeq        *float64  `json:"afterSeq"` // a non-negative integer (checked)
+	Direction       string    `json:"direction"`
+	RequestID       string    `json:"requestId"`
+	Response        *uiAnswer `json:"response"`
+	Limit           *int      `json:"limit"`
+	SessionIDFilter string    `json:"sessionIdFilter"`
+	CommandID       string    `json:"commandId"`
+	FromTimestamp   *int64    `json:"fromTimestamp"`
+	ToTimestamp     *int64    `json:"toTimestamp"`
 }
 
 type uiAnswer struct {

@@ -246,7 +246,7 @@ func decodeCommand(data []byte, specs map[string]*commandSpec) (pipeline.Command
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if err := dec.Decode(&fields); err != nil {
-		return pipeline.Command{}, &frameError{command: "unknown", msg: "Invalid JSON: " + jsonProblem(err)}
+		return pipeline.Command{}, &frameError{command: "unknown", msg: "Invalid JSON: " + piwire.DescribeJSONError(err)}
 	}
 	if len(bytes.TrimSpace(data[dec.InputOffset():])) > 0 {
 		return pipeline.Command{}, &frameError{command: "unknown", msg: "Invalid JSON: a frame must hold exactly one JSON object"}
@@ -430,27 +430,13 @@ func shapeProblem(err error) string {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		if te.Field != "" {
-			return fmt.Sprintf("%s has the wrong type (%s)", te.Field, te.Value)
+			return fmt.Sprintf("%s has the wrong type (%s)", strings.TrimPrefix(te.Field, "Fields."), te.Value)
 		}
 		return fmt.Sprintf("has the wrong type (%s)", te.Value)
 	}
 	return "has the wrong shape"
 }
 
-// jsonProblem says what is wrong with a frame that is not JSON.
-func jsonProblem(err error) string {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return fmt.Sprintf("%s at offset %d", se.Error(), se.Offset)
-	case errors.As(err, &te):
-		return "a frame must be a JSON object, not " + te.Value
-	case err.Error() == "EOF":
-		return "empty frame"
-	}
-	return err.Error()
-}
 
 // field is one command field the decoder checks.
 type field struct {
