@@ -437,7 +437,6 @@ func shapeProblem(err error) string {
 	return "has the wrong shape"
 }
 
-
 // field is one command field the decoder checks.
 type field struct {
 	name     string
