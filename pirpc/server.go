@@ -606,30 +606,7 @@ func (srv *Server) persist(f func(*settings.Settings)) {
 	}
 }
 
-type stateData struct {
-	Model                 *llm.Model        `json:"model"`
-	ThinkingLevel         llm.ThinkingLevel `json:"thinkingLevel"`
-	IsStreaming           bool              `json:"isStreaming"`
-	IsCompacting          bool              `json:"isCompacting"`
-	SteeringMode          agent.QueueMode   `json:"steeringMode"`
-	FollowUpMode          agent.QueueMode   `json:"followUpMode"`
-	SessionFile           string            `json:"sessionFile,omitempty"`
-	SessionID             string            `json:"sessionId"`
-	SessionName           string            `json:"sessionName,omitempty"`
-	AutoCompactionEnabled bool              `json:"autoCompactionEnabled"`
-	MessageCount          int               `json:"messageCount"`
-	PendingMessageCount   int               `json:"pendingMessageCount"`
-}
-
-func (srv *Server) state() stateData {
-	st := srv.s.Settings()
-	return stateData{
-		Model: srv.s.Model(), ThinkingLevel: srv.s.Thinking(), IsStreaming: srv.s.Running(),
-		IsCompacting: srv.s.State() == session.StateCompacting, SteeringMode: st.SteeringMode, FollowUpMode: st.FollowUpMode,
-		SessionFile: srv.s.File(), SessionID: srv.s.ID(), SessionName: srv.s.Name(), AutoCompactionEnabled: st.AutoCompaction,
-		MessageCount: len(srv.s.Messages()), PendingMessageCount: srv.s.PendingCount(),
-	}
-}
+func (srv *Server) state() piwire.SessionState { return piwire.StateOf(srv.s) }
 
 func (srv *Server) stats() any { return piwire.SessionStats(srv.s.Stats()) }
 

@@ -258,26 +258,18 @@ func clientError(err error) error {
 
 // ---- server commands ----
 
-// sessionInfo is pi-server's SessionInfo, with agentd's additions.
+// sessionInfo is pi-server's SessionInfo: the server's id for the
+// session, pi's session state, and agentd's additions.
 type sessionInfo struct {
-	SessionID     string            `json:"sessionId"`
-	SessionName   string            `json:"sessionName,omitempty"`
-	SessionFile   string            `json:"sessionFile,omitempty"`
-	Model         *llm.Model        `json:"model,omitempty"`
-	ThinkingLevel llm.ThinkingLevel `json:"thinkingLevel"`
-	IsStreaming   bool              `json:"isStreaming"`
-	MessageCount  int               `json:"messageCount"`
-	CreatedAt     string            `json:"createdAt"`
+	// SessionID is the server's id, not the transcript's.
+	SessionID string `json:"sessionId"`
+	piwire.SessionState
+	CreatedAt string `json:"createdAt"`
 	// agentd's additions
-	Cwd                   string          `json:"cwd"`
-	State                 session.State   `json:"state"`
-	IsCompacting          bool            `json:"isCompacting"`
-	SteeringMode          agent.QueueMode `json:"steeringMode"`
-	FollowUpMode          agent.QueueMode `json:"followUpMode"`
-	AutoCompactionEnabled bool            `json:"autoCompactionEnabled"`
-	PendingMessageCount   int             `json:"pendingMessageCount"`
-	Seq                   uint64          `json:"seq"`
-	Subscribers           int             `json:"subscribers"`
+	Cwd         string        `json:"cwd"`
+	State       session.State `json:"state"`
+	Seq         uint64        `json:"seq"`
+	Subscribers int           `json:"subscribers"`
 	// Loaded is false for a session known from before a restart that
 	// no command has touched since; its first command loads it.
 	Loaded bool `json:"loaded"`
@@ -290,15 +282,10 @@ func (s *Server) info(h *server.Hosted) sessionInfo {
 // infoAt is info with the seq the client was told about.
 func (s *Server) infoAt(h *server.Hosted, seq uint64) sessionInfo {
 	sess := h.Session()
-	st := sess.Settings()
-	state := sess.State()
 	return sessionInfo{
-		SessionID: h.ID(), SessionName: sess.Name(), SessionFile: sess.File(), Model: sess.Model(),
-		ThinkingLevel: sess.Thinking(), IsStreaming: sess.Running(), MessageCount: len(sess.Messages()),
-		CreatedAt: h.Created().UTC().Format("2006-01-02T15:04:05.000Z"), Cwd: h.Cwd(), State: state,
-		IsCompacting: state == session.StateCompacting, SteeringMode: st.SteeringMode, FollowUpMode: st.FollowUpMode,
-		AutoCompactionEnabled: st.AutoCompaction, PendingMessageCount: sess.PendingCount(), Seq: seq,
-		Subscribers: h.Subscribers(), Loaded: true,
+		SessionID: h.ID(), SessionState: piwire.StateOf(sess),
+		CreatedAt: h.Created().UTC().Format("2006-01-02T15:04:05.000Z"), Cwd: h.Cwd(), State: sess.State(),
+		Seq: seq, Subscribers: h.Subscribers(), Loaded: true,
 	}
 }
 
@@ -306,9 +293,9 @@ func (s *Server) infoAt(h *server.Hosted, seq uint64) sessionInfo {
 // loaded yet: it loads on its first command.
 func knownInfo(k server.Known) sessionInfo {
 	return sessionInfo{
-		SessionID: k.ID, SessionName: k.Info.Name, SessionFile: k.File, ThinkingLevel: llm.ThinkingOff,
-		MessageCount: k.Info.MessageCount, CreatedAt: k.Created.UTC().Format("2006-01-02T15:04:05.000Z"),
-		Cwd: k.Cwd, State: session.StateIdle,
+		SessionID: k.ID, SessionState: piwire.SessionState{SessionName: k.Info.Name, SessionFile: k.File,
+			ThinkingLevel: llm.ThinkingOff, MessageCount: k.Info.MessageCount},
+		CreatedAt: k.Created.UTC().Format("2006-01-02T15:04:05.000Z"), Cwd: k.Cwd, State: session.StateIdle,
 	}
 }
 

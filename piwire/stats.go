@@ -1,6 +1,10 @@
 package piwire
 
-import "github.com/agentd-dev/agentd/session"
+import (
+	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/session"
+)
 
 // SessionStats is pi's SessionStats for a session's statistics.
 func SessionStats(st session.Stats) any {
@@ -39,4 +43,32 @@ func SessionStats(st session.Stats) any {
 		}
 	}
 	return out
+}
+
+// SessionState is pi's get_state data: what a client shows of a session.
+// pi-server's SessionInfo carries the same fields.
+type SessionState struct {
+	Model                 *llm.Model        `json:"model"`
+	ThinkingLevel         llm.ThinkingLevel `json:"thinkingLevel"`
+	IsStreaming           bool              `json:"isStreaming"`
+	IsCompacting          bool              `json:"isCompacting"`
+	SteeringMode          agent.QueueMode   `json:"steeringMode"`
+	FollowUpMode          agent.QueueMode   `json:"followUpMode"`
+	SessionFile           string            `json:"sessionFile,omitempty"`
+	SessionID             string            `json:"sessionId"`
+	SessionName           string            `json:"sessionName,omitempty"`
+	AutoCompactionEnabled bool              `json:"autoCompactionEnabled"`
+	MessageCount          int               `json:"messageCount"`
+	PendingMessageCount   int               `json:"pendingMessageCount"`
+}
+
+// StateOf reads a session's state.
+func StateOf(s *session.Session) SessionState {
+	st := s.Settings()
+	return SessionState{
+		Model: s.Model(), ThinkingLevel: s.Thinking(), IsStreaming: s.Running(),
+		IsCompacting: s.State() == session.StateCompacting, SteeringMode: st.SteeringMode, FollowUpMode: st.FollowUpMode,
+		SessionFile: s.File(), SessionID: s.ID(), SessionName: s.Name(), AutoCompactionEnabled: st.AutoCompaction,
+		MessageCount: len(s.Messages()), PendingMessageCount: s.PendingCount(),
+	}
 }
