@@ -78,7 +78,7 @@ func ServeDefaults(getenv func(string) string) Serve {
 		StreamFormat: "full",
 		MaxSessions:  100, MaxConnections: 1000, MaxFrameBytes: 10 << 20,
 		RateLimit: 100, GlobalRateLimit: 1000, ControlRateLimit: 120, MaxPending: 256, MaxQueuedBytes: 64 << 20,
-		MaxQueuedTotal:  512 << 20,
+		MaxQueuedTotal:  256 << 20,
 		ShutdownTimeout: 30 * time.Second, DependencyTimeout: 30 * time.Second,
 		IdempotencyTTL: 10 * time.Minute, Heartbeat: 30 * time.Second, EventLogSize: 4096,
 	}
