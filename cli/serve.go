@@ -72,7 +72,12 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err != nil {
 		return err
 	}
+	var auth server.Authenticator
+	if argv := strings.Fields(sc.AuthCommand); len(argv) > 0 {
+		auth = server.CommandAuthenticator{Argv: argv}
+	}
 	srv, err := server.New(server.Config{
+		Auth:    auth,
 		Builder: eng, Cwd: cwd, SessionsDir: sessionsDir, AllowedDirs: sc.AllowSessionDirs,
 		Home: cfg.Getenv("HOME"), StateDir: stateDir, Journal: journal,
 		ExportsDir: filepath.Join(cfg.DataDir, "exports"), Protected: []string{filepath.Join(stateDir, "journal.jsonl")},

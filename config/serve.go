@@ -27,6 +27,10 @@ type Serve struct {
 	Token string
 	// AllowOrigins are browser origins allowed to connect (host patterns).
 	AllowOrigins StringList
+	// AuthCommand, when set, is a program asked about each connection
+	// (the request as JSON on stdin, {"allowed", "reason"} on stdout);
+	// split on spaces, no shell.
+	AuthCommand string
 	// AllowedHosts are more names clients reach the server by (the Host
 	// header of every request must name the server: loopback names, IP
 	// literals, the listen address, or one of these).
@@ -74,7 +78,7 @@ func (l *StringList) Set(v string) error { *l = append(*l, v); return nil }
 // environment.
 func ServeDefaults(getenv func(string) string) Serve {
 	s := Serve{
-		Host: "127.0.0.1", Port: 3141, Token: getenv("AGENTD_TOKEN"), Policy: getenv("AGENTD_POLICY"),
+		Host: "127.0.0.1", Port: 3141, Token: getenv("AGENTD_TOKEN"), Policy: getenv("AGENTD_POLICY"), AuthCommand: getenv("AGENTD_AUTH_COMMAND"),
 		StreamFormat: "full",
 		MaxSessions:  100, MaxConnections: 1000, MaxFrameBytes: 10 << 20,
 		RateLimit: 100, GlobalRateLimit: 1000, ControlRateLimit: 120, MaxPending: 256, MaxQueuedBytes: 64 << 20,
@@ -121,6 +125,7 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&s.Stdio, "stdio", false, "serve one client on stdin/stdout instead of listening")
 	fs.StringVar(&s.Token, "token", s.Token, "token clients must present (Authorization: Bearer, or ?token=; with --stdio, an authenticate command first) (env AGENTD_TOKEN)")
 	fs.Var(&s.AllowOrigins, "allow-origin", "browser origin allowed to connect, as a host pattern (repeatable)")
+	fs.StringVar(&s.AuthCommand, "auth-command", s.AuthCommand, `program that decides about each connection, besides --token: it reads {"transport","remote","path","headers"} as JSON on stdin and answers {"allowed":true|false,"reason":"..."}; split on spaces, no shell (env AGENTD_AUTH_COMMAND)`)
 	fs.Var(&s.AllowedHosts, "allowed-host", "another host name clients reach the server by; requests naming any other host are refused (repeatable)")
 	fs.StringVar(&s.Model, "model", "", "default model of new sessions, provider/id[:thinking]")
 	fs.StringVar(&s.Policy, "policy", s.Policy, "permission policy file: allow / ask / deny rules by tool and argument (env AGENTD_POLICY)")

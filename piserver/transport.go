@@ -54,6 +54,10 @@ func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
 			_ = ws.Close(closePolicy, reason)
 			return
 		}
+		if res := s.srv.Authenticate(s.srv.Context(), server.RequestOf("websocket", r)); !res.Allowed {
+			_ = ws.Close(closePolicy, res.Reason)
+			return
+		}
 		l := &wsLink{ws: ws}
 		c := newConn(s, "websocket", l)
 		c.remote = r.RemoteAddr
@@ -191,7 +195,13 @@ func (l *wsLink) close(code int, reason string) {
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
 	l := &stdioLink{w: out}
 	c := newConn(s, "stdio", l)
-	authed := s.opt.StdioToken == ""
+	// An authenticator that refuses stdio refuses it for good: every
+	// command gets the reason, as pi-server does.
+	denied := ""
+	if res := s.srv.Authenticate(ctx, server.AuthRequest{Transport: "stdio"}); !res.Allowed {
+		denied = res.Reason
+	}
+	authed := s.opt.StdioToken == "" && denied == ""
 	if authed {
 		if err := c.start(); err != nil {
 			return err
@@ -253,6 +263,8 @@ loop:
 			case len(strings.TrimSpace(string(line))) == 0:
 			case authed:
 				c.handle(line)
+			case denied != "":
+				_ = l.write(ctx, refusalOf(line, denied))
 			default:
 				ok, reply := s.stdioAuthenticate(line)
 				_ = l.write(ctx, reply)
@@ -289,23 +301,41 @@ loop:
 func (s *Server) stdioAuthenticate(line []byte) (ok bool, reply []byte) {
 	var f struct {
 		Type  string `json:"type"`
-		ID    string `json:"id"`
 		Token string `json:"token"`
+	}
+	_ = json.Unmarshal(line, &f)
+	reason := "Missing authorization token: send {\"type\":\"authenticate\",\"token\":\"...\"} first"
+	if f.Type == "authenticate" && f.Token != "" {
+		if subtle.ConstantTimeCompare([]byte(f.Token), []byte(s.opt.StdioToken)) == 1 {
+			return true, piwire.Marshal(wireResponse{ID: idOf(line), Type: "response", Command: "authenticate", Success: true})
+		}
+		reason = "Invalid token"
+	}
+	s.srv.Logger().Info("stdio command refused", "reason", reason)
+	return false, refusalOf(line, reason)
+}
+
+// refusalOf answers a command refused before admission with reason,
+// echoing its id and type when it has them.
+func refusalOf(line []byte, reason string) []byte {
+	var f struct {
+		Type string `json:"type"`
 	}
 	_ = json.Unmarshal(line, &f)
 	command := f.Type
 	if command == "" {
 		command = "unknown"
 	}
-	reason := "Missing authorization token: send {\"type\":\"authenticate\",\"token\":\"...\"} first"
-	if f.Type == "authenticate" && f.Token != "" {
-		if subtle.ConstantTimeCompare([]byte(f.Token), []byte(s.opt.StdioToken)) == 1 {
-			return true, piwire.Marshal(wireResponse{ID: f.ID, Type: "response", Command: "authenticate", Success: true})
-		}
-		reason = "Invalid token"
+	return failureFrame(idOf(line), command, reason)
+}
+
+// idOf is the command's id, "" when it has none (or no JSON).
+func idOf(line []byte) string {
+	var f struct {
+		ID string `json:"id"`
 	}
-	s.srv.Logger().Info("stdio command refused", "reason", reason)
-	return false, failureFrame(f.ID, command, reason)
+	_ = json.Unmarshal(line, &f)
+	return f.ID
 }
 
 type stdioLink struct {

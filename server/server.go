@@ -151,7 +151,10 @@ type Config struct {
 	Health   *health.Health
 	Metrics  *health.Metrics
 	Limits   Limits
-	Logger   *slog.Logger
+	// Auth, when set, decides about each connection besides the token
+	// check (an operator's program: CommandAuthenticator).
+	Auth   Authenticator
+	Logger *slog.Logger
 }
 
 // Server hosts sessions for every face.

@@ -7,11 +7,16 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // svRawRequest sends one raw HTTP request to the server with the given
@@ -131,4 +136,36 @@ func TestServeStdioToken(t *testing.T) {
 	svWantOK(t, c.call(svM{"id": "a1", "type": "authenticate", "token": tok}))
 	c.waitType("server_ready")
 	svWantOK(t, c.call(svM{"id": "l1", "type": "list_sessions"}))
+}
+
+// --auth-command: an operator's program decides about each connection. A
+// refused WebSocket is closed with 1008 and the program's reason before
+// anything is sent; a refused stdio client gets the reason for every
+// command.
+func TestServeAuthCommand(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	prog := filepath.Join(e.root, "auth.sh")
+	body := "#!/bin/sh\nread -r req\ncase \"$req\" in\n" +
+		`*'"transport":"stdio"'*) echo '{"allowed":false,"reason":"stdio denied"}' ;;` + "\n" +
+		`*'"X-User":["ann"]'*) echo '{"allowed":true,"identity":"ann"}' ;;` + "\n" +
+		`*) echo '{"allowed":false,"reason":"unknown user"}' ;;` + "\nesac\n"
+	if err := os.WriteFile(prog, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := svStart(t, e, "--auth-command", prog)
+	c := s.dialRaw(t, svDialOpts{})
+	code, reason := c.waitClosed()
+	svEq(t, "close", fmt.Sprint(code, " ", reason), fmt.Sprint(websocket.StatusPolicyViolation, " unknown user"))
+	if fs := c.snapshot(); len(fs) > 0 {
+		t.Errorf("a refused connection got frames: %v", fs)
+	}
+	ok := s.dialRaw(t, svDialOpts{header: map[string][]string{"X-User": {"ann"}}})
+	ok.ready()
+	svWantOK(t, ok.call(svM{"id": "l", "type": "list_sessions"}))
+
+	_, sc := svStartStdio(t, e2eNewEnv(t, e2eOpts{}), "--auth-command", prog)
+	r := sc.call(svM{"id": "stdio-auth-1", "type": "list_sessions"})
+	svWantErr(t, r, "stdio denied")
+	svEq(t, "command", r.m["command"], "list_sessions")
 }
