@@ -32,7 +32,22 @@ const (
 // client to pi-server's close codes.
 type wireLink struct{ l link }
 
-func (w wireLink) Write(ctx context.Context, f []byte) error { return w.l.write(ctx, f) }
+func (w wireLink) Write(ctx context.Context, frames [][]byte) error {
+	if b, ok := w.l.(batchLink); ok {
+		return b.writeBatch(ctx, frames)
+	}
+	for _, f := range frames {
+		if err := w.l.write(ctx, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// batchLink is a link that writes several frames in one go.
+type batchLink interface {
+	writeBatch(ctx context.Context, frames [][]byte) error
+}
 
 func (w wireLink) Close(c server.Close) {
 	code := closeNormal

@@ -12,10 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/pipeline"
 	"github.com/agentd-dev/agentd/piwire"
+	"github.com/agentd-dev/agentd/server"
 	"github.com/agentd-dev/agentd/session"
 )
 
@@ -144,9 +146,36 @@ type codec struct {
 }
 
 // Encode wraps a session event in the pi-server event envelope, with
-// agentd's per-session seq so a client can resume; nil for events that
-// have no wire form.
-func (cd *codec) Encode(sessionID string, ev session.Event) []byte {
+// agentd's per-session seq so a client can resume; no Data for events that
+// have no wire form. The deltas of one content block carry a Key, so a
+// client that falls behind gets them merged into one frame: the delta is
+// the joined text (and, in pi's full format, the partial message the
+// newest one), with the newest seq.
+func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
+	f := server.Frame{Data: cd.frame(sessionID, ev)}
+	a := ev.Agent
+	if f.Data == nil || a == nil || a.Type != agent.EventMessageUpdate || a.Update == nil {
+		return f
+	}
+	switch u := a.Update; u.Type {
+	case llm.EventTextDelta, llm.EventThinkingDelta, llm.EventToolCallDelta:
+		f.Key = sessionID + "\x00" + string(u.Type) + "\x00" + strconv.Itoa(u.ContentIndex)
+		f.Text = u.Delta
+		f.Merge = func(text string) []byte {
+			merged := *u
+			merged.Delta = text
+			ma := *a
+			ma.Update = &merged
+			mev := ev
+			mev.Agent = &ma
+			return cd.frame(sessionID, mev)
+		}
+	}
+	return f
+}
+
+// frame is Encode's frame data.
+func (cd *codec) frame(sessionID string, ev session.Event) []byte {
 	var inner []byte
 	switch ev.Type {
 	case session.EventInteractionRequested:

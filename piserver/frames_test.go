@@ -502,7 +502,7 @@ func TestEventFrame(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := s.Encode(tt.sid, tt.ev)
+			got := s.Encode(tt.sid, tt.ev).Data
 			if string(got) != tt.want {
 				t.Errorf("eventFrame =\n %s\nwant\n %s", got, tt.want)
 			}

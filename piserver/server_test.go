@@ -142,6 +142,36 @@ func events(ws []wire, sid string) []wire {
 	return out
 }
 
+// stream is what a client makes of event frames: each event with its
+// seq, except that consecutive deltas of one content block count as one
+// (a client that lags gets them merged), with their text joined and the
+// last one's seq.
+func stream(ws []wire) []string {
+	var out []string
+	lastKey := ""
+	for _, w := range ws {
+		ev, _ := w.m["event"].(map[string]any)
+		ame, _ := ev["assistantMessageEvent"].(map[string]any)
+		typ, _ := ame["type"].(string)
+		if w.eventType() == "message_update" && strings.HasSuffix(typ, "_delta") {
+			key := fmt.Sprint(typ, ame["contentIndex"])
+			delta, _ := ame["delta"].(string)
+			if key == lastKey {
+				prev := out[len(out)-1]
+				text := prev[strings.Index(prev, "|")+1:]
+				out[len(out)-1] = fmt.Sprintf("%d:%s|%s", w.seq(), key, text+delta)
+			} else {
+				out = append(out, fmt.Sprintf("%d:%s|%s", w.seq(), key, delta))
+			}
+			lastKey = key
+			continue
+		}
+		lastKey = ""
+		out = append(out, fmt.Sprintf("%d:%s", w.seq(), w.eventType()))
+	}
+	return out
+}
+
 func dump(ws []wire) string {
 	var b strings.Builder
 	for i, w := range ws {
@@ -401,17 +431,16 @@ func TestSwitchSessionResumesAfterSeq(t *testing.T) {
 			t.Errorf("switch_session seq %v is before the cursor %d", s, after)
 		}
 
-		var want []string
+		var later []wire
 		for _, w := range events(wa, "s1") {
 			if w.seq() > after {
-				want = append(want, fmt.Sprintf("%d:%s", w.seq(), w.eventType()))
+				later = append(later, w)
 			}
 		}
-		var got []string
 		evb := events(wb, "s1")
-		for _, w := range evb {
-			got = append(got, fmt.Sprintf("%d:%s", w.seq(), w.eventType()))
-		}
+		// The live client may have had deltas merged while it lagged; the
+		// resumed one sees the same stream either way.
+		want, got := stream(later), stream(evb)
 		if strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("resumed client got events\n %v\nwant (what the live client saw after %d)\n %v", got, after, want)
 		}
@@ -516,7 +545,9 @@ func TestSlowClientIsDisconnected(t *testing.T) {
 		if n != 1 || code != 1011 || reason != fmt.Sprintf("Client too slow: more than %d bytes waiting to be sent", maxQueued) {
 			t.Errorf("slow client closed %d times, last with %d %q", n, code, reason)
 		}
-		if ws := slow.wires(t); len(ws) != 1 || ws[0].typ() != "server_ready" {
+		// It had been handed server_ready and the recovery summary (one
+		// batch) before it stopped reading; none of the session's events.
+		if ws := slow.wires(t); len(events(ws, "s1")) > 0 || len(ws) > 2 {
 			t.Errorf("slow client got frames after it fell behind:\n%s", dump(ws))
 		}
 		registered := false
@@ -840,15 +871,13 @@ func TestSwitchSessionWithoutCursorHasNoGap(t *testing.T) {
 		_, r = response(t, wb, "sw")
 		wantSuccess(t, r)
 		seq := uint64(r.data()["seq"].(float64))
-		var want, got []string
+		var later []wire
 		for _, w := range events(wa, "s1") {
 			if w.seq() > seq {
-				want = append(want, fmt.Sprintf("%d:%s", w.seq(), w.eventType()))
+				later = append(later, w)
 			}
 		}
-		for _, w := range events(wb, "s1") {
-			got = append(got, fmt.Sprintf("%d:%s", w.seq(), w.eventType()))
-		}
+		want, got := stream(later), stream(events(wb, "s1"))
 		if strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("switch_session answered seq %d, then the client got events\n %v\nwant every event after %d\n %v", seq, got, seq, want)
 		}

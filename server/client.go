@@ -30,18 +30,43 @@ type Close struct {
 	Reason string
 }
 
-// Link is what a transport provides to a client: writing one frame, and
+// Link is what a transport provides to a client: writing frames, and
 // closing with a reason. Write is called from the client's writer
-// goroutine only; Close may be called from any goroutine, more than once.
+// goroutine only, with every frame that was waiting (up to a batch): a
+// transport that can, sends them in one go under one deadline. Close may
+// be called from any goroutine, more than once.
 type Link interface {
-	Write(ctx context.Context, frame []byte) error
+	Write(ctx context.Context, frames [][]byte) error
 	Close(c Close)
+}
+
+// Frame is an encoded event for a client, with what its queue needs to
+// coalesce it. A frame with a Key that finds the frame queued just before
+// it (not yet being written) with the same Key takes that frame's place:
+// Merge re-encodes this frame with the two frames' Text joined, so the
+// client gets one frame that says what both said. Frames without a Key
+// are never merged, dropped or reordered.
+type Frame struct {
+	Data []byte
+	// Key names what the frame continues, such as the deltas of one
+	// content block of one message of one session.
+	Key string
+	// Text is the part that accumulates (a delta).
+	Text string
+	// Merge encodes this frame with text in place of its Text. It is
+	// called during the Send of this frame, on the sender's goroutine.
+	Merge func(text string) []byte
 }
 
 // Client is one connection of any face: its outbound queue, drained by
 // one writer goroutine so that no session or command ever waits on a slow
 // client; its subscriptions; and its commands in flight. Producers
 // (session fan-out, lifecycle broadcasts, responses) only append.
+//
+// A client that reads slower than events come gets the latest state, not
+// every intermediate frame: once it is mergeAfter behind, consecutive
+// deltas of one content block merge in its queue (see Frame). A client
+// that keeps up sees every frame.
 type Client struct {
 	srv  *Server
 	face string
@@ -51,15 +76,29 @@ type Client struct {
 
 	mu       sync.Mutex
 	cond     *sync.Cond
-	queue    [][]byte
+	queue    []queued
 	queued   atomic.Int64 // bytes in queue, read by the budget without mu
 	closing  bool
 	cl       Close
 	watching map[string]struct{}
 	pending  int
 	dropped  bool // cut off: the queue was discarded and uncounted
+	merged   atomic.Int64
 
 	done chan struct{} // closed when the writer has stopped
+}
+
+// mergeAfter is how far behind a client must be before its deltas merge:
+// below it every frame goes out as it came (a client that keeps up sees
+// every frame, even of a burst); above it the queue holds the latest
+// state rather than history.
+const mergeAfter = 64 << 10
+
+// queued is a frame waiting to be written.
+type queued struct {
+	data []byte
+	key  string
+	text string
 }
 
 // ClientOptions describe a connection being attached.
@@ -103,26 +142,45 @@ func (c *Client) Face() string { return c.face }
 // detached.
 func (c *Client) Done() <-chan struct{} { return c.done }
 
-// Send queues a frame. A client that lets more than its share pile up is
-// disconnected rather than letting the server's memory grow without
-// bound; it may reconnect and resume from the last seq it saw.
-func (c *Client) Send(f []byte) {
+// Merged counts frames that merged into the one queued before them.
+func (c *Client) Merged() int64 { return c.merged.Load() }
+
+// Send queues a frame that is never merged.
+func (c *Client) Send(f []byte) { c.SendFrame(Frame{Data: f}) }
+
+// SendFrame queues a frame, merging it with the one queued before it
+// when both have the same Key. A client that lets more than its share
+// pile up is disconnected rather than letting the server's memory grow
+// without bound; it may reconnect and resume from the last seq it saw.
+func (c *Client) SendFrame(f Frame) {
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
 		return
 	}
-	limit := int64(c.srv.lim.MaxQueuedBytes)
-	if q := c.queued.Load(); q+int64(len(f)) > limit && q > 0 {
-		c.cutLocked(fmt.Sprintf("Client too slow: more than %d bytes waiting to be sent", limit))
-		c.mu.Unlock()
-		return
+	delta := int64(len(f.Data))
+	item := queued{data: f.Data, key: f.Key, text: f.Text}
+	n := len(c.queue)
+	if f.Key != "" && f.Merge != nil && n > 0 && c.queue[n-1].key == f.Key && c.queued.Load() >= mergeAfter {
+		prev := c.queue[n-1]
+		item.text = prev.text + f.Text
+		item.data = f.Merge(item.text)
+		delta = int64(len(item.data)) - int64(len(prev.data))
+		c.queue[n-1] = item
+		c.merged.Add(1)
+	} else {
+		limit := int64(c.srv.lim.MaxQueuedBytes)
+		if q := c.queued.Load(); q+delta > limit && q > 0 {
+			c.cutLocked(fmt.Sprintf("Client too slow: more than %d bytes waiting to be sent", limit))
+			c.mu.Unlock()
+			return
+		}
+		c.queue = append(c.queue, item)
 	}
-	c.queue = append(c.queue, f)
-	c.queued.Add(int64(len(f)))
+	c.queued.Add(delta)
 	c.cond.Signal()
 	c.mu.Unlock()
-	c.srv.budget.charge(c.srv, int64(len(f)))
+	c.srv.budget.charge(c.srv, delta)
 }
 
 // cutLocked drops what is queued and closes the client as overloaded;
@@ -192,9 +250,18 @@ func (c *Client) wait(d time.Duration) {
 	}
 }
 
+// A batch is what the writer hands the link at once: everything waiting,
+// up to these bounds, so a client stuck in a write holds little that a
+// cut could otherwise free.
+const (
+	maxBatchFrames = 256
+	maxBatchBytes  = 256 << 10
+)
+
 func (c *Client) writeLoop(transport string) {
 	defer close(c.done)
 	defer c.detach(transport)
+	var batch [][]byte
 	for {
 		c.mu.Lock()
 		for len(c.queue) == 0 && !c.closing {
@@ -207,13 +274,17 @@ func (c *Client) writeLoop(transport string) {
 			c.link.Close(cl)
 			return
 		}
-		// One frame at a time: a client stuck in a write holds only the
-		// frame being written, so cutting it off frees the rest at once.
-		f := c.queue[0]
-		c.queue[0] = nil
-		c.queue = c.queue[1:]
+		batch = batch[:0]
+		size := 0
+		i := 0
+		for ; i < len(c.queue) && i < maxBatchFrames && (i == 0 || size+len(c.queue[i].data) <= maxBatchBytes); i++ {
+			batch = append(batch, c.queue[i].data)
+			size += len(c.queue[i].data)
+			c.queue[i] = queued{}
+		}
+		c.queue = c.queue[i:]
 		c.mu.Unlock()
-		if err := c.link.Write(c.srv.ctx, f); err != nil {
+		if err := c.link.Write(c.srv.ctx, batch); err != nil {
 			c.srv.log.Debug("connection write failed", "face", c.face, "transport", transport, "err", err)
 			c.mu.Lock()
 			if !c.dropped {
@@ -225,10 +296,11 @@ func (c *Client) writeLoop(transport string) {
 			c.link.Close(Close{CloseOverloaded, "write failed"})
 			return
 		}
+		clear(batch)
 		c.mu.Lock()
 		if !c.dropped {
-			c.queued.Add(-int64(len(f)))
-			c.srv.budget.release(int64(len(f)))
+			c.queued.Add(-int64(size))
+			c.srv.budget.release(int64(size))
 		}
 		c.mu.Unlock()
 	}
@@ -289,3 +361,6 @@ func (b *budget) release(n int64) {
 		b.total.Add(-n)
 	}
 }
+
+// QueuedBytes is what waits to be written to the client.
+func (c *Client) QueuedBytes() int64 { return c.queued.Load() }

@@ -6,14 +6,16 @@ import (
 	"github.com/agentd-dev/agentd/session"
 )
 
-// Codec encodes a session's events for one face's wire. Encode returns
-// nil for an event the face has no form for. For a live event it runs on
-// the session's emitting goroutine, where the partial message of a
-// message_update is valid; for a replayed one it gets the logged copy.
-// The server encodes each event once per codec, whatever the number of
-// subscribers.
+// Codec encodes a session's events for one face's wire. Encode returns a
+// Frame with nil Data for an event the face has no form for. For a live
+// event it runs on the session's emitting goroutine, where the partial
+// message of a message_update is valid; for a replayed one it gets the
+// logged copy. The server encodes each event once per codec, whatever the
+// number of subscribers. A codec marks the frames a lagging client may
+// get merged (Frame.Key): deltas of one content block. Codec values must
+// be comparable (pointers).
 type Codec interface {
-	Encode(sessionID string, ev session.Event) []byte
+	Encode(sessionID string, ev session.Event) Frame
 }
 
 // subscription is one client watching one session. While held, frames
@@ -24,7 +26,7 @@ type subscription struct {
 	after   uint64 // frames with a seq at or below this were sent already
 	held    bool
 	hold    *Hold
-	pending [][]byte
+	pending []Frame
 	seqs    []uint64
 }
 
@@ -84,7 +86,7 @@ func (hd *Hold) add(x heldSub) bool {
 func (sub *subscription) flush(c *Client) {
 	for i, f := range sub.pending {
 		if sub.seqs[i] > sub.after {
-			c.Send(f)
+			c.SendFrame(f)
 			sub.after = sub.seqs[i]
 		}
 	}
@@ -132,10 +134,13 @@ func (s *Server) Subscribe(c *Client, h *Hosted, codec Codec, after *uint64, hol
 		sub.after = *after
 		// What the client missed goes before the live events that came
 		// in meanwhile; duplicates are dropped by seq when sent.
-		frames := make([][]byte, 0, len(missed)+len(sub.pending))
+		frames := make([]Frame, 0, len(missed)+len(sub.pending))
 		seqs := make([]uint64, 0, len(missed)+len(sub.pending))
 		for _, ev := range missed {
-			if f := codec.Encode(h.id, ev); f != nil {
+			// A replay is every event after the cursor, each as it was:
+			// replayed frames are never merged.
+			if f := codec.Encode(h.id, ev); f.Data != nil {
+				f.Key, f.Merge = "", nil
 				frames = append(frames, f)
 				seqs = append(seqs, ev.Seq)
 			}
@@ -187,11 +192,11 @@ func (h *Hosted) fanOut(ev session.Event) {
 	// Faces have one or two codecs: a slice beats a map.
 	type encoded struct {
 		codec Codec
-		frame []byte
+		frame Frame
 	}
 	var cache []encoded
 	for c, sub := range h.subs {
-		var f []byte
+		var f Frame
 		found := false
 		for _, e := range cache {
 			if e.codec == sub.codec {
@@ -203,17 +208,20 @@ func (h *Hosted) fanOut(ev session.Event) {
 			f = sub.codec.Encode(h.id, ev)
 			cache = append(cache, encoded{sub.codec, f})
 		}
-		if f == nil {
+		if f.Data == nil {
 			continue
 		}
 		if sub.held {
+			// Kept for later, off the emitting goroutine: a live frame's
+			// Merge may read the partial message, valid only now.
+			f.Merge = nil
 			sub.pending = append(sub.pending, f)
 			sub.seqs = append(sub.seqs, ev.Seq)
 			continue
 		}
 		if ev.Seq > sub.after {
 			sub.after = ev.Seq
-			c.Send(f)
+			c.SendFrame(f)
 		}
 	}
 }

@@ -1,0 +1,106 @@
+package piserver
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// slowLink is a client that reads slower than the model writes: each
+// write takes a while. It records the most bytes its connection had
+// queued at any write.
+type slowLink struct {
+	fakeLink
+	delay time.Duration
+	c     *conn
+
+	mu        sync.Mutex
+	maxQueued int64
+}
+
+func (l *slowLink) write(ctx context.Context, f []byte) error {
+	if l.c != nil && l.c.client != nil {
+		q := l.c.client.QueuedBytes()
+		l.mu.Lock()
+		l.maxQueued = max(l.maxQueued, q)
+		l.mu.Unlock()
+	}
+	time.Sleep(l.delay)
+	return l.fakeLink.write(ctx, f)
+}
+
+// A client that reads slower than the model writes ends with the same
+// final message as a fast one, and what waits for it stays bounded by
+// what it has not seen of the current message: deltas merge, nothing
+// else is dropped or reordered. In pi's full format and in delta format.
+func TestSlowReaderGetsTheLatestState(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		name := "full"
+		if delta {
+			name = "delta"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fx := newFixture(t, fixtureConfig{chunkDelay: time.Millisecond})
+				fx.srv.codec.delta = delta
+				fast := &fakeLink{}
+				a := fx.connect(t, fast)
+				a.handle([]byte(`{"type":"create_session","id":"c1","sessionId":"s1"}`))
+				synctest.Wait()
+				slow := &slowLink{delay: 20 * time.Millisecond}
+				b := newConn(fx.srv, "test", slow)
+				slow.c = b
+				if err := b.start(); err != nil {
+					t.Fatal(err)
+				}
+				b.handle([]byte(`{"type":"switch_session","id":"sw","sessionId":"s1"}`))
+				synctest.Wait()
+				a.handle([]byte(`{"type":"prompt","id":"p1","sessionId":"s1","message":"` + words(2000) + `"}`))
+				synctest.Wait()
+				time.Sleep(time.Minute) // the slow client catches up
+				synctest.Wait()
+
+				wa, wb := fast.wires(t), slow.wires(t)
+				final := func(ws []wire) string {
+					for i := len(ws) - 1; i >= 0; i-- {
+						if ws[i].eventType() == "message_end" {
+							return ws[i].raw[strings.Index(ws[i].raw, `"event"`):]
+						}
+					}
+					t.Fatalf("no message_end:\n%s", dump(ws))
+					return ""
+				}
+				if final(wa) != final(wb) {
+					t.Errorf("the slow client's last message_end differs from the fast one's")
+				}
+				// Joined deltas give the same text; nothing but deltas was
+				// merged away.
+				if sa, sb := stream(events(wa, "s1")), stream(events(wb, "s1")); strings.Join(sa, " ") != strings.Join(sb, " ") {
+					t.Errorf("streams differ:\nfast %v\nslow %v", sa, sb)
+				}
+				nb := len(events(wb, "s1"))
+				if na := len(events(wa, "s1")); nb >= na {
+					t.Errorf("the slow client got %d event frames, the fast one %d: nothing merged", nb, na)
+				}
+				if b.client.Merged() == 0 {
+					t.Error("no frame was merged for the slow client")
+				}
+				// Bounded by the current message, not its history: what
+				// may wait before deltas merge (64 KiB), the largest frame
+				// (the whole answer, in the full format) and a few small
+				// ones.
+				largest := 0
+				for _, w := range wa {
+					largest = max(largest, len(w.raw))
+				}
+				if slow.maxQueued > int64(64<<10+4*largest) {
+					t.Errorf("the slow client's queue reached %d bytes; the largest frame is %d", slow.maxQueued, largest)
+				}
+				t.Logf("%s: fast %d event frames, slow %d; slow queue peak %d bytes (largest frame %d)", name, len(events(wa, "s1")), nb, slow.maxQueued, largest)
+			})
+		})
+	}
+}
