@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/agentd-dev/agentd/server"
 )
 
 // slowLink is a client that reads slower than the model writes: each
@@ -15,19 +17,18 @@ import (
 type slowLink struct {
 	fakeLink
 	delay time.Duration
-	c     *conn
 
 	mu        sync.Mutex
+	client    *server.Client // set once the connection is attached
 	maxQueued int64
 }
 
 func (l *slowLink) write(ctx context.Context, f []byte) error {
-	if l.c != nil && l.c.client != nil {
-		q := l.c.client.QueuedBytes()
-		l.mu.Lock()
-		l.maxQueued = max(l.maxQueued, q)
-		l.mu.Unlock()
+	l.mu.Lock()
+	if l.client != nil {
+		l.maxQueued = max(l.maxQueued, l.client.QueuedBytes())
 	}
+	l.mu.Unlock()
 	time.Sleep(l.delay)
 	return l.fakeLink.write(ctx, f)
 }
@@ -52,10 +53,12 @@ func TestSlowReaderGetsTheLatestState(t *testing.T) {
 				synctest.Wait()
 				slow := &slowLink{delay: 20 * time.Millisecond}
 				b := newConn(fx.srv, "test", slow)
-				slow.c = b
 				if err := b.start(); err != nil {
 					t.Fatal(err)
 				}
+				slow.mu.Lock()
+				slow.client = b.client
+				slow.mu.Unlock()
 				b.handle([]byte(`{"type":"switch_session","id":"sw","sessionId":"s1"}`))
 				synctest.Wait()
 				a.handle([]byte(`{"type":"prompt","id":"p1","sessionId":"s1","message":"` + words(2000) + `"}`))
@@ -96,10 +99,13 @@ func TestSlowReaderGetsTheLatestState(t *testing.T) {
 				for _, w := range wa {
 					largest = max(largest, len(w.raw))
 				}
-				if slow.maxQueued > int64(64<<10+4*largest) {
-					t.Errorf("the slow client's queue reached %d bytes; the largest frame is %d", slow.maxQueued, largest)
+				slow.mu.Lock()
+				peak := slow.maxQueued
+				slow.mu.Unlock()
+				if peak > int64(64<<10+4*largest) {
+					t.Errorf("the slow client's queue reached %d bytes; the largest frame is %d", peak, largest)
 				}
-				t.Logf("%s: fast %d event frames, slow %d; slow queue peak %d bytes (largest frame %d)", name, len(events(wa, "s1")), nb, slow.maxQueued, largest)
+				t.Logf("%s: fast %d event frames, slow %d; slow queue peak %d bytes (largest frame %d)", name, len(events(wa, "s1")), nb, peak, largest)
 			})
 		})
 	}

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/agentd-dev/agentd/piwire"
 	"github.com/agentd-dev/agentd/server"
 )
@@ -41,21 +39,19 @@ func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
 			}
 		}
 		defer done()
-		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: o.OriginPatterns})
+		ws, err := server.AcceptWebSocket(w, r, server.WebSocketOptions{OriginPatterns: o.OriginPatterns})
 		if err != nil {
 			s.srv.Logger().Debug("websocket handshake failed", "remote", r.RemoteAddr, "err", err)
 			return
 		}
-		// The server reads frames itself, so that an over-size frame gets
-		// an error response instead of closing the connection.
-		ws.SetReadLimit(-1)
+		defer ws.Drop()
 		if reason := server.CheckToken(o.Token, r); reason != "" {
 			s.srv.Logger().Info("websocket refused", "remote", r.RemoteAddr, "reason", reason)
-			_ = ws.Close(closePolicy, reason)
+			refuse(ws, closePolicy, reason)
 			return
 		}
 		if res := s.srv.Authenticate(s.srv.Context(), server.RequestOf("websocket", r)); !res.Allowed {
-			_ = ws.Close(closePolicy, res.Reason)
+			refuse(ws, closePolicy, res.Reason)
 			return
 		}
 		l := &wsLink{ws: ws}
@@ -70,13 +66,12 @@ func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
 			if errors.As(err, &rf) {
 				code, reason = rf.code, rf.reason
 			}
-			_ = ws.Close(websocket.StatusCode(code), reason)
+			refuse(ws, code, reason)
 			return
 		}
 		done()
 		s.srv.Logger().Debug("websocket connected", "remote", r.RemoteAddr)
 		ctx, cancel := context.WithCancel(s.srv.Context())
-		defer cancel()
 		var hb sync.WaitGroup
 		if s.opt.Heartbeat > 0 {
 			hb.Add(1)
@@ -85,7 +80,10 @@ func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
 				s.heartbeat(ctx, ws, c)
 			}()
 		}
-		s.readFrames(ctx, ws, c)
+		// Shutting the server down unblocks the reader.
+		stop := context.AfterFunc(ctx, func() { ws.Close(closeGoingAway, "Server shutting down") })
+		s.readFrames(ws, c)
+		stop()
 		c.closed()
 		cancel()
 		hb.Wait()
@@ -93,16 +91,25 @@ func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
 	})
 }
 
-func (s *Server) readFrames(ctx context.Context, ws *websocket.Conn, c *conn) {
-	max := s.srv.Limits().MaxFrameBytes
-	buf := make([]byte, 0, 4096)
+// refuse closes a connection turned away before it was attached, after
+// the peer answers the close or a few seconds.
+func refuse(ws *server.WebSocket, code int, reason string) {
+	ws.Close(code, reason)
+	var buf []byte
 	for {
-		_, r, err := ws.Reader(ctx)
-		if err != nil {
+		if _, err := ws.Read(&buf, 0); err != nil {
 			return
 		}
 		buf = buf[:0]
-		n, err := readAtMost(r, &buf, max)
+	}
+}
+
+func (s *Server) readFrames(ws *server.WebSocket, c *conn) {
+	max := s.srv.Limits().MaxFrameBytes
+	buf := make([]byte, 0, 4096)
+	for {
+		buf = buf[:0]
+		n, err := ws.Read(&buf, max)
 		if err != nil {
 			return
 		}
@@ -117,71 +124,43 @@ func (s *Server) readFrames(ctx context.Context, ws *websocket.Conn, c *conn) {
 	}
 }
 
-// readAtMost reads a message into buf, keeping at most max+1 bytes; it
-// returns the message's full length, reading and dropping the rest.
-func readAtMost(r io.Reader, buf *[]byte, max int) (int, error) {
-	total := 0
-	chunk := make([]byte, 32<<10)
-	for {
-		n, err := r.Read(chunk)
-		if n > 0 {
-			if total+n <= max {
-				*buf = append(*buf, chunk[:n]...)
-			}
-			total += n
-		}
-		if errors.Is(err, io.EOF) {
-			return total, nil
-		}
-		if err != nil {
-			return total, err
-		}
-	}
-}
-
-// heartbeat pings the client; one that does not answer within an
-// interval is disconnected.
-func (s *Server) heartbeat(ctx context.Context, ws *websocket.Conn, c *conn) {
+// heartbeat pings the client; one that has not answered a ping by the
+// next one is disconnected.
+func (s *Server) heartbeat(ctx context.Context, ws *server.WebSocket, c *conn) {
 	t := time.NewTicker(s.opt.Heartbeat)
 	defer t.Stop()
+	var sent time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, s.opt.Heartbeat)
-		err := ws.Ping(pctx)
-		cancel()
-		if err != nil && ctx.Err() == nil {
+		if !sent.IsZero() && !ws.PongSince(sent) {
 			c.client.Close(server.Close{Kind: server.CloseGoingAway, Reason: "Heartbeat timeout"})
+			return
+		}
+		sent = time.Now()
+		if err := ws.Ping(); err != nil {
 			return
 		}
 	}
 }
 
 type wsLink struct {
-	ws   *websocket.Conn
-	once sync.Once
+	ws *server.WebSocket
 }
 
-// writeTimeout bounds one frame's write: a client that stops reading is
-// cut off instead of holding its writer forever.
-const writeTimeout = 30 * time.Second
+func (l *wsLink) write(_ context.Context, f []byte) error { return l.ws.WriteText([][]byte{f}) }
 
-func (l *wsLink) write(ctx context.Context, f []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
-	defer cancel()
-	return l.ws.Write(ctx, websocket.MessageText, f)
-}
+// writeBatch writes frames under one deadline and one flush.
+func (l *wsLink) writeBatch(_ context.Context, frames [][]byte) error { return l.ws.WriteText(frames) }
 
 func (l *wsLink) close(code int, reason string) {
-	l.once.Do(func() {
-		if code == 0 {
-			code = int(websocket.StatusNormalClosure)
-		}
-		_ = l.ws.Close(websocket.StatusCode(code), reason)
-	})
+	if code == 0 {
+		code = closeNormal
+	}
+	l.ws.Close(code, reason)
 }
 
 // ServeStdio serves one client on in/out (newline-delimited JSON) until in

@@ -1,0 +1,275 @@
+package server
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gobwas/ws"
+)
+
+// WebSocket is the server side of one WebSocket connection, for every
+// face that speaks WebSocket. It is built on gobwas/ws's frame-level API
+// rather than a message-level library because a server that streams
+// events must send many small messages cheaply: WriteText writes every
+// message it is given under one deadline and one flush (one syscall for a
+// batch), where a message-level library flushes, and arms a timer, per
+// message.
+type WebSocket struct {
+	conn net.Conn
+	br   *bufio.Reader
+
+	wmu       sync.Mutex // one writer at a time: batches, pongs, pings, close
+	bw        *bufio.Writer
+	closeSent bool
+
+	inMessage bool // a fragmented message is being read
+	lastPong  atomic.Int64
+	closeOnce sync.Once
+}
+
+// WebSocketOptions configure AcceptWebSocket.
+type WebSocketOptions struct {
+	// OriginPatterns are the browser origins allowed besides the server's
+	// own host, as host patterns (path.Match); clients that send no Origin,
+	// such as programs, are always allowed.
+	OriginPatterns []string
+}
+
+// wsWriteTimeout bounds one batch's write: a client that stops reading is
+// cut off instead of holding its writer forever.
+const wsWriteTimeout = 30 * time.Second
+
+// wsBufferSize is the write buffer: a batch of small messages goes out in
+// one write per this many bytes.
+const wsBufferSize = 64 << 10
+
+// AcceptWebSocket completes a WebSocket handshake. A browser request from
+// an origin that is neither the server's own host nor allowed gets 403;
+// a request that is not a WebSocket handshake gets the library's error
+// status.
+func AcceptWebSocket(w http.ResponseWriter, r *http.Request, o WebSocketOptions) (*WebSocket, error) {
+	if err := checkOrigin(r, o.OriginPatterns); err != nil {
+		http.Error(w, err.Error(), http.StatusForbidden)
+		return nil, err
+	}
+	conn, rw, _, err := ws.HTTPUpgrader{Timeout: 10 * time.Second}.Upgrade(r, w)
+	if err != nil {
+		if conn != nil {
+			_ = conn.Close()
+		}
+		return nil, fmt.Errorf("websocket handshake: %w", err)
+	}
+	c := &WebSocket{conn: conn, br: rw.Reader, bw: bufio.NewWriterSize(conn, wsBufferSize)}
+	c.lastPong.Store(time.Now().UnixNano())
+	return c, nil
+}
+
+// checkOrigin allows a request with no Origin (not a browser), one from
+// the server's own host, and one whose origin host matches a pattern.
+func checkOrigin(r *http.Request, patterns []string) error {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return nil
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("request Origin %q is not a valid URL with a host", origin)
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return nil
+	}
+	for _, p := range patterns {
+		if ok, _ := path.Match(strings.ToLower(p), strings.ToLower(u.Host)); ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("request Origin %q is not authorized for Host %q", u.Host, r.Host)
+}
+
+// ErrWebSocketClosed is what Read returns once the peer has closed the
+// connection (after the close handshake).
+var ErrWebSocketClosed = errors.New("websocket closed")
+
+// ProtocolError is a peer that broke the WebSocket protocol; the
+// connection has been closed with 1002.
+type ProtocolError struct{ Reason string }
+
+func (e *ProtocolError) Error() string { return "websocket protocol error: " + e.Reason }
+
+// Read reads the next data message, appending to *buf at most max+1 of its
+// bytes (the rest is read and dropped), and returns its full length, so a
+// caller can refuse an oversize message and go on. Control frames are
+// answered on the way: a ping gets its pong, a pong is noted for the
+// heartbeat, a close gets its reply and ends the connection
+// (ErrWebSocketClosed).
+func (c *WebSocket) Read(buf *[]byte, max int) (int, error) {
+	total := 0
+	var scratch [4096]byte
+	for {
+		h, err := ws.ReadHeader(c.br)
+		if err != nil {
+			return total, err
+		}
+		state := ws.StateServerSide
+		if c.inMessage {
+			state |= ws.StateFragmented
+		}
+		if err := ws.CheckHeader(h, state); err != nil {
+			c.failProtocol(err.Error())
+			return total, &ProtocolError{err.Error()}
+		}
+		if h.OpCode.IsControl() {
+			payload := make([]byte, h.Length)
+			if _, err := io.ReadFull(c.br, payload); err != nil {
+				return total, err
+			}
+			ws.Cipher(payload, h.Mask, 0)
+			switch h.OpCode {
+			case ws.OpPing:
+				if err := c.writeControl(ws.OpPong, payload); err != nil {
+					return total, err
+				}
+			case ws.OpPong:
+				c.lastPong.Store(time.Now().UnixNano())
+			case ws.OpClose:
+				code, _ := ws.ParseCloseFrameData(payload)
+				if code == 0 {
+					code = ws.StatusNoStatusRcvd
+				}
+				c.sendClose(int(code), "")
+				return total, ErrWebSocketClosed
+			}
+			continue
+		}
+		c.inMessage = !h.Fin
+		// Read the payload in chunks, unmasking as it comes, keeping what
+		// fits.
+		var off int64
+		for off < h.Length {
+			n := int64(len(scratch))
+			if rem := h.Length - off; rem < n {
+				n = rem
+			}
+			chunk := scratch[:n]
+			if _, err := io.ReadFull(c.br, chunk); err != nil {
+				return total, err
+			}
+			ws.Cipher(chunk, h.Mask, int(off))
+			if keep := max + 1 - len(*buf); keep > 0 {
+				*buf = append(*buf, chunk[:min(int64(keep), n)]...)
+			}
+			off += n
+		}
+		total += int(h.Length)
+		if h.Fin {
+			return total, nil
+		}
+	}
+}
+
+// WriteText writes text messages in one go: one write deadline for the
+// batch, one flush (one syscall per buffer's worth).
+func (c *WebSocket) WriteText(msgs [][]byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closeSent {
+		return ErrWebSocketClosed
+	}
+	if err := c.conn.SetWriteDeadline(time.Now().Add(wsWriteTimeout)); err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if err := ws.WriteHeader(c.bw, ws.Header{Fin: true, OpCode: ws.OpText, Length: int64(len(m))}); err != nil {
+			return err
+		}
+		if _, err := c.bw.Write(m); err != nil {
+			return err
+		}
+	}
+	return c.bw.Flush()
+}
+
+// writeControl writes one control frame.
+func (c *WebSocket) writeControl(op ws.OpCode, payload []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closeSent {
+		return nil
+	}
+	return c.writeControlLocked(op, payload)
+}
+
+func (c *WebSocket) writeControlLocked(op ws.OpCode, payload []byte) error {
+	if err := c.conn.SetWriteDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		return err
+	}
+	if err := ws.WriteHeader(c.bw, ws.Header{Fin: true, OpCode: op, Length: int64(len(payload))}); err != nil {
+		return err
+	}
+	if _, err := c.bw.Write(payload); err != nil {
+		return err
+	}
+	return c.bw.Flush()
+}
+
+// Ping sends a ping; PongSince says whether its pong came.
+func (c *WebSocket) Ping() error { return c.writeControl(ws.OpPing, nil) }
+
+// PongSince reports whether a pong arrived after t.
+func (c *WebSocket) PongSince(t time.Time) bool { return c.lastPong.Load() >= t.UnixNano() }
+
+// Close closes the connection with a close code and a reason (cut to the
+// 123 bytes a close frame holds): it sends the close frame, stops writing,
+// and gives the peer a few seconds to answer before the connection is
+// dropped. The reader (Read) returns once the peer has answered or the
+// time is up; Close may be called more than once.
+func (c *WebSocket) Close(code int, reason string) {
+	c.sendClose(code, reason)
+	// Read returns when the peer's close arrives, or at this deadline.
+	_ = c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+}
+
+// sendClose writes the close frame once.
+func (c *WebSocket) sendClose(code int, reason string) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closeSent {
+		return
+	}
+	if len(reason) > 123 {
+		reason = reason[:123]
+	}
+	var body []byte
+	if code != int(ws.StatusNoStatusRcvd) && code != 0 {
+		body = ws.NewCloseFrameBody(ws.StatusCode(code), reason)
+	}
+	_ = c.writeControlLocked(ws.OpClose, body)
+	c.closeSent = true
+	if tc, ok := c.conn.(interface{ CloseWrite() error }); ok {
+		_ = tc.CloseWrite()
+	}
+}
+
+// failProtocol closes a connection whose peer broke the protocol.
+func (c *WebSocket) failProtocol(reason string) {
+	c.sendClose(int(ws.StatusProtocolError), reason)
+	c.Drop()
+}
+
+// Drop closes the underlying connection at once.
+func (c *WebSocket) Drop() {
+	c.closeOnce.Do(func() { _ = c.conn.Close() })
+}
+
+// RemoteAddr is the peer's address.
+func (c *WebSocket) RemoteAddr() string { return c.conn.RemoteAddr().String() }
