@@ -81,11 +81,11 @@ func New(srv *server.Server, opt Options) (*Server, error) {
 // commands, global broadcast costs N frames per event.
 func (s *Server) onLifecycle(ev pipeline.Event) {
 	f := lifecycleFrame(ev)
-	for _, c := range s.srv.Clients(face) {
+	o, _ := ev.Origin.(*origin)
+	s.srv.EachClient(face, func(c *server.Client) {
 		pc, _ := c.Value.(*conn)
-		o, _ := ev.Origin.(*origin)
 		if pc == nil || !pc.ownLifecycle || (o != nil && o.c == pc) {
 			c.Send(f)
 		}
-	}
+	})
 }

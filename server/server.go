@@ -178,6 +178,8 @@ type Server struct {
 
 	mu      sync.RWMutex
 	clients map[*Client]struct{}
+	// clientList is a snapshot of clients, replaced on every change.
+	clientList atomic.Pointer[[]*Client]
 	// sessions holds the hosted sessions; a nil value reserves an id
 	// whose session is being made.
 	sessions map[string]*Hosted
@@ -364,16 +366,31 @@ func (s *Server) addClient(c *Client, transport string) error {
 		return fault.Errorf(fault.Limit, "Connection limit reached (%d connections)", s.lim.MaxConnections)
 	}
 	s.clients[c] = struct{}{}
+	s.snapshotClients()
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.ConnectionOpened(transport)
 	}
 	return nil
 }
 
+// snapshotClients publishes the client list for readers that must not
+// take the lock or allocate per call (a broadcast per lifecycle event to
+// every connection); s.mu is held.
+func (s *Server) snapshotClients() {
+	list := make([]*Client, 0, len(s.clients))
+	for c := range s.clients {
+		list = append(list, c)
+	}
+	s.clientList.Store(&list)
+}
+
 func (s *Server) removeClient(c *Client, transport string) {
 	s.mu.Lock()
 	_, ok := s.clients[c]
 	delete(s.clients, c)
+	if ok {
+		s.snapshotClients()
+	}
 	s.mu.Unlock()
 	if !ok {
 		s.doubleDetach.Add(1)
@@ -385,15 +402,35 @@ func (s *Server) removeClient(c *Client, transport string) {
 
 // Clients lists the attached clients of a face ("" for every face).
 func (s *Server) Clients(face string) []*Client {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]*Client, 0, len(s.clients))
-	for c := range s.clients {
-		if face == "" || c.face == face {
+	all := s.allClients()
+	if face == "" {
+		return all
+	}
+	out := make([]*Client, 0, len(all))
+	for _, c := range all {
+		if c.face == face {
 			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// allClients is the current client list; callers must not modify it.
+func (s *Server) allClients() []*Client {
+	if p := s.clientList.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// EachClient calls fn for every attached client of a face, without
+// copying the list: the cheap way to broadcast.
+func (s *Server) EachClient(face string, fn func(*Client)) {
+	for _, c := range s.allClients() {
+		if c.face == face {
+			fn(c)
+		}
+	}
 }
 
 // ClientCount is the number of attached clients.
@@ -403,11 +440,10 @@ func (s *Server) ClientCount() int {
 	return len(s.clients)
 }
 
-// Broadcast sends a frame to every client of a face.
+// Broadcast sends a frame to every client of a face: the same bytes,
+// one queue append each.
 func (s *Server) Broadcast(face string, f []byte) {
-	for _, c := range s.Clients(face) {
-		c.Send(f)
-	}
+	s.EachClient(face, func(c *Client) { c.Send(f) })
 }
 
 // furthestBehind is the client with the most bytes queued, nil when none
@@ -415,7 +451,7 @@ func (s *Server) Broadcast(face string, f []byte) {
 func (s *Server) furthestBehind() *Client {
 	var victim *Client
 	var most int64
-	for _, c := range s.Clients("") {
+	for _, c := range s.allClients() {
 		if q := c.queued.Load(); q > most && !c.Closing() {
 			victim, most = c, q
 		}
