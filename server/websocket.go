@@ -29,7 +29,6 @@ type WebSocket struct {
 	br   *bufio.Reader
 
 	wmu       sync.Mutex // one writer at a time: batches, pongs, pings, close
-	bw        *bufio.Writer
 	closeSent bool
 
 	inMessage bool // a fragmented message is being read
@@ -50,8 +49,25 @@ type WebSocketOptions struct {
 const wsWriteTimeout = 30 * time.Second
 
 // wsBufferSize is the write buffer: a batch of small messages goes out in
-// one write per this many bytes.
+// one write per this many bytes. Buffers are pooled and held only while
+// writing, so an idle connection holds none.
 const wsBufferSize = 64 << 10
+
+var writeBuffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, wsBufferSize) }}
+
+// withBuffer runs fn with a pooled write buffer on the connection and
+// flushes it; c.wmu is held.
+func (c *WebSocket) withBuffer(fn func(*bufio.Writer) error) error {
+	bw := writeBuffers.Get().(*bufio.Writer)
+	bw.Reset(c.conn)
+	err := fn(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	bw.Reset(nil)
+	writeBuffers.Put(bw)
+	return err
+}
 
 // AcceptWebSocket completes a WebSocket handshake. A browser request from
 // an origin that is neither the server's own host nor allowed gets 403;
@@ -69,7 +85,7 @@ func AcceptWebSocket(w http.ResponseWriter, r *http.Request, o WebSocketOptions)
 		}
 		return nil, fmt.Errorf("websocket handshake: %w", err)
 	}
-	c := &WebSocket{conn: conn, br: rw.Reader, bw: bufio.NewWriterSize(conn, wsBufferSize)}
+	c := &WebSocket{conn: conn, br: rw.Reader}
 	c.lastPong.Store(time.Now().UnixNano())
 	return c, nil
 }
@@ -188,15 +204,17 @@ func (c *WebSocket) WriteText(msgs [][]byte) error {
 	if err := c.conn.SetWriteDeadline(time.Now().Add(wsWriteTimeout)); err != nil {
 		return err
 	}
-	for _, m := range msgs {
-		if err := ws.WriteHeader(c.bw, ws.Header{Fin: true, OpCode: ws.OpText, Length: int64(len(m))}); err != nil {
-			return err
+	return c.withBuffer(func(bw *bufio.Writer) error {
+		for _, m := range msgs {
+			if err := ws.WriteHeader(bw, ws.Header{Fin: true, OpCode: ws.OpText, Length: int64(len(m))}); err != nil {
+				return err
+			}
+			if _, err := bw.Write(m); err != nil {
+				return err
+			}
 		}
-		if _, err := c.bw.Write(m); err != nil {
-			return err
-		}
-	}
-	return c.bw.Flush()
+		return nil
+	})
 }
 
 // writeControl writes one control frame.
@@ -213,13 +231,13 @@ func (c *WebSocket) writeControlLocked(op ws.OpCode, payload []byte) error {
 	if err := c.conn.SetWriteDeadline(time.Now().Add(5 * time.Second)); err != nil {
 		return err
 	}
-	if err := ws.WriteHeader(c.bw, ws.Header{Fin: true, OpCode: op, Length: int64(len(payload))}); err != nil {
+	return c.withBuffer(func(bw *bufio.Writer) error {
+		if err := ws.WriteHeader(bw, ws.Header{Fin: true, OpCode: op, Length: int64(len(payload))}); err != nil {
+			return err
+		}
+		_, err := bw.Write(payload)
 		return err
-	}
-	if _, err := c.bw.Write(payload); err != nil {
-		return err
-	}
-	return c.bw.Flush()
+	})
 }
 
 // Ping sends a ping; PongSince says whether its pong came.

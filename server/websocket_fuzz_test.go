@@ -3,7 +3,6 @@ package server
 import (
 	"bufio"
 	"bytes"
-	"io"
 	"net"
 	"testing"
 	"time"
@@ -40,7 +39,7 @@ func FuzzWebSocketRead(f *testing.F) {
 	f.Add([]byte{0x81, 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, input []byte) {
 		const max = 16
-		c := &WebSocket{conn: nopConn{}, br: bufio.NewReader(bytes.NewReader(input)), bw: bufio.NewWriter(io.Discard)}
+		c := &WebSocket{conn: nopConn{}, br: bufio.NewReader(bytes.NewReader(input))}
 		for range 1000 {
 			var buf []byte
 			n, err := c.Read(&buf, max)
