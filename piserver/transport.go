@@ -39,7 +39,7 @@ func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
 			}
 		}
 		defer done()
-		ws, err := server.AcceptWebSocket(w, r, server.WebSocketOptions{OriginPatterns: o.OriginPatterns})
+		ws, err := server.AcceptWebSocket(w, r, server.WebSocketOptions{OriginPatterns: o.OriginPatterns, Buffers: s.srv.WriteBuffers()})
 		if err != nil {
 			s.srv.Logger().Debug("websocket handshake failed", "remote", r.RemoteAddr, "err", err)
 			return

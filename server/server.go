@@ -188,6 +188,7 @@ type Server struct {
 	pending map[string]chan struct{}
 	closing bool
 
+	wsBuffers      WriteBuffers
 	executed       atomic.Int64
 	doubleDetach   atomic.Int64
 	rejected       sync.Map // Rejection -> *atomic.Int64
@@ -224,6 +225,10 @@ func New(cfg Config) (*Server, error) {
 	s.index = idx
 	return s, nil
 }
+
+// WriteBuffers are the WebSocket write buffers of this server's
+// connections.
+func (s *Server) WriteBuffers() *WriteBuffers { return &s.wsBuffers }
 
 // Limits are the limits in force.
 func (s *Server) Limits() Limits { return s.lim }

@@ -30,6 +30,7 @@ type WebSocket struct {
 
 	wmu       sync.Mutex // one writer at a time: batches, pongs, pings, close
 	closeSent bool
+	bufs      *WriteBuffers
 
 	inMessage bool // a fragmented message is being read
 	lastPong  atomic.Int64
@@ -42,6 +43,9 @@ type WebSocketOptions struct {
 	// own host, as host patterns (path.Match); clients that send no Origin,
 	// such as programs, are always allowed.
 	OriginPatterns []string
+	// Buffers, when set, lend write buffers for the time of a write
+	// (Server.WriteBuffers); without, each write allocates its own.
+	Buffers *WriteBuffers
 }
 
 // wsWriteTimeout bounds one batch's write: a client that stops reading is
@@ -53,19 +57,29 @@ const wsWriteTimeout = 30 * time.Second
 // writing, so an idle connection holds none.
 const wsBufferSize = 64 << 10
 
-var writeBuffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, wsBufferSize) }}
+// WriteBuffers are the write buffers WebSocket connections share while
+// writing (one set per server).
+type WriteBuffers struct{ pool sync.Pool }
 
-// withBuffer runs fn with a pooled write buffer on the connection and
-// flushes it; c.wmu is held.
+// withBuffer runs fn with a write buffer on the connection and flushes
+// it; c.wmu is held.
 func (c *WebSocket) withBuffer(fn func(*bufio.Writer) error) error {
-	bw := writeBuffers.Get().(*bufio.Writer)
+	var bw *bufio.Writer
+	if c.bufs != nil {
+		bw, _ = c.bufs.pool.Get().(*bufio.Writer)
+	}
+	if bw == nil {
+		bw = bufio.NewWriterSize(c.conn, wsBufferSize)
+	}
 	bw.Reset(c.conn)
 	err := fn(bw)
 	if err == nil {
 		err = bw.Flush()
 	}
 	bw.Reset(nil)
-	writeBuffers.Put(bw)
+	if c.bufs != nil {
+		c.bufs.pool.Put(bw)
+	}
 	return err
 }
 
@@ -85,7 +99,7 @@ func AcceptWebSocket(w http.ResponseWriter, r *http.Request, o WebSocketOptions)
 		}
 		return nil, fmt.Errorf("websocket handshake: %w", err)
 	}
-	c := &WebSocket{conn: conn, br: rw.Reader}
+	c := &WebSocket{conn: conn, br: rw.Reader, bufs: o.Buffers}
 	c.lastPong.Store(time.Now().UnixNano())
 	return c, nil
 }
