@@ -153,8 +153,13 @@ type Config struct {
 	Limits   Limits
 	// Auth, when set, decides about each connection besides the token
 	// check (an operator's program: CommandAuthenticator).
-	Auth   Authenticator
-	Logger *slog.Logger
+	Auth Authenticator
+	// ReturnMemory makes the server give idle heap back to the system
+	// after a burst (see relieveMemory). The process's runtime is the
+	// server's then: set it in a server process, not in a test that
+	// shares one.
+	ReturnMemory bool
+	Logger       *slog.Logger
 }
 
 // Server hosts sessions for every face.
@@ -296,6 +301,13 @@ func (s *Server) Start() error {
 		return err
 	}
 	s.pipe = p
+	if s.cfg.ReturnMemory {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.relieveMemory(s.ctx)
+		}()
+	}
 	return nil
 }
 
