@@ -74,7 +74,9 @@ type CompactionResult struct {
 // keeps less of tool_execution_update and queue_update too (see logCopy),
 // so the log stays small and immutable.
 type Event struct {
-	Seq   uint64
+	Seq uint64
+	// Time is when the event was emitted; a replayed delta (see
+	// eventLog) has it to within half a millisecond.
 	Time  time.Time
 	Type  EventType
 	Agent *agent.Event
@@ -114,10 +116,13 @@ type Event struct {
 	SessionFile string
 }
 
-// logCopy is the version of ev kept in the event log: nothing in it
-// changes after it is appended, and nothing in it grows with what a
-// client resends or a tool streams, so a long session keeps a small log.
-// What the log keeps differs from what listeners get in three events:
+// logCopy is the version of ev kept in the event log, and what a replay
+// gives: nothing in it changes after it is appended, and nothing in it
+// grows with what a client resends or a tool streams, so a long session
+// keeps a small log. (A message_update that carries a delta is not kept
+// as an event at all but as its text and a few bytes in the log, and
+// replayed as its log copy; see eventLog.) What the log keeps differs
+// from what listeners get in three events:
 //
 //   - message_update: the delta only, without the partial message.
 //   - tool_execution_update: no partial result (an empty one); a tool

@@ -68,8 +68,8 @@ func TestEventLogRing(t *testing.T) {
 		kept = append(kept, ev)
 		keptBytes += size
 		l.add(ev)
-		if l.bytes != keptBytes || l.n != len(kept) || l.bytes > maxBytes {
-			t.Fatalf("seq %d: %d events of %d bytes, want %d of %d", seq, l.n, l.bytes, len(kept), keptBytes)
+		if l.bytes != keptBytes || l.entries.n != len(kept) || l.bytes > maxBytes {
+			t.Fatalf("seq %d: %d events of %d bytes, want %d of %d", seq, l.entries.n, l.bytes, len(kept), keptBytes)
 		}
 		got, ok := l.since(kept[0].Seq - 1)
 		if !ok || len(got) != len(kept) {
@@ -81,7 +81,7 @@ func TestEventLogRing(t *testing.T) {
 			}
 		}
 	}
-	if len(l.buf) > max {
-		t.Fatalf("ring of %d slots for at most %d events", len(l.buf), max)
+	if len(l.entries.buf) > max || len(l.whole.buf) > max {
+		t.Fatalf("rings of %d and %d slots for at most %d events", len(l.entries.buf), len(l.whole.buf), max)
 	}
 }

@@ -370,7 +370,7 @@ func (s *Session) emit(ev Event) {
 	}
 	ev.Seq = s.seq
 	ev.Time = time.Now()
-	s.events.add(logCopy(ev))
+	s.events.add(ev)
 	for _, fn := range s.listeners {
 		fn(ev)
 	}

@@ -99,8 +99,8 @@ func isDone(data []byte) bool {
 }
 
 // chunk decodes one chat.completion.chunk. The JSON is converted to a
-// string once; gjson then hands out the values as substrings of it, so a
-// delta without escapes costs no further allocation.
+// string once; gjson then hands out the values as substrings of it, and
+// what outlives the chunk (ids, names, deltas) is copied out of it.
 func (d *decoder) chunk(b *llm.Builder, errorEvent bool, data []byte) error {
 	if !gjson.ValidBytes(data) {
 		if err := syntaxError(data); err != nil {
@@ -249,13 +249,13 @@ func (d *decoder) delta(b *llm.Builder, v gjson.Result) {
 		return true
 	})
 	if field != "" {
-		d.thinking(b, field, reasoning.Str)
+		d.thinking(b, field, own(reasoning))
 	}
 	if content.Type == gjson.String && content.Str != "" {
-		d.text(b, content.Str)
+		d.text(b, own(content))
 	}
 	if refusal.Type == gjson.String && refusal.Str != "" {
-		d.text(b, refusal.Str)
+		d.text(b, own(refusal))
 	}
 	if toolCalls.IsArray() {
 		toolCalls.ForEach(func(_, tc gjson.Result) bool {
@@ -266,6 +266,18 @@ func (d *decoder) delta(b *llm.Builder, v gjson.Result) {
 	if details.IsArray() {
 		d.reasoningDetails(b, details)
 	}
+}
+
+// own returns the string value v as a string of its own. gjson hands out
+// a value without escapes as a slice of the chunk, which would keep the
+// whole chunk alive for as long as anyone keeps the delta (an event log,
+// a client's queue); a value with escapes it has already unescaped into
+// new memory, always shorter than the quoted original minus its quotes.
+func own(v gjson.Result) string {
+	if len(v.Raw) == len(v.Str)+2 {
+		return strings.Clone(v.Str)
+	}
+	return v.Str
 }
 
 // reasoningRank orders the reasoning fields and returns the constant for
@@ -334,9 +346,9 @@ func (d *decoder) toolCall(b *llm.Builder, tc gjson.Result) {
 				case "arguments":
 					switch {
 					case v.Type == gjson.String:
-						args = v.Str
+						args = own(v)
 					case v.IsObject():
-						args = v.Raw
+						args = strings.Clone(v.Raw)
 					}
 				}
 				return true
