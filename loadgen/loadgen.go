@@ -258,6 +258,12 @@ type Report struct {
 	ServerExit      int           `json:"server_exit_code"`
 	Shutdown        time.Duration `json:"shutdown_ns"`
 	ShutdownNotices int           `json:"shutdown_notices"`
+	// SendBudgetCuts is how many clients the server cut off because the
+	// bytes queued for all clients together exceeded its send budget
+	// (get_metrics' commandsRejected.sendBudget, asked just before the
+	// shutdown; -1 if the server could not say). Such a client's
+	// commands end as "connection lost".
+	SendBudgetCuts int64 `json:"send_budget_cuts"`
 	// ServerWarnings counts the server's warning and error log lines.
 	ServerWarnings       int      `json:"server_warnings"`
 	ServerWarningSamples []string `json:"server_warning_samples,omitempty"`
@@ -469,6 +475,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		rep.RSSIdle = rep.RSSIdleSamples[len(rep.RSSIdleSamples)-1].RSS
 	}
 
+	rep.SendBudgetCuts = sendBudgetCuts(ctx, hc, "ws://"+srv.addr+"/?lifecycle=own", o, log)
+
 	// Phase 3: SIGTERM with every connection still open, as in a
 	// deployment's rolling restart. Slow readers catch up at full speed
 	// now: otherwise the shutdown would time the library's wait for
@@ -545,6 +553,27 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// sendBudgetCuts asks the server, on a connection of its own, how many
+// clients it cut off for its send budget; -1 if it cannot say.
+func sendBudgetCuts(ctx context.Context, hc *http.Client, url string, o Options, log *slog.Logger) int64 {
+	var faults tally
+	c, err := dial(ctx, hc, url, "bench-observer", &clientOptions{timeout: o.CommandTimeout, faults: &faults})
+	if err != nil {
+		log.Warn("get_metrics", "err", err)
+		return -1
+	}
+	defer c.close()
+	cctx, cancel := context.WithTimeout(ctx, o.CommandTimeout)
+	defer cancel()
+	r, _, err := c.call(cctx, "bench-observer.metrics", map[string]any{"type": "get_metrics"})
+	cuts := r.data.Get("commandsRejected.sendBudget")
+	if err != nil || !r.success || !cuts.Exists() {
+		log.Warn("get_metrics", "err", err, "error", r.err)
+		return -1
+	}
+	return cuts.Int()
 }
 
 // settledMemory reads pid's memory once its RSS has held still for
@@ -881,6 +910,12 @@ func WriteTable(w io.Writer, reps []Report) error {
 		{"model requests", func(r Report) string { return strconv.Itoa(r.ModelRequests) }},
 		{"shutdown (exit code, notices)", func(r Report) string {
 			return fmt.Sprintf("%s (%d, %d)", fmtDur(r.Shutdown), r.ServerExit, r.ShutdownNotices)
+		}},
+		{"clients cut off (send budget)", func(r Report) string {
+			if r.SendBudgetCuts < 0 {
+				return "?"
+			}
+			return strconv.FormatInt(r.SendBudgetCuts, 10)
 		}},
 		{"server warnings", func(r Report) string { return strconv.Itoa(r.ServerWarnings) }},
 		{"errors", func(r Report) string { return strconv.Itoa(r.Errors) }},

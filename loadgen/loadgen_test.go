@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -88,6 +89,9 @@ func TestRunSmall(t *testing.T) {
 	}
 	if rep.ServerExit != 0 || rep.ShutdownNotices != 2 {
 		t.Errorf("server exit %d, shutdown notices %d; want 0, 2", rep.ServerExit, rep.ShutdownNotices)
+	}
+	if rep.SendBudgetCuts != 0 {
+		t.Errorf("send budget cuts %d, want 0", rep.SendBudgetCuts)
 	}
 	if rep.Planned != 4 || rep.NotRun != 0 || rep.AnswersChecked != 2 || rep.StreamFormat != "full" {
 		t.Errorf("planned %d, not run %d, answers checked %d, format %q; want 4, 0, 2, full", rep.Planned, rep.NotRun, rep.AnswersChecked, rep.StreamFormat)
@@ -449,4 +453,29 @@ func TestIdleReadings(t *testing.T) {
 			t.Errorf("samples %+v: want 10, every 6 s up to 1 min", samples)
 		}
 	})
+}
+
+// TestRunReportsBudgetCuts: clients the server cuts off for its send
+// budget are errors, and the report says why.
+func TestRunReportsBudgetCuts(t *testing.T) {
+	needBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var log strings.Builder
+	// Four slow readers of 1,000-token full-format answers (about 4 MB
+	// each) against a budget of 1 MiB for everyone: the sum is over it
+	// long before one client is over its own 1 MiB.
+	rep, err := Run(ctx, Options{Binary: agentdBin, Sessions: 4, Rounds: 1, Chunks: 1000, GetStates: -1,
+		ReadDelay: 2 * time.Millisecond, Settle: -1, ServerLog: &log,
+		ServerArgs: []string{"--max-queued-bytes", "1048576", "--max-queued-bytes-total", "1048576"}})
+	if err != nil {
+		t.Fatalf("Run: %v\nserver stderr:\n%s", err, log.String())
+	}
+	if rep.SendBudgetCuts < 1 || rep.Errors < 1 {
+		t.Fatalf("send budget cuts %d, errors %d %v; want both", rep.SendBudgetCuts, rep.Errors, rep.ErrorKinds)
+	}
+	var tb strings.Builder
+	if err := WriteTable(&tb, []Report{rep}); err != nil || !regexp.MustCompile(fmt.Sprintf(`(?m)^clients cut off \(send budget\) +%d$`, rep.SendBudgetCuts)).MatchString(tb.String()) {
+		t.Errorf("table: %v\n%s", err, tb.String())
+	}
 }
