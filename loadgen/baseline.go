@@ -53,6 +53,9 @@ type BaselineReport struct {
 	Messages        int64         `json:"messages"`
 	Duration        time.Duration `json:"duration_ns"`
 	MessagesPerSec  float64       `json:"messages_per_sec"`
+	// CPU is the CPU time of the measure: the server's, the clients' and
+	// the rest of the machine's.
+	CPU CPUUse `json:"cpu"`
 	// Errors counts connections that failed; their messages are missing
 	// from Messages.
 	Errors       int      `json:"errors"`
@@ -161,10 +164,20 @@ func Baseline(ctx context.Context, o BaselineOptions) (BaselineReport, error) {
 			}
 		})
 	}
+	cpu0, cpuErr := readCPU(srv.pid())
 	start := time.Now()
 	close(begin)
 	wg.Wait()
 	rep.Duration = time.Since(start)
+	if cpuErr == nil {
+		var cpu1 cpuMark
+		if cpu1, cpuErr = readCPU(srv.pid()); cpuErr == nil {
+			rep.CPU = cpu1.since(cpu0)
+		}
+	}
+	if cpuErr != nil {
+		o.Logger.Warn("cpu times", "err", cpuErr)
+	}
 	rep.Messages = received.Load()
 	if s := rep.Duration.Seconds(); s > 0 {
 		rep.MessagesPerSec = float64(rep.Messages) / s

@@ -207,6 +207,9 @@ type Report struct {
 	SessionEvents       int64   `json:"session_events"`
 	EventsPerSec        float64 `json:"events_per_sec"`
 	SessionEventsPerSec float64 `json:"session_events_per_sec"`
+	// LoadCPU is the CPU time of the load phase: the server's, the
+	// bench's (clients and mock) and the rest of the machine's.
+	LoadCPU CPUUse `json:"load_cpu"`
 	// AnswersChecked counts assistant messages whose final text the
 	// clients compared with the mock's answer (a mismatch is an error).
 	AnswersChecked int64 `json:"answers_checked"`
@@ -440,6 +443,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 
 	// Phase 2: the load, every session at once, bounded as a whole.
 	frames0, bytes0, events0 := countFrames(clients)
+	cpu0, cpuErr := readCPU(srv.pid())
 	start = time.Now()
 	results := make([]sessionResult, len(clients))
 	lctx, cancelLoad := context.WithTimeout(ctx, o.LoadTimeout)
@@ -454,6 +458,15 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	cancelLoad()
 	rep.Duration = time.Since(start)
 	frames1, bytes1, events1 := countFrames(clients)
+	if cpuErr == nil {
+		var cpu1 cpuMark
+		if cpu1, cpuErr = readCPU(srv.pid()); cpuErr == nil {
+			rep.LoadCPU = cpu1.since(cpu0)
+		}
+	}
+	if cpuErr != nil {
+		log.Warn("cpu times", "err", cpuErr)
+	}
 	if err := ctx.Err(); err != nil {
 		return rep, fmt.Errorf("load phase: %w", err)
 	}
@@ -870,6 +883,7 @@ func WriteTable(w io.Writer, reps []Report) error {
 		{"frames (session events)", func(r Report) string { return fmt.Sprintf("%d (%d)", r.Frames, r.SessionEvents) }},
 		{"bytes received", func(r Report) string { return fmtBytes(r.Bytes) }},
 		{"answers checked", func(r Report) string { return strconv.FormatInt(r.AnswersChecked, 10) }},
+		{"load CPU: server/bench/others", func(r Report) string { return r.LoadCPU.String() }},
 		{"prompt latency p50/p99", func(r Report) string { return fmtDur(r.PromptP50) + " / " + fmtDur(r.PromptP99) }},
 		{"mock time p50/p99", func(r Report) string { return fmtDur(r.MockP50) + " / " + fmtDur(r.MockP99) }},
 		{"added latency p50/p99", func(r Report) string { return fmtDur(r.AddedP50) + " / " + fmtDur(r.AddedP99) }},
@@ -900,6 +914,12 @@ func WriteTable(w io.Writer, reps []Report) error {
 			}
 			b := r.Baseline
 			return fmt.Sprintf("%d x %d x %d", b.Connections, b.MessagesPerConn, b.Size)
+		}},
+		{"  CPU: server/bench/others", func(r Report) string {
+			if r.Baseline == nil {
+				return "-"
+			}
+			return r.Baseline.CPU.String()
 		}},
 		{"events/s ÷ library (all/session)", func(r Report) string {
 			if r.Baseline == nil {

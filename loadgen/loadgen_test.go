@@ -93,6 +93,9 @@ func TestRunSmall(t *testing.T) {
 	if rep.SendBudgetCuts != 0 {
 		t.Errorf("send budget cuts %d, want 0", rep.SendBudgetCuts)
 	}
+	if rep.LoadCPU.Capacity <= 0 {
+		t.Errorf("load CPU %+v", rep.LoadCPU)
+	}
 	if rep.Planned != 4 || rep.NotRun != 0 || rep.AnswersChecked != 2 || rep.StreamFormat != "full" {
 		t.Errorf("planned %d, not run %d, answers checked %d, format %q; want 4, 0, 2, full", rep.Planned, rep.NotRun, rep.AnswersChecked, rep.StreamFormat)
 	}
@@ -455,27 +458,59 @@ func TestIdleReadings(t *testing.T) {
 	})
 }
 
-// TestRunReportsBudgetCuts: clients the server cuts off for its send
-// budget are errors, and the report says why.
-func TestRunReportsBudgetCuts(t *testing.T) {
+// TestRunReportsCuts: clients the server cuts off (each for its own
+// queue, or for the server's send budget) are errors of a connection
+// kind, and the report says how many the budget cut.
+func TestRunReportsCuts(t *testing.T) {
 	needBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var log strings.Builder
 	// Four slow readers of 1,000-token full-format answers (about 4 MB
-	// each) against a budget of 1 MiB for everyone: the sum is over it
-	// long before one client is over its own 1 MiB.
+	// each) against 1 MiB per client and for everyone: whichever limit
+	// is reached first, every client is cut off.
 	rep, err := Run(ctx, Options{Binary: agentdBin, Sessions: 4, Rounds: 1, Chunks: 1000, GetStates: -1,
 		ReadDelay: 2 * time.Millisecond, Settle: -1, ServerLog: &log,
 		ServerArgs: []string{"--max-queued-bytes", "1048576", "--max-queued-bytes-total", "1048576"}})
 	if err != nil {
 		t.Fatalf("Run: %v\nserver stderr:\n%s", err, log.String())
 	}
-	if rep.SendBudgetCuts < 1 || rep.Errors < 1 {
-		t.Fatalf("send budget cuts %d, errors %d %v; want both", rep.SendBudgetCuts, rep.Errors, rep.ErrorKinds)
+	if rep.Errors != 4 || rep.SendBudgetCuts < 0 || rep.SendBudgetCuts > 4 {
+		t.Fatalf("errors %d %v, send budget cuts %d; want 4 errors, the cuts known", rep.Errors, rep.ErrorKinds, rep.SendBudgetCuts)
+	}
+	for k := range rep.ErrorKinds {
+		if !strings.HasPrefix(k, "connection ") {
+			t.Errorf("error kind %q: want a connection's end", k)
+		}
 	}
 	var tb strings.Builder
 	if err := WriteTable(&tb, []Report{rep}); err != nil || !regexp.MustCompile(fmt.Sprintf(`(?m)^clients cut off \(send budget\) +%d$`, rep.SendBudgetCuts)).MatchString(tb.String()) {
 		t.Errorf("table: %v\n%s", err, tb.String())
+	}
+}
+
+// TestReadCPU reads this process as both server and bench after some
+// work.
+func TestReadCPU(t *testing.T) {
+	m0, err := readCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m1 cpuMark
+	for x := 0; ; x++ {
+		if m1, err = readCPU(os.Getpid()); err != nil {
+			t.Fatal(err)
+		}
+		// /proc counts in ticks: work until this process's count moved.
+		if m1.server > m0.server && m1.total > m0.total {
+			break
+		}
+	}
+	u := m1.since(m0)
+	if u.Server <= 0 || u.Bench <= 0 || u.Capacity < u.Server || u.Others < 0 {
+		t.Errorf("%+v", u)
+	}
+	if s := u.String(); !strings.Contains(s, " of ") {
+		t.Errorf("String: %q", s)
 	}
 }
