@@ -30,6 +30,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	readDelay := fs.Duration("read-delay", 0, "pause of every client after each frame it reads (e.g. 1ms): clients slower than the model, whose queues grow in the server")
 	idleWait := fs.Duration("idle-wait", 0, "after the load, keep every connection open and idle this long (e.g. 60s) and report the server's RSS again")
 	baseline := fs.Bool("baseline", false, "after each run, measure coder/websocket's own rate with as many connections, messages and bytes per message, and report events/s as a fraction of it")
+	idleSessions := fs.Int("idle-sessions", 0, "before the N sessions, create this many more on the bench's own connection and report the RSS per such idle session (e.g. 40)")
 	settle := fs.Duration("settle", time.Second, "how long the server's RSS must hold still before the idle readings (baseline, N idle sessions); 0 reads at once")
 	gets := fs.Int("gets", 1, "get_state commands per session after each prompt (0 for none)")
 	jsonOut := fs.Bool("json", false, "print the reports as JSON instead of a table")
@@ -55,8 +56,8 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if *format != "full" && *format != "delta" {
 		return usageError{fmt.Errorf("--stream-format %q: want full or delta", *format)}
 	}
-	if *readDelay < 0 || *idleWait < 0 || *settle < 0 || *timeout <= 0 || *loadTimeout <= 0 {
-		return usageError{fmt.Errorf("--read-delay, --idle-wait and --settle must not be negative, --command-timeout and --load-timeout must be positive")}
+	if *readDelay < 0 || *idleWait < 0 || *settle < 0 || *idleSessions < 0 || *timeout <= 0 || *loadTimeout <= 0 {
+		return usageError{fmt.Errorf("--read-delay, --idle-wait, --settle and --idle-sessions must not be negative, --command-timeout and --load-timeout must be positive")}
 	}
 	st := *settle
 	if st == 0 {
@@ -66,7 +67,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	// 1,000 sessions are 1,000 sockets here and as many in the server.
 	if lim, err := loadgen.RaiseOpenFileLimit(); err != nil {
 		log.Warn("open-file limit", "err", err)
-	} else if need := uint64(2*slices.Max(ns) + 100); lim < need {
+	} else if need := uint64(2*slices.Max(ns) + *idleSessions + 100); lim < need {
 		log.Warn("open-file limit may be too low", "limit", lim, "need", need)
 	}
 	g := *gets
@@ -80,7 +81,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	)
 	for _, n := range ns {
 		o := loadgen.Options{Binary: *binary, Sessions: n, Rounds: *rounds, Chunks: *chunks, GetStates: g,
-			StreamFormat: *format, ReadDelay: *readDelay, IdleWait: *idleWait, Baseline: *baseline, Settle: st,
+			StreamFormat: *format, ReadDelay: *readDelay, IdleWait: *idleWait, Baseline: *baseline, Settle: st, IdleSessions: *idleSessions,
 			CommandTimeout: *timeout, LoadTimeout: *loadTimeout, Logger: log, ServerArgs: strings.Fields(*serverFlags), OwnLifecycle: *ownLifecycle}
 		if *serverLog {
 			o.ServerLog = m.stderr

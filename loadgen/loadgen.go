@@ -56,6 +56,10 @@ type Options struct {
 	// CommandTimeout bounds each command's wait for its response
 	// (default 2 minutes).
 	CommandTimeout time.Duration
+	// IdleSessions is how many more sessions the bench's own connection
+	// creates before the N, to measure the memory of a session without
+	// a connection of its own (default none).
+	IdleSessions int
 	// LoadTimeout bounds the whole load phase (default 10 minutes): a
 	// command still waiting then is counted as an error of kind "load
 	// timeout", and the commands its session had yet to send as not run.
@@ -129,8 +133,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Settle == 0 {
 		o.Settle = time.Second
 	}
-	if o.ReadDelay < 0 || o.IdleWait < 0 {
-		return o, fmt.Errorf("read delay %s, idle wait %s: must not be negative", o.ReadDelay, o.IdleWait)
+	if o.ReadDelay < 0 || o.IdleWait < 0 || o.IdleSessions < 0 {
+		return o, fmt.Errorf("read delay %s, idle wait %s, idle sessions %d: must not be negative", o.ReadDelay, o.IdleWait, o.IdleSessions)
 	}
 	switch o.StreamFormat {
 	case "", "full", "delta":
@@ -228,23 +232,32 @@ type Report struct {
 	GetStateP50 time.Duration `json:"get_state_p50_ns"`
 	GetStateP99 time.Duration `json:"get_state_p99_ns"`
 
+	// The idle readings, each once the RSS held still (Options.Settle):
 	// RSSBaseline is the server's VmRSS before any connection,
-	// RSSSessions after N sessions were created (idle), both read once
-	// the RSS held still (Options.Settle); RSSPerSession is their
-	// difference per session created (its connection included; at N=1
-	// it also carries one-time lazy initialisation). RSSAfter is the
-	// VmRSS right after the load phase (every client has its last
-	// response), RSSPeak the VmHWM then: the most the load ever held.
-	// RSSIdle is the VmRSS after IdleWait more with every connection
-	// open and idle, RSSIdleSamples its course on the way.
-	RSSBaseline    int64         `json:"rss_baseline_bytes"`
-	RSSSessions    int64         `json:"rss_sessions_bytes"`
-	RSSPerSession  int64         `json:"rss_per_session_bytes"`
-	RSSAfter       int64         `json:"rss_after_bytes"`
-	RSSPeak        int64         `json:"rss_peak_bytes"`
-	IdleWait       time.Duration `json:"idle_wait_ns,omitempty"`
-	RSSIdle        int64         `json:"rss_after_idle_bytes,omitempty"`
-	RSSIdleSamples []RSSSample   `json:"rss_idle_samples,omitempty"`
+	// RSSFirstSession after the bench's own connection created a first
+	// session (which pays the server's one-time lazy initialisation),
+	// and RSSSessions after the N sessions were created, each with its
+	// connection. RSSPerIdleSession is the RSS per session of the
+	// IdleSessions more the bench's own connection created before them
+	// (sessions without a connection of their own); RSSPerSession the
+	// RSS per session of the N, connection included, from the reading
+	// before them.
+	//
+	// RSSAfter is the VmRSS right after the load phase (every client
+	// has its last response), RSSPeak the VmHWM then: the most the load
+	// ever held. RSSIdle is the VmRSS after IdleWait more with every
+	// connection open and idle, RSSIdleSamples its course on the way.
+	RSSBaseline       int64         `json:"rss_baseline_bytes"`
+	RSSFirstSession   int64         `json:"rss_first_session_bytes"`
+	IdleSessions      int           `json:"idle_sessions,omitempty"`
+	RSSPerIdleSession int64         `json:"rss_per_idle_session_bytes,omitempty"`
+	RSSSessions       int64         `json:"rss_sessions_bytes"`
+	RSSPerSession     int64         `json:"rss_per_session_bytes"`
+	RSSAfter          int64         `json:"rss_after_bytes"`
+	RSSPeak           int64         `json:"rss_peak_bytes"`
+	IdleWait          time.Duration `json:"idle_wait_ns,omitempty"`
+	RSSIdle           int64         `json:"rss_after_idle_bytes,omitempty"`
+	RSSIdleSamples    []RSSSample   `json:"rss_idle_samples,omitempty"`
 
 	// Baseline is coder/websocket's own rate in the same run (nil
 	// unless asked for); BaselineFraction is EventsPerSec over its
@@ -373,7 +386,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	limit := strconv.Itoa(o.Sessions + 10)
+	limit := strconv.Itoa(o.Sessions + o.IdleSessions + 10)
 	args := []string{"serve", "--port", "0",
 		"--config-dir", env.config, "--data-dir", env.data,
 		"--model", "mock/mock-model",
@@ -408,6 +421,37 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	hc := &http.Client{Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
 
+	// Phase 0: the bench's own connection, for what is not the load: it
+	// creates the first session, so that no figure per session carries
+	// the server's one-time initialisation, and the idle sessions; it
+	// asks for the server's counters at the end.
+	obs, err := dial(ctx, hc, "ws://"+srv.addr+"/?lifecycle=own", "", &clientOptions{timeout: o.CommandTimeout, faults: &probs})
+	if err != nil {
+		return rep, fmt.Errorf("the bench's own connection: %w", err)
+	}
+	defer obs.close()
+	if err := createSession(ctx, obs, "bench-first", o.CommandTimeout); err != nil {
+		return rep, err
+	}
+	prev, err := settledMemory(ctx, srv.pid(), o.Settle)
+	if err != nil {
+		return rep, err
+	}
+	rep.RSSFirstSession = prev.RSS
+	if o.IdleSessions > 0 {
+		for i := range o.IdleSessions {
+			if err := createSession(ctx, obs, fmt.Sprintf("bench-idle-%06d", i), o.CommandTimeout); err != nil {
+				return rep, err
+			}
+		}
+		m, err := settledMemory(ctx, srv.pid(), o.Settle)
+		if err != nil {
+			return rep, err
+		}
+		rep.IdleSessions, rep.RSSPerIdleSession = o.IdleSessions, (m.RSS-prev.RSS)/int64(o.IdleSessions)
+		prev = m
+	}
+
 	// Phase 1: connect and create every session.
 	start := time.Now()
 	url := "ws://" + srv.addr + "/"
@@ -437,7 +481,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep.RSSSessions = idle.RSS
 	if n := int64(len(clients) - countNil(clients)); n > 0 {
 		// Per session that exists: a failed create holds nothing.
-		rep.RSSPerSession = (idle.RSS - base.RSS) / n
+		rep.RSSPerSession = (idle.RSS - prev.RSS) / n
 	}
 	log.Info("sessions created", "took", rep.Setup.Round(time.Millisecond), "rss", idle.RSS)
 
@@ -488,7 +532,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		rep.RSSIdle = rep.RSSIdleSamples[len(rep.RSSIdleSamples)-1].RSS
 	}
 
-	rep.SendBudgetCuts = sendBudgetCuts(ctx, hc, "ws://"+srv.addr+"/?lifecycle=own", o, log)
+	rep.SendBudgetCuts = sendBudgetCuts(ctx, obs, o.CommandTimeout, log)
 
 	// Phase 3: SIGTERM with every connection still open, as in a
 	// deployment's rolling restart. Slow readers catch up at full speed
@@ -568,19 +612,26 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	return rep, nil
 }
 
-// sendBudgetCuts asks the server, on a connection of its own, how many
-// clients it cut off for its send budget; -1 if it cannot say.
-func sendBudgetCuts(ctx context.Context, hc *http.Client, url string, o Options, log *slog.Logger) int64 {
-	var faults tally
-	c, err := dial(ctx, hc, url, "bench-observer", &clientOptions{timeout: o.CommandTimeout, faults: &faults})
-	if err != nil {
-		log.Warn("get_metrics", "err", err)
-		return -1
-	}
-	defer c.close()
-	cctx, cancel := context.WithTimeout(ctx, o.CommandTimeout)
+// createSession creates session sid on c.
+func createSession(ctx context.Context, c *client, sid string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	r, _, err := c.call(cctx, "bench-observer.metrics", map[string]any{"type": "get_metrics"})
+	r, _, err := c.call(ctx, "bench.create."+sid, map[string]any{"type": "create_session", "sessionId": sid})
+	switch {
+	case err != nil:
+		return fmt.Errorf("create_session %s: %w", sid, err)
+	case !r.success:
+		return fmt.Errorf("create_session %s failed: %s", sid, r.err)
+	}
+	return nil
+}
+
+// sendBudgetCuts asks the server how many clients it cut off for its
+// send budget; -1 if it cannot say.
+func sendBudgetCuts(ctx context.Context, c *client, timeout time.Duration, log *slog.Logger) int64 {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r, _, err := c.call(cctx, "bench.metrics", map[string]any{"type": "get_metrics"})
 	cuts := r.data.Get("commandsRejected.sendBudget")
 	if err != nil || !r.success || !cuts.Exists() {
 		log.Warn("get_metrics", "err", err, "error", r.err)
@@ -890,7 +941,14 @@ func WriteTable(w io.Writer, reps []Report) error {
 		{"get_state latency p50/p99", func(r Report) string { return fmtDur(r.GetStateP50) + " / " + fmtDur(r.GetStateP99) }},
 		{"RSS baseline", func(r Report) string { return fmtBytes(r.RSSBaseline) }},
 		{"RSS with N idle sessions", func(r Report) string { return fmtBytes(r.RSSSessions) }},
-		{"RSS per session (idle)", func(r Report) string { return fmtBytes(r.RSSPerSession) }},
+		{"RSS after the first session", func(r Report) string { return fmtBytes(r.RSSFirstSession) }},
+		{"RSS per idle session, one conn", func(r Report) string {
+			if r.IdleSessions == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%s (x%d)", fmtBytes(r.RSSPerIdleSession), r.IdleSessions)
+		}},
+		{"RSS per session with its conn", func(r Report) string { return fmtBytes(r.RSSPerSession) }},
 		{"RSS peak", func(r Report) string { return fmtBytes(r.RSSPeak) }},
 		{"RSS right after load", func(r Report) string { return fmtBytes(r.RSSAfter) }},
 		{"RSS after idle wait", func(r Report) string {
