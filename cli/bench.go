@@ -31,7 +31,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	idleWait := fs.Duration("idle-wait", 0, "after the load, keep every connection open and idle this long (e.g. 60s) and report the server's RSS again")
 	baseline := fs.Bool("baseline", false, "after each run, measure coder/websocket's own rate with as many connections, messages and bytes per message, and report events/s as a fraction of it")
 	idleSessions := fs.Int("idle-sessions", 0, "before the N sessions, create this many more on the bench's own connection and report the RSS per such idle session (e.g. 40)")
-	settle := fs.Duration("settle", time.Second, "how long the server's RSS must hold still before the idle readings (baseline, N idle sessions); 0 reads at once")
+	settle := fs.Duration("settle", time.Second, "how long the server's RSS must hold still before each idle reading (before any connection, after the first session, the idle sessions and the N); 0 reads at once")
 	gets := fs.Int("gets", 1, "get_state commands per session after each prompt (0 for none)")
 	jsonOut := fs.Bool("json", false, "print the reports as JSON instead of a table")
 	binary := fs.String("binary", "", "agentd binary to run as the server (default: this executable)")
