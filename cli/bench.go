@@ -18,9 +18,20 @@ import (
 // server against an in-process mock model, drives N sessions over
 // WebSocket and prints one column of figures per N.
 func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
+	if len(args) > 0 && args[0] == loadgen.BaselineServerCommand {
+		// Hidden: --baseline runs this as its server.
+		return loadgen.ServeBaseline(ctx, m.stderr)
+	}
 	sessions := fs.String("sessions", "1,100,1000", "comma-separated session counts N to run in turn, one connection per session")
 	rounds := fs.Int("rounds", 5, "prompts per session")
-	chunks := fs.Int("chunks", 20, "text deltas the mock model streams per answer")
+	chunks := fs.Int("chunks", 20, "text deltas (tokens of 4 bytes) the mock model streams per answer")
+	fs.IntVar(chunks, "tokens", 20, "answer length in tokens: the same as --chunks")
+	format := fs.String("stream-format", "full", "the server's message_update format: full (pi's, the whole message so far in every update) or delta")
+	readDelay := fs.Duration("read-delay", 0, "pause of every client after each frame it reads (e.g. 1ms): clients slower than the model, whose queues grow in the server")
+	idleWait := fs.Duration("idle-wait", 0, "after the load, keep every connection open and idle this long (e.g. 60s) and report the server's RSS again")
+	baseline := fs.Bool("baseline", false, "after each run, measure coder/websocket's own rate with as many connections, messages and bytes per message, and report events/s as a fraction of it")
+	idleSessions := fs.Int("idle-sessions", 0, "before the N sessions, create this many more on the bench's own connection and report the RSS per such idle session (e.g. 40)")
+	settle := fs.Duration("settle", time.Second, "how long the server's RSS must hold still before each idle reading (before any connection, after the first session, the idle sessions and the N); 0 reads at once")
 	gets := fs.Int("gets", 1, "get_state commands per session after each prompt (0 for none)")
 	jsonOut := fs.Bool("json", false, "print the reports as JSON instead of a table")
 	binary := fs.String("binary", "", "agentd binary to run as the server (default: this executable)")
@@ -28,6 +39,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	ownLifecycle := fs.Bool("own-lifecycle", false, "connect with ?lifecycle=own: clients get their own commands' lifecycle events only, not every client's")
 	serverFlags := fs.String("server-flags", "", "extra flags for agentd serve, space-separated, after the bench's own (a repeated flag overrides)")
 	timeout := fs.Duration("command-timeout", 2*time.Minute, "longest wait for one command's response")
+	loadTimeout := fs.Duration("load-timeout", 10*time.Minute, "longest load phase per N: commands still waiting then are errors (load timeout), the rest are reported as not run")
 	if err := parse(cfg, fs, args); err != nil {
 		return err
 	}
@@ -39,13 +51,23 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		return usageError{err}
 	}
 	if *rounds < 1 || *chunks < 1 || *gets < 0 {
-		return usageError{fmt.Errorf("--rounds and --chunks must be at least 1, --gets at least 0")}
+		return usageError{fmt.Errorf("--rounds and --chunks (--tokens) must be at least 1, --gets at least 0")}
+	}
+	if *format != "full" && *format != "delta" {
+		return usageError{fmt.Errorf("--stream-format %q: want full or delta", *format)}
+	}
+	if *readDelay < 0 || *idleWait < 0 || *settle < 0 || *idleSessions < 0 || *timeout <= 0 || *loadTimeout <= 0 {
+		return usageError{fmt.Errorf("--read-delay, --idle-wait, --settle and --idle-sessions must not be negative, --command-timeout and --load-timeout must be positive")}
+	}
+	st := *settle
+	if st == 0 {
+		st = -1 // Options: 0 is the default, negative is none
 	}
 	log := m.logger(cfg)
 	// 1,000 sessions are 1,000 sockets here and as many in the server.
 	if lim, err := loadgen.RaiseOpenFileLimit(); err != nil {
 		log.Warn("open-file limit", "err", err)
-	} else if need := uint64(2*slices.Max(ns) + 100); lim < need {
+	} else if need := uint64(2*slices.Max(ns) + *idleSessions + 100); lim < need {
 		log.Warn("open-file limit may be too low", "limit", lim, "need", need)
 	}
 	g := *gets
@@ -59,7 +81,8 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	)
 	for _, n := range ns {
 		o := loadgen.Options{Binary: *binary, Sessions: n, Rounds: *rounds, Chunks: *chunks, GetStates: g,
-			CommandTimeout: *timeout, Logger: log, ServerArgs: strings.Fields(*serverFlags), OwnLifecycle: *ownLifecycle}
+			StreamFormat: *format, ReadDelay: *readDelay, IdleWait: *idleWait, Baseline: *baseline, Settle: st, IdleSessions: *idleSessions,
+			CommandTimeout: *timeout, LoadTimeout: *loadTimeout, Logger: log, ServerArgs: strings.Fields(*serverFlags), OwnLifecycle: *ownLifecycle}
 		if *serverLog {
 			o.ServerLog = m.stderr
 		}
@@ -69,7 +92,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 			runErr = fmt.Errorf("with %d sessions: %w", n, err)
 			break
 		}
-		fmt.Fprintf(m.stderr, "agentd bench: N=%d done: %d commands in %s, %d errors\n", n, rep.Commands, rep.Duration.Round(time.Millisecond), rep.Errors)
+		fmt.Fprintf(m.stderr, "agentd bench: N=%d done: %d of %d commands in %s, %d errors\n", n, rep.Commands, rep.Planned, rep.Duration.Round(time.Millisecond), rep.Errors)
 		reps = append(reps, rep)
 		failed += rep.Errors
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,33 +23,60 @@ type reply struct {
 	lost    error // the connection ended before the response came
 }
 
+// clientOptions are what every connection of a run shares.
+type clientOptions struct {
+	// timeout bounds the dial and the wait for server_ready.
+	timeout time.Duration
+	// readDelay is slept after every frame read: a client that reads
+	// slower than the model writes, so that the server's queue for it
+	// grows.
+	readDelay time.Duration
+	// answer is the text of every assistant message the mock streams;
+	// each message_end must carry it, however slowly the client reads.
+	answer string
+	// delta: the server sends text deltas only, so the deltas of a
+	// message must add up to its final text. In the full format a server
+	// may let a newer message_update supersede older ones for a client
+	// that fell behind, so there only the final text is checked.
+	delta bool
+	// faults collects the protocol problems the readers see.
+	faults *tally
+}
+
 // client is one WebSocket connection driving one session. Its reader
 // goroutine is started by dial and stopped and waited for by close.
 type client struct {
 	conn *websocket.Conn
-	sid  string // the session this connection creates and drives; fixed before the reader starts
+	sid  string // the session this connection creates and drives ("" for the bench's own); fixed before the reader starts
+	opt  *clientOptions
 
 	frames    atomic.Int64 // every frame received
+	bytes     atomic.Int64 // their payload bytes
 	events    atomic.Int64 // session `event` frames
 	agentEnds atomic.Int64 // agent_end events of the own session
+	answers   atomic.Int64 // assistant message_end events checked against the answer
+	late      atomic.Int64 // responses that came after their command gave up waiting
 	shutdown  atomic.Bool  // server_shutdown seen
+	hurry     atomic.Bool  // read at full speed from now on: the measured phases are over
 
-	mu      sync.Mutex
-	pending map[string]chan reply
-	dead    error  // why the reader stopped; no new calls after it is set
-	faults  *tally // protocol problems the reader sees
+	mu        sync.Mutex
+	pending   map[string]chan reply
+	abandoned map[string]struct{} // commands that gave up waiting; their response is late, not unmatched
+	dead      error               // why the reader stopped; no new calls after it is set
+	faults    *tally              // protocol problems the reader sees
 
 	ready      chan struct{} // closed on server_ready
 	readerDone chan struct{}
 	stopReader context.CancelFunc
-	lastSeq    int64     // reader only
-	lastFrame  time.Time // reader only: when the last frame came, to tell a stalled stream from a cut one
+	lastSeq    int64           // reader only
+	lastFrame  time.Time       // reader only: when the last frame came, to tell a stalled stream from a cut one
+	streamed   strings.Builder // reader only: the text deltas of the assistant message being streamed
 }
 
 // dial connects to url and waits for server_ready. ctx bounds the dial
 // and the wait, and, while it lasts, the connection's reader.
-func dial(ctx context.Context, hc *http.Client, url, sid string, timeout time.Duration, faults *tally) (*client, error) {
-	dctx, cancel := context.WithTimeout(ctx, timeout)
+func dial(ctx context.Context, hc *http.Client, url, sid string, o *clientOptions) (*client, error) {
+	dctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	conn, resp, err := websocket.Dial(dctx, url, &websocket.DialOptions{HTTPClient: hc})
 	if err != nil {
@@ -61,8 +89,8 @@ func dial(ctx context.Context, hc *http.Client, url, sid string, timeout time.Du
 	// 32 KiB limit is for untrusted peers.
 	conn.SetReadLimit(64 << 20)
 	rctx, stop := context.WithCancel(ctx)
-	c := &client{conn: conn, sid: sid, faults: faults, pending: map[string]chan reply{}, ready: make(chan struct{}),
-		readerDone: make(chan struct{}), stopReader: stop}
+	c := &client{conn: conn, sid: sid, opt: o, faults: o.faults, pending: map[string]chan reply{}, abandoned: map[string]struct{}{},
+		ready: make(chan struct{}), readerDone: make(chan struct{}), stopReader: stop}
 	go c.read(rctx)
 	select {
 	case <-c.ready:
@@ -80,7 +108,19 @@ func dial(ctx context.Context, hc *http.Client, url, sid string, timeout time.Du
 func (c *client) read(ctx context.Context) {
 	defer close(c.readerDone)
 	first := true
+	var pause *time.Timer
+	if c.opt.readDelay > 0 {
+		pause = time.NewTimer(time.Hour)
+		defer pause.Stop()
+	}
 	for {
+		if pause != nil && !first && !c.hurry.Load() {
+			pause.Reset(c.opt.readDelay)
+			select {
+			case <-pause.C:
+			case <-ctx.Done():
+			}
+		}
 		_, data, err := c.conn.Read(ctx)
 		if err != nil {
 			if !c.lastFrame.IsZero() {
@@ -92,6 +132,7 @@ func (c *client) read(ctx context.Context) {
 		now := time.Now()
 		c.lastFrame = now
 		c.frames.Add(1)
+		c.bytes.Add(int64(len(data)))
 		typ := gjson.GetBytes(data, "type").String()
 		if first {
 			first = false
@@ -117,10 +158,17 @@ func (c *client) read(ctx context.Context) {
 }
 
 // event checks a session event: a connection subscribed to one session
-// must see that session's events only, numbered without gaps.
+// must see that session's events only, numbered without gaps, and every
+// assistant message must end with the mock's answer (in the delta format
+// its deltas must add up to it too), however slowly this client reads.
 func (c *client) event(data []byte) {
 	c.events.Add(1)
-	r := gjson.GetManyBytes(data, "sessionId", "seq", "event.type")
+	// The paths are in the frame's order, so the scan stops early in a
+	// full-format message_update carrying the whole message.
+	r := gjson.GetManyBytes(data, "sessionId", "seq", "event.type", "event.assistantMessageEvent.type", "event.assistantMessageEvent.delta")
+	if c.sid == "" {
+		return // the bench's own connection: its sessions are idle
+	}
 	if r[0].String() != c.sid {
 		c.faults.add("event of another session", fmt.Sprintf("event of session %q on the connection of %q", r[0].String(), c.sid))
 	}
@@ -129,9 +177,42 @@ func (c *client) event(data []byte) {
 		c.faults.add("event seq gap", fmt.Sprintf("session %s: event seq %d after %d", r[0].String(), seq, c.lastSeq))
 	}
 	c.lastSeq = seq
-	if r[2].String() == "agent_end" {
+	switch r[2].String() {
+	case "agent_end":
 		c.agentEnds.Add(1)
+	case "message_start":
+		c.streamed.Reset()
+	case "message_update":
+		if r[3].String() == "text_delta" {
+			c.streamed.WriteString(r[4].String())
+		}
+	case "message_end":
+		c.checkAnswer(data)
 	}
+}
+
+// checkAnswer compares an assistant message_end with the mock's answer.
+func (c *client) checkAnswer(data []byte) {
+	m := gjson.GetBytes(data, "event.message")
+	if m.Get("role").String() != "assistant" {
+		return
+	}
+	c.answers.Add(1)
+	var text strings.Builder
+	for _, b := range m.Get("content").Array() {
+		if b.Get("type").String() == "text" {
+			text.WriteString(b.Get("text").String())
+		}
+	}
+	if got := text.String(); got != c.opt.answer {
+		c.faults.add("wrong final message", fmt.Sprintf("session %s: message_end text is %d bytes %q, want the mock's %d bytes %q",
+			c.sid, len(got), prefix([]byte(got), 60), len(c.opt.answer), prefix([]byte(c.opt.answer), 60)))
+	}
+	if c.opt.delta && c.streamed.String() != c.opt.answer {
+		c.faults.add("deltas do not add up", fmt.Sprintf("session %s: the text deltas add up to %d bytes %q, the answer is %d bytes",
+			c.sid, c.streamed.Len(), prefix([]byte(c.streamed.String()), 60), len(c.opt.answer)))
+	}
+	c.streamed.Reset()
 }
 
 func (c *client) deliver(at time.Time, data []byte) {
@@ -140,7 +221,14 @@ func (c *client) deliver(at time.Time, data []byte) {
 	c.mu.Lock()
 	ch := c.pending[id]
 	delete(c.pending, id)
+	_, late := c.abandoned[id]
+	delete(c.abandoned, id)
 	c.mu.Unlock()
+	if late {
+		// Already counted as the command's timeout.
+		c.late.Add(1)
+		return
+	}
 	if ch == nil {
 		c.faults.add("unmatched response", "response to no pending command: "+prefix(data, 200))
 		return
@@ -188,31 +276,57 @@ func (c *client) call(ctx context.Context, id string, cmd map[string]any) (reply
 	c.mu.Unlock()
 	start := time.Now()
 	if err := c.conn.Write(ctx, websocket.MessageText, b); err != nil {
-		c.forget(id)
-		return reply{}, 0, fmt.Errorf("send %s %s: %w", cmd["type"], id, err)
+		c.forget(id, false)
+		return reply{}, 0, &callError{kind: errSend, err: fmt.Errorf("send %s %s: %w", cmd["type"], id, err)}
 	}
 	select {
 	case r := <-ch:
 		if r.lost != nil {
-			return r, 0, fmt.Errorf("%s %s: connection closed before the response: %w", cmd["type"], id, r.lost)
+			return r, 0, &callError{kind: errLost, err: fmt.Errorf("%s %s: connection closed before the response: %w", cmd["type"], id, r.lost)}
 		}
 		return r, r.at.Sub(start), nil
 	case <-ctx.Done():
-		c.forget(id)
-		return reply{}, 0, fmt.Errorf("%s %s: no response: %w", cmd["type"], id, ctx.Err())
+		c.forget(id, true)
+		return reply{}, 0, &callError{kind: errWait, err: fmt.Errorf("%s %s: no response after %s: %w", cmd["type"], id, time.Since(start).Round(time.Millisecond), ctx.Err())}
 	}
 }
 
-func (c *client) forget(id string) {
+// forget drops a command that will not wait for its response; if the
+// server may still answer it, its response is expected as late.
+func (c *client) forget(id string, answerable bool) {
 	c.mu.Lock()
 	delete(c.pending, id)
+	if answerable {
+		c.abandoned[id] = struct{}{}
+	}
 	c.mu.Unlock()
 }
+
+// callErrorKind says how a command failed on the client's side.
+type callErrorKind int
+
+const (
+	errSend callErrorKind = iota // the command could not be written
+	errLost                      // the connection ended before the response
+	errWait                      // the wait for the response ran out
+)
+
+// callError is a command that got no response.
+type callError struct {
+	kind callErrorKind
+	err  error
+}
+
+func (e *callError) Error() string { return e.err.Error() }
+func (e *callError) Unwrap() error { return e.err }
 
 // close says goodbye, stops the reader and waits for it.
 func (c *client) close() {
 	// Close waits (up to 5 s) for the peer's close frame, which the
-	// reader reads; a server that already hung up returns at once.
+	// reader reads; a server that already hung up returns at once. A
+	// slow reader reads what is left at full speed so the close frame
+	// reaches it in time.
+	c.hurry.Store(true)
 	err := c.conn.Close(websocket.StatusNormalClosure, "bench done")
 	_ = err // the connection may be gone already (server shut down): nothing to report
 	c.stopReader()

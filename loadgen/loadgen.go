@@ -8,6 +8,7 @@ package loadgen
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +21,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // Options says what to run.
@@ -32,9 +35,17 @@ type Options struct {
 	// Rounds is how many prompts each session sends, one after the other
 	// (default 5).
 	Rounds int
-	// Chunks is how many text deltas the mock streams per answer
-	// (default 20).
+	// Chunks is how many text deltas (tokens, 4 bytes each) the mock
+	// streams per answer (default 20).
 	Chunks int
+	// StreamFormat is serve's --stream-format: "full" (pi's: every
+	// message_update carries the whole message so far) or "delta"; empty
+	// leaves serve's default (full).
+	StreamFormat string
+	// ReadDelay is slept by every client after each frame it reads, up
+	// to the shutdown: a client that reads slower than the model writes,
+	// where the server's queues grow. 0 reads at full speed.
+	ReadDelay time.Duration
 	// GetStates is how many get_state commands each session sends after
 	// each prompt (default 1; negative means none): a command that never
 	// reaches the model, to measure command overhead alone.
@@ -45,6 +56,23 @@ type Options struct {
 	// CommandTimeout bounds each command's wait for its response
 	// (default 2 minutes).
 	CommandTimeout time.Duration
+	// IdleSessions is how many more sessions the bench's own connection
+	// creates before the N, to measure the memory of a session without
+	// a connection of its own (default none).
+	IdleSessions int
+	// LoadTimeout bounds the whole load phase (default 10 minutes): a
+	// command still waiting then is counted as an error of kind "load
+	// timeout", and the commands its session had yet to send as not run.
+	LoadTimeout time.Duration
+	// Settle is how long the server's RSS must hold still (within 1 % or
+	// 256 KiB) before the idle readings (before any connection, and with
+	// N idle sessions) are taken; they wait at most ten times as long.
+	// Default 1 s; negative reads at once.
+	Settle time.Duration
+	// IdleWait, when positive, keeps the connections open and idle that
+	// long after the load and reads the RSS again: memory held by the
+	// load should have been returned by then.
+	IdleWait time.Duration
 	// StartTimeout bounds the wait for the server's ready line (default 30 s).
 	StartTimeout time.Duration
 	// ShutdownGrace is how long the server may take to exit after SIGTERM
@@ -53,6 +81,16 @@ type Options struct {
 	// OwnLifecycle connects with ?lifecycle=own: each client receives the
 	// lifecycle events of its own commands only, not every client's.
 	OwnLifecycle bool
+	// Baseline, after the server has stopped, measures coder/websocket's
+	// own rate over as many connections, with as many messages per
+	// connection and of the same mean size as the server sent (see
+	// Baseline), for the report's events/s fraction.
+	Baseline bool
+	// BaselineBinary is the agentd executable that runs the baseline's
+	// server (`agentd bench __baseline-server`); empty means this
+	// process's own executable. It may differ from Binary, which can be
+	// an older agentd.
+	BaselineBinary string
 	// ServerArgs are extra `agentd serve` flags, after the bench's own.
 	ServerArgs []string
 	// ServerLog, if set, gets a copy of the server's stderr.
@@ -89,6 +127,20 @@ func (o Options) withDefaults() (Options, error) {
 	if o.CommandTimeout <= 0 {
 		o.CommandTimeout = 2 * time.Minute
 	}
+	if o.LoadTimeout <= 0 {
+		o.LoadTimeout = 10 * time.Minute
+	}
+	if o.Settle == 0 {
+		o.Settle = time.Second
+	}
+	if o.ReadDelay < 0 || o.IdleWait < 0 || o.IdleSessions < 0 {
+		return o, fmt.Errorf("read delay %s, idle wait %s, idle sessions %d: must not be negative", o.ReadDelay, o.IdleWait, o.IdleSessions)
+	}
+	switch o.StreamFormat {
+	case "", "full", "delta":
+	default:
+		return o, fmt.Errorf("stream format %q: want full or delta", o.StreamFormat)
+	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 30 * time.Second
 	}
@@ -101,6 +153,13 @@ func (o Options) withDefaults() (Options, error) {
 			return o, fmt.Errorf("agentd binary: %w", err)
 		}
 		o.Binary = exe
+	}
+	if o.Baseline && o.BaselineBinary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return o, fmt.Errorf("baseline binary: %w", err)
+		}
+		o.BaselineBinary = exe
 	}
 	// The server runs in its own work directory: a relative path would
 	// be looked up there.
@@ -120,21 +179,44 @@ type Report struct {
 	Rounds    int `json:"rounds"`
 	Chunks    int `json:"chunks"`
 	GetStates int `json:"get_states_per_round"`
+	// StreamFormat is the server's message_update format, ReadDelay the
+	// clients' pause after each frame.
+	StreamFormat string        `json:"stream_format"`
+	ReadDelay    time.Duration `json:"read_delay_ns"`
+	OwnLifecycle bool          `json:"own_lifecycle"`
 
 	// Setup is connecting all sessions and creating them.
 	Setup time.Duration `json:"setup_ns"`
 	// Commands are the load phase's commands (prompts and get_states)
-	// that got a response; Duration is that phase's wall time.
+	// that got a response, out of Planned; NotRun were never sent
+	// because their session had stopped (its connection lost, a command
+	// timed out, the load phase's time ran out). Duration is that phase's
+	// wall time.
 	Commands       int           `json:"commands"`
+	Planned        int           `json:"commands_planned"`
+	NotRun         int           `json:"commands_not_run"`
 	Prompts        int           `json:"prompts"`
 	Duration       time.Duration `json:"duration_ns"`
 	CommandsPerSec float64       `json:"commands_per_sec"`
+	// LateResponses came after their command had stopped waiting (they
+	// are not errors again: the timeout was counted).
+	LateResponses int `json:"late_responses"`
 	// Frames counts every frame the clients received in the load phase
-	// (responses, lifecycle broadcasts, session events); SessionEvents
-	// only the `event` frames of subscribed sessions.
-	Frames        int64   `json:"frames"`
-	SessionEvents int64   `json:"session_events"`
-	EventsPerSec  float64 `json:"events_per_sec"`
+	// (responses, lifecycle broadcasts, session events) and Bytes their
+	// payload; SessionEvents only the `event` frames of subscribed
+	// sessions. EventsPerSec is Frames per second of the load phase,
+	// SessionEventsPerSec SessionEvents per second.
+	Frames              int64   `json:"frames"`
+	Bytes               int64   `json:"bytes"`
+	SessionEvents       int64   `json:"session_events"`
+	EventsPerSec        float64 `json:"events_per_sec"`
+	SessionEventsPerSec float64 `json:"session_events_per_sec"`
+	// LoadCPU is the CPU time of the load phase: the server's, the
+	// bench's (clients and mock) and the rest of the machine's.
+	LoadCPU CPUUse `json:"load_cpu"`
+	// AnswersChecked counts assistant messages whose final text the
+	// clients compared with the mock's answer (a mismatch is an error).
+	AnswersChecked int64 `json:"answers_checked"`
 
 	// PromptP50/P99: send to response of a prompt (the whole agent run).
 	PromptP50 time.Duration `json:"prompt_p50_ns"`
@@ -150,16 +232,39 @@ type Report struct {
 	GetStateP50 time.Duration `json:"get_state_p50_ns"`
 	GetStateP99 time.Duration `json:"get_state_p99_ns"`
 
+	// The idle readings, each once the RSS held still (Options.Settle):
 	// RSSBaseline is the server's VmRSS before any connection,
-	// RSSSessions after N sessions were created (idle), RSSPerSession
-	// their difference per session created (its connection included;
-	// at N=1 it also carries one-time lazy initialisation), RSSAfter the
-	// VmRSS after the load phase, RSSPeak the VmHWM then.
-	RSSBaseline   int64 `json:"rss_baseline_bytes"`
-	RSSSessions   int64 `json:"rss_sessions_bytes"`
-	RSSPerSession int64 `json:"rss_per_session_bytes"`
-	RSSAfter      int64 `json:"rss_after_bytes"`
-	RSSPeak       int64 `json:"rss_peak_bytes"`
+	// RSSFirstSession after the bench's own connection created a first
+	// session (which pays the server's one-time lazy initialisation),
+	// and RSSSessions after the N sessions were created, each with its
+	// connection. RSSPerIdleSession is the RSS per session of the
+	// IdleSessions more the bench's own connection created before them
+	// (sessions without a connection of their own); RSSPerSession the
+	// RSS per session of the N, connection included, from the reading
+	// before them.
+	//
+	// RSSAfter is the VmRSS right after the load phase (every client
+	// has its last response), RSSPeak the VmHWM then: the most the load
+	// ever held. RSSIdle is the VmRSS after IdleWait more with every
+	// connection open and idle, RSSIdleSamples its course on the way.
+	RSSBaseline       int64         `json:"rss_baseline_bytes"`
+	RSSFirstSession   int64         `json:"rss_first_session_bytes"`
+	IdleSessions      int           `json:"idle_sessions,omitempty"`
+	RSSPerIdleSession int64         `json:"rss_per_idle_session_bytes,omitempty"`
+	RSSSessions       int64         `json:"rss_sessions_bytes"`
+	RSSPerSession     int64         `json:"rss_per_session_bytes"`
+	RSSAfter          int64         `json:"rss_after_bytes"`
+	RSSPeak           int64         `json:"rss_peak_bytes"`
+	IdleWait          time.Duration `json:"idle_wait_ns,omitempty"`
+	RSSIdle           int64         `json:"rss_after_idle_bytes,omitempty"`
+	RSSIdleSamples    []RSSSample   `json:"rss_idle_samples,omitempty"`
+
+	// Baseline is coder/websocket's own rate in the same run (nil
+	// unless asked for); BaselineFraction is EventsPerSec over its
+	// MessagesPerSec, SessionEventsFraction SessionEventsPerSec over it.
+	Baseline              *BaselineReport `json:"baseline,omitempty"`
+	BaselineFraction      float64         `json:"events_per_sec_fraction_of_baseline,omitempty"`
+	SessionEventsFraction float64         `json:"session_events_per_sec_fraction_of_baseline,omitempty"`
 
 	// ModelRequests is how many requests the mock answered.
 	ModelRequests int `json:"model_requests"`
@@ -169,6 +274,12 @@ type Report struct {
 	ServerExit      int           `json:"server_exit_code"`
 	Shutdown        time.Duration `json:"shutdown_ns"`
 	ShutdownNotices int           `json:"shutdown_notices"`
+	// SendBudgetCuts is how many clients the server cut off because the
+	// bytes queued for all clients together exceeded its send budget
+	// (get_metrics' commandsRejected.sendBudget, asked just before the
+	// shutdown; -1 if the server could not say). Such a client's
+	// commands end as "connection lost".
+	SendBudgetCuts int64 `json:"send_budget_cuts"`
 	// ServerWarnings counts the server's warning and error log lines.
 	ServerWarnings       int      `json:"server_warnings"`
 	ServerWarningSamples []string `json:"server_warning_samples,omitempty"`
@@ -179,6 +290,12 @@ type Report struct {
 	Errors       int            `json:"errors"`
 	ErrorKinds   map[string]int `json:"error_kinds,omitempty"`
 	ErrorSamples []string       `json:"error_samples,omitempty"`
+}
+
+// RSSSample is the server's VmRSS some time after the load phase.
+type RSSSample struct {
+	After time.Duration `json:"after_ns"`
+	RSS   int64         `json:"rss_bytes"`
 }
 
 // tally counts problems by kind and keeps the first few messages of each
@@ -233,6 +350,7 @@ type sessionResult struct {
 	prompts []promptSample
 	gets    []time.Duration
 	done    int // commands answered in the load phase
+	failed  int // commands sent that got no response
 }
 
 // Run starts a mock model and `agentd serve`, drives o.Sessions sessions
@@ -244,7 +362,12 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	rep := Report{Sessions: o.Sessions, Rounds: o.Rounds, Chunks: o.Chunks, GetStates: o.GetStates}
+	rep := Report{Sessions: o.Sessions, Rounds: o.Rounds, Chunks: o.Chunks, GetStates: o.GetStates,
+		StreamFormat: o.StreamFormat, ReadDelay: o.ReadDelay, OwnLifecycle: o.OwnLifecycle, IdleWait: o.IdleWait,
+		Planned: o.Sessions * o.Rounds * (1 + o.GetStates)}
+	if rep.StreamFormat == "" {
+		rep.StreamFormat = "full"
+	}
 	log := o.Logger.With("sessions", o.Sessions)
 
 	dir, err := os.MkdirTemp("", "agentd-bench-")
@@ -263,15 +386,19 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	limit := strconv.Itoa(o.Sessions + 10)
-	args := append([]string{"serve", "--port", "0",
+	limit := strconv.Itoa(o.Sessions + o.IdleSessions + 10)
+	args := []string{"serve", "--port", "0",
 		"--config-dir", env.config, "--data-dir", env.data,
 		"--model", "mock/mock-model",
 		"--max-sessions", limit, "--max-connections", limit,
 		"--rate-limit", "0", "--global-rate-limit", "0",
 		// The ready line is logged at info; agentd serve logs nothing
 		// per command at info, so this costs the server nothing.
-		"--log-level", "info", "--log-format", "text"}, o.ServerArgs...)
+		"--log-level", "info", "--log-format", "text"}
+	if o.StreamFormat != "" {
+		args = append(args, "--stream-format", o.StreamFormat)
+	}
+	args = append(args, o.ServerArgs...)
 	srv, err := startServer(ctx, o.Binary, args, env.work, env.environ, o.ServerLog, o.StartTimeout)
 	if err != nil {
 		return rep, err
@@ -284,7 +411,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}()
 	log.Info("server ready", "addr", srv.addr, "pid", srv.pid())
 
-	base, err := readMemory(srv.pid())
+	base, err := settledMemory(ctx, srv.pid(), o.Settle)
 	if err != nil {
 		return rep, err
 	}
@@ -294,13 +421,46 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	hc := &http.Client{Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
 
+	// Phase 0: the bench's own connection, for what is not the load: it
+	// creates the first session, so that no figure per session carries
+	// the server's one-time initialisation, and the idle sessions; it
+	// asks for the server's counters at the end.
+	obs, err := dial(ctx, hc, "ws://"+srv.addr+"/?lifecycle=own", "", &clientOptions{timeout: o.CommandTimeout, faults: &probs})
+	if err != nil {
+		return rep, fmt.Errorf("the bench's own connection: %w", err)
+	}
+	defer obs.close()
+	if err := createSession(ctx, obs, "bench-first", o.CommandTimeout); err != nil {
+		return rep, err
+	}
+	prev, err := settledMemory(ctx, srv.pid(), o.Settle)
+	if err != nil {
+		return rep, err
+	}
+	rep.RSSFirstSession = prev.RSS
+	if o.IdleSessions > 0 {
+		for i := range o.IdleSessions {
+			if err := createSession(ctx, obs, fmt.Sprintf("bench-idle-%06d", i), o.CommandTimeout); err != nil {
+				return rep, err
+			}
+		}
+		m, err := settledMemory(ctx, srv.pid(), o.Settle)
+		if err != nil {
+			return rep, err
+		}
+		rep.IdleSessions, rep.RSSPerIdleSession = o.IdleSessions, (m.RSS-prev.RSS)/int64(o.IdleSessions)
+		prev = m
+	}
+
 	// Phase 1: connect and create every session.
 	start := time.Now()
 	url := "ws://" + srv.addr + "/"
 	if o.OwnLifecycle {
 		url += "?lifecycle=own"
 	}
-	clients := connectAll(ctx, o, hc, url, &probs)
+	co := &clientOptions{timeout: o.CommandTimeout, readDelay: o.ReadDelay, answer: mk.answer,
+		delta: o.StreamFormat == "delta", faults: &probs}
+	clients := connectAll(ctx, o, hc, url, co)
 	defer func() {
 		var wg sync.WaitGroup
 		for _, c := range clients {
@@ -314,31 +474,43 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err := ctx.Err(); err != nil {
 		return rep, fmt.Errorf("connecting sessions: %w", err)
 	}
-	idle, err := readMemory(srv.pid())
+	idle, err := settledMemory(ctx, srv.pid(), o.Settle)
 	if err != nil {
 		return rep, err
 	}
 	rep.RSSSessions = idle.RSS
 	if n := int64(len(clients) - countNil(clients)); n > 0 {
 		// Per session that exists: a failed create holds nothing.
-		rep.RSSPerSession = (idle.RSS - base.RSS) / n
+		rep.RSSPerSession = (idle.RSS - prev.RSS) / n
 	}
 	log.Info("sessions created", "took", rep.Setup.Round(time.Millisecond), "rss", idle.RSS)
 
-	// Phase 2: the load.
-	frames0, events0 := countFrames(clients)
+	// Phase 2: the load, every session at once, bounded as a whole.
+	frames0, bytes0, events0 := countFrames(clients)
+	cpu0, cpuErr := readCPU(srv.pid())
 	start = time.Now()
 	results := make([]sessionResult, len(clients))
+	lctx, cancelLoad := context.WithTimeout(ctx, o.LoadTimeout)
 	var wg sync.WaitGroup
 	for i, c := range clients {
 		if c == nil {
 			continue
 		}
-		wg.Go(func() { results[i] = drive(ctx, o, c, &probs) })
+		wg.Go(func() { results[i] = drive(lctx, o, c, &probs) })
 	}
 	wg.Wait()
+	cancelLoad()
 	rep.Duration = time.Since(start)
-	frames1, events1 := countFrames(clients)
+	frames1, bytes1, events1 := countFrames(clients)
+	if cpuErr == nil {
+		var cpu1 cpuMark
+		if cpu1, cpuErr = readCPU(srv.pid()); cpuErr == nil {
+			rep.LoadCPU = cpu1.since(cpu0)
+		}
+	}
+	if cpuErr != nil {
+		log.Warn("cpu times", "err", cpuErr)
+	}
 	if err := ctx.Err(); err != nil {
 		return rep, fmt.Errorf("load phase: %w", err)
 	}
@@ -347,11 +519,30 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return rep, err
 	}
 	rep.RSSAfter, rep.RSSPeak = after.RSS, after.Peak
-	rep.Frames, rep.SessionEvents = frames1-frames0, events1-events0
-	log.Info("load done", "took", rep.Duration.Round(time.Millisecond))
+	rep.Frames, rep.Bytes, rep.SessionEvents = frames1-frames0, bytes1-bytes0, events1-events0
+	log.Info("load done", "took", rep.Duration.Round(time.Millisecond), "rss", after.RSS, "peak", after.Peak)
+
+	// Phase 2b: idle, every connection still open.
+	if o.IdleWait > 0 {
+		log.Info("idle wait", "for", o.IdleWait)
+		rep.RSSIdleSamples, err = watchIdle(ctx, srv.pid(), o.IdleWait)
+		if err != nil {
+			return rep, err
+		}
+		rep.RSSIdle = rep.RSSIdleSamples[len(rep.RSSIdleSamples)-1].RSS
+	}
+
+	rep.SendBudgetCuts = sendBudgetCuts(ctx, obs, o.CommandTimeout, log)
 
 	// Phase 3: SIGTERM with every connection still open, as in a
-	// deployment's rolling restart.
+	// deployment's rolling restart. Slow readers catch up at full speed
+	// now: otherwise the shutdown would time the library's wait for
+	// their close frames behind what they have yet to read.
+	for _, c := range clients {
+		if c != nil {
+			c.hurry.Store(true)
+		}
+	}
 	code, took, killed := srv.stop(o.ShutdownGrace)
 	stopped = true
 	rep.ServerExit, rep.Shutdown = code, took
@@ -364,9 +555,11 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep.ModelRequests = mk.requestCount()
 
 	var lat, added, mockT, gets []time.Duration
+	failed := 0
 	for _, r := range results {
 		rep.Commands += r.done
 		rep.Prompts += len(r.prompts)
+		failed += r.failed
 		gets = append(gets, r.gets...)
 		for _, p := range r.prompts {
 			lat = append(lat, p.latency)
@@ -379,6 +572,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			added = append(added, p.latency-m)
 		}
 	}
+	rep.NotRun = rep.Planned - rep.Commands - failed
 	for _, c := range clients {
 		if c == nil {
 			continue
@@ -386,6 +580,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		if c.shutdown.Load() {
 			rep.ShutdownNotices++
 		}
+		rep.LateResponses += int(c.late.Load())
+		rep.AnswersChecked += c.answers.Load()
 	}
 	rep.PromptP50, rep.PromptP99 = percentile(lat, 50), percentile(lat, 99)
 	rep.MockP50, rep.MockP99 = percentile(mockT, 50), percentile(mockT, 99)
@@ -394,9 +590,116 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if s := rep.Duration.Seconds(); s > 0 {
 		rep.CommandsPerSec = float64(rep.Commands) / s
 		rep.EventsPerSec = float64(rep.Frames) / s
+		rep.SessionEventsPerSec = float64(rep.SessionEvents) / s
 	}
 	rep.Errors, rep.ErrorKinds, rep.ErrorSamples = probs.result()
+
+	// Last, with agentd gone: the library alone, shaped like the load
+	// the clients just received.
+	if o.Baseline && rep.Frames > 0 {
+		b, err := Baseline(ctx, BaselineOptions{Binary: o.BaselineBinary, Connections: o.Sessions,
+			Messages: int(max(1, rep.Frames/int64(o.Sessions))), Size: int(max(1, rep.Bytes/rep.Frames)),
+			DialConcurrency: o.DialConcurrency, Timeout: o.LoadTimeout, StartTimeout: o.StartTimeout, Logger: o.Logger})
+		if err != nil {
+			return rep, fmt.Errorf("baseline: %w", err)
+		}
+		rep.Baseline = &b
+		if b.MessagesPerSec > 0 {
+			rep.BaselineFraction = rep.EventsPerSec / b.MessagesPerSec
+			rep.SessionEventsFraction = rep.SessionEventsPerSec / b.MessagesPerSec
+		}
+	}
 	return rep, nil
+}
+
+// createSession creates session sid on c.
+func createSession(ctx context.Context, c *client, sid string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r, _, err := c.call(ctx, "bench.create."+sid, map[string]any{"type": "create_session", "sessionId": sid})
+	switch {
+	case err != nil:
+		return fmt.Errorf("create_session %s: %w", sid, err)
+	case !r.success:
+		return fmt.Errorf("create_session %s failed: %s", sid, r.err)
+	}
+	return nil
+}
+
+// sendBudgetCuts asks the server how many clients it cut off for its
+// send budget; -1 if it cannot say.
+func sendBudgetCuts(ctx context.Context, c *client, timeout time.Duration, log *slog.Logger) int64 {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r, _, err := c.call(cctx, "bench.metrics", map[string]any{"type": "get_metrics"})
+	cuts := r.data.Get("commandsRejected.sendBudget")
+	if err != nil || !r.success || !cuts.Exists() {
+		log.Warn("get_metrics", "err", err, "error", r.err)
+		return -1
+	}
+	return cuts.Int()
+}
+
+// settledMemory reads pid's memory once its RSS has held still for
+// settle (within rssTolerance), so that an idle reading does not catch
+// the server halfway through work or a collection; it gives up waiting
+// after ten times settle. A negative settle reads at once.
+func settledMemory(ctx context.Context, pid int, settle time.Duration) (memory, error) {
+	m, err := readMemory(pid)
+	if err != nil || settle < 0 {
+		return m, err
+	}
+	poll := min(100*time.Millisecond, max(settle/10, time.Millisecond))
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	anchor, since, giveUp := m.RSS, time.Now(), time.Now().Add(10*settle)
+	for {
+		select {
+		case <-ctx.Done():
+			return m, fmt.Errorf("waiting for the server's memory to settle: %w", ctx.Err())
+		case now := <-t.C:
+			if m, err = readMemory(pid); err != nil {
+				return m, err
+			}
+			if d := m.RSS - anchor; d > rssTolerance || d < -rssTolerance {
+				anchor, since = m.RSS, now
+			}
+			if now.Sub(since) >= settle || now.After(giveUp) {
+				return m, nil
+			}
+		}
+	}
+}
+
+// rssTolerance is how far RSS may move and still count as still: 32
+// pages, under 1 KiB per session at N=40.
+const rssTolerance = 128 << 10
+
+// watchIdle reads pid's RSS every tenth of wait (at most every 10 s) for
+// wait; the last sample is at wait.
+func watchIdle(ctx context.Context, pid int, wait time.Duration) ([]RSSSample, error) {
+	step := min(10*time.Second, max(wait/10, time.Millisecond))
+	start := time.Now()
+	t := time.NewTimer(step)
+	defer t.Stop()
+	var samples []RSSSample
+	for {
+		select {
+		case <-ctx.Done():
+			return samples, fmt.Errorf("idle wait: %w", ctx.Err())
+		case <-t.C:
+		}
+		m, err := readMemory(pid)
+		if err != nil {
+			return samples, err
+		}
+		el := time.Since(start)
+		samples = append(samples, RSSSample{After: el, RSS: m.RSS})
+		if el >= wait {
+			return samples, nil
+		}
+		t.Reset(min(step, wait-el))
+	}
 }
 
 // benchEnv is the server's temporary world.
@@ -446,7 +749,8 @@ func writeEnv(dir, baseURL string) (benchEnv, error) {
 // connectAll opens one connection per session and creates its session,
 // o.DialConcurrency at a time. A session that fails is counted and left
 // nil.
-func connectAll(ctx context.Context, o Options, hc *http.Client, url string, probs *tally) []*client {
+func connectAll(ctx context.Context, o Options, hc *http.Client, url string, co *clientOptions) []*client {
+	probs := co.faults
 	clients := make([]*client, o.Sessions)
 	sem := make(chan struct{}, o.DialConcurrency)
 	var wg sync.WaitGroup
@@ -460,7 +764,7 @@ func connectAll(ctx context.Context, o Options, hc *http.Client, url string, pro
 		wg.Go(func() {
 			defer func() { <-sem }()
 			sid := fmt.Sprintf("bench-%06d", i)
-			c, err := dial(ctx, hc, url, sid, o.CommandTimeout, probs)
+			c, err := dial(ctx, hc, url, sid, co)
 			if err != nil {
 				probs.add("connect", fmt.Sprintf("session %s: %v", sid, err))
 				return
@@ -470,7 +774,7 @@ func connectAll(ctx context.Context, o Options, hc *http.Client, url string, pro
 			r, _, err := c.call(cctx, sid+".create", map[string]any{"type": "create_session", "sessionId": sid})
 			switch {
 			case err != nil:
-				probs.add("transport", fmt.Sprintf("session %s: %v", sid, err))
+				probs.add(failureKind(err, ctx.Err() != nil), fmt.Sprintf("session %s: %v", sid, err))
 			case !r.success:
 				probs.add("create_session failed", fmt.Sprintf("create_session %s: %s", sid, r.err))
 			case r.data.Get("sessionId").String() != sid:
@@ -487,7 +791,8 @@ func connectAll(ctx context.Context, o Options, hc *http.Client, url string, pro
 }
 
 // drive runs one session's rounds: a prompt, then o.GetStates get_states.
-// A lost connection ends the session; a failed command is counted and the
+// A command without a response (lost connection, timeout, the end of ctx,
+// the load phase) ends the session; a failed command is counted and the
 // session goes on.
 func drive(ctx context.Context, o Options, c *client, probs *tally) sessionResult {
 	var res sessionResult
@@ -500,7 +805,16 @@ func drive(ctx context.Context, o Options, c *client, probs *tally) sessionResul
 		// each carries its session's id.
 		r, lat, err := c.call(cctx, c.sid+"."+id, cmd)
 		if err != nil {
-			probs.add("transport", fmt.Sprintf("session %s: %v", c.sid, err))
+			res.failed++
+			kind := failureKind(err, ctx.Err() != nil)
+			msg := fmt.Sprintf("session %s: %v", c.sid, err)
+			switch kind {
+			case "command timeout":
+				msg += fmt.Sprintf(" (each command waits at most %s)", o.CommandTimeout)
+			case "load timeout":
+				msg += fmt.Sprintf(" (the load phase's %s ran out)", o.LoadTimeout)
+			}
+			probs.add(kind, msg)
 			return r, 0, false
 		}
 		res.done++
@@ -536,6 +850,32 @@ func drive(ctx context.Context, o Options, c *client, probs *tally) sessionResul
 	return res
 }
 
+// failureKind names how a command got no response, for the report's
+// error kinds; phaseOver says the phase's own time ran out, rather than
+// the command's.
+func failureKind(err error, phaseOver bool) string {
+	var ce *callError
+	if !errors.As(err, &ce) {
+		return "transport"
+	}
+	switch ce.kind {
+	case errSend:
+		return "send failed"
+	case errLost:
+		if code := websocket.CloseStatus(err); code != -1 {
+			// The server closed it on purpose: a too-slow client, the
+			// send budget, shutdown. The samples carry the reason.
+			return fmt.Sprintf("connection closed by the server (%d %s)", int(code), code)
+		}
+		return "connection lost"
+	default:
+		if phaseOver {
+			return "load timeout"
+		}
+		return "command timeout"
+	}
+}
+
 func countNil(clients []*client) int {
 	n := 0
 	for _, c := range clients {
@@ -546,14 +886,15 @@ func countNil(clients []*client) int {
 	return n
 }
 
-func countFrames(clients []*client) (frames, events int64) {
+func countFrames(clients []*client) (frames, bytes, events int64) {
 	for _, c := range clients {
 		if c != nil {
 			frames += c.frames.Load()
+			bytes += c.bytes.Load()
 			events += c.events.Load()
 		}
 	}
-	return frames, events
+	return frames, bytes, events
 }
 
 // percentile is the nearest-rank p-th percentile of ds (0 if empty). It
@@ -575,24 +916,84 @@ func WriteTable(w io.Writer, reps []Report) error {
 		val  func(r Report) string
 	}{
 		{"sessions (N)", func(r Report) string { return strconv.Itoa(r.Sessions) }},
-		{"rounds x chunks", func(r Report) string { return fmt.Sprintf("%d x %d", r.Rounds, r.Chunks) }},
+		{"rounds x tokens", func(r Report) string { return fmt.Sprintf("%d x %d", r.Rounds, r.Chunks) }},
+		{"format, read delay, lifecycle", func(r Report) string {
+			lc := "all"
+			if r.OwnLifecycle {
+				lc = "own"
+			}
+			return fmt.Sprintf("%s, %s, %s", r.StreamFormat, fmtDelay(r.ReadDelay), lc)
+		}},
 		{"setup (connect+create)", func(r Report) string { return fmtDur(r.Setup) }},
-		{"commands", func(r Report) string { return strconv.Itoa(r.Commands) }},
+		{"commands answered/planned", func(r Report) string { return fmt.Sprintf("%d/%d", r.Commands, r.Planned) }},
+		{"commands not run, late answers", func(r Report) string { return fmt.Sprintf("%d, %d", r.NotRun, r.LateResponses) }},
 		{"duration", func(r Report) string { return fmtDur(r.Duration) }},
 		{"commands/s", func(r Report) string { return fmt.Sprintf("%.0f", r.CommandsPerSec) }},
 		{"events/s (all frames)", func(r Report) string { return fmt.Sprintf("%.0f", r.EventsPerSec) }},
+		{"events/s (session events)", func(r Report) string { return fmt.Sprintf("%.0f", r.SessionEventsPerSec) }},
 		{"frames (session events)", func(r Report) string { return fmt.Sprintf("%d (%d)", r.Frames, r.SessionEvents) }},
+		{"bytes received", func(r Report) string { return fmtBytes(r.Bytes) }},
+		{"answers checked", func(r Report) string { return strconv.FormatInt(r.AnswersChecked, 10) }},
+		{"load CPU: server/bench/others", func(r Report) string { return r.LoadCPU.String() }},
 		{"prompt latency p50/p99", func(r Report) string { return fmtDur(r.PromptP50) + " / " + fmtDur(r.PromptP99) }},
 		{"mock time p50/p99", func(r Report) string { return fmtDur(r.MockP50) + " / " + fmtDur(r.MockP99) }},
 		{"added latency p50/p99", func(r Report) string { return fmtDur(r.AddedP50) + " / " + fmtDur(r.AddedP99) }},
 		{"get_state latency p50/p99", func(r Report) string { return fmtDur(r.GetStateP50) + " / " + fmtDur(r.GetStateP99) }},
 		{"RSS baseline", func(r Report) string { return fmtBytes(r.RSSBaseline) }},
 		{"RSS with N idle sessions", func(r Report) string { return fmtBytes(r.RSSSessions) }},
-		{"RSS per session (idle)", func(r Report) string { return fmtBytes(r.RSSPerSession) }},
-		{"RSS after load / peak", func(r Report) string { return fmtBytes(r.RSSAfter) + " / " + fmtBytes(r.RSSPeak) }},
+		{"RSS after the first session", func(r Report) string { return fmtBytes(r.RSSFirstSession) }},
+		{"RSS per idle session, one conn", func(r Report) string {
+			if r.IdleSessions == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%s (x%d)", fmtBytes(r.RSSPerIdleSession), r.IdleSessions)
+		}},
+		{"RSS per session with its conn", func(r Report) string { return fmtBytes(r.RSSPerSession) }},
+		{"RSS peak", func(r Report) string { return fmtBytes(r.RSSPeak) }},
+		{"RSS right after load", func(r Report) string { return fmtBytes(r.RSSAfter) }},
+		{"RSS after idle wait", func(r Report) string {
+			if r.IdleWait <= 0 {
+				return "-"
+			}
+			return fmtBytes(r.RSSIdle) + " (" + fmtDur(r.IdleWait) + ")"
+		}},
+		{"coder/websocket msgs/s", func(r Report) string {
+			if r.Baseline == nil {
+				return "-"
+			}
+			if r.Baseline.Errors > 0 {
+				return fmt.Sprintf("%.0f (%d errors)", r.Baseline.MessagesPerSec, r.Baseline.Errors)
+			}
+			return fmt.Sprintf("%.0f", r.Baseline.MessagesPerSec)
+		}},
+		{"  (conns x msgs x bytes)", func(r Report) string {
+			if r.Baseline == nil {
+				return "-"
+			}
+			b := r.Baseline
+			return fmt.Sprintf("%d x %d x %d", b.Connections, b.MessagesPerConn, b.Size)
+		}},
+		{"  CPU: server/bench/others", func(r Report) string {
+			if r.Baseline == nil {
+				return "-"
+			}
+			return r.Baseline.CPU.String()
+		}},
+		{"events/s ÷ library (all/session)", func(r Report) string {
+			if r.Baseline == nil {
+				return "-"
+			}
+			return fmt.Sprintf("%.3f / %.3f", r.BaselineFraction, r.SessionEventsFraction)
+		}},
 		{"model requests", func(r Report) string { return strconv.Itoa(r.ModelRequests) }},
 		{"shutdown (exit code, notices)", func(r Report) string {
 			return fmt.Sprintf("%s (%d, %d)", fmtDur(r.Shutdown), r.ServerExit, r.ShutdownNotices)
+		}},
+		{"clients cut off (send budget)", func(r Report) string {
+			if r.SendBudgetCuts < 0 {
+				return "?"
+			}
+			return strconv.FormatInt(r.SendBudgetCuts, 10)
 		}},
 		{"server warnings", func(r Report) string { return strconv.Itoa(r.ServerWarnings) }},
 		{"errors", func(r Report) string { return strconv.Itoa(r.Errors) }},
@@ -628,6 +1029,11 @@ func WriteTable(w io.Writer, reps []Report) error {
 		for _, s := range r.ServerWarningSamples {
 			fmt.Fprintf(&b, "N=%d server: %s\n", r.Sessions, s)
 		}
+		if bl := r.Baseline; bl != nil {
+			for _, s := range bl.ErrorSamples {
+				fmt.Fprintf(&b, "N=%d baseline error: %s\n", r.Sessions, s)
+			}
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -644,6 +1050,13 @@ func fmtDur(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%.2fs", d.Seconds())
 	}
+}
+
+func fmtDelay(d time.Duration) string {
+	if d == 0 {
+		return "none"
+	}
+	return d.String()
 }
 
 func fmtBytes(n int64) string {

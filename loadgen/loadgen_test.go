@@ -2,15 +2,21 @@ package loadgen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // agentdBin is the agentd binary TestMain builds (buildErr if it could
@@ -50,7 +56,7 @@ func TestRunSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var log strings.Builder
-	rep, err := Run(ctx, Options{Binary: agentdBin, Sessions: 2, Rounds: 1, Chunks: 5, ServerLog: &log})
+	rep, err := Run(ctx, Options{Binary: agentdBin, Sessions: 2, Rounds: 1, Chunks: 5, IdleSessions: 20, Settle: 100 * time.Millisecond, ServerLog: &log})
 	if err != nil {
 		t.Fatalf("Run: %v\nserver stderr:\n%s", err, log.String())
 	}
@@ -81,8 +87,24 @@ func TestRunSmall(t *testing.T) {
 	if rep.RSSBaseline <= 0 || rep.RSSPeak < rep.RSSBaseline {
 		t.Errorf("RSS baseline %d, peak %d", rep.RSSBaseline, rep.RSSPeak)
 	}
+	// 20 sessions hold more than the settling's tolerance.
+	if rep.IdleSessions != 20 || rep.RSSPerIdleSession <= 0 || rep.RSSFirstSession <= 0 {
+		t.Errorf("idle sessions %d, RSS per idle session %d, after the first %d", rep.IdleSessions, rep.RSSPerIdleSession, rep.RSSFirstSession)
+	}
 	if rep.ServerExit != 0 || rep.ShutdownNotices != 2 {
 		t.Errorf("server exit %d, shutdown notices %d; want 0, 2", rep.ServerExit, rep.ShutdownNotices)
+	}
+	if rep.SendBudgetCuts != 0 {
+		t.Errorf("send budget cuts %d, want 0", rep.SendBudgetCuts)
+	}
+	if rep.LoadCPU.Capacity <= 0 {
+		t.Errorf("load CPU %+v", rep.LoadCPU)
+	}
+	if rep.Planned != 4 || rep.NotRun != 0 || rep.AnswersChecked != 2 || rep.StreamFormat != "full" {
+		t.Errorf("planned %d, not run %d, answers checked %d, format %q; want 4, 0, 2, full", rep.Planned, rep.NotRun, rep.AnswersChecked, rep.StreamFormat)
+	}
+	if rep.Bytes <= rep.Frames || rep.SessionEventsPerSec <= 0 || rep.EventsPerSec < rep.SessionEventsPerSec {
+		t.Errorf("bytes %d for %d frames, events/s %.0f, session events/s %.0f", rep.Bytes, rep.Frames, rep.EventsPerSec, rep.SessionEventsPerSec)
 	}
 	var b strings.Builder
 	if err := WriteTable(&b, []Report{rep}); err != nil || !strings.Contains(b.String(), "added latency p50/p99") {
@@ -120,6 +142,73 @@ func BenchmarkServe(b *testing.B) {
 	}
 }
 
+// BenchmarkStreams measures streaming at scale, one fresh server per
+// iteration (run with -benchtime=1x): N concurrent answers of 2,000
+// tokens in pi's full format (peak RSS, RSS right after and a minute
+// later, with clients reading at full speed and 1 ms per frame) and in
+// the delta format (events/s as a fraction of coder/websocket's own rate
+// in the same run).
+func BenchmarkStreams(b *testing.B) {
+	if _, err := RaiseOpenFileLimit(); err != nil {
+		b.Log(err)
+	}
+	cases := []struct {
+		name string
+		o    Options
+	}{
+		{"full/sessions=100", Options{Sessions: 100, StreamFormat: "full", IdleWait: time.Minute}},
+		{"full/sessions=100/read-delay=1ms", Options{Sessions: 100, StreamFormat: "full", ReadDelay: time.Millisecond, IdleWait: time.Minute}},
+		{"delta/sessions=1000", Options{Sessions: 1000, StreamFormat: "delta", Baseline: true}},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			needBinary(b)
+			o := tc.o
+			o.Binary, o.BaselineBinary, o.Rounds, o.Chunks, o.GetStates = agentdBin, agentdBin, 1, 2000, -1
+			var rep Report
+			for b.Loop() {
+				var err error
+				if rep, err = Run(b.Context(), o); err != nil {
+					b.Fatal(err)
+				}
+				if rep.Errors != 0 {
+					b.Fatalf("%d errors %v: %q", rep.Errors, rep.ErrorKinds, rep.ErrorSamples)
+				}
+			}
+			b.ReportMetric(float64(rep.RSSPeak)/(1<<20), "peak-RSS-MiB")
+			b.ReportMetric(float64(rep.RSSAfter)/(1<<20), "after-RSS-MiB")
+			if o.IdleWait > 0 {
+				b.ReportMetric(float64(rep.RSSIdle)/(1<<20), "idle-RSS-MiB")
+			}
+			b.ReportMetric(rep.EventsPerSec, "events/s")
+			b.ReportMetric(rep.SessionEventsPerSec, "session-events/s")
+			if rep.Baseline != nil {
+				b.ReportMetric(rep.Baseline.MessagesPerSec, "library-msgs/s")
+				b.ReportMetric(rep.BaselineFraction, "fraction-of-library")
+			}
+		})
+	}
+}
+
+// BenchmarkIdleSessions measures the memory of an idle session at 40:
+// 40 sessions on one connection, then 40 with a connection each, the RSS
+// difference per session once the RSS held still.
+func BenchmarkIdleSessions(b *testing.B) {
+	needBinary(b)
+	var rep Report
+	for b.Loop() {
+		var err error
+		if rep, err = Run(b.Context(), Options{Binary: agentdBin, Sessions: 40, IdleSessions: 40, Rounds: 1, GetStates: -1}); err != nil {
+			b.Fatal(err)
+		}
+		if rep.Errors != 0 {
+			b.Fatalf("%d errors %v: %q", rep.Errors, rep.ErrorKinds, rep.ErrorSamples)
+		}
+	}
+	b.ReportMetric(float64(rep.RSSPerIdleSession)/1000, "kB/idle-session")
+	b.ReportMetric(float64(rep.RSSPerSession)/1000, "kB/session+conn")
+}
+
 // TestMockTimesEachPrompt checks the mock streams the scripted chunks and
 // charges its time to the newest prompt tag in the request.
 func TestMockTimesEachPrompt(t *testing.T) {
@@ -145,7 +234,7 @@ func TestMockTimesEachPrompt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"content":"word0 "`, `"content":"word2 "`, `"prompt_tokens":42`, "[DONE]"} {
+	for _, want := range []string{`"content":"w00 "`, `"content":"w02 "`, `"prompt_tokens":42`, "[DONE]"} {
 		if !strings.Contains(string(got), want) {
 			t.Errorf("stream lacks %s:\n%s", want, got)
 		}
@@ -174,5 +263,259 @@ func TestPercentile(t *testing.T) {
 	}
 	if got := percentile(nil, 50); got != 0 {
 		t.Errorf("no samples: %d", got)
+	}
+}
+
+// TestRunStreams runs both stream formats with clients that read at full
+// speed and clients that read slower than the model writes: every client
+// must end each answer with the mock's text (in the delta format its
+// deltas must add up to it), and the idle wait must read the RSS again.
+func TestRunStreams(t *testing.T) {
+	needBinary(t)
+	cases := []struct {
+		name   string
+		format string
+		delay  time.Duration
+	}{
+		{"full, fast readers", "full", 0},
+		{"full, slow readers", "full", time.Millisecond},
+		{"delta, slow readers", "delta", time.Millisecond},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var log strings.Builder
+			rep, err := Run(ctx, Options{Binary: agentdBin, Sessions: 2, Rounds: 1, Chunks: 200, GetStates: -1,
+				StreamFormat: tc.format, ReadDelay: tc.delay, IdleWait: 50 * time.Millisecond, Settle: -1, ServerLog: &log})
+			if err != nil {
+				t.Fatalf("Run: %v\nserver stderr:\n%s", err, log.String())
+			}
+			if rep.Errors != 0 {
+				t.Fatalf("%d errors %v: %q\nserver stderr:\n%s", rep.Errors, rep.ErrorKinds, rep.ErrorSamples, log.String())
+			}
+			if rep.StreamFormat != tc.format || rep.ReadDelay != tc.delay {
+				t.Errorf("report says format %q, read delay %s", rep.StreamFormat, rep.ReadDelay)
+			}
+			if rep.AnswersChecked != 2 || rep.Commands != 2 {
+				t.Errorf("answers checked %d, commands %d; want 2, 2", rep.AnswersChecked, rep.Commands)
+			}
+			if n := len(rep.RSSIdleSamples); n == 0 || rep.RSSIdle != rep.RSSIdleSamples[n-1].RSS || rep.RSSIdleSamples[n-1].After < 50*time.Millisecond {
+				t.Errorf("RSS after idle %d, samples %+v", rep.RSSIdle, rep.RSSIdleSamples)
+			}
+		})
+	}
+}
+
+// TestRunLoadTimeout: a load phase that cannot finish in its time ends
+// then, with the waiting command counted as a load timeout and the rest
+// of its session's commands as not run.
+func TestRunLoadTimeout(t *testing.T) {
+	needBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var log strings.Builder
+	// 3,000 deltas read 5 ms apart take 15 s; the load phase has 300 ms.
+	rep, err := Run(ctx, Options{Binary: agentdBin, Sessions: 1, Rounds: 2, Chunks: 3000, StreamFormat: "delta",
+		ReadDelay: 5 * time.Millisecond, LoadTimeout: 300 * time.Millisecond, Settle: -1, ServerLog: &log})
+	if err != nil {
+		t.Fatalf("Run: %v\nserver stderr:\n%s", err, log.String())
+	}
+	if rep.Errors != 1 || rep.ErrorKinds["load timeout"] != 1 {
+		t.Fatalf("errors %d %v: %q; want one load timeout", rep.Errors, rep.ErrorKinds, rep.ErrorSamples)
+	}
+	if !strings.Contains(rep.ErrorSamples[0], "load phase's 300ms ran out") {
+		t.Errorf("sample does not explain: %q", rep.ErrorSamples[0])
+	}
+	// Planned: 2 rounds of a prompt and a get_state; the first prompt
+	// timed out, the other three were never sent.
+	if rep.Planned != 4 || rep.Commands != 0 || rep.NotRun != 3 {
+		t.Errorf("planned %d, answered %d, not run %d; want 4, 0, 3", rep.Planned, rep.Commands, rep.NotRun)
+	}
+}
+
+func TestBaseline(t *testing.T) {
+	needBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := Baseline(ctx, BaselineOptions{Binary: agentdBin, Connections: 3, Messages: 50, Size: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Errors != 0 {
+		t.Fatalf("%d errors: %q", rep.Errors, rep.ErrorSamples)
+	}
+	if rep.Messages != 150 || rep.MessagesPerSec <= 0 || rep.Duration <= 0 {
+		t.Errorf("report %+v: want 150 messages at a positive rate", rep)
+	}
+}
+
+// TestRunBaseline: --baseline measures the library with the run's shape.
+func TestRunBaseline(t *testing.T) {
+	needBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Options{Binary: agentdBin, Sessions: 2, Rounds: 1, Chunks: 20, StreamFormat: "delta",
+		Baseline: true, BaselineBinary: agentdBin, Settle: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := rep.Baseline
+	if rep.Errors != 0 || b == nil || b.Errors != 0 {
+		t.Fatalf("errors %d %q, baseline %+v", rep.Errors, rep.ErrorSamples, b)
+	}
+	if b.Connections != 2 || int64(b.MessagesPerConn) != rep.Frames/2 || int64(b.Size) != rep.Bytes/rep.Frames {
+		t.Errorf("baseline %d x %d x %d bytes; the run received %d frames of %d bytes over 2 connections",
+			b.Connections, b.MessagesPerConn, b.Size, rep.Frames, rep.Bytes)
+	}
+	if want := rep.EventsPerSec / b.MessagesPerSec; rep.BaselineFraction != want || rep.BaselineFraction <= 0 {
+		t.Errorf("fraction %v, want %v", rep.BaselineFraction, want)
+	}
+	var tb strings.Builder
+	if err := WriteTable(&tb, []Report{rep}); err != nil || !strings.Contains(tb.String(), fmt.Sprintf("%.3f / %.3f", rep.BaselineFraction, rep.SessionEventsFraction)) {
+		t.Errorf("table: %v\n%s", err, tb.String())
+	}
+}
+
+// TestClientChecksAnswers feeds a client the event frames of one
+// assistant message and checks what it counts as wrong.
+func TestClientChecksAnswers(t *testing.T) {
+	ev := func(seq int, inner string) []byte {
+		return []byte(fmt.Sprintf(`{"type":"event","sessionId":"s","seq":%d,"event":%s}`, seq, inner))
+	}
+	delta := func(d string) string {
+		return `{"type":"message_update","assistantMessageEvent":{"type":"text_delta","contentIndex":0,"delta":"` + d + `"}}`
+	}
+	end := func(text string) string {
+		return `{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"` + text + `"}]}}`
+	}
+	start := `{"type":"message_start","message":{"role":"assistant","content":[]}}`
+	cases := []struct {
+		name   string
+		delta  bool
+		events []string
+		want   map[string]int
+	}{
+		{"deltas add up", true, []string{start, delta("ab"), delta("c"), end("abc")}, nil},
+		{"merged deltas add up", true, []string{start, delta("abc"), end("abc")}, nil},
+		{"a delta lost", true, []string{start, delta("ab"), end("abc")}, map[string]int{"deltas do not add up": 1}},
+		{"full format may skip updates", false, []string{start, delta("ab"), end("abc")}, nil},
+		{"wrong final text", false, []string{start, delta("abc"), end("abd")}, map[string]int{"wrong final message": 1}},
+		{"a user message is not checked", true, []string{`{"type":"message_end","message":{"role":"user","content":[{"type":"text","text":"hi"}]}}`}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var faults tally
+			c := &client{sid: "s", opt: &clientOptions{answer: "abc", delta: tc.delta}, faults: &faults}
+			for i, e := range tc.events {
+				c.event(ev(i+1, e))
+			}
+			n, kinds, samples := faults.result()
+			if n != len(tc.want) || (n > 0 && !maps.Equal(kinds, tc.want)) {
+				t.Errorf("faults %v %q, want %v", kinds, samples, tc.want)
+			}
+		})
+	}
+}
+
+func TestFailureKind(t *testing.T) {
+	closed := websocket.CloseError{Code: websocket.StatusPolicyViolation, Reason: "Client too slow"}
+	cases := []struct {
+		name      string
+		err       error
+		phaseOver bool
+		want      string
+	}{
+		{"closed by the server", &callError{kind: errLost, err: fmt.Errorf("prompt p0: connection closed before the response: %w", closed)}, false,
+			"connection closed by the server (1008 StatusPolicyViolation)"},
+		{"cut", &callError{kind: errLost, err: errors.New("EOF")}, false, "connection lost"},
+		{"command timeout", &callError{kind: errWait, err: context.DeadlineExceeded}, false, "command timeout"},
+		{"load timeout", &callError{kind: errWait, err: context.DeadlineExceeded}, true, "load timeout"},
+		{"send", &callError{kind: errSend, err: errors.New("broken pipe")}, false, "send failed"},
+		{"other", errors.New("encode"), false, "transport"},
+	}
+	for _, tc := range cases {
+		if got := failureKind(tc.err, tc.phaseOver); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestIdleReadings checks the settling and idle-wait readings of the
+// RSS in a bubble's time.
+func TestIdleReadings(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		if _, err := settledMemory(t.Context(), os.Getpid(), time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// This process does not grow by 128 KiB in no time.
+		if took := time.Since(start); took < time.Second || took > 10*time.Second {
+			t.Errorf("settled after %s, want 1 s to 10 s", took)
+		}
+		samples, err := watchIdle(t.Context(), os.Getpid(), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(samples) != 10 || samples[9].After != time.Minute || samples[0].After != 6*time.Second || samples[0].RSS <= 0 {
+			t.Errorf("samples %+v: want 10, every 6 s up to 1 min", samples)
+		}
+	})
+}
+
+// TestRunReportsCuts: clients the server cuts off (each for its own
+// queue, or for the server's send budget) are errors of a connection
+// kind, and the report says how many the budget cut.
+func TestRunReportsCuts(t *testing.T) {
+	needBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var log strings.Builder
+	// Four slow readers of 1,000-token full-format answers (about 4 MB
+	// each) against 1 MiB per client and for everyone: whichever limit
+	// is reached first, every client is cut off.
+	rep, err := Run(ctx, Options{Binary: agentdBin, Sessions: 4, Rounds: 1, Chunks: 1000, GetStates: -1,
+		ReadDelay: 2 * time.Millisecond, Settle: -1, ServerLog: &log,
+		ServerArgs: []string{"--max-queued-bytes", "1048576", "--max-queued-bytes-total", "1048576"}})
+	if err != nil {
+		t.Fatalf("Run: %v\nserver stderr:\n%s", err, log.String())
+	}
+	if rep.Errors != 4 || rep.SendBudgetCuts < 0 || rep.SendBudgetCuts > 4 {
+		t.Fatalf("errors %d %v, send budget cuts %d; want 4 errors, the cuts known", rep.Errors, rep.ErrorKinds, rep.SendBudgetCuts)
+	}
+	for k := range rep.ErrorKinds {
+		if !strings.HasPrefix(k, "connection ") {
+			t.Errorf("error kind %q: want a connection's end", k)
+		}
+	}
+	var tb strings.Builder
+	if err := WriteTable(&tb, []Report{rep}); err != nil || !regexp.MustCompile(fmt.Sprintf(`(?m)^clients cut off \(send budget\) +%d$`, rep.SendBudgetCuts)).MatchString(tb.String()) {
+		t.Errorf("table: %v\n%s", err, tb.String())
+	}
+}
+
+// TestReadCPU reads this process as both server and bench after some
+// work.
+func TestReadCPU(t *testing.T) {
+	m0, err := readCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m1 cpuMark
+	for x := 0; ; x++ {
+		if m1, err = readCPU(os.Getpid()); err != nil {
+			t.Fatal(err)
+		}
+		// /proc counts in ticks: work until this process's count moved.
+		if m1.server > m0.server && m1.total > m0.total {
+			break
+		}
+	}
+	u := m1.since(m0)
+	if u.Server <= 0 || u.Bench <= 0 || u.Capacity < u.Server || u.Others < 0 {
+		t.Errorf("%+v", u)
+	}
+	if s := u.String(); !strings.Contains(s, " of ") {
+		t.Errorf("String: %q", s)
 	}
 }

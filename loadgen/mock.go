@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ const (
 type mock struct {
 	llm    *llmtest.Server
 	srv    *http.Server
+	answer string // the text of every answer
 	url    string
 	served chan struct{} // closed when Serve returns
 
@@ -39,11 +41,11 @@ type mock struct {
 }
 
 // startMock listens on a free loopback port. Every answer is the same
-// short text streamed in chunks deltas, with usage, and no delay: the
-// model is as fast as a model can be, so what is left is agentd.
+// text streamed in chunks deltas, with usage, and no delay: the model is
+// as fast as a model can be, so what is left is agentd.
 func startMock(chunks int) (*mock, error) {
 	script := textScript(chunks)
-	m := &mock{llm: llmtest.NewUnstarted(), took: map[string]time.Duration{}, served: make(chan struct{})}
+	m := &mock{llm: llmtest.NewUnstarted(), answer: strings.Join(script.Text, ""), took: map[string]time.Duration{}, served: make(chan struct{})}
 	// The unstarted llmtest server is only a handler here; its own
 	// listener is never served, and closing it is all Close does.
 	m.llm.Handle(func(*llmtest.Request) llmtest.Script { return script })
@@ -61,11 +63,13 @@ func startMock(chunks int) (*mock, error) {
 	return m, nil
 }
 
-// textScript is an answer of chunks text deltas.
+// textScript is an answer of chunks text deltas of 4 bytes each, a
+// typical token's size, so that a full-format stream carries what a real
+// one of as many tokens would.
 func textScript(chunks int) llmtest.Script {
 	text := make([]string, chunks)
 	for i := range text {
-		text[i] = fmt.Sprintf("word%d ", i)
+		text[i] = fmt.Sprintf("w%02d ", i%100)
 	}
 	return llmtest.Script{Text: text, Usage: &llmtest.Usage{Input: 42, Output: int64(chunks)}}
 }
