@@ -463,33 +463,27 @@ func TestIdleReadings(t *testing.T) {
 	})
 }
 
-// TestRunReportsCuts: clients the server cuts off (each for its own
-// queue, or for the server's send budget) are errors of a connection
-// kind, and the report says how many the budget cut.
-func TestRunReportsCuts(t *testing.T) {
+// TestRunSlowReadersKeepUp: slow readers of long answers, against 1 MiB
+// per client and for everyone, are not cut off: once behind, their
+// deltas merge, so what waits for them stays bounded by the current
+// message. Every answer is still checked whole, and the report's
+// send-budget row says nobody was cut.
+func TestRunSlowReadersKeepUp(t *testing.T) {
 	needBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var log strings.Builder
-	// Four slow readers of 1,000-token full-format answers (about 4 MB
-	// each) against 1 MiB per client and for everyone: whichever limit
-	// is reached first, every client is cut off.
 	rep, err := Run(ctx, Options{Binary: agentdBin, Sessions: 4, Rounds: 1, Chunks: 1000, GetStates: -1,
 		ReadDelay: 2 * time.Millisecond, Settle: -1, ServerLog: &log,
 		ServerArgs: []string{"--max-queued-bytes", "1048576", "--max-queued-bytes-total", "1048576"}})
 	if err != nil {
 		t.Fatalf("Run: %v\nserver stderr:\n%s", err, log.String())
 	}
-	if rep.Errors != 4 || rep.SendBudgetCuts < 0 || rep.SendBudgetCuts > 4 {
-		t.Fatalf("errors %d %v, send budget cuts %d; want 4 errors, the cuts known", rep.Errors, rep.ErrorKinds, rep.SendBudgetCuts)
-	}
-	for k := range rep.ErrorKinds {
-		if !strings.HasPrefix(k, "connection ") {
-			t.Errorf("error kind %q: want a connection's end", k)
-		}
+	if rep.Errors != 0 || rep.SendBudgetCuts != 0 {
+		t.Fatalf("errors %d %v, send budget cuts %d; want none", rep.Errors, rep.ErrorKinds, rep.SendBudgetCuts)
 	}
 	var tb strings.Builder
-	if err := WriteTable(&tb, []Report{rep}); err != nil || !regexp.MustCompile(fmt.Sprintf(`(?m)^clients cut off \(send budget\) +%d$`, rep.SendBudgetCuts)).MatchString(tb.String()) {
+	if err := WriteTable(&tb, []Report{rep}); err != nil || !regexp.MustCompile(`(?m)^clients cut off \(send budget\) +0$`).MatchString(tb.String()) {
 		t.Errorf("table: %v\n%s", err, tb.String())
 	}
 }
