@@ -2,6 +2,8 @@ package piserver
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -79,10 +81,19 @@ func TestSlowReaderGetsTheLatestState(t *testing.T) {
 				if final(wa) != final(wb) {
 					t.Errorf("the slow client's last message_end differs from the fast one's")
 				}
-				// Joined deltas give the same text; nothing but deltas was
-				// merged away.
-				if sa, sb := stream(events(wa, "s1")), stream(events(wb, "s1")); strings.Join(sa, " ") != strings.Join(sb, " ") {
-					t.Errorf("streams differ:\nfast %v\nslow %v", sa, sb)
+				// Nothing but deltas was merged away: the other events are
+				// the same, in order. In the delta format the joined deltas
+				// give the same text; in the full format each frame carries
+				// the whole message so far, and the last one all of it.
+				if sa, sb := nonDeltas(events(wa, "s1")), nonDeltas(events(wb, "s1")); strings.Join(sa, " ") != strings.Join(sb, " ") {
+					t.Errorf("events other than deltas differ:\nfast %v\nslow %v", sa, sb)
+				}
+				if delta {
+					if sa, sb := stream(events(wa, "s1")), stream(events(wb, "s1")); strings.Join(sa, " ") != strings.Join(sb, " ") {
+						t.Errorf("streams differ:\nfast %v\nslow %v", sa, sb)
+					}
+				} else if la, lb := lastPartial(events(wa, "s1")), lastPartial(events(wb, "s1")); la != lb || la == "" {
+					t.Errorf("the last message_update's message differs: fast %.80q, slow %.80q", la, lb)
 				}
 				nb := len(events(wb, "s1"))
 				if na := len(events(wa, "s1")); nb >= na {
@@ -109,4 +120,30 @@ func TestSlowReaderGetsTheLatestState(t *testing.T) {
 			})
 		})
 	}
+}
+
+// nonDeltas lists the events that are not deltas, with their seqs.
+func nonDeltas(ws []wire) []string {
+	var out []string
+	for _, w := range ws {
+		ev, _ := w.m["event"].(map[string]any)
+		ame, _ := ev["assistantMessageEvent"].(map[string]any)
+		if typ, _ := ame["type"].(string); w.eventType() == "message_update" && strings.HasSuffix(typ, "_delta") {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%d:%s", w.seq(), w.eventType()))
+	}
+	return out
+}
+
+// lastPartial is the message of the last full-format message_update.
+func lastPartial(ws []wire) string {
+	for i := len(ws) - 1; i >= 0; i-- {
+		if ws[i].eventType() == "message_update" {
+			ev, _ := ws[i].m["event"].(map[string]any)
+			b, _ := json.Marshal(ev["message"])
+			return string(b)
+		}
+	}
+	return ""
 }

@@ -148,9 +148,10 @@ type codec struct {
 // Encode wraps a session event in the pi-server event envelope, with
 // agentd's per-session seq so a client can resume; no Data for events that
 // have no wire form. The deltas of one content block carry a Key, so a
-// client that falls behind gets them merged into one frame: the delta is
-// the joined text (and, in pi's full format, the partial message the
-// newest one), with the newest seq.
+// client that falls behind gets the latest state: in pi's full format the
+// newest message_update supersedes the ones queued before it (it carries
+// the whole message); in the delta format the deltas are joined into one
+// frame with the newest seq.
 func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
 	f := server.Frame{Data: cd.frame(sessionID, ev)}
 	a := ev.Agent
@@ -160,15 +161,18 @@ func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
 	switch u := a.Update; u.Type {
 	case llm.EventTextDelta, llm.EventThinkingDelta, llm.EventToolCallDelta:
 		f.Key = sessionID + "\x00" + string(u.Type) + "\x00" + strconv.Itoa(u.ContentIndex)
+		if !cd.delta {
+			return f
+		}
+		// The delta format reads no partial message, so the frame can be
+		// made later, from copies.
 		f.Text = u.Delta
+		merged := *u
+		seq := ev.Seq
 		f.Merge = func(text string) []byte {
-			merged := *u
-			merged.Delta = text
-			ma := *a
-			ma.Update = &merged
-			mev := ev
-			mev.Agent = &ma
-			return cd.frame(sessionID, mev)
+			m := merged
+			m.Delta = text
+			return cd.frame(sessionID, session.Event{Seq: seq, Type: ev.Type, Agent: &agent.Event{Type: agent.EventMessageUpdate, Update: &m}})
 		}
 	}
 	return f
@@ -209,19 +213,34 @@ func (cd *codec) frame(sessionID string, ev session.Event) []byte {
 	case session.EventStateChanged, session.EventModelChanged, session.EventTodoUpdated, session.EventSessionChanged:
 		inner = agentdEvent(ev)
 	default:
-		inner = piwire.AppendEvent(nil, ev, cd.delta)
+		// pi's events, the most frequent by far, are encoded straight into
+		// the envelope.
+		b := envelope(sessionID, ev.Seq, 256)
+		n := len(b)
+		// AppendEvent returns nil, or b unchanged, for an event pi has no
+		// form for.
+		if b = piwire.AppendEvent(b, ev, cd.delta); len(b) <= n {
+			return nil
+		}
+		return append(b, '}')
 	}
 	if inner == nil {
 		return nil
 	}
-	b := make([]byte, 0, len(inner)+len(sessionID)+64)
+	b := envelope(sessionID, ev.Seq, len(inner)+1)
+	b = append(b, inner...)
+	return append(b, '}')
+}
+
+// envelope starts an event frame: {"type":"event","sessionId":…,"seq":…,"event":
+// with room for more.
+func envelope(sessionID string, seq uint64, more int) []byte {
+	b := make([]byte, 0, len(sessionID)+64+more)
 	b = append(b, `{"type":"event","sessionId":`...)
 	b = llm.AppendJSONString(b, sessionID)
 	b = append(b, `,"seq":`...)
-	b = strconv.AppendUint(b, ev.Seq, 10)
-	b = append(b, `,"event":`...)
-	b = append(b, inner...)
-	return append(b, '}')
+	b = strconv.AppendUint(b, seq, 10)
+	return append(b, `,"event":`...)
 }
 
 // agentdEvent encodes the session events pi has no event for; clients

@@ -42,19 +42,23 @@ type Link interface {
 
 // Frame is an encoded event for a client, with what its queue needs to
 // coalesce it. A frame with a Key that finds the frame queued just before
-// it (not yet being written) with the same Key takes that frame's place:
-// Merge re-encodes this frame with the two frames' Text joined, so the
-// client gets one frame that says what both said. Frames without a Key
-// are never merged, dropped or reordered.
+// it (not yet being written) with the same Key takes that frame's place,
+// once the client is behind (see mergeAfter): without Merge the new frame
+// supersedes the old one (it says everything the old one said, such as
+// pi's full-format message_update, which carries the whole message); with
+// Merge the two frames' Text is joined and the frame is encoded from it
+// by Merge when the writer takes it. Frames without a Key are never
+// merged, dropped or reordered.
 type Frame struct {
 	Data []byte
 	// Key names what the frame continues, such as the deltas of one
 	// content block of one message of one session.
 	Key string
-	// Text is the part that accumulates (a delta).
+	// Text is the part that accumulates (a delta), with Merge.
 	Text string
-	// Merge encodes this frame with text in place of its Text. It is
-	// called during the Send of this frame, on the sender's goroutine.
+	// Merge encodes this frame with text in place of its Text. It may run
+	// later, on the client's writer goroutine: it must not read live
+	// state (a partial message).
 	Merge func(text string) []byte
 }
 
@@ -94,11 +98,16 @@ type Client struct {
 // state rather than history.
 const mergeAfter = 64 << 10
 
-// queued is a frame waiting to be written.
+// queued is a frame waiting to be written. A merged frame has no data
+// until the writer takes it: text gathers the deltas, encode makes the
+// frame of them, size estimates its bytes meanwhile.
 type queued struct {
-	data []byte
-	key  string
-	text string
+	data   []byte
+	key    string
+	first  string // the text of an unmerged frame
+	text   []byte // the joined text, once merged
+	encode func(string) []byte
+	size   int
 }
 
 // ClientOptions describe a connection being attached.
@@ -159,14 +168,23 @@ func (c *Client) SendFrame(f Frame) {
 		return
 	}
 	delta := int64(len(f.Data))
-	item := queued{data: f.Data, key: f.Key, text: f.Text}
 	n := len(c.queue)
-	if f.Key != "" && f.Merge != nil && n > 0 && c.queue[n-1].key == f.Key && c.queued.Load() >= mergeAfter {
-		prev := c.queue[n-1]
-		item.text = prev.text + f.Text
-		item.data = f.Merge(item.text)
-		delta = int64(len(item.data)) - int64(len(prev.data))
-		c.queue[n-1] = item
+	if f.Key != "" && n > 0 && c.queue[n-1].key == f.Key && c.queued.Load() >= mergeAfter {
+		tail := &c.queue[n-1]
+		old := tail.size
+		if f.Merge == nil {
+			*tail = queued{data: f.Data, key: f.Key, size: len(f.Data)}
+		} else {
+			if tail.data != nil { // the first merge: keep its text, drop its bytes
+				tail.data = nil
+				tail.text = append(make([]byte, 0, 4*len(tail.first)+len(f.Text)), tail.first...)
+				tail.first = ""
+			}
+			tail.text = append(tail.text, f.Text...)
+			tail.encode = f.Merge
+			tail.size = len(f.Data) - len(f.Text) + len(tail.text)
+		}
+		delta = int64(tail.size - old)
 		c.merged.Add(1)
 	} else {
 		limit := int64(c.srv.lim.MaxQueuedBytes)
@@ -175,7 +193,7 @@ func (c *Client) SendFrame(f Frame) {
 			c.mu.Unlock()
 			return
 		}
-		c.queue = append(c.queue, item)
+		c.queue = append(c.queue, queued{data: f.Data, key: f.Key, first: f.Text, size: len(f.Data)})
 	}
 	c.queued.Add(delta)
 	c.cond.Signal()
@@ -277,9 +295,13 @@ func (c *Client) writeLoop(transport string) {
 		batch = batch[:0]
 		size := 0
 		i := 0
-		for ; i < len(c.queue) && i < maxBatchFrames && (i == 0 || size+len(c.queue[i].data) <= maxBatchBytes); i++ {
-			batch = append(batch, c.queue[i].data)
-			size += len(c.queue[i].data)
+		for ; i < len(c.queue) && i < maxBatchFrames && (i == 0 || size+c.queue[i].size <= maxBatchBytes); i++ {
+			q := c.queue[i]
+			if q.data == nil {
+				q.data = q.encode(string(q.text))
+			}
+			batch = append(batch, q.data)
+			size += q.size
 			c.queue[i] = queued{}
 		}
 		c.queue = c.queue[i:]
