@@ -2,6 +2,7 @@ package health
 
 import (
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/agentd-dev/agentd/llm"
@@ -41,6 +42,10 @@ type Metrics struct {
 	connections *prometheus.GaugeVec
 	provReqs    *prometheus.CounterVec
 	provErrs    *prometheus.CounterVec
+	// eventCounters caches the counter of each event type: Event runs for
+	// every event of every watched session, and finding a labelled
+	// counter hashes its labels each time.
+	eventCounters sync.Map // string -> prometheus.Counter
 }
 
 // NewMetrics makes the metrics and their private registry, with the Go
@@ -119,7 +124,15 @@ func (m *Metrics) ObserveCommand(command string, ok bool, d time.Duration) {
 }
 
 // Event records an event sent to a client.
-func (m *Metrics) Event(eventType string) { m.events.WithLabelValues(labelValue(eventType)).Inc() }
+func (m *Metrics) Event(eventType string) {
+	if c, ok := m.eventCounters.Load(eventType); ok {
+		c.(prometheus.Counter).Inc()
+		return
+	}
+	c := m.events.WithLabelValues(labelValue(eventType))
+	m.eventCounters.Store(eventType, c)
+	c.Inc()
+}
 
 // SetSessions sets the number of sessions in memory.
 func (m *Metrics) SetSessions(n int) { m.sessions.Set(float64(n)) }
