@@ -163,12 +163,12 @@ func (c *client) read(ctx context.Context) {
 // assistant message must end with the mock's answer (in the delta format
 // its deltas must add up to it too), however slowly this client reads.
 func (c *client) event(data []byte) {
-	c.events.Add(1)
 	// The paths are in the frame's order, so the scan stops early in a
 	// full-format message_update carrying the whole message.
 	r := gjson.GetManyBytes(data, "sessionId", "seq", "event.type", "event.assistantMessageEvent.type", "event.assistantMessageEvent.delta")
-	if c.sid == "" {
-		return // the bench's own connection: its sessions are idle
+	if c.sid == "" { // the bench's own connection: its sessions are idle
+		c.events.Add(1)
+		return
 	}
 	if r[0].String() != c.sid {
 		c.faults.add("event of another session", fmt.Sprintf("event of session %q on the connection of %q", r[0].String(), c.sid))
@@ -182,8 +182,12 @@ func (c *client) event(data []byte) {
 	if c.lastSeq != 0 && (seq <= c.lastSeq || (seq != c.lastSeq+1 && !merged)) {
 		c.faults.add("event seq gap", fmt.Sprintf("session %s: event seq %d after %d", r[0].String(), seq, c.lastSeq))
 	}
-	if seq != c.lastSeq+1 && merged && c.lastSeq != 0 {
+	// A merged frame delivers every event it stands for.
+	if seq != c.lastSeq+1 && merged && c.lastSeq != 0 && seq > c.lastSeq {
 		c.merged.Add(1)
+		c.events.Add(seq - c.lastSeq)
+	} else {
+		c.events.Add(1)
 	}
 	c.lastSeq = seq
 	switch r[2].String() {

@@ -203,9 +203,10 @@ type Report struct {
 	LateResponses int `json:"late_responses"`
 	// Frames counts every frame the clients received in the load phase
 	// (responses, lifecycle broadcasts, session events) and Bytes their
-	// payload; SessionEvents only the `event` frames of subscribed
-	// sessions. EventsPerSec is Frames per second of the load phase,
-	// SessionEventsPerSec SessionEvents per second.
+	// payload; SessionEvents the session events they delivered (a frame
+	// into which a lagging client's deltas were merged counts as the
+	// events it stands for). EventsPerSec is Frames per second of the
+	// load phase, SessionEventsPerSec SessionEvents per second.
 	Frames              int64   `json:"frames"`
 	Bytes               int64   `json:"bytes"`
 	SessionEvents       int64   `json:"session_events"`
