@@ -80,6 +80,16 @@ func (c *call) origin() *origin {
 	return o
 }
 
+// who is the principal the command's connection authenticated as;
+// commands without a connection (replays after a restart) act for the
+// server.
+func (c *call) who() server.Principal {
+	if o := c.origin(); o != nil {
+		return o.c.who
+	}
+	return server.Principal{}
+}
+
 // params is the union of every command's fields; the decoder has checked
 // the types of the ones the command declares.
 type params struct {
@@ -224,7 +234,7 @@ func (s *Server) registry() pipeline.Registry {
 					return nil, err
 				}
 				if spec.session {
-					h, err := s.srv.Session(ctx, cmd.SessionID)
+					h, err := s.srv.SessionFor(ctx, cmd.SessionID, c.who())
 					if err != nil {
 						return nil, err
 					}
@@ -299,13 +309,18 @@ func knownInfo(k server.Known) sessionInfo {
 	}
 }
 
-func (s *Server) listSessions(context.Context, *call) (any, error) {
+func (s *Server) listSessions(_ context.Context, c *call) (any, error) {
 	list := []sessionInfo{}
+	who := c.who()
 	for _, h := range s.srv.Sessions() {
-		list = append(list, s.info(h))
+		if who.MaySee(h.ID(), h.Owner()) {
+			list = append(list, s.info(h))
+		}
 	}
 	for _, k := range s.srv.KnownSessions() {
-		list = append(list, knownInfo(k))
+		if who.MaySee(k.ID, k.Owner) {
+			list = append(list, knownInfo(k))
+		}
 	}
 	return map[string]any{"sessions": list}, nil
 }
@@ -321,7 +336,7 @@ func (s *Server) subscribe(c *call, h *server.Hosted, after *uint64) server.Subs
 }
 
 func (s *Server) createSession(ctx context.Context, c *call) (any, error) {
-	h, err := s.srv.Create(ctx, server.CreateRequest{ID: c.cmd.SessionID, Cwd: c.p.Cwd})
+	h, err := s.srv.Create(ctx, server.CreateRequest{ID: c.cmd.SessionID, Cwd: c.p.Cwd, Who: c.who()})
 	if err != nil {
 		return nil, err
 	}
@@ -330,6 +345,9 @@ func (s *Server) createSession(ctx context.Context, c *call) (any, error) {
 }
 
 func (s *Server) deleteSession(ctx context.Context, c *call) (any, error) {
+	if !s.srv.Visible(c.cmd.SessionID, c.who()) {
+		return nil, fault.Errorf(fault.NotFound, "Session %s not found", c.cmd.SessionID)
+	}
 	if err := s.srv.Delete(ctx, c.cmd.SessionID); err != nil {
 		if fault.CodeOf(err) == fault.Internal {
 			// The session is gone; only closing its file failed.
@@ -345,7 +363,7 @@ func (s *Server) deleteSession(ctx context.Context, c *call) (any, error) {
 // sent, so the events it missed follow the response in order) and
 // answers with the session's state.
 func (s *Server) switchSession(ctx context.Context, c *call) (any, error) {
-	h, err := s.srv.Session(ctx, c.cmd.SessionID)
+	h, err := s.srv.SessionFor(ctx, c.cmd.SessionID, c.who())
 	if err != nil {
 		return nil, err
 	}
@@ -378,7 +396,7 @@ func (s *Server) switchSession(ctx context.Context, c *call) (any, error) {
 }
 
 func (s *Server) loadSession(ctx context.Context, c *call) (any, error) {
-	h, err := s.srv.Load(ctx, server.LoadRequest{ID: c.cmd.SessionID, Path: c.p.SessionPath})
+	h, err := s.srv.Load(ctx, server.LoadRequest{ID: c.cmd.SessionID, Path: c.p.SessionPath, Who: c.who()})
 	if err != nil {
 		return nil, err
 	}
@@ -952,7 +970,7 @@ func (s *Server) afterResponse(c *conn, cmd pipeline.Command, r pipeline.Respons
 func (s *Server) resubscribe(c *conn, id string, seq uint64) {
 	ctx, cancel := context.WithTimeout(s.srv.Context(), 5*time.Second)
 	defer cancel()
-	h, err := s.srv.Session(ctx, id)
+	h, err := s.srv.SessionFor(ctx, id, c.who)
 	if err != nil || c.client == nil {
 		return
 	}

@@ -71,6 +71,8 @@ type conn struct {
 	// ownLifecycle limits the lifecycle events sent to this connection to
 	// those of its own commands (the client asked with ?lifecycle=own).
 	ownLifecycle bool
+	// who is the principal the connection authenticated as.
+	who server.Principal
 }
 
 func newConn(srv *Server, transport string, l link) *conn {

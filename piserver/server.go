@@ -84,7 +84,7 @@ func (s *Server) onLifecycle(ev pipeline.Event) {
 	o, _ := ev.Origin.(*origin)
 	s.srv.EachClient(face, func(c *server.Client) {
 		pc, _ := c.Value.(*conn)
-		if pc == nil || !pc.ownLifecycle || (o != nil && o.c == pc) {
+		if pc == nil || !(pc.ownLifecycle || pc.who.Scoped) || (o != nil && o.c == pc) {
 			c.Send(f)
 		}
 	})

@@ -45,18 +45,16 @@ func (s *Server) WebSocketHandler(o WebSocketOptions) http.Handler {
 			return
 		}
 		defer ws.Drop()
-		if reason := server.CheckToken(o.Token, r); reason != "" {
-			s.srv.Logger().Info("websocket refused", "remote", r.RemoteAddr, "reason", reason)
-			refuse(ws, closePolicy, reason)
-			return
-		}
-		if res := s.srv.Authenticate(s.srv.Context(), server.RequestOf("websocket", r)); !res.Allowed {
-			refuse(ws, closePolicy, res.Reason)
+		who, err := s.srv.Identify(s.srv.Context(), r, server.IdentifyOptions{Token: o.Token, Transport: "websocket"})
+		if err != nil {
+			s.srv.Logger().Info("websocket refused", "remote", r.RemoteAddr, "reason", err.Error())
+			refuse(ws, closePolicy, err.Error())
 			return
 		}
 		l := &wsLink{ws: ws}
 		c := newConn(s, "websocket", l)
 		c.remote = r.RemoteAddr
+		c.who = who
 		// The spec broadcasts lifecycle events globally; a client that only
 		// wants its own opts out of the rest with ?lifecycle=own.
 		c.ownLifecycle = r.URL.Query().Get("lifecycle") == "own"

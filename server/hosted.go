@@ -28,6 +28,7 @@ type Hosted struct {
 	sess    *session.Session
 	created time.Time
 	cwd     string
+	owner   string
 	file    transcript.FileID
 	unsub   func()
 	lastCmd atomic.Int64 // unix ms of the last command, for zombie detection
@@ -48,6 +49,10 @@ func (h *Hosted) Session() *session.Session { return h.sess }
 
 // Cwd is the session's working directory.
 func (h *Hosted) Cwd() string { return h.cwd }
+
+// Owner is the subject of the authenticated client that created (or
+// first loaded) the session; "" when none was authenticated.
+func (h *Hosted) Owner() string { return h.owner }
 
 // Created is when the session was loaded into this server.
 func (h *Hosted) Created() time.Time { return h.created }
@@ -130,7 +135,7 @@ func (s *Server) Session(ctx context.Context, id string) (*Hosted, error) {
 		if _, err := os.Stat(e.File); err != nil {
 			return nil, fault.Errorf(fault.NotFound, "Session %s not found (its file %s is gone)", id, e.File)
 		}
-		h, err := s.open(ctx, id, e.Cwd, e.File, false)
+		h, err := s.open(ctx, id, e.Cwd, e.File, e.Owner, false)
 		if err != nil {
 			if fe := fault.As(err); fe != nil && fe.Code == fault.Conflict && attempt < 3 {
 				continue // brought back by another command meanwhile
@@ -173,6 +178,7 @@ type Known struct {
 	ID      string
 	File    string
 	Cwd     string
+	Owner   string
 	Created time.Time
 	Info    transcript.Info // from the file; zero when unreadable
 }
@@ -195,7 +201,7 @@ func (s *Server) KnownSessions() []Known {
 		if err != nil {
 			continue // the file is gone: the id no longer works
 		}
-		out = append(out, Known{ID: e.ID, File: e.File, Cwd: e.Cwd, Created: e.Created, Info: info})
+		out = append(out, Known{ID: e.ID, File: e.File, Cwd: e.Cwd, Owner: e.Owner, Created: e.Created, Info: info})
 	}
 	return out
 }
@@ -206,6 +212,8 @@ type CreateRequest struct {
 	ID string
 	// Cwd is its working directory; "" is the server's.
 	Cwd string
+	// Who is the client asking; its subject becomes the owner.
+	Who Principal
 }
 
 // Create makes a new session.
@@ -227,7 +235,7 @@ func (s *Server) Create(ctx context.Context, r CreateRequest) (*Hosted, error) {
 			return nil, fault.Errorf(fault.Conflict, "Session %s already exists", id)
 		}
 	}
-	return s.open(ctx, id, cwd, "", true)
+	return s.open(ctx, id, cwd, "", r.Who.Subject, true)
 }
 
 // LoadRequest asks to load a stored session file.
@@ -237,6 +245,10 @@ type LoadRequest struct {
 	ID string
 	// Path is the session file; it must pass the load-path rule.
 	Path string
+	// Who is the client asking: its subject becomes the owner unless
+	// the session had one on this server before, and a session it may
+	// not see is not loaded for it.
+	Who Principal
 }
 
 // Load loads a stored session file.
@@ -268,7 +280,10 @@ func (s *Server) Load(ctx context.Context, r LoadRequest) (*Hosted, error) {
 	if st, err := os.Stat(cwd); cwd == "" || err != nil || !st.IsDir() {
 		cwd = s.cfg.Cwd
 	}
-	h, err := s.open(ctx, id, cwd, path, false)
+	if e, ok := s.index.get(id); ok && e.Owner != "" && !r.Who.MaySee(id, e.Owner) {
+		return nil, fault.Errorf(fault.Forbidden, "Failed to load session from %s: it belongs to another user", r.Path)
+	}
+	h, err := s.open(ctx, id, cwd, path, r.Who.Subject, false)
 	if err != nil {
 		if fe := fault.As(err); fe != nil {
 			return nil, fe
@@ -280,7 +295,7 @@ func (s *Server) Load(ctx context.Context, r LoadRequest) (*Hosted, error) {
 }
 
 // open makes session id from file (or a new file when "") and hosts it.
-func (s *Server) open(_ context.Context, id, cwd, file string, fresh bool) (*Hosted, error) {
+func (s *Server) open(_ context.Context, id, cwd, file, owner string, fresh bool) (*Hosted, error) {
 	var fid transcript.FileID
 	if file != "" {
 		var err error
@@ -348,13 +363,16 @@ func (s *Server) open(_ context.Context, id, cwd, file string, fresh bool) (*Hos
 		s.mu.Unlock()
 		return nil, err
 	}
-	h := &Hosted{srv: s, id: id, sess: sess, created: time.Now(), cwd: cwd, file: fid, subs: map[*Client]*subscription{}, started: map[string]time.Time{}}
+	if !fresh && prev.Owner != "" && !prev.Deleted {
+		owner = prev.Owner
+	}
+	h := &Hosted{srv: s, id: id, sess: sess, created: time.Now(), cwd: cwd, owner: owner, file: fid, subs: map[*Client]*subscription{}, started: map[string]time.Time{}}
 	h.lastCmd.Store(time.Now().UnixMilli())
 	created := h.created
 	if !fresh && !prev.Created.IsZero() {
 		created = prev.Created
 	}
-	if err := s.index.put(indexEntry{ID: id, File: sess.File(), Cwd: cwd, Created: created, Seq: first}, true); err != nil {
+	if err := s.index.put(indexEntry{ID: id, File: sess.File(), Cwd: cwd, Owner: owner, Created: created, Seq: first}, true); err != nil {
 		s.log.Error("recording the session", "session", id, "err", err)
 	}
 	s.mu.Lock()

@@ -2,7 +2,6 @@ package server
 
 import (
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/base64"
 	"net"
 	"net/http"
@@ -87,24 +86,4 @@ func quoteHost(h string) string {
 		}
 		return r
 	}, h) + `"`
-}
-
-// CheckToken returns why a request's credentials are refused, "" when
-// they are fine (or no token is required). Clients send
-// "Authorization: Bearer <token>" or "?token=<token>".
-func CheckToken(token string, r *http.Request) string {
-	if token == "" {
-		return ""
-	}
-	got := r.URL.Query().Get("token")
-	if h := r.Header.Get("Authorization"); h != "" {
-		got = strings.TrimSpace(strings.TrimPrefix(h, "Bearer "))
-	}
-	if got == "" {
-		return "Missing authorization token"
-	}
-	if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-		return "Invalid token"
-	}
-	return ""
 }

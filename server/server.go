@@ -154,6 +154,9 @@ type Config struct {
 	// Auth, when set, decides about each connection besides the token
 	// check (an operator's program: CommandAuthenticator).
 	Auth Authenticator
+	// Tokens, when set, verifies JWTs: a client presenting one acts for
+	// its subject (see Principal).
+	Tokens TokenVerifier
 	// ReturnMemory makes the server give idle heap back to the system
 	// after a burst (see relieveMemory). The process's runtime is the
 	// server's then: set it in a server process, not in a test that
