@@ -38,11 +38,11 @@ type index struct {
 }
 
 type indexEntry struct {
-	ID      string    `json:"sessionId"`
-	File    string    `json:"sessionFile,omitempty"`
-	Cwd     string    `json:"cwd,omitempty"`
+	ID   string `json:"sessionId"`
+	File string `json:"sessionFile,omitempty"`
+	Cwd  string `json:"cwd,omitempty"`
 	// Owner is the subject that created the session (Principal).
-	Owner string `json:"owner,omitempty"`
+	Owner   string    `json:"owner,omitempty"`
 	Created time.Time `json:"createdAt,omitzero"`
 	// Deleted is set when a client deleted the session: its id is free
 	// again and it is not reloaded by id; its file stays.
