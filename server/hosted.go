@@ -36,6 +36,8 @@ type Hosted struct {
 	subMu sync.Mutex
 	subs  map[*Client]*subscription
 
+	track *tracker
+
 	// started holds when each running tool call began, for the log; only
 	// onEvent touches it, and the session calls that in order.
 	started map[string]time.Time
@@ -368,6 +370,7 @@ func (s *Server) open(_ context.Context, id, cwd, file, owner string, fresh bool
 	}
 	h := &Hosted{srv: s, id: id, sess: sess, created: time.Now(), cwd: cwd, owner: owner, file: fid, subs: map[*Client]*subscription{}, started: map[string]time.Time{}}
 	h.lastCmd.Store(time.Now().UnixMilli())
+	h.track = newTracker(sess)
 	created := h.created
 	if !fresh && !prev.Created.IsZero() {
 		created = prev.Created
@@ -420,6 +423,7 @@ func (h *Hosted) onEvent(ev session.Event) {
 		}
 	}
 	h.logEvent(ev)
+	h.track.observe(ev)
 	h.fanOut(ev)
 }
 

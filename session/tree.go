@@ -64,6 +64,15 @@ func (s *Session) Tree() Tree {
 	return Tree{LeafID: leaf, Nodes: treeNodes(f.Entries(), MaxTreeNodes, MaxTreeDepth)}
 }
 
+// LeafID is the transcript's current entry: the conversation as it
+// stands.
+func (s *Session) LeafID() string {
+	s.mu.Lock()
+	f := s.file
+	s.mu.Unlock()
+	return f.Leaf()
+}
+
 // treeNodes lays out entries (in file order) as pi's getTree shapes them
 // and pi-server flattens them: an entry whose parent is missing is a root;
 // a duplicated id counts once, as its last line (the one the transcript
