@@ -60,6 +60,14 @@ type Frame struct {
 	// later, on the client's writer goroutine: it must not read live
 	// state (a partial message).
 	Merge func(text string) []byte
+	// Replace makes the frame take the place of any frame with its Key
+	// still waiting anywhere in the queue, however far behind the client
+	// is: the waiting one is dropped and this one goes at the end. For a
+	// reading that makes older ones worthless (a progress report).
+	Replace bool
+	// More are further messages for the same event, queued right after
+	// Data and never merged.
+	More [][]byte
 }
 
 // Client is one connection of any face: its outbound queue, drained by
@@ -85,6 +93,7 @@ type Client struct {
 	closing  bool
 	cl       Close
 	watching map[string]struct{}
+	maxQueue int64
 	pending  int
 	dropped  bool // cut off: the queue was discarded and uncounted
 	merged   atomic.Int64
@@ -121,6 +130,10 @@ type ClientOptions struct {
 	// what a face sends right after it).
 	First [][]byte
 	Value any
+	// MaxQueuedBytes bounds what may wait for this client, when lower
+	// than the server's limit: a face whose messages are few and small
+	// cuts off a client that stopped reading sooner.
+	MaxQueuedBytes int
 }
 
 // Attach registers a connection and starts its writer. An error means the
@@ -128,6 +141,10 @@ type ClientOptions struct {
 // *fault.Error saying which.
 func (s *Server) Attach(link Link, o ClientOptions) (*Client, error) {
 	c := &Client{srv: s, face: o.Face, link: link, Value: o.Value, watching: map[string]struct{}{}, done: make(chan struct{})}
+	c.maxQueue = int64(s.lim.MaxQueuedBytes)
+	if o.MaxQueuedBytes > 0 && int64(o.MaxQueuedBytes) < c.maxQueue {
+		c.maxQueue = int64(o.MaxQueuedBytes)
+	}
 	c.cond = sync.NewCond(&c.mu)
 	for _, f := range o.First {
 		c.Send(f)
@@ -168,6 +185,16 @@ func (c *Client) SendFrame(f Frame) {
 		return
 	}
 	delta := int64(len(f.Data))
+	if f.Replace && f.Key != "" {
+		for i := len(c.queue) - 1; i >= 0; i-- {
+			if c.queue[i].key == f.Key {
+				delta -= int64(c.queue[i].size)
+				c.queue = append(c.queue[:i], c.queue[i+1:]...)
+				c.merged.Add(1)
+				break
+			}
+		}
+	}
 	n := len(c.queue)
 	if f.Key != "" && n > 0 && c.queue[n-1].key == f.Key && c.queued.Load() >= mergeAfter {
 		tail := &c.queue[n-1]
@@ -187,7 +214,7 @@ func (c *Client) SendFrame(f Frame) {
 		delta = int64(tail.size - old)
 		c.merged.Add(1)
 	} else {
-		limit := int64(c.srv.lim.MaxQueuedBytes)
+		limit := c.maxQueue
 		if q := c.queued.Load(); q+delta > limit && q > 0 {
 			c.cutLocked(fmt.Sprintf("Client too slow: more than %d bytes waiting to be sent", limit))
 			c.mu.Unlock()
@@ -199,6 +226,9 @@ func (c *Client) SendFrame(f Frame) {
 	c.cond.Signal()
 	c.mu.Unlock()
 	c.srv.budget.charge(c.srv, delta)
+	for _, m := range f.More {
+		c.Send(m)
+	}
 }
 
 // cutLocked drops what is queued and closes the client as overloaded;

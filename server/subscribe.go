@@ -225,3 +225,42 @@ func (h *Hosted) fanOut(ev session.Event) {
 		}
 	}
 }
+
+// Publish sends the frame build makes to every client watching h through
+// codec, ordered with the session's event frames: a frame published after
+// an event's frames were queued follows them for every client. build runs
+// once, under the lock that orders them. Clients whose subscription is
+// still held (answering the subscribe) are skipped: they are about to be
+// sent the current state anyway.
+func (s *Server) Publish(h *Hosted, codec Codec, build func() Frame) {
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	var f Frame
+	built := false
+	for c, sub := range h.subs {
+		if sub.codec != codec || sub.held {
+			continue
+		}
+		if !built {
+			f, built = build(), true
+			if f.Data == nil {
+				return
+			}
+		}
+		c.SendFrame(f)
+	}
+}
+
+// SendAfterEvents queues a frame for c made by build from the seq of the
+// last event frame queued to c from h (0 when c does not watch h), so a
+// response that carries a cursor never gets ahead of the events it
+// counts.
+func (s *Server) SendAfterEvents(c *Client, h *Hosted, build func(seq uint64) []byte) {
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	var seq uint64
+	if sub := h.subs[c]; sub != nil && !sub.held {
+		seq = sub.after
+	}
+	c.Send(build(seq))
+}
