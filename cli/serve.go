@@ -16,9 +16,11 @@ import (
 
 	"github.com/agentd-dev/agentd/config"
 	"github.com/agentd-dev/agentd/health"
+	"github.com/agentd-dev/agentd/jwtauth"
 	"github.com/agentd-dev/agentd/pipeline"
 	"github.com/agentd-dev/agentd/piserver"
 	"github.com/agentd-dev/agentd/server"
+	"github.com/agentd-dev/agentd/sessionws"
 )
 
 func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
@@ -76,8 +78,17 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if argv := strings.Fields(sc.AuthCommand); len(argv) > 0 {
 		auth = server.CommandAuthenticator{Argv: argv}
 	}
+	tokens, err := jwtVerifier(sc)
+	if err != nil {
+		return usageError{err}
+	}
+	srvTokens := server.TokenVerifier(nil)
+	if tokens != nil {
+		srvTokens = tokens
+	}
 	srv, err := server.New(server.Config{
 		Auth:         auth,
+		Tokens:       srvTokens,
 		ReturnMemory: true,
 		Builder:      eng, Cwd: cwd, SessionsDir: sessionsDir, AllowedDirs: sc.AllowSessionDirs,
 		Home: cfg.Getenv("HOME"), StateDir: stateDir, Journal: journal,
@@ -104,6 +115,22 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err != nil {
 		return err
 	}
+	var sws *sessionws.Face
+	if sc.SessionWS && !sc.Stdio {
+		keyHint := func(string) string { return "" }
+		if ms.Registry != nil {
+			keyHint = ms.Registry.KeyHint
+		}
+		sws, err = sessionws.New(srv, sessionws.Options{
+			Token: sc.Token, RequireJWT: tokens != nil, OriginPatterns: sc.AllowOrigins,
+			Heartbeat: heartbeat(sc.WSHeartbeat), ProgressInterval: sc.WSProgressInterval,
+			MaxConnectionsPerSubject: sc.WSMaxConnectionsPerSubject, MessageRate: sc.WSMessageRate,
+			MaxMessageBytes: sc.WSMaxMessageBytes, KeyHint: keyHint,
+		})
+		if err != nil {
+			return err
+		}
+	}
 	if err := srv.Start(); err != nil {
 		return err
 	}
@@ -129,6 +156,9 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	}
 	mux := health.NewMux(hl, metrics)
 	mux.Handle("/", pi.WebSocketHandler(piserver.WebSocketOptions{Token: sc.Token, OriginPatterns: sc.AllowOrigins}))
+	if sws != nil {
+		sws.Mount(mux)
+	}
 	// Every request passes the Host check first, whatever face serves it.
 	handler := server.GuardHost(server.HostPolicy{Listen: ln.Addr().String(), Allowed: sc.AllowedHosts}, mux)
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
@@ -155,6 +185,34 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		err = nil
 	}
 	return err
+}
+
+// jwtVerifier reads the JWT keys configured, nil when none are.
+func jwtVerifier(sc config.Serve) (*jwtauth.Verifier, error) {
+	o := jwtauth.Options{Issuer: sc.JWTIssuer, Audience: sc.JWTAudience}
+	switch {
+	case sc.JWTSecretFile != "":
+		b, err := os.ReadFile(sc.JWTSecretFile)
+		if err != nil {
+			return nil, fmt.Errorf("--jwt-secret-file: %w", err)
+		}
+		o.Secret = []byte(strings.TrimSpace(string(b)))
+	case sc.JWTKeys != "":
+		b, err := os.ReadFile(sc.JWTKeys)
+		if err != nil {
+			return nil, fmt.Errorf("--jwt-keys: %w", err)
+		}
+		if o.Keys, err = jwtauth.ParseKeys(b); err != nil {
+			return nil, fmt.Errorf("--jwt-keys %s: %w", sc.JWTKeys, err)
+		}
+	default:
+		return nil, nil
+	}
+	v, err := jwtauth.New(o)
+	if err != nil {
+		return nil, fmt.Errorf("JWT configuration: %w", err)
+	}
+	return v, nil
 }
 
 // rate maps the flag's "0 disables" to the server's "negative disables".

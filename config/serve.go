@@ -31,6 +31,23 @@ type Serve struct {
 	// (the request as JSON on stdin, {"allowed", "reason"} on stdout);
 	// split on spaces, no shell.
 	AuthCommand string
+	// JWTSecretFile holds the HS256 secret of the JWTs clients present
+	// ($AGENTD_JWT_SECRET_FILE); JWTKeys is a PEM or JWK Set file of
+	// public keys for RS256, ES256 or EdDSA ($AGENTD_JWT_KEYS). At most
+	// one. JWTIssuer and JWTAudience, when set, must match the token's.
+	JWTSecretFile string
+	JWTKeys       string
+	JWTIssuer     string
+	JWTAudience   string
+	// SessionWS serves the per-session WebSocket (/api/v1/ws/sessions/);
+	// off loopback it needs JWT keys.
+	SessionWS bool
+	// WS bounds the per-session WebSocket's clients.
+	WSHeartbeat                time.Duration
+	WSProgressInterval         time.Duration
+	WSMaxConnectionsPerSubject int
+	WSMessageRate              int
+	WSMaxMessageBytes          int
 	// AllowedHosts are more names clients reach the server by (the Host
 	// header of every request must name the server: loopback names, IP
 	// literals, the listen address, or one of these).
@@ -85,6 +102,10 @@ func ServeDefaults(getenv func(string) string) Serve {
 		MaxQueuedTotal:  256 << 20,
 		ShutdownTimeout: 30 * time.Second, DependencyTimeout: 30 * time.Second,
 		IdempotencyTTL: 10 * time.Minute, Heartbeat: 30 * time.Second, EventLogSize: 4096,
+		JWTSecretFile: getenv("AGENTD_JWT_SECRET_FILE"), JWTKeys: getenv("AGENTD_JWT_KEYS"),
+		JWTIssuer: getenv("AGENTD_JWT_ISSUER"), JWTAudience: getenv("AGENTD_JWT_AUDIENCE"),
+		SessionWS: true, WSHeartbeat: 30 * time.Second, WSProgressInterval: time.Second,
+		WSMaxConnectionsPerSubject: 100, WSMessageRate: 10, WSMaxMessageBytes: 1 << 20,
 	}
 	if v := getenv("AGENTD_HOST"); v != "" {
 		s.Host = v
@@ -126,6 +147,16 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.StringVar(&s.Token, "token", s.Token, "token clients must present (Authorization: Bearer, or ?token=; with --stdio, an authenticate command first) (env AGENTD_TOKEN)")
 	fs.Var(&s.AllowOrigins, "allow-origin", "browser origin allowed to connect, as a host pattern (repeatable)")
 	fs.StringVar(&s.AuthCommand, "auth-command", s.AuthCommand, `program that decides about each connection, besides --token: it reads {"transport","remote","path","headers"} as JSON on stdin and answers {"allowed":true|false,"reason":"..."}; split on spaces, no shell (env AGENTD_AUTH_COMMAND)`)
+	fs.StringVar(&s.JWTSecretFile, "jwt-secret-file", s.JWTSecretFile, "file holding the HS256 secret of client JWTs, at least 32 bytes (env AGENTD_JWT_SECRET_FILE)")
+	fs.StringVar(&s.JWTKeys, "jwt-keys", s.JWTKeys, "PEM or JWK Set file of public keys verifying client JWTs: RS256, ES256/384/512 or EdDSA, fixed by each key's type (env AGENTD_JWT_KEYS)")
+	fs.StringVar(&s.JWTIssuer, "jwt-issuer", s.JWTIssuer, "iss every client JWT must carry (env AGENTD_JWT_ISSUER)")
+	fs.StringVar(&s.JWTAudience, "jwt-audience", s.JWTAudience, "aud every client JWT must include (env AGENTD_JWT_AUDIENCE)")
+	fs.BoolVar(&s.SessionWS, "session-ws", s.SessionWS, "serve the per-session WebSocket at /api/v1/ws/sessions/{id} (off loopback it needs --jwt-secret-file or --jwt-keys)")
+	fs.DurationVar(&s.WSHeartbeat, "ws-heartbeat", s.WSHeartbeat, "per-session WebSocket: ping interval; a client silent for two intervals is closed with 1001 (0 disables)")
+	fs.DurationVar(&s.WSProgressInterval, "ws-progress-interval", s.WSProgressInterval, "per-session WebSocket: least time between two progress_updates of a session")
+	fs.IntVar(&s.WSMaxConnectionsPerSubject, "ws-max-connections-per-subject", s.WSMaxConnectionsPerSubject, "per-session WebSocket: connections one JWT subject may hold")
+	fs.IntVar(&s.WSMessageRate, "ws-message-rate", s.WSMessageRate, "per-session WebSocket: messages a connection may send per second; over it the connection is closed with 4429")
+	fs.IntVar(&s.WSMaxMessageBytes, "ws-max-message-bytes", s.WSMaxMessageBytes, "per-session WebSocket: largest client message")
 	fs.Var(&s.AllowedHosts, "allowed-host", "another host name clients reach the server by; requests naming any other host are refused (repeatable)")
 	fs.StringVar(&s.Model, "model", "", "default model of new sessions, provider/id[:thinking]")
 	fs.StringVar(&s.Policy, "policy", s.Policy, "permission policy file: allow / ask / deny rules by tool and argument (env AGENTD_POLICY)")
@@ -160,8 +191,15 @@ func (s *Serve) Check() error {
 		errs = append(errs, fmt.Errorf("--port %d: want 0-65535", s.Port))
 	}
 	s.Token = strings.TrimSpace(s.Token)
-	if !s.Stdio && s.Token == "" && !loopback(s.Host) {
-		errs = append(errs, fmt.Errorf("--host %s is reachable from other machines: set --token (or AGENTD_TOKEN) so only clients with the token can connect; `agentd token` prints a new one", s.Host))
+	jwt := s.JWTSecretFile != "" || s.JWTKeys != ""
+	if s.JWTSecretFile != "" && s.JWTKeys != "" {
+		errs = append(errs, errors.New("--jwt-secret-file and --jwt-keys: give one (HS256 with a secret, or public keys), not both"))
+	}
+	if !s.Stdio && s.Token == "" && !jwt && !loopback(s.Host) {
+		errs = append(errs, fmt.Errorf("--host %s is reachable from other machines: set --token (or AGENTD_TOKEN) so only clients with the token can connect, or JWT keys (--jwt-secret-file, --jwt-keys); `agentd token` prints a new token", s.Host))
+	}
+	if !s.Stdio && s.SessionWS && !jwt && !loopback(s.Host) {
+		errs = append(errs, fmt.Errorf("--host %s is reachable from other machines: the per-session WebSocket authorizes each session by a JWT's subject, so it needs --jwt-secret-file or --jwt-keys there (or turn it off with --session-ws=false)", s.Host))
 	}
 	if s.Token != "" && len(s.Token) < MinTokenLength {
 		errs = append(errs, fmt.Errorf("--token: %d characters is too short to resist guessing (at least %d); `agentd token` prints a random one", len(s.Token), MinTokenLength))
@@ -172,11 +210,18 @@ func (s *Serve) Check() error {
 	positive := []struct {
 		name string
 		v    int
-	}{{"--max-sessions", s.MaxSessions}, {"--max-connections", s.MaxConnections}, {"--max-pending", s.MaxPending}, {"--event-log-size", s.EventLogSize}}
+	}{{"--max-sessions", s.MaxSessions}, {"--max-connections", s.MaxConnections}, {"--max-pending", s.MaxPending}, {"--event-log-size", s.EventLogSize},
+		{"--ws-max-connections-per-subject", s.WSMaxConnectionsPerSubject}, {"--ws-message-rate", s.WSMessageRate}}
 	for _, p := range positive {
 		if p.v < 1 {
 			errs = append(errs, fmt.Errorf("%s %d: must be at least 1", p.name, p.v))
 		}
+	}
+	if s.WSMaxMessageBytes < 1024 {
+		errs = append(errs, fmt.Errorf("--ws-max-message-bytes %d: must be at least 1024", s.WSMaxMessageBytes))
+	}
+	if s.WSProgressInterval < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--ws-progress-interval %s: must be at least 10ms", s.WSProgressInterval))
 	}
 	if s.MaxFrameBytes < 1024 {
 		errs = append(errs, fmt.Errorf("--max-frame-bytes %d: must be at least 1024", s.MaxFrameBytes))
@@ -193,7 +238,7 @@ func (s *Serve) Check() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"--shutdown-timeout", s.ShutdownTimeout}, {"--dependency-timeout", s.DependencyTimeout}, {"--idempotency-ttl", s.IdempotencyTTL}, {"--command-timeout", s.CommandTimeout}, {"--heartbeat", s.Heartbeat}} {
+	}{{"--shutdown-timeout", s.ShutdownTimeout}, {"--dependency-timeout", s.DependencyTimeout}, {"--idempotency-ttl", s.IdempotencyTTL}, {"--command-timeout", s.CommandTimeout}, {"--heartbeat", s.Heartbeat}, {"--ws-heartbeat", s.WSHeartbeat}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s %s: must not be negative", d.name, d.v))
 		}

@@ -28,6 +28,9 @@ const (
 type Close struct {
 	Kind   CloseKind
 	Reason string
+	// Code, when set, is the face's own close code (a WebSocket close
+	// code such as 4429), in place of the one Kind maps to.
+	Code int
 }
 
 // Link is what a transport provides to a client: writing frames, and
@@ -237,7 +240,7 @@ func (c *Client) cutLocked(reason string) bool {
 	if c.closing {
 		return false
 	}
-	c.closing, c.dropped, c.cl = true, true, Close{CloseOverloaded, reason}
+	c.closing, c.dropped, c.cl = true, true, Close{Kind: CloseOverloaded, Reason: reason}
 	c.srv.budget.release(c.queued.Swap(0))
 	c.queue = nil
 	c.cond.Signal()
@@ -294,7 +297,7 @@ func (c *Client) wait(d time.Duration) {
 	select {
 	case <-c.done:
 	case <-t.C:
-		c.link.Close(Close{CloseGoingAway, "Server shutting down"})
+		c.link.Close(Close{Kind: CloseGoingAway, Reason: "Server shutting down"})
 	}
 }
 
@@ -345,7 +348,7 @@ func (c *Client) writeLoop(transport string) {
 			}
 			c.queue = nil
 			c.mu.Unlock()
-			c.link.Close(Close{CloseOverloaded, "write failed"})
+			c.link.Close(Close{Kind: CloseOverloaded, Reason: "write failed"})
 			return
 		}
 		clear(batch)

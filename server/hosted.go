@@ -37,6 +37,10 @@ type Hosted struct {
 	subs  map[*Client]*subscription
 
 	track *tracker
+	// gone is closed when the session is unloaded; deleted says whether
+	// a client deleted it (rather than the server closing).
+	gone    chan struct{}
+	deleted atomic.Bool
 
 	// started holds when each running tool call began, for the log; only
 	// onEvent touches it, and the session calls that in order.
@@ -55,6 +59,13 @@ func (h *Hosted) Cwd() string { return h.cwd }
 // Owner is the subject of the authenticated client that created (or
 // first loaded) the session; "" when none was authenticated.
 func (h *Hosted) Owner() string { return h.owner }
+
+// Gone is closed once the session is unloaded: deleted by a client
+// (Deleted), or closed with the server.
+func (h *Hosted) Gone() <-chan struct{} { return h.gone }
+
+// Deleted reports whether a client deleted the session.
+func (h *Hosted) Deleted() bool { return h.deleted.Load() }
 
 // Created is when the session was loaded into this server.
 func (h *Hosted) Created() time.Time { return h.created }
@@ -371,6 +382,7 @@ func (s *Server) open(_ context.Context, id, cwd, file, owner string, fresh bool
 	h := &Hosted{srv: s, id: id, sess: sess, created: time.Now(), cwd: cwd, owner: owner, file: fid, subs: map[*Client]*subscription{}, started: map[string]time.Time{}}
 	h.lastCmd.Store(time.Now().UnixMilli())
 	h.track = newTracker(sess)
+	h.gone = make(chan struct{})
 	created := h.created
 	if !fresh && !prev.Created.IsZero() {
 		created = prev.Created
@@ -504,6 +516,8 @@ func (s *Server) unload(h *Hosted, deleted bool) error {
 		s.pipe.DeleteSession(h.id)
 	}
 	h.unsub()
+	h.deleted.Store(deleted)
+	close(h.gone)
 	h.subMu.Lock()
 	subs := h.subs
 	h.subs = map[*Client]*subscription{}

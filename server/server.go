@@ -529,7 +529,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	clients := s.Clients("")
 	for _, c := range clients {
-		c.Close(Close{CloseGoingAway, "Server shutting down"})
+		c.Close(Close{Kind: CloseGoingAway, Reason: "Server shutting down"})
 	}
 	for _, c := range clients {
 		c.wait(5 * time.Second)

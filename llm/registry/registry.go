@@ -68,6 +68,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -568,6 +569,24 @@ func (r *Registry) Find(provider, id string) (Entry, bool) {
 		return r.entries[i], true
 	}
 	return Entry{}, false
+}
+
+// KeyHint names where provider's API key is looked up: its apiKey in
+// models.json when one names an environment variable, else the
+// environment variable agentd reads for it; "" when none is known (a
+// local server needs none).
+func (r *Registry) KeyHint(provider string) string {
+	pa := r.providers[provider]
+	if pa == nil {
+		return wellKnownKeyEnv(provider)
+	}
+	if pa.apiKey != "" && looksLikeEnvName(pa.apiKey) {
+		return pa.apiKey
+	}
+	if pa.apiKey != "" || pa.apiKeyFile != "" {
+		return "the apiKey of provider " + strconv.Quote(provider) + " in models.json"
+	}
+	return pa.keyHint
 }
 
 // Problems returns the configuration problems Load found, each a
