@@ -125,7 +125,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 			Token: sc.Token, RequireJWT: tokens != nil, OriginPatterns: sc.AllowOrigins,
 			Heartbeat: heartbeat(sc.WSHeartbeat), ProgressInterval: sc.WSProgressInterval,
 			MaxConnectionsPerSubject: sc.WSMaxConnectionsPerSubject, MessageRate: sc.WSMessageRate,
-			MaxMessageBytes: sc.WSMaxMessageBytes, KeyHint: keyHint,
+			MaxMessageBytes: sc.WSMaxMessageBytes, MaxQueuedBytes: sc.WSMaxQueuedBytes, KeyHint: keyHint,
 		})
 		if err != nil {
 			return err

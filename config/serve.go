@@ -48,6 +48,7 @@ type Serve struct {
 	WSMaxConnectionsPerSubject int
 	WSMessageRate              int
 	WSMaxMessageBytes          int
+	WSMaxQueuedBytes           int
 	// AllowedHosts are more names clients reach the server by (the Host
 	// header of every request must name the server: loopback names, IP
 	// literals, the listen address, or one of these).
@@ -105,7 +106,7 @@ func ServeDefaults(getenv func(string) string) Serve {
 		JWTSecretFile: getenv("AGENTD_JWT_SECRET_FILE"), JWTKeys: getenv("AGENTD_JWT_KEYS"),
 		JWTIssuer: getenv("AGENTD_JWT_ISSUER"), JWTAudience: getenv("AGENTD_JWT_AUDIENCE"),
 		SessionWS: true, WSHeartbeat: 30 * time.Second, WSProgressInterval: time.Second,
-		WSMaxConnectionsPerSubject: 100, WSMessageRate: 10, WSMaxMessageBytes: 1 << 20,
+		WSMaxConnectionsPerSubject: 100, WSMessageRate: 10, WSMaxMessageBytes: 1 << 20, WSMaxQueuedBytes: 8 << 20,
 	}
 	if v := getenv("AGENTD_HOST"); v != "" {
 		s.Host = v
@@ -157,6 +158,7 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.IntVar(&s.WSMaxConnectionsPerSubject, "ws-max-connections-per-subject", s.WSMaxConnectionsPerSubject, "per-session WebSocket: connections one JWT subject may hold")
 	fs.IntVar(&s.WSMessageRate, "ws-message-rate", s.WSMessageRate, "per-session WebSocket: messages a connection may send per second; over it the connection is closed with 4429")
 	fs.IntVar(&s.WSMaxMessageBytes, "ws-max-message-bytes", s.WSMaxMessageBytes, "per-session WebSocket: largest client message")
+	fs.IntVar(&s.WSMaxQueuedBytes, "ws-max-queued-bytes", s.WSMaxQueuedBytes, "per-session WebSocket: bytes waiting for one client before it is closed with 1011 (progress_updates are dropped first, other messages never)")
 	fs.Var(&s.AllowedHosts, "allowed-host", "another host name clients reach the server by; requests naming any other host are refused (repeatable)")
 	fs.StringVar(&s.Model, "model", "", "default model of new sessions, provider/id[:thinking]")
 	fs.StringVar(&s.Policy, "policy", s.Policy, "permission policy file: allow / ask / deny rules by tool and argument (env AGENTD_POLICY)")
@@ -198,9 +200,6 @@ func (s *Serve) Check() error {
 	if !s.Stdio && s.Token == "" && !jwt && !loopback(s.Host) {
 		errs = append(errs, fmt.Errorf("--host %s is reachable from other machines: set --token (or AGENTD_TOKEN) so only clients with the token can connect, or JWT keys (--jwt-secret-file, --jwt-keys); `agentd token` prints a new token", s.Host))
 	}
-	if !s.Stdio && s.SessionWS && !jwt && !loopback(s.Host) {
-		errs = append(errs, fmt.Errorf("--host %s is reachable from other machines: the per-session WebSocket authorizes each session by a JWT's subject, so it needs --jwt-secret-file or --jwt-keys there (or turn it off with --session-ws=false)", s.Host))
-	}
 	if s.Token != "" && len(s.Token) < MinTokenLength {
 		errs = append(errs, fmt.Errorf("--token: %d characters is too short to resist guessing (at least %d); `agentd token` prints a random one", len(s.Token), MinTokenLength))
 	}
@@ -219,6 +218,9 @@ func (s *Serve) Check() error {
 	}
 	if s.WSMaxMessageBytes < 1024 {
 		errs = append(errs, fmt.Errorf("--ws-max-message-bytes %d: must be at least 1024", s.WSMaxMessageBytes))
+	}
+	if s.WSMaxQueuedBytes < 64<<10 {
+		errs = append(errs, fmt.Errorf("--ws-max-queued-bytes %d: must be at least 65536", s.WSMaxQueuedBytes))
 	}
 	if s.WSProgressInterval < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--ws-progress-interval %s: must be at least 10ms", s.WSProgressInterval))

@@ -241,6 +241,9 @@ func (c *Client) cutLocked(reason string) bool {
 		return false
 	}
 	c.closing, c.dropped, c.cl = true, true, Close{Kind: CloseOverloaded, Reason: reason}
+	// Logged now: the writer may sit in a blocked write until its
+	// deadline, and an operator wants to know which clients fell behind.
+	c.srv.log.Warn("connection cut off", "face", c.face, "reason", reason)
 	c.srv.budget.release(c.queued.Swap(0))
 	c.queue = nil
 	c.cond.Signal()
