@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -39,6 +40,19 @@ func (m swMsg) num(k string) float64 {
 }
 func (m swMsg) seq() uint64 { return uint64(m.num("seq")) }
 
+// pause stops reading, as a client that stopped reading; resume goes on.
+func (c *swClient) pause() {
+	c.mu.Lock()
+	c.paused = make(chan struct{})
+	c.mu.Unlock()
+}
+
+func (c *swClient) resume() {
+	c.mu.Lock()
+	close(c.paused)
+	c.mu.Unlock()
+}
+
 // swClient is one connection.
 type swClient struct {
 	t   *testing.T
@@ -54,6 +68,9 @@ type swClient struct {
 	err     error
 	// paused holds the reader, as a client that stopped reading.
 	paused chan struct{}
+	// stopping: the test closes the connection; what the reader then
+	// gets is no failure.
+	stopping bool
 
 	stop func()
 }
@@ -91,6 +108,9 @@ type swDial struct {
 	token  string // Authorization: Bearer
 	query  string
 	header http.Header
+	// smallBuffer shrinks the client's socket receive buffer, so a client
+	// that stops reading backs up into the server's queue quickly.
+	smallBuffer bool
 }
 
 // swConnect dials the face for session id; it does not subscribe.
@@ -113,7 +133,17 @@ func swConnect(t *testing.T, s *svServer, schema *jsonschema.Schema, id string, 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), svReadyWait)
 	defer cancel()
-	ws, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h})
+	do := &websocket.DialOptions{HTTPHeader: h}
+	if o.smallBuffer {
+		do.HTTPClient = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil {
+				_ = conn.(*net.TCPConn).SetReadBuffer(4096)
+			}
+			return conn, err
+		}}}
+	}
+	ws, resp, err := websocket.Dial(ctx, url, do)
 	if err != nil {
 		status := ""
 		if resp != nil {
@@ -169,6 +199,9 @@ func swConnect(t *testing.T, s *svServer, schema *jsonschema.Schema, id string, 
 	var once sync.Once
 	c.stop = func() {
 		once.Do(func() {
+			c.mu.Lock()
+			c.stopping = true
+			c.mu.Unlock()
 			rcancel()
 			_ = ws.CloseNow()
 			<-done
@@ -191,7 +224,7 @@ func (c *swClient) end(err error) {
 	var ce websocket.CloseError
 	if errors.As(err, &ce) {
 		c.closed, c.code, c.reason = true, ce.Code, ce.Reason
-	} else if c.err == nil && !errors.Is(err, context.Canceled) {
+	} else if c.err == nil && !c.stopping && !errors.Is(err, context.Canceled) {
 		c.err = err
 	}
 	close(c.changed)
