@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -266,8 +267,42 @@ func (s *Session) Interactions() []interaction.Request { return s.broker.Pending
 func (s *Session) InteractionByID(id string) (interaction.Request, bool) { return s.broker.Get(id) }
 
 // Answer answers a pending interaction; the first answer wins and a late
-// one gets an error saying how the interaction was resolved.
-func (s *Session) Answer(id string, r interaction.Response) error { return s.broker.Answer(id, r) }
+// one gets an error saying how the interaction was resolved. Answering
+// one of the requests the tool calls ending the conversation wait under
+// when no run executes them (after a restart) starts the run that does,
+// as Step would: the answered call is decided by the answer, the others
+// keep waiting for theirs, and the model is asked when all have run.
+func (s *Session) Answer(id string, r interaction.Response) error {
+	s.parkMu.Lock()
+	defer s.parkMu.Unlock()
+	s.mu.Lock()
+	var sl runSlot
+	var took []parkedCall
+	if !s.closed && slices.ContainsFunc(s.parked, func(p parkedCall) bool { return p.id == id }) {
+		if s.runDone != nil {
+			// A navigation is moving the conversation away from the call.
+			s.mu.Unlock()
+			return fault.New(fault.Busy, "the conversation is changing; look at its pending interactions again")
+		}
+		sl = s.takeSlotLocked()
+		took = s.takeParkedLocked()
+	}
+	s.mu.Unlock()
+	err := s.broker.Answer(id, r)
+	if took == nil {
+		return err
+	}
+	if err != nil {
+		// Invalid: the request stays pending, still parked.
+		s.mu.Lock()
+		s.parked, s.runParked = took, nil
+		s.mu.Unlock()
+		s.dropSlot(sl)
+		return err
+	}
+	s.launch(sl, s.agent.Resume)
+	return nil
+}
 
 // Ask puts a question to the people watching the session and waits for
 // the answer (the face's extension UI requests go through here too).
