@@ -494,6 +494,25 @@ func (s *Session) changed() {
 	s.emit(Event{Type: EventSessionChanged, SessionID: id, SessionFile: path})
 }
 
+// swap makes f the session's transcript in place of the current one,
+// then runs then (if set) and announces the change. The tool calls the
+// old transcript ends with stop waiting for a person (they stay
+// unanswered in its file); those f ends with wait for one.
+func (s *Session) swap(f *transcript.File, then func()) error {
+	s.parkMu.Lock()
+	s.settleLocked(reasonMovedOn, false)
+	err := s.adopt(f)
+	s.parkMu.Unlock()
+	if err == nil {
+		if then != nil {
+			then()
+		}
+		s.changed()
+	}
+	s.repark()
+	return err
+}
+
 // NewSession starts a fresh transcript in place of the current one.
 // parent, if set, is recorded as the new session's parent.
 func (s *Session) NewSession(parent string) error {
@@ -504,12 +523,7 @@ func (s *Session) NewSession(parent string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.adopt(f); err != nil {
-		return err
-	}
-	s.agent.ClearQueues()
-	s.changed()
-	return nil
+	return s.swap(f, func() { s.agent.ClearQueues() })
 }
 
 // Switch loads another session file in place of the current one.
@@ -521,11 +535,10 @@ func (s *Session) Switch(path string) error {
 	if err != nil {
 		return fmt.Errorf("opening session %s: %w", path, err)
 	}
-	if err := s.adopt(f); err != nil {
+	if err := s.swap(f, nil); err != nil {
 		f.Close()
 		return err
 	}
-	s.changed()
 	return nil
 }
 
@@ -567,11 +580,10 @@ func (s *Session) Fork(entryID string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("forking: %w", err)
 	}
-	if err := s.adopt(nf); err != nil {
+	if err := s.swap(nf, nil); err != nil {
 		nf.Close()
 		return "", err
 	}
-	s.changed()
 	return text, nil
 }
 
@@ -587,10 +599,9 @@ func (s *Session) Clone() error {
 	if err != nil {
 		return fmt.Errorf("cloning: %w", err)
 	}
-	if err := s.adopt(nf); err != nil {
+	if err := s.swap(nf, nil); err != nil {
 		nf.Close()
 		return err
 	}
-	s.changed()
 	return nil
 }

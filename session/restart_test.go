@@ -474,3 +474,34 @@ func TestPendingCallFileIsPlain(t *testing.T) {
 		t.Fatalf("context of the file: %d messages", len(c.Messages))
 	}
 }
+
+// TestSwitchTakesPendingCallsAlong: the calls waiting in one transcript
+// stop waiting when the session switches to another, and wait again when
+// it comes back; a new session has none.
+func TestSwitchTakesPendingCallsAlong(t *testing.T) {
+	h, _ := restartedWithPending(t, "true", nil)
+	path := h.s.File()
+	if err := h.s.NewSession(""); err != nil {
+		t.Fatal(err)
+	}
+	if p := h.s.Interactions(); len(p) != 0 || h.s.State() != session.StateIdle {
+		t.Fatalf("new session: pending %v, state %s", p, h.s.State())
+	}
+	changed := h.waitEvent(is(string(session.EventSessionChanged))).Seq
+	resolved := h.waitEvent(is(string(session.EventInteractionResolved))).Seq
+	if resolved > changed {
+		t.Fatal("the old call was still waiting after the switch was announced")
+	}
+	if err := h.s.Switch(path); err != nil {
+		t.Fatal(err)
+	}
+	pendingApproval(t, h)
+	// A clone of the branch ends with the same call: it waits there.
+	if err := h.s.Clone(); err != nil {
+		t.Fatal(err)
+	}
+	pendingApproval(t, h)
+	if h.s.File() == path {
+		t.Fatal("not cloned")
+	}
+}

@@ -268,6 +268,7 @@ func New(cfg Config) (*Session, error) {
 		f.Close()
 		return nil, err
 	}
+	s.repark()
 	return s, nil
 }
 
@@ -328,7 +329,6 @@ func (s *Session) adopt(f *transcript.File) error {
 			s.log.Warn("closing previous transcript", "path", old.Path(), "err", err)
 		}
 	}
-	s.repark()
 	return nil
 }
 
