@@ -253,14 +253,7 @@ func (g *Gate) CheckWith(ctx context.Context, call tool.Call, opts CheckOptions)
 	g.waiters = append(g.waiters, w)
 	g.mu.Unlock()
 
-	resp, err := g.broker.Ask(askCtx, Request{
-		ID:      opts.ID,
-		Kind:    KindApproval,
-		Title:   "Allow " + call.Name + "?",
-		Message: g.describe(call),
-		Tool:    &ToolApproval{ToolCallID: call.ID, ToolName: call.Name, Args: call.Args},
-		Timeout: g.opts.Timeout,
-	})
+	resp, err := g.broker.Ask(askCtx, g.ApprovalRequest(call, opts.ID))
 
 	g.mu.Lock()
 	g.waiters = slices.DeleteFunc(g.waiters, func(x *waiter) bool { return x == w })
@@ -286,6 +279,20 @@ func (g *Gate) CheckWith(ctx context.Context, call tool.Call, opts CheckOptions)
 		return g.failed(call, err)
 	}
 	return decide(call, resp)
+}
+
+// ApprovalRequest is the request the gate puts to a person for call, under
+// id ("" for one the broker chooses); Park it to have a person decide a
+// call whose wait a restart interrupted.
+func (g *Gate) ApprovalRequest(call tool.Call, id string) Request {
+	return Request{
+		ID:      id,
+		Kind:    KindApproval,
+		Title:   "Allow " + call.Name + "?",
+		Message: g.describe(call),
+		Tool:    &ToolApproval{ToolCallID: call.ID, ToolName: call.Name, Args: call.Args},
+		Timeout: g.opts.Timeout,
+	}
 }
 
 // coverLocked reports whether a grant covers a call of toolName, spending
