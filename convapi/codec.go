@@ -30,7 +30,8 @@ import (
 //	interaction_resolved (approval, run) tool_executing
 //	tool_execution_update             tool_output (the output so far; the newest supersedes)
 //	tool_execution_end (it ran)       tool_complete{duration_ms, success}
-//	state_changed → idle, cancelled   interrupted
+//	state_changed → idle, cancelled   interrupted, run_ended{outcome}
+//	state_changed → idle (a run ended) run_ended{outcome}
 //	model / thinking / name changed   config_changed
 //	compaction_end (failed)           error
 //
@@ -78,10 +79,13 @@ func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
 		}
 		f = appendEvent(f, ev.Seq, ToolExecutingEvent{Type: "tool_executing", ToolID: toolID(in.Request.Tool.ToolCallID)})
 	case session.EventStateChanged:
-		if ev.State != session.StateIdle || ev.Outcome != session.OutcomeCancelled {
+		if ev.State != session.StateIdle || ev.Outcome == "" {
 			return server.Frame{}
 		}
-		f = appendEvent(f, ev.Seq, InterruptedEvent{Type: "interrupted"})
+		if ev.Outcome == session.OutcomeCancelled {
+			f = appendEvent(f, ev.Seq, InterruptedEvent{Type: "interrupted"})
+		}
+		f = appendEvent(f, ev.Seq, RunEndedEvent{Type: "run_ended", Outcome: string(ev.Outcome)})
 	case session.EventModelChanged:
 		if ev.Model == nil {
 			return server.Frame{}

@@ -64,20 +64,22 @@ type fixtureOptions struct {
 	ping       time.Duration
 	stepWait   time.Duration
 	logSize    int
-	stateDir   string // "" makes one
+	// root is where sessions, state and the cwd live; "" makes one. A
+	// second fixture on the same root is the server after a restart.
+	root string
 }
 
 func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	t.Helper()
-	root := t.TempDir()
+	root := o.root
+	if root == "" {
+		root = t.TempDir()
+	}
 	fx := &fixture{t: t, faux: faux.New(faux.Options{ChunkDelay: o.chunkDelay}), cwd: filepath.Join(root, "cwd"), root: root}
 	if err := os.MkdirAll(fx.cwd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	state := o.stateDir
-	if state == "" {
-		state = filepath.Join(root, "state")
-	}
+	state := filepath.Join(root, "state")
 	layer, err := server.New(server.Config{
 		Builder: builder(func(spec engine.Spec) (*session.Session, error) {
 			env := tool.Env{Cwd: spec.Cwd, TempDir: root, Scope: tool.NewScope()}
@@ -104,11 +106,15 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "not the API", http.StatusTeapot) })
 	fx.ts = httptest.NewServer(server.GuardHost(server.HostPolicy{}, face.Handler(mux)))
-	t.Cleanup(func() {
-		_ = layer.Close()
-		fx.ts.Close()
-	})
+	t.Cleanup(fx.stop)
 	return fx
+}
+
+// stop shuts the server down, as on SIGTERM: the layer drains and closes
+// its clients, then the HTTP server ends.
+func (fx *fixture) stop() {
+	_ = fx.layer.Close()
+	fx.ts.Close()
 }
 
 // slowTool is a tool that reports output while it runs and waits for its
@@ -418,3 +424,8 @@ func (s *stream) types() []string {
 	}
 	return out
 }
+
+// maxFrame sets the layer's limit on one inbound frame (a request body).
+func maxFrame(n int) server.Limits { return server.Limits{MaxFrameBytes: n} }
+
+var timeZero time.Time

@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentd-dev/agentd/llm/faux"
 )
@@ -191,4 +193,131 @@ func toStrings(v any) []string {
 		out = append(out, x.(string))
 	}
 	return out
+}
+
+func TestStepWhileRunningConflicts(t *testing.T) {
+	fx := newFixture(t, fixtureOptions{chunkDelay: 20 * time.Millisecond})
+	sid := fx.create("busy", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "go"}}})
+	st := fx.open("/api/v2/conversations/busy/events?session_id=" + sid)
+	fx.faux.Push(faux.Response{Text: strings.Repeat("word ", 40)})
+	fx.ok("POST", "/api/v2/conversations/busy/step", map[string]any{"session_id": sid})
+	st.next("generation_progress")
+	wantErr(t, fx.do("POST", "/api/v2/conversations/busy/step", map[string]any{}), http.StatusConflict, "Generation already in progress")
+	wantErr(t, fx.do("POST", "/api/v2/conversations/busy", map[string]any{"role": "user", "content": "more"}), http.StatusConflict,
+		"Cannot add message while generation is in progress")
+	wantErr(t, fx.do("PATCH", "/api/v2/conversations/busy/config", map[string]any{"chat": map[string]any{"thinking": "low"}}), http.StatusConflict,
+		"Cannot update config while generation is in progress")
+	wantErr(t, fx.do("DELETE", "/api/v2/conversations/busy", nil), http.StatusConflict, "Cannot delete while generation is in progress")
+	r := fx.ok("POST", "/api/v2/conversations/busy/interrupt", map[string]any{"session_id": sid})
+	if r.str("message") != "Interrupted" {
+		t.Errorf("interrupt: %s", r)
+	}
+	st.next("interrupted")
+	if r := fx.ok("POST", "/api/v2/conversations/busy/interrupt", map[string]any{}); r.str("message") != "Already interrupted or not generating" {
+		t.Errorf("second interrupt: %s", r)
+	}
+}
+
+// Interrupt at every point of a run: nothing of the run happens after
+// the interrupted event, and a partly streamed answer is kept, marked.
+func TestInterruptAtEveryPoint(t *testing.T) {
+	tests := []struct {
+		name string
+		push []faux.Response
+		// until is the event to wait for before interrupting.
+		until string
+		// kept checks what the log holds afterwards.
+		kept func(t *testing.T, log []any)
+	}{
+		{name: "while streaming", push: []faux.Response{{Text: strings.Repeat("token ", 200)}}, until: "generation_progress",
+			kept: func(t *testing.T, log []any) {
+				last := log[len(log)-1].(map[string]any)
+				md, _ := last["metadata"].(map[string]any)
+				if last["role"] != "assistant" || !strings.HasPrefix(last["content"].(string), "token") || md["interrupted"] != true {
+					t.Errorf("the partly streamed answer is not kept and marked: %v", last)
+				}
+			}},
+		{name: "while a tool waits for confirmation", push: []faux.Response{{ToolCalls: []faux.ToolCall{{ID: "w1", Name: "write", Args: `{"path":"never.txt","content":"x"}`}}}},
+			until: "tool_pending", kept: func(t *testing.T, log []any) {}},
+		{name: "while a tool runs", push: []faux.Response{{ToolCalls: []faux.ToolCall{{ID: "s1", Name: "slow", Args: `{"ms":60000,"text":"long"}`}}}},
+			until: "tool_output", kept: func(t *testing.T, log []any) {}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fx := newFixture(t, fixtureOptions{chunkDelay: 5 * time.Millisecond})
+			id := "int" + string(rune('a'+i))
+			sid := fx.create(id, map[string]any{"messages": []any{map[string]any{"role": "user", "content": "go"}}})
+			st := fx.open("/api/v2/conversations/" + id + "/events?session_id=" + sid)
+			fx.faux.Push(tt.push...)
+			fx.faux.Push(faux.Response{Text: "AFTER THE INTERRUPT"})
+			body := map[string]any{"session_id": sid}
+			if tt.until == "tool_output" {
+				body["auto_confirm"] = true
+			}
+			fx.ok("POST", "/api/v2/conversations/"+id+"/step", body)
+			st.next(tt.until)
+			if r := fx.ok("POST", "/api/v2/conversations/"+id+"/interrupt", map[string]any{"session_id": sid}); r.str("message") != "Interrupted" {
+				t.Fatalf("interrupt: %s", r)
+			}
+			intr := st.next("interrupted")
+			// The interrupt answered after the run ended: the interrupted
+			// event is the last of the run.
+			c := fx.ok("GET", "/api/v2/conversations/"+id, nil)
+			if seq := uint64(c.m["seq"].(float64)); seq != intr.seq() {
+				t.Errorf("events after interrupted (seq %d): the conversation is at seq %d\n%s", intr.seq(), seq, st.dump())
+			}
+			if strings.Contains(string(c.body), "AFTER THE INTERRUPT") {
+				t.Errorf("the model wrote after the interrupt: %s", c.body)
+			}
+			if _, err := os.Stat(filepath.Join(fx.cwd, "never.txt")); err == nil {
+				t.Errorf("the write that waited for confirmation ran")
+			}
+			tt.kept(t, c.m["log"].([]any))
+			if conn := fx.open("/api/v2/conversations/" + id + "/events").next("connected"); conn.m["generating"] != false || len(conn.m["pending_tools"].([]any)) != 0 {
+				t.Errorf("after the interrupt: %s", conn.raw)
+			}
+		})
+	}
+}
+
+// Two clients race to answer one confirmation: exactly one wins, the
+// other is told how it was settled.
+func TestConfirmRace(t *testing.T) {
+	fx := newFixture(t, fixtureOptions{})
+	sid := fx.create("race", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "go"}}})
+	st := fx.open("/api/v2/conversations/race/events?session_id=" + sid)
+	fx.faux.Push(faux.Response{ToolCalls: []faux.ToolCall{{ID: "r1", Name: "write", Args: `{"path":"r.txt","content":"x"}`}}}, faux.Response{Text: "ok"})
+	fx.ok("POST", "/api/v2/conversations/race/step", map[string]any{"session_id": sid})
+	tid := st.next("tool_pending").str("tool_id")
+	results := make(chan reply, 8)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			action := "confirm"
+			if i%2 == 1 {
+				action = "skip"
+			}
+			results <- fx.do("POST", "/api/v2/conversations/race/tool/confirm", map[string]any{"tool_id": tid, "action": action})
+		}(i)
+	}
+	wg.Wait()
+	close(results)
+	won := 0
+	for r := range results {
+		switch r.status {
+		case http.StatusOK:
+			won++
+		case http.StatusConflict:
+			if r.str("error") != "Tool "+tid+" was answered by another client" {
+				t.Errorf("loser: %s", r)
+			}
+		default:
+			t.Errorf("unexpected answer: %s", r)
+		}
+	}
+	if won != 1 {
+		t.Errorf("%d answers won, want exactly 1", won)
+	}
 }

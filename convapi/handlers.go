@@ -175,6 +175,32 @@ func (s *Server) sessions(w http.ResponseWriter, _ *http.Request, _ params) erro
 	return nil
 }
 
+func (s *Server) serverHealth(w http.ResponseWriter, _ *http.Request, _ params) error {
+	running := map[string]bool{}
+	for _, h := range s.srv.Sessions() {
+		running[h.ID()] = h.Session().Running()
+	}
+	out := ServerHealth{Slots: []HealthSlot{}, Health: "green"}
+	for _, a := range s.att.list() {
+		gen := running[a.conv]
+		out.SessionCount++
+		if gen {
+			out.GeneratingCount++
+		}
+		out.Slots = append(out.Slots, HealthSlot{ID: a.id[:min(8, len(a.id))], Generating: gen})
+	}
+	out.IdleCount = out.SessionCount - out.GeneratingCount
+	switch {
+	case out.GeneratingCount == 0:
+	case out.GeneratingCount < out.SessionCount:
+		out.Health = "yellow"
+	default:
+		out.Health = "red"
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
 func (s *Server) deleteSession(w http.ResponseWriter, _ *http.Request, p params) error {
 	streams, ok := s.att.remove(p.sid)
 	if !ok {
@@ -1570,7 +1596,11 @@ func (s *Server) runRerun(_ context.Context, c *call) (any, error) {
 	msgs := sess.Messages()
 	last := -1
 	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == llm.RoleAssistant {
+		m := msgs[i]
+		// An answer an interrupt or a failure cut off before it said
+		// anything is not the one to run again.
+		cutOff := m.StopReason == llm.StopAborted || m.StopReason == llm.StopError
+		if m.Role == llm.RoleAssistant && (len(m.Content) > 0 || !cutOff) {
 			last = i
 			break
 		}

@@ -22,7 +22,7 @@ import (
 var eventTypes = []any{
 	ConnectedEvent{}, ResyncEvent{}, PingEvent{}, GenerationStartedEvent{}, GenerationProgressEvent{}, MessageAddedEvent{},
 	GenerationCompleteEvent{}, ToolPendingEvent{}, ToolExecutingEvent{}, ToolOutputEvent{}, ToolCompleteEvent{},
-	ElicitPendingEvent{}, InterruptedEvent{}, ErrorEvent{}, ConfigChangedEvent{}, ConversationEditedEvent{},
+	ElicitPendingEvent{}, InterruptedEvent{}, RunEndedEvent{}, ErrorEvent{}, ConfigChangedEvent{}, ConversationEditedEvent{},
 }
 
 // openapiCache holds the document, built once per server.

@@ -61,6 +61,7 @@ func (s *Server) routes() []route {
 		{method: "POST", path: "/auth/cookie", summary: "Set the HttpOnly auth cookie (needs Authorization: Bearer)", resp: CookieResponse{}, handle: (*Server).setCookie},
 		{method: "DELETE", path: "/auth/cookie", public: true, summary: "Clear the auth cookie", resp: CookieResponse{}, handle: (*Server).clearCookie},
 		{method: "GET", path: "/models", summary: "The models that can be used now, and the default", resp: ModelsResponse{}, handle: (*Server).models},
+		{method: "GET", path: "/server/health", summary: "How busy the attachments' conversations are", resp: ServerHealth{}, handle: (*Server).serverHealth},
 		{method: "GET", path: "/sessions", summary: "The attachments (gptme sessions)", resp: SessionInfo{}, list: true, handle: (*Server).sessions},
 		{method: "DELETE", path: "/sessions/{session_id}", summary: "Remove an attachment and close its event streams", resp: StatusResponse{}, statuses: []int{404}, handle: (*Server).deleteSession},
 		{method: "GET", path: "/conversations", summary: "List conversations, most recently active first", resp: ConversationSummary{}, list: true, alt: ConversationPage{},

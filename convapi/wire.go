@@ -244,7 +244,7 @@ type Conversation struct {
 type ConversationSession struct {
 	ID         string  `json:"id"`
 	Generating bool    `json:"generating"`
-	LastError  *string `json:"last_error"`
+	LastError  *string `json:"last_error" jsonschema:"oneof_type=string;null"`
 }
 
 // ConversationSummary is one entry of the conversation list.
@@ -259,8 +259,8 @@ type ConversationSummary struct {
 	LastUpdated        float64 `json:"last_updated"`
 	Branches           int     `json:"branches"`
 	Workspace          string  `json:"workspace"`
-	Model              *string `json:"model"`
-	LastMessagePreview *string `json:"last_message_preview"`
+	Model              *string `json:"model" jsonschema:"oneof_type=string;null"`
+	LastMessagePreview *string `json:"last_message_preview" jsonschema:"oneof_type=string;null"`
 	// Loaded is false for a conversation known from before a restart and
 	// not opened since (agentd).
 	Loaded bool `json:"loaded"`
@@ -269,7 +269,7 @@ type ConversationSummary struct {
 // ConversationPage is the paginated list.
 type ConversationPage struct {
 	Conversations []ConversationSummary `json:"conversations"`
-	NextCursor    *string               `json:"next_cursor"`
+	NextCursor    *string               `json:"next_cursor" jsonschema:"oneof_type=string;null"`
 }
 
 // RootResponse answers GET /api/v2.
@@ -308,7 +308,7 @@ type ModelInfo struct {
 // ModelsResponse answers GET /api/v2/models.
 type ModelsResponse struct {
 	Models      []ModelInfo `json:"models"`
-	Default     *string     `json:"default"`
+	Default     *string     `json:"default" jsonschema:"oneof_type=string;null"`
 	Recommended []string    `json:"recommended"`
 	Favorites   []string    `json:"favorites"`
 }
@@ -317,14 +317,31 @@ type ModelsResponse struct {
 type SessionInfo struct {
 	ID             string   `json:"id"`
 	ConversationID string   `json:"conversation_id"`
-	Model          *string  `json:"model"`
+	Model          *string  `json:"model" jsonschema:"oneof_type=string;null"`
 	MessageCount   int      `json:"message_count"`
 	Generating     bool     `json:"generating"`
-	ElapsedSeconds *float64 `json:"elapsed_seconds"`
+	ElapsedSeconds *float64 `json:"elapsed_seconds" jsonschema:"oneof_type=number;null"`
 	CreatedAt      string   `json:"created_at"`
 	LastActivity   string   `json:"last_activity"`
 	// Streams counts the event streams attached (agentd).
 	Streams int `json:"streams"`
+}
+
+// ServerHealth answers GET /api/v2/server/health: how many attachments
+// there are and how many of their conversations are generating (green:
+// none or few, yellow: some, red: all).
+type ServerHealth struct {
+	SessionCount    int          `json:"session_count"`
+	GeneratingCount int          `json:"generating_count"`
+	IdleCount       int          `json:"idle_count"`
+	Health          string       `json:"health" jsonschema:"enum=green,enum=yellow,enum=red"`
+	Slots           []HealthSlot `json:"slots"`
+}
+
+// HealthSlot is one attachment in ServerHealth.
+type HealthSlot struct {
+	ID         string `json:"id" jsonschema:"description=the attachment id's first 8 characters"`
+	Generating bool   `json:"generating"`
 }
 
 // CookieResponse answers POST and DELETE /api/v2/auth/cookie.
@@ -346,7 +363,7 @@ type ConnectedEvent struct {
 	Type         string        `json:"type" jsonschema:"enum=connected"`
 	SessionID    string        `json:"session_id"`
 	Generating   bool          `json:"generating"`
-	LastError    *string       `json:"last_error"`
+	LastError    *string       `json:"last_error" jsonschema:"oneof_type=string;null"`
 	PendingTools []PendingTool `json:"pending_tools"`
 	// PendingElicitations are the questions waiting for an answer
 	// (agentd).
@@ -464,6 +481,16 @@ type ElicitField struct {
 // after this event.
 type InterruptedEvent struct {
 	Type string `json:"type" jsonschema:"enum=interrupted"`
+}
+
+// RunEndedEvent: the run a step (or another face's prompt) started has
+// ended, and the conversation is idle: nothing more happens until the
+// next command (agentd; gptme's clients guess it from a
+// generation_complete with no tool_pending after it). After an
+// interrupt it follows interrupted.
+type RunEndedEvent struct {
+	Type    string `json:"type" jsonschema:"enum=run_ended"`
+	Outcome string `json:"outcome" jsonschema:"enum=completed,enum=failed,enum=cancelled"`
 }
 
 // ErrorEvent: a failure, also kept as the conversation's last error.
