@@ -321,38 +321,9 @@ func (s *Server) createConversation(w http.ResponseWriter, r *http.Request, p pa
 	if err != nil {
 		return err
 	}
-	var pl createPayload
-	if pl.AutoAlways, pl.AutoNext, err = o.autoConfirm(); err != nil {
-		return err
-	}
-	if o.present("messages") {
-		var raw []json.RawMessage
-		if unmarshalInto(o["messages"], &raw) != nil {
-			return errorf(http.StatusBadRequest, "'messages' must be a list")
-		}
-		for _, item := range raw {
-			var m object
-			if unmarshalInto(item, &m) != nil || m == nil {
-				return errorf(http.StatusBadRequest, "Each message must be an object")
-			}
-			in, err := inputOf(m, true)
-			if err != nil {
-				return err
-			}
-			pl.Messages = append(pl.Messages, in)
-		}
-	}
-	cfg, ok, err := o.obj("config", "'config' must be an object")
+	pl, err := s.decodeCreate(o)
 	if err != nil {
 		return err
-	}
-	if ok {
-		if err := s.readChat(cfg, &pl); err != nil {
-			return err
-		}
-	}
-	if _, _, err := o.str("prompt"); err != nil {
-		return errorf(http.StatusBadRequest, "'prompt' must be a string")
 	}
 	sub, err := s.submit(r, "rest.create", p.conv, pl, server.RateData)
 	if err != nil {
@@ -360,6 +331,45 @@ func (s *Server) createConversation(w http.ResponseWriter, r *http.Request, p pa
 	}
 	writeRaw(w, http.StatusOK, sub.data)
 	return nil
+}
+
+// decodeCreate reads PUT's body.
+func (s *Server) decodeCreate(o object) (createPayload, error) {
+	var pl createPayload
+	var err error
+	if pl.AutoAlways, pl.AutoNext, err = o.autoConfirm(); err != nil {
+		return pl, err
+	}
+	if o.present("messages") {
+		var raw []json.RawMessage
+		if unmarshalInto(o["messages"], &raw) != nil {
+			return pl, errorf(http.StatusBadRequest, "'messages' must be a list")
+		}
+		for _, item := range raw {
+			var m object
+			if unmarshalInto(item, &m) != nil || m == nil {
+				return pl, errorf(http.StatusBadRequest, "Each message must be an object")
+			}
+			in, err := inputOf(m, true)
+			if err != nil {
+				return pl, err
+			}
+			pl.Messages = append(pl.Messages, in)
+		}
+	}
+	cfg, ok, err := o.obj("config", "'config' must be an object")
+	if err != nil {
+		return pl, err
+	}
+	if ok {
+		if err := s.readChat(cfg, &pl); err != nil {
+			return pl, err
+		}
+	}
+	if _, _, err := o.str("prompt"); err != nil {
+		return pl, errorf(http.StatusBadRequest, "'prompt' must be a string")
+	}
+	return pl, nil
 }
 
 // readChat reads PUT's config.chat: the model, tools, thinking level,
@@ -533,21 +543,7 @@ func (s *Server) appendMessage(w http.ResponseWriter, r *http.Request, p params)
 	if err != nil {
 		return err
 	}
-	if !o.present("role") || !o.present("content") {
-		return errorf(http.StatusBadRequest, "Missing required fields (role, content)")
-	}
-	if _, _, err := o.str("content"); err != nil {
-		return err
-	}
-	in, err := inputOf(o, false)
-	if err != nil {
-		return err
-	}
-	branch, err := branchOf(o)
-	if err != nil {
-		return err
-	}
-	tools, _, err := o.strings("tools")
+	in, branch, tools, err := decodeAppend(o)
 	if err != nil {
 		return err
 	}
@@ -567,6 +563,27 @@ func (s *Server) appendMessage(w http.ResponseWriter, r *http.Request, p params)
 	}
 	writeRaw(w, http.StatusOK, sub.data)
 	return nil
+}
+
+// decodeAppend reads the body of POST .../{id}: the message, the branch
+// and the tools named.
+func decodeAppend(o object) (inputPayload, string, []string, error) {
+	if !o.present("role") || !o.present("content") {
+		return inputPayload{}, "", nil, errorf(http.StatusBadRequest, "Missing required fields (role, content)")
+	}
+	if _, _, err := o.str("content"); err != nil {
+		return inputPayload{}, "", nil, err
+	}
+	in, err := inputOf(o, false)
+	if err != nil {
+		return in, "", nil, err
+	}
+	branch, err := branchOf(o)
+	if err != nil {
+		return in, "", nil, err
+	}
+	tools, _, err := o.strings("tools")
+	return in, branch, tools, err
 }
 
 // branchOf reads a branch name with gptme's rule (one safe path
@@ -680,46 +697,11 @@ func (s *Server) step(w http.ResponseWriter, r *http.Request, p params) error {
 	if err != nil {
 		return err
 	}
-	if err := o.only(fieldNames(StepRequest{})...); err != nil {
-		return err
-	}
-	sid, err := o.optionalStrRequired("session_id")
+	pl, branch, err := s.decodeStep(o)
 	if err != nil {
 		return err
 	}
-	var pl stepPayload
-	pl.SessionID = sid
-	if m, _, err := o.str("model"); err != nil {
-		return err
-	} else if m != "" {
-		if _, err := s.findModel(m); err != nil {
-			return err
-		}
-		pl.Model = m
-	}
-	if _, _, err := o.boolean("stream"); err != nil {
-		return err
-	}
-	if acp, _, err := o.boolean("use_acp"); err != nil {
-		return err
-	} else if acp {
-		return errorf(http.StatusBadRequest, "use_acp is not supported: agentd runs its own agent")
-	}
-	if _, _, err := o.integer("max_tokens"); err != nil {
-		return err
-	}
-	for _, k := range []string{"temperature", "top_p"} {
-		if _, _, err := o.number(k); err != nil {
-			return err
-		}
-	}
-	branch, err := branchOf(o)
-	if err != nil {
-		return err
-	}
-	if pl.AutoAlways, pl.AutoNext, err = o.autoConfirm(); err != nil {
-		return err
-	}
+	sid := pl.SessionID
 	at, err := s.attachmentOf(r.Context(), p.conv, sid)
 	if err != nil {
 		return err
@@ -758,6 +740,49 @@ func (s *Server) step(w http.ResponseWriter, r *http.Request, p params) error {
 	}
 	writeJSON(w, http.StatusOK, ans.StepResponse)
 	return nil
+}
+
+// decodeStep reads step's body.
+func (s *Server) decodeStep(o object) (stepPayload, string, error) {
+	var pl stepPayload
+	if err := o.only(fieldNames(StepRequest{})...); err != nil {
+		return pl, "", err
+	}
+	sid, err := o.optionalStrRequired("session_id")
+	if err != nil {
+		return pl, "", err
+	}
+	pl.SessionID = sid
+	if m, _, err := o.str("model"); err != nil {
+		return pl, "", err
+	} else if m != "" {
+		if _, err := s.findModel(m); err != nil {
+			return pl, "", err
+		}
+		pl.Model = m
+	}
+	if _, _, err := o.boolean("stream"); err != nil {
+		return pl, "", err
+	}
+	if acp, _, err := o.boolean("use_acp"); err != nil {
+		return pl, "", err
+	} else if acp {
+		return pl, "", errorf(http.StatusBadRequest, "use_acp is not supported: agentd runs its own agent")
+	}
+	if _, _, err := o.integer("max_tokens"); err != nil {
+		return pl, "", err
+	}
+	for _, k := range []string{"temperature", "top_p"} {
+		if _, _, err := o.number(k); err != nil {
+			return pl, "", err
+		}
+	}
+	branch, err := branchOf(o)
+	if err != nil {
+		return pl, "", err
+	}
+	pl.AutoAlways, pl.AutoNext, err = o.autoConfirm()
+	return pl, branch, err
 }
 
 // awaitStart waits, up to StepWait, for a step's run to show it started
@@ -889,58 +914,9 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request, p params) error
 	if err != nil {
 		return err
 	}
-	if err := o.only(fieldNames(ConfirmRequest{})...); err != nil {
-		return err
-	}
-	sid, err := o.optionalStr("session_id")
+	pl, sid, err := decodeConfirm(o)
 	if err != nil {
 		return err
-	}
-	idField := "tool_id"
-	if !o.present("tool_id") && o.present("id") {
-		idField = "id" // the design document's name
-	}
-	var pl confirmPayload
-	if pl.ToolID, err = o.requiredStr(idField); err != nil {
-		return err
-	}
-	if pl.Action, err = o.requiredStr("action"); err != nil {
-		return err
-	}
-	if _, ok := confirmActions[pl.Action]; !ok {
-		return errorf(http.StatusBadRequest, "Unknown action: "+clip(pl.Action, 100)+" (want confirm, edit, skip, auto, reject or always)")
-	}
-	switch pl.Action {
-	case "edit":
-		content, _, err := o.str("content")
-		if err != nil || content == "" {
-			return errorf(http.StatusBadRequest, "content must be a non-empty string for edit action")
-		}
-		pl.Content = content
-	case "auto":
-		pl.Count = 1
-		if o.present("count") {
-			n, isInt := jsonInt(o["count"])
-			if !isInt || n <= 0 || n > 1<<31 || string(o["count"]) == "true" {
-				return errorf(http.StatusBadRequest, "count must be a positive integer")
-			}
-			pl.Count = int(n)
-		}
-	case "reject":
-		fb, _, err := o.str("feedback")
-		if err != nil {
-			return err
-		}
-		if fb == "" {
-			if fb, _, err = o.str("content"); err != nil {
-				return err
-			}
-		}
-		pl.Feedback = fb
-	case "always":
-		if pl.AllTools, _, err = o.boolean("all_tools"); err != nil {
-			return err
-		}
 	}
 	if _, err := s.attachmentOf(r.Context(), p.conv, sid); err != nil {
 		return err
@@ -948,13 +924,71 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request, p params) error
 	if _, err := s.conversation(r.Context(), p.conv); err != nil {
 		return err
 	}
-	pl.BySession = sid != ""
 	sub, err := s.submit(r, "rest.confirm", p.conv, pl, server.RateUIResponse)
 	if err != nil {
 		return err
 	}
 	writeRaw(w, http.StatusOK, sub.data)
 	return nil
+}
+
+// decodeConfirm reads tool/confirm's body, and the session_id it names.
+func decodeConfirm(o object) (confirmPayload, string, error) {
+	var pl confirmPayload
+	if err := o.only(fieldNames(ConfirmRequest{})...); err != nil {
+		return pl, "", err
+	}
+	sid, err := o.optionalStr("session_id")
+	if err != nil {
+		return pl, "", err
+	}
+	idField := "tool_id"
+	if !o.present("tool_id") && o.present("id") {
+		idField = "id" // the design document's name
+	}
+	if pl.ToolID, err = o.requiredStr(idField); err != nil {
+		return pl, "", err
+	}
+	if pl.Action, err = o.requiredStr("action"); err != nil {
+		return pl, "", err
+	}
+	if _, ok := confirmActions[pl.Action]; !ok {
+		return pl, "", errorf(http.StatusBadRequest, "Unknown action: "+clip(pl.Action, 100)+" (want confirm, edit, skip, auto, reject or always)")
+	}
+	switch pl.Action {
+	case "edit":
+		content, _, err := o.str("content")
+		if err != nil || content == "" {
+			return pl, "", errorf(http.StatusBadRequest, "content must be a non-empty string for edit action")
+		}
+		pl.Content = content
+	case "auto":
+		pl.Count = 1
+		if o.present("count") {
+			n, isInt := jsonInt(o["count"])
+			if !isInt || n <= 0 || n > 1<<31 || string(o["count"]) == "true" {
+				return pl, "", errorf(http.StatusBadRequest, "count must be a positive integer")
+			}
+			pl.Count = int(n)
+		}
+	case "reject":
+		fb, _, err := o.str("feedback")
+		if err != nil {
+			return pl, "", err
+		}
+		if fb == "" {
+			if fb, _, err = o.str("content"); err != nil {
+				return pl, "", err
+			}
+		}
+		pl.Feedback = fb
+	case "always":
+		if pl.AllTools, _, err = o.boolean("all_tools"); err != nil {
+			return pl, "", err
+		}
+	}
+	pl.BySession = sid != ""
+	return pl, sid, nil
 }
 
 // pendingTool shows a pending approval.
@@ -1275,24 +1309,9 @@ func (s *Server) editMessage(w http.ResponseWriter, r *http.Request, p params) e
 	if err != nil {
 		return err
 	}
-	if err := o.only(fieldNames(EditRequest{})...); err != nil {
-		return err
-	}
-	pl := editPayload{Index: p.index, Truncate: r.URL.Query().Get("truncate") == "1"}
-	if v, ok, err := o.str("content"); err != nil {
-		return err
-	} else if ok {
-		pl.Content = &v
-	}
-	files, hasFiles, err := o.strings("files")
+	pl, err := decodeEdit(o, p.index, r.URL.Query().Get("truncate") == "1")
 	if err != nil {
 		return err
-	}
-	if len(files) > 0 {
-		return errorf(http.StatusBadRequest, "files are not supported: agentd takes no attachments")
-	}
-	if !pl.Truncate && !hasFiles && (pl.Content == nil || strings.TrimSpace(*pl.Content) == "") {
-		return errorf(http.StatusBadRequest, "content or files is required")
 	}
 	if _, err := s.conversation(r.Context(), p.conv); err != nil {
 		return err
@@ -1303,6 +1322,30 @@ func (s *Server) editMessage(w http.ResponseWriter, r *http.Request, p params) e
 	}
 	writeRaw(w, http.StatusOK, sub.data)
 	return nil
+}
+
+// decodeEdit reads the body of PATCH .../messages/{index}.
+func decodeEdit(o object, index int, truncate bool) (editPayload, error) {
+	if err := o.only(fieldNames(EditRequest{})...); err != nil {
+		return editPayload{}, err
+	}
+	pl := editPayload{Index: index, Truncate: truncate}
+	if v, ok, err := o.str("content"); err != nil {
+		return pl, err
+	} else if ok {
+		pl.Content = &v
+	}
+	files, hasFiles, err := o.strings("files")
+	if err != nil {
+		return pl, err
+	}
+	if len(files) > 0 {
+		return pl, errorf(http.StatusBadRequest, "files are not supported: agentd takes no attachments")
+	}
+	if !pl.Truncate && !hasFiles && (pl.Content == nil || strings.TrimSpace(*pl.Content) == "") {
+		return pl, errorf(http.StatusBadRequest, "content or files is required")
+	}
+	return pl, nil
 }
 
 func outOfRange(i, n int) error {
@@ -1660,48 +1703,7 @@ func (s *Server) elicit(w http.ResponseWriter, r *http.Request, p params) error 
 	if err != nil {
 		return err
 	}
-	if err := o.only(fieldNames(ElicitRequest{})...); err != nil {
-		return err
-	}
-	if !o.present("elicit_id") || !o.present("action") {
-		return errorf(http.StatusBadRequest, "elicit_id and action are required")
-	}
-	var pl elicitPayload
-	id, _, err := o.str("elicit_id")
-	if err != nil {
-		return err
-	}
-	switch {
-	case strings.TrimSpace(id) == "":
-		return errorf(http.StatusBadRequest, "elicit_id must not be blank")
-	case strings.TrimSpace(id) != id:
-		return errorf(http.StatusBadRequest, "elicit_id must not contain leading or trailing whitespace")
-	}
-	pl.ElicitID = id
-	if pl.Action, _, err = o.str("action"); err != nil {
-		return err
-	}
-	if pl.Action != "accept" && pl.Action != "decline" && pl.Action != "cancel" {
-		return errorf(http.StatusBadRequest, "Unknown action: "+clip(pl.Action, 100)+". Must be accept, decline, or cancel")
-	}
-	if o.present("value") {
-		if err := unmarshalInto(o["value"], &pl.Value); err != nil {
-			return errorf(http.StatusBadRequest, "value must be JSON")
-		}
-	}
-	if vals, ok, err := o.obj("values", "values must be an object"); err != nil {
-		return err
-	} else if ok {
-		pl.Values = map[string]any{}
-		for k, raw := range vals {
-			var v any
-			if err := unmarshalInto(raw, &v); err != nil {
-				return errorf(http.StatusBadRequest, "values must be an object")
-			}
-			pl.Values[k] = v
-		}
-	}
-	sid, err := o.optionalStr("session_id")
+	pl, sid, err := decodeElicit(o)
 	if err != nil {
 		return err
 	}
@@ -1717,6 +1719,56 @@ func (s *Server) elicit(w http.ResponseWriter, r *http.Request, p params) error 
 	}
 	writeRaw(w, http.StatusOK, sub.data)
 	return nil
+}
+
+// decodeElicit reads elicit/respond's body, and the session_id it names.
+func decodeElicit(o object) (elicitPayload, string, error) {
+	var pl elicitPayload
+	if err := o.only(fieldNames(ElicitRequest{})...); err != nil {
+		return pl, "", err
+	}
+	if !o.present("elicit_id") || !o.present("action") {
+		return pl, "", errorf(http.StatusBadRequest, "elicit_id and action are required")
+	}
+	id, _, err := o.str("elicit_id")
+	if err != nil {
+		return pl, "", err
+	}
+	switch {
+	case strings.TrimSpace(id) == "":
+		return pl, "", errorf(http.StatusBadRequest, "elicit_id must not be blank")
+	case strings.TrimSpace(id) != id:
+		return pl, "", errorf(http.StatusBadRequest, "elicit_id must not contain leading or trailing whitespace")
+	}
+	pl.ElicitID = id
+	if pl.Action, _, err = o.str("action"); err != nil {
+		return pl, "", err
+	}
+	if pl.Action != "accept" && pl.Action != "decline" && pl.Action != "cancel" {
+		return pl, "", errorf(http.StatusBadRequest, "Unknown action: "+clip(pl.Action, 100)+". Must be accept, decline, or cancel")
+	}
+	if o.present("value") {
+		if err := unmarshalInto(o["value"], &pl.Value); err != nil {
+			return pl, "", errorf(http.StatusBadRequest, "value must be JSON")
+		}
+	}
+	if vals, ok, err := o.obj("values", "values must be an object"); err != nil {
+		return pl, "", err
+	} else if ok {
+		pl.Values = map[string]any{}
+		for k, raw := range vals {
+			var v any
+			if err := unmarshalInto(raw, &v); err != nil {
+				return pl, "", errorf(http.StatusBadRequest, "values must be an object")
+			}
+			pl.Values[k] = v
+		}
+	}
+	sid, err := o.optionalStr("session_id")
+	if err != nil {
+		return pl, "", err
+	}
+	return pl, sid, nil
 }
 
 func (s *Server) runElicit(_ context.Context, c *call) (any, error) {
