@@ -100,9 +100,10 @@ func limit(v, def int) int {
 // ErrBusy is returned when a run is requested while one is in progress.
 var ErrBusy = errors.New("agent is already processing; steer or queue a follow-up instead")
 
-// ErrNothingToContinue is returned by Continue when the context does not
-// end in a user or tool-result message.
-var ErrNothingToContinue = errors.New("nothing to continue: the conversation does not end with a user message or tool result")
+// ErrNothingToContinue is returned by Continue and Resume when there is
+// nothing to respond to: the conversation is empty or ends with the
+// model's answer.
+var ErrNothingToContinue = errors.New("nothing to continue: the conversation does not end with a user message, a tool result or tool calls still to run")
 
 // Errors a run or a queued message may fail with; each comes wrapped in
 // a *LimitError whose text is written for the person who hit the limit.
@@ -391,30 +392,110 @@ func (a *Agent) Abort() {
 // returns the messages the run added. It blocks until the run ends; it
 // fails with ErrBusy if a run is already in progress.
 func (a *Agent) Prompt(ctx context.Context, prompts ...*llm.Message) ([]*llm.Message, error) {
-	return a.run(ctx, prompts, false)
+	return a.run(ctx, prompts, runPrompt)
 }
 
 // Continue runs the loop from the current conversation without a new
-// message (after a retryable error, or after compaction). The
-// conversation must end with a user or tool-result message.
+// message (after a retryable error, or after compaction), as part of the
+// run in progress: the run's turn and failure counts go on. There must be
+// something to respond to (see Resume); otherwise it fails with
+// ErrNothingToContinue.
 func (a *Agent) Continue(ctx context.Context) ([]*llm.Message, error) {
-	return a.run(ctx, nil, true)
+	return a.run(ctx, nil, runContinue)
 }
 
-func (a *Agent) run(ctx context.Context, prompts []*llm.Message, cont bool) ([]*llm.Message, error) {
+// Resume starts a new run from the conversation as it stands, without a
+// new message. When the conversation ends with an assistant message whose
+// tool calls have no results yet (a run stopped by a restart, an edit),
+// those calls go through BeforeToolCall and run first, then the model is
+// asked; when it ends with a user message, tool results or another
+// non-assistant message, the model is asked at once. Assistant messages
+// that ended in an error or were aborted at the end are passed over (the
+// providers leave them out of the request). Anything else is
+// ErrNothingToContinue. Unlike Continue, the run's limits start afresh,
+// as for a prompt.
+func (a *Agent) Resume(ctx context.Context) ([]*llm.Message, error) {
+	return a.run(ctx, nil, runResume)
+}
+
+// runMode says how a run starts.
+type runMode int
+
+const (
+	runPrompt runMode = iota
+	runContinue
+	runResume
+)
+
+// PendingToolCalls returns the assistant message that ends the
+// conversation ms and those of its tool calls that have no result yet, in
+// call order. The conversation ends with that message when only results
+// of its calls follow it. An assistant message that ended in an error or
+// was aborted has no pending calls: they were never meant to run.
+func PendingToolCalls(ms []*llm.Message) (*llm.Message, []llm.Content) {
+	done := map[string]bool{}
+	for i := len(ms) - 1; i >= 0; i-- {
+		m := ms[i]
+		switch m.Role {
+		case llm.RoleToolResult:
+			done[m.ToolCallID] = true
+			continue
+		case llm.RoleAssistant:
+		default:
+			return nil, nil
+		}
+		if m.StopReason == llm.StopError || m.StopReason == llm.StopAborted {
+			return nil, nil
+		}
+		var calls []llm.Content
+		for _, c := range m.ToolCalls() {
+			if !done[c.ID] {
+				calls = append(calls, c)
+			}
+		}
+		if len(calls) == 0 {
+			return nil, nil
+		}
+		return m, calls
+	}
+	return nil, nil
+}
+
+// respondable reports whether the model has something to respond to in
+// ms, and the tool calls to run first if the conversation ends with some.
+func respondable(ms []*llm.Message) (ok bool, resume *llm.Message, calls []llm.Content) {
+	n := len(ms)
+	for n > 0 && ms[n-1].Role == llm.RoleAssistant && (ms[n-1].StopReason == llm.StopError || ms[n-1].StopReason == llm.StopAborted) {
+		n--
+	}
+	if resume, calls = PendingToolCalls(ms[:n]); len(calls) > 0 {
+		return true, resume, calls
+	}
+	return n > 0 && ms[n-1].Role != llm.RoleAssistant, nil, nil
+}
+
+// CanRespond reports whether Resume has something to respond to in ms.
+func CanRespond(ms []*llm.Message) bool {
+	ok, _, _ := respondable(ms)
+	return ok
+}
+
+func (a *Agent) run(ctx context.Context, prompts []*llm.Message, mode runMode) ([]*llm.Message, error) {
 	a.mu.Lock()
 	if a.running {
 		a.mu.Unlock()
 		return nil, ErrBusy
 	}
-	if cont {
-		n := len(a.messages)
-		if n == 0 || a.messages[n-1].Role == llm.RoleAssistant {
+	var resume *llm.Message
+	var calls []llm.Content
+	if mode != runPrompt {
+		var ok bool
+		if ok, resume, calls = respondable(a.messages); !ok {
 			a.mu.Unlock()
 			return nil, ErrNothingToContinue
 		}
 	}
-	if !cont {
+	if mode != runContinue {
 		a.turns, a.failedSig, a.failedN = 0, "", 0
 	}
 	runCtx, cancel := context.WithCancel(ctx)
@@ -424,7 +505,7 @@ func (a *Agent) run(ctx context.Context, prompts []*llm.Message, cont bool) ([]*
 	a.mu.Unlock()
 
 	r := &run{a: a, cfg: cfg, ctx: runCtx}
-	added := r.loop(prompts)
+	added := r.loop(prompts, resume, calls)
 
 	cancel()
 	a.mu.Lock()

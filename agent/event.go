@@ -8,6 +8,7 @@ package agent
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/tool"
@@ -39,7 +40,7 @@ const (
 //   - turn_end: Message (the assistant message) and ToolResults
 //   - agent_end: Messages (everything the run added)
 //   - tool_execution_*: ToolCallID, ToolName, Args, and Result (end) or
-//     Partial (update), IsError (end)
+//     Partial (update), IsError and Duration (end)
 //   - queue_update: Steering and FollowUp (the queued texts)
 //
 // Messages referenced by an event are owned by the agent and must not be
@@ -58,6 +59,10 @@ type Event struct {
 	Result     *tool.Result
 	Partial    *tool.Result
 	IsError    bool
+	// Duration is how long the tool ran (tool_execution_end); 0 for a
+	// call that did not run (refused, not found, aborted before it
+	// started).
+	Duration time.Duration
 
 	Steering []string
 	FollowUp []string

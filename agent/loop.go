@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/agentd-dev/agentd/llm"
@@ -28,7 +30,10 @@ func (r *run) push(m *llm.Message) {
 	r.added = append(r.added, m)
 }
 
-func (r *run) loop(prompts []*llm.Message) []*llm.Message {
+// loop runs the turns of one run. resume, when set, is the assistant
+// message ending the conversation whose tool calls (calls) have not run
+// yet: the first turn runs them instead of asking the model.
+func (r *run) loop(prompts []*llm.Message, resume *llm.Message, calls []llm.Content) []*llm.Message {
 	a := r.a
 	a.send(Event{Type: EventAgentStart})
 	a.send(Event{Type: EventTurnStart})
@@ -41,6 +46,15 @@ func (r *run) loop(prompts []*llm.Message) []*llm.Message {
 		a.send(Event{Type: EventMessageEnd, Message: p})
 	}
 	firstTurn := true
+	if resume != nil {
+		results := r.executeTools(calls)
+		a.send(Event{Type: EventTurnEnd, Message: resume, ToolResults: results})
+		if le := r.overLimit(calls, results); le != nil {
+			r.stop(le)
+			return r.added
+		}
+		firstTurn = false
+	}
 	pending := a.takeQueued(&a.steering, r.cfg.SteeringMode)
 	for {
 		moreTools := true
@@ -250,11 +264,19 @@ func (r *run) executeTools(calls []llm.Content) []*llm.Message {
 	for i, c := range calls {
 		call := tool.Call{ID: c.ID, Name: c.Name, Args: c.Arguments}
 		a.send(Event{Type: EventToolExecutionStart, ToolCallID: c.ID, ToolName: c.Name, Args: c.Arguments})
+		if r.ctx.Err() != nil {
+			// Aborted: the calls not yet started neither ask nor run,
+			// whatever the policy says, so nothing starts after an abort.
+			results[i] = notRun(r.ctx)
+			errs[i] = true
+			r.endTool(call, &results[i], 0)
+			continue
+		}
 		t := r.find(c.Name)
 		if t == nil {
 			results[i] = tool.Errorf("Tool %s not found", c.Name)
 			errs[i] = true
-			r.endTool(call, &results[i])
+			r.endTool(call, &results[i], 0)
 			continue
 		}
 		if r.cfg.BeforeToolCall != nil {
@@ -270,7 +292,7 @@ func (r *run) executeTools(calls []llm.Content) []*llm.Message {
 				}
 				results[i].IsError = true
 				errs[i] = true
-				r.endTool(call, &results[i])
+				r.endTool(call, &results[i], 0)
 				continue
 			}
 			if d.Args != nil {
@@ -278,10 +300,11 @@ func (r *run) executeTools(calls []llm.Content) []*llm.Message {
 			}
 		}
 		exec := func(i int, call tool.Call) {
+			start := time.Now()
 			res := r.execute(t, call)
 			results[i] = res
 			errs[i] = res.IsError
-			r.endTool(call, &results[i])
+			r.endTool(call, &results[i], time.Since(start))
 		}
 		if r.cfg.Sequential {
 			exec(i, call)
@@ -333,8 +356,17 @@ func (r *run) execute(t tool.Tool, call tool.Call) (res tool.Result) {
 	return t.Execute(r.ctx, call, update)
 }
 
-func (r *run) endTool(call tool.Call, res *tool.Result) {
-	r.a.send(Event{Type: EventToolExecutionEnd, ToolCallID: call.ID, ToolName: call.Name, Args: call.Args, Result: res, IsError: res.IsError})
+func (r *run) endTool(call tool.Call, res *tool.Result, d time.Duration) {
+	r.a.send(Event{Type: EventToolExecutionEnd, ToolCallID: call.ID, ToolName: call.Name, Args: call.Args, Result: res, IsError: res.IsError, Duration: d})
+}
+
+// notRun is the result of a call an abort kept from starting; the
+// cancellation's cause, when the canceller gave one, says why.
+func notRun(ctx context.Context) tool.Result {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return tool.Errorf("Tool call not run: %v", cause)
+	}
+	return tool.Errorf("Tool call aborted before it ran")
 }
 
 // details encodes a tool's details for the transcript.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/config"
+	"github.com/agentd-dev/agentd/convapi"
 	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/jwtauth"
 	"github.com/agentd-dev/agentd/pipeline"
@@ -131,6 +132,16 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 			return err
 		}
 	}
+	var rest *convapi.Server
+	if !sc.Stdio {
+		// The conversation API shares the port, the sessions and the
+		// token with pi-server's WebSocket.
+		rest, err = convapi.New(srv, convapi.Options{Models: ms, DefaultModel: model, Version: version(), Token: sc.Token,
+			OriginPatterns: sc.AllowOrigins, SessionIdle: sc.RESTSessionIdle})
+		if err != nil {
+			return err
+		}
+	}
 	if err := srv.Start(); err != nil {
 		return err
 	}
@@ -159,12 +170,14 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if sws != nil {
 		sws.Mount(mux)
 	}
-	// Every request passes the Host check first, whatever face serves it.
-	handler := server.GuardHost(server.HostPolicy{Listen: ln.Addr().String(), Allowed: sc.AllowedHosts}, mux)
+	// Every request passes the Host check first, whatever face serves it;
+	// the REST + SSE conversation API (/api/v2, and the design document's
+	// /api/conversations) takes its paths before the mux would clean them.
+	handler := server.GuardHost(server.HostPolicy{Listen: ln.Addr().String(), Allowed: sc.AllowedHosts}, rest.Handler(mux))
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	log.Info("agentd serve listening", "addr", ln.Addr().String(), "url", "ws://"+ln.Addr().String()+"/",
+	log.Info("agentd serve listening", "addr", ln.Addr().String(), "url", "ws://"+ln.Addr().String()+"/", "api", "http://"+ln.Addr().String()+"/api/v2",
 		"model", model.Provider+"/"+model.ID, "data", cfg.DataDir, "auth", sc.Token != "")
 
 	select {
@@ -173,14 +186,22 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	case err = <-served:
 		log.Error("http server stopped", "err", err)
 	}
-	// Stop taking connections, then drain: WebSocket connections are
-	// hijacked, so hs.Shutdown does not wait for them; srv.Shutdown does.
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = hs.Shutdown(sctx)
-	cancel()
+	// Stop taking connections and drain, side by side: hs.Shutdown closes
+	// the listener at once and then waits for requests in flight;
+	// WebSocket connections are hijacked and event streams never go idle,
+	// so srv.Shutdown ends those, after the drain, which lets streams
+	// carry the drained commands' events to the end.
+	hsDone := make(chan struct{})
+	go func() {
+		defer close(hsDone)
+		sctx, cancel := context.WithTimeout(context.Background(), sc.ShutdownTimeout+10*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}()
 	if serr := srv.Shutdown(context.Background()); err == nil {
 		err = serr
 	}
+	<-hsDone
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

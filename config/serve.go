@@ -79,6 +79,10 @@ type Serve struct {
 	CommandTimeout    time.Duration // long commands (prompt, bash, compact); 0: none
 	Heartbeat         time.Duration
 	EventLogSize      int
+	// RESTSessionIdle is how long a REST client's attachment (gptme's
+	// "session": the handle its event stream and commands name) stays
+	// with no stream attached and no request naming it.
+	RESTSessionIdle time.Duration
 	// Engine bounds runs and queues of the sessions served.
 	Engine  Engine
 	envErrs []error
@@ -107,6 +111,7 @@ func ServeDefaults(getenv func(string) string) Serve {
 		JWTIssuer: getenv("AGENTD_JWT_ISSUER"), JWTAudience: getenv("AGENTD_JWT_AUDIENCE"),
 		SessionWS: true, WSHeartbeat: 30 * time.Second, WSProgressInterval: time.Second,
 		WSMaxConnectionsPerSubject: 100, WSMessageRate: 10, WSMaxMessageBytes: 1 << 20, WSMaxQueuedBytes: 8 << 20,
+		RESTSessionIdle: 30 * time.Minute,
 	}
 	if v := getenv("AGENTD_HOST"); v != "" {
 		s.Host = v
@@ -180,6 +185,7 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.CommandTimeout, "command-timeout", 0, "limit for long commands (prompt, bash, compact); 0 means none")
 	fs.DurationVar(&s.Heartbeat, "heartbeat", s.Heartbeat, "WebSocket ping interval; 0 disables")
 	fs.IntVar(&s.EventLogSize, "event-log-size", s.EventLogSize, "events kept per session for switch_session afterSeq resume")
+	fs.DurationVar(&s.RESTSessionIdle, "rest-session-idle", s.RESTSessionIdle, "how long a REST client's session (the handle its event stream and commands name) stays with no stream attached and no request naming it")
 	s.Engine.Register(fs)
 }
 
@@ -240,7 +246,7 @@ func (s *Serve) Check() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"--shutdown-timeout", s.ShutdownTimeout}, {"--dependency-timeout", s.DependencyTimeout}, {"--idempotency-ttl", s.IdempotencyTTL}, {"--command-timeout", s.CommandTimeout}, {"--heartbeat", s.Heartbeat}, {"--ws-heartbeat", s.WSHeartbeat}} {
+	}{{"--shutdown-timeout", s.ShutdownTimeout}, {"--dependency-timeout", s.DependencyTimeout}, {"--idempotency-ttl", s.IdempotencyTTL}, {"--command-timeout", s.CommandTimeout}, {"--heartbeat", s.Heartbeat}, {"--ws-heartbeat", s.WSHeartbeat}, {"--rest-session-idle", s.RESTSessionIdle}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s %s: must not be negative", d.name, d.v))
 		}

@@ -84,12 +84,11 @@ type AskUserDetails struct {
 // Execute implements tool.Tool: it validates the model's question, asks it
 // and blocks until the answer, then returns the answer as text.
 func (t *AskUserTool) Execute(ctx context.Context, call tool.Call, _ func(tool.Result)) tool.Result {
-	req, err := parseAskUser(call.Args)
+	req, err := AskUserRequest(call)
 	if err != nil {
 		return tool.Errorf("Invalid ask_user arguments: %v", err)
 	}
 	req.Timeout = t.timeout
-	req.Tool = &ToolApproval{ToolCallID: call.ID, ToolName: call.Name}
 	details := AskUserDetails{Kind: req.Kind, Question: req.Title}
 
 	resp, err := t.broker.Ask(ctx, req)
@@ -113,6 +112,19 @@ func (t *AskUserTool) Execute(ctx context.Context, call tool.Call, _ func(tool.R
 	details.Outcome = "answered"
 	details.Response = &resp
 	return tool.TextResult(answerText(req.Kind, resp), details)
+}
+
+// AskUserRequest is the question an ask_user call asks, with the id the
+// tool asks it under (QuestionID of the call): a question parked after a
+// restart under that id is the one the call adopts when it runs.
+func AskUserRequest(call tool.Call) (Request, error) {
+	req, err := parseAskUser(call.Args)
+	if err != nil {
+		return Request{}, err
+	}
+	req.ID = QuestionID(call.ID)
+	req.Tool = &ToolApproval{ToolCallID: call.ID, ToolName: call.Name}
+	return req, nil
 }
 
 func cancelReason(err error) string {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -134,11 +135,17 @@ type Broker struct {
 	closed  bool
 	seq     uint64
 	pending map[string]*pending
+	// settled are parked requests answered before any Ask adopted them;
+	// the Ask that does gets the answer at once.
+	settled map[string]*pending
 	// resolved remembers how recent requests ended, evicted oldest first
-	// through ring, so memory stays bounded in a long session.
-	resolved map[string]ResolvedBy
-	ring     []string
+	// through ring, so memory stays bounded in a long session. An id can
+	// be asked again (ids derived from tool call ids), so a slot evicts
+	// its id only if no later resolution of that id replaced it.
+	resolved map[string]resolvedID
+	ring     []ringSlot
 	ringNext int
+	gen      uint64
 	// queue and draining deliver events in order without holding mu and
 	// without a goroutine: the first goroutine to find the queue idle
 	// delivers everything queued until it is empty again.
@@ -150,9 +157,21 @@ type pending struct {
 	req  Request
 	seq  uint64
 	done chan struct{}
+	// parked: published by Park, and no Ask waits on it yet.
+	parked bool
 	// Set once, under Broker.mu, before done is closed.
 	res Resolution
 	err error
+}
+
+type resolvedID struct {
+	by  ResolvedBy
+	gen uint64
+}
+
+type ringSlot struct {
+	id  string
+	gen uint64
 }
 
 // NewBroker returns an empty broker.
@@ -165,7 +184,8 @@ func NewBroker(opts BrokerOptions) *Broker {
 		onEvent:  opts.OnEvent,
 		remember: opts.Remember,
 		pending:  make(map[string]*pending),
-		resolved: make(map[string]ResolvedBy),
+		settled:  make(map[string]*pending),
+		resolved: make(map[string]resolvedID),
 	}
 }
 
@@ -175,6 +195,14 @@ func NewBroker(opts BrokerOptions) *Broker {
 // *CancelledError, context.Cause(ctx), ErrClosed, or a *ValidationError
 // for a malformed request. A ctx that is already done returns at once
 // without publishing anything.
+//
+// req.ID, when set, is the request's id (one derived from what it asks
+// about, so that clients can name it across a restart; see ApprovalID);
+// if a request with that id is already waiting, a suffix makes it unique.
+// An id that names a parked request (see Park) adopts it instead: no new
+// request is published, a parked request already answered returns its
+// answer at once, and an adopted one does not time out, having waited
+// for a person already.
 func (b *Broker) Ask(ctx context.Context, req Request) (Response, error) {
 	if err := req.Validate(); err != nil {
 		return Response{}, err
@@ -186,22 +214,36 @@ func (b *Broker) Ask(ctx context.Context, req Request) (Response, error) {
 	if timeout == 0 {
 		timeout = b.timeout
 	}
-	req.ID = newID()
-	req.CreatedAt = time.Now()
-	req.ExpiresAt = time.Time{}
-	if timeout > 0 {
-		req.ExpiresAt = req.CreatedAt.Add(timeout)
-	}
 
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return Response{}, ErrClosed
 	}
-	b.seq++
-	p := &pending{req: req, seq: b.seq, done: make(chan struct{})}
-	b.pending[req.ID] = p
-	b.emitLocked(Event{Type: EventRequested, Request: req})
+	var p *pending
+	if req.ID != "" {
+		if s := b.settled[req.ID]; s != nil {
+			delete(b.settled, req.ID)
+			b.mu.Unlock()
+			return s.res.Response, nil
+		}
+		if q := b.pending[req.ID]; q != nil && q.parked {
+			q.parked = false
+			p, timeout = q, 0
+		}
+	}
+	if p == nil {
+		req.ID = b.freeIDLocked(req.ID)
+		req.CreatedAt = time.Now()
+		req.ExpiresAt = time.Time{}
+		if timeout > 0 {
+			req.ExpiresAt = req.CreatedAt.Add(timeout)
+		}
+		b.seq++
+		p = &pending{req: req, seq: b.seq, done: make(chan struct{})}
+		b.pending[req.ID] = p
+		b.emitLocked(Event{Type: EventRequested, Request: req})
+	}
 	b.mu.Unlock()
 	b.drain()
 
@@ -231,6 +273,71 @@ func (b *Broker) Ask(ctx context.Context, req Request) (Response, error) {
 	return Response{}, p.err
 }
 
+// Park publishes req without waiting for it: a request that outlived the
+// wait that asked it (a tool call interrupted by a restart) and waits for
+// a person again. Clients see and answer it like any other; it never
+// times out. An Ask with the same id later adopts it (see Ask), and an
+// answer given before then waits for that Ask. Park returns the request
+// as published: req.ID, or a random id when empty, made unique as in Ask.
+func (b *Broker) Park(req Request) (Request, error) {
+	if err := req.Validate(); err != nil {
+		return Request{}, err
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return Request{}, ErrClosed
+	}
+	req.ID = b.freeIDLocked(req.ID)
+	req.CreatedAt = time.Now()
+	req.ExpiresAt = time.Time{}
+	req.Timeout = 0
+	b.seq++
+	b.pending[req.ID] = &pending{req: req, seq: b.seq, done: make(chan struct{}), parked: true}
+	b.emitLocked(Event{Type: EventRequested, Request: req})
+	b.mu.Unlock()
+	b.drain()
+	return req, nil
+}
+
+// Parked reports whether id is a parked request nobody has adopted yet,
+// answered or not.
+func (b *Broker) Parked(id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p := b.pending[id]; p != nil {
+		return p.parked
+	}
+	return b.settled[id] != nil
+}
+
+// Forget drops the answer of a parked request that no Ask will adopt
+// (the conversation moved on, the run that would have was aborted).
+func (b *Broker) Forget(id string) {
+	b.mu.Lock()
+	delete(b.settled, id)
+	b.mu.Unlock()
+}
+
+// freeIDLocked returns id, or a fresh random id when empty, made unique
+// among the waiting requests with a ".2", ".3"… suffix: the same tool
+// call id may come twice from a model, or from two branches of a
+// conversation.
+func (b *Broker) freeIDLocked(id string) string {
+	if id == "" {
+		return newID()
+	}
+	taken := func(id string) bool { return b.pending[id] != nil || b.settled[id] != nil }
+	if !taken(id) {
+		return id
+	}
+	for n := 2; ; n++ {
+		if c := id + "." + strconv.Itoa(n); !taken(c) {
+			return c
+		}
+	}
+}
+
 // Answer resolves request id with resp. The answer is validated against
 // the request first (a *ValidationError leaves the request pending, so the
 // person can correct it). If the request already ended, the error is a
@@ -257,7 +364,10 @@ func (b *Broker) Answer(id string, resp Response) error {
 
 // Cancel ends request id; its Ask returns a *CancelledError. Errors as for
 // Answer.
-func (b *Broker) Cancel(id string) error {
+func (b *Broker) Cancel(id string) error { return b.CancelWith(id, "cancelled") }
+
+// CancelWith is Cancel with the reason clients and the asker are told.
+func (b *Broker) CancelWith(id, reason string) error {
 	b.mu.Lock()
 	p, ok := b.pending[id]
 	if !ok {
@@ -265,7 +375,7 @@ func (b *Broker) Cancel(id string) error {
 		b.mu.Unlock()
 		return err
 	}
-	b.resolveLocked(p, Resolution{By: ResolvedCancelled, Reason: "cancelled"}, &CancelledError{Reason: "cancelled"})
+	b.resolveLocked(p, Resolution{By: ResolvedCancelled, Reason: reason}, &CancelledError{Reason: reason})
 	b.mu.Unlock()
 	b.drain()
 	return nil
@@ -334,8 +444,8 @@ func (b *Broker) sortedLocked() []*pending {
 }
 
 func (b *Broker) goneLocked(id string) error {
-	if by, ok := b.resolved[id]; ok {
-		return &ResolvedError{ID: id, By: by}
+	if r, ok := b.resolved[id]; ok {
+		return &ResolvedError{ID: id, By: r.by}
 	}
 	return ErrNotFound
 }
@@ -352,15 +462,23 @@ func (b *Broker) resolve(p *pending, res Resolution, err error) {
 func (b *Broker) resolveLocked(p *pending, res Resolution, err error) {
 	id := p.req.ID
 	delete(b.pending, id)
+	b.gen++
+	slot := ringSlot{id, b.gen}
 	if len(b.ring) < b.remember {
-		b.ring = append(b.ring, id)
+		b.ring = append(b.ring, slot)
 	} else {
-		delete(b.resolved, b.ring[b.ringNext])
-		b.ring[b.ringNext] = id
+		old := b.ring[b.ringNext]
+		if b.resolved[old.id].gen == old.gen {
+			delete(b.resolved, old.id)
+		}
+		b.ring[b.ringNext] = slot
 		b.ringNext = (b.ringNext + 1) % b.remember
 	}
-	b.resolved[id] = res.By
+	b.resolved[id] = resolvedID{res.By, b.gen}
 	p.res, p.err = res, err
+	if p.parked && res.By == ResolvedAnswered {
+		b.settled[id] = p
+	}
 	close(p.done)
 	b.emitLocked(Event{Type: EventResolved, Request: p.req, Resolution: &res})
 }

@@ -113,6 +113,8 @@ type waiter struct {
 	cancel  context.CancelCauseFunc
 	granted bool
 	byCount bool
+	// fixed: a parked approval, which only a person's answer settles.
+	fixed bool
 }
 
 // errGranted cancels an approval that a grant given meanwhile made moot.
@@ -167,6 +169,20 @@ func (g *Gate) Grants() Grants {
 func (g *Gate) SetGrants(gr Grants) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.setLocked(gr)
+}
+
+// Grant replaces the session's grants as SetGrants does, and releases the
+// pending approvals they cover, as an answer's grant does: a person who
+// says "confirm the next 5" while one call waits means that one too.
+func (g *Gate) Grant(gr Grants) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.setLocked(gr)
+	g.releaseLocked()
+}
+
+func (g *Gate) setLocked(gr Grants) {
 	g.next = max(gr.Next, 0)
 	g.allTools = gr.AllTools
 	g.tools = make(map[string]bool, len(gr.Tools))
@@ -175,39 +191,69 @@ func (g *Gate) SetGrants(gr Grants) {
 	}
 }
 
+// CheckOptions adjust one Check.
+type CheckOptions struct {
+	// ID is the approval's request id; "" lets the broker choose one.
+	// When it names a parked request (Broker.Park: an approval a restart
+	// interrupted), the check is that request's: only a person's answer
+	// to it (or a deny rule) decides, not the policy's allow and not a
+	// grant given before.
+	ID string
+	// Ask puts the call to a person even when the policy allows it (a
+	// face where every call is confirmed); a grant still covers it and a
+	// deny rule still denies it.
+	Ask bool
+	// Approved runs the call without asking, as a grant would, unless the
+	// policy denies it: the caller approved it in advance (a step that
+	// auto-confirms its calls).
+	Approved bool
+}
+
 // Check decides call, asking a person when the policy says ask and no
 // grant covers it. It blocks while the approval is pending; cancelling ctx
 // (an abort) ends the wait with OutcomeCancelled.
 func (g *Gate) Check(ctx context.Context, call tool.Call) Decision {
+	return g.CheckWith(ctx, call, CheckOptions{})
+}
+
+// CheckWith is Check adjusted by opts.
+func (g *Gate) CheckWith(ctx context.Context, call tool.Call, opts CheckOptions) Decision {
 	g.mu.Lock()
 	policy := g.policy
 	g.mu.Unlock()
+	parked := opts.ID != "" && g.broker.Parked(opts.ID)
 	action, rule := policy.Evaluate(g.env, call)
-	switch action {
-	case ActionDeny:
+	if action == ActionDeny {
 		reason := denyReason(call, rule)
+		if parked {
+			// Nobody needs to answer it any more.
+			_ = g.broker.CancelWith(opts.ID, "denied by policy: "+reason)
+			g.broker.Forget(opts.ID)
+		}
 		return refuse(OutcomeDenied, "Tool call denied by policy: "+reason, ApprovalDetails{Outcome: OutcomeDenied, Reason: reason})
-	case ActionAllow:
-		return Decision{Run: true, Args: call.Args, Outcome: OutcomeAllowed}
+	}
+	if !parked {
+		switch {
+		case opts.Approved:
+			return Decision{Run: true, Args: call.Args, Outcome: OutcomeGranted}
+		case action == ActionAllow && !opts.Ask:
+			return Decision{Run: true, Args: call.Args, Outcome: OutcomeAllowed}
+		}
 	}
 	g.mu.Lock()
-	if ok, _ := g.coverLocked(call.Name); ok {
-		g.mu.Unlock()
-		return Decision{Run: true, Args: call.Args, Outcome: OutcomeGranted}
+	if !parked {
+		if ok, _ := g.coverLocked(call.Name); ok {
+			g.mu.Unlock()
+			return Decision{Run: true, Args: call.Args, Outcome: OutcomeGranted}
+		}
 	}
 	askCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	w := &waiter{tool: call.Name, cancel: cancel}
+	w := &waiter{tool: call.Name, cancel: cancel, fixed: parked}
 	g.waiters = append(g.waiters, w)
 	g.mu.Unlock()
 
-	resp, err := g.broker.Ask(askCtx, Request{
-		Kind:    KindApproval,
-		Title:   "Allow " + call.Name + "?",
-		Message: g.describe(call),
-		Tool:    &ToolApproval{ToolCallID: call.ID, ToolName: call.Name, Args: call.Args},
-		Timeout: g.opts.Timeout,
-	})
+	resp, err := g.broker.Ask(askCtx, g.ApprovalRequest(call, opts.ID))
 
 	g.mu.Lock()
 	g.waiters = slices.DeleteFunc(g.waiters, func(x *waiter) bool { return x == w })
@@ -233,6 +279,20 @@ func (g *Gate) Check(ctx context.Context, call tool.Call) Decision {
 		return g.failed(call, err)
 	}
 	return decide(call, resp)
+}
+
+// ApprovalRequest is the request the gate puts to a person for call, under
+// id ("" for one the broker chooses); Park it to have a person decide a
+// call whose wait a restart interrupted.
+func (g *Gate) ApprovalRequest(call tool.Call, id string) Request {
+	return Request{
+		ID:      id,
+		Kind:    KindApproval,
+		Title:   "Allow " + call.Name + "?",
+		Message: g.describe(call),
+		Tool:    &ToolApproval{ToolCallID: call.ID, ToolName: call.Name, Args: call.Args},
+		Timeout: g.opts.Timeout,
+	}
 }
 
 // coverLocked reports whether a grant covers a call of toolName, spending
@@ -264,8 +324,13 @@ func (g *Gate) grantLocked(toolName string, resp Response) {
 	default:
 		return
 	}
+	g.releaseLocked()
+}
+
+// releaseLocked ends the waits of pending approvals a grant now covers.
+func (g *Gate) releaseLocked() {
 	for _, w := range g.waiters {
-		if w.granted {
+		if w.granted || w.fixed {
 			continue
 		}
 		ok, byCount := g.coverLocked(w.tool)
@@ -334,6 +399,13 @@ func decide(call tool.Call, resp Response) Decision {
 		return refuse(OutcomeRejected, text, ApprovalDetails{Outcome: OutcomeRejected, Feedback: resp.Feedback})
 	}
 	return Decision{Run: true, Args: call.Args, Outcome: OutcomeApproved}
+}
+
+// NotRunResult is what the model sees for a tool call that waited for a
+// person and did not run because the wait ended for reason (an abort, the
+// conversation moving on): the result of a cancelled approval.
+func NotRunResult(reason string) tool.Result {
+	return *refuse(OutcomeCancelled, "Tool call cancelled before it was approved: "+reason, ApprovalDetails{Outcome: OutcomeCancelled, Reason: reason}).Result
 }
 
 func refuse(o Outcome, text string, details ApprovalDetails) Decision {

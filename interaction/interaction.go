@@ -112,7 +112,10 @@ type ToolApproval struct {
 // shared between the copies handed to observers and Pending callers, so
 // treat them as read-only.
 type Request struct {
-	// ID is assigned by Broker.Ask; whatever the caller sets is replaced.
+	// ID names the request. Broker.Ask and Park keep one the caller sets
+	// (made unique if taken) and assign a random one otherwise. A caller's
+	// id is limited to letters, digits and ":_.-", as pi-server's
+	// interaction ids are.
 	ID      string `json:"id"`
 	Kind    Kind   `json:"kind"`
 	Title   string `json:"title,omitempty"`
@@ -219,6 +222,9 @@ func invalid(field, format string, args ...any) *ValidationError {
 // approval. Broker.Ask calls it; callers that build requests from
 // untrusted input (the model's ask_user arguments) get the same errors.
 func (r *Request) Validate() error {
+	if !validID(r.ID) {
+		return invalid("id", "%q may hold only letters, digits and \":_.-\", at most %d of them", r.ID, maxIDLen)
+	}
 	if !r.Kind.Valid() {
 		return invalid("kind", "unknown kind %q (want approval, select, confirm, input, editor or form)", r.Kind)
 	}
@@ -484,4 +490,52 @@ func describe(v any) string {
 		return fmt.Sprintf("number %v", n)
 	}
 	return fmt.Sprintf("%T", v)
+}
+
+// maxIDLen bounds a request id a caller sets. Tool call ids are short
+// (under 100 bytes from every provider); the bound keeps a hostile one
+// from becoming a huge key.
+const maxIDLen = 200
+
+// validID reports whether id is empty or made of pi-server's interaction
+// id characters, [a-zA-Z0-9:_.-], and at most maxIDLen long.
+func validID(id string) bool {
+	if len(id) > maxIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if !idChar(id[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func idChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == ':' || c == '_' || c == '.' || c == '-'
+}
+
+// ApprovalID is the id of the approval of tool call callID: "tool-" and
+// the call id, with every character pi-server does not allow in an id
+// replaced by "_" and cut to a bounded length. The same call gets the
+// same id after a restart, so a client can name a pending approval it
+// saw before.
+func ApprovalID(callID string) string { return stableID("tool-", callID) }
+
+// QuestionID is the id of the question the ask_user call callID asks,
+// "ask-" and the call id, made valid as ApprovalID makes it.
+func QuestionID(callID string) string { return stableID("ask-", callID) }
+
+func stableID(prefix, callID string) string {
+	b := []byte(prefix + callID)
+	for i, c := range b {
+		if !idChar(c) {
+			b[i] = '_'
+		}
+	}
+	// Room for the suffix the broker adds when an id is taken.
+	if n := maxIDLen - 16; len(b) > n {
+		b = b[:n]
+	}
+	return string(b)
 }

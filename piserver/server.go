@@ -80,6 +80,9 @@ func New(srv *server.Server, opt Options) (*Server, error) {
 // events only does not get the others': with N clients each sending
 // commands, global broadcast costs N frames per event.
 func (s *Server) onLifecycle(ev pipeline.Event) {
+	if s.commandSpecs[ev.Command] == nil {
+		return // another face's command: its clients have their own answer
+	}
 	f := lifecycleFrame(ev)
 	o, _ := ev.Origin.(*origin)
 	s.srv.EachClient(face, func(c *server.Client) {

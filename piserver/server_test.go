@@ -218,6 +218,8 @@ type fixtureConfig struct {
 	chunkDelay   time.Duration // between the faux model's chunks
 	eventLogSize int
 	opts         func(*testOptions)
+	// register adds another face's commands to the layer.
+	register pipeline.Registry
 }
 
 // builder makes faux sessions.
@@ -256,6 +258,11 @@ func newFixture(t testing.TB, fc fixtureConfig) *fixture {
 	srv, err := New(layer, Options{Models: fixedModels{faux.Model()}, Version: "test-1"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if fc.register != nil {
+		if err := layer.Register(fc.register); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := layer.Start(); err != nil {
 		t.Fatal(err)
@@ -880,6 +887,34 @@ func TestSwitchSessionWithoutCursorHasNoGap(t *testing.T) {
 		want, got := stream(later), stream(events(wb, "s1"))
 		if strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("switch_session answered seq %d, then the client got events\n %v\nwant every event after %d\n %v", seq, got, seq, want)
+		}
+	})
+}
+
+// Another face's commands share the pipeline (and its lane order), but
+// their lifecycle events are that face's business: a pi-server client
+// never gets command_* frames for them.
+func TestOtherFacesCommandsAreNotBroadcast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fx := newFixture(t, fixtureConfig{register: pipeline.Registry{
+			"other.cmd": {Class: pipeline.ClassRead, Lane: pipeline.LaneServer, ReadOnly: true,
+				Run: func(context.Context, pipeline.Command) (json.RawMessage, error) { return nil, nil }},
+		}})
+		l := &fakeLink{}
+		fx.connect(t, l)
+		if r := fx.layer.Pipeline().Do(pipeline.Command{Type: "other.cmd", ID: "o1"}); !r.Success {
+			t.Fatalf("other.cmd failed: %+v", r)
+		}
+		c := fx.connect(t, &fakeLink{})
+		c.handle([]byte(`{"type":"health_check","id":"h"}`))
+		synctest.Wait()
+		for _, w := range l.wires(t) {
+			if strings.HasPrefix(w.typ(), "command_") && w.data()["commandType"] != "health_check" {
+				t.Errorf("a pi-server client got another face's lifecycle frame: %s", w.raw)
+			}
+		}
+		if index(l.wires(t), func(w wire) bool { return w.typ() == "command_finished" }) < 0 {
+			t.Errorf("no lifecycle frame of its own face's health_check: the broadcast is broken")
 		}
 	})
 }

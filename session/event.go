@@ -32,7 +32,25 @@ const (
 	EventInteractionResolved  EventType = "interaction_resolved"
 	EventTodoUpdated          EventType = "todo_updated"
 	EventSessionChanged       EventType = "session_changed" // new, switch, fork, clone: a different transcript
+	// EventConversationEdited: EditMessage or TruncateAt changed the
+	// conversation at Index (Truncated for TruncateAt); Messages() is the
+	// new conversation.
+	EventConversationEdited EventType = "conversation_edited"
+	// EventConfigChanged: the confirmation mode, the grants or the
+	// enabled tools changed; Config has all three as they are now and
+	// names the one that changed.
+	EventConfigChanged EventType = "config_changed"
 )
+
+// ConfigChange is the payload of config_changed.
+type ConfigChange struct {
+	// Changed is "confirm", "grants" or "tools".
+	Changed    string
+	ConfirmAll bool
+	Grants     interaction.Grants
+	// Tools are the enabled tools.
+	Tools []string
+}
 
 // State is where a session's state machine is.
 type State string
@@ -114,6 +132,11 @@ type Event struct {
 	// session_changed
 	SessionID   string
 	SessionFile string
+	// conversation_edited
+	Index     int
+	Truncated bool
+	// config_changed
+	Config *ConfigChange
 }
 
 // logCopy is the version of ev kept in the event log, and what a replay

@@ -351,6 +351,13 @@ func eventSize(ev Event) int {
 	if ev.Compaction != nil {
 		n += len(ev.Compaction.Summary) + len(ev.Compaction.FirstKeptEntryID)
 	}
+	if c := ev.Config; c != nil {
+		for _, ts := range [][]string{c.Tools, c.Grants.Tools} {
+			for _, t := range ts {
+				n += 16 + len(t)
+			}
+		}
+	}
 	a := ev.Agent
 	if a == nil {
 		return n

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -266,8 +267,42 @@ func (s *Session) Interactions() []interaction.Request { return s.broker.Pending
 func (s *Session) InteractionByID(id string) (interaction.Request, bool) { return s.broker.Get(id) }
 
 // Answer answers a pending interaction; the first answer wins and a late
-// one gets an error saying how the interaction was resolved.
-func (s *Session) Answer(id string, r interaction.Response) error { return s.broker.Answer(id, r) }
+// one gets an error saying how the interaction was resolved. Answering
+// one of the requests the tool calls ending the conversation wait under
+// when no run executes them (after a restart) starts the run that does,
+// as Step would: the answered call is decided by the answer, the others
+// keep waiting for theirs, and the model is asked when all have run.
+func (s *Session) Answer(id string, r interaction.Response) error {
+	s.parkMu.Lock()
+	defer s.parkMu.Unlock()
+	s.mu.Lock()
+	var sl runSlot
+	var took []parkedCall
+	if !s.closed && slices.ContainsFunc(s.parked, func(p parkedCall) bool { return p.id == id }) {
+		if s.runDone != nil {
+			// A navigation is moving the conversation away from the call.
+			s.mu.Unlock()
+			return fault.New(fault.Busy, "the conversation is changing; look at its pending interactions again")
+		}
+		sl = s.takeSlotLocked()
+		took = s.takeParkedLocked()
+	}
+	s.mu.Unlock()
+	err := s.broker.Answer(id, r)
+	if took == nil {
+		return err
+	}
+	if err != nil {
+		// Invalid: the request stays pending, still parked.
+		s.mu.Lock()
+		s.parked, s.runParked = took, nil
+		s.mu.Unlock()
+		s.dropSlot(sl)
+		return err
+	}
+	s.launch(sl, s.agent.Resume)
+	return nil
+}
 
 // Ask puts a question to the people watching the session and waits for
 // the answer (the face's extension UI requests go through here too).
@@ -459,6 +494,25 @@ func (s *Session) changed() {
 	s.emit(Event{Type: EventSessionChanged, SessionID: id, SessionFile: path})
 }
 
+// swap makes f the session's transcript in place of the current one,
+// then runs then (if set) and announces the change. The tool calls the
+// old transcript ends with stop waiting for a person (they stay
+// unanswered in its file); those f ends with wait for one.
+func (s *Session) swap(f *transcript.File, then func()) error {
+	s.parkMu.Lock()
+	s.settleLocked(reasonMovedOn, false)
+	err := s.adopt(f)
+	s.parkMu.Unlock()
+	if err == nil {
+		if then != nil {
+			then()
+		}
+		s.changed()
+	}
+	s.repark()
+	return err
+}
+
 // NewSession starts a fresh transcript in place of the current one.
 // parent, if set, is recorded as the new session's parent.
 func (s *Session) NewSession(parent string) error {
@@ -469,12 +523,7 @@ func (s *Session) NewSession(parent string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.adopt(f); err != nil {
-		return err
-	}
-	s.agent.ClearQueues()
-	s.changed()
-	return nil
+	return s.swap(f, func() { s.agent.ClearQueues() })
 }
 
 // Switch loads another session file in place of the current one.
@@ -486,11 +535,10 @@ func (s *Session) Switch(path string) error {
 	if err != nil {
 		return fmt.Errorf("opening session %s: %w", path, err)
 	}
-	if err := s.adopt(f); err != nil {
+	if err := s.swap(f, nil); err != nil {
 		f.Close()
 		return err
 	}
-	s.changed()
 	return nil
 }
 
@@ -532,11 +580,10 @@ func (s *Session) Fork(entryID string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("forking: %w", err)
 	}
-	if err := s.adopt(nf); err != nil {
+	if err := s.swap(nf, nil); err != nil {
 		nf.Close()
 		return "", err
 	}
-	s.changed()
 	return text, nil
 }
 
@@ -552,10 +599,9 @@ func (s *Session) Clone() error {
 	if err != nil {
 		return fmt.Errorf("cloning: %w", err)
 	}
-	if err := s.adopt(nf); err != nil {
+	if err := s.swap(nf, nil); err != nil {
 		nf.Close()
 		return err
 	}
-	s.changed()
 	return nil
 }

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,17 +43,24 @@ func (s *Session) Prompt(m *llm.Message, b Behavior) error {
 // PromptThen is Prompt with a callback run once the prompt is accepted
 // and before the run emits its first event, so a face can answer the
 // command before agent_start reaches the client.
+//
+// A conversation that ends with tool calls that never ran (pending
+// approvals after a restart) moves on: each gets a result saying it was
+// not run, so the context stays valid, before the run starts.
 func (s *Session) PromptThen(m *llm.Message, b Behavior, accepted func()) error {
 	if accepted == nil {
 		accepted = func() {}
 	}
+	s.parkMu.Lock()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		s.parkMu.Unlock()
 		return ErrClosed
 	}
 	if s.runDone != nil {
 		s.mu.Unlock()
+		s.parkMu.Unlock()
 		var err error
 		switch b {
 		case BehaviorSteer:
@@ -68,30 +76,73 @@ func (s *Session) PromptThen(m *llm.Message, b Behavior, accepted func()) error 
 		accepted()
 		return nil
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.runCancel, s.runDone = cancel, make(chan struct{})
-	done := s.runDone
-	s.wg.Add(1)
+	sl := s.takeSlotLocked()
 	s.mu.Unlock()
 	accepted()
+	s.settleLocked(reasonMovedOn, true)
+	s.parkMu.Unlock()
+	s.launch(sl, func(ctx context.Context) ([]*llm.Message, error) { return s.agent.Prompt(ctx, m) })
+	return nil
+}
+
+// runSlot is the claim on the session's one run: while it is held,
+// prompts are refused or queued and Abort cancels it.
+type runSlot struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+}
+
+// takeSlotLocked claims the run slot; s.mu is held, the session is open
+// and no run is in progress.
+func (s *Session) takeSlotLocked() runSlot {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sl := runSlot{ctx, cancel, make(chan struct{})}
+	s.runCancel, s.runDone = cancel, sl.done
+	s.wg.Add(1)
+	return sl
+}
+
+// dropSlot gives back a slot no run was started in; nothing was emitted.
+func (s *Session) dropSlot(sl runSlot) {
+	s.mu.Lock()
+	s.runCancel, s.runDone = nil, nil
+	s.mu.Unlock()
+	sl.cancel(nil)
+	close(sl.done)
+	s.wg.Done()
+}
+
+// launch starts the run in sl on its own goroutine: start begins the
+// agent's run (Prompt, Resume), and the session's retries and compaction
+// follow as for any run.
+func (s *Session) launch(sl runSlot, start func(context.Context) ([]*llm.Message, error)) {
 	s.setState(StateRunning, "")
+	s.mu.Lock()
+	parked := len(s.runParked) > 0
+	s.mu.Unlock()
+	if parked {
+		s.syncSuspended()
+	}
 	go func() {
 		defer s.wg.Done()
-		outcome := s.run(ctx, m)
-		cancel()
+		outcome := s.run(sl.ctx, start)
+		sl.cancel(nil)
 		s.mu.Lock()
 		s.runCancel, s.runDone = nil, nil
 		s.lastOutcome = outcome
 		bash := s.pendingBash
 		s.pendingBash = nil
+		left := s.runParked
+		s.runParked, s.runAuto = nil, false
 		s.mu.Unlock()
+		s.forget(left)
 		for _, bm := range bash {
 			s.appendOutsideRun(bm)
 		}
 		s.setState(StateIdle, outcome)
-		close(done)
+		close(sl.done)
 	}()
-	return nil
 }
 
 // Steer queues a message for delivery after the current turn. With no
@@ -150,7 +201,13 @@ func (s *Session) Wait(ctx context.Context) error {
 // Abort stops the run in progress (the model stream is closed, running
 // tools are killed, a retry wait or compaction is cancelled, pending
 // interactions are cancelled) and returns once the run has ended.
+//
+// With no run in progress, the tool calls the conversation ends with that
+// wait for a person (pending approvals after a restart) are settled as
+// not run, each with a result saying it was cancelled, and nothing runs;
+// the state goes to idle with the outcome cancelled.
 func (s *Session) Abort() {
+	s.parkMu.Lock()
 	s.mu.Lock()
 	cancel, done := s.runCancel, s.runDone
 	compactCancel := s.compactCancel
@@ -159,13 +216,39 @@ func (s *Session) Abort() {
 		compactCancel()
 	}
 	if cancel == nil {
+		s.mu.Lock()
+		parked := len(s.parked) > 0
+		s.mu.Unlock()
+		if parked {
+			s.settleLocked(reasonAborted, true)
+			s.mu.Lock()
+			s.lastOutcome = OutcomeCancelled
+			s.mu.Unlock()
+			s.setState(StateIdle, OutcomeCancelled)
+		}
+		s.parkMu.Unlock()
 		return
 	}
-	cancel()
-	s.broker.CancelAll("the run was aborted")
+	s.parkMu.Unlock()
+	s.stopRun(cancel, done, errAborted)
+}
+
+// stopRun cancels the run in progress with cause and waits for its end.
+func (s *Session) stopRun(cancel func(error), done chan struct{}, cause error) {
+	cancel(cause)
+	s.broker.CancelAll(cause.Error())
 	s.agent.Abort()
 	<-done
 }
+
+// Why a run or a waiting call ended, as the model and clients are told.
+const (
+	reasonAborted = "the run was aborted"
+	reasonMovedOn = "the conversation moved on"
+	reasonClosed  = "the session closed"
+)
+
+var errAborted = errors.New(reasonAborted)
 
 // AbortRetry cancels a retry wait in progress; the run ends with the
 // error that caused the retry.
@@ -181,8 +264,8 @@ func (s *Session) AbortRetry() {
 // run is one prompt's whole life: the agent run, retries of transient
 // errors, compaction when the context overflowed or passed the
 // threshold. It returns the outcome.
-func (s *Session) run(ctx context.Context, m *llm.Message) Outcome {
-	added, err := s.agent.Prompt(ctx, m)
+func (s *Session) run(ctx context.Context, start func(context.Context) ([]*llm.Message, error)) Outcome {
+	added, err := start(ctx)
 	if err != nil {
 		s.log.Error("agent run", "err", err)
 		return OutcomeFailed

@@ -78,6 +78,9 @@ type Config struct {
 	// Policy is the permission policy for tool calls (default: allow
 	// everything, as pi).
 	Policy interaction.Policy
+	// ConfirmAll is the confirmation mode of a session whose transcript
+	// does not record one (see SetConfirmAll).
+	ConfirmAll bool
 	// InteractionTimeout bounds how long a pending interaction waits for
 	// an answer; 0 waits forever.
 	InteractionTimeout time.Duration
@@ -151,7 +154,7 @@ type Session struct {
 	compact       compaction.Settings
 	lastErr       *llm.Error
 	retryAttempt  int // the retry in progress, ended by the next answer that is not an error
-	runCancel     context.CancelFunc
+	runCancel     func(cause error)
 	runDone       chan struct{}
 	lastOutcome   Outcome
 	compactCancel context.CancelFunc
@@ -161,6 +164,41 @@ type Session struct {
 	items         []item // the current context with entry ids, for compaction
 	prevDetails   *compaction.Details
 	wg            sync.WaitGroup
+
+	// parkMu orders what settles the tool calls the conversation ends
+	// with when no run executes them: answering one of their parked
+	// requests (which starts the run), a step, a new message moving on,
+	// an abort, a change of context.
+	parkMu sync.Mutex
+	// parked are the requests published for those calls (s.mu); a run
+	// that starts takes them over as runParked, call id to request id.
+	parked    []parkedCall
+	runParked map[string]string
+	unparking bool // settling parked calls: the caller sets the state (s.mu)
+	// runAuto: the run in progress confirms its calls without asking
+	// (a step's AutoConfirm).
+	runAuto bool
+
+	// settingsMu orders the durable settings entries, so the last one
+	// written is the setting in force.
+	settingsMu  sync.Mutex
+	confirmAll  bool               // s.mu
+	savedGrants interaction.Grants // settingsMu
+	toolNames   []string           // enabled tools, nil for all (s.mu)
+	tools       []tool.Tool        // every tool the session has
+
+	// detach: Close is stopping the run. What the stop makes of the tool
+	// calls in progress is not recorded, so that they wait for a person
+	// again when the session is loaded, as after a crash; once one result
+	// is left out, nothing after it is recorded.
+	detach, detachSkip bool
+}
+
+// parkedCall is a tool call the conversation ends with, waiting for a
+// person under request id.
+type parkedCall struct {
+	id   string
+	call tool.Call
 }
 
 // item is one message of the current context with its transcript entry.
@@ -199,6 +237,7 @@ func New(cfg Config) (*Session, error) {
 		cfg: cfg, log: cfg.Logger, events: newEventLog(cfg.EventLogSize, cfg.EventLogBytes, cfg.FirstSeq), listeners: map[int]func(Event){},
 		seq: cfg.FirstSeq, seqLimit: cfg.FirstSeq,
 		state: StateIdle, thinking: cfg.Thinking, model: cfg.Model, retry: cfg.Retry, compact: cfg.Compaction,
+		confirmAll: cfg.ConfirmAll,
 	}
 	s.broker = interaction.NewBroker(interaction.BrokerOptions{Timeout: cfg.InteractionTimeout, OnEvent: s.onInteraction})
 	gate, err := interaction.NewGate(cfg.Policy, s.broker, cfg.BashEnv, cfg.Gate)
@@ -209,6 +248,7 @@ func New(cfg Config) (*Session, error) {
 	s.todos = todo.NewList(s.onTodo)
 	tools := append([]tool.Tool{}, cfg.Tools...)
 	tools = append(tools, interaction.NewAskUserTool(s.broker, cfg.InteractionTimeout), todo.NewTool(s.todos))
+	s.tools = tools
 	s.agent = agent.New(agent.Config{
 		Model: cfg.Model, Thinking: cfg.Thinking, SystemPrompt: cfg.SystemPrompt, Tools: tools,
 		Stream: cfg.Stream, Options: cfg.Options, BeforeToolCall: s.beforeToolCall,
@@ -216,25 +256,19 @@ func New(cfg Config) (*Session, error) {
 		MaxTurns: cfg.MaxTurns, MaxSameToolFailures: cfg.MaxSameToolFailures, MaxQueued: cfg.MaxQueued, MaxQueuedBytes: cfg.MaxQueuedBytes,
 	}, s.onAgent)
 
+	var f *transcript.File
 	if cfg.Open != "" {
-		f, err := transcript.Open(cfg.Open, transcript.WithSync(cfg.Sync))
-		if err != nil {
+		if f, err = transcript.Open(cfg.Open, transcript.WithSync(cfg.Sync)); err != nil {
 			return nil, fmt.Errorf("opening session %s: %w", cfg.Open, err)
 		}
-		if err := s.adopt(f); err != nil {
-			f.Close()
-			return nil, err
-		}
-		return s, nil
-	}
-	f, err := s.newFile("")
-	if err != nil {
+	} else if f, err = s.newFile(""); err != nil {
 		return nil, err
 	}
 	if err := s.adopt(f); err != nil {
 		f.Close()
 		return nil, err
 	}
+	s.repark()
 	return s, nil
 }
 
@@ -279,6 +313,7 @@ func (s *Session) adopt(f *transcript.File) error {
 	model, thinking := s.model, s.thinking
 	s.mu.Unlock()
 	s.agent.Update(func(ac *agent.Config) { ac.Model, ac.Thinking = model, thinking })
+	s.loadSettings(f)
 	if f.Len() == 0 {
 		// A new transcript starts by recording what it runs with, as pi's
 		// files do.
@@ -424,6 +459,11 @@ func (s *Session) onAgent(ev agent.Event) {
 // client still sees every event.
 func (s *Session) record(m *llm.Message) {
 	s.mu.Lock()
+	if s.detach && (m.Role == llm.RoleToolResult || s.detachSkip) {
+		s.detachSkip = true
+		s.mu.Unlock()
+		return
+	}
 	f := s.file
 	s.mu.Unlock()
 	id, err := f.AppendMessage(m)
@@ -438,15 +478,27 @@ func (s *Session) record(m *llm.Message) {
 
 func (s *Session) onInteraction(ev interaction.Event) {
 	s.emit(Event{Type: interactionEventType(ev), Interaction: &ev})
+	s.syncSuspended()
+}
+
+// syncSuspended moves the state between running (or idle, when parked
+// calls wait with no run) and suspended as people are being asked or no
+// longer are.
+func (s *Session) syncSuspended() {
+	pending := len(s.broker.Pending()) > 0
 	s.mu.Lock()
-	st := s.state
+	st, run, parked, quiet := s.state, s.runDone != nil, len(s.parked) > 0, s.unparking
 	s.mu.Unlock()
-	pending := len(s.broker.Pending())
+	if quiet {
+		return
+	}
 	switch {
-	case st == StateRunning && pending > 0:
+	case pending && (st == StateRunning || st == StateIdle && !run && parked):
 		s.setState(StateSuspended, "")
-	case st == StateSuspended && pending == 0:
+	case !pending && st == StateSuspended && run:
 		s.setState(StateRunning, "")
+	case !pending && st == StateSuspended:
+		s.setState(StateIdle, "")
 	}
 }
 
@@ -467,13 +519,25 @@ func (s *Session) beforeToolCall(ctx context.Context, call tool.Call) agent.Tool
 	if call.Name == interaction.AskUserName || call.Name == todo.ToolName {
 		return agent.ToolDecision{Run: true}
 	}
-	d := s.gate.Check(ctx, call)
+	s.mu.Lock()
+	opts := interaction.CheckOptions{ID: s.runParked[call.ID], Ask: s.confirmAll, Approved: s.runAuto}
+	s.mu.Unlock()
+	if opts.ID == "" {
+		opts.ID = interaction.ApprovalID(call.ID)
+	}
+	d := s.gate.CheckWith(ctx, call, opts)
+	s.saveGrants()
 	return agent.ToolDecision{Run: d.Run, Args: d.Args, Result: d.Result}
 }
 
 // Close aborts any run, cancels pending interactions, waits for the
 // session's goroutines, ends every process its commands left running,
 // deletes their output files and closes the transcript.
+//
+// Tool calls the run had not finished (waiting for a person, running, not
+// started) get no result in the transcript: when the session is loaded
+// again they wait for a person, as after a crash. The stopped run's other
+// messages (a partly streamed answer, marked aborted) are kept.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -481,8 +545,16 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.detach = true
+	cancel, done := s.runCancel, s.runDone
+	compactCancel := s.compactCancel
 	s.mu.Unlock()
-	s.Abort()
+	if compactCancel != nil {
+		compactCancel()
+	}
+	if cancel != nil {
+		s.stopRun(cancel, done, errors.New(reasonClosed))
+	}
 	s.AbortBash()
 	s.wg.Wait()
 	if err := s.cfg.BashEnv.Scope.Close(); err != nil {

@@ -441,6 +441,9 @@ func (s *Session) NavigateTree(ctx context.Context, targetID string, opts Naviga
 	if err != nil {
 		return NavigateResult{}, err
 	}
+	// After release (defers run last first): the calls the new position
+	// ends with wait for a person.
+	defer s.repark()
 	defer release()
 
 	s.mu.Lock()
@@ -526,12 +529,12 @@ func (s *Session) claim(cancel context.CancelFunc) (release func(), err error) {
 	case s.closed:
 		return nil, ErrClosed
 	case s.runDone != nil:
-		return nil, fault.New(fault.Busy, "the agent is processing; abort it or wait for it to finish first")
+		return nil, errIdle
 	case s.compactCancel != nil:
 		return nil, fault.New(fault.Busy, "a compaction is running; abort it or wait for it to finish first")
 	}
 	done := make(chan struct{})
-	s.runCancel, s.runDone, s.compactCancel = cancel, done, cancel
+	s.runCancel, s.runDone, s.compactCancel = func(error) { cancel() }, done, cancel
 	s.wg.Add(1)
 	return func() {
 		s.mu.Lock()

@@ -1,0 +1,128 @@
+package convapi
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentd-dev/agentd/llm/faux"
+)
+
+// ids are the id and type of every event but pings and the snapshot.
+func ids(evs []event) []string {
+	var out []string
+	for _, e := range evs {
+		if e.typ() != "ping" && e.typ() != "connected" && e.typ() != "resync" {
+			out = append(out, e.id+":"+e.typ())
+		}
+	}
+	return out
+}
+
+// A client whose connection drops mid-stream reconnects with the last id
+// it saw and gets every event it missed, in order, once.
+func TestResumeByLastEventID(t *testing.T) {
+	for _, how := range []string{"Last-Event-ID", "after"} {
+		t.Run(how, func(t *testing.T) {
+			fx := newFixture(t, fixtureOptions{chunkDelay: 2 * time.Millisecond})
+			sid := fx.create("res", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "go"}}})
+			whole := fx.open("/api/v2/conversations/res/events")
+			whole.next("connected")
+			a := fx.open("/api/v2/conversations/res/events?session_id=" + sid)
+			a.next("connected")
+			fx.faux.Push(faux.Response{Text: strings.Repeat("tok ", 60)})
+			fx.ok("POST", "/api/v2/conversations/res/step", map[string]any{"session_id": sid})
+			for range 10 {
+				a.next("generation_progress")
+			}
+			a.close()
+			got := a.snapshot()
+			last := got[len(got)-1].id
+			var b *stream
+			if how == "after" {
+				b = fx.open("/api/v2/conversations/res/events?session_id=" + sid + "&after=" + last)
+			} else {
+				b = fx.open("/api/v2/conversations/res/events?session_id="+sid, "Last-Event-ID", last)
+			}
+			conn := b.next("connected")
+			if conn.m["resumed"] != true {
+				t.Errorf("connected after a cursor = %s, want resumed", conn.raw)
+			}
+			b.next("generation_complete")
+			whole.next("generation_complete")
+			want := ids(whole.snapshot())
+			joined := append(ids(got), ids(b.snapshot())...)
+			if strings.Join(joined, " ") != strings.Join(want, " ") {
+				t.Errorf("resumed stream:\n  got  %v\n  want %v", joined, want)
+			}
+		})
+	}
+}
+
+// A cursor the conversation's log no longer holds gets the snapshot and a
+// resync event, never silence.
+func TestResumeCursorTooOld(t *testing.T) {
+	fx := newFixture(t, fixtureOptions{logSize: 16})
+	sid := fx.create("old", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "go"}}})
+	fx.faux.Push(faux.Response{Text: strings.Repeat("tok ", 60)})
+	w := fx.open("/api/v2/conversations/old/events?session_id=" + sid)
+	fx.ok("POST", "/api/v2/conversations/old/step", map[string]any{"session_id": sid})
+	w.next("generation_complete")
+	for _, cursor := range []string{"1", "999999"} {
+		b := fx.open("/api/v2/conversations/old/events?session_id="+sid, "Last-Event-ID", cursor)
+		conn := b.next("connected")
+		rs := b.next("resync")
+		if conn.m["resumed"] == true || rs.m["after"] != mustFloat(cursor) || rs.m["seq"] != conn.m["seq"] || rs.id != conn.id {
+			t.Errorf("cursor %s: connected %s, resync %s", cursor, conn.raw, rs.raw)
+		}
+	}
+	wantErr(t, fx.do("GET", "/api/v2/conversations/old/events", nil, "Last-Event-ID", "x1"), http.StatusBadRequest,
+		"Last-Event-ID must be a non-negative integer (the seq of the last event received)")
+	wantErr(t, fx.do("GET", "/api/v2/conversations/old/events?after=-1", nil), http.StatusBadRequest,
+		"after must be a non-negative integer (the seq of the last event received)")
+}
+
+func mustFloat(s string) float64 {
+	f, _ := strconv.ParseFloat(s, 64)
+	return f
+}
+
+// After a restart a client resumes from the last seq it saw, and a tool
+// call that was waiting for a person waits again and runs once confirmed.
+func TestRestartKeepsCursorAndPendingConfirmation(t *testing.T) {
+	root := t.TempDir()
+	fx := newFixture(t, fixtureOptions{root: root})
+	sid := fx.create("rs", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "write it"}}})
+	st := fx.open("/api/v2/conversations/rs/events?session_id=" + sid)
+	fx.faux.Push(faux.Response{ToolCalls: []faux.ToolCall{{ID: "k1", Name: "write", Args: `{"path":"after-restart.txt","content":"kept"}`}}})
+	fx.ok("POST", "/api/v2/conversations/rs/step", map[string]any{"session_id": sid})
+	pend := st.next("tool_pending")
+	fx.stop()
+	st.waitEnded()
+	lastID := st.snapshot()[len(st.snapshot())-1].id
+
+	fx2 := newFixture(t, fixtureOptions{root: root})
+	fx2.faux.Push(faux.Response{Text: "Written."})
+	b := fx2.open("/api/v2/conversations/rs/events", "Last-Event-ID", lastID)
+	conn := b.next("connected")
+	pts, _ := conn.m["pending_tools"].([]any)
+	if len(pts) != 1 || pts[0].(map[string]any)["tool_id"] != pend.str("tool_id") {
+		t.Fatalf("after the restart: %s", conn.raw)
+	}
+	if seq, _ := strconv.ParseUint(conn.id, 10, 64); seq < pend.seq() {
+		t.Errorf("the seq went back: %d after %d", seq, pend.seq())
+	}
+	fx2.ok("POST", "/api/v2/conversations/rs/tool/confirm", map[string]any{"tool_id": pend.str("tool_id"), "action": "confirm"})
+	b.next("tool_complete")
+	b.next("generation_complete")
+	for _, e := range b.snapshot() {
+		if e.typ() != "connected" && e.typ() != "ping" && e.seq() <= pend.seq() {
+			t.Errorf("an event at or before the cursor came again: %s %s", e.id, e.raw)
+		}
+	}
+	if got := fx2.ok("GET", "/api/v2/conversations/rs", nil); !strings.Contains(string(got.body), "Written.") {
+		t.Errorf("the run did not continue: %s", got)
+	}
+}

@@ -1,0 +1,160 @@
+package session
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/interaction"
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/todo"
+	"github.com/agentd-dev/agentd/tool"
+)
+
+// Tool calls the conversation ends with but no run executes (the process
+// stopped or was killed while they waited for a person or ran, or an edit
+// left them there) wait for a person as parked requests in the broker,
+// under the ids a live run would ask them under: an approval per call
+// (whatever the policy's allow or the grants given before say: a restart
+// is a point where a person decides), and for ask_user its question; todo
+// calls are harmless and wait for the run. Clients list and answer them
+// like any other request. The first answer starts a run that executes the
+// calls, adopting the parked requests (see Answer); Step does the same; a
+// new message settles them as not run (the conversation moved on), and so
+// does Abort (the run was aborted).
+
+// repark makes the parked requests those of the calls the conversation
+// ends with now, if no run is in progress.
+func (s *Session) repark() {
+	s.parkMu.Lock()
+	defer s.parkMu.Unlock()
+	s.reparkLocked()
+}
+
+// parkRequest is a request to park for a call.
+type parkRequest struct {
+	req  interaction.Request
+	call tool.Call
+}
+
+// reparkLocked is repark with s.parkMu held.
+func (s *Session) reparkLocked() {
+	s.mu.Lock()
+	if s.runDone != nil || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	cur := s.parked
+	s.mu.Unlock()
+	_, calls := agent.PendingToolCalls(s.agent.Messages())
+	want := s.parkRequests(calls)
+	if !sameCalls(cur, want) {
+		s.mu.Lock()
+		s.parked, s.unparking = nil, true
+		s.mu.Unlock()
+		s.cancelParked(cur, reasonMovedOn)
+		parked := make([]parkedCall, 0, len(want))
+		for _, w := range want {
+			got, err := s.broker.Park(w.req)
+			if err != nil {
+				s.log.Warn("a tool call waits for no one", "tool", w.call.Name, "call", w.call.ID, "err", err)
+				continue
+			}
+			parked = append(parked, parkedCall{got.ID, w.call})
+		}
+		s.mu.Lock()
+		s.parked, s.unparking = parked, false
+		s.mu.Unlock()
+	}
+	s.syncSuspended()
+}
+
+func (s *Session) parkRequests(calls []llm.Content) []parkRequest {
+	out := make([]parkRequest, 0, len(calls))
+	for _, c := range calls {
+		call := tool.Call{ID: c.ID, Name: c.Name, Args: c.Arguments}
+		switch c.Name {
+		case todo.ToolName:
+			continue
+		case interaction.AskUserName:
+			req, err := interaction.AskUserRequest(call)
+			if err != nil {
+				continue // the tool says what is wrong when it runs
+			}
+			out = append(out, parkRequest{req, call})
+		default:
+			out = append(out, parkRequest{s.gate.ApprovalRequest(call, interaction.ApprovalID(call.ID)), call})
+		}
+	}
+	return out
+}
+
+func sameCalls(cur []parkedCall, want []parkRequest) bool {
+	if len(cur) != len(want) {
+		return false
+	}
+	for i := range cur {
+		if cur[i].call.ID != want[i].call.ID || cur[i].call.Name != want[i].call.Name || string(cur[i].call.Args) != string(want[i].call.Args) {
+			return false
+		}
+	}
+	return true
+}
+
+// cancelParked ends parked requests nobody will adopt.
+func (s *Session) cancelParked(ps []parkedCall, reason string) {
+	for _, p := range ps {
+		_ = s.broker.CancelWith(p.id, reason) // an answered one is already resolved
+		s.broker.Forget(p.id)
+	}
+}
+
+// settleLocked ends the parked requests with reason and, with record,
+// gives every call the conversation ends with a result saying it was not
+// run, so the context stays valid. It reports whether there was anything
+// to settle. The caller holds s.parkMu and sets the state afterwards.
+func (s *Session) settleLocked(reason string, record bool) bool {
+	s.mu.Lock()
+	cur := s.parked
+	s.parked, s.unparking = nil, true
+	s.mu.Unlock()
+	s.cancelParked(cur, reason)
+	var calls []llm.Content
+	if record {
+		_, calls = agent.PendingToolCalls(s.agent.Messages())
+		res := interaction.NotRunResult(reason)
+		details, _ := json.Marshal(res.Details)
+		for _, c := range calls {
+			s.appendOutsideRun(&llm.Message{Role: llm.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
+				Content: res.Content, Details: details, IsError: true, Timestamp: time.Now().UnixMilli()})
+		}
+	}
+	s.mu.Lock()
+	s.unparking = false
+	s.mu.Unlock()
+	return len(cur) > 0 || len(calls) > 0
+}
+
+// takeParkedLocked hands the parked requests to the run starting: its
+// calls ask under their ids. s.mu is held.
+func (s *Session) takeParkedLocked() []parkedCall {
+	ps := s.parked
+	s.parked = nil
+	s.runParked = make(map[string]string, len(ps))
+	for _, p := range ps {
+		s.runParked[p.call.ID] = p.id
+	}
+	return ps
+}
+
+// forget drops what is left of the requests a run took over and did not
+// adopt (the run was aborted before their calls): nobody is to answer
+// them any more.
+func (s *Session) forget(ids map[string]string) {
+	for _, id := range ids {
+		if s.broker.Parked(id) {
+			_ = s.broker.CancelWith(id, reasonAborted)
+			s.broker.Forget(id)
+		}
+	}
+}
