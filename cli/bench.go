@@ -16,7 +16,8 @@ import (
 
 // runBench measures `agentd serve`: for each N in --sessions it starts a
 // server against an in-process mock model, drives N sessions over
-// WebSocket and prints one column of figures per N.
+// WebSocket and prints one column of figures per N. With --face
+// session-ws it also watches them on the per-session WebSocket.
 func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
 	if len(args) > 0 && args[0] == loadgen.BaselineServerCommand {
 		// Hidden: --baseline runs this as its server.
@@ -32,12 +33,15 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	baseline := fs.Bool("baseline", false, "after each run, measure coder/websocket's own rate with as many connections, messages and bytes per message, and report events/s as a fraction of it")
 	idleSessions := fs.Int("idle-sessions", 0, "before the N sessions, create this many more on the bench's own connection and report the RSS per such idle session (e.g. 40)")
 	settle := fs.Duration("settle", time.Second, "how long the server's RSS must hold still before each idle reading (before any connection, after the first session, the idle sessions and the N); 0 reads at once")
-	gets := fs.Int("gets", 1, "get_state commands per session after each prompt (0 for none)")
+	gets := fs.Int("gets", 1, "get_state commands per session after each prompt (0 for none; with --face session-ws the default is 0)")
 	jsonOut := fs.Bool("json", false, "print the reports as JSON instead of a table")
 	binary := fs.String("binary", "", "agentd binary to run as the server (default: this executable)")
 	serverLog := fs.Bool("server-log", false, "copy the server's stderr to stderr")
-	ownLifecycle := fs.Bool("own-lifecycle", false, "connect with ?lifecycle=own: clients get their own commands' lifecycle events only, not every client's")
+	ownLifecycle := fs.Bool("own-lifecycle", false, "connect with ?lifecycle=own: clients get their own commands' lifecycle events only, not every client's (the default with --face session-ws)")
 	serverFlags := fs.String("server-flags", "", "extra flags for agentd serve, space-separated, after the bench's own (a repeated flag overrides)")
+	face := fs.String("face", "pi", "what to measure: pi (the pi-server WebSocket the sessions are driven over) or session-ws (that, and --watchers connections to /api/v1/ws/sessions/{id} watching the busy sessions)")
+	watchers := fs.Int("watchers", 0, "with --face session-ws: watcher connections, spread evenly over the N sessions (default 10 per session)")
+	planSteps := fs.Int("plan-steps", 0, "the mock works through a plan of this many steps in every run, with a todo tool call per step, so a run has this many turns plus 2 (default 3 with --face session-ws, else 0: one turn)")
 	timeout := fs.Duration("command-timeout", 2*time.Minute, "longest wait for one command's response")
 	loadTimeout := fs.Duration("load-timeout", 10*time.Minute, "longest load phase per N: commands still waiting then are errors (load timeout), the rest are reported as not run")
 	if err := parse(cfg, fs, args); err != nil {
@@ -56,6 +60,35 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if *format != "full" && *format != "delta" {
 		return usageError{fmt.Errorf("--stream-format %q: want full or delta", *format)}
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch *face {
+	case "pi":
+		if set["watchers"] {
+			return usageError{fmt.Errorf("--watchers: only with --face session-ws")}
+		}
+	case "session-ws":
+		// The watchers are what is measured: the drivers send prompts
+		// back to back and get only their own commands' lifecycle
+		// events, unless told otherwise.
+		if !set["plan-steps"] {
+			*planSteps = 3
+		}
+		if !set["gets"] {
+			*gets = 0
+		}
+		if !set["own-lifecycle"] {
+			*ownLifecycle = true
+		}
+	default:
+		return usageError{fmt.Errorf("--face %q: want pi or session-ws", *face)}
+	}
+	if *watchers < 0 || *planSteps < 0 {
+		return usageError{fmt.Errorf("--watchers and --plan-steps must not be negative")}
+	}
+	if *watchers > 0 && *watchers < slices.Max(ns) {
+		return usageError{fmt.Errorf("--watchers %d: want at least one per session (--sessions %s)", *watchers, *sessions)}
+	}
 	if *readDelay < 0 || *idleWait < 0 || *settle < 0 || *idleSessions < 0 || *timeout <= 0 || *loadTimeout <= 0 {
 		return usageError{fmt.Errorf("--read-delay, --idle-wait, --settle and --idle-sessions must not be negative, --command-timeout and --load-timeout must be positive")}
 	}
@@ -67,7 +100,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	// 1,000 sessions are 1,000 sockets here and as many in the server.
 	if lim, err := loadgen.RaiseOpenFileLimit(); err != nil {
 		log.Warn("open-file limit", "err", err)
-	} else if need := uint64(2*slices.Max(ns) + *idleSessions + 100); lim < need {
+	} else if need := uint64(2*(slices.Max(ns)+watchersFor(*face, *watchers, slices.Max(ns))) + *idleSessions + 100); lim < need {
 		log.Warn("open-file limit may be too low", "limit", lim, "need", need)
 	}
 	g := *gets
@@ -82,11 +115,16 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	for _, n := range ns {
 		o := loadgen.Options{Binary: *binary, Sessions: n, Rounds: *rounds, Chunks: *chunks, GetStates: g,
 			StreamFormat: *format, ReadDelay: *readDelay, IdleWait: *idleWait, Baseline: *baseline, Settle: st, IdleSessions: *idleSessions,
-			CommandTimeout: *timeout, LoadTimeout: *loadTimeout, Logger: log, ServerArgs: strings.Fields(*serverFlags), OwnLifecycle: *ownLifecycle}
+			CommandTimeout: *timeout, LoadTimeout: *loadTimeout, Logger: log, ServerArgs: strings.Fields(*serverFlags), OwnLifecycle: *ownLifecycle,
+			Watchers: watchersFor(*face, *watchers, n), PlanSteps: *planSteps}
 		if *serverLog {
 			o.ServerLog = m.stderr
 		}
-		fmt.Fprintf(m.stderr, "agentd bench: N=%d ...\n", n)
+		if o.Watchers > 0 {
+			fmt.Fprintf(m.stderr, "agentd bench: N=%d, %d session-ws watchers ...\n", n, o.Watchers)
+		} else {
+			fmt.Fprintf(m.stderr, "agentd bench: N=%d ...\n", n)
+		}
 		rep, err := loadgen.Run(ctx, o)
 		if err != nil {
 			runErr = fmt.Errorf("with %d sessions: %w", n, err)
@@ -118,6 +156,19 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		return fmt.Errorf("%d errors under load (see the report)", failed)
 	}
 	return nil
+}
+
+// watchersFor is the watchers of a run with n sessions: none unless the
+// face is session-ws, w if given, else 10 per session.
+func watchersFor(face string, w, n int) int {
+	switch {
+	case face != "session-ws":
+		return 0
+	case w > 0:
+		return w
+	default:
+		return 10 * n
+	}
 }
 
 // parseSessions parses "1,100,1000".

@@ -91,6 +91,19 @@ type Options struct {
 	// process's own executable. It may differ from Binary, which can be
 	// an older agentd.
 	BaselineBinary string
+	// Watchers, when positive, measures the per-session WebSocket face
+	// as well: after the sessions are created, this many connections to
+	// /api/v1/ws/sessions/{id}, spread evenly over them (at least one
+	// each), subscribe and watch the load (see WatchReport). A
+	// --ws-progress-interval in ServerArgs is the rate their
+	// progress_updates are held to.
+	Watchers int
+	// PlanSteps, when positive, makes the mock work through a plan of
+	// that many steps in every run, calling the todo tool once per step
+	// and once more to finish, so each prompt's run has PlanSteps+2
+	// turns (model requests), each streaming Chunks tokens of text, and
+	// the session's progress moves.
+	PlanSteps int
 	// ServerArgs are extra `agentd serve` flags, after the bench's own.
 	ServerArgs []string
 	// ServerLog, if set, gets a copy of the server's stderr.
@@ -135,6 +148,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.ReadDelay < 0 || o.IdleWait < 0 || o.IdleSessions < 0 {
 		return o, fmt.Errorf("read delay %s, idle wait %s, idle sessions %d: must not be negative", o.ReadDelay, o.IdleWait, o.IdleSessions)
+	}
+	if o.PlanSteps < 0 {
+		return o, fmt.Errorf("plan steps %d: must not be negative", o.PlanSteps)
+	}
+	if o.Watchers < 0 || (o.Watchers > 0 && o.Watchers < o.Sessions) {
+		return o, fmt.Errorf("watchers %d: want at least one per session (%d), or none", o.Watchers, o.Sessions)
 	}
 	switch o.StreamFormat {
 	case "", "full", "delta":
@@ -260,6 +279,10 @@ type Report struct {
 	RSSIdle           int64         `json:"rss_after_idle_bytes,omitempty"`
 	RSSIdleSamples    []RSSSample   `json:"rss_idle_samples,omitempty"`
 
+	// SessionWS is what the per-session WebSocket's watchers measured
+	// (nil without Options.Watchers).
+	SessionWS *WatchReport `json:"session_ws,omitempty"`
+
 	// Baseline is coder/websocket's own rate in the same run (nil
 	// unless asked for); BaselineFraction is EventsPerSec over its
 	// MessagesPerSec, SessionEventsFraction SessionEventsPerSec over it.
@@ -377,7 +400,15 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	defer os.RemoveAll(dir)
 
-	mk, err := startMock(o.Chunks)
+	var interval time.Duration
+	if o.Watchers > 0 {
+		if interval, err = progressIntervalOf(o.ServerArgs); err != nil {
+			return rep, err
+		}
+		rep.SessionWS = &WatchReport{Watchers: o.Watchers, ProgressInterval: interval, PlanSteps: o.PlanSteps}
+	}
+
+	mk, err := startMock(o.Chunks, o.PlanSteps)
 	if err != nil {
 		return rep, err
 	}
@@ -387,11 +418,11 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	limit := strconv.Itoa(o.Sessions + o.IdleSessions + 10)
 	args := []string{"serve", "--port", "0",
 		"--config-dir", env.config, "--data-dir", env.data,
 		"--model", "mock/mock-model",
-		"--max-sessions", limit, "--max-connections", limit,
+		"--max-sessions", strconv.Itoa(o.Sessions + o.IdleSessions + 10),
+		"--max-connections", strconv.Itoa(o.Sessions + o.IdleSessions + o.Watchers + 10),
 		"--rate-limit", "0", "--global-rate-limit", "0",
 		// The ready line is logged at info; agentd serve logs nothing
 		// per command at info, so this costs the server nothing.
@@ -486,8 +517,39 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	log.Info("sessions created", "took", rep.Setup.Round(time.Millisecond), "rss", idle.RSS)
 
+	// Phase 1b: the watchers on the per-session WebSocket, idle.
+	var watchers []*watcher
+	defer func() {
+		var wg sync.WaitGroup
+		for _, w := range watchers {
+			if w != nil {
+				wg.Go(w.close)
+			}
+		}
+		wg.Wait()
+	}()
+	if sw := rep.SessionWS; sw != nil {
+		start := time.Now()
+		watchers = watchAll(ctx, o, hc, srv.addr, clients, &watchOptions{timeout: o.CommandTimeout, interval: interval, faults: &probs})
+		sw.Setup = time.Since(start)
+		if err := ctx.Err(); err != nil {
+			return rep, fmt.Errorf("connecting watchers: %w", err)
+		}
+		sw.Failed = countNilWatchers(watchers)
+		m, err := settledMemory(ctx, srv.pid(), o.Settle)
+		if err != nil {
+			return rep, err
+		}
+		sw.RSSWatchers = m.RSS
+		if n := int64(len(watchers) - sw.Failed); n > 0 {
+			sw.RSSPerWatcher = (m.RSS - idle.RSS) / n
+		}
+		log.Info("watchers subscribed", "took", sw.Setup.Round(time.Millisecond), "rss", m.RSS)
+	}
+
 	// Phase 2: the load, every session at once, bounded as a whole.
 	frames0, bytes0, events0 := countFrames(clients)
+	watch0 := markWatchers(watchers)
 	cpu0, cpuErr := readCPU(srv.pid())
 	start = time.Now()
 	results := make([]sessionResult, len(clients))
@@ -503,6 +565,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	cancelLoad()
 	rep.Duration = time.Since(start)
 	frames1, bytes1, events1 := countFrames(clients)
+	watch1 := markWatchers(watchers)
 	if cpuErr == nil {
 		var cpu1 cpuMark
 		if cpu1, cpuErr = readCPU(srv.pid()); cpuErr == nil {
@@ -522,6 +585,20 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep.RSSAfter, rep.RSSPeak = after.RSS, after.Peak
 	rep.Frames, rep.Bytes, rep.SessionEvents = frames1-frames0, bytes1-bytes0, events1-events0
 	log.Info("load done", "took", rep.Duration.Round(time.Millisecond), "rss", after.RSS, "peak", after.Peak)
+
+	if sw := rep.SessionWS; sw != nil {
+		// Every session's driver knows how many runs it ended: each
+		// watcher must get a completed for every one.
+		runsOf := map[string]int64{}
+		for _, c := range clients {
+			if c != nil {
+				runsOf[c.sid] = c.agentEnds.Load()
+			}
+		}
+		runs := func(sid string) int64 { return runsOf[sid] }
+		awaitCompleted(ctx, watchers, runs, 10*time.Second+2*interval)
+		sw.watchTotals(watchers, watch0, watch1, rep.Duration, runs, &probs)
+	}
 
 	// Phase 2b: idle, every connection still open.
 	if o.IdleWait > 0 {
@@ -544,8 +621,17 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			c.hurry.Store(true)
 		}
 	}
+	for _, w := range watchers {
+		if w != nil {
+			w.ending.Store(true)
+		}
+	}
 	code, took, killed := srv.stop(o.ShutdownGrace)
 	stopped = true
+	if sw := rep.SessionWS; sw != nil {
+		awaitClosed(watchers, 5*time.Second)
+		sw.watchEnd(watchers, &probs)
+	}
 	rep.ServerExit, rep.Shutdown = code, took
 	if killed {
 		probs.add("server killed", fmt.Sprintf("server did not exit within %s of SIGTERM; killed", o.ShutdownGrace))
@@ -909,13 +995,17 @@ func percentile(ds []time.Duration, p int) time.Duration {
 	return ds[max(0, min(i, len(ds)-1))]
 }
 
+// tableRow is one measure of WriteTable: its name and its value in a
+// report.
+type tableRow struct {
+	name string
+	val  func(r Report) string
+}
+
 // WriteTable writes reports side by side: one row per measure, one column
 // per run.
 func WriteTable(w io.Writer, reps []Report) error {
-	rows := []struct {
-		name string
-		val  func(r Report) string
-	}{
+	rows := []tableRow{
 		{"sessions (N)", func(r Report) string { return strconv.Itoa(r.Sessions) }},
 		{"rounds x tokens", func(r Report) string { return fmt.Sprintf("%d x %d", r.Rounds, r.Chunks) }},
 		{"format, read delay, lifecycle", func(r Report) string {
@@ -986,6 +1076,11 @@ func WriteTable(w io.Writer, reps []Report) error {
 			}
 			return fmt.Sprintf("%.3f / %.3f", r.BaselineFraction, r.SessionEventsFraction)
 		}},
+	}
+	if slices.ContainsFunc(reps, func(r Report) bool { return r.SessionWS != nil }) {
+		rows = append(rows, watchRows...)
+	}
+	rows = append(rows, []tableRow{
 		{"model requests", func(r Report) string { return strconv.Itoa(r.ModelRequests) }},
 		{"shutdown (exit code, notices)", func(r Report) string {
 			return fmt.Sprintf("%s (%d, %d)", fmtDur(r.Shutdown), r.ServerExit, r.ShutdownNotices)
@@ -998,7 +1093,7 @@ func WriteTable(w io.Writer, reps []Report) error {
 		}},
 		{"server warnings", func(r Report) string { return strconv.Itoa(r.ServerWarnings) }},
 		{"errors", func(r Report) string { return strconv.Itoa(r.Errors) }},
-	}
+	}...)
 	width := 0
 	for _, row := range rows {
 		width = max(width, len(row.name))

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,11 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/agentd-dev/agentd/llm/llmtest"
 	"github.com/coder/websocket"
 )
 
@@ -212,7 +215,7 @@ func BenchmarkIdleSessions(b *testing.B) {
 // TestMockTimesEachPrompt checks the mock streams the scripted chunks and
 // charges its time to the newest prompt tag in the request.
 func TestMockTimesEachPrompt(t *testing.T) {
-	mk, err := startMock(3)
+	mk, err := startMock(3, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,5 +514,173 @@ func TestReadCPU(t *testing.T) {
 	}
 	if s := u.String(); !strings.Contains(s, " of ") {
 		t.Errorf("String: %q", s)
+	}
+}
+
+// TestRunSessionWS watches two busy sessions with six watchers on the
+// per-session WebSocket, at ten times the default progress rate and with
+// pings every 300 ms: each watcher gets a completed for each run of its
+// session, progress_updates keep to the interval, pings are answered,
+// the server's shutdown closes every watcher with 1001, and nothing
+// fails.
+func TestRunSessionWS(t *testing.T) {
+	needBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var log strings.Builder
+	rep, err := Run(ctx, Options{Binary: agentdBin, Sessions: 2, Watchers: 6, Rounds: 4, Chunks: 100, PlanSteps: 3, GetStates: -1,
+		OwnLifecycle: true, IdleWait: 700 * time.Millisecond, Settle: -1, ServerLog: &log,
+		ServerArgs: []string{"--ws-progress-interval", "100ms", "--ws-heartbeat=300ms"}})
+	if err != nil {
+		t.Fatalf("Run: %v\nserver stderr:\n%s", err, log.String())
+	}
+	sw := rep.SessionWS
+	t.Logf("report: %+v\nsession-ws: %+v", rep, sw)
+	if rep.Errors != 0 {
+		t.Fatalf("%d errors %v: %q\nserver stderr:\n%s", rep.Errors, rep.ErrorKinds, rep.ErrorSamples, log.String())
+	}
+	if sw == nil {
+		t.Fatal("no session-ws report")
+	}
+	// 2 sessions x 4 rounds x (3 plan steps + 2) turns.
+	if rep.Prompts != 8 || rep.ModelRequests != 40 || rep.AnswersChecked != 40 {
+		t.Errorf("prompts %d, model requests %d, answers checked %d; want 8, 40, 40", rep.Prompts, rep.ModelRequests, rep.AnswersChecked)
+	}
+	if sw.Watchers != 6 || sw.Failed != 0 || sw.ProgressInterval != 100*time.Millisecond || sw.PlanSteps != 3 {
+		t.Errorf("watchers %d, failed %d, interval %s, plan steps %d", sw.Watchers, sw.Failed, sw.ProgressInterval, sw.PlanSteps)
+	}
+	// Each watcher watches one of the 2 sessions, which ran 4 times each.
+	if sw.CompletedExpected != 24 || sw.CompletedMissing != 0 || sw.CompletedDuplicate != 0 {
+		t.Errorf("completed expected %d, missing %d, twice %d; want 24, 0, 0", sw.CompletedExpected, sw.CompletedMissing, sw.CompletedDuplicate)
+	}
+	// The runs take several intervals: progress moves during them.
+	if sw.ProgressOverRate != 0 || sw.ProgressPerSessionMax < 2 || sw.ProgressPerSessionMax > sw.ProgressAllowed {
+		t.Errorf("progress over rate %d, per session at most %d of %d allowed", sw.ProgressOverRate, sw.ProgressPerSessionMax, sw.ProgressAllowed)
+	}
+	if sw.Messages["progress_update"] == 0 || sw.Messages["status_change"] == 0 || sw.MessagesPerSec <= 0 || sw.Bytes <= 0 {
+		t.Errorf("messages %v, %.0f/s, %d bytes", sw.Messages, sw.MessagesPerSec, sw.Bytes)
+	}
+	// 700 ms idle at the end is two pings at least.
+	if sw.Pings < 12 || sw.EarlyCloses != 0 || sw.CloseCodes["1001"] != 6 {
+		t.Errorf("pings %d, early closes %d, close codes %v; want 12 or more, 0, 1001 x6", sw.Pings, sw.EarlyCloses, sw.CloseCodes)
+	}
+	if sw.RSSWatchers <= 0 {
+		t.Errorf("RSS with watchers %d", sw.RSSWatchers)
+	}
+	var tb strings.Builder
+	if err := WriteTable(&tb, []Report{rep}); err != nil || !strings.Contains(tb.String(), "completed: expected, missing, twice") {
+		t.Errorf("table: %v\n%s", err, tb.String())
+	}
+	t.Logf("table:\n%s", tb.String())
+}
+
+// TestPlanScript walks the mock through two prompts' runs: a todo call
+// per step and one to finish, then the text alone, and a new prompt
+// starts the plan again.
+func TestPlanScript(t *testing.T) {
+	text := textScript(2)
+	msgs := []any{map[string]any{"role": "user", "content": "first"}}
+	var statuses []string
+	for turn := 0; ; turn++ {
+		if turn > 10 {
+			t.Fatal("the run never ends")
+		}
+		s := planScript(text, 3, &llmtest.Request{JSON: map[string]any{"messages": msgs}})
+		if !slices.Equal(s.Text, text.Text) {
+			t.Fatalf("turn %d: text %q, want %q", turn, s.Text, text.Text)
+		}
+		if len(s.ToolCalls) == 0 {
+			break
+		}
+		tc := s.ToolCalls[0]
+		var args struct {
+			Todos []struct{ Content, Status string }
+		}
+		if err := json.Unmarshal([]byte(strings.Join(tc.Args, "")), &args); err != nil || tc.Name != "todo" || len(args.Todos) != 3 {
+			t.Fatalf("turn %d: call %+v: %v", turn, tc, err)
+		}
+		var st []string
+		for _, it := range args.Todos {
+			st = append(st, it.Status[:1])
+		}
+		statuses = append(statuses, strings.Join(st, ""))
+		msgs = append(msgs, map[string]any{"role": "assistant"}, map[string]any{"role": "tool", "tool_call_id": tc.ID})
+	}
+	// p: pending, i: in_progress, c: completed.
+	if want := []string{"ipp", "cip", "cci", "ccc"}; !slices.Equal(statuses, want) {
+		t.Errorf("plan went %q, want %q", statuses, want)
+	}
+	msgs = append(msgs, map[string]any{"role": "assistant"}, map[string]any{"role": "user", "content": "second"})
+	if s := planScript(text, 3, &llmtest.Request{JSON: map[string]any{"messages": msgs}}); len(s.ToolCalls) != 1 {
+		t.Errorf("a new prompt: %d tool calls, want the plan's first", len(s.ToolCalls))
+	}
+}
+
+func TestProgressIntervalOf(t *testing.T) {
+	cases := []struct {
+		args []string
+		want time.Duration
+		err  bool
+	}{
+		{nil, time.Second, false},
+		{[]string{"--ws-progress-interval", "100ms"}, 100 * time.Millisecond, false},
+		{[]string{"-ws-progress-interval=250ms", "--log-level", "debug"}, 250 * time.Millisecond, false},
+		{[]string{"--ws-progress-interval=2s", "--ws-progress-interval", "50ms"}, 50 * time.Millisecond, false},
+		{[]string{"--ws-heartbeat", "5s"}, time.Second, false},
+		{[]string{"--ws-progress-interval"}, 0, true},
+		{[]string{"--ws-progress-interval", "fast"}, 0, true},
+	}
+	for _, tc := range cases {
+		got, err := progressIntervalOf(tc.args)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("%q: %s, %v; want %s, error %v", tc.args, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+// TestWatchProgressChecks feeds watchers progress_updates and checks
+// the two bounds: per session in the load phase (one at once, then one
+// per interval) and per watcher over its timestamps' span.
+func TestWatchProgressChecks(t *testing.T) {
+	at := func(ms ...int) []string {
+		var ts []string
+		for _, m := range ms {
+			ts = append(ts, time.UnixMilli(int64(1_700_000_000_000+m)).UTC().Format("2006-01-02T15:04:05.000Z"))
+		}
+		return ts
+	}
+	cases := []struct {
+		name   string
+		stamps []string // live progress_updates, 100 ms apart at the least
+		inLoad int64    // of which in the load phase of 1 s
+		over   int
+		gap    time.Duration
+	}{
+		{"one per interval", at(0, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000), 11, 0, 100 * time.Millisecond},
+		{"jitter within the slack", at(0, 130, 200, 300, 360, 460), 6, 0, 60 * time.Millisecond},
+		{"one too many in the load phase", at(0, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1100), 12, 1, 100 * time.Millisecond},
+		{"one too many by the stamps", at(0, 100, 110, 200, 300), 5, 1, 10 * time.Millisecond},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var faults tally
+			wo := &watchOptions{interval: 100 * time.Millisecond, faults: &faults}
+			w := &watcher{sid: "s", opt: wo, ready: make(chan struct{}), subscribed: true, closeCode: -1}
+			w.progressUpdate(at(-5000)[0]) // the subscribe's own
+			for _, ts := range tc.stamps {
+				w.progressUpdate(ts)
+			}
+			r := &WatchReport{ProgressInterval: wo.interval}
+			ws := []*watcher{w}
+			r.watchTotals(ws, watchMark{progress: []int64{1}}, watchMark{progress: []int64{1 + tc.inLoad}}, time.Second, func(string) int64 { return 0 }, &faults)
+			r.watchEnd(ws, &faults)
+			n, kinds, samples := faults.result()
+			if r.ProgressOverRate != tc.over || n != tc.over || r.ProgressMinGap != tc.gap {
+				t.Errorf("over rate %d, faults %v %q, least gap %s; want %d, %s", r.ProgressOverRate, kinds, samples, r.ProgressMinGap, tc.over, tc.gap)
+			}
+			if r.ProgressAllowed != 11 {
+				t.Errorf("allowed %d in 1 s at one per 100 ms, want 11", r.ProgressAllowed)
+			}
+		})
 	}
 }

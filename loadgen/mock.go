@@ -3,16 +3,19 @@ package loadgen
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/todo"
 )
 
 // tagOpen and tagClose bracket the id of one prompt in its text. The mock
@@ -42,13 +45,20 @@ type mock struct {
 
 // startMock listens on a free loopback port. Every answer is the same
 // text streamed in chunks deltas, with usage, and no delay: the model is
-// as fast as a model can be, so what is left is agentd.
-func startMock(chunks int) (*mock, error) {
+// as fast as a model can be, so what is left is agentd. With planSteps
+// above 0 every answer but a run's last also calls the todo tool (see
+// planScript), so that each prompt's run has planSteps+2 turns and its
+// plan moves.
+func startMock(chunks, planSteps int) (*mock, error) {
 	script := textScript(chunks)
 	m := &mock{llm: llmtest.NewUnstarted(), answer: strings.Join(script.Text, ""), took: map[string]time.Duration{}, served: make(chan struct{})}
 	// The unstarted llmtest server is only a handler here; its own
 	// listener is never served, and closing it is all Close does.
-	m.llm.Handle(func(*llmtest.Request) llmtest.Script { return script })
+	if planSteps > 0 {
+		m.llm.Handle(func(r *llmtest.Request) llmtest.Script { return planScript(script, planSteps, r) })
+	} else {
+		m.llm.Handle(func(*llmtest.Request) llmtest.Script { return script })
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		m.llm.Close()
@@ -72,6 +82,49 @@ func textScript(chunks int) llmtest.Script {
 		text[i] = fmt.Sprintf("w%02d ", i%100)
 	}
 	return llmtest.Script{Text: text, Usage: &llmtest.Usage{Input: 42, Output: int64(chunks)}}
+}
+
+// planScript is the answer to r in a run that works through a plan of
+// steps items: the text of every answer, and while the plan is not done a
+// todo call that rewrites the whole list one step further (the first
+// answer starts step 1, the one after step k's result starts step k+1,
+// the one after the last step's marks everything completed), then the
+// text alone. Where a run is comes from the request itself, the tool
+// results since its last user message, so the mock keeps no state per
+// session and a retried request gets the same answer.
+func planScript(text llmtest.Script, steps int, r *llmtest.Request) llmtest.Script {
+	done := 0
+	msgs, _ := r.JSON["messages"].([]any)
+	for _, m := range slices.Backward(msgs) {
+		role, _ := m.(map[string]any)["role"].(string)
+		if role == "user" {
+			break
+		}
+		if role == "tool" {
+			done++
+		}
+	}
+	if done > steps {
+		return text
+	}
+	type item struct {
+		Content string `json:"content"`
+		Status  string `json:"status"`
+	}
+	list := make([]item, steps)
+	for i := range list {
+		list[i] = item{Content: fmt.Sprintf("bench step %d of %d", i+1, steps), Status: "pending"}
+		switch {
+		case i < done:
+			list[i].Status = "completed"
+		case i == done:
+			list[i].Status = "in_progress"
+		}
+	}
+	args, _ := json.Marshal(map[string]any{"todos": list}) // strings only: cannot fail
+	s := text
+	s.ToolCalls = []llmtest.ToolCall{{ID: fmt.Sprintf("bench-call-%d", done), Name: todo.ToolName, Args: []string{string(args)}}}
+	return s
 }
 
 // openAIURL is the base URL for an openai-completions provider.
