@@ -136,11 +136,12 @@ func reopen(t *testing.T, cfg session.Config, path string) *harness {
 }
 
 // pendingApproval checks that the session's only pending interaction is
-// the approval of call_1, under its stable id, and returns it.
+// the approval of call_1, under its stable id (suffixed if this process
+// already settled one under it), and returns it.
 func pendingApproval(t *testing.T, h *harness) interaction.Request {
 	t.Helper()
 	p := h.s.Interactions()
-	if len(p) != 1 || p[0].ID != "tool-call_1" || p[0].Kind != interaction.KindApproval || p[0].Tool.ToolCallID != "call_1" {
+	if len(p) != 1 || !strings.HasPrefix(p[0].ID, "tool-call_1") || p[0].Kind != interaction.KindApproval || p[0].Tool.ToolCallID != "call_1" {
 		t.Fatalf("pending interactions %+v", p)
 	}
 	if st := h.s.State(); st != session.StateSuspended {
@@ -154,6 +155,9 @@ func pendingApproval(t *testing.T, h *harness) interaction.Request {
 func loadedWithPending(t *testing.T, h *harness) interaction.Request {
 	t.Helper()
 	req := pendingApproval(t, h)
+	if req.ID != "tool-call_1" {
+		t.Fatalf("loaded with id %q", req.ID)
+	}
 	if h.s.Running() {
 		t.Fatal("a run started by itself on load")
 	}
@@ -495,7 +499,11 @@ func TestSwitchTakesPendingCallsAlong(t *testing.T) {
 	if err := h.s.Switch(path); err != nil {
 		t.Fatal(err)
 	}
-	pendingApproval(t, h)
+	// Back, the call waits again; its first request was settled in
+	// this process, so the new one's id has a suffix.
+	if req := pendingApproval(t, h); req.ID != "tool-call_1.2" {
+		t.Fatalf("id %q", req.ID)
+	}
 	// A clone of the branch ends with the same call: it waits there.
 	if err := h.s.Clone(); err != nil {
 		t.Fatal(err)
