@@ -513,3 +513,45 @@ func TestSwitchTakesPendingCallsAlong(t *testing.T) {
 		t.Fatal("not cloned")
 	}
 }
+
+// TestAbortedNavigationKeepsPendingCalls: an abort that stops a
+// navigation's summary leaves the session where it was, and so the calls
+// waiting there keep waiting, under the same request.
+func TestAbortedNavigationKeepsPendingCalls(t *testing.T) {
+	h, srv := restartedWithPending(t, "true", nil)
+	srv.Handle(func(*llmtest.Request) llmtest.Script {
+		return llmtest.Script{Text: []string{"a ", "summary"}, Delay: 10 * time.Second}
+	})
+	var user string
+	for _, n := range h.s.Tree().Nodes {
+		if n.Role == llm.RoleUser {
+			user = n.EntryID
+		}
+	}
+	type result struct {
+		res session.NavigateResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := h.s.NavigateTree(context.Background(), user, session.NavigateOptions{Summarize: true})
+		done <- result{res, err}
+	}()
+	h.waitEvent(func(ev session.Event) bool {
+		return ev.Type == session.EventStateChanged && ev.State == session.StateCompacting
+	})
+	h.s.Abort()
+	if r := <-done; r.err != nil || !r.res.Aborted {
+		t.Fatalf("navigation: %+v %v", r.res, r.err)
+	}
+	if req := pendingApproval(t, h); req.ID != "tool-call_1" {
+		t.Fatalf("the wait was replaced: %q", req.ID)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ev := range h.evs {
+		if ev.Type == session.EventInteractionResolved {
+			t.Fatalf("the pending call's request was resolved: %+v", ev.Interaction.Resolution)
+		}
+	}
+}
