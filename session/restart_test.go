@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -553,5 +554,77 @@ func TestAbortedNavigationKeepsPendingCalls(t *testing.T) {
 		if ev.Type == session.EventInteractionResolved {
 			t.Fatalf("the pending call's request was resolved: %+v", ev.Interaction.Resolution)
 		}
+	}
+}
+
+// TestRacingSettlements: clients answering a call a restart left waiting,
+// all at once, and one sending a message or interrupting at the same
+// time: one of them settles it, every other is told it lost, and the
+// conversation holds exactly one result for the call.
+func TestRacingSettlements(t *testing.T) {
+	tests := []struct {
+		name  string
+		other func(*harness) error // races the answers; nil: answers only
+		stops bool                 // other may stop the run an answer started
+	}{
+		{"answers only", nil, false},
+		{"answers and a message", func(h *harness) error {
+			return h.s.Prompt(session.UserMessage("never mind", nil), session.BehaviorNone)
+		}, false},
+		{"answers and an interrupt", func(h *harness) error { h.s.Abort(); return nil }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, srv := restartedWithPending(t, "echo ran >> out.txt", nil)
+			srv.Handle(echoModel)
+			const n = 8
+			start := make(chan struct{})
+			errs := make(chan error, n+1)
+			for range n {
+				go func() {
+					<-start
+					errs <- h.s.Answer("tool-call_1", interaction.Response{Verdict: interaction.VerdictApprove})
+				}()
+			}
+			var otherErr error
+			otherDone := make(chan struct{})
+			go func() {
+				defer close(otherDone)
+				<-start
+				if tt.other != nil {
+					otherErr = tt.other(h)
+				}
+			}()
+			close(start)
+			won := 0
+			for range n {
+				if err := <-errs; err == nil {
+					won++
+				} else if !errors.Is(err, interaction.ErrAlreadyResolved) {
+					t.Errorf("a losing answer: %v", err)
+				}
+			}
+			<-otherDone
+			h.wait()
+			if won > 1 {
+				t.Fatalf("%d answers won", won)
+			}
+			b, _ := os.ReadFile(filepath.Join(h.cwd, "out.txt"))
+			if ran := strings.Count(string(b), "ran"); ran > won || ran < won && !tt.stops {
+				t.Fatalf("the tool ran %d times, %d answers won", ran, won)
+			}
+			if won == 1 && otherErr != nil && otherErr != session.ErrBusy {
+				t.Fatalf("the message after the answer: %v", otherErr)
+			}
+			if won == 0 && (tt.other == nil || otherErr != nil) {
+				t.Fatalf("nobody settled the call (other: %v)", otherErr)
+			}
+			if res := toolResults(h.s.Messages()); len(res) != 1 || res[0].ToolCallID != "call_1" {
+				t.Fatalf("results %+v", res)
+			}
+			if p := h.s.Interactions(); len(p) != 0 {
+				t.Fatalf("left pending %+v", p)
+			}
+		})
 	}
 }
