@@ -139,13 +139,12 @@ type Broker struct {
 	// the Ask that does gets the answer at once.
 	settled map[string]*pending
 	// resolved remembers how recent requests ended, evicted oldest first
-	// through ring, so memory stays bounded in a long session. An id can
-	// be asked again (ids derived from tool call ids), so a slot evicts
-	// its id only if no later resolution of that id replaced it.
-	resolved map[string]resolvedID
-	ring     []ringSlot
+	// through ring, so memory stays bounded in a long session. A
+	// remembered id is not given to a new request (see freeIDLocked), so
+	// that an answer meant for an old request never settles a new one.
+	resolved map[string]ResolvedBy
+	ring     []string
 	ringNext int
-	gen      uint64
 	// queue and draining deliver events in order without holding mu and
 	// without a goroutine: the first goroutine to find the queue idle
 	// delivers everything queued until it is empty again.
@@ -164,16 +163,6 @@ type pending struct {
 	err error
 }
 
-type resolvedID struct {
-	by  ResolvedBy
-	gen uint64
-}
-
-type ringSlot struct {
-	id  string
-	gen uint64
-}
-
 // NewBroker returns an empty broker.
 func NewBroker(opts BrokerOptions) *Broker {
 	if opts.Remember <= 0 {
@@ -185,7 +174,7 @@ func NewBroker(opts BrokerOptions) *Broker {
 		remember: opts.Remember,
 		pending:  make(map[string]*pending),
 		settled:  make(map[string]*pending),
-		resolved: make(map[string]resolvedID),
+		resolved: make(map[string]ResolvedBy),
 	}
 }
 
@@ -198,7 +187,8 @@ func NewBroker(opts BrokerOptions) *Broker {
 //
 // req.ID, when set, is the request's id (one derived from what it asks
 // about, so that clients can name it across a restart; see ApprovalID);
-// if a request with that id is already waiting, a suffix makes it unique.
+// if a request with that id is waiting or was resolved recently, a
+// suffix makes it unique.
 // An id that names a parked request (see Park) adopts it instead: no new
 // request is published, a parked request already answered returns its
 // answer at once, and an adopted one does not time out, having waited
@@ -320,14 +310,18 @@ func (b *Broker) Forget(id string) {
 }
 
 // freeIDLocked returns id, or a fresh random id when empty, made unique
-// among the waiting requests with a ".2", ".3"… suffix: the same tool
-// call id may come twice from a model, or from two branches of a
-// conversation.
+// with a ".2", ".3"… suffix among the requests waiting and those still
+// remembered: the same tool call id may come twice from a model, or from
+// two branches of a conversation, and a late answer to the first request
+// must find it resolved, not settle the second.
 func (b *Broker) freeIDLocked(id string) string {
 	if id == "" {
 		return newID()
 	}
-	taken := func(id string) bool { return b.pending[id] != nil || b.settled[id] != nil }
+	taken := func(id string) bool {
+		_, resolved := b.resolved[id]
+		return resolved || b.pending[id] != nil || b.settled[id] != nil
+	}
 	if !taken(id) {
 		return id
 	}
@@ -444,8 +438,8 @@ func (b *Broker) sortedLocked() []*pending {
 }
 
 func (b *Broker) goneLocked(id string) error {
-	if r, ok := b.resolved[id]; ok {
-		return &ResolvedError{ID: id, By: r.by}
+	if by, ok := b.resolved[id]; ok {
+		return &ResolvedError{ID: id, By: by}
 	}
 	return ErrNotFound
 }
@@ -462,19 +456,14 @@ func (b *Broker) resolve(p *pending, res Resolution, err error) {
 func (b *Broker) resolveLocked(p *pending, res Resolution, err error) {
 	id := p.req.ID
 	delete(b.pending, id)
-	b.gen++
-	slot := ringSlot{id, b.gen}
 	if len(b.ring) < b.remember {
-		b.ring = append(b.ring, slot)
+		b.ring = append(b.ring, id)
 	} else {
-		old := b.ring[b.ringNext]
-		if b.resolved[old.id].gen == old.gen {
-			delete(b.resolved, old.id)
-		}
-		b.ring[b.ringNext] = slot
+		delete(b.resolved, b.ring[b.ringNext])
+		b.ring[b.ringNext] = id
 		b.ringNext = (b.ringNext + 1) % b.remember
 	}
-	b.resolved[id] = resolvedID{res.By, b.gen}
+	b.resolved[id] = res.By
 	p.res, p.err = res, err
 	if p.parked && res.By == ResolvedAnswered {
 		b.settled[id] = p

@@ -51,41 +51,27 @@ func TestCallerIDs(t *testing.T) {
 		}
 		<-first
 		<-second
-		// Asked again after it was resolved: a new request under the same
-		// id.
+		// Asked again after it was resolved: a new id, so that a late
+		// answer to the old request cannot settle the new one.
 		again := ask(t.Context(), b, Request{ID: "tool-x", Kind: KindConfirm, Title: "3?"})
-		if onlyPending(t, b).ID != "tool-x" {
-			t.Fatal("id not reused")
+		if id := onlyPending(t, b).ID; id != "tool-x.3" {
+			t.Fatalf("id %q, want tool-x.3", id)
+		}
+		if err := b.Answer("tool-x", Response{Confirmed: true}); !errors.Is(err, ErrAlreadyResolved) {
+			t.Fatalf("late answer to the old request: %v", err)
 		}
 		b.CancelAll("done")
 		<-again
-		if err := b.Answer("tool-x", Response{}); !errors.Is(err, ErrAlreadyResolved) {
-			t.Fatalf("answer to a resolved request: %v", err)
+		// Once forgotten (Remember is 2), an id is free again.
+		done := ask(t.Context(), b, Request{ID: "tool-x", Kind: KindConfirm})
+		if id := onlyPending(t, b).ID; id != "tool-x" {
+			t.Fatalf("id %q after it was forgotten", id)
 		}
+		b.CancelAll("done")
+		<-done
 		// A bad id is refused, not rewritten.
 		if _, err := b.Ask(t.Context(), Request{ID: "a/b", Kind: KindConfirm}); err == nil || !strings.HasPrefix(err.Error(), "id: ") {
 			t.Fatalf("bad id: %v", err)
-		}
-	})
-}
-
-func TestRememberWithReusedIDs(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := NewBroker(BrokerOptions{Remember: 3})
-		resolve := func(id string) {
-			done := ask(t.Context(), b, Request{ID: id, Kind: KindConfirm})
-			if err := b.Answer(onlyPending(t, b).ID, Response{}); err != nil {
-				t.Fatal(err)
-			}
-			<-done
-		}
-		resolve("a")
-		resolve("b")
-		resolve("a") // a again: its first slot is now stale
-		resolve("c") // evicts the first slot, a's stale one
-		var re *ResolvedError
-		if err := b.Answer("a", Response{}); !errors.As(err, &re) {
-			t.Fatalf("a was forgotten with its stale slot: %v", err)
 		}
 	})
 }

@@ -165,12 +165,11 @@ func (s *Session) edit(index int, truncate bool, content []llm.Content) error {
 	}
 	err = s.editLocked(index, truncate, content)
 	release()
-	if err != nil {
-		return err
+	if err == nil {
+		s.emit(Event{Type: EventConversationEdited, Index: index, Truncated: truncate})
 	}
-	s.emit(Event{Type: EventConversationEdited, Index: index, Truncated: truncate})
 	s.reparkLocked()
-	return nil
+	return err
 }
 
 func (s *Session) editLocked(index int, truncate bool, content []llm.Content) error {

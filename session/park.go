@@ -48,7 +48,7 @@ func (s *Session) reparkLocked() {
 	s.mu.Unlock()
 	_, calls := agent.PendingToolCalls(s.agent.Messages())
 	want := s.parkRequests(calls)
-	if !sameCalls(cur, want) {
+	if !s.sameCalls(cur, want) {
 		s.mu.Lock()
 		s.parked, s.unparking = nil, true
 		s.mu.Unlock()
@@ -89,12 +89,14 @@ func (s *Session) parkRequests(calls []llm.Content) []parkRequest {
 	return out
 }
 
-func sameCalls(cur []parkedCall, want []parkRequest) bool {
+// sameCalls reports whether cur are still waiting for want's calls.
+func (s *Session) sameCalls(cur []parkedCall, want []parkRequest) bool {
 	if len(cur) != len(want) {
 		return false
 	}
 	for i := range cur {
-		if cur[i].call.ID != want[i].call.ID || cur[i].call.Name != want[i].call.Name || string(cur[i].call.Args) != string(want[i].call.Args) {
+		if cur[i].call.ID != want[i].call.ID || cur[i].call.Name != want[i].call.Name || string(cur[i].call.Args) != string(want[i].call.Args) ||
+			!s.broker.Parked(cur[i].id) {
 			return false
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -136,11 +137,12 @@ func reopen(t *testing.T, cfg session.Config, path string) *harness {
 }
 
 // pendingApproval checks that the session's only pending interaction is
-// the approval of call_1, under its stable id, and returns it.
+// the approval of call_1, under its stable id (suffixed if this process
+// already settled one under it), and returns it.
 func pendingApproval(t *testing.T, h *harness) interaction.Request {
 	t.Helper()
 	p := h.s.Interactions()
-	if len(p) != 1 || p[0].ID != "tool-call_1" || p[0].Kind != interaction.KindApproval || p[0].Tool.ToolCallID != "call_1" {
+	if len(p) != 1 || !strings.HasPrefix(p[0].ID, "tool-call_1") || p[0].Kind != interaction.KindApproval || p[0].Tool.ToolCallID != "call_1" {
 		t.Fatalf("pending interactions %+v", p)
 	}
 	if st := h.s.State(); st != session.StateSuspended {
@@ -154,6 +156,9 @@ func pendingApproval(t *testing.T, h *harness) interaction.Request {
 func loadedWithPending(t *testing.T, h *harness) interaction.Request {
 	t.Helper()
 	req := pendingApproval(t, h)
+	if req.ID != "tool-call_1" {
+		t.Fatalf("loaded with id %q", req.ID)
+	}
 	if h.s.Running() {
 		t.Fatal("a run started by itself on load")
 	}
@@ -495,7 +500,11 @@ func TestSwitchTakesPendingCallsAlong(t *testing.T) {
 	if err := h.s.Switch(path); err != nil {
 		t.Fatal(err)
 	}
-	pendingApproval(t, h)
+	// Back, the call waits again; its first request was settled in
+	// this process, so the new one's id has a suffix.
+	if req := pendingApproval(t, h); req.ID != "tool-call_1.2" {
+		t.Fatalf("id %q", req.ID)
+	}
 	// A clone of the branch ends with the same call: it waits there.
 	if err := h.s.Clone(); err != nil {
 		t.Fatal(err)
@@ -503,5 +512,119 @@ func TestSwitchTakesPendingCallsAlong(t *testing.T) {
 	pendingApproval(t, h)
 	if h.s.File() == path {
 		t.Fatal("not cloned")
+	}
+}
+
+// TestAbortedNavigationKeepsPendingCalls: an abort that stops a
+// navigation's summary leaves the session where it was, and so the calls
+// waiting there keep waiting, under the same request.
+func TestAbortedNavigationKeepsPendingCalls(t *testing.T) {
+	h, srv := restartedWithPending(t, "true", nil)
+	srv.Handle(func(*llmtest.Request) llmtest.Script {
+		return llmtest.Script{Text: []string{"a ", "summary"}, Delay: 10 * time.Second}
+	})
+	var user string
+	for _, n := range h.s.Tree().Nodes {
+		if n.Role == llm.RoleUser {
+			user = n.EntryID
+		}
+	}
+	type result struct {
+		res session.NavigateResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := h.s.NavigateTree(context.Background(), user, session.NavigateOptions{Summarize: true})
+		done <- result{res, err}
+	}()
+	h.waitEvent(func(ev session.Event) bool {
+		return ev.Type == session.EventStateChanged && ev.State == session.StateCompacting
+	})
+	h.s.Abort()
+	if r := <-done; r.err != nil || !r.res.Aborted {
+		t.Fatalf("navigation: %+v %v", r.res, r.err)
+	}
+	if req := pendingApproval(t, h); req.ID != "tool-call_1" {
+		t.Fatalf("the wait was replaced: %q", req.ID)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ev := range h.evs {
+		if ev.Type == session.EventInteractionResolved {
+			t.Fatalf("the pending call's request was resolved: %+v", ev.Interaction.Resolution)
+		}
+	}
+}
+
+// TestRacingSettlements: clients answering a call a restart left waiting,
+// all at once, and one sending a message or interrupting at the same
+// time: one of them settles it, every other is told it lost, and the
+// conversation holds exactly one result for the call.
+func TestRacingSettlements(t *testing.T) {
+	tests := []struct {
+		name  string
+		other func(*harness) error // races the answers; nil: answers only
+		stops bool                 // other may stop the run an answer started
+	}{
+		{"answers only", nil, false},
+		{"answers and a message", func(h *harness) error {
+			return h.s.Prompt(session.UserMessage("never mind", nil), session.BehaviorNone)
+		}, false},
+		{"answers and an interrupt", func(h *harness) error { h.s.Abort(); return nil }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, srv := restartedWithPending(t, "echo ran >> out.txt", nil)
+			srv.Handle(echoModel)
+			const n = 8
+			start := make(chan struct{})
+			errs := make(chan error, n+1)
+			for range n {
+				go func() {
+					<-start
+					errs <- h.s.Answer("tool-call_1", interaction.Response{Verdict: interaction.VerdictApprove})
+				}()
+			}
+			var otherErr error
+			otherDone := make(chan struct{})
+			go func() {
+				defer close(otherDone)
+				<-start
+				if tt.other != nil {
+					otherErr = tt.other(h)
+				}
+			}()
+			close(start)
+			won := 0
+			for range n {
+				if err := <-errs; err == nil {
+					won++
+				} else if !errors.Is(err, interaction.ErrAlreadyResolved) {
+					t.Errorf("a losing answer: %v", err)
+				}
+			}
+			<-otherDone
+			h.wait()
+			if won > 1 {
+				t.Fatalf("%d answers won", won)
+			}
+			b, _ := os.ReadFile(filepath.Join(h.cwd, "out.txt"))
+			if ran := strings.Count(string(b), "ran"); ran > won || ran < won && !tt.stops {
+				t.Fatalf("the tool ran %d times, %d answers won", ran, won)
+			}
+			if won == 1 && otherErr != nil && otherErr != session.ErrBusy {
+				t.Fatalf("the message after the answer: %v", otherErr)
+			}
+			if won == 0 && (tt.other == nil || otherErr != nil) {
+				t.Fatalf("nobody settled the call (other: %v)", otherErr)
+			}
+			if res := toolResults(h.s.Messages()); len(res) != 1 || res[0].ToolCallID != "call_1" {
+				t.Fatalf("results %+v", res)
+			}
+			if p := h.s.Interactions(); len(p) != 0 {
+				t.Fatalf("left pending %+v", p)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/agentd-dev/agentd/agent"
@@ -234,9 +235,23 @@ func (s *Session) Abort() {
 }
 
 // stopRun cancels the run in progress with cause and waits for its end.
+// Everything waiting for a person is cancelled but the parked requests no
+// run has taken over: an edit or a navigation in progress (they hold the
+// run slot too) decides what becomes of those.
 func (s *Session) stopRun(cancel func(error), done chan struct{}, cause error) {
 	cancel(cause)
-	s.broker.CancelAll(cause.Error())
+	s.mu.Lock()
+	parked := s.parked
+	s.mu.Unlock()
+	if len(parked) == 0 {
+		s.broker.CancelAll(cause.Error())
+	} else {
+		for _, r := range s.broker.Pending() {
+			if !slices.ContainsFunc(parked, func(p parkedCall) bool { return p.id == r.ID }) {
+				_ = s.broker.CancelWith(r.ID, cause.Error())
+			}
+		}
+	}
 	s.agent.Abort()
 	<-done
 }

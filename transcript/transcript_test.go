@@ -1335,3 +1335,22 @@ func TestContextItemsNameTheirEntries(t *testing.T) {
 		t.Fatalf("second item %+v", c.Items[1])
 	}
 }
+
+// TestCustomEntriesStayOutOfTheContext: custom entries (a session's
+// settings, written while a call waits for approval) may sit anywhere on
+// the branch, even between a tool call and its result, and the context
+// is the messages alone, as pi's buildSessionContext makes it.
+func TestCustomEntriesStayOutOfTheContext(t *testing.T) {
+	f := NewMemory("/p")
+	s := must[string](t)
+	s(f.AppendCustom("agentd.confirm", json.RawMessage(`{"all":true}`)))
+	s(f.AppendMessage(userMsg("list")))
+	s(f.AppendMessage(assistantMsg("", llm.ToolCall("call_1", "bash", json.RawMessage(`{"command":"ls"}`)))))
+	s(f.AppendCustom("agentd.grants", json.RawMessage(`{"tools":["bash"]}`)))
+	s(f.AppendMessage(toolResult("call_1", "a.txt", false)))
+	leaf := s(f.AppendCustom("agentd.truncate", json.RawMessage(`{"index":3}`)))
+	c := f.Context(leaf)
+	if got := roles(c.Messages); got != "user:list | assistant | toolResult:a.txt" {
+		t.Fatalf("context %s", got)
+	}
+}
