@@ -169,6 +169,12 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	mux.Handle("/", pi.WebSocketHandler(piserver.WebSocketOptions{Token: sc.Token, OriginPatterns: sc.AllowOrigins}))
 	if sws != nil {
 		sws.Mount(mux)
+	} else if sc.SessionWSOff != "" {
+		// Without this the path would reach pi-server's WebSocket on "/".
+		off := sc.SessionWSOff
+		mux.Handle("/api/v1/ws/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "The per-session WebSocket is off: "+off, http.StatusNotFound)
+		}))
 	}
 	// Every request passes the Host check first, whatever face serves it;
 	// the REST + SSE conversation API (/api/v2, and the design document's
@@ -177,6 +183,9 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
+	if sc.SessionWSOff != "" {
+		log.Warn("per-session WebSocket off", "why", sc.SessionWSOff)
+	}
 	log.Info("agentd serve listening", "addr", ln.Addr().String(), "url", "ws://"+ln.Addr().String()+"/", "api", "http://"+ln.Addr().String()+"/api/v2",
 		"model", model.Provider+"/"+model.ID, "data", cfg.DataDir, "auth", sc.Token != "")
 

@@ -39,9 +39,15 @@ type Serve struct {
 	JWTKeys       string
 	JWTIssuer     string
 	JWTAudience   string
-	// SessionWS serves the per-session WebSocket (/api/v1/ws/sessions/);
-	// off loopback it needs JWT keys.
-	SessionWS bool
+	// SessionWS serves the per-session WebSocket (/api/v1/ws/sessions/).
+	// Off loopback it needs JWT keys: asked for there without them, the
+	// server refuses to start; left at its default, Check turns it off
+	// and says why in SessionWSOff.
+	SessionWS    bool
+	sessionWSSet bool
+	// SessionWSOff is why Check turned the per-session WebSocket off, for
+	// the log.
+	SessionWSOff string
 	// WS bounds the per-session WebSocket's clients.
 	WSHeartbeat                time.Duration
 	WSProgressInterval         time.Duration
@@ -157,7 +163,7 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.StringVar(&s.JWTKeys, "jwt-keys", s.JWTKeys, "PEM or JWK Set file of public keys verifying client JWTs: RS256, ES256/384/512 or EdDSA, fixed by each key's type (env AGENTD_JWT_KEYS)")
 	fs.StringVar(&s.JWTIssuer, "jwt-issuer", s.JWTIssuer, "iss every client JWT must carry (env AGENTD_JWT_ISSUER)")
 	fs.StringVar(&s.JWTAudience, "jwt-audience", s.JWTAudience, "aud every client JWT must include (env AGENTD_JWT_AUDIENCE)")
-	fs.BoolVar(&s.SessionWS, "session-ws", s.SessionWS, "serve the per-session WebSocket at /api/v1/ws/sessions/{id} (off loopback it needs --jwt-secret-file or --jwt-keys)")
+	fs.Var(explicitBool{&s.SessionWS, &s.sessionWSSet}, "session-ws", "serve the per-session WebSocket at /api/v1/ws/sessions/{id} (default true; off loopback it needs --jwt-secret-file or --jwt-keys and is off without them)")
 	fs.DurationVar(&s.WSHeartbeat, "ws-heartbeat", s.WSHeartbeat, "per-session WebSocket: ping interval; a client silent for two intervals is closed with 1001 (0 disables)")
 	fs.DurationVar(&s.WSProgressInterval, "ws-progress-interval", s.WSProgressInterval, "per-session WebSocket: least time between two progress_updates of a session")
 	fs.IntVar(&s.WSMaxConnectionsPerSubject, "ws-max-connections-per-subject", s.WSMaxConnectionsPerSubject, "per-session WebSocket: connections one JWT subject may hold")
@@ -205,6 +211,17 @@ func (s *Serve) Check() error {
 	}
 	if !s.Stdio && s.Token == "" && !jwt && !loopback(s.Host) {
 		errs = append(errs, fmt.Errorf("--host %s is reachable from other machines: set --token (or AGENTD_TOKEN) so only clients with the token can connect, or JWT keys (--jwt-secret-file, --jwt-keys); `agentd token` prints a new token", s.Host))
+	}
+	if !s.Stdio && s.SessionWS && !jwt && !loopback(s.Host) {
+		// The face authorizes each session by a JWT's subject; a shared
+		// token reachable from other machines would hand every session
+		// to whoever holds it.
+		why := fmt.Sprintf("--host %s is reachable from other machines and the per-session WebSocket authorizes each session by a JWT's subject: give --jwt-secret-file or --jwt-keys to serve it", s.Host)
+		if s.sessionWSSet {
+			errs = append(errs, errors.New(why))
+		} else {
+			s.SessionWS, s.SessionWSOff = false, why
+		}
 	}
 	if s.Token != "" && len(s.Token) < MinTokenLength {
 		errs = append(errs, fmt.Errorf("--token: %d characters is too short to resist guessing (at least %d); `agentd token` prints a random one", len(s.Token), MinTokenLength))
@@ -261,3 +278,28 @@ func loopback(host string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// explicitBool is a boolean flag that records whether it was given.
+type explicitBool struct {
+	v   *bool
+	set *bool
+}
+
+func (b explicitBool) String() string {
+	if b.v == nil {
+		return "false"
+	}
+	return strconv.FormatBool(*b.v)
+}
+
+func (b explicitBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("want true or false, not %q", s)
+	}
+	*b.v, *b.set = v, true
+	return nil
+}
+
+// IsBoolFlag lets the flag be given without a value.
+func (b explicitBool) IsBoolFlag() bool { return true }

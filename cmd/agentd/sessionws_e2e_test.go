@@ -6,6 +6,7 @@ package main
 // validates every message type against the contract.
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -417,21 +418,29 @@ func TestSessionWSAuth(t *testing.T) {
 	c := swConnect(t, rs, rschema, rid, swDial{token: owner})
 	c.subscribe(rid, nil)
 
-	// Off loopback with only the shared token, the face takes the token
-	// (its holder sees every session, as on the other faces) and refuses
-	// a client without it.
+	// Off loopback without JWT keys the face is off (a shared token would
+	// hand every session to its holder), with a warning saying why, and
+	// asking for it there is refused at the start.
 	e3 := e2eNewEnv(t, e2eOpts{})
 	const shared = "0123456789abcdef0123456789"
 	open := svStart(t, e3, "--host", "0.0.0.0", "--token", shared)
-	oschema := swSchema(t, open)
-	oid, _ := swSession(t, open, svDialOpts{header: http.Header{"Authorization": {"Bearer " + shared}}})
-	anon := swConnect(t, open, oschema, oid, swDial{})
-	_, am := anon.waitType(0, "error")
-	if code, _ := anon.waitClosed(); am.str("code") != "unauthorized" || code != 4001 {
-		t.Fatalf("no token off loopback: %s close %d", am.raw, code)
+	if l := open.stderr.String(); !strings.Contains(l, "per-session WebSocket off") || !strings.Contains(l, "--jwt-secret-file or --jwt-keys") {
+		t.Fatalf("no warning that the face is off:\n%s", open.stderrTail(2000))
 	}
-	holder := swConnect(t, open, oschema, oid, swDial{token: shared})
-	holder.subscribe(oid, nil)
+	dctx, dcancel := context.WithTimeout(context.Background(), svWait)
+	defer dcancel()
+	if ws, resp, err := websocket.Dial(dctx, "ws://"+open.loopback()+"/api/v1/ws/sessions/x",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + shared}}}); err == nil {
+		ws.CloseNow()
+		t.Fatalf("the face answered off loopback without JWT keys: HTTP %d", resp.StatusCode)
+	} else if resp == nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("off loopback without JWT keys: %v %v, want 404", resp, err)
+	}
+	e4 := e2eNewEnv(t, e2eOpts{})
+	bad := svLaunch(t, e4, svOpts{noReady: true}, "--host", "0.0.0.0", "--token", shared, "--session-ws")
+	if code := bad.waitExit(); code == 0 || !strings.Contains(bad.stderr.String(), "--jwt-secret-file or --jwt-keys") {
+		t.Fatalf("--session-ws off loopback without JWT keys: exit %d\n%s", code, bad.stderrTail(2000))
+	}
 }
 
 func mustRSA(t *testing.T) *rsa.PrivateKey {
