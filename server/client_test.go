@@ -91,15 +91,19 @@ func TestReplaceMoreAndFaceQueueLimit(t *testing.T) {
 	for i := 0; i < 40 && !c2.Closing(); i++ {
 		c2.Send(big)
 	}
+	if !c2.Closing() {
+		t.Fatal("a client over its face's limit was not cut off")
+	}
+	// The close reaches the link once a write in flight is over.
+	close(l2.open)
 	select {
 	case cl := <-l2.closed:
 		if cl.Kind != CloseOverloaded || !strings.Contains(cl.Reason, fmt.Sprint(1<<20)) {
 			t.Fatalf("closed %+v", cl)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("a client over its face's limit was not cut off")
+		t.Fatal("a cut-off client's link was not closed")
 	}
-	close(l2.open)
 	<-c2.Done()
 	c.Close(Close{})
 	<-c.Done()
