@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -65,15 +66,30 @@ func swNodeModules(t *testing.T) string {
 
 // swFreePort is a port nothing listens on now: the server is started on
 // it, and started again on it after a restart, where the client
-// reconnects.
+// reconnects. It is below the kernel's ephemeral range, so that while the
+// server is down no other test's server (started with --port 0) and no
+// outgoing connection can take it.
 func swFreePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
+				low = n
+			}
+		}
 	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	for range 100 {
+		port := 10000 + rand.IntN(low-10000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return strconv.Itoa(port)
+	}
+	t.Fatalf("no free port between 10000 and %d", low)
+	return ""
 }
 
 // swREST calls the REST face with a bearer token.
