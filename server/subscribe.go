@@ -251,6 +251,22 @@ func (s *Server) Publish(h *Hosted, codec Codec, build func() Frame) {
 	}
 }
 
+// UnsubscribeAfterEvents ends c's subscription to h and, in the same
+// step, queues the frame build makes from the seq of the last event frame
+// queued to c from h (0 when c did not watch h): a goodbye that counts
+// every event the client was sent, with none after it.
+func (s *Server) UnsubscribeAfterEvents(c *Client, h *Hosted, build func(seq uint64) []byte) {
+	h.subMu.Lock()
+	var seq uint64
+	if sub := h.subs[c]; sub != nil && !sub.held {
+		seq = sub.after
+	}
+	delete(h.subs, c)
+	c.Send(build(seq))
+	h.subMu.Unlock()
+	c.forget(h.id)
+}
+
 // SendAfterEvents queues a frame for c made by build from the seq of the
 // last event frame queued to c from h (0 when c does not watch h), so a
 // response that carries a cursor never gets ahead of the events it

@@ -184,8 +184,7 @@ func (c *conn) handle(b []byte) {
 	case "subscribe":
 		c.subscribe(body)
 	case "unsubscribe":
-		c.unsubscribe()
-		c.f.srv.SendAfterEvents(c.client, c.h, func(seq uint64) []byte {
+		c.leave(func(seq uint64) []byte {
 			return encode(&unsubscribedMsg{Type: "unsubscribed", SessionID: c.id, Timestamp: stamp(now), Seq: seq})
 		})
 		c.client.Close(server.Close{Kind: server.CloseNormal, Reason: "Unsubscribed"})
@@ -253,16 +252,28 @@ func (c *conn) subscribe(body map[string]any) {
 	hold.Release()
 }
 
-func (c *conn) unsubscribe() {
+func (c *conn) unsubscribe() { c.leave(nil) }
+
+// leave stops watching; bye, when given, makes the last message from the
+// seq of the last event sent, queued as the subscription ends so that it
+// reflects every event before it and none follows.
+func (c *conn) leave(bye func(seq uint64) []byte) {
 	c.mu.Lock()
 	w := c.watch
 	c.watch = nil
 	c.mu.Unlock()
 	if w == nil {
+		if bye != nil {
+			c.client.Send(bye(0))
+		}
 		return
 	}
 	w.remove(c)
-	c.f.srv.Unsubscribe(c.client, c.h)
+	if bye != nil {
+		c.f.srv.UnsubscribeAfterEvents(c.client, c.h, bye)
+	} else {
+		c.f.srv.Unsubscribe(c.client, c.h)
+	}
 	c.f.release(w)
 }
 
