@@ -727,9 +727,10 @@ func TestRunREST(t *testing.T) {
 	// Each watcher's conversation streamed 450 tokens; merged progress
 	// events (a lagging client) are fewer, never more.
 	if rr.Events["generation_complete"] != 54 || rr.Events["run_ended"] != 18 || rr.Events["tool"] == 0 ||
-		rr.ProgressPerToken <= 0 || rr.ProgressPerToken > 1 || rr.BytesPerToken <= 0 || rr.EventsPerSecPerWatcher <= 0 {
-		t.Errorf("events %v, progress per token %.3f, bytes per token %.1f, per watcher %.1f/s",
-			rr.Events, rr.ProgressPerToken, rr.BytesPerToken, rr.EventsPerSecPerWatcher)
+		rr.ProgressPerToken <= 0 || rr.ProgressPerToken > 1 || rr.BytesPerToken <= 0 || rr.EventsPerSecPerWatcher <= 0 ||
+		rr.WireBytes <= rr.Bytes || rr.WireBytesPerToken <= rr.BytesPerToken {
+		t.Errorf("events %v, progress per token %.3f, bytes per token %.1f (wire %.1f), per watcher %.1f/s",
+			rr.Events, rr.ProgressPerToken, rr.BytesPerToken, rr.WireBytesPerToken, rr.EventsPerSecPerWatcher)
 	}
 	if rr.EarlyEnds != 0 || rr.Ends["eof"] != 8 || rr.RSSWatchers <= 0 || rep.ServerExit != 0 {
 		t.Errorf("early ends %d, ends %v, RSS with watchers %d, exit %d; want 0, eof x8, >0, 0", rr.EarlyEnds, rr.Ends, rr.RSSWatchers, rep.ServerExit)

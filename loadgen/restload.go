@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -61,6 +63,12 @@ type RESTReport struct {
 	Tokens           int64   `json:"tokens"`
 	BytesPerToken    float64 `json:"bytes_per_token"`
 	ProgressPerToken float64 `json:"progress_per_token"`
+	// WireBytes is what the watchers' TCP connections read over the
+	// span: the streams with HTTP's chunk framing (and the headers of
+	// any response in the span, normally none); WireBytesPerToken is
+	// BytesPerToken on that count.
+	WireBytes         int64   `json:"wire_bytes"`
+	WireBytesPerToken float64 `json:"wire_bytes_per_token"`
 	// AnswersChecked counts the assistant messages whose streamed tokens
 	// a client joined and found to be the mock's whole answer, over every
 	// stream (a wrong one is an error).
@@ -148,6 +156,10 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 	// Every driver keeps its connection for its POSTs between steps.
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Sessions + 16}}
 	defer hc.CloseIdleConnections()
+	// The watchers have connections of their own, counted on the wire.
+	var wire atomic.Int64
+	whc := &http.Client{Transport: &http.Transport{DialContext: countingDial(&wire)}}
+	defer whc.CloseIdleConnections()
 	api := "http://" + srv.addr + convPath
 	so := &sseOptions{timeout: o.CommandTimeout, answer: mk.answer, faults: &probs}
 
@@ -215,7 +227,7 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 	start = time.Now()
 	var watchers []*sseStream
 	if o.SSEWatchers > 0 {
-		watchers = attachWatchers(ctx, o, hc, api, convs, so, &probs)
+		watchers = attachWatchers(ctx, o, whc, api, convs, so, &probs)
 		streams = append(streams, watchers...)
 	}
 	rr.Setup = time.Since(start)
@@ -236,7 +248,7 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 	}
 
 	// Phase 2: the load, every conversation at once, bounded as a whole.
-	w0 := markStreams(watchers)
+	w0, wire0 := markStreams(watchers), wire.Load()
 	d0 := markStreams(drivers(convs))
 	cpu0, cpuErr := readCPU(srv.pid())
 	start = time.Now()
@@ -276,6 +288,7 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 	awaitRunEnds(ctx, convs, 10*time.Second)
 	rr.Span = time.Since(start)
 	w1 := markStreams(watchers)
+	rr.WireBytes = wire.Load() - wire0
 	rr.loadTotals(w0, w1, len(watchers), mk.requestsBy(), convs, o.Chunks, &probs)
 
 	// Phase 2b: idle, every stream still open.
@@ -345,6 +358,30 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 	rep.Errors, rep.ErrorKinds, rep.ErrorSamples = probs.result()
 	rr.Duplicated, rr.OutOfOrder = int64(rep.ErrorKinds["sse event twice"]), int64(rep.ErrorKinds["sse event out of order"])
 	return rep, nil
+}
+
+// countingDial dials TCP and adds every byte read on the connection to n.
+func countingDial(n *atomic.Int64) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{c, n}, nil
+	}
+}
+
+// countingConn counts the bytes read through it.
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	k, err := c.Conn.Read(p)
+	c.n.Add(int64(k))
+	return k, err
 }
 
 // restCall sends a JSON body to url and reads the JSON answer; a status
@@ -647,6 +684,7 @@ func (r *RESTReport) loadTotals(m0, m1 streamsMark, attached int, byTag map[stri
 	}
 	if watched > 0 {
 		r.BytesPerToken = float64(r.Bytes) / float64(watched)
+		r.WireBytesPerToken = float64(r.WireBytes) / float64(watched)
 		r.ProgressPerToken = float64(r.Events["generation_progress"]) / float64(watched)
 	}
 
@@ -726,6 +764,9 @@ var restRows = []tableRow{
 	{"  bytes received", restVal(func(w *RESTReport) string { return fmtBytes(w.Bytes) })},
 	{"  tokens streamed (mock)", restVal(func(w *RESTReport) string { return fmt.Sprintf("%d", w.Tokens) })},
 	{"  bytes per token per client", restVal(func(w *RESTReport) string { return fmt.Sprintf("%.1f", w.BytesPerToken) })},
+	{"  wire bytes (TCP), per token", restVal(func(w *RESTReport) string {
+		return fmt.Sprintf("%s, %.1f", fmtBytes(w.WireBytes), w.WireBytesPerToken)
+	})},
 	{"  progress events per token", restVal(func(w *RESTReport) string { return fmt.Sprintf("%.3f", w.ProgressPerToken) })},
 	{"  answers checked (all streams)", restVal(func(w *RESTReport) string { return fmt.Sprintf("%d", w.AnswersChecked) })},
 	{"  run_ended: expected, missing", restVal(func(w *RESTReport) string {
