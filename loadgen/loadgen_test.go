@@ -194,6 +194,38 @@ func BenchmarkStreams(b *testing.B) {
 	}
 }
 
+// BenchmarkREST measures the REST face's event streams, one fresh server
+// per iteration (run with -benchtime=1x): N conversations, each streamed
+// to its driver and M watchers, as issue 12 asks (events/s, bytes per
+// token, memory per attached client).
+func BenchmarkREST(b *testing.B) {
+	if _, err := RaiseOpenFileLimit(); err != nil {
+		b.Log(err)
+	}
+	for _, nm := range [][2]int{{10, 1}, {100, 10}} {
+		b.Run(fmt.Sprintf("conversations=%d/watchers=%d", nm[0], nm[1]), func(b *testing.B) {
+			needBinary(b)
+			var rep Report
+			for b.Loop() {
+				var err error
+				if rep, err = Run(b.Context(), Options{Binary: agentdBin, REST: true, Sessions: nm[0], SSEWatchers: nm[1]}); err != nil {
+					b.Fatal(err)
+				}
+				if rep.Errors != 0 {
+					b.Fatalf("%d errors %v: %q", rep.Errors, rep.ErrorKinds, rep.ErrorSamples)
+				}
+			}
+			rr := rep.REST
+			b.ReportMetric(rr.EventsPerSec, "events/s")
+			b.ReportMetric(rr.EventsPerSecPerWatcher, "events/s/client")
+			b.ReportMetric(rr.BytesPerToken, "bytes/token")
+			b.ReportMetric(rr.WireBytesPerToken, "wire-bytes/token")
+			b.ReportMetric(float64(rr.RSSPerWatcher)/1000, "kB/client")
+			b.ReportMetric(float64(rep.AddedP50.Microseconds()), "added-p50-µs")
+		})
+	}
+}
+
 // BenchmarkIdleSessions measures the memory of an idle session at 40:
 // 40 sessions on one connection, then 40 with a connection each, the RSS
 // difference per session once the RSS held still.
