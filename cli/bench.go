@@ -30,7 +30,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	chunks := fs.Int("chunks", 20, "text deltas (tokens of 4 bytes) the mock model streams per answer")
 	fs.IntVar(chunks, "tokens", 20, "answer length in tokens: the same as --chunks")
 	format := fs.String("stream-format", "full", "the server's message_update format: full (pi's, the whole message so far in every update) or delta")
-	readDelay := fs.Duration("read-delay", 0, "pause of every client after each frame it reads (e.g. 1ms): clients slower than the model, whose queues grow in the server")
+	readDelay := fs.Duration("read-delay", 0, "pause of every client after each frame it reads (e.g. 1ms): clients slower than the model, whose queues grow in the server (with --face rest: of every SSE watcher, not the drivers)")
 	idleWait := fs.Duration("idle-wait", 0, "after the load, keep every connection open and idle this long (e.g. 60s) and report the server's RSS again")
 	baseline := fs.Bool("baseline", false, "after each run, measure coder/websocket's own rate with as many connections, messages and bytes per message, and report events/s as a fraction of it")
 	idleSessions := fs.Int("idle-sessions", 0, "before the N sessions, create this many more on the bench's own connection and report the RSS per such idle session (e.g. 40)")
@@ -71,7 +71,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		}
 	case "rest":
 		// The drivers speak REST: the pi-server flags have nothing to do.
-		for _, f := range []string{"gets", "own-lifecycle", "read-delay", "baseline"} {
+		for _, f := range []string{"gets", "own-lifecycle", "baseline"} {
 			if set[f] {
 				return usageError{fmt.Errorf("--%s: not with --face rest", f)}
 			}

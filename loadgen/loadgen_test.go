@@ -774,6 +774,29 @@ func TestRunREST(t *testing.T) {
 	t.Logf("table:\n%s", tb.String())
 }
 
+// TestRunRESTSlowWatchers: watchers that pause after every event still
+// get every event and the whole text of every answer (the server may
+// join their queued tokens), and the shutdown ends their streams cleanly.
+func TestRunRESTSlowWatchers(t *testing.T) {
+	needBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var log strings.Builder
+	rep, err := Run(ctx, Options{Binary: agentdBin, REST: true, Sessions: 1, SSEWatchers: 2, Rounds: 2, Chunks: 200,
+		ReadDelay: time.Millisecond, Settle: -1, ServerLog: &log})
+	if err != nil {
+		t.Fatalf("Run: %v\nserver stderr:\n%s", err, log.String())
+	}
+	if rep.Errors != 0 {
+		t.Fatalf("%d errors %v: %q\nserver stderr:\n%s", rep.Errors, rep.ErrorKinds, rep.ErrorSamples, log.String())
+	}
+	rr := rep.REST
+	if rr.ReadDelay != time.Millisecond || rr.AnswersChecked != 6 || rr.RunEndsMissing != 0 || rr.Ends["eof"] != 3 || rr.ProgressPerToken > 1 {
+		t.Errorf("read delay %s, answers checked %d, run_ended missing %d, ends %v, progress per token %.3f; want 1ms, 6, 0, eof x3, at most 1",
+			rr.ReadDelay, rr.AnswersChecked, rr.RunEndsMissing, rr.Ends, rr.ProgressPerToken)
+	}
+}
+
 // TestSSEStreamChecks feeds the SSE reader scripted streams over real
 // HTTP: each fault of the wire is counted under its kind, and a clean
 // stream, with a merged progress event, has none.

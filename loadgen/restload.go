@@ -28,6 +28,8 @@ import (
 // checked.
 type RESTReport struct {
 	WatchersPerConversation int `json:"watchers_per_conversation"`
+	// ReadDelay is the watchers' pause after each event (Options.ReadDelay).
+	ReadDelay time.Duration `json:"read_delay_ns"`
 	// Watchers is how many were asked for in all, Failed how many could
 	// not connect (no connected event).
 	Watchers int `json:"watchers"`
@@ -109,14 +111,16 @@ type restConv struct {
 // runREST is Run for the conversation API: N conversations created with
 // PUT, each with its driver's event stream and o.SSEWatchers watchers,
 // driven by POSTing a user message and a step with auto_confirm, o.Rounds
-// times back to back, each step waited for by its run_ended.
+// times back to back, each step waited for by its run_ended. The
+// watchers pause o.ReadDelay after each event; the drivers read at full
+// speed.
 func runREST(ctx context.Context, o Options) (Report, error) {
 	rep := Report{Sessions: o.Sessions, Rounds: o.Rounds, Chunks: o.Chunks, StreamFormat: o.StreamFormat, IdleWait: o.IdleWait,
 		Planned: o.Sessions * o.Rounds, OwnLifecycle: true}
 	if rep.StreamFormat == "" {
 		rep.StreamFormat = "full"
 	}
-	rr := &RESTReport{WatchersPerConversation: o.SSEWatchers, Watchers: o.Sessions * o.SSEWatchers}
+	rr := &RESTReport{WatchersPerConversation: o.SSEWatchers, Watchers: o.Sessions * o.SSEWatchers, ReadDelay: o.ReadDelay}
 	rep.REST = rr
 	log := o.Logger.With("sessions", o.Sessions, "face", "rest")
 
@@ -227,7 +231,9 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 	start = time.Now()
 	var watchers []*sseStream
 	if o.SSEWatchers > 0 {
-		watchers = attachWatchers(ctx, o, whc, api, convs, so, &probs)
+		wo := *so
+		wo.readDelay = o.ReadDelay
+		watchers = attachWatchers(ctx, o, whc, api, convs, &wo, &probs)
 		streams = append(streams, watchers...)
 	}
 	rr.Setup = time.Since(start)
@@ -284,8 +290,13 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 	rep.Frames, rep.Bytes = d1.events()-d0.events(), d1.bytes-d0.bytes
 	log.Info("load done", "took", rep.Duration.Round(time.Millisecond), "rss", after.RSS, "peak", after.Peak)
 
-	// A watcher's last events may come a moment after its driver's.
-	awaitRunEnds(ctx, convs, 10*time.Second)
+	// A watcher's last events may come a moment after its driver's, or
+	// long after for a slow one.
+	wait := 10 * time.Second
+	if o.ReadDelay > 0 {
+		wait = max(wait, o.CommandTimeout)
+	}
+	awaitRunEnds(ctx, convs, wait)
 	rr.Span = time.Since(start)
 	w1 := markStreams(watchers)
 	rr.WireBytes = wire.Load() - wire0
@@ -749,6 +760,7 @@ var restRows = []tableRow{
 	{"sse watchers per conv, all (failed)", restVal(func(w *RESTReport) string {
 		return fmt.Sprintf("%d, %d (%d)", w.WatchersPerConversation, w.Watchers, w.Failed)
 	})},
+	{"  watchers' read delay", restVal(func(w *RESTReport) string { return fmtDelay(w.ReadDelay) })},
 	{"  setup (to connected)", restVal(func(w *RESTReport) string { return fmtDur(w.Setup) })},
 	{"  RSS with watchers idle", restVal(func(w *RESTReport) string { return fmtBytes(w.RSSWatchers) })},
 	{"  RSS per attached watcher", restVal(func(w *RESTReport) string { return fmtBytes(w.RSSPerWatcher) })},

@@ -25,7 +25,11 @@ type sseOptions struct {
 	// the tokens between a generation_started and its
 	// generation_complete must join into it.
 	answer string
-	faults *tally
+	// readDelay is slept after every event read, until the bench stops
+	// the server: a client slower than the model, whose queue grows in
+	// the server (which joins its queued tokens).
+	readDelay time.Duration
+	faults    *tally
 }
 
 // Kinds of event a stream counts, by the event's type; every other type
@@ -103,6 +107,7 @@ type sseStream struct {
 
 	connected  chan struct{} // closed at the connected event
 	readerDone chan struct{}
+	ctx        context.Context // the request's
 	stop       context.CancelFunc
 
 	// Set before connected is closed, read after.
@@ -150,7 +155,7 @@ func openSSE(ctx context.Context, hc *http.Client, url, conv, name string, runEn
 		return nil, fmt.Errorf("GET %s: HTTP %d, Content-Type %q: %s", url, resp.StatusCode, ct, bytes.TrimSpace(b))
 	}
 	s := &sseStream{conv: conv, name: name, opt: o, body: resp.Body, connected: make(chan struct{}), readerDone: make(chan struct{}),
-		stop: stop, seen: map[eventKey]struct{}{}}
+		ctx: rctx, stop: stop, seen: map[eventKey]struct{}{}}
 	if runEnds > 0 {
 		s.runEnded = make(chan string, runEnds)
 	}
@@ -192,7 +197,12 @@ func (s *sseStream) read() {
 	var (
 		id, data []byte
 		hasID    bool
+		pause    *time.Timer
 	)
+	if s.opt.readDelay > 0 {
+		pause = time.NewTimer(time.Hour)
+		defer pause.Stop()
+	}
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -213,6 +223,13 @@ func (s *sseStream) read() {
 		case len(line) == 0:
 			if data != nil {
 				s.event(id, hasID, data)
+				if pause != nil && !s.ending.Load() {
+					pause.Reset(s.opt.readDelay)
+					select {
+					case <-pause.C:
+					case <-s.ctx.Done():
+					}
+				}
 			}
 			id, data, hasID = id[:0], nil, false
 		case line[0] == ':':
