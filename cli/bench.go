@@ -17,7 +17,9 @@ import (
 // runBench measures `agentd serve`: for each N in --sessions it starts a
 // server against an in-process mock model, drives N sessions over
 // WebSocket and prints one column of figures per N. With --face
-// session-ws it also watches them on the per-session WebSocket.
+// session-ws it also watches them on the per-session WebSocket; with
+// --face rest the sessions are conversations of the REST API, driven over
+// HTTP and watched on their SSE event streams.
 func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
 	if len(args) > 0 && args[0] == loadgen.BaselineServerCommand {
 		// Hidden: --baseline runs this as its server.
@@ -28,7 +30,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	chunks := fs.Int("chunks", 20, "text deltas (tokens of 4 bytes) the mock model streams per answer")
 	fs.IntVar(chunks, "tokens", 20, "answer length in tokens: the same as --chunks")
 	format := fs.String("stream-format", "full", "the server's message_update format: full (pi's, the whole message so far in every update) or delta")
-	readDelay := fs.Duration("read-delay", 0, "pause of every client after each frame it reads (e.g. 1ms): clients slower than the model, whose queues grow in the server")
+	readDelay := fs.Duration("read-delay", 0, "pause of every client after each frame it reads (e.g. 1ms): clients slower than the model, whose queues grow in the server (with --face rest: of every SSE watcher, not the drivers)")
 	idleWait := fs.Duration("idle-wait", 0, "after the load, keep every connection open and idle this long (e.g. 60s) and report the server's RSS again")
 	baseline := fs.Bool("baseline", false, "after each run, measure coder/websocket's own rate with as many connections, messages and bytes per message, and report events/s as a fraction of it")
 	idleSessions := fs.Int("idle-sessions", 0, "before the N sessions, create this many more on the bench's own connection and report the RSS per such idle session (e.g. 40)")
@@ -39,8 +41,8 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	serverLog := fs.Bool("server-log", false, "copy the server's stderr to stderr")
 	ownLifecycle := fs.Bool("own-lifecycle", false, "connect with ?lifecycle=own: clients get their own commands' lifecycle events only, not every client's (the default with --face session-ws)")
 	serverFlags := fs.String("server-flags", "", "extra flags for agentd serve, space-separated, after the bench's own (a repeated flag overrides)")
-	face := fs.String("face", "pi", "what to measure: pi (the pi-server WebSocket the sessions are driven over) or session-ws (that, and --watchers connections to /api/v1/ws/sessions/{id} watching the busy sessions)")
-	watchers := fs.Int("watchers", 0, "with --face session-ws: watcher connections, spread evenly over the N sessions (default 10 per session)")
+	face := fs.String("face", "pi", "what to measure: pi (the pi-server WebSocket the sessions are driven over), session-ws (that, and --watchers connections to /api/v1/ws/sessions/{id} watching the busy sessions) or rest (N conversations over /api/v2, each driven with steps and streamed to its driver's SSE stream and --watchers more)")
+	watchers := fs.Int("watchers", 0, "with --face session-ws: watcher connections, spread evenly over the N sessions (default 10 per session); with --face rest: SSE clients per conversation besides its driver (default 10)")
 	planSteps := fs.Int("plan-steps", 0, "the mock works through a plan of this many steps in every run, with a todo tool call per step, so a run has this many turns plus 2 (default 3 with --face session-ws, else 0: one turn)")
 	timeout := fs.Duration("command-timeout", 2*time.Minute, "longest wait for one command's response")
 	loadTimeout := fs.Duration("load-timeout", 10*time.Minute, "longest load phase per N: commands still waiting then are errors (load timeout), the rest are reported as not run")
@@ -65,7 +67,17 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	switch *face {
 	case "pi":
 		if set["watchers"] {
-			return usageError{fmt.Errorf("--watchers: only with --face session-ws")}
+			return usageError{fmt.Errorf("--watchers: only with --face session-ws or rest")}
+		}
+	case "rest":
+		// The drivers speak REST: the pi-server flags have nothing to do.
+		for _, f := range []string{"gets", "own-lifecycle", "baseline"} {
+			if set[f] {
+				return usageError{fmt.Errorf("--%s: not with --face rest", f)}
+			}
+		}
+		if !set["watchers"] {
+			*watchers = 10
 		}
 	case "session-ws":
 		// The watchers are what is measured: the drivers send prompts
@@ -81,12 +93,12 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 			*ownLifecycle = true
 		}
 	default:
-		return usageError{fmt.Errorf("--face %q: want pi or session-ws", *face)}
+		return usageError{fmt.Errorf("--face %q: want pi, session-ws or rest", *face)}
 	}
 	if *watchers < 0 || *planSteps < 0 {
 		return usageError{fmt.Errorf("--watchers and --plan-steps must not be negative")}
 	}
-	if *watchers > 0 && *watchers < slices.Max(ns) {
+	if *face == "session-ws" && *watchers > 0 && *watchers < slices.Max(ns) {
 		return usageError{fmt.Errorf("--watchers %d: want at least one per session (--sessions %s)", *watchers, *sessions)}
 	}
 	if *readDelay < 0 || *idleWait < 0 || *settle < 0 || *idleSessions < 0 || *timeout <= 0 || *loadTimeout <= 0 {
@@ -100,7 +112,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	// 1,000 sessions are 1,000 sockets here and as many in the server.
 	if lim, err := loadgen.RaiseOpenFileLimit(); err != nil {
 		log.Warn("open-file limit", "err", err)
-	} else if need := uint64(2*(slices.Max(ns)+watchersFor(*face, *watchers, slices.Max(ns))) + *idleSessions + 100); lim < need {
+	} else if need := uint64(2*(slices.Max(ns)+streamsFor(*face, *watchers, slices.Max(ns))) + *idleSessions + 100); lim < need {
 		log.Warn("open-file limit may be too low", "limit", lim, "need", need)
 	}
 	g := *gets
@@ -117,12 +129,18 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 			StreamFormat: *format, ReadDelay: *readDelay, IdleWait: *idleWait, Baseline: *baseline, Settle: st, IdleSessions: *idleSessions,
 			CommandTimeout: *timeout, LoadTimeout: *loadTimeout, Logger: log, ServerArgs: strings.Fields(*serverFlags), OwnLifecycle: *ownLifecycle,
 			Watchers: watchersFor(*face, *watchers, n), PlanSteps: *planSteps}
+		if *face == "rest" {
+			o.REST, o.SSEWatchers = true, *watchers
+		}
 		if *serverLog {
 			o.ServerLog = m.stderr
 		}
-		if o.Watchers > 0 {
+		switch {
+		case o.REST:
+			fmt.Fprintf(m.stderr, "agentd bench: N=%d conversations, %d SSE watchers each ...\n", n, o.SSEWatchers)
+		case o.Watchers > 0:
 			fmt.Fprintf(m.stderr, "agentd bench: N=%d, %d session-ws watchers ...\n", n, o.Watchers)
-		} else {
+		default:
 			fmt.Fprintf(m.stderr, "agentd bench: N=%d ...\n", n)
 		}
 		rep, err := loadgen.Run(ctx, o)
@@ -169,6 +187,16 @@ func watchersFor(face string, w, n int) int {
 	default:
 		return 10 * n
 	}
+}
+
+// streamsFor is the connections of a run with n sessions beyond one per
+// session: its watchers, or with --face rest its SSE watchers (w per
+// conversation).
+func streamsFor(face string, w, n int) int {
+	if face == "rest" {
+		return w * n
+	}
+	return watchersFor(face, w, n)
 }
 
 // parseSessions parses "1,100,1000".

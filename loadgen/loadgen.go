@@ -104,6 +104,14 @@ type Options struct {
 	// turns (model requests), each streaming Chunks tokens of text, and
 	// the session's progress moves.
 	PlanSteps int
+	// REST measures the conversation API's face instead of pi-server's
+	// (see RunREST): the sessions are conversations created and driven
+	// over /api/v2, and SSEWatchers more event streams per conversation
+	// watch the load.
+	REST bool
+	// SSEWatchers is, with REST, how many event streams each
+	// conversation has besides its driver's (see RESTReport).
+	SSEWatchers int
 	// ServerArgs are extra `agentd serve` flags, after the bench's own.
 	ServerArgs []string
 	// ServerLog, if set, gets a copy of the server's stderr.
@@ -151,6 +159,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.PlanSteps < 0 {
 		return o, fmt.Errorf("plan steps %d: must not be negative", o.PlanSteps)
+	}
+	if o.SSEWatchers < 0 || (o.SSEWatchers > 0 && !o.REST) || (o.REST && o.Watchers > 0) {
+		return o, fmt.Errorf("sse watchers %d, watchers %d, rest %t: SSE watchers are for the REST face, and watchers for the per-session WebSocket are not", o.SSEWatchers, o.Watchers, o.REST)
 	}
 	if o.Watchers < 0 || (o.Watchers > 0 && o.Watchers < o.Sessions) {
 		return o, fmt.Errorf("watchers %d: want at least one per session (%d), or none", o.Watchers, o.Sessions)
@@ -282,6 +293,9 @@ type Report struct {
 	// SessionWS is what the per-session WebSocket's watchers measured
 	// (nil without Options.Watchers).
 	SessionWS *WatchReport `json:"session_ws,omitempty"`
+	// REST is what the conversation API's event streams measured (nil
+	// unless Options.REST); the figures above are its drivers'.
+	REST *RESTReport `json:"rest,omitempty"`
 
 	// Baseline is coder/websocket's own rate in the same run (nil
 	// unless asked for); BaselineFraction is EventsPerSec over its
@@ -386,6 +400,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	if o.REST {
+		return runREST(ctx, o)
+	}
 	rep := Report{Sessions: o.Sessions, Rounds: o.Rounds, Chunks: o.Chunks, GetStates: o.GetStates,
 		StreamFormat: o.StreamFormat, ReadDelay: o.ReadDelay, OwnLifecycle: o.OwnLifecycle, IdleWait: o.IdleWait,
 		Planned: o.Sessions * o.Rounds * (1 + o.GetStates)}
@@ -418,19 +435,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	args := []string{"serve", "--port", "0",
-		"--config-dir", env.config, "--data-dir", env.data,
-		"--model", "mock/mock-model",
-		"--max-sessions", strconv.Itoa(o.Sessions + o.IdleSessions + 10),
-		"--max-connections", strconv.Itoa(o.Sessions + o.IdleSessions + o.Watchers + 10),
-		"--rate-limit", "0", "--global-rate-limit", "0",
-		// The ready line is logged at info; agentd serve logs nothing
-		// per command at info, so this costs the server nothing.
-		"--log-level", "info", "--log-format", "text"}
-	if o.StreamFormat != "" {
-		args = append(args, "--stream-format", o.StreamFormat)
-	}
-	args = append(args, o.ServerArgs...)
+	args := serveArgs(o, env, o.Sessions+o.IdleSessions+o.Watchers+10)
 	srv, err := startServer(ctx, o.Binary, args, env.work, env.environ, o.ServerLog, o.StartTimeout)
 	if err != nil {
 		return rep, err
@@ -697,6 +702,24 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// serveArgs are the server's flags in env, with room for conns
+// connections.
+func serveArgs(o Options, env benchEnv, conns int) []string {
+	args := []string{"serve", "--port", "0",
+		"--config-dir", env.config, "--data-dir", env.data,
+		"--model", "mock/mock-model",
+		"--max-sessions", strconv.Itoa(o.Sessions + o.IdleSessions + 10),
+		"--max-connections", strconv.Itoa(conns),
+		"--rate-limit", "0", "--global-rate-limit", "0",
+		// The ready line is logged at info; agentd serve logs nothing
+		// per command at info, so this costs the server nothing.
+		"--log-level", "info", "--log-format", "text"}
+	if o.StreamFormat != "" {
+		args = append(args, "--stream-format", o.StreamFormat)
+	}
+	return append(args, o.ServerArgs...)
 }
 
 // createSession creates session sid on c.
@@ -1080,6 +1103,12 @@ func WriteTable(w io.Writer, reps []Report) error {
 	if slices.ContainsFunc(reps, func(r Report) bool { return r.SessionWS != nil }) {
 		rows = append(rows, watchRows...)
 	}
+	if slices.ContainsFunc(reps, func(r Report) bool { return r.REST != nil }) {
+		rows = append(rows, restRows...)
+	}
+	if !slices.ContainsFunc(reps, func(r Report) bool { return r.REST == nil }) {
+		rows = slices.DeleteFunc(rows, func(row tableRow) bool { return piOnlyRows[row.name] })
+	}
 	rows = append(rows, []tableRow{
 		{"model requests", func(r Report) string { return strconv.Itoa(r.ModelRequests) }},
 		{"shutdown (exit code, notices)", func(r Report) string {
@@ -1133,6 +1162,14 @@ func WriteTable(w io.Writer, reps []Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// piOnlyRows are the rows that say nothing of a run of the REST face,
+// left out of a table of such runs only.
+var piOnlyRows = map[string]bool{
+	"format, read delay, lifecycle": true, "events/s (session events)": true, "frames (session events)": true,
+	"get_state latency p50/p99": true, "coder/websocket msgs/s": true, "  (conns x msgs x bytes)": true,
+	"  CPU: server/bench/others": true, "events/s ÷ library (all/session)": true,
 }
 
 func fmtDur(d time.Duration) string {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -189,6 +190,38 @@ func BenchmarkStreams(b *testing.B) {
 				b.ReportMetric(rep.Baseline.MessagesPerSec, "library-msgs/s")
 				b.ReportMetric(rep.BaselineFraction, "fraction-of-library")
 			}
+		})
+	}
+}
+
+// BenchmarkREST measures the REST face's event streams, one fresh server
+// per iteration (run with -benchtime=1x): N conversations, each streamed
+// to its driver and M watchers, as issue 12 asks (events/s, bytes per
+// token, memory per attached client).
+func BenchmarkREST(b *testing.B) {
+	if _, err := RaiseOpenFileLimit(); err != nil {
+		b.Log(err)
+	}
+	for _, nm := range [][2]int{{10, 1}, {100, 10}} {
+		b.Run(fmt.Sprintf("conversations=%d/watchers=%d", nm[0], nm[1]), func(b *testing.B) {
+			needBinary(b)
+			var rep Report
+			for b.Loop() {
+				var err error
+				if rep, err = Run(b.Context(), Options{Binary: agentdBin, REST: true, Sessions: nm[0], SSEWatchers: nm[1]}); err != nil {
+					b.Fatal(err)
+				}
+				if rep.Errors != 0 {
+					b.Fatalf("%d errors %v: %q", rep.Errors, rep.ErrorKinds, rep.ErrorSamples)
+				}
+			}
+			rr := rep.REST
+			b.ReportMetric(rr.EventsPerSec, "events/s")
+			b.ReportMetric(rr.EventsPerSecPerWatcher, "events/s/client")
+			b.ReportMetric(rr.BytesPerToken, "bytes/token")
+			b.ReportMetric(rr.WireBytesPerToken, "wire-bytes/token")
+			b.ReportMetric(float64(rr.RSSPerWatcher)/1000, "kB/client")
+			b.ReportMetric(float64(rep.AddedP50.Microseconds()), "added-p50-µs")
 		})
 	}
 }
@@ -682,5 +715,176 @@ func TestWatchProgressChecks(t *testing.T) {
 				t.Errorf("allowed %d in 1 s at one per 100 ms, want 11", r.ProgressAllowed)
 			}
 		})
+	}
+}
+
+// TestRunREST drives two conversations over the REST API, each streamed
+// to its driver and three watchers, with a plan step (a tool call the
+// step's auto_confirm runs) in every run: every stream gets every run's
+// run_ended and every event once and in order, the tokens join into the
+// mock's answers, the shutdown ends every stream cleanly, and nothing
+// fails.
+func TestRunREST(t *testing.T) {
+	needBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var log strings.Builder
+	rep, err := Run(ctx, Options{Binary: agentdBin, REST: true, Sessions: 2, SSEWatchers: 3, Rounds: 3, Chunks: 50, PlanSteps: 1,
+		IdleWait: 300 * time.Millisecond, Settle: -1, ServerLog: &log})
+	if err != nil {
+		t.Fatalf("Run: %v\nserver stderr:\n%s", err, log.String())
+	}
+	rr := rep.REST
+	t.Logf("report: %+v\nrest: %+v", rep, rr)
+	if rep.Errors != 0 {
+		t.Fatalf("%d errors %v: %q\nserver stderr:\n%s", rep.Errors, rep.ErrorKinds, rep.ErrorSamples, log.String())
+	}
+	if rr == nil {
+		t.Fatal("no rest report")
+	}
+	// 2 conversations x 3 rounds x (1 plan step + 2) turns of 50 tokens.
+	if rep.Prompts != 6 || rep.Commands != 6 || rep.ModelRequests != 18 || rr.Tokens != 900 || rep.AnswersChecked != 18 {
+		t.Errorf("prompts %d, commands %d, model requests %d, tokens %d, driver answers checked %d; want 6, 6, 18, 900, 18",
+			rep.Prompts, rep.Commands, rep.ModelRequests, rr.Tokens, rep.AnswersChecked)
+	}
+	// Every stream (a driver and 3 watchers per conversation) sees
+	// every turn's answer and every run end.
+	if rr.Watchers != 6 || rr.Failed != 0 || rr.AnswersChecked != 72 || rr.RunsExpected != 24 || rr.RunEndsMissing != 0 {
+		t.Errorf("watchers %d, failed %d, answers checked %d, runs expected %d, run_ended missing %d; want 6, 0, 72, 24, 0",
+			rr.Watchers, rr.Failed, rr.AnswersChecked, rr.RunsExpected, rr.RunEndsMissing)
+	}
+	if rr.Missing != 0 || rr.Duplicated != 0 || rr.OutOfOrder != 0 {
+		t.Errorf("missing %d, twice %d, out of order %d", rr.Missing, rr.Duplicated, rr.OutOfOrder)
+	}
+	// Each watcher's conversation streamed 450 tokens; merged progress
+	// events (a lagging client) are fewer, never more.
+	if rr.Events["generation_complete"] != 54 || rr.Events["run_ended"] != 18 || rr.Events["tool"] == 0 ||
+		rr.ProgressPerToken <= 0 || rr.ProgressPerToken > 1 || rr.BytesPerToken <= 0 || rr.EventsPerSecPerWatcher <= 0 ||
+		rr.WireBytes <= rr.Bytes || rr.WireBytesPerToken <= rr.BytesPerToken {
+		t.Errorf("events %v, progress per token %.3f, bytes per token %.1f (wire %.1f), per watcher %.1f/s",
+			rr.Events, rr.ProgressPerToken, rr.BytesPerToken, rr.WireBytesPerToken, rr.EventsPerSecPerWatcher)
+	}
+	if rr.EarlyEnds != 0 || rr.Ends["eof"] != 8 || rr.RSSWatchers <= 0 || rep.ServerExit != 0 {
+		t.Errorf("early ends %d, ends %v, RSS with watchers %d, exit %d; want 0, eof x8, >0, 0", rr.EarlyEnds, rr.Ends, rr.RSSWatchers, rep.ServerExit)
+	}
+	var tb strings.Builder
+	if err := WriteTable(&tb, []Report{rep}); err != nil || !strings.Contains(tb.String(), "bytes per token per client") || strings.Contains(tb.String(), "get_state") {
+		t.Errorf("table: %v\n%s", err, tb.String())
+	}
+	t.Logf("table:\n%s", tb.String())
+}
+
+// TestRunRESTSlowWatchers: watchers that pause after every event still
+// get every event and the whole text of every answer (the server may
+// join their queued tokens), and the shutdown ends their streams cleanly.
+func TestRunRESTSlowWatchers(t *testing.T) {
+	needBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var log strings.Builder
+	rep, err := Run(ctx, Options{Binary: agentdBin, REST: true, Sessions: 1, SSEWatchers: 2, Rounds: 2, Chunks: 200,
+		ReadDelay: time.Millisecond, Settle: -1, ServerLog: &log})
+	if err != nil {
+		t.Fatalf("Run: %v\nserver stderr:\n%s", err, log.String())
+	}
+	if rep.Errors != 0 {
+		t.Fatalf("%d errors %v: %q\nserver stderr:\n%s", rep.Errors, rep.ErrorKinds, rep.ErrorSamples, log.String())
+	}
+	rr := rep.REST
+	if rr.ReadDelay != time.Millisecond || rr.AnswersChecked != 6 || rr.RunEndsMissing != 0 || rr.Ends["eof"] != 3 || rr.ProgressPerToken > 1 {
+		t.Errorf("read delay %s, answers checked %d, run_ended missing %d, ends %v, progress per token %.3f; want 1ms, 6, 0, eof x3, at most 1",
+			rr.ReadDelay, rr.AnswersChecked, rr.RunEndsMissing, rr.Ends, rr.ProgressPerToken)
+	}
+}
+
+// TestSSEStreamChecks feeds the SSE reader scripted streams over real
+// HTTP: each fault of the wire is counted under its kind, and a clean
+// stream, with a merged progress event, has none.
+func TestSSEStreamChecks(t *testing.T) {
+	const connected = "id: 4\ndata: {\"type\":\"connected\",\"session_id\":\"a1\",\"seq\":4}\n\n"
+	turn := func(seq int, tokens ...string) string {
+		s := fmt.Sprintf("id: %d\ndata: {\"type\":\"generation_started\"}\n\n", seq)
+		for i, tok := range tokens {
+			s += fmt.Sprintf("id: %d\ndata: {\"type\":\"generation_progress\",\"token\":%q}\n\n", seq+1+i, tok)
+		}
+		end := seq + 1 + len(tokens)
+		return s + fmt.Sprintf("id: %d\ndata: {\"type\":\"message_added\",\"message\":{\"role\":\"assistant\"}}\n\n", end) +
+			fmt.Sprintf("id: %d\ndata: {\"type\":\"generation_complete\",\"message\":{\"role\":\"assistant\"}}\n\n", end) +
+			fmt.Sprintf("id: %d\ndata: {\"type\":\"run_ended\",\"outcome\":\"completed\"}\n\n", end+1)
+	}
+	tests := []struct {
+		name string
+		body string
+		want map[string]int // fault kinds
+	}{
+		{"clean", connected + "id: 4\ndata: {\"type\":\"ping\"}\n\n" + turn(5, "ab", "cd"), nil},
+		{"merged tokens", connected + turn(5, "abcd"), nil},
+		{"a token lost", connected + turn(5, "ab"), map[string]int{"sse streamed text wrong": 1}},
+		{"an event twice", connected + turn(5, "ab", "cd") + "id: 9\ndata: {\"type\":\"run_ended\",\"outcome\":\"completed\"}\n\n",
+			map[string]int{"sse event twice": 1}},
+		{"a progress event twice", connected + "id: 5\ndata: {\"type\":\"generation_started\"}\n\n" +
+			"id: 6\ndata: {\"type\":\"generation_progress\",\"token\":\"x\"}\n\n" + "id: 6\ndata: {\"type\":\"generation_progress\",\"token\":\"x\"}\n\n",
+			map[string]int{"sse event twice": 1}},
+		{"out of order", connected + "id: 7\ndata: {\"type\":\"generation_started\"}\n\n" + "id: 6\ndata: {\"type\":\"message_added\"}\n\n",
+			map[string]int{"sse event out of order": 1}},
+		{"an event line", connected + "event: message\nid: 5\ndata: {\"type\":\"generation_started\"}\n\n", map[string]int{"sse event line": 1}},
+		{"no id", connected + "data: {\"type\":\"generation_started\"}\n\n", map[string]int{"sse event without an id": 1}},
+		{"run failed", connected + "id: 5\ndata: {\"type\":\"run_ended\",\"outcome\":\"failed\"}\n\n", map[string]int{"sse run not completed": 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, tc.body)
+			}))
+			defer srv.Close()
+			var probs tally
+			s, err := openSSE(context.Background(), srv.Client(), srv.URL, "c1", "watcher 0", 0, &sseOptions{timeout: 10 * time.Second, answer: "abcd", faults: &probs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-s.readerDone
+			s.close()
+			if how, early := s.endState(); how != "eof" || !early {
+				t.Errorf("end %q, early %t; want eof, early", how, early)
+			}
+			_, kinds, samples := probs.result()
+			delete(kinds, "sse stream ended early")
+			if len(kinds) == 0 {
+				kinds = nil
+			}
+			if !maps.Equal(kinds, tc.want) {
+				t.Errorf("faults %v, want %v: %q", kinds, tc.want, samples)
+			}
+			if s.attachID != "a1" || s.startSeq != 4 {
+				t.Errorf("attachment %q, start seq %d", s.attachID, s.startSeq)
+			}
+		})
+	}
+}
+
+// TestRESTMissingEvents: an event one stream of a conversation got after
+// another attached, and the other did not, is missing from that one; an
+// event from before a stream attached is not.
+func TestRESTMissingEvents(t *testing.T) {
+	mk := func(name string, start uint64, keys ...eventKey) *sseStream {
+		s := &sseStream{conv: "c1", name: name, startSeq: start, keys: keys}
+		s.runEnds.Store(1)
+		return s
+	}
+	run := eventKey{9, "run_ended"}
+	msg := eventKey{8, "message_added"}
+	early := eventKey{3, "message_added"}
+	c := &restConv{id: "c1", driver: mk("driver", 2, early, msg, run),
+		watchers: []*sseStream{mk("watcher 0", 4, msg, run), mk("watcher 1", 4, run), nil}}
+	var probs tally
+	var r RESTReport
+	r.loadTotals(streamsMark{}, streamsMark{}, 2, map[string]int{"c1/0": 1}, []*restConv{c}, 10, &probs)
+	n, kinds, samples := probs.result()
+	if r.Missing != 1 || n != 1 || kinds["sse event missing"] != 1 || !strings.Contains(samples[0], "watcher 1 of c1") {
+		t.Errorf("missing %d, faults %v %q; want 1, watcher 1's message_added", r.Missing, kinds, samples)
+	}
+	if r.RunsExpected != 3 || r.RunEndsMissing != 0 || r.Tokens != 10 {
+		t.Errorf("runs expected %d, missing %d, tokens %d", r.RunsExpected, r.RunEndsMissing, r.Tokens)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -40,6 +41,7 @@ type mock struct {
 
 	mu       sync.Mutex
 	took     map[string]time.Duration // by prompt tag; summed over retries
+	byTag    map[string]int           // requests, by prompt tag
 	requests int
 }
 
@@ -51,7 +53,7 @@ type mock struct {
 // plan moves.
 func startMock(chunks, planSteps int) (*mock, error) {
 	script := textScript(chunks)
-	m := &mock{llm: llmtest.NewUnstarted(), answer: strings.Join(script.Text, ""), took: map[string]time.Duration{}, served: make(chan struct{})}
+	m := &mock{llm: llmtest.NewUnstarted(), answer: strings.Join(script.Text, ""), took: map[string]time.Duration{}, byTag: map[string]int{}, served: make(chan struct{})}
 	// The unstarted llmtest server is only a handler here; its own
 	// listener is never served, and closing it is all Close does.
 	if planSteps > 0 {
@@ -143,6 +145,7 @@ func (m *mock) serve(w http.ResponseWriter, r *http.Request) {
 	tag := lastTag(body)
 	m.mu.Lock()
 	m.took[tag] += took
+	m.byTag[tag]++
 	m.requests++
 	m.mu.Unlock()
 }
@@ -167,6 +170,13 @@ func (m *mock) time(tag string) (time.Duration, bool) {
 	defer m.mu.Unlock()
 	d, ok := m.took[tag]
 	return d, ok
+}
+
+// requestsBy is how many requests the mock answered, by prompt tag.
+func (m *mock) requestsBy() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.byTag)
 }
 
 func (m *mock) requestCount() int {

@@ -1,0 +1,806 @@
+package loadgen
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// RESTReport is what the event streams of the conversation API measured
+// (Options.REST). Durations are in nanoseconds in JSON, sizes in bytes.
+//
+// Each conversation has its driver's stream (the attachment PUT created,
+// which its steps name, as gptme-webui does) and WatchersPerConversation
+// watchers, each an EventSource of its own (GET .../events without a
+// session_id). The figures per client are the watchers'; every stream is
+// checked.
+type RESTReport struct {
+	WatchersPerConversation int `json:"watchers_per_conversation"`
+	// ReadDelay is the watchers' pause after each event (Options.ReadDelay).
+	ReadDelay time.Duration `json:"read_delay_ns"`
+	// Watchers is how many were asked for in all, Failed how many could
+	// not connect (no connected event).
+	Watchers int `json:"watchers"`
+	Failed   int `json:"failed"`
+	// Setup is opening every watcher's stream up to its connected event.
+	Setup time.Duration `json:"setup_ns"`
+	// RSSWatchers is the server's RSS once it held still with every
+	// watcher attached and idle; RSSPerWatcher the growth from the
+	// reading before them (the conversations and their drivers' streams,
+	// idle) per watcher attached.
+	RSSWatchers   int64 `json:"rss_watchers_bytes"`
+	RSSPerWatcher int64 `json:"rss_per_watcher_bytes"`
+
+	// Span is the watchers' load phase: from the first step until every
+	// watcher had the run_ended of every run of its conversation (or the
+	// wait for them gave up).
+	Span time.Duration `json:"span_ns"`
+	// Events counts what the watchers received over the span, by type
+	// (tool_* as "tool", interrupted with error), and Bytes the bytes of
+	// their streams (the response bodies, without HTTP's chunk framing);
+	// EventsPerSec is their sum per second of the span,
+	// EventsPerSecPerWatcher that per watcher attached.
+	Events                 map[string]int64 `json:"events"`
+	Bytes                  int64            `json:"bytes"`
+	EventsPerSec           float64          `json:"events_per_sec"`
+	EventsPerSecPerWatcher float64          `json:"events_per_sec_per_watcher"`
+	// Tokens is how many tokens the mock streamed (its requests times
+	// the tokens of an answer). BytesPerToken is the bytes on one
+	// client's wire per token its conversation streamed: the watchers'
+	// bytes over the sum of their conversations' tokens. ProgressPerToken
+	// is generation_progress events per such token: 1 when every client
+	// keeps up, below 1 when the server joined a lagging client's tokens.
+	Tokens           int64   `json:"tokens"`
+	BytesPerToken    float64 `json:"bytes_per_token"`
+	ProgressPerToken float64 `json:"progress_per_token"`
+	// WireBytes is what the watchers' TCP connections read over the
+	// span: the streams with HTTP's chunk framing (and the headers of
+	// any response in the span, normally none); WireBytesPerToken is
+	// BytesPerToken on that count.
+	WireBytes         int64   `json:"wire_bytes"`
+	WireBytesPerToken float64 `json:"wire_bytes_per_token"`
+	// AnswersChecked counts the assistant messages whose streamed tokens
+	// a client joined and found to be the mock's whole answer, over every
+	// stream (a wrong one is an error).
+	AnswersChecked int64 `json:"answers_checked"`
+
+	// RunsExpected is, summed over every stream, how many runs its
+	// conversation's driver saw end; RunEndsMissing how many run_ended
+	// events a stream never got.
+	RunsExpected   int64 `json:"runs_expected"`
+	RunEndsMissing int64 `json:"run_ends_missing"`
+	// Missing counts, over every stream, the events (by seq and type;
+	// generation_progress aside, which the text check covers) that
+	// another stream of its conversation got after this one attached and
+	// this one did not; Duplicated the events a stream got twice,
+	// OutOfOrder those that came after a later seq. All are errors.
+	Missing    int64 `json:"missing"`
+	Duplicated int64 `json:"duplicated"`
+	OutOfOrder int64 `json:"out_of_order"`
+
+	// EarlyEnds counts the streams that ended before the server was
+	// stopped (errors); Ends how every stream ended once it was: "eof"
+	// (the server ended the response), "cut", "error", "open".
+	EarlyEnds int            `json:"early_ends"`
+	Ends      map[string]int `json:"ends,omitempty"`
+}
+
+// convPath is the conversation API's path of a conversation.
+const convPath = "/api/v2/conversations/"
+
+// restConv is one conversation of the load and its driver.
+type restConv struct {
+	id       string
+	attachID string // the attachment PUT created, which steps name
+	driver   *sseStream
+	watchers []*sseStream // nil where one failed
+}
+
+// runREST is Run for the conversation API: N conversations created with
+// PUT, each with its driver's event stream and o.SSEWatchers watchers,
+// driven by POSTing a user message and a step with auto_confirm, o.Rounds
+// times back to back, each step waited for by its run_ended. The
+// watchers pause o.ReadDelay after each event; the drivers read at full
+// speed.
+func runREST(ctx context.Context, o Options) (Report, error) {
+	rep := Report{Sessions: o.Sessions, Rounds: o.Rounds, Chunks: o.Chunks, StreamFormat: o.StreamFormat, IdleWait: o.IdleWait,
+		Planned: o.Sessions * o.Rounds, OwnLifecycle: true}
+	if rep.StreamFormat == "" {
+		rep.StreamFormat = "full"
+	}
+	rr := &RESTReport{WatchersPerConversation: o.SSEWatchers, Watchers: o.Sessions * o.SSEWatchers, ReadDelay: o.ReadDelay}
+	rep.REST = rr
+	log := o.Logger.With("sessions", o.Sessions, "face", "rest")
+
+	dir, err := os.MkdirTemp("", "agentd-bench-")
+	if err != nil {
+		return rep, fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	mk, err := startMock(o.Chunks, o.PlanSteps)
+	if err != nil {
+		return rep, err
+	}
+	defer mk.close()
+	env, err := writeEnv(dir, mk.openAIURL())
+	if err != nil {
+		return rep, err
+	}
+	args := serveArgs(o, env, o.Sessions*(1+o.SSEWatchers)+o.IdleSessions+20)
+	srv, err := startServer(ctx, o.Binary, args, env.work, env.environ, o.ServerLog, o.StartTimeout)
+	if err != nil {
+		return rep, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			srv.stop(o.ShutdownGrace)
+		}
+	}()
+	log.Info("server ready", "addr", srv.addr, "pid", srv.pid())
+	base, err := settledMemory(ctx, srv.pid(), o.Settle)
+	if err != nil {
+		return rep, err
+	}
+	rep.RSSBaseline = base.RSS
+
+	probs := tally{log: log}
+	// Every driver keeps its connection for its POSTs between steps.
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Sessions + 16}}
+	defer hc.CloseIdleConnections()
+	// The watchers have connections of their own, counted on the wire.
+	var wire atomic.Int64
+	whc := &http.Client{Transport: &http.Transport{DialContext: countingDial(&wire)}}
+	defer whc.CloseIdleConnections()
+	api := "http://" + srv.addr + convPath
+	so := &sseOptions{timeout: o.CommandTimeout, answer: mk.answer, faults: &probs}
+
+	// Phase 0: a first conversation with a stream, so that no figure per
+	// conversation carries the server's one-time initialisation, and the
+	// idle conversations, without streams.
+	if _, err := putConversation(ctx, hc, api, "bench-first", o.CommandTimeout); err != nil {
+		return rep, err
+	}
+	first, err := openSSE(ctx, hc, api+"bench-first/events", "bench-first", "first stream", 0, so)
+	if err != nil {
+		return rep, fmt.Errorf("the first conversation's stream: %w", err)
+	}
+	first.close()
+	prev, err := settledMemory(ctx, srv.pid(), o.Settle)
+	if err != nil {
+		return rep, err
+	}
+	rep.RSSFirstSession = prev.RSS
+	if o.IdleSessions > 0 {
+		for i := range o.IdleSessions {
+			if _, err := putConversation(ctx, hc, api, fmt.Sprintf("bench-idle-%06d", i), o.CommandTimeout); err != nil {
+				return rep, err
+			}
+		}
+		m, err := settledMemory(ctx, srv.pid(), o.Settle)
+		if err != nil {
+			return rep, err
+		}
+		rep.IdleSessions, rep.RSSPerIdleSession = o.IdleSessions, (m.RSS-prev.RSS)/int64(o.IdleSessions)
+		prev = m
+	}
+
+	// Phase 1: the conversations, each with its driver's stream.
+	start := time.Now()
+	convs := createConversations(ctx, o, hc, api, so, &probs)
+	var streams []*sseStream // every one open, closed at the end
+	defer func() {
+		var wg sync.WaitGroup
+		for _, s := range streams {
+			wg.Go(s.close)
+		}
+		wg.Wait()
+	}()
+	for _, c := range convs {
+		if c != nil {
+			streams = append(streams, c.driver)
+		}
+	}
+	rep.Setup = time.Since(start)
+	if err := ctx.Err(); err != nil {
+		return rep, fmt.Errorf("creating conversations: %w", err)
+	}
+	idle, err := settledMemory(ctx, srv.pid(), o.Settle)
+	if err != nil {
+		return rep, err
+	}
+	rep.RSSSessions = idle.RSS
+	if n := int64(len(streams)); n > 0 {
+		rep.RSSPerSession = (idle.RSS - prev.RSS) / n
+	}
+	log.Info("conversations created", "took", rep.Setup.Round(time.Millisecond), "rss", idle.RSS)
+
+	// Phase 1b: the watchers, idle.
+	start = time.Now()
+	var watchers []*sseStream
+	if o.SSEWatchers > 0 {
+		wo := *so
+		wo.readDelay = o.ReadDelay
+		watchers = attachWatchers(ctx, o, whc, api, convs, &wo, &probs)
+		streams = append(streams, watchers...)
+	}
+	rr.Setup = time.Since(start)
+	rr.Failed = rr.Watchers - len(watchers)
+	if err := ctx.Err(); err != nil {
+		return rep, fmt.Errorf("attaching watchers: %w", err)
+	}
+	if o.SSEWatchers > 0 {
+		m, err := settledMemory(ctx, srv.pid(), o.Settle)
+		if err != nil {
+			return rep, err
+		}
+		rr.RSSWatchers = m.RSS
+		if len(watchers) > 0 {
+			rr.RSSPerWatcher = (m.RSS - idle.RSS) / int64(len(watchers))
+		}
+		log.Info("watchers attached", "took", rr.Setup.Round(time.Millisecond), "rss", m.RSS)
+	}
+
+	// Phase 2: the load, every conversation at once, bounded as a whole.
+	w0, wire0 := markStreams(watchers), wire.Load()
+	d0 := markStreams(drivers(convs))
+	cpu0, cpuErr := readCPU(srv.pid())
+	start = time.Now()
+	results := make([]sessionResult, len(convs))
+	lctx, cancelLoad := context.WithTimeout(ctx, o.LoadTimeout)
+	var wg sync.WaitGroup
+	for i, c := range convs {
+		if c != nil {
+			wg.Go(func() { results[i] = driveConversation(lctx, o, hc, api, c, &probs) })
+		}
+	}
+	wg.Wait()
+	cancelLoad()
+	rep.Duration = time.Since(start)
+	if cpuErr == nil {
+		var cpu1 cpuMark
+		if cpu1, cpuErr = readCPU(srv.pid()); cpuErr == nil {
+			rep.LoadCPU = cpu1.since(cpu0)
+		}
+	}
+	if cpuErr != nil {
+		log.Warn("cpu times", "err", cpuErr)
+	}
+	if err := ctx.Err(); err != nil {
+		return rep, fmt.Errorf("load phase: %w", err)
+	}
+	after, err := readMemory(srv.pid())
+	if err != nil {
+		return rep, err
+	}
+	rep.RSSAfter, rep.RSSPeak = after.RSS, after.Peak
+	d1 := markStreams(drivers(convs))
+	rep.Frames, rep.Bytes = d1.events()-d0.events(), d1.bytes-d0.bytes
+	log.Info("load done", "took", rep.Duration.Round(time.Millisecond), "rss", after.RSS, "peak", after.Peak)
+
+	// A watcher's last events may come a moment after its driver's, or
+	// long after for a slow one.
+	wait := 10 * time.Second
+	if o.ReadDelay > 0 {
+		wait = max(wait, o.CommandTimeout)
+	}
+	awaitRunEnds(ctx, convs, wait)
+	rr.Span = time.Since(start)
+	w1 := markStreams(watchers)
+	rr.WireBytes = wire.Load() - wire0
+	rr.loadTotals(w0, w1, len(watchers), mk.requestsBy(), convs, o.Chunks, &probs)
+
+	// Phase 2b: idle, every stream still open.
+	if o.IdleWait > 0 {
+		log.Info("idle wait", "for", o.IdleWait)
+		rep.RSSIdleSamples, err = watchIdle(ctx, srv.pid(), o.IdleWait)
+		if err != nil {
+			return rep, err
+		}
+		rep.RSSIdle = rep.RSSIdleSamples[len(rep.RSSIdleSamples)-1].RSS
+	}
+	rep.SendBudgetCuts = -1
+	if obs, err := dial(ctx, hc, "ws://"+srv.addr+"/?lifecycle=own", "", &clientOptions{timeout: o.CommandTimeout, faults: &probs}); err != nil {
+		log.Warn("the bench's own connection, for get_metrics", "err", err)
+	} else {
+		rep.SendBudgetCuts = sendBudgetCuts(ctx, obs, o.CommandTimeout, log)
+		obs.close()
+	}
+
+	// Phase 3: SIGTERM with every stream still open.
+	for _, s := range streams {
+		s.ending.Store(true)
+	}
+	code, took, killed := srv.stop(o.ShutdownGrace)
+	stopped = true
+	awaitStreamsEnded(streams, 5*time.Second)
+	rr.streamEnds(streams)
+	rep.ServerExit, rep.Shutdown = code, took
+	if killed {
+		probs.add("server killed", fmt.Sprintf("server did not exit within %s of SIGTERM; killed", o.ShutdownGrace))
+	} else if code != 0 {
+		probs.add("server exit code", fmt.Sprintf("server exited with code %d after SIGTERM; stderr:\n%s", code, srv.log.tail()))
+	}
+	rep.ServerWarnings, rep.ServerWarningSamples = srv.log.problemLines()
+	rep.ModelRequests = mk.requestCount()
+
+	var lat, added, mockT []time.Duration
+	failed := 0
+	for _, r := range results {
+		rep.Commands += r.done
+		rep.Prompts += len(r.prompts)
+		failed += r.failed
+		for _, p := range r.prompts {
+			lat = append(lat, p.latency)
+			m, ok := mk.time(p.tag)
+			if !ok {
+				probs.add("prompt without model request", "the mock got no request for prompt "+p.tag)
+				continue
+			}
+			mockT = append(mockT, m)
+			added = append(added, p.latency-m)
+		}
+	}
+	rep.NotRun = rep.Planned - rep.Commands - failed
+	for _, c := range convs {
+		if c != nil {
+			rep.AnswersChecked += c.driver.answers.Load()
+		}
+	}
+	rep.PromptP50, rep.PromptP99 = percentile(lat, 50), percentile(lat, 99)
+	rep.MockP50, rep.MockP99 = percentile(mockT, 50), percentile(mockT, 99)
+	rep.AddedP50, rep.AddedP99 = percentile(added, 50), percentile(added, 99)
+	if s := rep.Duration.Seconds(); s > 0 {
+		rep.CommandsPerSec = float64(rep.Commands) / s
+		rep.EventsPerSec = float64(rep.Frames) / s
+	}
+	rep.Errors, rep.ErrorKinds, rep.ErrorSamples = probs.result()
+	rr.Duplicated, rr.OutOfOrder = int64(rep.ErrorKinds["sse event twice"]), int64(rep.ErrorKinds["sse event out of order"])
+	return rep, nil
+}
+
+// countingDial dials TCP and adds every byte read on the connection to n.
+func countingDial(n *atomic.Int64) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{c, n}, nil
+	}
+}
+
+// countingConn counts the bytes read through it.
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	k, err := c.Conn.Read(p)
+	c.n.Add(int64(k))
+	return k, err
+}
+
+// restCall sends a JSON body to url and reads the JSON answer; a status
+// other than 200 is an error carrying the server's message.
+func restCall(ctx context.Context, hc *http.Client, method, url string, body any, timeout time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s %s: %w", method, url, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, url, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, url, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: reading the answer: %w", method, url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return out, fmt.Errorf("%s %s: HTTP %d: %s", method, url, resp.StatusCode, prefix(bytes.TrimSpace(out), 300))
+	}
+	return out, nil
+}
+
+// putConversation creates conversation id and returns the attachment
+// (gptme's session) the answer names.
+func putConversation(ctx context.Context, hc *http.Client, api, id string, timeout time.Duration) (string, error) {
+	out, err := restCall(ctx, hc, http.MethodPut, api+id, map[string]any{}, timeout)
+	if err != nil {
+		return "", err
+	}
+	var ans struct {
+		ConversationID string `json:"conversation_id"`
+		SessionID      string `json:"session_id"`
+	}
+	if err := json.Unmarshal(out, &ans); err != nil || ans.SessionID == "" || ans.ConversationID != id {
+		return "", fmt.Errorf("PUT %s: answer %s: want the conversation_id and a session_id", id, prefix(out, 200))
+	}
+	return ans.SessionID, nil
+}
+
+// createConversations creates the o.Sessions conversations, each with its
+// driver's stream, o.DialConcurrency at a time. One that fails is counted
+// and left nil.
+func createConversations(ctx context.Context, o Options, hc *http.Client, api string, so *sseOptions, probs *tally) []*restConv {
+	convs := make([]*restConv, o.Sessions)
+	sem := make(chan struct{}, o.DialConcurrency)
+	var wg sync.WaitGroup
+	for i := range convs {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return convs
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			id := fmt.Sprintf("bench-%06d", i)
+			att, err := putConversation(ctx, hc, api, id, o.CommandTimeout)
+			if err != nil {
+				probs.add("rest create", fmt.Sprintf("conversation %s: %v", id, err))
+				return
+			}
+			d, err := openSSE(ctx, hc, api+id+"/events?session_id="+att, id, "driver", o.Rounds+1, so)
+			if err != nil {
+				probs.add("sse connect", fmt.Sprintf("driver of %s: %v", id, err))
+				return
+			}
+			if d.attachID != att {
+				probs.add("sse wrong session", fmt.Sprintf("driver of %s: connected names session %q, want %q", id, d.attachID, att))
+			}
+			convs[i] = &restConv{id: id, attachID: att, driver: d}
+		})
+	}
+	wg.Wait()
+	return convs
+}
+
+// attachWatchers opens o.SSEWatchers streams on each conversation,
+// o.DialConcurrency at a time, and returns those that connected (each is
+// also in its conversation's watchers).
+func attachWatchers(ctx context.Context, o Options, hc *http.Client, api string, convs []*restConv, so *sseOptions, probs *tally) []*sseStream {
+	for _, c := range convs {
+		if c != nil {
+			c.watchers = make([]*sseStream, o.SSEWatchers)
+		}
+	}
+	sem := make(chan struct{}, o.DialConcurrency)
+	var wg sync.WaitGroup
+	for j := range o.SSEWatchers {
+		for _, c := range convs {
+			if c == nil {
+				continue // its creation failed, and was counted
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				wg.Wait()
+				return collectWatchers(convs)
+			}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				s, err := openSSE(ctx, hc, api+c.id+"/events", c.id, fmt.Sprintf("watcher %d", j), 0, so)
+				if err != nil {
+					probs.add("sse connect", fmt.Sprintf("watcher %d of %s: %v", j, c.id, err))
+					return
+				}
+				c.watchers[j] = s
+			})
+		}
+	}
+	wg.Wait()
+	return collectWatchers(convs)
+}
+
+func collectWatchers(convs []*restConv) []*sseStream {
+	var out []*sseStream
+	for _, c := range convs {
+		if c == nil {
+			continue
+		}
+		for _, w := range c.watchers {
+			if w != nil {
+				out = append(out, w)
+			}
+		}
+	}
+	return out
+}
+
+func drivers(convs []*restConv) []*sseStream {
+	var out []*sseStream
+	for _, c := range convs {
+		if c != nil {
+			out = append(out, c.driver)
+		}
+	}
+	return out
+}
+
+// driveConversation runs one conversation's rounds: a user message, then
+// a step that confirms its tool calls, waited for by its run_ended on the
+// driver's stream. A round that fails ends the conversation's load.
+func driveConversation(ctx context.Context, o Options, hc *http.Client, api string, c *restConv, probs *tally) sessionResult {
+	var res sessionResult
+	fail := func(round int, err error) sessionResult {
+		res.failed++
+		kind := "rest request failed"
+		if ctx.Err() != nil {
+			kind = "load timeout"
+		}
+		probs.add(kind, fmt.Sprintf("conversation %s round %d: %v", c.id, round, err))
+		return res
+	}
+	for round := range o.Rounds {
+		tag := fmt.Sprintf("%s/%d", c.id, round)
+		start := time.Now()
+		msg := map[string]any{"role": "user", "content": "Please answer briefly. " + tagOpen + tag + tagClose}
+		if _, err := restCall(ctx, hc, http.MethodPost, api+c.id, msg, o.CommandTimeout); err != nil {
+			return fail(round, err)
+		}
+		step := map[string]any{"session_id": c.attachID, "auto_confirm": true}
+		if _, err := restCall(ctx, hc, http.MethodPost, api+c.id+"/step", step, o.CommandTimeout); err != nil {
+			return fail(round, err)
+		}
+		t := time.NewTimer(o.CommandTimeout)
+		select {
+		case <-c.driver.runEnded:
+			t.Stop()
+		case <-c.driver.readerDone:
+			t.Stop()
+			return fail(round, fmt.Errorf("the driver's stream ended while its run went on: %w", c.driver.deadErr()))
+		case <-t.C:
+			return fail(round, fmt.Errorf("no run_ended within %s of the step", o.CommandTimeout))
+		case <-ctx.Done():
+			t.Stop()
+			return fail(round, fmt.Errorf("waiting for run_ended: %w", ctx.Err()))
+		}
+		res.done++
+		res.prompts = append(res.prompts, promptSample{tag: tag, latency: time.Since(start)})
+	}
+	return res
+}
+
+// awaitRunEnds waits until every stream has the run_ended of every run
+// its driver saw end, or for wait.
+func awaitRunEnds(ctx context.Context, convs []*restConv, wait time.Duration) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	giveUp := time.After(wait)
+	for {
+		all := true
+	check:
+		for _, c := range convs {
+			if c == nil {
+				continue
+			}
+			want := c.driver.runEnds.Load()
+			for _, w := range c.watchers {
+				if w != nil && w.runEnds.Load() < want {
+					all = false
+					break check
+				}
+			}
+		}
+		if all {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-giveUp:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// awaitStreamsEnded waits, up to wait, for the streams' readers to see
+// the end of their responses (the server has exited).
+func awaitStreamsEnded(ss []*sseStream, wait time.Duration) {
+	giveUp := time.After(wait)
+	for _, s := range ss {
+		select {
+		case <-s.readerDone:
+		case <-giveUp:
+			return
+		}
+	}
+}
+
+// streamsMark is a set of streams' counters at one moment, summed.
+type streamsMark struct {
+	counts [numSSEKinds]int64
+	bytes  int64
+	tokens int64
+}
+
+func markStreams(ss []*sseStream) streamsMark {
+	var m streamsMark
+	for _, s := range ss {
+		for k := range m.counts {
+			m.counts[k] += s.counts[k].Load()
+		}
+		m.bytes += s.bytes.Load()
+		m.tokens += s.tokens.Load()
+	}
+	return m
+}
+
+// events are the events counted, pings included.
+func (m streamsMark) events() int64 {
+	var n int64
+	for _, c := range m.counts {
+		n += c
+	}
+	return n
+}
+
+// loadTotals fills in what the watchers measured over the span, from
+// their counters at its start (m0) and end (m1), and checks every stream
+// of every conversation against the others: each must have every run's
+// run_ended and every event another got after it attached.
+func (r *RESTReport) loadTotals(m0, m1 streamsMark, attached int, byTag map[string]int, convs []*restConv, chunks int, probs *tally) {
+	r.Events = map[string]int64{}
+	for k, n := range sseKindNames {
+		r.Events[n] = m1.counts[k] - m0.counts[k]
+	}
+	total := m1.events() - m0.events()
+	r.Bytes = m1.bytes - m0.bytes
+	if secs := r.Span.Seconds(); secs > 0 {
+		r.EventsPerSec = float64(total) / secs
+		if attached > 0 {
+			r.EventsPerSecPerWatcher = r.EventsPerSec / float64(attached)
+		}
+	}
+	tokensOf := map[string]int64{} // by conversation
+	for tag, n := range byTag {
+		conv, _, _ := strings.Cut(tag, "/")
+		tokensOf[conv] += int64(n * chunks)
+		r.Tokens += int64(n * chunks)
+	}
+	var watched int64 // the tokens of each watcher's conversation, summed
+	for _, c := range convs {
+		if c == nil {
+			continue
+		}
+		for _, w := range c.watchers {
+			if w != nil {
+				watched += tokensOf[c.id]
+			}
+		}
+	}
+	if watched > 0 {
+		r.BytesPerToken = float64(r.Bytes) / float64(watched)
+		r.WireBytesPerToken = float64(r.WireBytes) / float64(watched)
+		r.ProgressPerToken = float64(r.Events["generation_progress"]) / float64(watched)
+	}
+
+	for _, c := range convs {
+		if c == nil {
+			continue
+		}
+		ss := append([]*sseStream{c.driver}, c.watchers...)
+		ss = slices.DeleteFunc(ss, func(s *sseStream) bool { return s == nil })
+		want := c.driver.runEnds.Load()
+		union := map[eventKey]struct{}{}
+		keys := make([][]eventKey, len(ss))
+		for i, s := range ss {
+			keys[i] = s.eventKeys()
+			for _, k := range keys[i] {
+				union[k] = struct{}{}
+			}
+		}
+		for i, s := range ss {
+			r.AnswersChecked += s.answers.Load()
+			r.RunsExpected += want
+			if got := s.runEnds.Load(); got < want {
+				r.RunEndsMissing += want - got
+				probs.add("sse run_ended missing", fmt.Sprintf("%s of %s: %d run_ended for %d runs", s.name, c.id, got, want))
+			}
+			have := make(map[eventKey]struct{}, len(keys[i]))
+			for _, k := range keys[i] {
+				have[k] = struct{}{}
+			}
+			var lost []eventKey
+			for k := range union {
+				if _, ok := have[k]; !ok && k.seq > s.startSeq {
+					lost = append(lost, k)
+				}
+			}
+			if len(lost) > 0 {
+				r.Missing += int64(len(lost))
+				slices.SortFunc(lost, func(a, b eventKey) int { return cmp.Compare(a.seq, b.seq) })
+				probs.add("sse event missing", fmt.Sprintf("%s of %s: %d events another client got, the first %s at seq %d",
+					s.name, c.id, len(lost), lost[0].typ, lost[0].seq))
+			}
+		}
+	}
+}
+
+// streamEnds fills in, once the server has stopped, how every stream
+// ended (the early ends were counted as faults when they happened).
+func (r *RESTReport) streamEnds(ss []*sseStream) {
+	r.Ends = map[string]int{}
+	for _, s := range ss {
+		how, early := s.endState()
+		r.Ends[how]++
+		if early {
+			r.EarlyEnds++
+		}
+	}
+}
+
+// restRows are WriteTable's rows for the REST face, "-" in a report
+// without it.
+var restRows = []tableRow{
+	{"sse watchers per conv, all (failed)", restVal(func(w *RESTReport) string {
+		return fmt.Sprintf("%d, %d (%d)", w.WatchersPerConversation, w.Watchers, w.Failed)
+	})},
+	{"  watchers' read delay", restVal(func(w *RESTReport) string { return fmtDelay(w.ReadDelay) })},
+	{"  setup (to connected)", restVal(func(w *RESTReport) string { return fmtDur(w.Setup) })},
+	{"  RSS with watchers idle", restVal(func(w *RESTReport) string { return fmtBytes(w.RSSWatchers) })},
+	{"  RSS per attached watcher", restVal(func(w *RESTReport) string { return fmtBytes(w.RSSPerWatcher) })},
+	{"  span (to the last run_ended)", restVal(func(w *RESTReport) string { return fmtDur(w.Span) })},
+	{"  events/s: all, per watcher", restVal(func(w *RESTReport) string {
+		return fmt.Sprintf("%.0f, %.2f", w.EventsPerSec, w.EventsPerSecPerWatcher)
+	})},
+	{"  progress/message/complete/run/other", restVal(func(w *RESTReport) string {
+		e := w.Events
+		other := e["generation_started"] + e["tool"] + e["ping"] + e["connected"] + e["error"] + e["other"]
+		return fmt.Sprintf("%d / %d / %d / %d / %d", e["generation_progress"], e["message_added"], e["generation_complete"], e["run_ended"], other)
+	})},
+	{"  bytes received", restVal(func(w *RESTReport) string { return fmtBytes(w.Bytes) })},
+	{"  tokens streamed (mock)", restVal(func(w *RESTReport) string { return fmt.Sprintf("%d", w.Tokens) })},
+	{"  bytes per token per client", restVal(func(w *RESTReport) string { return fmt.Sprintf("%.1f", w.BytesPerToken) })},
+	{"  wire bytes (TCP), per token", restVal(func(w *RESTReport) string {
+		return fmt.Sprintf("%s, %.1f", fmtBytes(w.WireBytes), w.WireBytesPerToken)
+	})},
+	{"  progress events per token", restVal(func(w *RESTReport) string { return fmt.Sprintf("%.3f", w.ProgressPerToken) })},
+	{"  answers checked (all streams)", restVal(func(w *RESTReport) string { return fmt.Sprintf("%d", w.AnswersChecked) })},
+	{"  run_ended: expected, missing", restVal(func(w *RESTReport) string {
+		return fmt.Sprintf("%d, %d", w.RunsExpected, w.RunEndsMissing)
+	})},
+	{"  events missing, twice, out of order", restVal(func(w *RESTReport) string {
+		return fmt.Sprintf("%d, %d, %d", w.Missing, w.Duplicated, w.OutOfOrder)
+	})},
+	{"  ended early; at shutdown", restVal(func(w *RESTReport) string {
+		var ends []string
+		for _, k := range slices.Sorted(maps.Keys(w.Ends)) {
+			ends = append(ends, fmt.Sprintf("%s x%d", k, w.Ends[k]))
+		}
+		return fmt.Sprintf("%d; %s", w.EarlyEnds, strings.Join(ends, ", "))
+	})},
+}
+
+func restVal(f func(w *RESTReport) string) func(Report) string {
+	return func(r Report) string {
+		if r.REST == nil {
+			return "-"
+		}
+		return f(r.REST)
+	}
+}
