@@ -609,7 +609,7 @@ func branchOf(o object) (string, error) {
 	}
 	b, _, err := o.str("branch")
 	switch {
-	case err != nil:
+	case err != nil, b == "":
 		return "", errorf(http.StatusBadRequest, "Invalid branch name")
 	case len(b) > maxIDBytes-len(".jsonl"):
 		return "", errorf(http.StatusBadRequest, "branch name too long")
