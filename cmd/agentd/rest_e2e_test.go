@@ -2,25 +2,17 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // rsConvPath is the REST path of conversation id.
 func rsConvPath(id string) string { return "/api/v2/conversations/" + id }
-
-// rsPiSessions lists pi-server's sessions over its WebSocket on "/".
-func rsPiSessions(s *svServer) []string {
-	c := s.dial("pi")
-	defer c.close()
-	var ids []string
-	for _, si := range svArr(c.must("list_sessions", nil).m, "data", "sessions") {
-		ids = append(ids, svStr(si, "sessionId"))
-	}
-	return ids
-}
 
 // rsSeq is an event's seq, from its id line.
 func rsSeq(t *testing.T, e rsEvent) uint64 {
@@ -89,7 +81,7 @@ func TestRESTEndToEnd(t *testing.T) {
 	st.waitType(from, "run_ended")
 
 	// The same session on the other faces.
-	if ids := rsPiSessions(s); !slices.Contains(ids, id) {
+	if ids := rsPiSessions(t, s, ""); !slices.Contains(ids, id) {
 		t.Fatalf("pi-server's list_sessions = %v, want %s in it", ids, id)
 	}
 	schema := swSchema(t, s)
@@ -256,5 +248,78 @@ func TestRESTSIGTERM(t *testing.T) {
 		if e.typ() != "ping" && e.typ() != "connected" && e.typ() != "resync" && rsSeq(t, e) <= cursor {
 			t.Errorf("the stream repeats %s at seq %s (cursor %d)", e.typ(), e.id, cursor)
 		}
+	}
+}
+
+// rsPiSessions lists pi-server's sessions over its WebSocket on "/", for
+// a client presenting tok ("" for none).
+func rsPiSessions(t *testing.T, s *svServer, tok string) []string {
+	t.Helper()
+	o := svDialOpts{name: "pi"}
+	if tok != "" {
+		o.header = http.Header{"Authorization": {"Bearer " + tok}}
+	}
+	c := s.dialRaw(t, o)
+	c.ready()
+	defer c.close()
+	// Command ids are the server's: a reused one is a replay of the first
+	// answer, whoever asked.
+	var ids []string
+	for _, si := range svArr(c.ok(svM{"id": fmt.Sprintf("rs-list-%d", swIDs.Add(1)), "type": "list_sessions"}).m, "data", "sessions") {
+		ids = append(ids, svStr(si, "sessionId"))
+	}
+	return ids
+}
+
+// TestRESTJWT: with JWT keys configured, a conversation a subject creates
+// over REST is that subject's on every face, and another subject finds
+// it nowhere; a session made over pi-server is its owner's over REST.
+func TestRESTJWT(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	k := swNewKeys(t, e.root)
+	s := svStart(t, e, "--jwt-secret-file", k.secretPath)
+	alice := swToken(t, jwt.SigningMethodHS256, k.secret, jwt.MapClaims{"sub": "alice"})
+	bob := swToken(t, jwt.SigningMethodHS256, k.secret, jwt.MapClaims{"sub": "bob"})
+	asAlice, asBob := []string{"Authorization", "Bearer " + alice}, []string{"Authorization", "Bearer " + bob}
+
+	if r := rsDo(t, s, "PUT", rsConvPath("mine"), map[string]any{}); r.status != http.StatusUnauthorized {
+		t.Fatalf("PUT without a token: %d %s", r.status, r)
+	}
+	rsOK(t, s, "PUT", rsConvPath("alices"), map[string]any{"messages": []any{map[string]any{"role": "user", "content": "secret"}}}, asAlice...)
+	piID, _ := swSession(t, s, svDialOpts{header: http.Header{"Authorization": {"Bearer " + bob}}})
+
+	if r := rsDo(t, s, "GET", rsConvPath("alices"), nil, asBob...); r.status != http.StatusNotFound || r.str("error") != "Conversation not found: alices" {
+		t.Errorf("bob GETs alice's: %d %s", r.status, r)
+	}
+	if r := rsDo(t, s, "GET", rsConvPath(piID), nil, asAlice...); r.status != http.StatusNotFound {
+		t.Errorf("alice GETs bob's pi-server session: %d %s", r.status, r)
+	}
+	rsOK(t, s, "GET", rsConvPath(piID), nil, asBob...)
+	for who, want := range map[string][]string{alice: {"alices"}, bob: {piID}} {
+		var ids []string
+		for _, c := range rsOK(t, s, "GET", "/api/v2/conversations", nil, "Authorization", "Bearer "+who).list {
+			ids = append(ids, c.(map[string]any)["id"].(string))
+		}
+		if !slices.Equal(ids, want) {
+			t.Errorf("REST list = %v, want %v", ids, want)
+		}
+		if ids := rsPiSessions(t, s, who); !slices.Equal(ids, want) {
+			t.Errorf("pi-server list_sessions = %v, want %v", ids, want)
+		}
+	}
+	schema := swSchema(t, s)
+	ws := swConnect(t, s, schema, "alices", swDial{token: alice})
+	ws.subscribe("alices", nil)
+	other := swConnect(t, s, schema, "alices", swDial{token: bob})
+	if _, m := other.waitType(0, "error"); m.str("code") != "session_not_found" {
+		t.Errorf("bob on alice's over the session WebSocket: %s", m.raw)
+	}
+	other.waitClosed()
+	// The events stream takes the JWT as ?token= (EventSource).
+	st := rsOpen(t, s, rsConvPath("alices")+"/events?token="+alice)
+	st.waitType(0, "connected")
+	if r := rsDo(t, s, "GET", rsConvPath("alices")+"/events?token="+bob, nil); r.status != http.StatusNotFound {
+		t.Errorf("bob's event stream of alice's: %d %s", r.status, r)
 	}
 }
