@@ -322,4 +322,26 @@ func TestRESTJWT(t *testing.T) {
 	if r := rsDo(t, s, "GET", rsConvPath("alices")+"/events?token="+bob, nil); r.status != http.StatusNotFound {
 		t.Errorf("bob's event stream of alice's: %d %s", r.status, r)
 	}
+
+	// Ownership outlives the process: after kill -9 the conversations are
+	// known from the index, not loaded, and still their owners' alone.
+	ws.stop()
+	s.kill9()
+	st.waitEnded()
+	s2 := s.restart()
+	if r := rsDo(t, s2, "GET", rsConvPath("alices"), nil, asBob...); r.status != http.StatusNotFound {
+		t.Errorf("after a restart bob GETs alice's: %d %s", r.status, r)
+	}
+	for who, want := range map[string][]string{alice: {"alices"}, bob: {piID}} {
+		var ids []string
+		for _, c := range rsOK(t, s2, "GET", "/api/v2/conversations", nil, "Authorization", "Bearer "+who).list {
+			ids = append(ids, c.(map[string]any)["id"].(string))
+		}
+		if !slices.Equal(ids, want) {
+			t.Errorf("after a restart the REST list = %v, want %v", ids, want)
+		}
+	}
+	if c := rsOK(t, s2, "GET", rsConvPath("alices"), nil, asAlice...); len(c.m["log"].([]any)) != 1 {
+		t.Errorf("after a restart alice's conversation: %s", c)
+	}
 }
