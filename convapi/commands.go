@@ -90,6 +90,9 @@ func (s *Server) registry() pipeline.Registry {
 		}
 		h := pipeline.Handler{Class: cmd.class, Lane: lane, Mutating: cmd.mutating, Timeout: cmd.timeout,
 			Run: func(ctx context.Context, pc pipeline.Command) (json.RawMessage, error) {
+				if who, ok := pc.Origin.(server.Principal); ok {
+					ctx = withPrincipal(ctx, who)
+				}
 				c := &call{cmd: pc}
 				if cmd.session {
 					h, err := s.conversation(ctx, pc.SessionID)
@@ -169,7 +172,11 @@ func (s *Server) submit(r *http.Request, name, conv string, payload any, rate se
 	if e := s.srv.Admit(conv, rate); e != nil {
 		return submitted{}, e.Error
 	}
-	cmd := pipeline.Command{Type: name, SessionID: conv, IdempotencyKey: key, Payload: marshal(payload)}
+	// The principal rides along as the command's origin (not journaled):
+	// the command runs with the same view of the conversations as the
+	// request that sent it.
+	cmd := pipeline.Command{Type: name, SessionID: conv, IdempotencyKey: scopedKey(r.Context(), key), Payload: marshal(payload),
+		Origin: principalOf(r.Context())}
 	settled := func() {}
 	if name == "rest.create" {
 		settled = s.srv.Expect(conv)

@@ -58,6 +58,7 @@ type fixture struct {
 type fixtureOptions struct {
 	chunkDelay time.Duration
 	token      string
+	tokens     server.TokenVerifier // JWTs, as --jwt-secret-file gives
 	origins    []string
 	limits     server.Limits
 	idle       time.Duration
@@ -89,7 +90,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 				Tools: append(tool.Builtins(env), &slowTool{}), BashEnv: env, EventLogSize: o.logSize,
 			})
 		}),
-		Cwd: fx.cwd, SessionsDir: filepath.Join(root, "sessions"), StateDir: state, Limits: o.limits,
+		Cwd: fx.cwd, SessionsDir: filepath.Join(root, "sessions"), StateDir: state, Limits: o.limits, Tokens: o.tokens,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -21,9 +21,10 @@ import (
 )
 
 // conversation finds conversation id: loaded, or known from before a
-// restart (loaded now).
+// restart (loaded now). One the principal of ctx may not see is not
+// found, exactly as one that does not exist.
 func (s *Server) conversation(ctx context.Context, id string) (*server.Hosted, error) {
-	h, err := s.srv.Session(ctx, id)
+	h, err := s.srv.SessionFor(ctx, id, principalOf(ctx))
 	if err != nil {
 		if fault.CodeOf(err) == fault.NotFound {
 			return nil, errorf(http.StatusNotFound, "Conversation not found: "+id)
@@ -117,14 +118,17 @@ func (s *Server) version(w http.ResponseWriter, _ *http.Request, _ params) error
 }
 
 func (s *Server) setCookie(w http.ResponseWriter, r *http.Request, _ params) error {
-	if s.opt.Token == "" {
+	if s.opt.Token == "" && !s.srv.VerifiesJWT() {
 		writeJSON(w, http.StatusOK, CookieResponse{OK: true, Message: "No token is configured: requests need no credentials"})
 		return nil
 	}
-	if !strings.HasPrefix(strings.ToLower(r.Header.Get("Authorization")), "bearer ") {
+	h := strings.TrimSpace(r.Header.Get("Authorization"))
+	if !strings.HasPrefix(strings.ToLower(h), "bearer ") {
 		return errorf(http.StatusUnauthorized, "Missing authentication credentials: send Authorization: Bearer <token> to set the cookie")
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: s.opt.Token, Path: "/api/", MaxAge: 86400, HttpOnly: true,
+	// The cookie holds the credential the request was authorized with:
+	// a JWT's holder gets its JWT back, never the shared token.
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: strings.TrimSpace(h[len("bearer "):]), Path: "/api/", MaxAge: 86400, HttpOnly: true,
 		SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
 	writeJSON(w, http.StatusOK, CookieResponse{OK: true, Message: "Auth cookie set"})
 	return nil
@@ -155,13 +159,16 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request, _ params) error 
 
 // ---- attachments ----
 
-func (s *Server) sessions(w http.ResponseWriter, _ *http.Request, _ params) error {
+func (s *Server) sessions(w http.ResponseWriter, r *http.Request, _ params) error {
 	loaded := map[string]*server.Hosted{}
 	for _, h := range s.srv.Sessions() {
 		loaded[h.ID()] = h
 	}
 	out := []SessionInfo{}
 	for _, a := range s.att.list() {
+		if !s.sees(r.Context(), a.conv) {
+			continue
+		}
 		info := SessionInfo{ID: a.id, ConversationID: a.conv, CreatedAt: a.created.UTC().Format(time.RFC3339Nano),
 			LastActivity: a.last.UTC().Format(time.RFC3339Nano), Streams: a.streams}
 		if h := loaded[a.conv]; h != nil {
@@ -175,13 +182,16 @@ func (s *Server) sessions(w http.ResponseWriter, _ *http.Request, _ params) erro
 	return nil
 }
 
-func (s *Server) serverHealth(w http.ResponseWriter, _ *http.Request, _ params) error {
+func (s *Server) serverHealth(w http.ResponseWriter, r *http.Request, _ params) error {
 	running := map[string]bool{}
 	for _, h := range s.srv.Sessions() {
 		running[h.ID()] = h.Session().Running()
 	}
 	out := ServerHealth{Slots: []HealthSlot{}, Health: "green"}
 	for _, a := range s.att.list() {
+		if !s.sees(r.Context(), a.conv) {
+			continue
+		}
 		gen := running[a.conv]
 		out.SessionCount++
 		if gen {
@@ -201,7 +211,10 @@ func (s *Server) serverHealth(w http.ResponseWriter, _ *http.Request, _ params) 
 	return nil
 }
 
-func (s *Server) deleteSession(w http.ResponseWriter, _ *http.Request, p params) error {
+func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, p params) error {
+	if at, ok := s.att.get(p.sid); ok && !s.sees(r.Context(), at.conv) {
+		return errorf(http.StatusNotFound, "Session not found: "+p.sid)
+	}
 	streams, ok := s.att.remove(p.sid)
 	if !ok {
 		return errorf(http.StatusNotFound, "Session not found: "+p.sid)
@@ -476,7 +489,7 @@ func (s *Server) runCreate(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	id := c.cmd.SessionID
-	h, err := s.srv.Create(ctx, server.CreateRequest{ID: id, Cwd: p.Cwd})
+	h, err := s.srv.Create(ctx, server.CreateRequest{ID: id, Cwd: p.Cwd, Who: principalOf(ctx)})
 	if err != nil {
 		if fault.CodeOf(err) == fault.Conflict {
 			return nil, errorf(http.StatusConflict, "Conversation already exists: "+id)
@@ -596,7 +609,7 @@ func branchOf(o object) (string, error) {
 	}
 	b, _, err := o.str("branch")
 	switch {
-	case err != nil:
+	case err != nil, b == "":
 		return "", errorf(http.StatusBadRequest, "Invalid branch name")
 	case len(b) > maxIDBytes-len(".jsonl"):
 		return "", errorf(http.StatusBadRequest, "branch name too long")
@@ -1573,7 +1586,7 @@ func (s *Server) runFork(ctx context.Context, c *call) (any, error) {
 		return nil, fmt.Errorf("copying the conversation: %w", err)
 	}
 	id := server.NewID()
-	h, err := s.srv.Load(ctx, server.LoadRequest{ID: id, Path: path})
+	h, err := s.srv.Load(ctx, server.LoadRequest{ID: id, Path: path, Who: principalOf(ctx)})
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/server"
 )
 
 // listConversations serves GET /api/v2/conversations: the loaded
@@ -45,7 +46,7 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request, _ par
 		hasCursor = true
 	}
 
-	all := s.summaries()
+	all := s.summaries(principalOf(r.Context()))
 	sort.Slice(all, func(i, j int) bool {
 		if all[i].Modified != all[j].Modified {
 			return all[i].Modified > all[j].Modified
@@ -143,10 +144,14 @@ func etagMatches(header, etag string) bool {
 	return false
 }
 
-// summaries describes every conversation the server knows.
-func (s *Server) summaries() []ConversationSummary {
+// summaries describes every conversation the server knows that who may
+// see.
+func (s *Server) summaries(who server.Principal) []ConversationSummary {
 	var out []ConversationSummary
 	for _, h := range s.srv.Sessions() {
+		if !who.MaySee(h.ID(), h.Owner()) {
+			continue
+		}
 		sess := h.Session()
 		msgs := sess.Messages()
 		created := float64(h.Created().UnixMilli()) / 1000
@@ -174,6 +179,9 @@ func (s *Server) summaries() []ConversationSummary {
 			Model: &model, LastMessagePreview: preview, Loaded: true})
 	}
 	for _, k := range s.srv.KnownSessions() {
+		if !who.MaySee(k.ID, k.Owner) {
+			continue
+		}
 		created := float64(k.Created.UnixMilli()) / 1000
 		modified := created
 		if !k.Info.Modified.IsZero() {

@@ -1,7 +1,6 @@
 package convapi
 
 import (
-	"crypto/subtle"
 	"net/http"
 	"net/url"
 	"sort"
@@ -123,13 +122,15 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !rt.public {
-		if err := s.authorize(r); err != nil {
+		who, err := s.authorize(r)
+		if err != nil {
 			if ae, ok := err.(*apiError); ok && ae.status == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="agentd"`)
 			}
 			writeError(w, log, r, err)
 			return
 		}
+		r = r.WithContext(withPrincipal(r.Context(), who))
 	}
 	if err := rt.handle(s, w, r, p); err != nil {
 		writeError(w, log, r, err)
@@ -247,46 +248,6 @@ func checkConversationID(id string) error {
 	}
 	if server.CheckID(id) != nil {
 		return errorf(http.StatusBadRequest, "Invalid conversation_id: use only letters, digits, '_', '-' and '.' (at most 255 bytes)")
-	}
-	return nil
-}
-
-// cookieName is the HttpOnly cookie POST /api/v2/auth/cookie sets.
-const cookieName = "agentd_token"
-
-// authorize checks a request's credentials: Authorization: Bearer, the
-// cookie, ?token=, in that order (gptme's), compared in constant time;
-// then the operator's auth command, when there is one.
-func (s *Server) authorize(r *http.Request) error {
-	if tok := s.opt.Token; tok != "" {
-		got := ""
-		if h := r.Header.Get("Authorization"); h != "" {
-			scheme, rest, ok := strings.Cut(strings.TrimSpace(h), " ")
-			if !ok {
-				return errorf(http.StatusUnauthorized, "Invalid authorization header format")
-			}
-			if !strings.EqualFold(scheme, "Bearer") {
-				return errorf(http.StatusUnauthorized, "Invalid authentication scheme")
-			}
-			got = strings.TrimSpace(rest)
-		}
-		if got == "" {
-			if c, err := r.Cookie(cookieName); err == nil {
-				got = c.Value
-			}
-		}
-		if got == "" {
-			got = r.URL.Query().Get("token")
-		}
-		if got == "" {
-			return errorf(http.StatusUnauthorized, "Missing authentication credentials")
-		}
-		if subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
-			return errorf(http.StatusUnauthorized, "Invalid or expired token")
-		}
-	}
-	if res := s.srv.Authenticate(r.Context(), server.RequestOf("http", r)); !res.Allowed {
-		return errorf(http.StatusForbidden, res.Reason)
 	}
 	return nil
 }
