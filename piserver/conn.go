@@ -3,6 +3,7 @@ package piserver
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentd-dev/agentd/fault"
@@ -172,6 +173,17 @@ func (c *conn) handle(data []byte) {
 		settled = s.srv.Expect(cmd.SessionID)
 	}
 	started := time.Now()
+	// Command ids and idempotency keys are remembered server-wide for
+	// replay; a scoped principal's live in a namespace of its own, so one
+	// subject's id never replays another's answer.
+	scope := idScope(c.who)
+	if scope != "" {
+		cmd.ID = scopeID(scope, cmd.ID)
+		cmd.IdempotencyKey = scopeID(scope, cmd.IdempotencyKey)
+		for i, d := range cmd.DependsOn {
+			cmd.DependsOn[i] = scopeID(scope, d)
+		}
+	}
 	o := &origin{c: c, hold: server.NewHold()}
 	cmd.Origin = o
 	cmd.Sender = c // a slow connection holds up only its own answers
@@ -185,10 +197,44 @@ func (c *conn) handle(data []byte) {
 			m.ObserveCommand(cmd.Type, r.Success, time.Since(started))
 		}
 		s.log(cmd, r, time.Since(started))
+		if scope != "" {
+			r.ID = unscopeID(r.ID)
+			if r.Err != nil {
+				e := *r.Err
+				e.Message = strings.ReplaceAll(e.Message, scope, "")
+				r.Err = &e
+			}
+		}
 		c.send(responseFrame(r))
 		// Subscriptions the handler made send from here on: after the
 		// response.
 		o.hold.Release()
 		s.afterResponse(c, cmd, r)
 	})
+}
+
+// idScope is the prefix of a scoped principal's command ids: a NUL, which
+// no id a client sends may hold, keeps it from colliding with any.
+func idScope(who server.Principal) string {
+	if !who.Scoped {
+		return ""
+	}
+	return "sub:" + who.Subject + "\x00"
+}
+
+func scopeID(scope, id string) string {
+	if id == "" {
+		return id
+	}
+	return scope + id
+}
+
+// unscopeID is the id as its client sent it.
+func unscopeID(id string) string {
+	if strings.HasPrefix(id, "sub:") {
+		if i := strings.IndexByte(id, 0); i >= 0 {
+			return id[i+1:]
+		}
+	}
+	return id
 }

@@ -308,6 +308,18 @@ func TestRESTJWT(t *testing.T) {
 			t.Errorf("pi-server list_sessions = %v, want %v", ids, want)
 		}
 	}
+	// A command id is its subject's: bob reusing alice's id gets his own
+	// answer, not a replay of hers, and under the id he sent.
+	listAs := func(tok string) svFrame {
+		c := s.dialRaw(t, svDialOpts{name: "pi", header: http.Header{"Authorization": {"Bearer " + tok}}})
+		c.ready()
+		defer c.close()
+		return c.ok(svM{"id": "same-id", "type": "list_sessions"})
+	}
+	listAs(alice)
+	if r := listAs(bob); r.m["replayed"] == true || r.m["id"] != "same-id" || !strings.Contains(r.raw, piID) || strings.Contains(r.raw, "alices") {
+		t.Errorf("bob's list_sessions under alice's command id: %s", r.raw)
+	}
 	schema := swSchema(t, s)
 	ws := swConnect(t, s, schema, "alices", swDial{token: alice})
 	ws.subscribe("alices", nil)
