@@ -63,7 +63,7 @@ type ToolUse struct {
 
 // CreateRequest is the body of PUT /api/v2/conversations/{id}.
 type CreateRequest struct {
-	Prompt   string              `json:"prompt,omitempty" jsonschema:"description=gptme's system prompt style; accepted and ignored"`
+	Prompt   string              `json:"prompt,omitempty" jsonschema:"description=full, short or none: agentd's own system prompt; any other text leads the conversation as a system message"`
 	Messages []InputMessage      `json:"messages,omitempty"`
 	Config   *ConversationConfig `json:"config,omitempty"`
 	// AutoConfirm true confirms every tool call of the session it creates;
@@ -88,7 +88,7 @@ type AppendRequest struct {
 
 // StepRequest is the body of POST .../step.
 type StepRequest struct {
-	SessionID   string  `json:"session_id,omitempty"`
+	SessionID   string  `json:"session_id" jsonschema:"description=the attachment (gptme session) the request comes from; required here and optional on the design document's /api/conversations paths"`
 	Model       string  `json:"model,omitempty" jsonschema:"description=provider/id; the conversation's model from now on"`
 	Stream      bool    `json:"stream,omitempty" jsonschema:"description=accepted; agentd always streams"`
 	Branch      string  `json:"branch,omitempty"`
@@ -118,12 +118,12 @@ type ConfirmRequest struct {
 
 // InterruptRequest is the body of POST .../interrupt.
 type InterruptRequest struct {
-	SessionID string `json:"session_id,omitempty"`
+	SessionID string `json:"session_id" jsonschema:"description=the attachment (gptme session) the request comes from; required here and optional on the design document's /api/conversations paths"`
 }
 
 // RerunRequest is the body of POST .../rerun.
 type RerunRequest struct {
-	SessionID string `json:"session_id,omitempty"`
+	SessionID string `json:"session_id" jsonschema:"description=the attachment (gptme session) the request comes from; required here and optional on the design document's /api/conversations paths"`
 }
 
 // ElicitRequest is the body of POST .../elicit/respond.
