@@ -94,6 +94,10 @@ func TestBadInput(t *testing.T) {
 		{"id too long", "GET", "/api/v2/conversations/" + long, nil, 400, "conversation_id too long"},
 		{"body too large", "POST", "/api/v2/conversations/ok", `{"role":"user","content":"` + strings.Repeat("x", 70<<10) + `"}`, 413, "Request body too large: the limit is 65536 bytes"},
 		{"unknown path", "GET", "/api/v2/nothing/here", nil, 404, "Not found: /api/v2/nothing/here"},
+		{"unknown path below a conversation", "GET", "/api/v2/conversations/ok/workspace/a.py/preview", nil, 404, "Not found: /api/v2/conversations/ok/workspace/a.py/preview"},
+		{"unknown path below a hostile id", "GET", `/api/v2/conversations/..%5C..%5Cetc%5Cpasswd/workspace`, nil, 400, "Invalid conversation_id"},
+		{"unknown path below an id with a backslash", "POST", `/api/v2/conversations/test%5C..%5Csecret/workspace/upload`, nil, 400, "Invalid conversation_id"},
+		{"unknown path below a long id", "GET", "/api/v2/conversations/" + long + "/workspace/a.py/download", nil, 400, "conversation_id too long"},
 		{"wrong method", "PATCH", "/api/v2/conversations/ok/step", nil, 405, "Method PATCH is not allowed on /api/v2/conversations/ok/step; use POST"},
 		{"bad idempotency key", "POST", "/api/v2/conversations/ok/interrupt", map[string]any{"session_id": sid}, 400, "Idempotency-Key must be a non-empty string of at most 256 characters"},
 	}

@@ -175,6 +175,15 @@ func (s *Server) match(method, rel string) (*route, params, []string, error) {
 		sort.Strings(allow)
 		return nil, params{}, allow, nil
 	}
+	if perr == nil && len(segs) > 2 && segs[0] == "conversations" {
+		// A path below a conversation that no route has: a hostile id is
+		// still answered as one (400), whatever follows it.
+		raw, err := url.PathUnescape(segs[1])
+		if err != nil {
+			return nil, params{}, nil, errorf(http.StatusBadRequest, "Invalid conversation_id")
+		}
+		perr = checkConversationID(raw)
+	}
 	return nil, params{}, nil, perr
 }
 
