@@ -494,6 +494,17 @@ func (s *Server) runCreate(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	id := c.cmd.SessionID
+	if _, err := s.make(ctx, id, p); err != nil {
+		return nil, err
+	}
+	at := s.att.create(id)
+	s.att.update(at.id, func(a *attachment) { a.autoAlways, a.autoNext = p.AutoAlways, p.AutoNext })
+	return CreatedResponse{Status: "ok", ConversationID: id, SessionID: at.id}, nil
+}
+
+// make creates conversation id and sets it up; one that fails to set up
+// is removed again.
+func (s *Server) make(ctx context.Context, id string, p createPayload) (*server.Hosted, error) {
 	h, err := s.srv.Create(ctx, server.CreateRequest{ID: id, Cwd: p.Cwd})
 	if err != nil {
 		if fault.CodeOf(err) == fault.Conflict {
@@ -507,9 +518,7 @@ func (s *Server) runCreate(ctx context.Context, c *call) (any, error) {
 		}
 		return nil, err
 	}
-	at := s.att.create(id)
-	s.att.update(at.id, func(a *attachment) { a.autoAlways, a.autoNext = p.AutoAlways, p.AutoNext })
-	return CreatedResponse{Status: "ok", ConversationID: id, SessionID: at.id}, nil
+	return h, nil
 }
 
 // setUp configures a new conversation: every tool call is confirmed by a

@@ -253,6 +253,8 @@ func TestOpenAPIMatchesTheWire(t *testing.T) {
 	call("GET", "/api/v2/models", nil)
 	call("GET", "/api/v2", nil)
 	call("GET", "/api/v2/version", nil)
+	call("POST", "/api/v2/conversations/doc/transcript", map[string]any{"turns": []any{map[string]any{"role": "user", "text": "by phone"}}, "call_metadata": map[string]any{"call_sid": "CA-doc"}})
+	call("POST", "/api/v2/conversations/doc/transcript", map[string]any{"turns": []any{map[string]any{"role": "user", "text": "by phone"}}, "call_metadata": map[string]any{"call_sid": "CA-doc"}})
 	call("POST", "/api/v2/conversations/doc/interrupt", map[string]any{"session_id": sid})
 	call("POST", "/api/v2/conversations/doc/rerun", map[string]any{"session_id": sid})
 	call("POST", "/api/v2/conversations/doc/interrupt", map[string]any{"session_id": sid})

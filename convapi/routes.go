@@ -88,6 +88,7 @@ func (s *Server) routes() []route {
 		{method: "POST", path: conv + "/fork", summary: "Copy the conversation up to a message into a new one", resp: CreatedResponse{}, statuses: []int{404, 409},
 			query: []queryParam{{"after_message", "integer", "the last message index to copy (required)"}, {"branch", "string", "only main"}}, handle: (*Server).fork},
 		{method: "POST", path: conv + "/rerun", summary: "Run the last assistant message's tool calls again, through confirmation", body: RerunRequest{}, resp: RerunResponse{}, statuses: []int{404, 409}, handle: (*Server).rerun},
+		{method: "POST", path: conv + "/transcript", summary: "Add a voice call's turns (making the conversation if need be)", body: TranscriptRequest{}, resp: TranscriptResponse{}, statuses: []int{409}, handle: (*Server).transcript},
 		{method: "POST", path: conv + "/elicit/respond", summary: "Answer a question of the agent", body: ElicitRequest{}, resp: StatusResponse{}, statuses: []int{404, 409}, handle: (*Server).elicit},
 	}
 }

@@ -126,6 +126,29 @@ type RerunRequest struct {
 	SessionID string `json:"session_id" jsonschema:"description=the attachment (gptme session) the request comes from; required here and optional on the design document's /api/conversations paths"`
 }
 
+// TranscriptRequest is the body of POST .../transcript: the turns of a
+// voice call, added to the conversation (made if it does not exist).
+type TranscriptRequest struct {
+	Turns        []TranscriptTurn `json:"turns"`
+	CallMetadata map[string]any   `json:"call_metadata" jsonschema:"description=must hold call_sid; a call_sid already added is acknowledged without adding its turns again"`
+}
+
+// TranscriptTurn is one turn of a call; turns with another role or no
+// text are passed over.
+type TranscriptTurn struct {
+	Role    string   `json:"role" jsonschema:"enum=user,enum=assistant"`
+	Text    *string  `json:"text"`
+	EndedAt *float64 `json:"ended_at,omitempty" jsonschema:"description=accepted"`
+}
+
+// TranscriptResponse answers POST .../transcript. Status is "ok", or
+// "already_acked" for a call_sid added before (messages_added 0).
+type TranscriptResponse struct {
+	Status         string `json:"status" jsonschema:"enum=ok,enum=already_acked"`
+	ConversationID string `json:"conversation_id"`
+	MessagesAdded  int    `json:"messages_added"`
+}
+
 // ElicitRequest is the body of POST .../elicit/respond.
 type ElicitRequest struct {
 	SessionID string         `json:"session_id,omitempty"`
