@@ -63,7 +63,10 @@ func (s *Server) commands() map[string]command {
 	return map[string]command{
 		// Creating names the conversation: it runs in its lane, so a step
 		// sent right behind it waits for it.
-		"rest.create":         {class: pipeline.ClassMutate, timeout: -1, run: s.runCreate},
+		"rest.create": {class: pipeline.ClassMutate, timeout: -1, run: s.runCreate},
+		// A transcript makes its conversation when it does not exist, so
+		// it runs as create does (in the conversation's lane all the same).
+		"rest.transcript":     {class: pipeline.ClassMutate, mutating: true, run: s.runTranscript},
 		"rest.delete":         {class: pipeline.ClassMutate, bypass: true, run: s.runDelete},
 		"rest.append":         mutate(s.runAppend),
 		"rest.step":           mutate(s.runStep),

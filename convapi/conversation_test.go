@@ -79,7 +79,7 @@ func TestConversationsAreLayerSessions(t *testing.T) {
 	}
 	fx.faux.Push(faux.Response{Text: "answered"})
 	st := fx.open("/api/v2/conversations/pi-made/events")
-	fx.ok("POST", "/api/v2/conversations/pi-made/step", map[string]any{})
+	fx.ok("POST", "/api/conversations/pi-made/step", map[string]any{})
 	st.next("generation_complete")
 	if !h.Session().ConfirmAll() {
 		t.Errorf("a step over REST leaves its calls unconfirmed")
@@ -203,19 +203,19 @@ func TestRerun(t *testing.T) {
 	fx := newFixture(t, fixtureOptions{})
 	sid := fx.create("rr", userMsgs("write it"))
 	st := fx.open("/api/v2/conversations/rr/events?session_id=" + sid)
-	wantErr(t, fx.do("POST", "/api/v2/conversations/rr/rerun", map[string]any{}), http.StatusBadRequest, "No assistant message found")
+	wantErr(t, fx.do("POST", "/api/v2/conversations/rr/rerun", map[string]any{"session_id": sid}), http.StatusBadRequest, "No assistant message found")
 	fx.faux.Push(faux.Response{ToolCalls: []faux.ToolCall{{ID: "r1", Name: "write", Args: `{"path":"rr.txt","content":"first"}`}}}, faux.Response{Text: "ok"})
-	fx.ok("POST", "/api/v2/conversations/rr/step", map[string]any{"auto_confirm": true})
+	fx.ok("POST", "/api/v2/conversations/rr/step", map[string]any{"session_id": sid, "auto_confirm": true})
 	st.next("run_ended")
-	wantErr(t, fx.do("POST", "/api/v2/conversations/rr/rerun", map[string]any{}), http.StatusBadRequest, "No tool uses found in the last assistant message")
+	wantErr(t, fx.do("POST", "/api/v2/conversations/rr/rerun", map[string]any{"session_id": sid}), http.StatusBadRequest, "No tool uses found in the last assistant message")
 	fx.ok("PATCH", "/api/v2/conversations/rr/messages/0?truncate=1", map[string]any{"content": "write it again"})
 	fx.faux.Push(faux.Response{ToolCalls: []faux.ToolCall{{ID: "r2", Name: "write", Args: `{"path":"rr.txt","content":"second"}`}}})
-	fx.ok("POST", "/api/v2/conversations/rr/step", map[string]any{})
+	fx.ok("POST", "/api/v2/conversations/rr/step", map[string]any{"session_id": sid})
 	_, pend, _ := st.find(0, func(e event) bool { return e.typ() == "tool_pending" && e.str("tool_id") == "tool-r2" })
 	if pend.str("tool_id") != "tool-r2" {
 		t.Fatalf("no tool_pending for r2:\n%s", st.dump())
 	}
-	fx.ok("POST", "/api/v2/conversations/rr/interrupt", map[string]any{})
+	fx.ok("POST", "/api/v2/conversations/rr/interrupt", map[string]any{"session_id": sid})
 	// The call was interrupted: its result says so. rerun puts it to a
 	// person again.
 	fx.faux.Push(faux.Response{Text: "again ok"})
@@ -286,7 +286,7 @@ func TestElicitation(t *testing.T) {
 	sid := fx.create("elbad", userMsgs("ask"))
 	st := fx.open("/api/v2/conversations/elbad/events?session_id=" + sid)
 	fx.faux.Push(faux.Response{ToolCalls: []faux.ToolCall{{ID: "q2", Name: "ask_user", Args: `{"question":"Pick","options":["a"]}`}}})
-	fx.ok("POST", "/api/v2/conversations/elbad/step", map[string]any{})
+	fx.ok("POST", "/api/v2/conversations/elbad/step", map[string]any{"session_id": sid})
 	ep := st.next("elicit_pending")
 	wantErr(t, fx.do("POST", "/api/v2/conversations/elbad/elicit/respond", map[string]any{"elicit_id": ep.str("elicit_id"), "action": "accept", "value": "z"}),
 		http.StatusBadRequest, `Invalid answer: value: "z" is not one of the options ["a"]`)

@@ -202,7 +202,7 @@ func TestStepWhileRunningConflicts(t *testing.T) {
 	fx.faux.Push(faux.Response{Text: strings.Repeat("word ", 40)})
 	fx.ok("POST", "/api/v2/conversations/busy/step", map[string]any{"session_id": sid})
 	st.next("generation_progress")
-	wantErr(t, fx.do("POST", "/api/v2/conversations/busy/step", map[string]any{}), http.StatusConflict, "Generation already in progress")
+	wantErr(t, fx.do("POST", "/api/v2/conversations/busy/step", map[string]any{"session_id": sid}), http.StatusConflict, "Generation already in progress")
 	wantErr(t, fx.do("POST", "/api/v2/conversations/busy", map[string]any{"role": "user", "content": "more"}), http.StatusConflict,
 		"Cannot add message while generation is in progress")
 	wantErr(t, fx.do("PATCH", "/api/v2/conversations/busy/config", map[string]any{"chat": map[string]any{"thinking": "low"}}), http.StatusConflict,
@@ -213,7 +213,7 @@ func TestStepWhileRunningConflicts(t *testing.T) {
 		t.Errorf("interrupt: %s", r)
 	}
 	st.next("interrupted")
-	if r := fx.ok("POST", "/api/v2/conversations/busy/interrupt", map[string]any{}); r.str("message") != "Already interrupted or not generating" {
+	if r := fx.ok("POST", "/api/v2/conversations/busy/interrupt", map[string]any{"session_id": sid}); r.str("message") != "Already interrupted or not generating" {
 		t.Errorf("second interrupt: %s", r)
 	}
 }

@@ -161,12 +161,16 @@ func FuzzDecodeStep(f *testing.F) {
 		if !ok {
 			return
 		}
-		pl, _, err := s.decodeStep(o)
-		if err != nil {
-			wantRefusal(t, body, err)
-			return
+		// Both paths: /api/v2 (session_id required) and the design
+		// document's (optional).
+		for _, design := range []bool{false, true} {
+			pl, _, err := s.decodeStep(o, design)
+			if err != nil {
+				wantRefusal(t, body, err)
+				continue
+			}
+			wantJournalable(t, body, pl)
 		}
-		wantJournalable(t, body, pl)
 	})
 }
 

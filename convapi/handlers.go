@@ -379,10 +379,28 @@ func (s *Server) decodeCreate(o object) (createPayload, error) {
 			return pl, err
 		}
 	}
-	if _, _, err := o.str("prompt"); err != nil {
+	prompt, _, err := o.str("prompt")
+	if err != nil {
 		return pl, errorf(http.StatusBadRequest, "'prompt' must be a string")
 	}
+	if customPrompt(prompt) {
+		// gptme starts such a conversation with the text as its system
+		// message; agentd keeps its own system prompt, so the text leads
+		// the conversation as a system message the model reads.
+		pl.Messages = append([]inputPayload{{Role: "system", Content: prompt}}, pl.Messages...)
+	}
 	return pl, nil
+}
+
+// customPrompt reports whether PUT's prompt is a system prompt of the
+// client's rather than the name of one of gptme's ("full", "short",
+// "full-noexamples"; "none" and "" ask for no extra text).
+func customPrompt(p string) bool {
+	switch strings.TrimSpace(p) {
+	case "", "full", "short", "full-noexamples", "none":
+		return false
+	}
+	return true
 }
 
 // readChat reads PUT's config.chat: the model, tools, thinking level,
@@ -489,6 +507,17 @@ func (s *Server) runCreate(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	id := c.cmd.SessionID
+	if _, err := s.make(ctx, id, p); err != nil {
+		return nil, err
+	}
+	at := s.att.create(id)
+	s.att.update(at.id, func(a *attachment) { a.autoAlways, a.autoNext = p.AutoAlways, p.AutoNext })
+	return CreatedResponse{Status: "ok", ConversationID: id, SessionID: at.id}, nil
+}
+
+// make creates conversation id and sets it up; one that fails to set up
+// is removed again.
+func (s *Server) make(ctx context.Context, id string, p createPayload) (*server.Hosted, error) {
 	h, err := s.srv.Create(ctx, server.CreateRequest{ID: id, Cwd: p.Cwd, Who: principalOf(ctx)})
 	if err != nil {
 		if fault.CodeOf(err) == fault.Conflict {
@@ -502,9 +531,7 @@ func (s *Server) runCreate(ctx context.Context, c *call) (any, error) {
 		}
 		return nil, err
 	}
-	at := s.att.create(id)
-	s.att.update(at.id, func(a *attachment) { a.autoAlways, a.autoNext = p.AutoAlways, p.AutoNext })
-	return CreatedResponse{Status: "ok", ConversationID: id, SessionID: at.id}, nil
+	return h, nil
 }
 
 // setUp configures a new conversation: every tool call is confirmed by a
@@ -710,7 +737,7 @@ func (s *Server) step(w http.ResponseWriter, r *http.Request, p params) error {
 	if err != nil {
 		return err
 	}
-	pl, branch, err := s.decodeStep(o)
+	pl, branch, err := s.decodeStep(o, designPath(r))
 	if err != nil {
 		return err
 	}
@@ -755,13 +782,31 @@ func (s *Server) step(w http.ResponseWriter, r *http.Request, p params) error {
 	return nil
 }
 
-// decodeStep reads step's body.
-func (s *Server) decodeStep(o object) (stepPayload, string, error) {
+// designPath reports whether a request came by the design document's
+// /api/conversations paths rather than the shipped /api/v2 wire.
+func designPath(r *http.Request) bool {
+	return !strings.HasPrefix(r.URL.Path, "/api/v2/")
+}
+
+// sessionID reads the session_id that step, interrupt and rerun name.
+// gptme's clients always send it, and gptme answers 400 "session_id is
+// required" without it, so the /api/v2 wire requires it; the design
+// document's requests have none, so on its paths it may be left out.
+func sessionID(o object, design bool) (string, error) {
+	if design {
+		return o.optionalStrRequired("session_id")
+	}
+	return o.requiredStr("session_id")
+}
+
+// decodeStep reads step's body; design tells whether the request came
+// by the design document's paths (see sessionID).
+func (s *Server) decodeStep(o object, design bool) (stepPayload, string, error) {
 	var pl stepPayload
 	if err := o.only(fieldNames(StepRequest{})...); err != nil {
 		return pl, "", err
 	}
-	sid, err := o.optionalStrRequired("session_id")
+	sid, err := sessionID(o, design)
 	if err != nil {
 		return pl, "", err
 	}
@@ -1128,7 +1173,7 @@ func (s *Server) interrupt(w http.ResponseWriter, r *http.Request, p params) err
 	if err := o.only(fieldNames(InterruptRequest{})...); err != nil {
 		return err
 	}
-	sid, err := o.optionalStrRequired("session_id")
+	sid, err := sessionID(o, designPath(r))
 	if err != nil {
 		return err
 	}
@@ -1495,6 +1540,10 @@ func (s *Server) runDeleteMessage(_ context.Context, c *call) (any, error) {
 	if m.Role == llm.RoleToolResult || (m.Role == llm.RoleAssistant && len(m.ToolCalls()) > 0) {
 		return nil, errorf(http.StatusBadRequest, "Cannot delete a tool call or a tool result on its own: the model needs both (edit the user message before them instead)")
 	}
+	if gptmeRole(m) == "system" {
+		// gptme's rule, on what clients see as role "system".
+		return nil, errorf(http.StatusBadRequest, "Cannot delete system messages")
+	}
 	var prev, next string
 	for i := p.Index - 1; i >= 0 && prev == ""; i-- {
 		if r := gptmeRole(msgs[i]); r != "system" {
@@ -1626,7 +1675,7 @@ func (s *Server) rerun(w http.ResponseWriter, r *http.Request, p params) error {
 	if err := o.only(fieldNames(RerunRequest{})...); err != nil {
 		return err
 	}
-	sid, err := o.optionalStrRequired("session_id")
+	sid, err := sessionID(o, designPath(r))
 	if err != nil {
 		return err
 	}

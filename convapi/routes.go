@@ -87,6 +87,7 @@ func (s *Server) routes() []route {
 		{method: "POST", path: conv + "/fork", summary: "Copy the conversation up to a message into a new one", resp: CreatedResponse{}, statuses: []int{404, 409},
 			query: []queryParam{{"after_message", "integer", "the last message index to copy (required)"}, {"branch", "string", "only main"}}, handle: (*Server).fork},
 		{method: "POST", path: conv + "/rerun", summary: "Run the last assistant message's tool calls again, through confirmation", body: RerunRequest{}, resp: RerunResponse{}, statuses: []int{404, 409}, handle: (*Server).rerun},
+		{method: "POST", path: conv + "/transcript", summary: "Add a voice call's turns (making the conversation if need be)", body: TranscriptRequest{}, resp: TranscriptResponse{}, statuses: []int{409}, handle: (*Server).transcript},
 		{method: "POST", path: conv + "/elicit/respond", summary: "Answer a question of the agent", body: ElicitRequest{}, resp: StatusResponse{}, statuses: []int{404, 409}, handle: (*Server).elicit},
 	}
 }
@@ -175,6 +176,15 @@ func (s *Server) match(method, rel string) (*route, params, []string, error) {
 	if len(allow) > 0 {
 		sort.Strings(allow)
 		return nil, params{}, allow, nil
+	}
+	if perr == nil && len(segs) > 2 && segs[0] == "conversations" {
+		// A path below a conversation that no route has: a hostile id is
+		// still answered as one (400), whatever follows it.
+		raw, err := url.PathUnescape(segs[1])
+		if err != nil {
+			return nil, params{}, nil, errorf(http.StatusBadRequest, "Invalid conversation_id")
+		}
+		perr = checkConversationID(raw)
 	}
 	return nil, params{}, nil, perr
 }

@@ -63,7 +63,7 @@ type ToolUse struct {
 
 // CreateRequest is the body of PUT /api/v2/conversations/{id}.
 type CreateRequest struct {
-	Prompt   string              `json:"prompt,omitempty" jsonschema:"description=gptme's system prompt style; accepted and ignored"`
+	Prompt   string              `json:"prompt,omitempty" jsonschema:"description=full, short or none: agentd's own system prompt; any other text leads the conversation as a system message"`
 	Messages []InputMessage      `json:"messages,omitempty"`
 	Config   *ConversationConfig `json:"config,omitempty"`
 	// AutoConfirm true confirms every tool call of the session it creates;
@@ -88,7 +88,7 @@ type AppendRequest struct {
 
 // StepRequest is the body of POST .../step.
 type StepRequest struct {
-	SessionID   string  `json:"session_id,omitempty"`
+	SessionID   string  `json:"session_id" jsonschema:"description=the attachment (gptme session) the request comes from; required here and optional on the design document's /api/conversations paths"`
 	Model       string  `json:"model,omitempty" jsonschema:"description=provider/id; the conversation's model from now on"`
 	Stream      bool    `json:"stream,omitempty" jsonschema:"description=accepted; agentd always streams"`
 	Branch      string  `json:"branch,omitempty"`
@@ -118,12 +118,35 @@ type ConfirmRequest struct {
 
 // InterruptRequest is the body of POST .../interrupt.
 type InterruptRequest struct {
-	SessionID string `json:"session_id,omitempty"`
+	SessionID string `json:"session_id" jsonschema:"description=the attachment (gptme session) the request comes from; required here and optional on the design document's /api/conversations paths"`
 }
 
 // RerunRequest is the body of POST .../rerun.
 type RerunRequest struct {
-	SessionID string `json:"session_id,omitempty"`
+	SessionID string `json:"session_id" jsonschema:"description=the attachment (gptme session) the request comes from; required here and optional on the design document's /api/conversations paths"`
+}
+
+// TranscriptRequest is the body of POST .../transcript: the turns of a
+// voice call, added to the conversation (made if it does not exist).
+type TranscriptRequest struct {
+	Turns        []TranscriptTurn `json:"turns"`
+	CallMetadata map[string]any   `json:"call_metadata" jsonschema:"description=must hold call_sid; a call_sid already added is acknowledged without adding its turns again"`
+}
+
+// TranscriptTurn is one turn of a call; turns with another role or no
+// text are passed over.
+type TranscriptTurn struct {
+	Role    string   `json:"role" jsonschema:"enum=user,enum=assistant"`
+	Text    *string  `json:"text"`
+	EndedAt *float64 `json:"ended_at,omitempty" jsonschema:"description=accepted"`
+}
+
+// TranscriptResponse answers POST .../transcript. Status is "ok", or
+// "already_acked" for a call_sid added before (messages_added 0).
+type TranscriptResponse struct {
+	Status         string `json:"status" jsonschema:"enum=ok,enum=already_acked"`
+	ConversationID string `json:"conversation_id"`
+	MessagesAdded  int    `json:"messages_added"`
 }
 
 // ElicitRequest is the body of POST .../elicit/respond.

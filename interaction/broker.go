@@ -148,7 +148,7 @@ type Broker struct {
 	// queue and draining deliver events in order without holding mu and
 	// without a goroutine: the first goroutine to find the queue idle
 	// delivers everything queued until it is empty again.
-	queue    []Event
+	queue    []queued
 	draining bool
 }
 
@@ -156,6 +156,12 @@ type pending struct {
 	req  Request
 	seq  uint64
 	done chan struct{}
+	// seen is closed once the event of the resolution has been
+	// delivered: the Ask waiting on done returns only after it, so the
+	// caller's next events (a tool's execution) come after the
+	// resolution on every observer's stream, even when another goroutine
+	// (the one that answered) delivers it.
+	seen chan struct{}
 	// parked: published by Park, and no Ask waits on it yet.
 	parked bool
 	// Set once, under Broker.mu, before done is closed.
@@ -230,7 +236,7 @@ func (b *Broker) Ask(ctx context.Context, req Request) (Response, error) {
 			req.ExpiresAt = req.CreatedAt.Add(timeout)
 		}
 		b.seq++
-		p = &pending{req: req, seq: b.seq, done: make(chan struct{})}
+		p = &pending{req: req, seq: b.seq, done: make(chan struct{}), seen: make(chan struct{})}
 		b.pending[req.ID] = p
 		b.emitLocked(Event{Type: EventRequested, Request: req})
 	}
@@ -257,6 +263,7 @@ func (b *Broker) Ask(ctx context.Context, req Request) (Response, error) {
 	// resolve is a no-op when another path won the race; either way done
 	// is closed and p.res/p.err are final.
 	<-p.done
+	<-p.seen
 	if p.res.By == ResolvedAnswered {
 		return p.res.Response, nil
 	}
@@ -283,7 +290,7 @@ func (b *Broker) Park(req Request) (Request, error) {
 	req.ExpiresAt = time.Time{}
 	req.Timeout = 0
 	b.seq++
-	b.pending[req.ID] = &pending{req: req, seq: b.seq, done: make(chan struct{}), parked: true}
+	b.pending[req.ID] = &pending{req: req, seq: b.seq, done: make(chan struct{}), seen: make(chan struct{}), parked: true}
 	b.emitLocked(Event{Type: EventRequested, Request: req})
 	b.mu.Unlock()
 	b.drain()
@@ -469,13 +476,27 @@ func (b *Broker) resolveLocked(p *pending, res Resolution, err error) {
 		b.settled[id] = p
 	}
 	close(p.done)
-	b.emitLocked(Event{Type: EventResolved, Request: p.req, Resolution: &res})
+	b.queueLocked(Event{Type: EventResolved, Request: p.req, Resolution: &res}, p.seen)
 }
 
-func (b *Broker) emitLocked(e Event) {
-	if b.onEvent != nil {
-		b.queue = append(b.queue, e)
+func (b *Broker) emitLocked(e Event) { b.queueLocked(e, nil) }
+
+// queueLocked queues e for delivery; seen, when not nil, is closed once
+// it has been delivered (at once without an observer).
+func (b *Broker) queueLocked(e Event, seen chan struct{}) {
+	if b.onEvent == nil {
+		if seen != nil {
+			close(seen)
+		}
+		return
 	}
+	b.queue = append(b.queue, queued{e, seen})
+}
+
+// queued is an event waiting for delivery.
+type queued struct {
+	e    Event
+	seen chan struct{}
 }
 
 // drain delivers queued events unless another goroutine already is; that
@@ -489,9 +510,13 @@ func (b *Broker) drain() {
 	}
 	b.draining = true
 	locked := true
+	var cur chan struct{}
 	defer func() {
 		// Runs on a panic in OnEvent too, so one bad observer call does
-		// not silence every later event.
+		// not silence every later event, nor leave an Ask waiting.
+		if cur != nil {
+			close(cur)
+		}
 		if !locked {
 			b.mu.Lock()
 		}
@@ -499,12 +524,17 @@ func (b *Broker) drain() {
 		b.mu.Unlock()
 	}()
 	for len(b.queue) > 0 {
-		e := b.queue[0]
-		b.queue[0] = Event{}
+		q := b.queue[0]
+		b.queue[0] = queued{}
 		b.queue = b.queue[1:]
 		b.mu.Unlock()
 		locked = false
-		b.onEvent(e)
+		cur = q.seen
+		b.onEvent(q.e)
+		if cur != nil {
+			close(cur)
+			cur = nil
+		}
 		b.mu.Lock()
 		locked = true
 	}

@@ -467,3 +467,40 @@ func TestObserverPanicDoesNotStopDelivery(t *testing.T) {
 		t.Errorf("no events delivered after the panic (%d calls)", calls)
 	}
 }
+
+// An Ask returns only once the event of its resolution has reached the
+// observer, whichever goroutine delivers it, so what the asker does next
+// (a tool running) is never observed before the answer that allowed it.
+func TestAskReturnsAfterResolutionIsObserved(t *testing.T) {
+	tests := []struct {
+		name    string
+		resolve func(b *Broker, id string)
+	}{
+		{"answered", func(b *Broker, id string) { _ = b.Answer(id, Response{Confirmed: true}) }},
+		{"cancelled", func(b *Broker, id string) { _ = b.Cancel(id) }},
+		{"all cancelled", func(b *Broker, _ string) { b.CancelAll("stop") }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				release := make(chan struct{})
+				b := NewBroker(BrokerOptions{OnEvent: func(e Event) {
+					if e.Type == EventResolved {
+						<-release // the observer is slow with this one
+					}
+				}})
+				done := ask(t.Context(), b, confirmReq)
+				id := onlyPending(t, b).ID
+				go tt.resolve(b, id)
+				synctest.Wait()
+				select {
+				case <-done:
+					t.Fatal("Ask returned before its resolution was observed")
+				default:
+				}
+				close(release)
+				<-done
+			})
+		})
+	}
+}
