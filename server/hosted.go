@@ -309,6 +309,12 @@ func (s *Server) Load(ctx context.Context, r LoadRequest) (*Hosted, error) {
 
 // open makes session id from file (or a new file when "") and hosts it.
 func (s *Server) open(_ context.Context, id, cwd, file, owner string, fresh bool) (*Hosted, error) {
+	s.mu.RLock()
+	full := len(s.sessions) >= s.lim.MaxSessions
+	s.mu.RUnlock()
+	if full {
+		s.evictIdle()
+	}
 	var fid transcript.FileID
 	if file != "" {
 		var err error
@@ -541,6 +547,38 @@ func (s *Server) unload(h *Hosted, deleted bool) error {
 		err = errors.Join(err, ierr)
 	}
 	return err
+}
+
+// evictIdleAfter is how long a session must have been left alone before
+// it may be unloaded to make room for another.
+const evictIdleAfter = time.Minute
+
+// evictIdle unloads the session left alone longest, to make room at the
+// session limit: one that no client watches, that runs nothing, waits
+// for no one and had no command for evictIdleAfter. It stays known (the
+// index has it), so the next command for it loads it again. It reports
+// whether one was unloaded.
+func (s *Server) evictIdle() bool {
+	cut := time.Now().Add(-evictIdleAfter).UnixMilli()
+	var victim *Hosted
+	for _, h := range s.Sessions() {
+		last := h.lastCmd.Load()
+		if last >= cut || h.Subscribers() > 0 || h.sess.Running() || len(h.sess.Interactions()) > 0 {
+			continue
+		}
+		if victim == nil || last < victim.lastCmd.Load() {
+			victim = h
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	if err := s.unload(victim, false); err != nil {
+		s.log.Warn("unloading an idle session", "session", victim.id, "err", err)
+		return false
+	}
+	s.log.Info("session unloaded to make room", "session", victim.id, "idle", time.Since(time.UnixMilli(victim.lastCmd.Load())).Round(time.Second))
+	return true
 }
 
 // Zombies counts idle sessions no command has touched for 5 minutes and

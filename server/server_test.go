@@ -556,3 +556,50 @@ func TestHostPolicy(t *testing.T) {
 		t.Error("the listen name")
 	}
 }
+
+// TestSessionLimitUnloadsIdle: at the session limit the session left
+// alone longest makes room (it stays known and loads again on demand);
+// sessions used within the last minute are never unloaded for it.
+func TestSessionLimitUnloadsIdle(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t, Limits{MaxSessions: 2})
+	ctx := context.Background()
+	a, err := s.Create(ctx, CreateRequest{ID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Create(ctx, CreateRequest{ID: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, CreateRequest{ID: "c"}); fault.CodeOf(err) != fault.Limit {
+		t.Fatalf("over the limit with both sessions in use: %v", err)
+	}
+	fileA := a.Session().File()
+	a.lastCmd.Store(time.Now().Add(-3 * time.Minute).UnixMilli())
+	b.lastCmd.Store(time.Now().Add(-2 * time.Minute).UnixMilli())
+	if _, err := s.Create(ctx, CreateRequest{ID: "c"}); err != nil {
+		t.Fatalf("create at the limit with idle sessions: %v", err)
+	}
+	select {
+	case <-a.Gone():
+	default:
+		t.Fatal("the session idle longest was not unloaded")
+	}
+	if a.Deleted() {
+		t.Fatal("an unloaded session counts as deleted")
+	}
+	// a comes back on demand, making room in turn (b is idle now).
+	again, err := s.Session(ctx, "a")
+	if err != nil {
+		t.Fatalf("loading the unloaded session: %v", err)
+	}
+	if again == a || again.Session().File() != fileA {
+		t.Fatalf("reloaded %p from %s, want a new host of %s", again, again.Session().File(), fileA)
+	}
+	select {
+	case <-b.Gone():
+	default:
+		t.Fatal("b was not unloaded to make room for a")
+	}
+}
