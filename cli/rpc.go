@@ -271,11 +271,16 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 	if err != nil {
 		return nil, err
 	}
+	environ := os.Environ()
+	if policy.Confined() {
+		// Keys and the server token stay out of confined tools' reach.
+		environ = sandbox.Scrub(environ)
+	}
 	return engine.New(engine.Options{
 		Sandbox: policy, SandboxExe: "/proc/self/exe",
 		Models: ms, Breakers: c.breakers, Model: c.model, Thinking: c.thinking, Saved: saved,
 		Policy: c.policy, InteractionTimeout: c.interactionTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
-		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: os.Environ(), Supervisor: supervisor(),
+		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: environ, Supervisor: supervisor(),
 		EventLogSize: c.eventLogSize, EventLogBytes: c.bounds.EventLogBytes,
 		MaxTurns: c.bounds.MaxTurns, MaxToolFailures: c.bounds.MaxToolFailures,
 		MaxQueued: c.bounds.MaxQueuedMessages, MaxQueuedBytes: c.bounds.MaxQueuedMessageBytes, BashTimeout: c.bounds.BashTimeout,

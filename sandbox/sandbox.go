@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -190,3 +191,20 @@ var networkWords = []string{
 // ErrUnsupported is what Restrict returns where the kernel cannot
 // enforce a policy.
 var ErrUnsupported = errors.New("sandbox: this kernel cannot enforce the sandbox (Landlock unavailable)")
+
+// Scrub returns environ without the variables that hold agentd's own
+// secrets: the server token, and every *_API_KEY (the providers' keys,
+// which models.json names by convention), plus the names in extra.
+// Tools never need them, and a confined command that could read them
+// could send them anywhere it may write.
+func Scrub(environ []string, extra ...string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if name == "AGENTD_TOKEN" || strings.HasSuffix(strings.ToUpper(name), "_API_KEY") || slices.Contains(extra, name) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}

@@ -259,3 +259,33 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkBashSandbox measures what the sandbox adds to starting a
+// command: one more exec of agentd (the helper) and the Landlock calls.
+func BenchmarkBashSandbox(b *testing.B) {
+	if s := sandbox.Probe(); s.Err != nil {
+		b.Skipf("no Landlock: %v", s.Err)
+	}
+	for _, supervised := range []bool{false, true} {
+		for _, mode := range []sandbox.Mode{sandbox.FullAccess, sandbox.WorkspaceWrite} {
+			b.Run(fmt.Sprintf("supervised=%v/%s", supervised, mode), func(b *testing.B) {
+				env := testEnv(b)
+				if supervised {
+					sup, err := supervisorArgv(false)
+					if err != nil {
+						b.Fatal(err)
+					}
+					env.Supervisor, env.Scope = sup, NewScope()
+					env.Environ = append(env.Environ, raceNoExitSleep)
+					defer env.Scope.Close()
+				}
+				env.Sandbox = sandbox.NewBox(sandbox.Policy{Mode: mode, Writable: []string{env.Cwd, env.TempDir}}, "/proc/self/exe")
+				for b.Loop() {
+					if r := RunBash(context.Background(), env, "true", 0, nil); r.ExitCode != nil || r.StartError != "" {
+						b.Fatalf("%+v", r)
+					}
+				}
+			})
+		}
+	}
+}
