@@ -28,10 +28,10 @@ type Support struct {
 func Probe() Support {
 	v, err := llsys.LandlockGetABIVersion()
 	if err != nil {
-		return Support{Err: fmt.Errorf("Landlock is not available on this kernel (%w); enable CONFIG_SECURITY_LANDLOCK and lsm=landlock", err)}
+		return Support{Err: fmt.Errorf("this kernel offers no Landlock (%w); enable CONFIG_SECURITY_LANDLOCK and lsm=landlock", err)}
 	}
 	if v < minABIFiles {
-		return Support{ABI: v, Err: fmt.Errorf("Landlock ABI %d is too old (agentd needs 3, Linux 6.2 or later)", v)}
+		return Support{ABI: v, Err: fmt.Errorf("the kernel's Landlock ABI %d is too old (agentd needs 3, Linux 6.2 or later)", v)}
 	}
 	return Support{ABI: v}
 }
@@ -45,7 +45,7 @@ func (s Support) Enforces(p Policy) error {
 		return s.Err
 	}
 	if !p.Network && s.ABI < minABINetwork {
-		return fmt.Errorf("Landlock ABI %d cannot restrict the network (needs 4, Linux 6.7 or later); allow the network or use full-access", s.ABI)
+		return fmt.Errorf("the kernel's Landlock ABI %d cannot restrict the network (needs 4, Linux 6.7 or later); allow the network or use full-access", s.ABI)
 	}
 	return nil
 }
