@@ -1,6 +1,10 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,6 +95,91 @@ func TestSandboxServeSecrets(t *testing.T) {
 			svWantOK(t, A.response("p1"))
 			if got := svStr(te.m, "event", "result", "content", "0", "text"); !strings.Contains(got, c.want) {
 				t.Fatalf("tool output %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+// The same escalation over the REST face: the refused command shows as
+// tool_pending on the event stream; confirm reruns it with access,
+// reject leaves it refused.
+func TestSandboxServeREST(t *testing.T) {
+	t.Parallel()
+	if s := sandbox.Probe(); s.Err != nil {
+		t.Skipf("no Landlock on this kernel, the sandbox cannot be tested: %v", s.Err)
+	}
+	for _, c := range []struct {
+		action  string
+		outside bool
+	}{{"confirm", true}, {"reject", false}} {
+		t.Run(c.action, func(t *testing.T) {
+			t.Parallel()
+			e := e2eNewEnv(t, e2eOpts{})
+			s := svStart(t, e)
+			base := "http://" + s.loopback() + "/api/v2/conversations/sbx"
+			call := func(method, url string, body any) map[string]any {
+				t.Helper()
+				b, _ := json.Marshal(body)
+				req, _ := http.NewRequest(method, url, bytes.NewReader(b))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var out map[string]any
+				_ = json.NewDecoder(resp.Body).Decode(&out)
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("%s %s: %d %v", method, url, resp.StatusCode, out)
+				}
+				return out
+			}
+			created := call("PUT", base, svM{"auto_confirm": true, "messages": []svM{{"role": "user", "content": `CMD:touch inside && touch "$HOME/outside"`}}})
+			sid := svStr(created, "session_id")
+			resp, err := http.Get(base + "/events?session_id=" + sid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			events := make(chan map[string]any, 64)
+			go func() {
+				defer close(events)
+				sc := bufio.NewScanner(resp.Body)
+				sc.Buffer(make([]byte, 1<<20), 1<<20)
+				for sc.Scan() {
+					if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+						var ev map[string]any
+						if json.Unmarshal([]byte(data), &ev) == nil {
+							events <- ev
+						}
+					}
+				}
+			}()
+			waitType := func(typ string) map[string]any {
+				t.Helper()
+				for ev := range events {
+					if svStr(ev, "type") == typ {
+						return ev
+					}
+				}
+				t.Fatalf("the event stream ended before %s", typ)
+				return nil
+			}
+			call("POST", base+"/step", svM{"session_id": sid})
+			pending := waitType("tool_pending")
+			call("POST", base+"/tool/confirm", svM{"session_id": sid, "tool_id": svStr(pending, "tool_id"), "action": c.action})
+			waitType("run_ended")
+			resp.Body.Close()
+			for range events {
+			}
+			// The command ran (confined) before the person was asked: what
+			// was pending was the sandbox's question, not the gate's.
+			if _, err := os.Stat(filepath.Join(e.cwd, "inside")); err != nil {
+				t.Fatalf("the command did not run before the escalation: %v", err)
+			}
+			_, err = os.Stat(filepath.Join(e.home, "outside"))
+			if got := err == nil; got != c.outside {
+				t.Fatalf("$HOME/outside created = %v, want %v", got, c.outside)
 			}
 		})
 	}
