@@ -74,10 +74,16 @@ func Restrict(p Policy) error {
 	// The V7 set of rights, downgraded to what the kernel knows; the
 	// checks above made sure what we rely on is among them.
 	base := landlock.V7
-	cfg := landlock.Config{HandledAccessFS: base.HandledAccessFS, Scoped: base.Scoped}
+	cfg := landlock.Config{HandledAccessFS: base.HandledAccessFS}
 	if !p.Network {
 		cfg.HandledAccessNet = base.HandledAccessNet
+		// Abstract UNIX sockets are a way out to servers outside as much
+		// as TCP is.
+		cfg.Scoped = landlock.ScopedSet(llsys.ScopeAbstractUnixSocket)
 	}
+	// Signals are not scoped: each command runs in a Landlock domain of
+	// its own, and a scoped one could not stop the server an earlier
+	// command of the same session started in the background.
 	rules := []landlock.Rule{
 		landlock.RODirs("/"),
 		landlock.RWFiles(devices...).IgnoreIfMissing(),

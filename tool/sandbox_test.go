@@ -289,3 +289,20 @@ func BenchmarkBashSandbox(b *testing.B) {
 		}
 	}
 }
+
+// A process one confined command starts in the background can be
+// stopped by the next command: each runs in a Landlock domain of its
+// own, and signals between them must still work.
+func TestSandboxSignalsBetweenCommands(t *testing.T) {
+	needLandlock(t)
+	env, d := sandboxEnv(t, sandbox.WorkspaceWrite, false, true)
+	pidFile := filepath.Join(d.work, "pid")
+	r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": "sleep 60 >/dev/null 2>&1 & echo $! > " + pidFile}, nil)
+	if r.res.IsError {
+		t.Fatal(textOf(r.res))
+	}
+	r = runBash(t, context.Background(), NewBash(env), map[string]any{"command": "kill $(cat " + pidFile + ") && echo stopped"}, nil)
+	if !strings.Contains(textOf(r.res), "stopped") {
+		t.Fatalf("kill from the next command: %s", textOf(r.res))
+	}
+}
