@@ -3,6 +3,7 @@ package config
 import (
 	"flag"
 	"fmt"
+	"path/filepath"
 
 	"github.com/agentd-dev/agentd/sandbox"
 )
@@ -18,6 +19,9 @@ type Sandbox struct {
 	Mode string
 	// Network lets tools connect and listen in the confining modes.
 	Network bool
+	// AllowWrite are more directories workspace-write lets tools write
+	// under (a build cache such as ~/.cache/go-build, a shared .git).
+	AllowWrite StringList
 	// Fallback is what to do where the kernel has no Landlock: "refuse"
 	// to start (the default) or run "unconfined" with a warning.
 	Fallback string
@@ -36,6 +40,7 @@ func (s *Sandbox) Register(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&s.Mode, "sandbox", s.Mode, "what tools may touch: read-only, workspace-write (the session's directory and the temp dir) or full-access (no sandbox)")
 	fs.BoolVar(&s.Network, "sandbox-network", s.Network, "let tools use the network in read-only and workspace-write")
+	fs.Var(&s.AllowWrite, "sandbox-allow-write", "another directory workspace-write lets tools write under, absolute (repeatable), e.g. a build cache")
 	fs.StringVar(&s.Fallback, "sandbox-fallback", s.Fallback, "where the kernel cannot confine tools (no Landlock): refuse to start, or run unconfined with a warning")
 }
 
@@ -43,6 +48,11 @@ func (s *Sandbox) Register(fs *flag.FlagSet) {
 func (s *Sandbox) Check() error {
 	if _, err := sandbox.ParseMode(s.Mode); err != nil {
 		return fmt.Errorf("--sandbox: %w", err)
+	}
+	for _, d := range s.AllowWrite {
+		if !filepath.IsAbs(d) {
+			return fmt.Errorf("--sandbox-allow-write %q: must be an absolute path", d)
+		}
 	}
 	if s.Fallback != SandboxRefuse && s.Fallback != SandboxUnconfined {
 		return fmt.Errorf("--sandbox-fallback %q: want refuse or unconfined", s.Fallback)
@@ -58,5 +68,5 @@ func (s *Sandbox) Policy() sandbox.Policy {
 	if err != nil {
 		m = sandbox.FullAccess
 	}
-	return sandbox.Policy{Mode: m, Network: s.Network || m == sandbox.FullAccess}
+	return sandbox.Policy{Mode: m, Network: s.Network || m == sandbox.FullAccess, Writable: append([]string(nil), s.AllowWrite...)}
 }

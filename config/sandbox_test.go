@@ -3,6 +3,7 @@ package config
 import (
 	"flag"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,6 +21,8 @@ func TestSandboxFlags(t *testing.T) {
 		{"full-access", nil, sandbox.Policy{Mode: sandbox.FullAccess, Network: true}, ""},
 		{"workspace-write", []string{"--sandbox", "read-only", "--sandbox-network"}, sandbox.Policy{Mode: sandbox.ReadOnly, Network: true}, ""},
 		{"workspace-write", []string{"--sandbox", "readonly"}, sandbox.Policy{}, `--sandbox: sandbox mode "readonly": want read-only, workspace-write or full-access`},
+		{"workspace-write", []string{"--sandbox-allow-write", "/c", "--sandbox-allow-write", "/d"}, sandbox.Policy{Mode: sandbox.WorkspaceWrite, Writable: []string{"/c", "/d"}}, ""},
+		{"workspace-write", []string{"--sandbox-allow-write", "rel"}, sandbox.Policy{}, `--sandbox-allow-write "rel": must be an absolute path`},
 		{"workspace-write", []string{"--sandbox-fallback", "maybe"}, sandbox.Policy{}, `--sandbox-fallback "maybe": want refuse or unconfined`},
 	}
 	for _, c := range cases {
@@ -41,7 +44,7 @@ func TestSandboxFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := e.Sandbox.Policy(); got.Mode != c.want.Mode || got.Network != c.want.Network {
+			if got := e.Sandbox.Policy(); got.Mode != c.want.Mode || got.Network != c.want.Network || !slices.Equal(got.Writable, c.want.Writable) {
 				t.Fatalf("Policy = %+v, want %+v", got, c.want)
 			}
 		})

@@ -93,8 +93,8 @@ type Options struct {
 	// supervisor that takes all its processes along when it ends (see
 	// tool.Env); nil runs bash directly.
 	Supervisor []string
-	// Sandbox confines every session's tools (its Writable directories
-	// are each session's cwd and TempDir, added per session); the zero
+	// Sandbox confines every session's tools (each session's cwd and
+	// TempDir are added to its Writable directories); the zero
 	// Mode is full-access, no sandbox. SandboxExe is the executable that
 	// applies it (agentd itself, handling sandbox.Command).
 	Sandbox    sandbox.Policy
@@ -226,9 +226,9 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 	userEnv := env
 	var asker *escalations
 	if p := e.sandboxPolicy(spec.Sandbox); p.Confined() {
-		p.Writable = []string{spec.Cwd, e.opt.TempDir}
+		p.Writable = append([]string{spec.Cwd, e.opt.TempDir}, p.Writable...)
 		env.Sandbox = sandbox.NewBox(p, e.opt.SandboxExe)
-		asker = &escalations{}
+		asker = &escalations{log: e.opt.Logger}
 		env.Sandbox.SetAsker(asker.ask)
 	}
 	tools := make([]tool.Tool, 0, len(names))

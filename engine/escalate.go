@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 
@@ -20,6 +21,8 @@ type asker interface {
 // tool approvals, so every face shows them as it shows any approval. The
 // tools are built before the session that asks exists, hence bind.
 type escalations struct {
+	log *slog.Logger
+
 	mu sync.Mutex
 	s  asker
 }
@@ -40,20 +43,20 @@ func (x *escalations) ask(ctx context.Context, r sandbox.Request) (sandbox.Answe
 		return sandbox.Deny, errNoSession
 	}
 	resp, err := s.Ask(ctx, EscalationRequest(r))
-	if err != nil {
-		return sandbox.Deny, err
+	answer := sandbox.Deny
+	switch {
+	case err != nil, resp.Cancelled:
+	case resp.Verdict == interaction.VerdictApprove, resp.Verdict == interaction.VerdictApproveNext:
+		answer = sandbox.Once
+	case resp.Verdict == interaction.VerdictAlways:
+		answer = sandbox.Always
 	}
-	if resp.Cancelled {
-		return sandbox.Deny, nil
-	}
-	switch resp.Verdict {
-	case interaction.VerdictApprove, interaction.VerdictApproveNext:
-		return sandbox.Once, nil
-	case interaction.VerdictAlways:
-		return sandbox.Always, nil
-	}
-	return sandbox.Deny, nil
+	x.log.Info("sandbox escalation", "tool", r.ToolName, "need", r.Need.Describe(r.Policy), "mode", r.Policy.Mode,
+		"answer", answerNames[answer], "err", err)
+	return answer, err
 }
+
+var answerNames = map[sandbox.Answer]string{sandbox.Deny: "deny", sandbox.Once: "once", sandbox.Always: "always"}
 
 // EscalationRequest is the approval a person sees for a command the
 // sandbox refused: approve reruns it once with the access it needs,
@@ -65,10 +68,10 @@ func EscalationRequest(r sandbox.Request) interaction.Request {
 	if out := strings.TrimSpace(r.Output); out != "" {
 		fmt.Fprintf(&b, "\nIt printed:\n%s\n", out)
 	}
-	fmt.Fprintf(&b, "\nAllow it to %s? Approve runs it again once with that access; always allows it for the rest of this session; reject leaves it refused.", r.Need.Describe())
+	fmt.Fprintf(&b, "\nAllow it to %s? Approve runs it again once with that access; always allows it for the rest of this session; reject leaves it refused.", r.Need.Describe(r.Policy))
 	return interaction.Request{
 		Kind:    interaction.KindApproval,
-		Title:   r.ToolName + " wants to " + r.Need.Describe(),
+		Title:   r.ToolName + " wants to " + r.Need.Describe(r.Policy),
 		Message: b.String(),
 		Tool:    &interaction.ToolApproval{ToolCallID: r.ToolCallID, ToolName: r.ToolName, Args: r.Args},
 	}

@@ -124,15 +124,20 @@ type Need struct {
 // Any reports whether anything is needed.
 func (n Need) Any() bool { return n.Write || n.Network }
 
-// Describe is what the command wants, in the words of an approval.
-func (n Need) Describe() string {
+// Describe is what the command wants under p, in the words of an
+// approval.
+func (n Need) Describe(p Policy) string {
+	write := "write outside the workspace"
+	if p.Mode == ReadOnly {
+		write = "write files"
+	}
 	switch {
 	case n.Write && n.Network:
-		return "write outside the workspace and use the network"
+		return write + " and use the network"
 	case n.Network:
 		return "use the network"
 	default:
-		return "write outside the workspace"
+		return write
 	}
 }
 

@@ -25,7 +25,7 @@ func (t *bashTool) escalate(ctx context.Context, call Call, policy sandbox.Polic
 	box := t.env.Sandbox
 	if !box.CanAsk() {
 		return refused, fmt.Sprintf("[The sandbox (%s) probably refused this: the command needs to %s. Stay inside what the sandbox allows, or tell the user what you need and why.]",
-			policy.Describe(), need.Describe())
+			policy.Describe(), need.Describe(policy))
 	}
 	tail := refused.Output
 	if len(tail) > 2000 {
@@ -35,7 +35,7 @@ func (t *bashTool) escalate(ctx context.Context, call Call, policy sandbox.Polic
 		Command: command, Need: need, Policy: policy, Output: tail})
 	if answer == sandbox.Deny {
 		return refused, fmt.Sprintf("[The sandbox (%s) refused this: the command needs to %s, and the user did not allow it. Do not try to get around the sandbox; work inside it or ask the user.]",
-			policy.Describe(), need.Describe())
+			policy.Describe(), need.Describe(policy))
 	}
 	if ctx.Err() != nil {
 		return refused, ""
@@ -45,7 +45,7 @@ func (t *bashTool) escalate(ctx context.Context, call Call, policy sandbox.Polic
 	if answer == sandbox.Always {
 		scope = "for the rest of the session"
 	}
-	return run, fmt.Sprintf("[The sandbox refused the first attempt; the user allowed it to %s %s, and it was run again.]", need.Describe(), scope)
+	return run, fmt.Sprintf("[The sandbox refused the first attempt; the user allowed it to %s %s, and it was run again.]", need.Describe(policy), scope)
 }
 
 // checkWritable refuses a write or edit of abs that the session's
