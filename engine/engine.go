@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/compaction"
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
@@ -214,10 +215,10 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 	}
 	if spec.Sandbox != "" {
 		if _, err := sandbox.ParseMode(string(spec.Sandbox)); err != nil {
-			return nil, err
+			return nil, fault.Errorf(fault.Invalid, "Unknown sandbox mode %q: want read-only, workspace-write or full-access", spec.Sandbox)
 		}
 		if base := e.SandboxMode(); base.Stricter(spec.Sandbox) {
-			return nil, fmt.Errorf("sandbox mode %s is not allowed: this server runs tools in %s, and a session may only choose a stricter mode", spec.Sandbox, base)
+			return nil, fault.Errorf(fault.Forbidden, "Sandbox mode %s is not allowed: this server runs tools in %s, and a session may only choose a stricter mode", spec.Sandbox, base)
 		}
 	}
 	env := e.ToolEnv(spec.Cwd)

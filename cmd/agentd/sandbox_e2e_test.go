@@ -184,3 +184,46 @@ func TestSandboxServeREST(t *testing.T) {
 		})
 	}
 }
+
+// A client may choose a stricter sandbox for its session with
+// create_session's sandbox field, never a looser one; the session keeps
+// it when it is loaded again after a restart.
+func TestSandboxServePerSession(t *testing.T) {
+	t.Parallel()
+	if s := sandbox.Probe(); s.Err != nil {
+		t.Skipf("no Landlock on this kernel, the sandbox cannot be tested: %v", s.Err)
+	}
+	e := e2eNewEnv(t, e2eOpts{})
+	s := svStart(t, e)
+	A := s.dial("A")
+	svWantErr(t, A.call(svM{"id": "c0", "type": "create_session", "sessionId": "loose", "sandbox": "full-access"}),
+		"Sandbox mode full-access is not allowed: this server runs tools in workspace-write, and a session may only choose a stricter mode")
+	svWantErr(t, A.call(svM{"id": "c1", "type": "create_session", "sessionId": "bad", "sandbox": "none"}),
+		`Unknown sandbox mode "none": want read-only, workspace-write or full-access`)
+	A.must("create_session", svM{"sessionId": "ro", "sandbox": "read-only"})
+	// refusedInCwd runs a write in the workspace and reports whether the
+	// sandbox refused it (read-only asks the person, who says no).
+	refusedInCwd := func(c *svConn, name string) bool {
+		t.Helper()
+		c.send(svM{"id": "p-" + name, "type": "prompt", "sessionId": "ro", "message": "CMD:touch " + name})
+		req := c.waitEvent("ro", "extension_ui_request")
+		svEq(t, "title", svAt(req.m, "event", "title"), "bash wants to write files")
+		svWantOK(t, c.call(svM{"id": "a-" + name, "type": "extension_ui_response", "sessionId": "ro",
+			"requestId": svStr(req.m, "event", "requestId"), "response": svM{"method": "select", "value": "Reject"}}))
+		c.waitEvent("ro", "tool_execution_end")
+		svWantOK(t, c.response("p-"+name))
+		_, err := os.Stat(filepath.Join(e.cwd, name))
+		return err != nil
+	}
+	if !refusedInCwd(A, "before") {
+		t.Fatal("read-only session wrote in its workspace")
+	}
+	s.sigterm()
+	svEq(t, "exit", s.waitExit(), 0)
+	s = s.restart()
+	B := s.dial("B")
+	B.must("switch_session", svM{"sessionId": "ro"})
+	if !refusedInCwd(B, "after") {
+		t.Fatal("after a restart the session lost its read-only sandbox")
+	}
+}
