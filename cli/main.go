@@ -24,6 +24,7 @@ import (
 	"github.com/agentd-dev/agentd/llm/openaichat"
 	"github.com/agentd-dev/agentd/llm/openairesponses"
 	"github.com/agentd-dev/agentd/llm/registry"
+	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/tool"
 )
 
@@ -90,6 +91,11 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 	if len(args) > 0 && args[0] == tool.SuperviseCommand {
 		// Hidden: agentd itself starts this around every bash run.
 		return tool.Supervise(ctx, args[1:])
+	}
+	if len(args) > 0 && args[0] == sandbox.Command {
+		// Hidden: agentd starts this between fork and a confined
+		// command's exec, to apply the sandbox (see package sandbox).
+		return sandbox.Main(args[1:], m.stderr)
 	}
 	if len(args) > 0 && (args[0] == "--version" || args[0] == "-v") {
 		args = append([]string{"version"}, args[1:]...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/agentd-dev/agentd/sandbox"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -53,6 +54,9 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	fs.IntVar(&f.maxLineBytes, "max-line-bytes", 10<<20, "largest command line accepted on stdin")
 	fs.StringVar(&f.policy, "policy", cfg.Getenv("AGENTD_POLICY"), "permission policy file (JSON rules: allow / ask / deny by tool and argument); default allows everything, as pi (env AGENTD_POLICY)")
 	cfg.RegisterApprovalTimeout(fs)
+	// pi's RPC clients expect tools with their own rights: no sandbox
+	// unless asked for.
+	f.bounds.Sandbox.Mode = string(sandbox.FullAccess)
 	f.bounds.Register(fs)
 	if err := parse(cfg, fs, args); err != nil {
 		return err
@@ -259,13 +263,49 @@ type engineChoices struct {
 
 // engine assembles the engine every session-hosting command uses.
 func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Settings, c engineChoices) (*engine.Engine, error) {
+	log := c.log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	policy, err := sandboxPolicy(c.bounds.Sandbox, sandbox.Probe(), log)
+	if err != nil {
+		return nil, err
+	}
+	environ := os.Environ()
+	if policy.Confined() {
+		// Keys and the server token stay out of confined tools' reach.
+		environ = sandbox.Scrub(environ)
+	}
 	return engine.New(engine.Options{
+		Sandbox: policy, SandboxExe: "/proc/self/exe",
 		Models: ms, Breakers: c.breakers, Model: c.model, Thinking: c.thinking, Saved: saved,
 		Policy: c.policy, InteractionTimeout: c.interactionTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
-		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: os.Environ(), Supervisor: supervisor(),
+		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: environ, Supervisor: supervisor(),
 		EventLogSize: c.eventLogSize, EventLogBytes: c.bounds.EventLogBytes,
 		MaxTurns: c.bounds.MaxTurns, MaxToolFailures: c.bounds.MaxToolFailures,
 		MaxQueued: c.bounds.MaxQueuedMessages, MaxQueuedBytes: c.bounds.MaxQueuedMessageBytes, BashTimeout: c.bounds.BashTimeout,
 		Logger: c.log,
 	})
+}
+
+// sandboxPolicy is the policy the tools run under, checked against what
+// the kernel can enforce: where it cannot, agentd refuses to start, or,
+// if the configuration says so, runs the tools unconfined and says so
+// loudly. It never pretends to confine.
+func sandboxPolicy(sc config.Sandbox, support sandbox.Support, log *slog.Logger) (sandbox.Policy, error) {
+	p := sc.Policy()
+	if err := support.Enforces(p); err != nil {
+		if sc.Fallback != config.SandboxUnconfined {
+			return p, fmt.Errorf("cannot confine tools in %s mode: %w (use --sandbox full-access to run without a sandbox, or --sandbox-fallback unconfined to do so whenever the kernel cannot confine)", p.Mode, err)
+		}
+		log.Warn("TOOLS ARE NOT SANDBOXED: the kernel cannot enforce the configured mode; running with full access (--sandbox-fallback unconfined)",
+			"mode", p.Mode, "reason", err.Error())
+		return sandbox.Policy{Mode: sandbox.FullAccess, Network: true}, nil
+	}
+	if p.Confined() {
+		log.Info("tools sandboxed", "mode", p.Mode, "network", p.Network, "kernel", support.String())
+	} else {
+		log.Info("tools run with full access (no sandbox)")
+	}
+	return p, nil
 }

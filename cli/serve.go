@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/agentd-dev/agentd/sandbox"
 	"net"
 	"net/http"
 	"os"
@@ -74,6 +75,11 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		interactionTimeout: cfg.ApprovalTimeout, eventLogSize: sc.EventLogSize, bounds: sc.Engine, breakers: breakers, log: log})
 	if err != nil {
 		return err
+	}
+	if want := sc.Engine.Sandbox.Policy(); want.Confined() && !eng.SandboxMode().Stricter(sandbox.FullAccess) {
+		// --sandbox-fallback unconfined took effect: every health_check
+		// says so for as long as the server runs.
+		hl.AddLasting(fmt.Sprintf("Tools are not sandboxed: %s was configured, but %s", want.Mode, sandbox.Probe()))
 	}
 	var auth server.Authenticator
 	if argv := strings.Fields(sc.AuthCommand); len(argv) > 0 {

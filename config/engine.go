@@ -26,6 +26,8 @@ type Engine struct {
 	// BashTimeout bounds a command a client runs with the protocol's bash
 	// command (default 10 minutes; negative: none).
 	BashTimeout time.Duration
+	// Sandbox confines the tools of every session.
+	Sandbox Sandbox
 }
 
 // Register adds the engine's flags to fs.
@@ -36,6 +38,7 @@ func (e *Engine) Register(fs *flag.FlagSet) {
 	fs.IntVar(&e.MaxQueuedMessageBytes, "max-queued-message-bytes", e.MaxQueuedMessageBytes, "bytes of steering and follow-up messages that may wait (0: the default, 16 MiB)")
 	fs.IntVar(&e.EventLogBytes, "event-log-bytes", e.EventLogBytes, "bytes of recent events kept per session for clients that resume (0: the default, 16 MiB)")
 	fs.DurationVar(&e.BashTimeout, "bash-timeout", e.BashTimeout, "limit for a command a client runs with the bash command (0: the default, 10m; negative: none)")
+	e.Sandbox.Register(fs)
 }
 
 // Check validates e.
@@ -43,5 +46,5 @@ func (e *Engine) Check() error {
 	if e.MaxQueuedMessages < 0 || e.MaxQueuedMessageBytes < 0 || e.EventLogBytes < 0 {
 		return errors.New("--max-queued-messages, --max-queued-message-bytes and --event-log-bytes must not be negative (0 takes the default)")
 	}
-	return nil
+	return e.Sandbox.Check()
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/agentd-dev/agentd/sandbox"
 	"net"
 	"strconv"
 	"strings"
@@ -118,6 +119,7 @@ func ServeDefaults(getenv func(string) string) Serve {
 		SessionWS: true, WSHeartbeat: 30 * time.Second, WSProgressInterval: time.Second,
 		WSMaxConnectionsPerSubject: 100, WSMessageRate: 10, WSMaxMessageBytes: 1 << 20, WSMaxQueuedBytes: 8 << 20,
 		RESTSessionIdle: 30 * time.Minute,
+		Engine:          Engine{Sandbox: Sandbox{Mode: string(sandbox.WorkspaceWrite)}},
 	}
 	if v := getenv("AGENTD_HOST"); v != "" {
 		s.Host = v

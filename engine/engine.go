@@ -15,10 +15,12 @@ import (
 
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/compaction"
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/llm/registry"
+	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/settings"
 	"github.com/agentd-dev/agentd/tool"
@@ -92,6 +94,12 @@ type Options struct {
 	// supervisor that takes all its processes along when it ends (see
 	// tool.Env); nil runs bash directly.
 	Supervisor []string
+	// Sandbox confines every session's tools (each session's cwd and
+	// TempDir are added to its Writable directories); the zero
+	// Mode is full-access, no sandbox. SandboxExe is the executable that
+	// applies it (agentd itself, handling sandbox.Command).
+	Sandbox    sandbox.Policy
+	SandboxExe string
 	// BashTimeout bounds a command a client runs with bash (0: the
 	// session's default, negative: none).
 	BashTimeout time.Duration
@@ -167,6 +175,9 @@ type Spec struct {
 	// Tools names the built-in tools to enable; nil enables all of them,
 	// an empty non-nil list none.
 	Tools []string
+	// Sandbox, when set, is a mode stricter than the engine's for this
+	// session (a client's choice); a looser one is refused.
+	Sandbox sandbox.Mode
 	// Seq continues a session's event numbering (see session.Config).
 	FirstSeq   uint64
 	ReserveSeq func(next uint64) uint64
@@ -180,13 +191,47 @@ func (e *Engine) ToolEnv(cwd string) tool.Env {
 		Supervisor: e.opt.Supervisor, Scope: tool.NewScope()}
 }
 
+// SandboxMode is the mode of the engine's sandbox.
+func (e *Engine) SandboxMode() sandbox.Mode { return e.sandboxPolicy("").Mode }
+
+// sandboxPolicy is the policy of a session in cwd choosing mode ("" for
+// the engine's).
+func (e *Engine) sandboxPolicy(mode sandbox.Mode) sandbox.Policy {
+	p := e.opt.Sandbox
+	if p.Mode == "" {
+		p.Mode = sandbox.FullAccess
+	}
+	if mode != "" && mode.Stricter(p.Mode) {
+		p.Mode = mode
+	}
+	return p
+}
+
 // Session builds a session.
 func (e *Engine) Session(spec Spec) (*session.Session, error) {
 	names := spec.Tools
 	if names == nil {
 		names = tool.BuiltinNames
 	}
+	if spec.Sandbox != "" {
+		if _, err := sandbox.ParseMode(string(spec.Sandbox)); err != nil {
+			return nil, fault.Errorf(fault.Invalid, "Unknown sandbox mode %q: want read-only, workspace-write or full-access", spec.Sandbox)
+		}
+		if base := e.SandboxMode(); base.Stricter(spec.Sandbox) {
+			return nil, fault.Errorf(fault.Forbidden, "Sandbox mode %s is not allowed: this server runs tools in %s, and a session may only choose a stricter mode", spec.Sandbox, base)
+		}
+	}
 	env := e.ToolEnv(spec.Cwd)
+	// Commands a person runs directly (the protocol's bash) are theirs:
+	// only what the model starts is confined.
+	userEnv := env
+	var asker *escalations
+	if p := e.sandboxPolicy(spec.Sandbox); p.Confined() {
+		p.Writable = append([]string{spec.Cwd, e.opt.TempDir}, p.Writable...)
+		env.Sandbox = sandbox.NewBox(p, e.opt.SandboxExe)
+		asker = &escalations{log: e.opt.Logger}
+		env.Sandbox.SetAsker(asker.ask)
+	}
 	tools := make([]tool.Tool, 0, len(names))
 	for _, n := range names {
 		t, err := tool.New(n, env)
@@ -196,18 +241,25 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 		tools = append(tools, t)
 	}
 	retry, comp := Saved(e.opt.Saved)
-	return session.New(session.Config{
+	sess, err := session.New(session.Config{
 		Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open,
 		Model: e.opt.Model, Thinking: e.opt.Thinking,
 		SystemPrompt: SystemPrompt(spec.Cwd, names, e.opt.Now()),
 		Stream:       e.stream, Options: e.streamOptions, ResolveModel: e.opt.Models.Resolve,
-		Tools: tools, BashEnv: env, BashTimeout: e.opt.BashTimeout, Retry: retry, Compaction: comp,
+		Tools: tools, BashEnv: userEnv, BashTimeout: e.opt.BashTimeout, Retry: retry, Compaction: comp,
 		Policy: e.opt.Policy, InteractionTimeout: e.opt.InteractionTimeout,
 		SteeringMode: agent.QueueMode(e.opt.Saved.SteeringMode), FollowUpMode: agent.QueueMode(e.opt.Saved.FollowUpMode),
 		EventLogSize: e.opt.EventLogSize, EventLogBytes: e.opt.EventLogBytes, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,
 		MaxTurns: e.opt.MaxTurns, MaxSameToolFailures: e.opt.MaxToolFailures, MaxQueued: e.opt.MaxQueued, MaxQueuedBytes: e.opt.MaxQueuedBytes,
 		Logger: e.opt.Logger,
 	})
+	if err != nil {
+		return nil, err
+	}
+	if asker != nil {
+		asker.bind(sess)
+	}
+	return sess, nil
 }
 
 // streamOptions resolves credentials per request, so rotated keys and

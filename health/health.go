@@ -29,6 +29,24 @@ func IssueProviderOpen(provider string) string {
 type Health struct {
 	breakers     *Breakers
 	shuttingDown atomic.Bool
+	lasting      atomic.Pointer[[]string]
+}
+
+// AddLasting adds an issue that lasts as long as the server does (tools
+// running without the sandbox the configuration asked for): health_check
+// reports it, and the server is not healthy, while it stays ready.
+func (h *Health) AddLasting(issue string) {
+	for {
+		old := h.lasting.Load()
+		var next []string
+		if old != nil {
+			next = append(next, *old...)
+		}
+		next = append(next, issue)
+		if h.lasting.CompareAndSwap(old, &next) {
+			return
+		}
+	}
 }
 
 // NewHealth watches bs (nil for no breakers).
@@ -46,6 +64,9 @@ func (h *Health) ShuttingDown() bool { return h.shuttingDown.Load() }
 // when there is no issue.
 func (h *Health) Check() HealthCheck {
 	hc := HealthCheck{Issues: []string{}}
+	if l := h.lasting.Load(); l != nil {
+		hc.Issues = append(hc.Issues, *l...)
+	}
 	if h.ShuttingDown() {
 		hc.Issues = append(hc.Issues, IssueShuttingDown)
 	}

@@ -220,3 +220,19 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A lasting issue (tools running unsandboxed) stays in every
+// health_check and makes the server unhealthy, but not unready.
+func TestLastingIssue(t *testing.T) {
+	h := NewHealth(nil)
+	h.AddLasting("Tools are not sandboxed")
+	for range 2 {
+		hc := h.Check()
+		if hc.Healthy || len(hc.Issues) != 1 || hc.Issues[0] != "Tools are not sandboxed" {
+			t.Fatalf("Check = %+v", hc)
+		}
+	}
+	if ok, _ := h.Ready(); !ok {
+		t.Fatal("a lasting issue made the server unready")
+	}
+}

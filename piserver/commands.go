@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentd-dev/agentd/sandbox"
 	"log/slog"
 	"path/filepath"
 	"strconv"
@@ -95,6 +96,7 @@ func (c *call) who() server.Principal {
 type params struct {
 	piwire.Fields
 	Cwd             string    `json:"cwd"`
+	Sandbox         string    `json:"sandbox"`  // create_session: a stricter mode than the server's
 	AfterSeq        *float64  `json:"afterSeq"` // a non-negative integer (checked)
 	Direction       string    `json:"direction"`
 	RequestID       string    `json:"requestId"`
@@ -143,7 +145,7 @@ func (s *Server) commands() map[string]*commandSpec {
 		// Server commands (spec §17.1).
 		"list_sessions": server(pipeline.ClassRead, s.listSessions),
 		"create_session": {class: pipeline.ClassMutate, timeout: -1, run: s.createSession,
-			fields: []field{{name: "cwd", kind: kString, max: 4096}}},
+			fields: []field{{name: "cwd", kind: kString, max: 4096}, {name: "sandbox", kind: kString, max: 32}}},
 		// delete_session does not wait behind the session's running work:
 		// closing the session stops it.
 		"delete_session": {needsID: true, class: pipeline.ClassMutate, run: s.deleteSession, bypass: always},
@@ -336,7 +338,7 @@ func (s *Server) subscribe(c *call, h *server.Hosted, after *uint64) server.Subs
 }
 
 func (s *Server) createSession(ctx context.Context, c *call) (any, error) {
-	h, err := s.srv.Create(ctx, server.CreateRequest{ID: c.cmd.SessionID, Cwd: c.p.Cwd, Who: c.who()})
+	h, err := s.srv.Create(ctx, server.CreateRequest{ID: c.cmd.SessionID, Cwd: c.p.Cwd, Who: c.who(), Sandbox: sandbox.Mode(c.p.Sandbox)})
 	if err != nil {
 		return nil, err
 	}

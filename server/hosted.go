@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"github.com/agentd-dev/agentd/sandbox"
 	"os"
 	"sort"
 	"strconv"
@@ -148,7 +149,7 @@ func (s *Server) Session(ctx context.Context, id string) (*Hosted, error) {
 		if _, err := os.Stat(e.File); err != nil {
 			return nil, fault.Errorf(fault.NotFound, "Session %s not found (its file %s is gone)", id, e.File)
 		}
-		h, err := s.open(ctx, id, e.Cwd, e.File, e.Owner, false)
+		h, err := s.open(ctx, id, e.Cwd, e.File, e.Owner, sandbox.Mode(e.Sandbox), false)
 		if err != nil {
 			if fe := fault.As(err); fe != nil && fe.Code == fault.Conflict && attempt < 3 {
 				continue // brought back by another command meanwhile
@@ -227,6 +228,10 @@ type CreateRequest struct {
 	Cwd string
 	// Who is the client asking; its subject becomes the owner.
 	Who Principal
+	// Sandbox is a mode stricter than the server's for this session's
+	// tools; "" is the server's. It is kept in the index, so the session
+	// keeps it when it is loaded again after a restart.
+	Sandbox sandbox.Mode
 }
 
 // Create makes a new session.
@@ -248,7 +253,7 @@ func (s *Server) Create(ctx context.Context, r CreateRequest) (*Hosted, error) {
 			return nil, fault.Errorf(fault.Conflict, "Session %s already exists", id)
 		}
 	}
-	return s.open(ctx, id, cwd, "", r.Who.Subject, true)
+	return s.open(ctx, id, cwd, "", r.Who.Subject, r.Sandbox, true)
 }
 
 // LoadRequest asks to load a stored session file.
@@ -296,7 +301,7 @@ func (s *Server) Load(ctx context.Context, r LoadRequest) (*Hosted, error) {
 	if e, ok := s.index.get(id); ok && e.Owner != "" && !r.Who.MaySee(id, e.Owner) {
 		return nil, fault.Errorf(fault.Forbidden, "Failed to load session from %s: it belongs to another user", r.Path)
 	}
-	h, err := s.open(ctx, id, cwd, path, r.Who.Subject, false)
+	h, err := s.open(ctx, id, cwd, path, r.Who.Subject, "", false)
 	if err != nil {
 		if fe := fault.As(err); fe != nil {
 			return nil, fe
@@ -308,7 +313,7 @@ func (s *Server) Load(ctx context.Context, r LoadRequest) (*Hosted, error) {
 }
 
 // open makes session id from file (or a new file when "") and hosts it.
-func (s *Server) open(_ context.Context, id, cwd, file, owner string, fresh bool) (*Hosted, error) {
+func (s *Server) open(_ context.Context, id, cwd, file, owner string, mode sandbox.Mode, fresh bool) (*Hosted, error) {
 	s.mu.RLock()
 	full := len(s.sessions) >= s.lim.MaxSessions
 	s.mu.RUnlock()
@@ -365,8 +370,12 @@ func (s *Server) open(_ context.Context, id, cwd, file, owner string, fresh bool
 
 	prev, _ := s.index.get(id)
 	first := prev.Seq // never backwards for an id, even a reused one
+	if mode == "" && !fresh && !prev.Deleted {
+		// A session loaded again keeps the sandbox it was created with.
+		mode = sandbox.Mode(prev.Sandbox)
+	}
 	sess, err := s.cfg.Builder.Session(engine.Spec{
-		Cwd: cwd, SessionsDir: s.cfg.SessionsDir, Open: file, FirstSeq: first,
+		Cwd: cwd, SessionsDir: s.cfg.SessionsDir, Open: file, FirstSeq: first, Sandbox: mode,
 		ReserveSeq: func(next uint64) uint64 { return s.reserveSeq(id, next) },
 	})
 	if err == nil && file == "" {
@@ -393,7 +402,7 @@ func (s *Server) open(_ context.Context, id, cwd, file, owner string, fresh bool
 	if !fresh && !prev.Created.IsZero() {
 		created = prev.Created
 	}
-	if err := s.index.put(indexEntry{ID: id, File: sess.File(), Cwd: cwd, Owner: owner, Created: created, Seq: first}, true); err != nil {
+	if err := s.index.put(indexEntry{ID: id, File: sess.File(), Cwd: cwd, Owner: owner, Created: created, Seq: first, Sandbox: string(mode)}, true); err != nil {
 		s.log.Error("recording the session", "session", id, "err", err)
 	}
 	s.mu.Lock()

@@ -51,6 +51,9 @@ type indexEntry struct {
 	// the exact last seq after a clean close, the reserved limit while it
 	// runs.
 	Seq uint64 `json:"seq,omitempty"`
+	// Sandbox is the stricter sandbox mode a client chose for the
+	// session's tools; "" is the server's.
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 func openIndex(dir string) (*index, error) {

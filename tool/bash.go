@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/sandbox"
 )
 
 const (
@@ -78,9 +79,20 @@ func (t *bashTool) Execute(ctx context.Context, call Call, update func(Result)) 
 			update(Result{Content: content, Details: details})
 		}
 	}
-	run := RunBash(ctx, t.env, command, timeout, onOutput)
+	policy := sandbox.Policy{Mode: sandbox.FullAccess}
+	if t.env.Sandbox != nil {
+		policy = t.env.Sandbox.Policy()
+	}
+	run := runBashUnder(ctx, t.env, policy, command, timeout, onOutput)
 	if run.StartError != "" {
 		return Errorf("%s", run.StartError)
+	}
+	note := ""
+	if need := refusedBySandbox(policy, run); need.Any() {
+		run, note = t.escalate(ctx, call, policy, need, command, timeout, onOutput, run)
+		if run.StartError != "" {
+			return Errorf("%s", run.StartError)
+		}
 	}
 	text := run.Output
 	var details BashDetails
@@ -107,10 +119,16 @@ func (t *bashTool) Execute(ctx context.Context, call Call, update func(Result)) 
 		if text == "" {
 			text = "(no output)"
 		}
+		if note != "" {
+			text += "\n\n" + note
+		}
 		return TextResult(text, detailsOrNil(details))
 	}
 	if text != "" {
 		text += "\n\n"
+	}
+	if note != "" {
+		status += "\n\n" + note
 	}
 	// A failed command's result always carries details, as pi's does.
 	return Result{Content: []llm.Content{llm.Text(text + status)}, Details: details, IsError: true}
@@ -152,6 +170,19 @@ type BashRun struct {
 // on in env.Scope until it is closed.
 func RunBash(ctx context.Context, env Env, command string, timeout float64, onOutput func(text string, d BashDetails)) BashRun {
 	env = env.normalize()
+	policy := sandbox.Policy{Mode: sandbox.FullAccess}
+	if env.Sandbox != nil {
+		policy = env.Sandbox.Policy()
+	}
+	return runBashUnder(ctx, env, policy, command, timeout, onOutput)
+}
+
+// runBashUnder is RunBash under policy (env normalised).
+func runBashUnder(ctx context.Context, env Env, policy sandbox.Policy, command string, timeout float64, onOutput func(text string, d BashDetails)) BashRun {
+	argv := []string{env.Shell, "-c", command}
+	if env.Sandbox != nil {
+		argv = policy.Wrap(env.Sandbox.Exe(), argv)
+	}
 	update := onOutput
 	out := &outputAcc{tempDir: env.TempDir, scope: env.Scope, capHead: spillHead, capTail: spillTail}
 	defer out.close()
@@ -165,9 +196,9 @@ func RunBash(ctx context.Context, env Env, command string, timeout float64, onOu
 	var exited <-chan shellExit
 	var startErr string
 	if len(env.Supervisor) > 0 && supervisorSupported {
-		kill, exited, startErr = startSupervised(env, command, pw)
+		kill, exited, startErr = startSupervised(env, argv, pw)
 	} else {
-		kill, exited, startErr = startDirect(env, command, pw)
+		kill, exited, startErr = startDirect(env, argv, pw)
 	}
 	pw.Close()
 	if startErr != "" {
@@ -312,8 +343,8 @@ wait:
 // group: what the command starts in that group dies with it on abort;
 // what leaves the group (setsid, a new group) does not. The returned
 // channel receives the shell's exit.
-func startDirect(env Env, command string, out *os.File) (kill func(), exited <-chan shellExit, startErr string) {
-	cmd := exec.Command(env.Shell, "-c", command)
+func startDirect(env Env, argv []string, out *os.File) (kill func(), exited <-chan shellExit, startErr string) {
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = env.Cwd
 	cmd.Env = env.Environ
 	cmd.Stdout, cmd.Stderr = out, out

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/agentd-dev/agentd/sandbox"
 	"go.uber.org/goleak"
 )
 
@@ -146,6 +147,8 @@ func TestMain(m *testing.M) {
 			os.Exit(Supervise(context.Background(), os.Args[2:]))
 		case standInCommand:
 			os.Exit(standInMain(os.Args[2:]))
+		case sandbox.Command:
+			os.Exit(sandbox.Main(os.Args[2:], os.Stderr))
 		}
 	}
 	code := m.Run()

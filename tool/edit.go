@@ -44,6 +44,9 @@ func (t *editTool) Execute(ctx context.Context, call Call, _ func(Result)) Resul
 	if err != nil {
 		return Errorf("Invalid path %q: %v", path, err)
 	}
+	if r := t.env.checkWritable(abs, path); r != nil {
+		return *r
+	}
 	unlock, err := t.env.Locks.Lock(ctx, abs)
 	if err != nil {
 		return Errorf("Operation aborted")

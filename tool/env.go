@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/agentd-dev/agentd/sandbox"
 )
 
 // Env is what the built-in tools know about the session they serve. The
@@ -56,6 +58,11 @@ type Env struct {
 	// Nil gives a minimal environment: a conventional PATH, plus HOME
 	// when Home is set.
 	Environ []string
+	// Sandbox confines the processes bash starts and the files write and
+	// edit may change (see package sandbox); nil runs them with agentd's
+	// own rights. Share one Box between the tools of a session: a
+	// person's "always allow" widens it for all of them.
+	Sandbox *sandbox.Box
 	// UseExternal lets grep and find use ripgrep (rg) and fd when they
 	// are on Environ's PATH. Off, or when they are missing, the built-in
 	// Go implementations run; they need nothing installed.

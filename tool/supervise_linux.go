@@ -60,7 +60,7 @@ func (r *supervised) release() { r.stopOnce.Do(func() { r.ctl.Close() }) }
 // soon as it is known, or, if the run was stopped first, once the
 // supervisor is gone. startErr says why nothing could start; the shell's
 // own failure to start arrives on the channel.
-func startSupervised(env Env, command string, out *os.File) (stop func(), exited <-chan shellExit, startErr string) {
+func startSupervised(env Env, argv []string, out *os.File) (stop func(), exited <-chan shellExit, startErr string) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Sprintf("Cannot start command: %v", err)
@@ -74,7 +74,7 @@ func startSupervised(env Env, command string, out *os.File) (stop func(), exited
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "supervisor-control"), os.NewFile(uintptr(fds[1]), "supervisor-control")
 
-	args := append(append([]string{}, env.Supervisor[1:]...), env.Shell, "-c", command)
+	args := append(append([]string{}, env.Supervisor[1:]...), argv...)
 	cmd := exec.Command(env.Supervisor[0], args...)
 	cmd.Dir = env.Cwd
 	cmd.Env = env.Environ

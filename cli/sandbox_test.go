@@ -1,0 +1,53 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/agentd-dev/agentd/config"
+	"github.com/agentd-dev/agentd/sandbox"
+)
+
+// Where the kernel cannot confine, agentd refuses to start in a
+// confining mode, or, when told to fall back, runs unconfined and says
+// so; it never claims a sandbox it does not have.
+func TestSandboxPolicyFallback(t *testing.T) {
+	none := sandbox.Support{Err: errors.New("no Landlock here")}
+	old := sandbox.Support{ABI: 3}
+	cases := []struct {
+		name    string
+		sc      config.Sandbox
+		support sandbox.Support
+		want    sandbox.Mode
+		err     string
+		warn    bool
+	}{
+		{"refuse", config.Sandbox{Mode: "workspace-write", Fallback: "refuse"}, none, "", "cannot confine tools in workspace-write mode", false},
+		{"unconfined", config.Sandbox{Mode: "read-only", Fallback: "unconfined"}, none, sandbox.FullAccess, "", true},
+		{"full-access needs nothing", config.Sandbox{Mode: "full-access", Fallback: "refuse"}, none, sandbox.FullAccess, "", false},
+		{"no network restriction on ABI 3", config.Sandbox{Mode: "workspace-write", Fallback: "refuse"}, old, "", "cannot restrict the network", false},
+		{"ABI 3 with the network allowed", config.Sandbox{Mode: "workspace-write", Network: true, Fallback: "refuse"}, old, sandbox.WorkspaceWrite, "", false},
+		{"enforced", config.Sandbox{Mode: "read-only", Fallback: "refuse"}, sandbox.Support{ABI: 7}, sandbox.ReadOnly, "", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			p, err := sandboxPolicy(c.sc, c.support, slog.New(slog.NewTextHandler(&logs, nil)))
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("err = %v, want %q", err, c.err)
+				}
+				return
+			}
+			if err != nil || p.Mode != c.want {
+				t.Fatalf("policy %+v, %v; want mode %s", p, err, c.want)
+			}
+			if got := strings.Contains(logs.String(), "NOT SANDBOXED"); got != c.warn {
+				t.Fatalf("warning logged = %v, want %v: %s", got, c.warn, logs.String())
+			}
+		})
+	}
+}

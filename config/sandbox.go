@@ -1,0 +1,72 @@
+package config
+
+import (
+	"flag"
+	"fmt"
+	"path/filepath"
+
+	"github.com/agentd-dev/agentd/sandbox"
+)
+
+// Sandbox is how the tools of every session are confined (see package
+// sandbox): the mode, whether they may use the network, and what to do
+// where the kernel cannot confine them.
+type Sandbox struct {
+	// Mode is read-only, workspace-write or full-access. Each command
+	// sets its default before Register: workspace-write for serve,
+	// full-access for rpc (pi's RPC clients expect tools with their
+	// rights).
+	Mode string
+	// Network lets tools connect and listen in the confining modes.
+	Network bool
+	// AllowWrite are more directories workspace-write lets tools write
+	// under (a build cache such as ~/.cache/go-build, a shared .git).
+	AllowWrite StringList
+	// Fallback is what to do where the kernel has no Landlock: "refuse"
+	// to start (the default) or run "unconfined" with a warning.
+	Fallback string
+}
+
+// Sandbox fallbacks.
+const (
+	SandboxRefuse     = "refuse"
+	SandboxUnconfined = "unconfined"
+)
+
+// Register adds the sandbox flags to fs.
+func (s *Sandbox) Register(fs *flag.FlagSet) {
+	if s.Fallback == "" {
+		s.Fallback = SandboxRefuse
+	}
+	fs.StringVar(&s.Mode, "sandbox", s.Mode, "what tools may touch: read-only, workspace-write (the session's directory and the temp dir) or full-access (no sandbox)")
+	fs.BoolVar(&s.Network, "sandbox-network", s.Network, "let tools use the network in read-only and workspace-write")
+	fs.Var(&s.AllowWrite, "sandbox-allow-write", "another directory workspace-write lets tools write under, absolute (repeatable), e.g. a build cache")
+	fs.StringVar(&s.Fallback, "sandbox-fallback", s.Fallback, "where the kernel cannot confine tools (no Landlock): refuse to start, or run unconfined with a warning")
+}
+
+// Check validates s.
+func (s *Sandbox) Check() error {
+	if _, err := sandbox.ParseMode(s.Mode); err != nil {
+		return fmt.Errorf("--sandbox: %w", err)
+	}
+	for _, d := range s.AllowWrite {
+		if !filepath.IsAbs(d) {
+			return fmt.Errorf("--sandbox-allow-write %q: must be an absolute path", d)
+		}
+	}
+	if s.Fallback != SandboxRefuse && s.Fallback != SandboxUnconfined {
+		return fmt.Errorf("--sandbox-fallback %q: want refuse or unconfined", s.Fallback)
+	}
+	return nil
+}
+
+// Policy is the sandbox policy s describes, before a session adds its
+// writable directories. A command that registers no sandbox flags (ask,
+// where a person watches every step) leaves Mode empty: full access.
+func (s *Sandbox) Policy() sandbox.Policy {
+	m, err := sandbox.ParseMode(s.Mode)
+	if err != nil {
+		m = sandbox.FullAccess
+	}
+	return sandbox.Policy{Mode: m, Network: s.Network || m == sandbox.FullAccess, Writable: append([]string(nil), s.AllowWrite...)}
+}

@@ -1,0 +1,52 @@
+package config
+
+import (
+	"flag"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/agentd-dev/agentd/sandbox"
+)
+
+func TestSandboxFlags(t *testing.T) {
+	cases := []struct {
+		def  string
+		args []string
+		want sandbox.Policy
+		err  string
+	}{
+		{"workspace-write", nil, sandbox.Policy{Mode: sandbox.WorkspaceWrite}, ""},
+		{"full-access", nil, sandbox.Policy{Mode: sandbox.FullAccess, Network: true}, ""},
+		{"workspace-write", []string{"--sandbox", "read-only", "--sandbox-network"}, sandbox.Policy{Mode: sandbox.ReadOnly, Network: true}, ""},
+		{"workspace-write", []string{"--sandbox", "readonly"}, sandbox.Policy{}, `--sandbox: sandbox mode "readonly": want read-only, workspace-write or full-access`},
+		{"workspace-write", []string{"--sandbox-allow-write", "/c", "--sandbox-allow-write", "/d"}, sandbox.Policy{Mode: sandbox.WorkspaceWrite, Writable: []string{"/c", "/d"}}, ""},
+		{"workspace-write", []string{"--sandbox-allow-write", "rel"}, sandbox.Policy{}, `--sandbox-allow-write "rel": must be an absolute path`},
+		{"workspace-write", []string{"--sandbox-fallback", "maybe"}, sandbox.Policy{}, `--sandbox-fallback "maybe": want refuse or unconfined`},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(append([]string{c.def}, c.args...), " "), func(t *testing.T) {
+			e := Engine{Sandbox: Sandbox{Mode: c.def}}
+			fs := flag.NewFlagSet("x", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			e.Register(fs)
+			if err := fs.Parse(c.args); err != nil {
+				t.Fatal(err)
+			}
+			err := e.Check()
+			if c.err != "" {
+				if err == nil || err.Error() != c.err {
+					t.Fatalf("Check = %v, want %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := e.Sandbox.Policy(); got.Mode != c.want.Mode || got.Network != c.want.Network || !slices.Equal(got.Writable, c.want.Writable) {
+				t.Fatalf("Policy = %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}

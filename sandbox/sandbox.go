@@ -1,0 +1,215 @@
+// Package sandbox confines what the processes of a tool may do: where
+// they may write and whether they may open TCP connections. On Linux it
+// uses Landlock, applied by a small helper (agentd re-executed with
+// Command) in the process that then executes the command, so the rules
+// bind the command and everything it starts, and nothing it starts can
+// lift them.
+//
+// Why a helper rather than rules applied in agentd: Landlock restricts
+// the thread that asks and what it executes from then on, never its
+// parent. agentd itself must stay unconfined (it writes sessions, talks
+// to models), so the rules are applied in a fresh process between fork
+// and the command's exec.
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Mode is how far a session's tools may reach.
+type Mode string
+
+// The modes.
+const (
+	// ReadOnly lets tools read the whole filesystem and write nothing
+	// (except /dev/null and its kind).
+	ReadOnly Mode = "read-only"
+	// WorkspaceWrite lets tools write only under the session's working
+	// directory and the temp dir.
+	WorkspaceWrite Mode = "workspace-write"
+	// FullAccess is no sandbox: tools run with agentd's own rights.
+	FullAccess Mode = "full-access"
+)
+
+// Modes lists the modes from the strictest.
+var Modes = []Mode{ReadOnly, WorkspaceWrite, FullAccess}
+
+// ParseMode returns the mode named s.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range Modes {
+		if string(m) == s {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("sandbox mode %q: want read-only, workspace-write or full-access", s)
+}
+
+// rank orders modes from the strictest; an unknown mode ranks as the
+// strictest, so a mistake never widens anything.
+func (m Mode) rank() int {
+	for i, x := range Modes {
+		if x == m {
+			return i
+		}
+	}
+	return 0
+}
+
+// Stricter reports whether m allows less than other.
+func (m Mode) Stricter(other Mode) bool { return m.rank() < other.rank() }
+
+// Policy is what the processes of one command may do.
+type Policy struct {
+	Mode Mode
+	// Network allows TCP connect and bind. FullAccess always has it.
+	Network bool
+	// Writable are the directories WorkspaceWrite may write under (the
+	// working directory and the temp dir); other modes ignore them.
+	Writable []string
+}
+
+// Confined reports whether p restricts anything, i.e. whether commands
+// must run under the helper.
+func (p Policy) Confined() bool { return p.Mode != FullAccess }
+
+// Describe says what p allows, for people and the model.
+func (p Policy) Describe() string {
+	var fs string
+	switch p.Mode {
+	case FullAccess:
+		return "full-access (no sandbox)"
+	case ReadOnly:
+		fs = "read-only: no writes anywhere"
+	default:
+		fs = "workspace-write: writes only under " + strings.Join(p.Writable, " and ")
+	}
+	if p.Network {
+		return fs + "; network allowed"
+	}
+	return fs + "; no network"
+}
+
+// AllowsWrite reports whether a tool may write the file at path, which
+// must be absolute with its symbolic links resolved (see RealPath), as
+// must the Writable directories.
+func (p Policy) AllowsWrite(path string) bool {
+	switch p.Mode {
+	case FullAccess:
+		return true
+	case WorkspaceWrite:
+		for _, dir := range p.Writable {
+			if within(path, dir) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
+}
+
+// Need is the access a refused command would need.
+type Need struct {
+	Write   bool // to write outside what the mode allows
+	Network bool // to connect or listen
+}
+
+// Any reports whether anything is needed.
+func (n Need) Any() bool { return n.Write || n.Network }
+
+// Describe is what the command wants under p, in the words of an
+// approval.
+func (n Need) Describe(p Policy) string {
+	write := "write outside the workspace"
+	if p.Mode == ReadOnly {
+		write = "write files"
+	}
+	switch {
+	case n.Write && n.Network:
+		return write + " and use the network"
+	case n.Network:
+		return "use the network"
+	default:
+		return write
+	}
+}
+
+// Widen returns p with the needed access added: writes make the mode
+// full-access, network turns the network on.
+func (p Policy) Widen(n Need) Policy {
+	if n.Write {
+		p.Mode = FullAccess
+	}
+	if n.Network {
+		p.Network = true
+	}
+	return p
+}
+
+// Diagnose guesses, from a failed command's output, whether the sandbox
+// refused it and what it needed. Landlock answers a refused write or
+// connect with EACCES ("Permission denied"), and programs print that
+// with their own words around it; a refused write of a read-only
+// bind-mounted path may say EROFS. This is a heuristic: a command that
+// fails on ordinary file permissions is diagnosed too, and rerunning it
+// with more access then fails the same way, which costs a question, not
+// safety.
+func Diagnose(p Policy, output string) Need {
+	if !p.Confined() {
+		return Need{}
+	}
+	lower := strings.ToLower(output)
+	denied := strings.Contains(lower, "permission denied") || strings.Contains(lower, "operation not permitted") ||
+		strings.Contains(lower, "read-only file system") || strings.Contains(lower, "eacces") || strings.Contains(lower, "eperm")
+	if !denied {
+		return Need{}
+	}
+	var n Need
+	if !p.Network {
+		for _, w := range networkWords {
+			if strings.Contains(lower, w) {
+				n.Network = true
+				break
+			}
+		}
+	}
+	if !n.Network {
+		n.Write = true
+	}
+	return n
+}
+
+// networkWords mark a refusal as a network one: how curl, wget, ssh,
+// git, nc, python and Go's net package report a failed connect or bind.
+var networkWords = []string{
+	"connect", "connection", "bind", "socket", "network", "could not resolve", "unable to access",
+	"curl:", "wget", "ssh:", "dial tcp", "listen tcp", "urlopen", "fetch",
+}
+
+// ErrUnsupported is what Restrict returns where the kernel cannot
+// enforce a policy.
+var ErrUnsupported = errors.New("sandbox: this kernel cannot enforce the sandbox (Landlock unavailable)")
+
+// Scrub returns environ without the variables that hold agentd's own
+// secrets: the server token, and every *_API_KEY (the providers' keys,
+// which models.json names by convention), plus the names in extra.
+// Tools never need them, and a confined command that could read them
+// could send them anywhere it may write.
+func Scrub(environ []string, extra ...string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if name == "AGENTD_TOKEN" || strings.HasSuffix(strings.ToUpper(name), "_API_KEY") || slices.Contains(extra, name) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}

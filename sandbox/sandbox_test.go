@@ -1,0 +1,120 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+func TestDiagnose(t *testing.T) {
+	ws := Policy{Mode: WorkspaceWrite, Writable: []string{"/w"}}
+	cases := []struct {
+		name   string
+		policy Policy
+		output string
+		want   Need
+	}{
+		{"write refused", ws, "bash: line 1: /home/u/x: Permission denied", Need{Write: true}},
+		{"touch refused", ws, "touch: cannot touch '/etc/x': Permission denied", Need{Write: true}},
+		{"connect refused", ws, "bash: connect: Permission denied\nbash: /dev/tcp/127.0.0.1/80: Permission denied", Need{Network: true}},
+		{"curl refused", ws, "curl: (7) Failed to connect to example.com port 443: Permission denied", Need{Network: true}},
+		{"network allowed, so a write", Policy{Mode: WorkspaceWrite, Network: true}, "connect: Permission denied", Need{Write: true}},
+		{"ordinary failure", ws, "make: *** No rule to make target 'x'.  Stop.", Need{}},
+		{"full access never", Policy{Mode: FullAccess}, "Permission denied", Need{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Diagnose(c.policy, c.output); got != c.want {
+				t.Fatalf("Diagnose = %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestWrapRoundTrip(t *testing.T) {
+	cases := []Policy{
+		{Mode: ReadOnly},
+		{Mode: ReadOnly, Network: true},
+		{Mode: WorkspaceWrite, Writable: []string{"/a b", "/tmp"}},
+	}
+	for _, p := range cases {
+		argv := p.Wrap("/proc/self/exe", []string{"/bin/sh", "-c", "echo --mode"})
+		if argv[0] != "/proc/self/exe" || argv[1] != Command {
+			t.Fatalf("Wrap = %q", argv)
+		}
+		got, cmd, err := parseArgs(argv[2:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Mode != p.Mode || got.Network != p.Network || !slices.Equal(got.Writable, p.Writable) || !slices.Equal(cmd, []string{"/bin/sh", "-c", "echo --mode"}) {
+			t.Fatalf("round trip of %+v: %+v %q", p, got, cmd)
+		}
+	}
+	if argv := (Policy{Mode: FullAccess}).Wrap("/x", []string{"sh"}); !slices.Equal(argv, []string{"sh"}) {
+		t.Fatalf("full access wrapped: %q", argv)
+	}
+	for _, bad := range [][]string{{"--mode", "nope", "--", "sh"}, {"--", "sh"}, {"--mode", "read-only"}, {"--mode", "read-only", "--"}, {"--what"}} {
+		if _, _, err := parseArgs(bad); err == nil {
+			t.Errorf("parseArgs(%q) accepted", bad)
+		}
+	}
+}
+
+func TestRealPathAndAllowsWrite(t *testing.T) {
+	root, _ := filepath.EvalSymlinks(t.TempDir())
+	work, out := filepath.Join(root, "work"), filepath.Join(root, "out")
+	for _, d := range []string{work, out} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Symlink(out, filepath.Join(work, "dirlink")))
+	must(os.Symlink(filepath.Join(out, "new"), filepath.Join(work, "dangling")))
+	must(os.Symlink("dangling", filepath.Join(work, "chain")))
+	p := Policy{Mode: WorkspaceWrite, Writable: []string{work}}
+	cases := []struct {
+		path    string
+		allowed bool
+	}{
+		{filepath.Join(work, "a"), true},
+		{filepath.Join(work, "new/dir/a"), true},
+		{filepath.Join(work, "dirlink/a"), false},
+		{filepath.Join(work, "dangling"), false},
+		{filepath.Join(work, "chain"), false},
+		{filepath.Join(work, "../out/a"), false},
+		{work + "x/a", false},
+		{work, true},
+	}
+	for _, c := range cases {
+		real, err := RealPath(c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.AllowsWrite(real); got != c.allowed {
+			t.Errorf("AllowsWrite(%s → %s) = %v, want %v", c.path, real, got, c.allowed)
+		}
+		if (Policy{Mode: ReadOnly}).AllowsWrite(real) {
+			t.Errorf("read-only allows %s", real)
+		}
+	}
+}
+
+func TestStricter(t *testing.T) {
+	if !ReadOnly.Stricter(WorkspaceWrite) || !WorkspaceWrite.Stricter(FullAccess) || FullAccess.Stricter(ReadOnly) || WorkspaceWrite.Stricter(WorkspaceWrite) {
+		t.Fatal("modes out of order")
+	}
+}
+
+func TestScrub(t *testing.T) {
+	got := Scrub([]string{"PATH=/bin", "ANTHROPIC_API_KEY=a", "OPENAI_API_KEY=b", "MOCK_API_KEY=c", "AGENTD_TOKEN=d", "HOME=/h", "OTHER=e"}, "OTHER")
+	if want := []string{"PATH=/bin", "HOME=/h"}; !slices.Equal(got, want) {
+		t.Fatalf("Scrub = %q, want %q", got, want)
+	}
+}

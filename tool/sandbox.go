@@ -1,0 +1,78 @@
+package tool
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/agentd-dev/agentd/sandbox"
+)
+
+// refusedBySandbox says what access a finished run seems to have been
+// refused by policy; nothing when it succeeded, was stopped, or ran
+// unconfined.
+func refusedBySandbox(policy sandbox.Policy, run BashRun) sandbox.Need {
+	if !policy.Confined() || run.ExitCode == nil || run.Aborted || run.TimedOut {
+		return sandbox.Need{}
+	}
+	return sandbox.Diagnose(policy, run.Output)
+}
+
+// escalate asks the person whether a command the sandbox refused may run
+// again with the access it needs, and reruns it if so. It returns the
+// run to report and a note for the model.
+func (t *bashTool) escalate(ctx context.Context, call Call, policy sandbox.Policy, need sandbox.Need, command string,
+	timeout float64, onOutput func(string, BashDetails), refused BashRun) (BashRun, string) {
+	box := t.env.Sandbox
+	if !box.CanAsk() {
+		return refused, fmt.Sprintf("[The sandbox (%s) probably refused this: the command needs to %s. Stay inside what the sandbox allows, or tell the user what you need and why.]",
+			policy.Describe(), need.Describe(policy))
+	}
+	tail := refused.Output
+	if len(tail) > 2000 {
+		tail = tail[len(tail)-2000:]
+	}
+	answer := box.Ask(ctx, sandbox.Request{ToolCallID: call.ID, ToolName: call.Name, Args: call.Args,
+		Command: command, Need: need, Policy: policy, Output: tail})
+	if answer == sandbox.Deny {
+		return refused, fmt.Sprintf("[The sandbox (%s) refused this: the command needs to %s, and the user did not allow it. Do not try to get around the sandbox; work inside it or ask the user.]",
+			policy.Describe(), need.Describe(policy))
+	}
+	if ctx.Err() != nil {
+		return refused, ""
+	}
+	run := runBashUnder(ctx, t.env, policy.Widen(need), command, timeout, onOutput)
+	scope := "this once"
+	if answer == sandbox.Always {
+		scope = "for the rest of the session"
+	}
+	return run, fmt.Sprintf("[The sandbox refused the first attempt; the user allowed it to %s %s, and it was run again.]", need.Describe(policy), scope)
+}
+
+// checkWritable refuses a write or edit of abs that the session's
+// sandbox does not allow, with a message the model can act on. Links are
+// resolved first, so a link in the workspace pointing elsewhere is
+// judged by where it leads.
+func (e Env) checkWritable(abs, path string) *Result {
+	if e.Sandbox == nil {
+		return nil
+	}
+	p := e.Sandbox.Policy()
+	if !p.Confined() {
+		return nil
+	}
+	real, err := sandbox.RealPath(abs)
+	if err != nil {
+		r := Errorf("Cannot write %s: the sandbox could not resolve where it leads (%v).", path, err)
+		return &r
+	}
+	if p.AllowsWrite(real) {
+		return nil
+	}
+	where := ""
+	if real != abs {
+		where = " (it leads to " + real + ")"
+	}
+	r := Errorf("Cannot write %s%s: the sandbox (%s) does not allow it. Write inside the workspace, or ask the user to do it.",
+		path, where, p.Describe())
+	return &r
+}
