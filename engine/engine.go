@@ -167,6 +167,10 @@ type Spec struct {
 	// Tools names the built-in tools to enable; nil enables all of them,
 	// an empty non-nil list none.
 	Tools []string
+	// Extra are tools from elsewhere (an editor's file access, MCP
+	// servers). One named like an enabled built-in takes its place;
+	// the others are added.
+	Extra []tool.Tool
 	// Seq continues a session's event numbering (see session.Config).
 	FirstSeq   uint64
 	ReserveSeq func(next uint64) uint64
@@ -194,6 +198,18 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 			return nil, err
 		}
 		tools = append(tools, t)
+	}
+	for _, x := range spec.Extra {
+		name := x.Spec().Name
+		replaced := false
+		for i, t := range tools {
+			if t.Spec().Name == name {
+				tools[i], replaced = x, true
+			}
+		}
+		if !replaced {
+			tools = append(tools, x)
+		}
 	}
 	retry, comp := Saved(e.opt.Saved)
 	return session.New(session.Config{

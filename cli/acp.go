@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/agentd-dev/agentd/acp"
+	"github.com/agentd-dev/agentd/config"
+	"github.com/agentd-dev/agentd/engine"
+	"github.com/agentd-dev/agentd/session"
+)
+
+// runACP is `agentd acp`: an Agent Client Protocol agent on stdin and
+// stdout for an editor, on the same engine and sessions directory as
+// `agentd rpc`.
+func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
+	var f rpcFlags
+	fs.StringVar(&f.provider, "provider", "", "model provider (with --model as a bare id)")
+	fs.StringVar(&f.model, "model", "", "model as provider/id[:thinking], or an id with --provider")
+	fs.StringVar(&f.thinking, "thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
+	fs.BoolVar(&f.noSession, "no-session", false, "keep sessions in memory only (no session/load or session/list)")
+	fs.StringVar(&f.sessionDir, "session-dir", "", "directory for session files (default <data-dir>/sessions)")
+	fs.StringVar(&f.tools, "tools", "", "comma-separated built-in tools to enable (default all)")
+	fs.BoolVar(&f.noTools, "no-tools", false, "enable no built-in tools")
+	fs.IntVar(&f.maxLineBytes, "max-line-bytes", 10<<20, "largest message accepted on stdin")
+	fs.StringVar(&f.policy, "policy", cfg.Getenv("AGENTD_POLICY"), "permission policy file (JSON rules: allow / ask / deny by tool and argument); \"ask\" becomes session/request_permission (env AGENTD_POLICY)")
+	cfg.RegisterApprovalTimeout(fs)
+	f.bounds.Register(fs)
+	if err := parse(cfg, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+	}
+	if err := f.bounds.Check(); err != nil {
+		return usageError{err}
+	}
+	if f.maxLineBytes < 1024 {
+		return usageError{fmt.Errorf("--max-line-bytes %d: must be at least 1024", f.maxLineBytes)}
+	}
+	log := m.logger(cfg)
+	_, st, ms, err := m.environment(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	model, level, err := pickModel(ms, st.Get(), f)
+	if err != nil {
+		return err
+	}
+	tools, err := pickTools(f)
+	if err != nil {
+		return usageError{err}
+	}
+	if tools == nil {
+		tools = []string{}
+	}
+	policy, err := loadPolicy(f.policy)
+	if err != nil {
+		return err
+	}
+	sessionsDir := f.sessionDir
+	if sessionsDir == "" {
+		sessionsDir = filepath.Join(cfg.DataDir, "sessions")
+	}
+	if f.noSession {
+		sessionsDir = ""
+	}
+	eng, err := m.engine(cfg, ms, st.Get(), engineChoices{model: model, thinking: level, policy: policy,
+		interactionTimeout: cfg.ApprovalTimeout, bounds: f.bounds, log: log})
+	if err != nil {
+		return err
+	}
+	a := acp.New(acp.Options{
+		Sessions:    acpSessions{eng: eng, dir: sessionsDir, tools: tools},
+		SessionsDir: sessionsDir, Version: version(), MaxLineBytes: f.maxLineBytes, Logger: log,
+	})
+	return a.Run(ctx, m.stdin, m.stdout)
+}
+
+// acpSessions builds the ACP face's sessions on the engine.
+type acpSessions struct {
+	eng   *engine.Engine
+	dir   string
+	tools []string
+}
+
+func (s acpSessions) Open(_ context.Context, spec acp.Spec) (*session.Session, error) {
+	return s.eng.Session(engine.Spec{Cwd: spec.Cwd, SessionsDir: s.dir, Open: spec.File, Tools: s.tools, Extra: spec.Tools})
+}
