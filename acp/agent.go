@@ -259,7 +259,8 @@ func (a *Agent) newSession(ctx context.Context, params json.RawMessage) (any, er
 // open builds a session with the client's tools and the MCP servers'
 // and registers it.
 func (a *Agent) open(ctx context.Context, cwd, file string, servers []MCPServer) (*acpSession, error) {
-	ss := &acpSession{a: a, cwd: cwd, asking: map[string]context.CancelFunc{}, denied: map[string]bool{}}
+	ss := &acpSession{a: a, cwd: cwd, asking: map[string]context.CancelFunc{}, denied: map[string]bool{},
+		terminals: map[string]string{}}
 	ss.ctx, ss.stop = context.WithCancel(context.Background())
 	tools := ss.clientTools(a.clientCaps())
 	if len(servers) > 0 {

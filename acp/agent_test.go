@@ -39,7 +39,18 @@ func (ts *testSessions) Open(_ context.Context, spec Spec) (*session.Session, er
 		}
 		tools = append(tools, t)
 	}
-	tools = append(tools, spec.Tools...)
+	// As the engine does: a tool named like a built-in takes its place.
+	for _, x := range spec.Tools {
+		replaced := false
+		for i, t := range tools {
+			if t.Spec().Name == x.Spec().Name {
+				tools[i], replaced = x, true
+			}
+		}
+		if !replaced {
+			tools = append(tools, x)
+		}
+	}
 	return session.New(session.Config{Cwd: spec.Cwd, SessionsDir: ts.dir, Open: spec.File, Model: faux.Model(),
 		Stream: ts.p.Stream, Tools: tools, BashEnv: env, Policy: ts.policy})
 }
@@ -57,6 +68,8 @@ type client struct {
 	// answer decides a session/request_permission; nil leaves it open.
 	answer func(params map[string]any) map[string]any
 	asked  chan map[string]any
+	// serve answers the client methods besides permission requests.
+	serve map[string]func(params map[string]any) any
 }
 
 func startAgent(t *testing.T, ts *testSessions) *client {
@@ -155,7 +168,13 @@ func (c *client) handle(method string, f map[string]any) {
 		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": f["id"], "result": c.answer(params)})
 		c.line(string(b))
 	default:
-		c.t.Errorf("unexpected request %s", method)
+		h := c.serve[method]
+		if h == nil {
+			c.t.Errorf("unexpected request %s", method)
+			return
+		}
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": f["id"], "result": h(params)})
+		c.line(string(b))
 	}
 }
 

@@ -34,7 +34,10 @@ type acpSession struct {
 	turn   *turn
 	asking map[string]context.CancelFunc // interaction id → its request to the client
 	denied map[string]bool               // tools rejected always
-	closed bool
+	// terminals are the editor's terminals of the bash calls running
+	// there, by tool call id, kept in the call's content when it ends.
+	terminals map[string]string
+	closed    bool
 	// window and cost feed usage_update: the model's context window and
 	// the session's cost so far.
 	window int64
@@ -207,6 +210,12 @@ func (ss *acpSession) close() {
 	}
 }
 
+func (ss *acpSession) setTerminal(callID, term string) {
+	ss.mu.Lock()
+	ss.terminals[callID] = term
+	ss.mu.Unlock()
+}
+
 // finish ends the turn in progress, if any.
 func (ss *acpSession) finish(o session.Outcome) {
 	ss.mu.Lock()
@@ -304,7 +313,14 @@ func (ss *acpSession) onEvent(ev session.Event) {
 		if ae.Result != nil {
 			content = ae.Result.Content
 		}
-		ss.update(endCall(ss.cwd, ae.ToolCallID, ae.ToolName, ae.Args, content, ae.IsError))
+		u := endCall(ss.cwd, ae.ToolCallID, ae.ToolName, ae.Args, content, ae.IsError)
+		ss.mu.Lock()
+		if term, ok := ss.terminals[ae.ToolCallID]; ok {
+			delete(ss.terminals, ae.ToolCallID)
+			u.Content = append([]toolCallContent{{Type: "terminal", TerminalID: term}}, u.Content...)
+		}
+		ss.mu.Unlock()
+		ss.update(u)
 	}
 }
 
