@@ -42,10 +42,8 @@ func (ss *acpSession) clientTools(caps clientCapabilities) []tool.Tool {
 }
 
 func (ss *acpSession) path(p string) string {
-	if strings.HasPrefix(p, "@") {
-		p = p[1:] // models copy the editor's @-mentions
-	}
-	return absPath(ss.cwd, p)
+	// Models copy the editor's @-mentions.
+	return absPath(ss.cwd, strings.TrimPrefix(p, "@"))
 }
 
 type editorRead struct {
