@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/fault"
+	"github.com/agentd-dev/agentd/mcp"
 	"github.com/agentd-dev/agentd/piwire"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/tool"
@@ -48,13 +50,11 @@ type Sessions interface {
 	Open(ctx context.Context, spec Spec) (*session.Session, error)
 }
 
-// ToolSource starts the tools of the MCP servers a client names in
-// session/new. The returned stop ends the servers; it is called when the
-// session closes.
+// ToolSource starts MCP servers for a session and returns their tools.
+// A server that fails is named in err while the others' tools are
+// returned; stop ends them all and is called when the session closes.
 type ToolSource interface {
-	Start(ctx context.Context, servers []MCPServer, cwd string) (tools []tool.Tool, stop func(), err error)
-	// HTTP reports whether servers of type "http" are supported.
-	HTTP() bool
+	Start(ctx context.Context, servers []mcp.ServerConfig, cwd string) (tools []tool.Tool, stop func(), err error)
 }
 
 // Options configure an Agent.
@@ -64,8 +64,13 @@ type Options struct {
 	// "" keeps sessions in memory, and session/load and session/list are
 	// not offered.
 	SessionsDir string
-	// MCP starts MCP servers as tool sources; nil refuses mcpServers.
+	// MCP starts MCP servers as tool sources (stdio and streamable
+	// HTTP); nil refuses mcpServers.
 	MCP ToolSource
+	// MCPServers are started for every session (agentd's --mcp-config),
+	// besides the project's .agentd/mcp.json and the client's
+	// mcpServers; a later one of the same name wins.
+	MCPServers []mcp.ServerConfig
 	// Version is agentd's, reported in initialize.
 	Version string
 	// MaxLineBytes bounds one incoming line (default 10 MiB).
@@ -185,7 +190,7 @@ func (a *Agent) initialize(params json.RawMessage) (any, error) {
 	r.AgentCaps.LoadSession = a.opt.SessionsDir != ""
 	r.AgentCaps.Prompt.Image = true
 	r.AgentCaps.Prompt.EmbeddedContext = true
-	r.AgentCaps.MCP.HTTP = a.opt.MCP != nil && a.opt.MCP.HTTP()
+	r.AgentCaps.MCP.HTTP = a.opt.MCP != nil
 	if a.opt.SessionsDir != "" {
 		r.AgentCaps.Session.List = &struct{}{}
 	}
@@ -220,7 +225,7 @@ func (a *Agent) checkServers(method string, servers []MCPServer) error {
 				return invalidParams(method, "mcpServers[%d] (%s): command is required", i, s.Name)
 			}
 		case "http":
-			if a.opt.MCP == nil || !a.opt.MCP.HTTP() {
+			if a.opt.MCP == nil {
 				return invalidParams(method, "mcpServers[%d] (%s): http servers are not supported (mcpCapabilities.http is false)", i, s.Name)
 			}
 			if s.URL == "" {
@@ -263,11 +268,11 @@ func (a *Agent) open(ctx context.Context, cwd, file string, servers []MCPServer)
 		terminals: map[string]string{}}
 	ss.ctx, ss.stop = context.WithCancel(context.Background())
 	tools := ss.clientTools(a.clientCaps())
-	if len(servers) > 0 {
-		mt, stop, err := a.opt.MCP.Start(ctx, servers, cwd)
+	if cfgs := a.mcpServers(cwd, servers); len(cfgs) > 0 && a.opt.MCP != nil {
+		mt, stop, err := a.opt.MCP.Start(ctx, cfgs, cwd)
 		if err != nil {
-			ss.stop()
-			return nil, fmt.Errorf("starting MCP servers: %w", err)
+			// The session works without the servers that failed.
+			a.log.Warn("MCP servers", "cwd", cwd, "err", err)
 		}
 		ss.stopMCP = stop
 		tools = append(tools, mt...)
@@ -292,6 +297,46 @@ func (a *Agent) open(ctx context.Context, cwd, file string, servers []MCPServer)
 		old.close()
 	}
 	return ss, nil
+}
+
+// mcpServers are the servers of a session in cwd: agentd's, the
+// project's, the client's; by name, the later wins.
+func (a *Agent) mcpServers(cwd string, client []MCPServer) []mcp.ServerConfig {
+	all := append([]mcp.ServerConfig{}, a.opt.MCPServers...)
+	if data, err := os.ReadFile(filepath.Join(cwd, ".agentd", "mcp.json")); err == nil {
+		project, err := mcp.ParseConfig(data)
+		if err != nil {
+			a.log.Warn("project MCP configuration", "path", filepath.Join(cwd, ".agentd", "mcp.json"), "err", err)
+		}
+		all = append(all, project...)
+	}
+	for _, s := range client {
+		c := mcp.ServerConfig{Name: s.Name, Command: s.Command, Args: s.Args, URL: s.URL}
+		if len(s.Env) > 0 {
+			c.Env = map[string]string{}
+			for _, e := range s.Env {
+				c.Env[e.Name] = e.Value
+			}
+		}
+		if len(s.Headers) > 0 {
+			c.Headers = map[string]string{}
+			for _, h := range s.Headers {
+				c.Headers[h.Name] = h.Value
+			}
+		}
+		all = append(all, c)
+	}
+	var out []mcp.ServerConfig
+	seen := map[string]int{}
+	for _, c := range all {
+		if i, ok := seen[c.Name]; ok {
+			out[i] = c
+			continue
+		}
+		seen[c.Name] = len(out)
+		out = append(out, c)
+	}
+	return out
 }
 
 func (a *Agent) session(method, id string) (*acpSession, error) {

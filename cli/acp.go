@@ -4,12 +4,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/agentd-dev/agentd/acp"
 	"github.com/agentd-dev/agentd/config"
 	"github.com/agentd-dev/agentd/engine"
+	"github.com/agentd-dev/agentd/mcp"
 	"github.com/agentd-dev/agentd/session"
 )
 
@@ -27,6 +29,8 @@ func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	fs.BoolVar(&f.noTools, "no-tools", false, "enable no built-in tools")
 	fs.IntVar(&f.maxLineBytes, "max-line-bytes", 10<<20, "largest message accepted on stdin")
 	fs.StringVar(&f.policy, "policy", cfg.Getenv("AGENTD_POLICY"), "permission policy file (JSON rules: allow / ask / deny by tool and argument); \"ask\" becomes session/request_permission (env AGENTD_POLICY)")
+	var mcpConfig string
+	fs.StringVar(&mcpConfig, "mcp-config", "", "MCP servers for every session: a JSON file {\"mcpServers\": {name: {command, args, env, cwd} | {url, headers}}}; a project's .agentd/mcp.json and the editor's mcpServers are added")
 	cfg.RegisterApprovalTimeout(fs)
 	f.bounds.Register(fs)
 	if err := parse(cfg, fs, args); err != nil {
@@ -73,11 +77,33 @@ func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	if err != nil {
 		return err
 	}
+	servers, err := loadMCPConfig(mcpConfig)
+	if err != nil {
+		return err
+	}
 	a := acp.New(acp.Options{
 		Sessions:    acpSessions{eng: eng, dir: sessionsDir, tools: tools},
 		SessionsDir: sessionsDir, Version: version(), MaxLineBytes: f.maxLineBytes, Logger: log,
+		MCP:        mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log}),
+		MCPServers: servers,
 	})
 	return a.Run(ctx, m.stdin, m.stdout)
+}
+
+// loadMCPConfig reads a --mcp-config file; "" is none.
+func loadMCPConfig(path string) ([]mcp.ServerConfig, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--mcp-config: %w", err)}
+	}
+	servers, err := mcp.ParseConfig(data)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--mcp-config %s: %w", path, err)}
+	}
+	return servers, nil
 }
 
 // acpSessions builds the ACP face's sessions on the engine.

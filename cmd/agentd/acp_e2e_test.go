@@ -9,9 +9,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentd-dev/agentd/llm/llmtest"
 )
 
 // acpSDKVersion is the official ACP TypeScript SDK the end-to-end tests
@@ -206,5 +210,99 @@ func TestACPWithTheOfficialClient(t *testing.T) {
 		if s.Step == "exit" && (s.Code == nil || *s.Code != 0) {
 			t.Fatalf("agentd acp exited with %v", s.Code)
 		}
+	}
+}
+
+// acpToolMs is how long the prompt's tool call took as the client saw
+// it: from tool_call to the update that ended it.
+func acpToolMs(t *testing.T, s acpStep) float64 {
+	t.Helper()
+	var start float64
+	for _, u := range s.Updates {
+		if u["sessionUpdate"] == "tool_call" {
+			start, _ = u["_t"].(float64)
+		}
+		if u["sessionUpdate"] == "tool_call_update" && (u["status"] == "completed" || u["status"] == "failed") && start > 0 {
+			end, _ := u["_t"].(float64)
+			return end - start
+		}
+	}
+	t.Fatalf("%s: no tool call", s.Step)
+	return 0
+}
+
+// An MCP server named in session/new is a tool source: its tool is
+// offered as mcp__<server>__<tool>, asked about by the same policy as
+// built-in tools, restarted after it crashes mid-call, and its process
+// ends with the session.
+func TestACPMCPServerAsToolSource(t *testing.T) {
+	acpNodeModules(t)
+	e := e2eNewEnv(t, e2eOpts{})
+	server := filepath.Join(e.root, "mcpserver")
+	if out, err := exec.Command("go", "build", "-o", server, "./testdata/acp/mcpserver").CombinedOutput(); err != nil {
+		t.Fatalf("building the MCP server: %v\n%s", err, out)
+	}
+	pidFile := filepath.Join(e.root, "mcp.pid")
+	echo := func(text string) func(*llmtest.Script) {
+		return func(s *llmtest.Script) {
+			u := s.Usage
+			*s = e2eToolScript("mcp__tiny__echo", map[string]string{"text": text})
+			s.Usage = u
+		}
+	}
+	e.tweak("MCP-ECHO", echo("via mcp"))
+	e.tweak("MCP-ASK", echo("ask me first"))
+	e.tweak("MCP-AGAIN", echo("after the crash"))
+	e.tweak("MCP-CRASH", func(s *llmtest.Script) { *s = e2eToolScript("mcp__tiny__crash", map[string]string{}) })
+	e.tweak("BUILTIN-LS", func(s *llmtest.Script) { *s = e2eToolScript("ls", map[string]string{}) })
+	policy := e.writePolicy(`{"rules":[{"tool":"mcp__tiny__echo","arg":"args.text","match":"ask me*","action":"ask"}]}`)
+	steps := e.acpClient([]string{
+		"init", "new-mcp:tiny=" + server + "," + pidFile,
+		"prompt:BUILTIN-LS", "prompt:MCP-ECHO", "prompt:BUILTIN-LS", "prompt:MCP-ECHO",
+		"reject:MCP-ASK", "prompt:MCP-CRASH", "prompt:MCP-AGAIN",
+	}, "--policy", policy)
+
+	var mcpMs, lsMs []float64
+	for _, s := range steps {
+		switch s.Step {
+		case "prompt:MCP-ECHO":
+			end := acpToolEnd(s)
+			if end == nil || end["status"] != "completed" || !strings.Contains(fmt.Sprint(end["content"]), "tiny echo: via mcp") || len(s.Asked) != 0 {
+				t.Fatalf("MCP tool call: %v (asked %d)", end, len(s.Asked))
+			}
+			mcpMs = append(mcpMs, acpToolMs(t, s))
+		case "prompt:BUILTIN-LS":
+			lsMs = append(lsMs, acpToolMs(t, s))
+		}
+	}
+	t.Logf("tool call as the editor sees it (tool_call to its end): MCP echo %.2f ms, built-in ls %.2f ms (second calls: %.2f vs %.2f)",
+		mcpMs[0], lsMs[0], mcpMs[1], lsMs[1])
+
+	ask := acpFind(t, steps, "reject:MCP-ASK")
+	if len(ask.Asked) != 1 || ask.Asked[0]["toolCall"].(map[string]any)["title"] != "mcp__tiny__echo" {
+		t.Fatalf("the policy's ask for an MCP tool: %v", ask.Asked)
+	}
+	if end := acpToolEnd(ask); end == nil || end["status"] != "failed" {
+		t.Fatalf("rejected MCP call: %v", end)
+	}
+	if end := acpToolEnd(acpFind(t, steps, "prompt:MCP-CRASH")); end == nil || end["status"] != "failed" || !strings.Contains(fmt.Sprint(end["content"]), "stopped during the call") {
+		t.Fatalf("crash mid-call: %v", end)
+	}
+	if end := acpToolEnd(acpFind(t, steps, "prompt:MCP-AGAIN")); end == nil || end["status"] != "completed" || !strings.Contains(fmt.Sprint(end["content"]), "after the crash") {
+		t.Fatalf("after the restart: %v", end)
+	}
+
+	// The restarted server's process ended with agentd's session.
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(string(b))
+	deadline := time.Now().Add(5 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("MCP server %d still running after agentd acp exited", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -46,7 +46,8 @@ function start() {
     .client({ name: "agentd-acp-e2e" })
     .onNotification("session/update", async ({ params }) => {
       if (!firstUpdateAt) firstUpdateAt = performance.now();
-      updates.push(params.update);
+      // _t is when the update arrived (ms), for the test's timings.
+      updates.push({ ...params.update, _t: performance.now() });
     })
     .onRequest("session/request_permission", async ({ params }) => {
       onAsked(params);
