@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -302,14 +301,11 @@ func (a *Agent) open(ctx context.Context, cwd, file string, servers []MCPServer)
 // mcpServers are the servers of a session in cwd: agentd's, the
 // project's, the client's; by name, the later wins.
 func (a *Agent) mcpServers(cwd string, client []MCPServer) []mcp.ServerConfig {
-	all := append([]mcp.ServerConfig{}, a.opt.MCPServers...)
-	if data, err := os.ReadFile(filepath.Join(cwd, ".agentd", "mcp.json")); err == nil {
-		project, err := mcp.ParseConfig(data)
-		if err != nil {
-			a.log.Warn("project MCP configuration", "path", filepath.Join(cwd, ".agentd", "mcp.json"), "err", err)
-		}
-		all = append(all, project...)
+	project, err := mcp.LoadProject(cwd)
+	if err != nil {
+		a.log.Warn("project MCP configuration", "err", err)
 	}
+	var fromClient []mcp.ServerConfig
 	for _, s := range client {
 		c := mcp.ServerConfig{Name: s.Name, Command: s.Command, Args: s.Args, URL: s.URL}
 		if len(s.Env) > 0 {
@@ -324,19 +320,9 @@ func (a *Agent) mcpServers(cwd string, client []MCPServer) []mcp.ServerConfig {
 				c.Headers[h.Name] = h.Value
 			}
 		}
-		all = append(all, c)
+		fromClient = append(fromClient, c)
 	}
-	var out []mcp.ServerConfig
-	seen := map[string]int{}
-	for _, c := range all {
-		if i, ok := seen[c.Name]; ok {
-			out[i] = c
-			continue
-		}
-		seen[c.Name] = len(out)
-		out = append(out, c)
-	}
-	return out
+	return mcp.Merge(a.opt.MCPServers, project, fromClient)
 }
 
 func (a *Agent) session(method, id string) (*acpSession, error) {

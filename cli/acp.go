@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/mcp"
 	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/tool"
 )
 
 // runACP is `agentd acp`: an Agent Client Protocol agent on stdin and
@@ -104,6 +106,29 @@ func loadMCPConfig(path string) ([]mcp.ServerConfig, error) {
 		return nil, usageError{fmt.Errorf("--mcp-config %s: %w", path, err)}
 	}
 	return servers, nil
+}
+
+// startMCP starts the MCP servers of a --mcp-config file and of the
+// project in cwd for a one-session command. A server that fails to start
+// is logged and left out.
+func (m *Main) startMCP(ctx context.Context, path, cwd string, log *slog.Logger) ([]tool.Tool, func(), error) {
+	servers, err := loadMCPConfig(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	project, err := mcp.LoadProject(cwd)
+	if err != nil {
+		log.Warn("project MCP configuration", "err", err)
+	}
+	all := mcp.Merge(servers, project)
+	if len(all) == 0 {
+		return nil, func() {}, nil
+	}
+	tools, stop, err := mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log}).Start(ctx, all, cwd)
+	if err != nil {
+		log.Warn("MCP servers", "err", err)
+	}
+	return tools, stop, nil
 }
 
 // acpSessions builds the ACP face's sessions on the engine.

@@ -16,9 +16,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -64,6 +67,46 @@ func ParseConfig(data []byte) ([]ServerConfig, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// ProjectFile is where a project keeps its MCP servers, relative to its
+// directory.
+const ProjectFile = ".agentd/mcp.json"
+
+// LoadProject reads the project's MCP servers in dir; a project without
+// the file has none.
+func LoadProject(dir string) ([]ServerConfig, error) {
+	p := filepath.Join(dir, ProjectFile)
+	data, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	servers, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	return servers, nil
+}
+
+// Merge joins lists of servers; a server named again replaces the
+// earlier one in its place.
+func Merge(lists ...[]ServerConfig) []ServerConfig {
+	var out []ServerConfig
+	at := map[string]int{}
+	for _, l := range lists {
+		for _, c := range l {
+			if i, ok := at[c.Name]; ok {
+				out[i] = c
+				continue
+			}
+			at[c.Name] = len(out)
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func (s ServerConfig) check() error {

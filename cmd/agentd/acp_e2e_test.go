@@ -306,3 +306,33 @@ func TestACPMCPServerAsToolSource(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// agentd rpc takes MCP servers too: --mcp-config and the project's
+// .agentd/mcp.json, merged by name.
+func TestRPCMCPConfig(t *testing.T) {
+	e := e2eNewEnv(t, e2eOpts{})
+	server := filepath.Join(e.root, "mcpserver")
+	if out, err := exec.Command("go", "build", "-o", server, "./testdata/acp/mcpserver").CombinedOutput(); err != nil {
+		t.Fatalf("building the MCP server: %v\n%s", err, out)
+	}
+	cfg := filepath.Join(e.root, "mcp.json")
+	if err := os.WriteFile(cfg, []byte(`{"mcpServers":{"tiny":{"command":"`+server+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(e.cwd, ".agentd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.cwd, ".agentd", "mcp.json"), []byte(`{"mcpServers":{"proj":{"command":"`+server+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.tweak("MCP-ECHO", func(s *llmtest.Script) { *s = e2eToolScript("mcp__tiny__echo", map[string]string{"text": "from rpc"}) })
+	e.tweak("MCP-PROJECT", func(s *llmtest.Script) { *s = e2eToolScript("mcp__proj__echo", map[string]string{"text": "from the project"}) })
+	p := e.start("--mcp-config", cfg)
+	for prompt, want := range map[string]string{"MCP-ECHO": "tiny echo: from rpc", "MCP-PROJECT": "tiny echo: from the project"} {
+		p.ok(`{"id":"` + prompt + `","type":"prompt","message":"` + prompt + `"}`)
+		te := p.event("tool_execution_end")
+		e2eEqual(t, prompt+" output", e2eStr(te, "result", "content", "0", "text"), want)
+		p.event("agent_end")
+	}
+	p.close()
+}
