@@ -68,6 +68,8 @@ type client struct {
 	// answer decides a session/request_permission; nil leaves it open.
 	answer func(params map[string]any) map[string]any
 	asked  chan map[string]any
+	// early are responses read while waiting for another.
+	early map[int]map[string]any
 	// serve answers the client methods besides permission requests.
 	serve map[string]func(params map[string]any) any
 }
@@ -132,6 +134,10 @@ func (c *client) send(method string, params any) int {
 // wait reads until the response to id, handling what comes before it.
 func (c *client) wait(id int) map[string]any {
 	c.t.Helper()
+	if f, ok := c.early[id]; ok {
+		delete(c.early, id)
+		return f
+	}
 	timeout := time.After(20 * time.Second)
 	for {
 		select {
@@ -143,10 +149,17 @@ func (c *client) wait(id int) map[string]any {
 				c.handle(m, f)
 				continue
 			}
-			if got, _ := f["id"].(float64); int(got) == id {
+			got, isNum := f["id"].(float64)
+			if isNum && int(got) == id {
 				return f
 			}
-			c.t.Fatalf("unexpected frame while waiting for %d: %v", id, f)
+			if !isNum || int(got) > c.nextID {
+				c.t.Fatalf("unexpected frame while waiting for %d: %v", id, f)
+			}
+			if c.early == nil {
+				c.early = map[int]map[string]any{}
+			}
+			c.early[int(got)] = f
 		case <-timeout:
 			c.t.Fatalf("no response to %d", id)
 		}
