@@ -353,15 +353,21 @@ func (a *Agent) loadSession(ctx context.Context, params json.RawMessage) (any, e
 	if err := a.checkServers("session/load", p.MCPServers); err != nil {
 		return nil, err
 	}
-	a.mu.Lock()
-	open := a.sessions[p.SessionID]
-	a.mu.Unlock()
-	if open != nil && open.s.Running() {
-		return nil, fault.New(fault.Busy, "session "+p.SessionID+" is running a prompt; cancel it first")
-	}
 	info, ok := a.find(p.SessionID, cwd)
 	if !ok {
 		return nil, &Error{Code: CodeResourceNotFound, Message: "No session " + p.SessionID + " in " + a.opt.SessionsDir}
+	}
+	a.mu.Lock()
+	open := a.sessions[p.SessionID]
+	if open != nil && open.s.Running() {
+		a.mu.Unlock()
+		return nil, fault.New(fault.Busy, "session "+p.SessionID+" is running a prompt; cancel it first")
+	}
+	delete(a.sessions, p.SessionID)
+	a.mu.Unlock()
+	if open != nil {
+		// Loaded again: one session has the file open at a time.
+		open.close()
 	}
 	ss, err := a.open(ctx, cwd, info.Path, p.MCPServers)
 	if err != nil {
@@ -369,7 +375,14 @@ func (a *Agent) loadSession(ctx context.Context, params json.RawMessage) (any, e
 	}
 	ss.replay()
 	ss.listen()
-	return struct{}{}, nil
+	// Tool calls that were waiting for a person when the session was
+	// last closed wait again: ask the editor, once it knows the session
+	// is loaded.
+	return afterReply{result: struct{}{}, then: func() {
+		for _, req := range ss.s.Interactions() {
+			ss.startAsk(req)
+		}
+	}}, nil
 }
 
 // find looks for a session file by id: in cwd's directory first, then

@@ -244,8 +244,20 @@ func (c *conn) dispatch(ctx context.Context, line []byte) {
 			}
 			return
 		}
+		if ar, ok := res.(afterReply); ok && err == nil {
+			c.reply(f.ID, ar.result, nil)
+			ar.then()
+			return
+		}
 		c.reply(f.ID, res, rpcError(err))
 	}()
+}
+
+// afterReply is a handler's result with what to do once the response is
+// queued: what follows must reach the client after it.
+type afterReply struct {
+	result any
+	then   func()
 }
 
 func trimSpace(b []byte) []byte {

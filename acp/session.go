@@ -240,17 +240,7 @@ func (ss *acpSession) onEvent(ev session.Event) {
 			ss.finish(ev.Outcome)
 		}
 	case session.EventInteractionRequested:
-		req := ev.Interaction.Request
-		ss.mu.Lock()
-		if ss.closed {
-			ss.mu.Unlock()
-			return
-		}
-		ctx, cancel := context.WithCancel(ss.ctx)
-		ss.asking[req.ID] = cancel
-		ss.wg.Add(1)
-		ss.mu.Unlock()
-		go ss.ask(ctx, req)
+		ss.startAsk(ev.Interaction.Request)
 	case session.EventInteractionResolved:
 		// Answered elsewhere or timed out: stop waiting for the client.
 		ss.mu.Lock()
@@ -324,6 +314,19 @@ func (ss *acpSession) onEvent(ev session.Event) {
 	}
 }
 
+// startAsk puts req to the client on a goroutine of its own, once.
+func (ss *acpSession) startAsk(req interaction.Request) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if _, asked := ss.asking[req.ID]; ss.closed || asked {
+		return
+	}
+	ctx, cancel := context.WithCancel(ss.ctx)
+	ss.asking[req.ID] = cancel
+	ss.wg.Add(1)
+	go ss.ask(ctx, req)
+}
+
 // ask puts a pending interaction to the client: an approval as
 // session/request_permission, a yes/no or a choice the same way; other
 // questions cannot be asked over ACP and are answered cancelled.
@@ -346,7 +349,7 @@ func (ss *acpSession) ask(ctx context.Context, req interaction.Request) {
 	default:
 		resp = interaction.Response{Cancelled: true}
 	}
-	if err := ss.s.Answer(req.ID, resp); err != nil && !errors.Is(err, interaction.ErrAlreadyResolved) && !errors.Is(err, interaction.ErrNotFound) {
+	if err := ss.s.Answer(req.ID, resp); err != nil && !errors.Is(err, interaction.ErrAlreadyResolved) && !errors.Is(err, interaction.ErrNotFound) && !errors.Is(err, session.ErrClosed) {
 		ss.a.log.Warn("answering an interaction", "session", ss.id, "id", req.ID, "err", err)
 	}
 }

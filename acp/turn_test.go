@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/llm"
@@ -96,5 +97,47 @@ func TestCloseAndBusy(t *testing.T) {
 	gone := c.call("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": "x"}}})
 	if e, _ := gone["error"].(map[string]any); e == nil || e["code"] != float64(CodeResourceNotFound) {
 		t.Fatalf("prompt after close: %v", gone)
+	}
+}
+
+// A tool call left waiting for approval when the editor went away is
+// asked about again when the session is loaded, and runs when allowed.
+func TestLoadAsksForAParkedApproval(t *testing.T) {
+	ts := &testSessions{p: faux.New(faux.Options{}), dir: t.TempDir(), policy: askPolicy(t)}
+	cwd := t.TempDir()
+	c := startAgent(t, ts)
+	sid := c.newSession(cwd)
+	c.send("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": "/bash echo parked-run"}}})
+	for len(c.asked) == 0 {
+		f := <-c.frames
+		c.handle(f["method"].(string), f)
+	}
+	c.w.Close() // the editor quits with the request open
+	for range c.frames {
+	}
+
+	c2 := startAgent(t, ts)
+	c2.answer = selected(AllowOnce)
+	c2.call("initialize", map[string]any{"protocolVersion": 1})
+	result(t, c2.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}}))
+	// The request and the run's updates may come before the load's
+	// response or after it.
+	timeout := time.After(20 * time.Second)
+	for {
+		for _, u := range c2.takeUpdates() {
+			if u["sessionUpdate"] == "tool_call_update" && u["status"] == "completed" {
+				if !strings.Contains(fmt.Sprint(u["content"]), "parked-run") || len(c2.asked) != 1 {
+					t.Fatalf("after the approval: %v (asked %d)", u, len(c2.asked))
+				}
+				return
+			}
+		}
+		select {
+		case f := <-c2.frames:
+			m, _ := f["method"].(string)
+			c2.handle(m, f)
+		case <-timeout:
+			t.Fatal("the parked call never ran")
+		}
 	}
 }
