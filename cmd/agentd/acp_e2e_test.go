@@ -326,7 +326,9 @@ func TestRPCMCPConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.tweak("MCP-ECHO", func(s *llmtest.Script) { *s = e2eToolScript("mcp__tiny__echo", map[string]string{"text": "from rpc"}) })
-	e.tweak("MCP-PROJECT", func(s *llmtest.Script) { *s = e2eToolScript("mcp__proj__echo", map[string]string{"text": "from the project"}) })
+	e.tweak("MCP-PROJECT", func(s *llmtest.Script) {
+		*s = e2eToolScript("mcp__proj__echo", map[string]string{"text": "from the project"})
+	})
 	p := e.start("--mcp-config", cfg)
 	for prompt, want := range map[string]string{"MCP-ECHO": "tiny echo: from rpc", "MCP-PROJECT": "tiny echo: from the project"} {
 		p.ok(`{"id":"` + prompt + `","type":"prompt","message":"` + prompt + `"}`)
