@@ -75,6 +75,7 @@ func commands() []command {
 		{"ask", "send one prompt to a model and stream the answer", (*Main).runAsk},
 		{"models", "list the models agentd can use, and why not for the others", (*Main).runModels},
 		{"rpc", "speak pi's RPC protocol on stdin/stdout (a drop-in for pi --mode rpc)", (*Main).runRPC},
+		{"acp", "speak the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim)", (*Main).runACP},
 		{"serve", "serve many sessions over the pi-server protocol (WebSocket, or --stdio)", (*Main).runServe},
 		{"bench", "measure agentd serve: N sessions over WebSocket against a mock model", (*Main).runBench},
 		{"token", "print a random token for agentd serve --token", (*Main).runToken},

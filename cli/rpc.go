@@ -35,6 +35,7 @@ type rpcFlags struct {
 	streamFormat              string
 	maxLineBytes              int
 	policy                    string
+	mcpConfig                 string
 	bounds                    config.Engine
 }
 
@@ -53,6 +54,7 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	fs.StringVar(&f.streamFormat, "stream-format", "full", "message_update payload: full (pi's, the whole partial message) or delta (only the new text)")
 	fs.IntVar(&f.maxLineBytes, "max-line-bytes", 10<<20, "largest command line accepted on stdin")
 	fs.StringVar(&f.policy, "policy", cfg.Getenv("AGENTD_POLICY"), "permission policy file (JSON rules: allow / ask / deny by tool and argument); default allows everything, as pi (env AGENTD_POLICY)")
+	fs.StringVar(&f.mcpConfig, "mcp-config", "", "MCP servers as tool sources: a JSON file {\"mcpServers\": {name: {command, args, env, cwd} | {url, headers}}}; the project's .agentd/mcp.json is added")
 	cfg.RegisterApprovalTimeout(fs)
 	// pi's RPC clients expect tools with their own rights: no sandbox
 	// unless asked for.
@@ -115,7 +117,12 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	if tools == nil {
 		tools = []string{}
 	}
-	sess, err := eng.Session(engine.Spec{Cwd: cwd, SessionsDir: sessDir, Open: open, Tools: tools})
+	extra, stopMCP, err := m.startMCP(ctx, f.mcpConfig, cwd, log)
+	if err != nil {
+		return err
+	}
+	defer stopMCP()
+	sess, err := eng.Session(engine.Spec{Cwd: cwd, SessionsDir: sessDir, Open: open, Tools: tools, Extra: extra})
 	if err != nil {
 		return err
 	}

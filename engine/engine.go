@@ -178,6 +178,10 @@ type Spec struct {
 	// Sandbox, when set, is a mode stricter than the engine's for this
 	// session (a client's choice); a looser one is refused.
 	Sandbox sandbox.Mode
+	// Extra are tools from elsewhere (an editor's file access, MCP
+	// servers). One named like an enabled built-in takes its place;
+	// the others are added.
+	Extra []tool.Tool
 	// Seq continues a session's event numbering (see session.Config).
 	FirstSeq   uint64
 	ReserveSeq func(next uint64) uint64
@@ -239,6 +243,18 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 			return nil, err
 		}
 		tools = append(tools, t)
+	}
+	for _, x := range spec.Extra {
+		name := x.Spec().Name
+		replaced := false
+		for i, t := range tools {
+			if t.Spec().Name == name {
+				tools[i], replaced = x, true
+			}
+		}
+		if !replaced {
+			tools = append(tools, x)
+		}
 	}
 	retry, comp := Saved(e.opt.Saved)
 	sess, err := session.New(session.Config{

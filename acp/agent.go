@@ -1,0 +1,488 @@
+// Package acp is agentd's Agent Client Protocol face: an editor (Zed, the
+// JetBrains and Neovim plugins) starts `agentd acp` and speaks ACP
+// version 1 to it, newline-delimited JSON-RPC 2.0 over stdio. Sessions
+// are ordinary agentd sessions (pi's transcript format, the same sessions
+// directory); the policy's "ask" becomes session/request_permission, and
+// the events of a run become session/update notifications.
+//
+// The JSON-RPC layer is this package's own, not an SDK's: ACP needs
+// requests in both directions on one stream (the agent asks the editor
+// for permission and files while the editor's prompt is in flight), and
+// the Go SDKs lag the protocol; a small conn here keeps every wire fact
+// under our tests.
+package acp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentd-dev/agentd/fault"
+	"github.com/agentd-dev/agentd/mcp"
+	"github.com/agentd-dev/agentd/piwire"
+	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/tool"
+	"github.com/agentd-dev/agentd/transcript"
+)
+
+// Spec says which session the face wants built.
+type Spec struct {
+	// Cwd is the directory the session's tools work in (absolute).
+	Cwd string
+	// File is a transcript to load; "" creates a new session.
+	File string
+	// Tools are added to the built-in tools; one named like a built-in
+	// takes its place (the editor's file tools replace read and write).
+	Tools []tool.Tool
+}
+
+// Sessions builds sessions; cli implements it over the engine.
+type Sessions interface {
+	Open(ctx context.Context, spec Spec) (*session.Session, error)
+}
+
+// ToolSource starts MCP servers for a session and returns their tools.
+// A server that fails is named in err while the others' tools are
+// returned; stop ends them all and is called when the session closes.
+type ToolSource interface {
+	Start(ctx context.Context, servers []mcp.ServerConfig, cwd string) (tools []tool.Tool, stop func(), err error)
+}
+
+// Options configure an Agent.
+type Options struct {
+	Sessions Sessions
+	// SessionsDir is the root of the session files (see transcript.SessionDir);
+	// "" keeps sessions in memory, and session/load and session/list are
+	// not offered.
+	SessionsDir string
+	// MCP starts MCP servers as tool sources (stdio and streamable
+	// HTTP); nil refuses mcpServers.
+	MCP ToolSource
+	// MCPServers are started for every session (agentd's --mcp-config),
+	// besides the project's .agentd/mcp.json and the client's
+	// mcpServers; a later one of the same name wins.
+	MCPServers []mcp.ServerConfig
+	// Version is agentd's, reported in initialize.
+	Version string
+	// MaxLineBytes bounds one incoming line (default 10 MiB).
+	MaxLineBytes int
+	Logger       *slog.Logger
+}
+
+// Agent is the ACP agent side for one client connection.
+type Agent struct {
+	opt  Options
+	log  *slog.Logger
+	conn *conn
+
+	mu       sync.Mutex
+	caps     clientCapabilities
+	sessions map[string]*acpSession
+}
+
+// New returns an Agent.
+func New(opt Options) *Agent {
+	if opt.MaxLineBytes <= 0 {
+		opt.MaxLineBytes = 10 << 20
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := &Agent{opt: opt, log: opt.Logger, sessions: map[string]*acpSession{}}
+	a.conn = newConn(a.handle, opt.MaxLineBytes, opt.Logger)
+	return a
+}
+
+// Run serves the client on in and out until in ends or ctx is cancelled;
+// then every run in progress is aborted and every session closed.
+func (a *Agent) Run(ctx context.Context, in io.Reader, out io.Writer) error {
+	return a.conn.serve(ctx, in, out, a.closeAll)
+}
+
+// closeAll closes every session; serve calls it before waiting for the
+// handlers, so a prompt waiting on its run ends with it.
+func (a *Agent) closeAll() {
+	a.mu.Lock()
+	all := make([]*acpSession, 0, len(a.sessions))
+	for _, s := range a.sessions {
+		all = append(all, s)
+	}
+	a.sessions = map[string]*acpSession{}
+	a.mu.Unlock()
+	for _, s := range all {
+		s.close()
+	}
+}
+
+func (a *Agent) handle(ctx context.Context, method string, params json.RawMessage) (any, error) {
+	switch method {
+	case "initialize":
+		return a.initialize(params)
+	case "authenticate":
+		return struct{}{}, nil
+	case "session/new":
+		return a.newSession(ctx, params)
+	case "session/load":
+		if a.opt.SessionsDir == "" {
+			break
+		}
+		return a.loadSession(ctx, params)
+	case "session/list":
+		if a.opt.SessionsDir == "" {
+			break
+		}
+		return a.listSessions(params)
+	case "session/prompt":
+		return a.prompt(ctx, params)
+	case "session/cancel":
+		return a.cancel(params)
+	case "session/close":
+		return a.closeSession(params)
+	}
+	return nil, &Error{Code: CodeMethodNotFound, Message: "Method not found: " + method}
+}
+
+// decodeParams reads a method's params into v, saying which field is
+// wrong when they do not fit.
+func decodeParams(method string, params json.RawMessage, v any) error {
+	if len(params) == 0 || string(params) == "null" {
+		return invalidParams(method, "params must be an object")
+	}
+	if err := json.Unmarshal(params, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			if te.Field == "" {
+				return invalidParams(method, "params must be an object, not %s", te.Value)
+			}
+			return invalidParams(method, "%q must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+		}
+		return invalidParams(method, "%s", piwire.DescribeJSONError(err))
+	}
+	return nil
+}
+
+func (a *Agent) initialize(params json.RawMessage) (any, error) {
+	var p initializeParams
+	if err := decodeParams("initialize", params, &p); err != nil {
+		return nil, err
+	}
+	if p.ProtocolVersion == nil {
+		return nil, invalidParams("initialize", "protocolVersion is required")
+	}
+	a.mu.Lock()
+	a.caps = p.ClientCaps
+	a.mu.Unlock()
+	var r initializeResult
+	// Version 1 is the only one there is; a client asking for another
+	// learns ours and decides.
+	r.ProtocolVersion = ProtocolVersion
+	r.AuthMethods = []any{}
+	r.AgentInfo = implementation{Name: "agentd", Title: "agentd", Version: a.opt.Version}
+	r.AgentCaps.LoadSession = a.opt.SessionsDir != ""
+	r.AgentCaps.Prompt.Image = true
+	r.AgentCaps.Prompt.EmbeddedContext = true
+	r.AgentCaps.MCP.HTTP = a.opt.MCP != nil
+	if a.opt.SessionsDir != "" {
+		r.AgentCaps.Session.List = &struct{}{}
+	}
+	r.AgentCaps.Session.Close = &struct{}{}
+	return r, nil
+}
+
+func (a *Agent) clientCaps() clientCapabilities {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.caps
+}
+
+func checkCwd(method string, cwd *string) (string, error) {
+	if cwd == nil {
+		return "", invalidParams(method, "cwd is required")
+	}
+	if !filepath.IsAbs(*cwd) {
+		return "", invalidParams(method, "cwd must be an absolute path, not %q", *cwd)
+	}
+	return filepath.Clean(*cwd), nil
+}
+
+func (a *Agent) checkServers(method string, servers []MCPServer) error {
+	for i, s := range servers {
+		if s.Name == "" {
+			return invalidParams(method, "mcpServers[%d]: name is required", i)
+		}
+		switch s.Type {
+		case "":
+			if s.Command == "" {
+				return invalidParams(method, "mcpServers[%d] (%s): command is required", i, s.Name)
+			}
+		case "http":
+			if a.opt.MCP == nil {
+				return invalidParams(method, "mcpServers[%d] (%s): http servers are not supported (mcpCapabilities.http is false)", i, s.Name)
+			}
+			if s.URL == "" {
+				return invalidParams(method, "mcpServers[%d] (%s): url is required", i, s.Name)
+			}
+		default:
+			return invalidParams(method, "mcpServers[%d] (%s): type %q is not supported", i, s.Name, s.Type)
+		}
+	}
+	if len(servers) > 0 && a.opt.MCP == nil {
+		return invalidParams(method, "MCP servers are not enabled in this agentd")
+	}
+	return nil
+}
+
+func (a *Agent) newSession(ctx context.Context, params json.RawMessage) (any, error) {
+	var p newSessionParams
+	if err := decodeParams("session/new", params, &p); err != nil {
+		return nil, err
+	}
+	cwd, err := checkCwd("session/new", p.Cwd)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.checkServers("session/new", p.MCPServers); err != nil {
+		return nil, err
+	}
+	ss, err := a.open(ctx, cwd, "", p.MCPServers)
+	if err != nil {
+		return nil, err
+	}
+	ss.listen()
+	return newSessionResult{SessionID: ss.id}, nil
+}
+
+// open builds a session with the client's tools and the MCP servers'
+// and registers it.
+func (a *Agent) open(ctx context.Context, cwd, file string, servers []MCPServer) (*acpSession, error) {
+	ss := &acpSession{a: a, cwd: cwd, asking: map[string]context.CancelFunc{}, denied: map[string]bool{},
+		terminals: map[string]string{}}
+	ss.ctx, ss.stop = context.WithCancel(context.Background())
+	tools := ss.clientTools(a.clientCaps())
+	if cfgs := a.mcpServers(cwd, servers); len(cfgs) > 0 && a.opt.MCP != nil {
+		mt, stop, err := a.opt.MCP.Start(ctx, cfgs, cwd)
+		if err != nil {
+			// The session works without the servers that failed.
+			a.log.Warn("MCP servers", "cwd", cwd, "err", err)
+		}
+		ss.stopMCP = stop
+		tools = append(tools, mt...)
+	}
+	s, err := a.opt.Sessions.Open(ctx, Spec{Cwd: cwd, File: file, Tools: tools})
+	if err != nil {
+		ss.stop()
+		if ss.stopMCP != nil {
+			ss.stopMCP()
+		}
+		return nil, err
+	}
+	ss.s = s
+	ss.id = s.ID()
+	st := s.Stats()
+	ss.window, ss.cost = st.ContextWindow, st.Tokens.Cost.Total
+	a.mu.Lock()
+	old := a.sessions[ss.id]
+	a.sessions[ss.id] = ss
+	a.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
+	return ss, nil
+}
+
+// mcpServers are the servers of a session in cwd: agentd's, the
+// project's, the client's; by name, the later wins.
+func (a *Agent) mcpServers(cwd string, client []MCPServer) []mcp.ServerConfig {
+	project, err := mcp.LoadProject(cwd)
+	if err != nil {
+		a.log.Warn("project MCP configuration", "err", err)
+	}
+	var fromClient []mcp.ServerConfig
+	for _, s := range client {
+		c := mcp.ServerConfig{Name: s.Name, Command: s.Command, Args: s.Args, URL: s.URL}
+		if len(s.Env) > 0 {
+			c.Env = map[string]string{}
+			for _, e := range s.Env {
+				c.Env[e.Name] = e.Value
+			}
+		}
+		if len(s.Headers) > 0 {
+			c.Headers = map[string]string{}
+			for _, h := range s.Headers {
+				c.Headers[h.Name] = h.Value
+			}
+		}
+		fromClient = append(fromClient, c)
+	}
+	return mcp.Merge(a.opt.MCPServers, project, fromClient)
+}
+
+func (a *Agent) session(method, id string) (*acpSession, error) {
+	if id == "" {
+		return nil, invalidParams(method, "sessionId is required")
+	}
+	a.mu.Lock()
+	ss := a.sessions[id]
+	a.mu.Unlock()
+	if ss == nil {
+		return nil, &Error{Code: CodeResourceNotFound, Message: fmt.Sprintf("Session %s is not open on this connection: create it with session/new or load it with session/load", id)}
+	}
+	return ss, nil
+}
+
+func (a *Agent) loadSession(ctx context.Context, params json.RawMessage) (any, error) {
+	var p loadSessionParams
+	if err := decodeParams("session/load", params, &p); err != nil {
+		return nil, err
+	}
+	if p.SessionID == "" {
+		return nil, invalidParams("session/load", "sessionId is required")
+	}
+	cwd, err := checkCwd("session/load", p.Cwd)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.checkServers("session/load", p.MCPServers); err != nil {
+		return nil, err
+	}
+	info, ok := a.find(p.SessionID, cwd)
+	if !ok {
+		return nil, &Error{Code: CodeResourceNotFound, Message: "No session " + p.SessionID + " in " + a.opt.SessionsDir}
+	}
+	a.mu.Lock()
+	open := a.sessions[p.SessionID]
+	if open != nil && open.s.Running() {
+		a.mu.Unlock()
+		return nil, fault.New(fault.Busy, "session "+p.SessionID+" is running a prompt; cancel it first")
+	}
+	delete(a.sessions, p.SessionID)
+	a.mu.Unlock()
+	if open != nil {
+		// Loaded again: one session has the file open at a time.
+		open.close()
+	}
+	ss, err := a.open(ctx, cwd, info.Path, p.MCPServers)
+	if err != nil {
+		return nil, err
+	}
+	ss.replay()
+	ss.listen()
+	// Tool calls that were waiting for a person when the session was
+	// last closed wait again: ask the editor, once it knows the session
+	// is loaded.
+	return afterReply{result: struct{}{}, then: func() {
+		for _, req := range ss.s.Interactions() {
+			ss.startAsk(req)
+		}
+	}}, nil
+}
+
+// find looks for a session file by id: in cwd's directory first, then
+// everywhere.
+func (a *Agent) find(id, cwd string) (transcript.Info, bool) {
+	infos, _ := transcript.List(transcript.SessionDir(a.opt.SessionsDir, cwd))
+	for _, in := range infos {
+		if in.ID == id {
+			return in, true
+		}
+	}
+	infos, _ = transcript.ListAll(a.opt.SessionsDir)
+	for _, in := range infos {
+		if in.ID == id {
+			return in, true
+		}
+	}
+	return transcript.Info{}, false
+}
+
+func (a *Agent) listSessions(params json.RawMessage) (any, error) {
+	var p listSessionsParams
+	if len(params) > 0 && string(params) != "null" {
+		if err := decodeParams("session/list", params, &p); err != nil {
+			return nil, err
+		}
+	}
+	var infos []transcript.Info
+	var err error
+	if p.Cwd != nil && *p.Cwd != "" {
+		cwd, cerr := checkCwd("session/list", p.Cwd)
+		if cerr != nil {
+			return nil, cerr
+		}
+		infos, err = transcript.List(transcript.SessionDir(a.opt.SessionsDir, cwd))
+	} else {
+		infos, err = transcript.ListAll(a.opt.SessionsDir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing sessions: %w", err)
+	}
+	sort.SliceStable(infos, func(i, j int) bool { return infos[i].Modified.After(infos[j].Modified) })
+	out := listSessionsResult{Sessions: make([]sessionInfo, 0, len(infos))}
+	for _, in := range infos {
+		si := sessionInfo{SessionID: in.ID, Cwd: in.Cwd}
+		title := in.Name
+		if title == "" {
+			title = firstLine(in.FirstMessage, 80)
+		}
+		if title != "" {
+			si.Title = &title
+		}
+		if !in.Modified.IsZero() {
+			t := in.Modified.UTC().Format(time.RFC3339)
+			si.UpdatedAt = &t
+		}
+		out.Sessions = append(out.Sessions, si)
+	}
+	return out, nil
+}
+
+func firstLine(s string, max int) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if len(s) > max {
+		cut := max
+		for cut > 0 && s[cut]&0xC0 == 0x80 {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}
+
+func (a *Agent) cancel(params json.RawMessage) (any, error) {
+	var p sessionIDParams
+	if err := decodeParams("session/cancel", params, &p); err != nil {
+		return nil, err
+	}
+	ss, err := a.session("session/cancel", p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	ss.cancel()
+	return nil, nil
+}
+
+func (a *Agent) closeSession(params json.RawMessage) (any, error) {
+	var p sessionIDParams
+	if err := decodeParams("session/close", params, &p); err != nil {
+		return nil, err
+	}
+	ss, err := a.session("session/close", p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	if a.sessions[p.SessionID] == ss {
+		delete(a.sessions, p.SessionID)
+	}
+	a.mu.Unlock()
+	ss.close()
+	return struct{}{}, nil
+}

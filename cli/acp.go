@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/agentd-dev/agentd/acp"
+	"github.com/agentd-dev/agentd/config"
+	"github.com/agentd-dev/agentd/engine"
+	"github.com/agentd-dev/agentd/mcp"
+	"github.com/agentd-dev/agentd/sandbox"
+	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/tool"
+)
+
+// runACP is `agentd acp`: an Agent Client Protocol agent on stdin and
+// stdout for an editor, on the same engine and sessions directory as
+// `agentd rpc`.
+func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
+	var f rpcFlags
+	fs.StringVar(&f.provider, "provider", "", "model provider (with --model as a bare id)")
+	fs.StringVar(&f.model, "model", "", "model as provider/id[:thinking], or an id with --provider")
+	fs.StringVar(&f.thinking, "thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
+	fs.BoolVar(&f.noSession, "no-session", false, "keep sessions in memory only (no session/load or session/list)")
+	fs.StringVar(&f.sessionDir, "session-dir", "", "directory for session files (default <data-dir>/sessions)")
+	fs.StringVar(&f.tools, "tools", "", "comma-separated built-in tools to enable (default all)")
+	fs.BoolVar(&f.noTools, "no-tools", false, "enable no built-in tools")
+	fs.IntVar(&f.maxLineBytes, "max-line-bytes", 10<<20, "largest message accepted on stdin")
+	fs.StringVar(&f.policy, "policy", cfg.Getenv("AGENTD_POLICY"), "permission policy file (JSON rules: allow / ask / deny by tool and argument); \"ask\" becomes session/request_permission (env AGENTD_POLICY)")
+	var mcpConfig string
+	fs.StringVar(&mcpConfig, "mcp-config", "", "MCP servers for every session: a JSON file {\"mcpServers\": {name: {command, args, env, cwd} | {url, headers}}}; a project's .agentd/mcp.json and the editor's mcpServers are added")
+	cfg.RegisterApprovalTimeout(fs)
+	// An editor's agent writes in the project it was opened on: the
+	// model's bash is confined to it (an approval widens that), and where
+	// the kernel cannot confine, the editor's user still gets an agent,
+	// with a warning in its log.
+	f.bounds.Sandbox.Mode = string(sandbox.WorkspaceWrite)
+	f.bounds.Sandbox.Fallback = config.SandboxUnconfined
+	f.bounds.Register(fs)
+	if err := parse(cfg, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+	}
+	if err := f.bounds.Check(); err != nil {
+		return usageError{err}
+	}
+	if f.maxLineBytes < 1024 {
+		return usageError{fmt.Errorf("--max-line-bytes %d: must be at least 1024", f.maxLineBytes)}
+	}
+	log := m.logger(cfg)
+	_, st, ms, err := m.environment(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	model, level, err := pickModel(ms, st.Get(), f)
+	if err != nil {
+		return err
+	}
+	tools, err := pickTools(f)
+	if err != nil {
+		return usageError{err}
+	}
+	if tools == nil {
+		tools = []string{}
+	}
+	policy, err := loadPolicy(f.policy)
+	if err != nil {
+		return err
+	}
+	sessionsDir := f.sessionDir
+	if sessionsDir == "" {
+		sessionsDir = filepath.Join(cfg.DataDir, "sessions")
+	}
+	if f.noSession {
+		sessionsDir = ""
+	}
+	eng, err := m.engine(cfg, ms, st.Get(), engineChoices{model: model, thinking: level, policy: policy,
+		interactionTimeout: cfg.ApprovalTimeout, bounds: f.bounds, log: log})
+	if err != nil {
+		return err
+	}
+	servers, err := loadMCPConfig(mcpConfig)
+	if err != nil {
+		return err
+	}
+	a := acp.New(acp.Options{
+		Sessions:    acpSessions{eng: eng, dir: sessionsDir, tools: tools},
+		SessionsDir: sessionsDir, Version: version(), MaxLineBytes: f.maxLineBytes, Logger: log,
+		MCP:        mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log}),
+		MCPServers: servers,
+	})
+	return a.Run(ctx, m.stdin, m.stdout)
+}
+
+// loadMCPConfig reads a --mcp-config file; "" is none.
+func loadMCPConfig(path string) ([]mcp.ServerConfig, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--mcp-config: %w", err)}
+	}
+	servers, err := mcp.ParseConfig(data)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--mcp-config %s: %w", path, err)}
+	}
+	return servers, nil
+}
+
+// startMCP starts the MCP servers of a --mcp-config file and of the
+// project in cwd for a one-session command. A server that fails to start
+// is logged and left out.
+func (m *Main) startMCP(ctx context.Context, path, cwd string, log *slog.Logger) ([]tool.Tool, func(), error) {
+	servers, err := loadMCPConfig(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	project, err := mcp.LoadProject(cwd)
+	if err != nil {
+		log.Warn("project MCP configuration", "err", err)
+	}
+	all := mcp.Merge(servers, project)
+	if len(all) == 0 {
+		return nil, func() {}, nil
+	}
+	tools, stop, err := mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log}).Start(ctx, all, cwd)
+	if err != nil {
+		log.Warn("MCP servers", "err", err)
+	}
+	return tools, stop, nil
+}
+
+// acpSessions builds the ACP face's sessions on the engine.
+type acpSessions struct {
+	eng   *engine.Engine
+	dir   string
+	tools []string
+}
+
+func (s acpSessions) Open(_ context.Context, spec acp.Spec) (*session.Session, error) {
+	return s.eng.Session(engine.Spec{Cwd: spec.Cwd, SessionsDir: s.dir, Open: spec.File, Tools: s.tools, Extra: spec.Tools})
+}

@@ -1,0 +1,38 @@
+// Command mcpserver is a tiny MCP server over stdio for agentd's
+// end-to-end tests: "echo" answers with its text and the server's pid
+// file, "crash" exits in the middle of the call.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func main() {
+	if len(os.Args) > 1 {
+		// The test reads the pid to check the server ends with the session.
+		_ = os.WriteFile(os.Args[1], []byte(strconv.Itoa(os.Getpid())), 0o600)
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "tiny", Version: "1"}, nil)
+	s.AddTool(&mcp.Tool{Name: "echo", Description: "Echo the text back.", InputSchema: map[string]any{
+		"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}, "required": []string{"text"},
+	}}, func(_ context.Context, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var a struct{ Text string }
+		_ = json.Unmarshal(r.Params.Arguments, &a)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "tiny echo: " + a.Text}}}, nil
+	})
+	s.AddTool(&mcp.Tool{Name: "crash", Description: "Exit mid-call.", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			os.Exit(3)
+			return nil, nil
+		})
+	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,204 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
+
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/tool"
+)
+
+// The test binary is also the MCP server the tests start over stdio:
+// a real subprocess speaking the real protocol.
+func TestMain(m *testing.M) {
+	if os.Getenv("AGENTD_MCP_TEST_SERVER") == "1" {
+		if err := testServer().Run(context.Background(), &sdk.StdioTransport{}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// testServer has tools that answer, fail, crash and hang, listed two to
+// a page so listing has to follow cursors.
+func testServer() *sdk.Server {
+	s := sdk.NewServer(&sdk.Implementation{Name: "agentd-test", Version: "1"}, &sdk.ServerOptions{PageSize: 2})
+	text := func(t string) *sdk.CallToolResult {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: t}}}
+	}
+	obj := map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}}
+	s.AddTool(&sdk.Tool{Name: "echo", Description: "echoes text", InputSchema: obj}, func(_ context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		var a struct{ Text string }
+		_ = json.Unmarshal(r.Params.Arguments, &a)
+		return text("echo: " + a.Text), nil
+	})
+	s.AddTool(&sdk.Tool{Name: "image", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.ImageContent{Data: []byte("PNG"), MIMEType: "image/png"}}}, nil
+	})
+	s.AddTool(&sdk.Tool{Name: "fail", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: "it went wrong"}}}, nil
+	})
+	s.AddTool(&sdk.Tool{Name: "big", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		return text(strings.Repeat("x", 3*tool.MaxBytes)), nil
+	})
+	s.AddTool(&sdk.Tool{Name: "crash", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		os.Exit(3)
+		return nil, nil
+	})
+	s.AddTool(&sdk.Tool{Name: "hang", InputSchema: map[string]any{"type": "object"}}, func(ctx context.Context, _ *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		<-ctx.Done()
+		time.Sleep(time.Hour) // a server that ignores cancellation
+		return nil, nil
+	})
+	return s
+}
+
+func stdioServer(t *testing.T) ServerConfig {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ServerConfig{Name: "t", Command: exe, Env: map[string]string{"AGENTD_MCP_TEST_SERVER": "1"}}
+}
+
+func byName(tools []tool.Tool) map[string]tool.Tool {
+	m := map[string]tool.Tool{}
+	for _, t := range tools {
+		m[t.Spec().Name] = t
+	}
+	return m
+}
+
+func call(t *testing.T, tl tool.Tool, args string) tool.Result {
+	t.Helper()
+	return tl.Execute(context.Background(), tool.Call{ID: "c", Name: tl.Spec().Name, Args: json.RawMessage(args)}, nil)
+}
+
+func text(r tool.Result) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		b.WriteString(c.Text)
+	}
+	return b.String()
+}
+
+func TestStdioServerTools(t *testing.T) {
+	m := New(Options{CallTimeout: time.Second})
+	tools, stop, err := m.Start(context.Background(), []ServerConfig{stdioServer(t)}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	ts := byName(tools)
+	if len(ts) != 6 {
+		t.Fatalf("listed %d tools (pagination?): %v", len(ts), ts)
+	}
+	echo := ts["mcp__t__echo"]
+	if echo == nil || echo.Spec().Description != "echoes text" || !strings.Contains(string(echo.Spec().Parameters), `"text"`) {
+		t.Fatalf("echo spec %+v", echo)
+	}
+	tests := []struct {
+		tool, args string
+		isError    bool
+		want       string
+	}{
+		{"mcp__t__echo", `{"text":"hi"}`, false, "echo: hi"},
+		{"mcp__t__fail", `{}`, true, "it went wrong"},
+		{"mcp__t__big", `{}`, false, "[Output truncated"},
+		{"mcp__t__hang", `{}`, true, "timed out after 1s"},
+		// The hung server was stopped; the next call starts it again.
+		{"mcp__t__echo", `{"text":"after hang"}`, false, "echo: after hang"},
+		{"mcp__t__crash", `{}`, true, "stopped during the call"},
+	}
+	for _, tt := range tests {
+		r := call(t, ts[tt.tool], tt.args)
+		if r.IsError != tt.isError || !strings.Contains(text(r), tt.want) {
+			t.Fatalf("%s: error %v %q, want %v %q", tt.tool, r.IsError, text(r), tt.isError, tt.want)
+		}
+		if tt.tool == "mcp__t__big" && len(text(r)) > tool.MaxBytes+200 {
+			t.Fatalf("big: %d bytes", len(text(r)))
+		}
+	}
+	// The first restart is at once; a server that keeps dying is
+	// restarted after a backoff.
+	if r := call(t, echo, `{"text":"again"}`); r.IsError || text(r) != "echo: again" {
+		t.Fatalf("after one crash: %v %q", r.IsError, text(r))
+	}
+	call(t, ts["mcp__t__crash"], `{}`)
+	call(t, ts["mcp__t__crash"], `{}`)
+	if r := call(t, echo, `{"text":"x"}`); !r.IsError || !strings.Contains(text(r), "restarted in") {
+		t.Fatalf("during backoff: %v %q", r.IsError, text(r))
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if r := call(t, echo, `{"text":"back"}`); r.IsError || text(r) != "echo: back" {
+		t.Fatalf("after backoff: %v %q", r.IsError, text(r))
+	}
+	img := call(t, ts["mcp__t__image"], `{}`)
+	if len(img.Content) != 1 || img.Content[0].Type != llm.ContentImage || img.Content[0].Data != "UE5H" {
+		t.Fatalf("image %+v", img.Content)
+	}
+}
+
+func TestAServerThatFailsToStartIsNamedAndTheOthersServe(t *testing.T) {
+	m := New(Options{StartTimeout: 5 * time.Second})
+	tools, stop, err := m.Start(context.Background(), []ServerConfig{
+		{Name: "broken", Command: "/nonexistent/mcp-server"}, stdioServer(t)}, t.TempDir())
+	defer stop()
+	if err == nil || !strings.Contains(err.Error(), "MCP server broken") {
+		t.Fatalf("error %v", err)
+	}
+	if len(tools) != 6 {
+		t.Fatalf("%d tools from the working server", len(tools))
+	}
+}
+
+func TestHTTPServer(t *testing.T) {
+	server := testServer()
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server }, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Token") != "secret" {
+			http.Error(w, "no token", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	m := New(Options{CallTimeout: 5 * time.Second})
+	tools, stop, err := m.Start(context.Background(), []ServerConfig{{Name: "web", URL: srv.URL, Headers: map[string]string{"X-Token": "secret"}}}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if r := call(t, byName(tools)["mcp__web__echo"], `{"text":"over http"}`); r.IsError || text(r) != "echo: over http" {
+		t.Fatalf("%v %q", r.IsError, text(r))
+	}
+	_, stop2, err := m.Start(context.Background(), []ServerConfig{{Name: "nokey", URL: srv.URL}}, t.TempDir())
+	stop2()
+	if err == nil || !strings.Contains(err.Error(), "MCP server nokey") {
+		t.Fatalf("without the header: %v", err)
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	got, err := ParseConfig([]byte(`{"mcpServers":{"b":{"url":"http://127.0.0.1:1/mcp","headers":{"A":"1"}},"a":{"command":"srv","args":["-x"],"env":{"K":"V"}}}}`))
+	if err != nil || len(got) != 2 || got[0].Name != "a" || got[0].Command != "srv" || got[1].URL == "" || got[1].Headers["A"] != "1" {
+		t.Fatalf("%+v %v", got, err)
+	}
+	for _, bad := range []string{`{"mcpServers":{"x":{}}}`, `{"mcpServers":{"x":{"command":"a","url":"b"}}}`, `{"mcpServers":[]}`} {
+		if _, err := ParseConfig([]byte(bad)); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}

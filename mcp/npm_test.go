@@ -1,0 +1,90 @@
+package mcp
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentd-dev/agentd/llm"
+)
+
+// npmServer is the command of an MCP server installed from npm in the
+// node_modules directory AGENTD_MCP_NODE_MODULES names; the test skips
+// without it or without node.
+func npmServer(t *testing.T, pkg, script string) string {
+	t.Helper()
+	dir := os.Getenv("AGENTD_MCP_NODE_MODULES")
+	if dir == "" {
+		t.Skip("AGENTD_MCP_NODE_MODULES is not set: run `npm install --prefix DIR @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/server-filesystem@2026.8.31` and set it to DIR/node_modules")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node is not on PATH")
+	}
+	p := filepath.Join(dir, pkg, script)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("AGENTD_MCP_NODE_MODULES=%s has no %s: %v", dir, pkg, err)
+	}
+	return p
+}
+
+// The reference servers from npm: server-everything's echo and an
+// error, server-filesystem reading a file in its allowed directory and
+// refusing one outside.
+func TestNPMReferenceServers(t *testing.T) {
+	everything := npmServer(t, "@modelcontextprotocol/server-everything", "dist/index.js")
+	filesystem := npmServer(t, "@modelcontextprotocol/server-filesystem", "dist/index.js")
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "note.txt"), []byte("from the filesystem server"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := New(Options{Environ: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, StartTimeout: 60 * time.Second})
+	tools, stop, err := m.Start(context.Background(), []ServerConfig{
+		{Name: "everything", Command: "node", Args: []string{everything, "stdio"}},
+		{Name: "fs", Command: "node", Args: []string{filesystem, root}},
+	}, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	ts := byName(tools)
+	var names []string
+	for n := range ts {
+		names = append(names, n)
+	}
+	t.Logf("%d tools: %s", len(names), strings.Join(names, " "))
+	echo := ts["mcp__everything__echo"]
+	if echo == nil {
+		t.Fatalf("no echo among %v", names)
+	}
+	if r := call(t, echo, `{"message":"hello npm"}`); r.IsError || !strings.Contains(text(r), "hello npm") {
+		t.Fatalf("echo: %v %q", r.IsError, text(r))
+	}
+	if r := call(t, echo, `{"message":42}`); !r.IsError {
+		t.Fatalf("echo with a bad argument: %q", text(r))
+	}
+	img := call(t, ts["mcp__everything__get-tiny-image"], `{}`)
+	hasImage := false
+	for _, c := range img.Content {
+		hasImage = hasImage || c.Type == llm.ContentImage && c.MimeType == "image/png" && c.Data != ""
+	}
+	if img.IsError || !hasImage {
+		t.Fatalf("tiny image: %+v", img)
+	}
+	read := ts["mcp__fs__read_text_file"]
+	if read == nil {
+		read = ts["mcp__fs__read_file"]
+	}
+	if read == nil {
+		t.Fatalf("no read tool among %v", names)
+	}
+	if r := call(t, read, `{"path":"`+filepath.Join(root, "note.txt")+`"}`); r.IsError || !strings.Contains(text(r), "from the filesystem server") {
+		t.Fatalf("read: %v %q", r.IsError, text(r))
+	}
+	if r := call(t, read, `{"path":"/etc/hostname"}`); !r.IsError {
+		t.Fatalf("read outside the allowed directory: %q", text(r))
+	}
+}
