@@ -145,13 +145,20 @@ type swNode struct {
 
 func swStartNode(t *testing.T, modules, url, session, token string, runs int) *swNode {
 	t.Helper()
-	script, err := filepath.Abs(filepath.Join("testdata", "node", "session-watch.cjs"))
+	return swRunNode(t, modules, "session-watch.cjs", []string{"AGENTD_WS_TOKEN=" + token,
+		"AGENTD_WS_BACKOFF_MS=100", "AGENTD_WS_BACKOFF_MAX_MS=1600"}, url, session, strconv.Itoa(runs))
+}
+
+// swRunNode runs testdata/node/<script> with args, reading its stdout as
+// JSON lines.
+func swRunNode(t *testing.T, modules, script string, env []string, args ...string) *swNode {
+	t.Helper()
+	path, err := filepath.Abs(filepath.Join("testdata", "node", script))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("node", script, url, session, strconv.Itoa(runs))
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "AGENTD_WS_TOKEN=" + token,
-		"AGENTD_WS_BACKOFF_MS=100", "AGENTD_WS_BACKOFF_MAX_MS=1600"}
+	cmd := exec.Command("node", append([]string{path}, args...)...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
 	if modules != "" {
 		cmd.Env = append(cmd.Env, "NODE_PATH="+modules)
 	} else if p := os.Getenv("NODE_PATH"); p != "" {
@@ -459,5 +466,66 @@ func TestSessionWSNodeClient(t *testing.T) {
 	}
 	if !strings.Contains(" "+fmt.Sprint(delays)[1:], " 100 200 400") {
 		t.Errorf("reconnect delays %v, want 100, 200, 400 in a row", delays)
+	}
+}
+
+// TestSessionWSSpecClient runs the spec's own example client, its class
+// unchanged, under Node with the ws package: it connects on the spec's
+// /conversions/ path with ?token=, subscribes, follows a run started over
+// REST to completed, and after the server restarts it reconnects by
+// itself (its backoff starts at a second) and follows the next run.
+func TestSessionWSSpecClient(t *testing.T) {
+	t.Parallel()
+	modules := swNodeModules(t)
+	e := e2eNewEnv(t, e2eOpts{})
+	secret := []byte(strings.Repeat("spec", 12))
+	secretPath := filepath.Join(e.root, "jwt.secret")
+	if err := os.WriteFile(secretPath, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := swFreePort(t)
+	s := svStart(t, e, "--port", port, "--jwt-secret-file", secretPath, "--ws-progress-interval", "20ms")
+	const conv = "watched-by-the-spec-client"
+	token := swToken(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "spec-client", "sessions": []string{conv}})
+	rest := swREST{base: "http://" + s.loopback(), token: token}
+	created := rest.call(t, "PUT", "/api/v2/conversations/"+conv, map[string]any{})
+	attachment, _ := created["session_id"].(string)
+
+	node := swRunNode(t, modules, "spec-client-run.cjs", nil, "ws://127.0.0.1:"+port, conv, token, "2")
+	node.waitType(0, "subscribed")
+	e.tweak("CMD:echo spec-one", func(s *llmtest.Script) { s.FirstDelay = 100 * time.Millisecond })
+	rest.call(t, "POST", "/api/v2/conversations/"+conv, map[string]any{"role": "user", "content": "CMD:echo spec-one"})
+	rest.call(t, "POST", "/api/v2/conversations/"+conv+"/step", map[string]any{"session_id": attachment, "auto_confirm": true})
+	_, first := node.waitType(0, "completed")
+	if first.str("final_state") != "completed" || !strings.Contains(first.raw, "spec-one") {
+		t.Fatalf("first run: %s", first.raw)
+	}
+
+	s.sigterm()
+	if code := s.waitExit(); code != 0 {
+		t.Fatalf("agentd serve exited %d on SIGTERM\n%s", code, s.stderrTail(3000))
+	}
+	down := node.mark()
+	s2 := s.restart()
+	if s2.port() != port {
+		t.Fatalf("restarted on %s, want %s", s2.addr, port)
+	}
+	node.waitType(down, "subscribed")
+	rest2 := swREST{base: "http://" + s2.loopback(), token: token}
+	rest2.call(t, "POST", "/api/v2/conversations/"+conv, map[string]any{"role": "user", "content": "CMD:echo spec-two"})
+	rest2.call(t, "POST", "/api/conversations/"+conv+"/step", map[string]any{"auto_confirm": true})
+	_, second := node.waitType(down, "completed")
+	if second.str("final_state") != "completed" || !strings.Contains(second.raw, "spec-two") {
+		t.Fatalf("second run: %s", second.raw)
+	}
+	node.waitExit()
+	log := node.stderr.String()
+	for _, want := range []string{"Connected", "Subscribed to session: " + conv, "Disconnected: 1001", "Reconnecting in 1000ms", "Workflow completed"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the client did not log %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, "[error]") {
+		t.Errorf("the client logged errors:\n%s", log)
 	}
 }
