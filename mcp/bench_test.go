@@ -34,7 +34,7 @@ func BenchmarkToolCall(b *testing.B) {
 		t    tool.Tool
 		args string
 	}{
-		{"mcp-echo", byName(tools)["mcp__t__echo"], `{"text":"hi"}`},
+		{"mcp-echo", byName(tools)["t__echo"], `{"text":"hi"}`},
 		{"builtin-ls", ls, `{}`},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

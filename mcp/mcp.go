@@ -1,6 +1,6 @@
 // Package mcp makes Model Context Protocol servers tool sources for
 // agentd sessions: each server's tools (listed page by page) become agent
-// tools named mcp__<server>__<tool>, with the server's JSON Schemas, and
+// tools named <server>__<tool>, with the server's JSON Schemas, and
 // a call goes to the server's tools/call. The permission policy applies
 // to them as to the built-in tools, because they are ordinary tools to
 // the session.
@@ -286,10 +286,11 @@ func (s *server) start(ctx context.Context) ([]tool.Tool, error) {
 
 var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9_-]`)
 
-// ToolName is the agent tool name of an MCP server's tool: providers
+// ToolName is the agent tool name of an MCP server's tool, <server>__<tool>
+// (the form other agents use, so policies carry over): providers
 // accept letters, digits, _ and - up to 64 characters.
 func ToolName(server, name string) string {
-	n := "mcp__" + unsafeName.ReplaceAllString(server, "_") + "__" + unsafeName.ReplaceAllString(name, "_")
+	n := unsafeName.ReplaceAllString(server, "_") + "__" + unsafeName.ReplaceAllString(name, "_")
 	if len(n) > 64 {
 		n = n[:64]
 	}

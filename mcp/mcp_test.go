@@ -105,7 +105,7 @@ func TestStdioServerTools(t *testing.T) {
 	if len(ts) != 6 {
 		t.Fatalf("listed %d tools (pagination?): %v", len(ts), ts)
 	}
-	echo := ts["mcp__t__echo"]
+	echo := ts["t__echo"]
 	if echo == nil || echo.Spec().Description != "echoes text" || !strings.Contains(string(echo.Spec().Parameters), `"text"`) {
 		t.Fatalf("echo spec %+v", echo)
 	}
@@ -114,20 +114,20 @@ func TestStdioServerTools(t *testing.T) {
 		isError    bool
 		want       string
 	}{
-		{"mcp__t__echo", `{"text":"hi"}`, false, "echo: hi"},
-		{"mcp__t__fail", `{}`, true, "it went wrong"},
-		{"mcp__t__big", `{}`, false, "[Output truncated"},
-		{"mcp__t__hang", `{}`, true, "timed out after 1s"},
+		{"t__echo", `{"text":"hi"}`, false, "echo: hi"},
+		{"t__fail", `{}`, true, "it went wrong"},
+		{"t__big", `{}`, false, "[Output truncated"},
+		{"t__hang", `{}`, true, "timed out after 1s"},
 		// The hung server was stopped; the next call starts it again.
-		{"mcp__t__echo", `{"text":"after hang"}`, false, "echo: after hang"},
-		{"mcp__t__crash", `{}`, true, "stopped during the call"},
+		{"t__echo", `{"text":"after hang"}`, false, "echo: after hang"},
+		{"t__crash", `{}`, true, "stopped during the call"},
 	}
 	for _, tt := range tests {
 		r := call(t, ts[tt.tool], tt.args)
 		if r.IsError != tt.isError || !strings.Contains(text(r), tt.want) {
 			t.Fatalf("%s: error %v %q, want %v %q", tt.tool, r.IsError, text(r), tt.isError, tt.want)
 		}
-		if tt.tool == "mcp__t__big" && len(text(r)) > tool.MaxBytes+200 {
+		if tt.tool == "t__big" && len(text(r)) > tool.MaxBytes+200 {
 			t.Fatalf("big: %d bytes", len(text(r)))
 		}
 	}
@@ -136,8 +136,8 @@ func TestStdioServerTools(t *testing.T) {
 	if r := call(t, echo, `{"text":"again"}`); r.IsError || text(r) != "echo: again" {
 		t.Fatalf("after one crash: %v %q", r.IsError, text(r))
 	}
-	call(t, ts["mcp__t__crash"], `{}`)
-	call(t, ts["mcp__t__crash"], `{}`)
+	call(t, ts["t__crash"], `{}`)
+	call(t, ts["t__crash"], `{}`)
 	if r := call(t, echo, `{"text":"x"}`); !r.IsError || !strings.Contains(text(r), "restarted in") {
 		t.Fatalf("during backoff: %v %q", r.IsError, text(r))
 	}
@@ -145,7 +145,7 @@ func TestStdioServerTools(t *testing.T) {
 	if r := call(t, echo, `{"text":"back"}`); r.IsError || text(r) != "echo: back" {
 		t.Fatalf("after backoff: %v %q", r.IsError, text(r))
 	}
-	img := call(t, ts["mcp__t__image"], `{}`)
+	img := call(t, ts["t__image"], `{}`)
 	if len(img.Content) != 1 || img.Content[0].Type != llm.ContentImage || img.Content[0].Data != "UE5H" {
 		t.Fatalf("image %+v", img.Content)
 	}
@@ -181,7 +181,7 @@ func TestHTTPServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	if r := call(t, byName(tools)["mcp__web__echo"], `{"text":"over http"}`); r.IsError || text(r) != "echo: over http" {
+	if r := call(t, byName(tools)["web__echo"], `{"text":"over http"}`); r.IsError || text(r) != "echo: over http" {
 		t.Fatalf("%v %q", r.IsError, text(r))
 	}
 	_, stop2, err := m.Start(context.Background(), []ServerConfig{{Name: "nokey", URL: srv.URL}}, t.TempDir())

@@ -56,7 +56,7 @@ func TestNPMReferenceServers(t *testing.T) {
 		names = append(names, n)
 	}
 	t.Logf("%d tools: %s", len(names), strings.Join(names, " "))
-	echo := ts["mcp__everything__echo"]
+	echo := ts["everything__echo"]
 	if echo == nil {
 		t.Fatalf("no echo among %v", names)
 	}
@@ -66,7 +66,7 @@ func TestNPMReferenceServers(t *testing.T) {
 	if r := call(t, echo, `{"message":42}`); !r.IsError {
 		t.Fatalf("echo with a bad argument: %q", text(r))
 	}
-	img := call(t, ts["mcp__everything__get-tiny-image"], `{}`)
+	img := call(t, ts["everything__get-tiny-image"], `{}`)
 	hasImage := false
 	for _, c := range img.Content {
 		hasImage = hasImage || c.Type == llm.ContentImage && c.MimeType == "image/png" && c.Data != ""
@@ -74,9 +74,9 @@ func TestNPMReferenceServers(t *testing.T) {
 	if img.IsError || !hasImage {
 		t.Fatalf("tiny image: %+v", img)
 	}
-	read := ts["mcp__fs__read_text_file"]
+	read := ts["fs__read_text_file"]
 	if read == nil {
-		read = ts["mcp__fs__read_file"]
+		read = ts["fs__read_file"]
 	}
 	if read == nil {
 		t.Fatalf("no read tool among %v", names)

@@ -232,7 +232,7 @@ func acpToolMs(t *testing.T, s acpStep) float64 {
 }
 
 // An MCP server named in session/new is a tool source: its tool is
-// offered as mcp__<server>__<tool>, asked about by the same policy as
+// offered as <server>__<tool>, asked about by the same policy as
 // built-in tools, restarted after it crashes mid-call, and its process
 // ends with the session.
 func TestACPMCPServerAsToolSource(t *testing.T) {
@@ -246,16 +246,16 @@ func TestACPMCPServerAsToolSource(t *testing.T) {
 	echo := func(text string) func(*llmtest.Script) {
 		return func(s *llmtest.Script) {
 			u := s.Usage
-			*s = e2eToolScript("mcp__tiny__echo", map[string]string{"text": text})
+			*s = e2eToolScript("tiny__echo", map[string]string{"text": text})
 			s.Usage = u
 		}
 	}
 	e.tweak("MCP-ECHO", echo("via mcp"))
 	e.tweak("MCP-ASK", echo("ask me first"))
 	e.tweak("MCP-AGAIN", echo("after the crash"))
-	e.tweak("MCP-CRASH", func(s *llmtest.Script) { *s = e2eToolScript("mcp__tiny__crash", map[string]string{}) })
+	e.tweak("MCP-CRASH", func(s *llmtest.Script) { *s = e2eToolScript("tiny__crash", map[string]string{}) })
 	e.tweak("BUILTIN-LS", func(s *llmtest.Script) { *s = e2eToolScript("ls", map[string]string{}) })
-	policy := e.writePolicy(`{"rules":[{"tool":"mcp__tiny__echo","arg":"args.text","match":"ask me*","action":"ask"}]}`)
+	policy := e.writePolicy(`{"rules":[{"tool":"tiny__echo","arg":"args.text","match":"ask me*","action":"ask"}]}`)
 	steps := e.acpClient([]string{
 		"init", "new-mcp:tiny=" + server + "," + pidFile,
 		"prompt:BUILTIN-LS", "prompt:MCP-ECHO", "prompt:BUILTIN-LS", "prompt:MCP-ECHO",
@@ -279,7 +279,7 @@ func TestACPMCPServerAsToolSource(t *testing.T) {
 		mcpMs[0], lsMs[0], mcpMs[1], lsMs[1])
 
 	ask := acpFind(t, steps, "reject:MCP-ASK")
-	if len(ask.Asked) != 1 || ask.Asked[0]["toolCall"].(map[string]any)["title"] != "mcp__tiny__echo" {
+	if len(ask.Asked) != 1 || ask.Asked[0]["toolCall"].(map[string]any)["title"] != "tiny__echo" {
 		t.Fatalf("the policy's ask for an MCP tool: %v", ask.Asked)
 	}
 	if end := acpToolEnd(ask); end == nil || end["status"] != "failed" {
@@ -325,9 +325,9 @@ func TestRPCMCPConfig(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(e.cwd, ".agentd", "mcp.json"), []byte(`{"mcpServers":{"proj":{"command":"`+server+`"}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.tweak("MCP-ECHO", func(s *llmtest.Script) { *s = e2eToolScript("mcp__tiny__echo", map[string]string{"text": "from rpc"}) })
+	e.tweak("MCP-ECHO", func(s *llmtest.Script) { *s = e2eToolScript("tiny__echo", map[string]string{"text": "from rpc"}) })
 	e.tweak("MCP-PROJECT", func(s *llmtest.Script) {
-		*s = e2eToolScript("mcp__proj__echo", map[string]string{"text": "from the project"})
+		*s = e2eToolScript("proj__echo", map[string]string{"text": "from the project"})
 	})
 	p := e.start("--mcp-config", cfg)
 	for prompt, want := range map[string]string{"MCP-ECHO": "tiny echo: from rpc", "MCP-PROJECT": "tiny echo: from the project"} {
