@@ -273,6 +273,54 @@ func TestWebUIConversation(t *testing.T) {
 		p.until("idle", stateIs("idle"))
 	})
 
+	t.Run("questions", func(t *testing.T) {
+		p := wuOpen(t, browser, s)
+		p.newConversation("questions")
+		p.send("ASK:select")
+		p.until("the question", `document.querySelector('.elicit input[value=green]') !== null`)
+		p.until("waiting", stateIs("waiting for you"))
+		p.run(chromedp.Click(chromedp.CSS(`.elicit input[value=green]`)), chromedp.Click(chromedp.CSS(`.elicit button[type=submit]`)))
+		p.until("the question gone", `document.querySelector('.elicit') === null`)
+		p.until("the answer reached the model", shows("Tool said:"))
+		p.until("idle", stateIs("idle"))
+		if !strings.Contains(wuEval[string](p, `[...document.querySelectorAll('.tool-output')].map(e => e.textContent).join('|')`), "green") {
+			p.fail("the answer green is not in the tool result")
+		}
+
+		p.send("ASK:form")
+		p.until("the form", `document.querySelector('.elicit input[type=number]') !== null`)
+		p.run(chromedp.SendKeys(chromedp.CSS(`.elicit input[type=number]`), "2"), chromedp.Click(chromedp.CSS(`.elicit button[type=submit]`)))
+		p.until("the form gone", `document.querySelector('.elicit') === null`)
+		p.until("idle", stateIs("idle"))
+		if !strings.Contains(wuEval[string](p, `[...document.querySelectorAll('.tool-output')].map(e => e.textContent).join('|')`), "12") {
+			p.fail("the form's answer 12 (1 by default, then 2 typed) is not in the tool result")
+		}
+		p.shot("end")
+	})
+
+	t.Run("retry, plan and totals", func(t *testing.T) {
+		p := wuOpen(t, browser, s)
+		p.newConversation("state")
+		p.send("FLAKY:503 then fine")
+		p.until("the retry countdown", `/^retrying \(1\/3\) in [0-9]+ s$/.test(document.getElementById('state').textContent)`)
+		p.shot("retrying")
+		p.until("the answer after the retry", shows("You said: FLAKY:503 then fine"))
+		p.until("idle", stateIs("idle"))
+		// The mock counts 42 input and 7 output tokens per answer, at $1
+		// and $2 a million.
+		p.until("the totals", `document.getElementById('totals').textContent.includes('49 tokens · $0.0001')`)
+
+		e.tweak("make a plan", func(sc *llmtest.Script) {
+			*sc = e2eToolScript("todo", map[string]any{"todos": []map[string]any{
+				{"id": 1, "content": "read the code", "status": "completed"},
+				{"id": 2, "content": "write the fix", "status": "in_progress"}}})
+		})
+		p.send("make a plan") // the todo tool runs without asking
+		p.until("the plan", `!document.getElementById('plan').hidden && document.getElementById('plan-text').textContent === '1/2 done'`)
+		p.until("idle", stateIs("idle"))
+		p.shot("end")
+	})
+
 	t.Run("interrupt mid-stream", func(t *testing.T) {
 		release := e.proxy.holdAfter("stop me while streaming", 2)
 		defer close(release)

@@ -57,6 +57,11 @@ const ui = {
   stream: null,       // the assistant message being streamed
   sentAt: 0,          // when Send was pressed (for the first-token time)
   lastError: '',
+  retryUntil: 0,      // when a retried model request is sent again (ms since the epoch)
+  retryText: '',
+  compacting: false,
+  tokens: 0,          // tokens and cost of the assistant messages seen
+  cost: 0,
 };
 
 // ---- login ----
@@ -117,7 +122,8 @@ async function refreshList() {
       b.type = 'button';
       b.dataset.id = c.id;
       const top = el('span', 'conv-name', c.name || c.id);
-      if (working.has(c.id) || (c.id === ui.convId && ui.generating)) {
+      // The open conversation's own stream knows best.
+      if (c.id === ui.convId ? ui.generating : working.has(c.id)) {
         const dot = el('span', 'working', 'working');
         dot.title = 'The agent is working';
         top.append(' ', dot);
@@ -277,6 +283,10 @@ function resetView() {
   ui.elicits.clear();
   ui.stream = null;
   ui.count = 0;
+  ui.tokens = 0;
+  ui.cost = 0;
+  ui.retryUntil = 0;
+  ui.compacting = false;
   $('messages').replaceChildren();
   $('pending').replaceChildren();
   $('plan').hidden = true;
@@ -433,12 +443,33 @@ function handle(ev, my) {
       break;
     case 'run_ended':
       ui.generating = false;
+      ui.retryUntil = 0;
+      ui.compacting = false;
       endStream();
       clearPending();
       refreshListSoon();
       break;
     case 'error':
       showError(ev.error);
+      break;
+    case 'retry_started':
+      ui.retryUntil = Date.now() + (ev.delay_ms || 0);
+      ui.retryText = `retrying (${ev.attempt}/${ev.max_attempts})`;
+      tickRetry();
+      break;
+    case 'retry_ended':
+      ui.retryUntil = 0;
+      if (!ev.success && ev.error) showError(ev.error);
+      break;
+    case 'compaction_started':
+      ui.compacting = true;
+      break;
+    case 'compaction_ended':
+      ui.compacting = false;
+      if (!ev.error && !ev.aborted) note('Older messages were summarized to make room.');
+      break;
+    case 'todo_updated':
+      showPlan(ev.items.map((i) => ({ text: i.content, status: i.status })));
       break;
     case 'config_changed':
       if (ev.config && ev.config.chat && ev.config.chat.name) {
@@ -465,13 +496,30 @@ function setState() {
   if (!ui.convId) { name = 'idle'; text = 'idle'; }
   else if (!ui.connected) { name = 'offline'; text = 'reconnecting…'; }
   else if (ui.pending.size || ui.elicits.size) { name = 'waiting'; text = 'waiting for you'; }
+  else if (ui.retryUntil) {
+    name = 'retrying';
+    text = `${ui.retryText} in ${Math.max(0, Math.ceil((ui.retryUntil - Date.now()) / 1000))} s`;
+  } else if (ui.compacting) { name = 'compacting'; text = 'compacting'; }
   else if (ui.generating) { name = 'running'; text = 'running'; }
   s.className = 'state state-' + name;
   s.textContent = text;
   const busy = ui.generating || ui.pending.size > 0 || ui.elicits.size > 0;
   $('interrupt').hidden = !busy;
   const t = $('totals');
-  t.textContent = ui.convId ? `${ui.count} message${ui.count === 1 ? '' : 's'}` : '';
+  let totals = '';
+  if (ui.convId) {
+    totals = `${ui.count} message${ui.count === 1 ? '' : 's'}`;
+    if (ui.tokens) totals += ` · ${ui.tokens.toLocaleString('en')} tokens · $${ui.cost.toFixed(ui.cost < 1 ? 4 : 2)}`;
+  }
+  t.textContent = totals;
+}
+
+// tickRetry keeps the retry countdown current.
+let retryTimer = 0;
+function tickRetry() {
+  clearTimeout(retryTimer);
+  setState();
+  if (ui.retryUntil && ui.retryUntil > Date.now()) retryTimer = setTimeout(tickRetry, 250);
 }
 
 function showError(text) {
@@ -535,11 +583,15 @@ const thinkingRe = /<thinking>\n?([\s\S]*?)\n?<\/thinking>/g;
 
 function addMessage(m) {
   ui.count++;
-  if (m.hide) return;
+  if (m.hide) return undefined;
   const md = m.metadata || {};
+  if (md.usage) {
+    ui.tokens += md.usage.totalTokens || (md.usage.input || 0) + (md.usage.output || 0);
+    ui.cost += (md.usage.cost && md.usage.cost.total) || 0;
+  }
   if (m.role === 'system' && m.call_id) {
     addResult(m);
-    return;
+    return undefined;
   }
   const d = el('div', 'msg msg-' + m.role);
   d.dataset.index = String(ui.count - 1);
@@ -619,6 +671,21 @@ function toolArgs(tu) {
         box.append(el('div', 'path', 'edit ' + (j.path || '')));
         const edits = j.edits || [{ oldText: j.oldText || '', newText: j.newText || '' }];
         for (const e of edits) box.append(diff(e.oldText || '', e.newText || ''));
+        return box;
+      }
+      break;
+    case 'todo':
+      if (j && Array.isArray(j.todos)) {
+        const ul = el('ul', 'todo-args');
+        for (const t of j.todos) ul.append(el('li', 'plan-' + String(t.status).replace(/[^a-z_]/g, ''), t.content));
+        box.append(ul);
+        return box;
+      }
+      break;
+    case 'ask_user':
+      if (j && j.question) {
+        box.append(el('div', 'question', j.question));
+        if (Array.isArray(j.options)) box.append(el('div', 'args', j.options.join(' · ')));
         return box;
       }
       break;
@@ -902,7 +969,8 @@ function clearElicits() { for (const id of [...ui.elicits.keys()]) settleElicit(
 
 async function sendPrompt() {
   const ta = $('prompt');
-  const text = ta.value;
+  // Blank lines around the text are dropped; indentation is kept.
+  const text = ta.value.replace(/^(\s*\n)+/, '').replace(/(\n\s*)+$/, '');
   if (!text.trim() || !ui.convId) return;
   banner('');
   ta.value = '';
