@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -192,6 +193,26 @@ func TestWebUIConversation(t *testing.T) {
 		title := wuEval[string](p, `document.title`)
 		if title != "agentd" {
 			t.Errorf("title %q, want agentd", title)
+		}
+		// The page's headers, and the Host check in front of it: a page
+		// reached through a rebinding DNS name is refused.
+		for _, tc := range []struct {
+			host   string
+			status int
+		}{{s.loopback(), 200}, {"evil.example", 403}} {
+			req, _ := http.NewRequest("GET", "http://"+s.loopback()+"/", nil)
+			req.Host = tc.host
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != tc.status {
+				t.Errorf("GET / with Host %s: %d, want %d", tc.host, res.StatusCode, tc.status)
+			}
+			if tc.status == 200 && !strings.Contains(res.Header.Get("Content-Security-Policy"), "script-src 'self'") {
+				t.Errorf("GET / has no strict Content-Security-Policy: %q", res.Header.Get("Content-Security-Policy"))
+			}
 		}
 	})
 

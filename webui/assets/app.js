@@ -615,7 +615,10 @@ function addMessage(m) {
   body.append(render(text.trim()));
   if (text.trim()) d.append(body);
   if (md.interrupted) d.append(el('span', 'flag', 'interrupted'));
-  if (md.error) d.append(el('span', 'flag flag-error', md.error));
+  if (md.error) {
+    d.append(el('span', 'flag flag-error', md.error));
+    ui.lastError = md.error; // the error event that follows says the same
+  }
   if (md.agentd_role && /Summary$/.test(md.agentd_role)) {
     const det = el('details', 'summary');
     det.append(el('summary', '', role), body);
@@ -980,7 +983,9 @@ async function sendPrompt() {
     await api('POST', convPath(ui.convId) + '/step', {});
   } catch (e) {
     if (e.status === 409 && !ta.value) ta.value = text;
-    banner(e.message);
+    // A model failure reaches the event stream too (and may be retried):
+    // it is shown there, once.
+    if (e.status !== 500) banner(e.message);
   }
 }
 
