@@ -276,6 +276,15 @@ func TestWebUIConversation(t *testing.T) {
 		if ran {
 			p.fail("a skipped or rejected command ran")
 		}
+
+		p.send("CMD:echo auto-one")
+		p.until("the approval card", `document.querySelector('.approval button[data-action=auto]') !== null`)
+		p.run(chromedp.Click(chromedp.CSS(`.approval button[data-action=auto]`)))
+		p.until("auto-one ran", `[...document.querySelectorAll('.tool-output')].some(e => e.textContent.includes('auto-one'))`)
+		p.until("idle", stateIs("idle"))
+		p.send("CMD:echo auto-two") // within the 5 given: runs without a card
+		p.until("auto-two ran", `[...document.querySelectorAll('.tool-output')].some(e => e.textContent.includes('auto-two'))`)
+		p.until("idle", stateIs("idle"))
 		p.shot("end")
 	})
 
@@ -340,6 +349,37 @@ func TestWebUIConversation(t *testing.T) {
 		p.until("the plan", `!document.getElementById('plan').hidden && document.getElementById('plan-text').textContent === '1/2 done'`)
 		p.until("idle", stateIs("idle"))
 		p.shot("end")
+	})
+
+	t.Run("rename, search, fork, delete", func(t *testing.T) {
+		p := wuOpen(t, browser, s)
+		p.newConversation("to manage")
+		p.send("remember this line")
+		p.until("the answer", shows("You said: remember this line"))
+		p.until("idle", stateIs("idle"))
+
+		p.run(chromedp.Click(chromedp.CSS("#rename")))
+		p.until("the name field", `document.querySelector('#conv-title input') !== null`)
+		wuEval[bool](p, `(document.querySelector('#conv-title input').value = '') === ''`)
+		p.run(chromedp.SendKeys(chromedp.CSS("#conv-title input"), "renamed chat\r"))
+		p.until("the new name", `document.getElementById('conv-title').textContent === 'renamed chat'`)
+		p.until("the new name in the list", `[...document.querySelectorAll('.conv-name')].some(e => e.textContent.startsWith('renamed chat'))`)
+
+		p.run(chromedp.SendKeys(chromedp.CSS("#search"), "renamed"))
+		p.until("the search", `[...document.querySelectorAll('.conv-name')].map(e => e.textContent).join('|') === 'renamed chat'`)
+		wuEval[bool](p, `(document.getElementById('search').value = '') === ''`)
+
+		orig := wuEval[string](p, `location.hash`)
+		p.run(chromedp.Click(chromedp.CSS("#fork")))
+		p.until("the fork", `location.hash !== `+js(orig)+` && document.getElementById('messages').textContent.includes('You said: remember this line')`)
+
+		p.run(chromedp.Navigate(p.base + "/" + orig))
+		p.until("the original", `document.getElementById('conv-title').textContent === 'renamed chat'`)
+		p.run(chromedp.Click(chromedp.CSS("#delete")))
+		p.until("the second click asked for", `document.getElementById('delete').textContent === 'Really delete?'`)
+		p.run(chromedp.Click(chromedp.CSS("#delete")))
+		p.until("no conversation open", `document.getElementById('conv-title').textContent === 'No conversation'`)
+		p.until("gone from the list", `![...document.querySelectorAll('.conv-name')].some(e => e.textContent.startsWith('renamed chat'))`)
 	})
 
 	t.Run("interrupt mid-stream", func(t *testing.T) {
