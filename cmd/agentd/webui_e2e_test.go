@@ -115,11 +115,11 @@ func (p *wuPage) until(what, js string) {
 }
 
 // wuEval evaluates a JavaScript expression on the page.
-func wuEval[T any](p *wuPage, js string) T {
+func wuEval[T any](p *wuPage, js string, opts ...chromedp.EvaluateOption) T {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeout(p.ctx, wuWait)
 	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js, opts...))
 	if err != nil {
 		p.fail("evaluating %s: %v", js, err)
 	}
@@ -415,6 +415,9 @@ func TestWebUIConversation(t *testing.T) {
 		p.until("streamed text", `(document.querySelector('.streaming')?.textContent || '').includes('Hello')`)
 		p.run(chromedp.Reload())
 		p.until("running after the reload", stateIs("running"))
+		// What streamed before the reload shows again, from the events
+		// before the log's seq.
+		p.until("the text streamed before the reload", `(document.querySelector('.streaming .stream-text')?.textContent || '') === 'Hello fr'`)
 		close(release)
 		want := "Hello from mock! You said: reload me while streaming"
 		p.until("the answer", shows(want))

@@ -57,6 +57,11 @@ const ui = {
   stream: null,       // the assistant message being streamed
   sentAt: 0,          // when Send was pressed (for the first-token time)
   lastError: '',
+  // replay, when the page opens a conversation mid-run, fetches the
+  // events before the log's seq again for the text streamed so far:
+  // {upTo: the log's seq, back: how far back to try, shortest last}.
+  replay: null,
+  mayReplay: false,   // the first snapshot after a load may ask for a replay
   retryUntil: 0,      // when a retried model request is sent again (ms since the epoch)
   retryText: '',
   compacting: false,
@@ -332,6 +337,8 @@ async function load(my) {
   conv.log.forEach((m) => addMessage(m));
   ui.generating = !!(conv.session && conv.session.generating);
   ui.lastSeq = conv.seq || 0;
+  ui.replay = null;
+  ui.mayReplay = true;
   connect(my);
   setState();
   scrollDown(true);
@@ -339,18 +346,22 @@ async function load(my) {
 
 function connect(my) {
   closeStream();
-  const url = convPath(ui.convId) + '/events?after=' + ui.lastSeq;
+  let after = ui.lastSeq;
+  if (ui.replay) after = Math.max(0, ui.replay.upTo - ui.replay.back[0]);
+  const url = convPath(ui.convId) + '/events?after=' + after;
   const es = new EventSource(url);
   ui.es = es;
   es.onmessage = (e) => {
     if (my !== ui.open || es !== ui.es) return;
     let ev;
     try { ev = JSON.parse(e.data); } catch { return; }
-    if (e.lastEventId) {
-      const n = Number(e.lastEventId);
-      if (Number.isFinite(n) && n > ui.lastSeq) ui.lastSeq = n;
-    }
+    const n = e.lastEventId ? Number(e.lastEventId) : NaN;
+    if (Number.isFinite(n) && n > ui.lastSeq) ui.lastSeq = n;
     ui.retryDelay = 500;
+    if (ui.replay && n <= ui.replay.upTo && ev.type !== 'connected' && ev.type !== 'resync') {
+      replayed(ev);
+      return;
+    }
     handle(ev, my);
   };
   es.onerror = () => {
@@ -360,6 +371,7 @@ function connect(my) {
     es.close();
     ui.es = null;
     ui.connected = false;
+    ui.replay = null;
     setState();
     scheduleReconnect(my);
   };
@@ -385,6 +397,16 @@ function scheduleReconnect(my) {
 function handle(ev, my) {
   switch (ev.type) {
     case 'connected':
+      if (ev.generating && ui.mayReplay) {
+        // A message is being written: its text so far is in no log.
+        // Follow again from further back, rebuilding that text from the
+        // events up to what this page has already seen.
+        ui.mayReplay = false;
+        ui.replay = { upTo: ui.lastSeq, back: [2048, 256, 32] };
+        connect(my);
+        return;
+      }
+      ui.mayReplay = false;
       ui.connected = true;
       ui.generating = ev.generating;
       for (const t of ev.pending_tools || []) addApproval(t);
@@ -392,6 +414,15 @@ function handle(ev, my) {
       if (ev.last_error && !ui.generating) showError(ev.last_error);
       break;
     case 'resync':
+      if (ui.replay) {
+        // The log does not reach that far back: try a shorter way, and
+        // in the end go without the text streamed before the page opened.
+        ui.replay.back.shift();
+        if (!ui.replay.back.length) ui.replay = null;
+        endStream();
+        connect(my);
+        return;
+      }
       ui.lastSeq = ev.seq;
       load(my);
       return;
@@ -484,6 +515,26 @@ function handle(ev, my) {
       break;
   }
   setState();
+}
+
+// replayed takes an event the conversation's log already covers: only
+// the text of a message still being written is not in the log.
+function replayed(ev) {
+  switch (ev.type) {
+    case 'generation_started':
+      endStream();
+      startStream();
+      break;
+    case 'generation_progress':
+      if (!ui.stream) startStream();
+      appendStream(ev.token);
+      break;
+    case 'message_added':
+    case 'run_ended':
+    case 'interrupted':
+      endStream();
+      break;
+  }
 }
 
 let listSoon = 0;
