@@ -382,6 +382,56 @@ func TestWebUIConversation(t *testing.T) {
 		p.until("gone from the list", `![...document.querySelectorAll('.conv-name')].some(e => e.textContent.startsWith('renamed chat'))`)
 	})
 
+	t.Run("tool cards", func(t *testing.T) {
+		if err := os.WriteFile(filepath.Join(e.cwd, "notes.txt"), []byte("old line\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e.tweak("change the notes", func(sc *llmtest.Script) {
+			*sc = e2eToolScript("edit", map[string]any{"path": "notes.txt", "edits": []map[string]string{{"oldText": "old line", "newText": "new line"}}})
+		})
+		e.tweak("write a file", func(sc *llmtest.Script) {
+			*sc = e2eToolScript("write", map[string]any{"path": "hello.txt", "content": "hello <b>world</b>"})
+		})
+		p := wuOpen(t, browser, s)
+		p.newConversation("tool cards")
+		p.send("change the notes")
+		p.until("the diff", `document.querySelector('.diff .del')?.textContent === '-old line\n' && document.querySelector('.diff .add')?.textContent === '+new line\n'`)
+		p.run(chromedp.Click(chromedp.CSS(`.approval button[data-action=run]`)))
+		p.until("the edit's result", `[...document.querySelectorAll('.tool-output')].some(e => e.textContent.includes('notes.txt'))`)
+		p.until("idle", stateIs("idle"))
+		if b, _ := os.ReadFile(filepath.Join(e.cwd, "notes.txt")); string(b) != "new line\n" {
+			p.fail("notes.txt is %q after the edit", b)
+		}
+		p.send("write a file")
+		p.until("the write", `[...document.querySelectorAll('.tool .path')].some(e => e.textContent === 'write hello.txt') && [...document.querySelectorAll('pre.file')].some(e => e.textContent === 'hello <b>world</b>')`)
+		p.run(chromedp.Click(chromedp.CSS(`.approval button[data-action=run]`)))
+		p.until("idle", stateIs("idle"))
+		p.shot("end")
+	})
+
+	t.Run("markdown", func(t *testing.T) {
+		p := wuOpen(t, browser, s)
+		p.until("the app", `!document.getElementById('app').hidden`)
+		tests := []struct{ md, html string }{
+			{"# Title", "<h3>Title</h3>"},
+			{"a **b** *c* `d`", "<p>a <strong>b</strong> <em>c</em> <code>d</code></p>"},
+			{"- one\n- two", "<ul><li>one</li><li>two</li></ul>"},
+			{"1. one\n2. two", "<ol><li>one</li><li>two</li></ol>"},
+			{"```go\nx := <b>\n```", `<pre class="code" data-lang="go"><code>x := &lt;b&gt;</code></pre>`},
+			{"[ok](https://example.com)", `<p><a href="https://example.com" target="_blank" rel="noopener noreferrer">ok</a></p>`},
+			{"[bad](javascript:alert(1))", "<p>[bad](javascript:alert(1))</p>"},
+			{"__init__ and a__b__c", "<p><strong>init</strong> and a__b__c</p>"}, // as CommonMark: only intraword __ stays
+			{"<img src=x onerror=alert(1)>", "<p>&lt;img src=x onerror=alert(1)&gt;</p>"},
+			{"> quoted <i>", "<blockquote>quoted &lt;i&gt;</blockquote>"},
+		}
+		for _, tt := range tests {
+			got := wuEval[string](p, `import('/ui/md.js').then(m => { const d = document.createElement('div'); d.append(m.render(`+js(tt.md)+`)); return d.innerHTML; })`, chromedp.EvalAwaitPromise)
+			if got != tt.html {
+				t.Errorf("render(%q) = %s, want %s", tt.md, got, tt.html)
+			}
+		}
+	})
+
 	t.Run("interrupt mid-stream", func(t *testing.T) {
 		release := e.proxy.holdAfter("stop me while streaming", 2)
 		defer close(release)
