@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -286,6 +287,21 @@ func TestWebUIConversation(t *testing.T) {
 		p.until("auto-two ran", `[...document.querySelectorAll('.tool-output')].some(e => e.textContent.includes('auto-two'))`)
 		p.until("idle", stateIs("idle"))
 		p.shot("end")
+	})
+
+	t.Run("always", func(t *testing.T) {
+		p := wuOpen(t, browser, s)
+		p.newConversation("always")
+		p.send("CMD:echo always-one")
+		p.until("the approval card", `document.querySelector('.approval button[data-action=always]') !== null`)
+		p.run(chromedp.Click(chromedp.CSS(`.approval button[data-action=always]`)))
+		p.until("always-one ran", `[...document.querySelectorAll('.tool-output')].some(e => e.textContent.includes('always-one'))`)
+		p.until("idle", stateIs("idle"))
+		for i := range 6 { // more than auto's count: bash is allowed for good
+			p.send(fmt.Sprintf("CMD:echo always-%d", i+2))
+			p.until("it ran without a card", fmt.Sprintf(`[...document.querySelectorAll('.tool-output')].some(e => e.textContent.includes('always-%d'))`, i+2))
+			p.until("idle", stateIs("idle"))
+		}
 	})
 
 	t.Run("second tab answers", func(t *testing.T) {
