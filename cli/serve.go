@@ -23,6 +23,7 @@ import (
 	"github.com/agentd-dev/agentd/piserver"
 	"github.com/agentd-dev/agentd/server"
 	"github.com/agentd-dev/agentd/sessionws"
+	"github.com/agentd-dev/agentd/webui"
 )
 
 func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
@@ -148,6 +149,10 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 			return err
 		}
 	}
+	page, err := webui.New()
+	if err != nil {
+		return err
+	}
 	if err := srv.Start(); err != nil {
 		return err
 	}
@@ -172,7 +177,9 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		return fmt.Errorf("Failed to start WebSocket server: cannot listen on %s: %w", addr, err)
 	}
 	mux := health.NewMux(hl, metrics)
-	mux.Handle("/", pi.WebSocketHandler(piserver.WebSocketOptions{Token: sc.Token, OriginPatterns: sc.AllowOrigins}))
+	// "/" is pi-server's WebSocket; a browser's plain GET of it (and of
+	// /ui/) gets the web UI, itself a client of the REST + SSE API.
+	mux.Handle("/", page.Handler(pi.WebSocketHandler(piserver.WebSocketOptions{Token: sc.Token, OriginPatterns: sc.AllowOrigins})))
 	if sws != nil {
 		sws.Mount(mux)
 	} else if sc.SessionWSOff != "" {

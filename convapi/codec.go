@@ -33,7 +33,9 @@ import (
 //	state_changed → idle, cancelled   interrupted, run_ended{outcome}
 //	state_changed → idle (a run ended) run_ended{outcome}
 //	model / thinking / name changed   config_changed
-//	compaction_end (failed)           error
+//	compaction_start, compaction_end  compaction_started, compaction_ended (+ error when it failed)
+//	auto_retry_start, auto_retry_end  retry_started, retry_ended
+//	todo_updated                      todo_updated
 //
 // A tool call that runs without asking (allowed by the policy or a grant)
 // has no tool_pending or tool_executing: its output, result and
@@ -124,11 +126,26 @@ func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
 		}
 		f = appendEvent(f, ev.Seq, ConversationEditedEvent{Type: "conversation_edited", Index: ev.Index, Truncated: ev.Truncated,
 			Log: log, Branches: map[string][]Message{"main": log}})
+	case session.EventCompactionStart:
+		f = appendEvent(f, ev.Seq, CompactionStartedEvent{Type: "compaction_started", Reason: ev.Reason})
 	case session.EventCompactionEnd:
-		if ev.ErrorMessage == "" || ev.Aborted {
+		f = appendEvent(f, ev.Seq, CompactionEndedEvent{Type: "compaction_ended", Reason: ev.Reason, Aborted: ev.Aborted, WillRetry: ev.WillRetry, Error: ev.ErrorMessage})
+		if ev.ErrorMessage != "" && !ev.Aborted {
+			f = appendEvent(f, ev.Seq, ErrorEvent{Type: "error", Error: ev.ErrorMessage})
+		}
+	case session.EventAutoRetryStart:
+		f = appendEvent(f, ev.Seq, RetryStartedEvent{Type: "retry_started", Attempt: ev.Attempt, MaxAttempts: ev.MaxAttempts, DelayMs: ev.DelayMs, Error: ev.ErrorMessage})
+	case session.EventAutoRetryEnd:
+		f = appendEvent(f, ev.Seq, RetryEndedEvent{Type: "retry_ended", Attempt: ev.Attempt, Success: ev.Success, Error: ev.FinalError})
+	case session.EventTodoUpdated:
+		if ev.Todo == nil {
 			return server.Frame{}
 		}
-		f = appendEvent(f, ev.Seq, ErrorEvent{Type: "error", Error: ev.ErrorMessage})
+		te := TodoEvent{Type: "todo_updated", Items: []TodoItem{}, Done: ev.Todo.Done, Total: ev.Todo.Total}
+		for _, it := range ev.Todo.Items {
+			te.Items = append(te.Items, TodoItem{ID: it.ID, Content: it.Content, Status: string(it.Status)})
+		}
+		f = appendEvent(f, ev.Seq, te)
 	default:
 		return server.Frame{}
 	}

@@ -221,6 +221,10 @@ func assistantText(m *llm.Message) (string, *MessageMetadata) {
 			md.ToolCalls = append(md.ToolCalls, ToolCall{ToolID: toolID(c.ID), CallID: c.ID, Use: tu})
 		}
 	}
+	if m.Usage != (llm.Usage{}) {
+		u := m.Usage
+		md.Usage = &u
+	}
 	switch m.StopReason {
 	case llm.StopAborted:
 		md.Interrupted = true

@@ -23,6 +23,7 @@ var eventTypes = []any{
 	ConnectedEvent{}, ResyncEvent{}, PingEvent{}, GenerationStartedEvent{}, GenerationProgressEvent{}, MessageAddedEvent{},
 	GenerationCompleteEvent{}, ToolPendingEvent{}, ToolExecutingEvent{}, ToolOutputEvent{}, ToolCompleteEvent{},
 	ElicitPendingEvent{}, InterruptedEvent{}, RunEndedEvent{}, ErrorEvent{}, ConfigChangedEvent{}, ConversationEditedEvent{},
+	CompactionStartedEvent{}, CompactionEndedEvent{}, RetryStartedEvent{}, RetryEndedEvent{}, TodoEvent{},
 }
 
 // openapiCache holds the document, built once per server.

@@ -1,5 +1,7 @@
 package convapi
 
+import "github.com/agentd-dev/agentd/llm"
+
 // The wire of the face: every request body, response body and event, as
 // Go types. The handlers encode responses and events from them, the
 // strict decoders take their field lists from them (fieldNames), and the
@@ -37,6 +39,9 @@ type MessageMetadata struct {
 	// Tool and IsError describe a tool result.
 	Tool    string `json:"tool,omitempty"`
 	IsError bool   `json:"is_error,omitempty"`
+	// Usage is what an assistant message's model response counted and
+	// cost (agentd).
+	Usage *llm.Usage `json:"usage,omitempty"`
 	// Role is agentd's role when it is not gptme's (toolResult,
 	// bashExecution, custom, compactionSummary, branchSummary).
 	Role string `json:"agentd_role,omitempty"`
@@ -538,4 +543,54 @@ type ConversationEditedEvent struct {
 	Truncated bool                 `json:"truncated"`
 	Log       []Message            `json:"log"`
 	Branches  map[string][]Message `json:"branches"`
+}
+
+// CompactionStartedEvent: the conversation's older messages are being
+// summarized; the model is not called meanwhile (agentd).
+type CompactionStartedEvent struct {
+	Type   string `json:"type" jsonschema:"enum=compaction_started"`
+	Reason string `json:"reason" jsonschema:"description=manual, threshold or overflow"`
+}
+
+// CompactionEndedEvent: the summary is done, given up or failed (agentd).
+type CompactionEndedEvent struct {
+	Type      string `json:"type" jsonschema:"enum=compaction_ended"`
+	Reason    string `json:"reason"`
+	Aborted   bool   `json:"aborted,omitempty"`
+	WillRetry bool   `json:"will_retry,omitempty" jsonschema:"description=the request that overflowed is sent again"`
+	Error     string `json:"error,omitempty"`
+}
+
+// RetryStartedEvent: a model request failed with an error worth retrying
+// and is sent again after delay_ms (agentd).
+type RetryStartedEvent struct {
+	Type        string `json:"type" jsonschema:"enum=retry_started"`
+	Attempt     int    `json:"attempt"`
+	MaxAttempts int    `json:"max_attempts"`
+	DelayMs     int64  `json:"delay_ms"`
+	Error       string `json:"error"`
+}
+
+// RetryEndedEvent: the retries ended, with an answer or without
+// (agentd).
+type RetryEndedEvent struct {
+	Type    string `json:"type" jsonschema:"enum=retry_ended"`
+	Attempt int    `json:"attempt"`
+	Success bool   `json:"success"`
+	Error   string `json:"error,omitempty"`
+}
+
+// TodoEvent: the agent's plan (its todo list) changed (agentd).
+type TodoEvent struct {
+	Type  string     `json:"type" jsonschema:"enum=todo_updated"`
+	Items []TodoItem `json:"items"`
+	Done  int        `json:"done"`
+	Total int        `json:"total"`
+}
+
+// TodoItem is one step of the plan.
+type TodoItem struct {
+	ID      int    `json:"id"`
+	Content string `json:"content"`
+	Status  string `json:"status" jsonschema:"enum=pending,enum=in_progress,enum=completed"`
 }
