@@ -279,6 +279,7 @@ function closeStream() {
   clearTimeout(ui.retryTimer);
   if (ui.es) { ui.es.close(); ui.es = null; }
   ui.connected = false;
+  ui.sessionId = undefined;
 }
 
 function resetView() {
@@ -408,6 +409,9 @@ function handle(ev, my) {
       }
       ui.mayReplay = false;
       ui.connected = true;
+      // The stream's attachment: step and interrupt name it, as the
+      // API asks of its clients.
+      ui.sessionId = ev.session_id;
       ui.generating = ev.generating;
       for (const t of ev.pending_tools || []) addApproval(t);
       for (const q of ev.pending_elicitations || []) addElicit(q);
@@ -1031,7 +1035,9 @@ async function sendPrompt() {
   ui.sentAt = performance.now();
   try {
     await api('POST', convPath(ui.convId), { role: 'user', content: text });
-    await api('POST', convPath(ui.convId) + '/step', {});
+    // Sent before the event stream said hello: wait for its attachment.
+    for (let i = 0; i < 50 && !ui.sessionId; i++) await new Promise((r) => setTimeout(r, 100));
+    await api('POST', convPath(ui.convId) + '/step', { session_id: ui.sessionId });
   } catch (e) {
     if (e.status === 409 && !ta.value) ta.value = text;
     // A model failure reaches the event stream too (and may be retried):
@@ -1043,7 +1049,7 @@ async function sendPrompt() {
 async function interrupt() {
   if (!ui.convId) return;
   try {
-    await api('POST', convPath(ui.convId) + '/interrupt', {});
+    await api('POST', convPath(ui.convId) + '/interrupt', { session_id: ui.sessionId });
   } catch (e) { banner(e.message); }
 }
 
