@@ -232,6 +232,32 @@ func TestTakeoverAfterOwnerStopsRenewing(t *testing.T) {
 	}
 }
 
+// TestValidReadsTheBucket changes the bucket under an owner whose lease
+// has not run out locally: only reading the bucket can tell it lost.
+func TestValidReadsTheBucket(t *testing.T) {
+	ns := nodes(t, "a", "b")
+	a, b := ns[0], ns[1]
+	ctx := ctxT(t)
+	a.renewPaused.Store(true) // so only Valid can notice
+	la, err := a.Acquire(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Valid(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.kv.Put(ctx, "s1", b.value(0, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	var stale *StaleError
+	if err := la.Valid(ctx); !errors.As(err, &stale) || stale.Owner != "b" || stale.CurrentEpoch <= la.Epoch() {
+		t.Fatalf("Valid after the bucket changed: %v, want StaleError naming b at a later epoch", err)
+	}
+	if !errors.As(la.Err(), &stale) {
+		t.Fatalf("lease Err after Valid found it stale: %v", la.Err())
+	}
+}
+
 // TestRenewalReportsLostLease changes the bucket under a live owner (as a
 // takeover forced by an operator would) and checks that the renewal
 // goroutine, not a caller, finds out and ends the lease.
