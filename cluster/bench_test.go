@@ -5,11 +5,13 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/agentd-dev/agentd/cluster/embeddednats"
 )
 
 func benchNodes(b *testing.B) (*Node, *Node) {
 	b.Helper()
-	e, err := StartEmbedded(EmbeddedConfig{StoreDir: b.TempDir()})
+	e, err := embeddednats.Start(embeddednats.Config{StoreDir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}

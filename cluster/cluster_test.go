@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/agentd-dev/agentd/cluster/embeddednats"
 )
 
 // These tests run real NATS servers in the process on 127.0.0.1. They use
@@ -20,9 +22,9 @@ import (
 
 const testTTL = 300 * time.Millisecond
 
-func startServer(t *testing.T) *Embedded {
+func startServer(t *testing.T) *embeddednats.Server {
 	t.Helper()
-	e, err := StartEmbedded(EmbeddedConfig{StoreDir: t.TempDir()})
+	e, err := embeddednats.Start(embeddednats.Config{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,9 +522,9 @@ func TestTwoClusteredServers(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	r1, r2 := freeAddr(t), freeAddr(t)
 	routes := []string{"nats://" + r1, "nats://" + r2}
-	var srvs [2]*Embedded
+	var srvs [2]*embeddednats.Server
 	for i, r := range []string{r1, r2} {
-		e, err := StartEmbedded(EmbeddedConfig{
+		e, err := embeddednats.Start(embeddednats.Config{
 			StoreDir: t.TempDir(), ServerName: "n" + strconv.Itoa(i+1),
 			ClusterName: "agentd-test", ClusterListen: r, Routes: routes,
 		})

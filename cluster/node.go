@@ -1,3 +1,13 @@
+// Package cluster is the foundation for running agentd as several nodes on
+// NATS JetStream: which node owns a session (leases in a KV bucket, with an
+// epoch to fence a stale owner's writes), how a command reaches the owner
+// (request/reply on a per-session subject) and how a session's events are
+// kept so a client of any node can resume by seq (a stream with dedupe by
+// message id). Package embeddednats runs the NATS server in the process
+// when there is no external one.
+//
+// Nothing here reads the environment or knows about sessions beyond their
+// ids; the serve wiring passes one Config and decides what the payloads are.
 package cluster
 
 import (
@@ -33,7 +43,8 @@ type Config struct {
 	// the other's leases are theirs).
 	NodeID string
 	// URL is the NATS server to connect to: an external cluster's address,
-	// or Embedded.ClientURL. Several URLs may be given comma-separated.
+	// or embeddednats.Server.ClientURL. Several URLs may be given
+	// comma-separated.
 	URL string
 	// LeaseTTL is how long a lease lasts without renewal, so how long a dead
 	// node's sessions stay unowned. Renewal runs every LeaseTTL/3. Zero

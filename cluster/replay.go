@@ -56,62 +56,91 @@ func (n *Node) Replay(ctx context.Context, sessionID string, afterSeq uint64) ([
 		// Best effort: the server drops an idle one after InactiveThreshold.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
-		_ = n.js.DeleteConsumer(dctx, EventStream, cons.CachedInfo().Name)
+		if info := cons.CachedInfo(); info != nil {
+			_ = n.js.DeleteConsumer(dctx, EventStream, info.Name)
+		}
 	}()
 
-	var out []Event
-	maxSeq := afterSeq
-	retries := 0
+	r := replay{sessionID: sessionID, last: last.Sequence, maxSeq: afterSeq}
 	for {
-		wait := 5 * time.Second
-		if d, ok := ctx.Deadline(); ok {
-			wait = max(time.Until(d), time.Millisecond)
-		}
-		batch, err := cons.Fetch(replayBatch, jetstream.FetchMaxWait(wait))
+		done, err := r.fetch(ctx, cons)
 		if err != nil {
-			return nil, fmt.Errorf("cluster: replaying session %s: %w", sessionID, err)
+			return nil, err
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			md, err := m.Metadata()
-			if err != nil {
-				return nil, fmt.Errorf("cluster: replaying session %s: %w", sessionID, err)
-			}
-			ev, err := parseEvent(m.Subject(), m.Headers(), md.Sequence.Stream, m.Data())
-			if err != nil {
-				return nil, err
-			}
-			if ev.Seq > maxSeq {
-				out = append(out, ev)
-				maxSeq = ev.Seq
-			}
-			if md.Sequence.Stream >= last.Sequence {
-				return out, nil
-			}
-		}
-		if err := batch.Error(); err != nil {
-			// In a cluster the new consumer's interest may not have
-			// reached this client's server yet.
-			if errors.Is(err, nats.ErrNoResponders) && got == 0 && retries < 50 {
-				retries++
-				select {
-				case <-ctx.Done():
-				case <-time.After(20 * time.Millisecond):
-				}
-				continue
-			}
-			return nil, fmt.Errorf("cluster: replaying session %s after seq %d: %w", sessionID, maxSeq, err)
-		}
-		if got == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, fmt.Errorf("cluster: replaying session %s after seq %d: %w", sessionID, maxSeq, err)
-			}
-			// The events up to the last one seen at the start were removed
-			// meanwhile (limits, purge): nothing more to return.
-			return out, nil
+		if done {
+			return r.out, nil
 		}
 	}
+}
+
+// replay is the state of one Replay call across its fetches.
+type replay struct {
+	sessionID string
+	last      uint64 // stream position of the last event to return
+	maxSeq    uint64 // highest session seq returned (or the cursor)
+	out       []Event
+	retries   int
+}
+
+// fetch reads one batch; done says the replay is complete. The fetch has
+// its own context, cancelled and drained before returning, so the client
+// library's fetch goroutine never outlives the call.
+func (r *replay) fetch(ctx context.Context, cons jetstream.Consumer) (done bool, err error) {
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	batch, err := cons.Fetch(replayBatch, jetstream.FetchContext(fctx))
+	if err != nil {
+		cancel()
+		return false, fmt.Errorf("cluster: replaying session %s: %w", r.sessionID, err)
+	}
+	defer func() {
+		cancel()
+		for range batch.Messages() {
+		}
+	}()
+	got := 0
+	for m := range batch.Messages() {
+		got++
+		md, err := m.Metadata()
+		if err != nil {
+			return false, fmt.Errorf("cluster: replaying session %s: %w", r.sessionID, err)
+		}
+		ev, err := parseEvent(m.Subject(), m.Headers(), md.Sequence.Stream, m.Data())
+		if err != nil {
+			return false, err
+		}
+		if ev.Seq > r.maxSeq {
+			r.out = append(r.out, ev)
+			r.maxSeq = ev.Seq
+		}
+		if md.Sequence.Stream >= r.last {
+			return true, nil
+		}
+	}
+	if err := batch.Error(); err != nil {
+		// In a cluster the new consumer's interest may not have reached
+		// this client's server yet.
+		if errors.Is(err, nats.ErrNoResponders) && got == 0 && r.retries < 50 {
+			r.retries++
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+			return false, nil
+		}
+		if errors.Is(err, context.DeadlineExceeded) && got > 0 && ctx.Err() == nil {
+			return false, nil // this fetch's own time ran out; go on
+		}
+		return false, fmt.Errorf("cluster: replaying session %s after seq %d: %w", r.sessionID, r.maxSeq, err)
+	}
+	if got == 0 {
+		if err := ctx.Err(); err != nil {
+			return false, fmt.Errorf("cluster: replaying session %s after seq %d: %w", r.sessionID, r.maxSeq, err)
+		}
+		// The events up to the last one seen at the start were removed
+		// meanwhile (limits, purge): nothing more to return.
+		return true, nil
+	}
+	return false, nil
 }
 
 // firstAfter finds the stream position of the session's first event with a
