@@ -288,6 +288,96 @@ func TestRenewalReportsLostLease(t *testing.T) {
 	}
 }
 
+// forceTakeover makes b the owner of a session a still believes it owns,
+// as a takeover a did not notice (renewals paused) looks from a's side.
+func forceTakeover(ctx context.Context, t *testing.T, a, b *Node, id string) *Lease {
+	t.Helper()
+	a.renewPaused.Store(true)
+	rev, err := b.kv.Put(ctx, id, b.value(0, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.newLease(ctx, id, rev, rev, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lb
+}
+
+// TestStreamFencesStaleOwner checks that the event stream itself refuses
+// a stale owner's event, before the stale owner has noticed anything.
+func TestStreamFencesStaleOwner(t *testing.T) {
+	ctx := ctxT(t)
+	t.Run("new owner published first", func(t *testing.T) {
+		ns := nodes(t, "a", "b")
+		a, b := ns[0], ns[1]
+		la, err := a.Acquire(ctx, "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Publish(ctx, "s1", 1, []byte("a1")); err != nil {
+			t.Fatal(err)
+		}
+		lb := forceTakeover(ctx, t, a, b, "s1")
+		if _, err := b.Publish(ctx, "s1", 2, []byte("b2")); err != nil {
+			t.Fatal(err)
+		}
+		var stale *StaleError
+		if _, err := a.Publish(ctx, "s1", 2, []byte("a2")); !errors.As(err, &stale) || stale.Owner != "b" {
+			t.Fatalf("stale owner's Publish: %v, want StaleError naming b", err)
+		}
+		if !errors.As(la.Err(), &stale) {
+			t.Fatalf("stale lease still live: %v", la.Err())
+		}
+		if _, err := b.Publish(ctx, "s1", 3, []byte("b3")); err != nil {
+			t.Fatal(err)
+		}
+		evs, err := b.Replay(ctx, "s1", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprint([]string{
+			fmt.Sprintf("1 a1 %d", la.Epoch()), fmt.Sprintf("2 b2 %d", lb.Epoch()), fmt.Sprintf("3 b3 %d", lb.Epoch())})
+		if got := fmt.Sprint(eventKeys(evs)); got != want {
+			t.Fatalf("events: %s, want %s", got, want)
+		}
+	})
+	t.Run("old owner published first", func(t *testing.T) {
+		ns := nodes(t, "a", "b")
+		a, b := ns[0], ns[1]
+		la, err := a.Acquire(ctx, "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lb := forceTakeover(ctx, t, a, b, "s1")
+		// a writes before b's first event: the stream has nothing newer to
+		// refuse it with, so it stays, and b must not reuse its seq (the
+		// duplicate check would drop b's event in its place).
+		if _, err := a.Publish(ctx, "s1", 1, []byte("a1")); err != nil {
+			t.Fatal(err)
+		}
+		var taken *SeqTakenError
+		if dup, err := b.Publish(ctx, "s1", 1, []byte("b1")); !errors.As(err, &taken) || taken.Last != 1 || taken.Node != "a" {
+			t.Fatalf("new owner reusing the old owner's seq: dup %v, %v; want SeqTakenError", dup, err)
+		}
+		if _, err := b.Publish(ctx, "s1", 2, []byte("b2")); err != nil {
+			t.Fatal(err)
+		}
+		var stale *StaleError
+		if _, err := a.Publish(ctx, "s1", 3, []byte("a3")); !errors.As(err, &stale) {
+			t.Fatalf("stale owner's Publish after the new owner's: %v, want StaleError", err)
+		}
+		evs, err := a.Replay(ctx, "s1", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprint([]string{fmt.Sprintf("1 a1 %d", la.Epoch()), fmt.Sprintf("2 b2 %d", lb.Epoch())})
+		if got := fmt.Sprint(eventKeys(evs)); got != want {
+			t.Fatalf("events: %s, want %s", got, want)
+		}
+	})
+}
+
 func TestRequestRouting(t *testing.T) {
 	ns := nodes(t, "a", "b")
 	a, b := ns[0], ns[1]
@@ -567,5 +657,36 @@ func TestTwoClusteredServers(t *testing.T) {
 	evs, err := b.Replay(ctx, "s1", 1)
 	if err != nil || len(evs) != 2 || evs[0].Seq != 2 || evs[1].Seq != 3 {
 		t.Fatalf("Replay across servers: %v, %v", evs, err)
+	}
+}
+
+// TestPublishRetryAfterLostAck retries an event whose first publish was
+// stored but whose ack never arrived (played by rewinding what the owner
+// knows of the stream): the retry is reported as a duplicate, not refused.
+func TestPublishRetryAfterLostAck(t *testing.T) {
+	a := nodes(t, "a")[0]
+	ctx := ctxT(t)
+	la, err := a.Acquire(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Publish(ctx, "s1", 1, []byte("e1")); err != nil {
+		t.Fatal(err)
+	}
+	before := la.evLast
+	if _, err := a.Publish(ctx, "s1", 2, []byte("e2")); err != nil {
+		t.Fatal(err)
+	}
+	la.evLast = before // the ack of event 2 was "lost"
+	dup, err := a.Publish(ctx, "s1", 2, []byte("e2"))
+	if err != nil || !dup {
+		t.Fatalf("retry of a stored event: dup %v, %v; want a duplicate", dup, err)
+	}
+	if _, err := a.Publish(ctx, "s1", 3, []byte("e3")); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := a.Replay(ctx, "s1", 0)
+	if err != nil || len(evs) != 3 {
+		t.Fatalf("events: %v, %v", eventKeys(evs), err)
 	}
 }

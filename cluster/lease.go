@@ -95,6 +95,10 @@ type Lease struct {
 
 	write sync.Mutex // serializes the bucket writes of Renew and Release
 
+	pub     sync.Mutex // serializes Publish, and guards the two fields below
+	evLast  lastEvent  // the session's last event, as this owner knows it
+	evKnown bool       // evLast was read from the stream
+
 	mu       sync.Mutex
 	rev      uint64    // the bucket revision of our latest write
 	deadline time.Time // past it (monotonic clock) the lease may be someone else's

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -145,26 +146,133 @@ type Event struct {
 }
 
 // Publish appends a session event to the stream. This node must hold the
-// session's live lease (checked locally, without a round trip; call
-// Lease.Valid first where a stale write would do harm). seq is the
-// session's event seq: the stream drops a second event with the same
-// session and seq within its duplicate window, which makes a retried
-// publish safe; Publish then reports duplicate true.
+// session's live lease. The stream itself fences the write: each publish
+// expects the session's last stream position this owner knows of, so once
+// another owner has published, a stale owner's event is refused (a
+// *StaleError, and the lease ends) even if the stale owner has not noticed
+// yet. seq is the session's event seq: the stream drops a second event
+// with the same session and seq within its duplicate window, which makes a
+// retried publish safe; Publish then reports duplicate true. Publishes for
+// one session are serialized.
 func (n *Node) Publish(ctx context.Context, sessionID string, seq uint64, payload []byte) (duplicate bool, err error) {
 	l := n.Lease(sessionID)
 	if l == nil || l.Err() != nil {
 		return false, &NotOwnerError{SessionID: sessionID, Node: n.cfg.NodeID}
 	}
-	m := nats.NewMsg(evPrefix + sessionID)
-	m.Data = payload
-	m.Header.Set(hdrSeq, strconv.FormatUint(seq, 10))
-	m.Header.Set(hdrEpoch, strconv.FormatUint(l.epoch, 10))
-	m.Header.Set(hdrNode, n.cfg.NodeID)
-	ack, err := n.js.PublishMsg(ctx, m, jetstream.WithMsgID(sessionID+":"+strconv.FormatUint(seq, 10)))
-	if err != nil {
-		return false, fmt.Errorf("cluster: publishing event %d of session %s: %w", seq, sessionID, err)
+	return l.publish(ctx, seq, payload)
+}
+
+func (l *Lease) publish(ctx context.Context, seq uint64, payload []byte) (bool, error) {
+	n := l.node
+	l.pub.Lock()
+	defer l.pub.Unlock()
+	l.mu.Lock()
+	deadline := l.deadline
+	l.mu.Unlock()
+	if time.Now().After(deadline) {
+		return false, l.lose("it was not renewed in time", "", 0)
 	}
-	return ack.Duplicate, nil
+	subject := evPrefix + l.sessionID
+	if !l.evKnown {
+		if err := l.readLastEvent(ctx); err != nil {
+			return false, fmt.Errorf("cluster: publishing event %d of session %s: %w", seq, l.sessionID, err)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		if err := l.checkLastEvent(seq); err != nil {
+			return false, err
+		}
+		m := nats.NewMsg(subject)
+		m.Data = payload
+		m.Header.Set(hdrSeq, strconv.FormatUint(seq, 10))
+		m.Header.Set(hdrEpoch, strconv.FormatUint(l.epoch, 10))
+		m.Header.Set(hdrNode, n.cfg.NodeID)
+		ack, err := n.js.PublishMsg(ctx, m,
+			jetstream.WithMsgID(l.sessionID+":"+strconv.FormatUint(seq, 10)),
+			jetstream.WithExpectLastSequencePerSubject(l.evLast.pos))
+		if err == nil {
+			if ack.Sequence > l.evLast.pos {
+				l.evLast = lastEvent{pos: ack.Sequence, seq: seq, epoch: l.epoch, node: n.cfg.NodeID}
+			}
+			return ack.Duplicate, nil
+		}
+		if !isWrongLastSeq(err) || attempt > 0 {
+			return false, fmt.Errorf("cluster: publishing event %d of session %s: %w", seq, l.sessionID, err)
+		}
+		// The session's events moved past what this owner knew: read who
+		// wrote the last one and decide again.
+		if err := l.readLastEvent(ctx); err != nil {
+			return false, fmt.Errorf("cluster: publishing event %d of session %s: %w", seq, l.sessionID, err)
+		}
+	}
+}
+
+// lastEvent is what an owner knows of its session's last event.
+type lastEvent struct {
+	pos   uint64 // stream position; 0 for none
+	seq   uint64
+	epoch uint64
+	node  string
+}
+
+func (l *Lease) readLastEvent(ctx context.Context) error {
+	m, err := l.node.events.GetLastMsgForSubject(ctx, evPrefix+l.sessionID)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		l.evLast, l.evKnown = lastEvent{}, true
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ev, err := rawEvent(m)
+	if err != nil {
+		return err
+	}
+	l.evLast, l.evKnown = lastEvent{pos: m.Sequence, seq: ev.Seq, epoch: ev.Epoch, node: ev.Node}, true
+	return nil
+}
+
+// checkLastEvent decides whether event seq may follow the last one. After
+// this owner's own event, anything may (a seq already used is a retry, and
+// the duplicate check drops it). After a newer owner's, nothing may: this
+// lease is stale. After an older owner's (the one this lease took the
+// session from, writing before it noticed), only a seq above it: the same
+// seq would be dropped as a duplicate of a different event.
+func (l *Lease) checkLastEvent(seq uint64) error {
+	last := l.evLast
+	switch {
+	case last.pos == 0 || (last.epoch == l.epoch && last.node == l.node.cfg.NodeID):
+		return nil
+	case last.epoch > l.epoch:
+		return l.lose(fmt.Sprintf("node %s published event %d at epoch %d", last.node, last.seq, last.epoch), last.node, last.epoch)
+	case seq <= last.seq:
+		return &SeqTakenError{SessionID: l.sessionID, Seq: seq, Last: last.seq, Node: last.node, Epoch: last.epoch}
+	}
+	return nil
+}
+
+// SeqTakenError says the session's events already reach Last, written by a
+// previous owner: the new owner continues numbering after Last.
+type SeqTakenError struct {
+	SessionID string
+	Seq       uint64
+	Last      uint64
+	Node      string
+	Epoch     uint64
+}
+
+func (e *SeqTakenError) Error() string {
+	return fmt.Sprintf("cluster: event %d of session %s cannot be published: node %s already published up to %d at epoch %d; continue after %d",
+		e.Seq, e.SessionID, e.Node, e.Last, e.Epoch, e.Last)
+}
+
+// isWrongLastSeq tells the stream's "expected last sequence" refusal;
+// replicated streams report it with a different code.
+func isWrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // LastSeq is the seq of the session's latest event in the stream, 0 if it
