@@ -104,3 +104,59 @@ func BenchmarkReplayTail(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTakeover1000 kills a node owning 1,000 sessions (Close: no
+// release) and has another take them all over, polling as a real taker
+// would. It reports the time from the kill until the last session was
+// taken (at most TTL plus the taking itself) and the takeovers per second
+// once the leases had expired.
+func BenchmarkTakeover1000(b *testing.B) {
+	const sessions = 1000
+	const ttl = time.Second
+	b.StopTimer()
+	for range b.N {
+		e, err := embeddednats.Start(embeddednats.Config{StoreDir: b.TempDir()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		dead, err := Join(b.Context(), Config{NodeID: "dead", URL: e.ClientURL(), LeaseTTL: ttl})
+		if err != nil {
+			b.Fatal(err)
+		}
+		taker, err := Join(b.Context(), Config{NodeID: "taker", URL: e.ClientURL(), LeaseTTL: ttl})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids := make([]string, sessions)
+		for i := range ids {
+			ids[i] = "s" + strconv.Itoa(i)
+			if _, err := dead.Acquire(b.Context(), ids[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		killed := time.Now()
+		dead.Close()
+		var firstTaken time.Time
+		for len(ids) > 0 {
+			rest := ids[:0]
+			for _, id := range ids {
+				if _, err := taker.Takeover(b.Context(), id); err != nil {
+					rest = append(rest, id)
+				} else if firstTaken.IsZero() {
+					firstTaken = time.Now()
+				}
+			}
+			ids = rest
+			if len(ids) > 0 {
+				time.Sleep(ttl / 20)
+			}
+		}
+		done := time.Now()
+		b.ReportMetric(float64(done.Sub(killed).Milliseconds()), "ms-to-all-taken")
+		b.ReportMetric(sessions/done.Sub(firstTaken).Seconds(), "takeovers/s")
+		b.StopTimer()
+		taker.Close()
+		e.Shutdown()
+	}
+}
