@@ -1,0 +1,162 @@
+package cluster
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/agentd-dev/agentd/cluster/embeddednats"
+)
+
+func benchNodes(b *testing.B) (*Node, *Node) {
+	b.Helper()
+	e, err := embeddednats.Start(embeddednats.Config{StoreDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(e.Shutdown)
+	var ns [2]*Node
+	for i := range ns {
+		n, err := Join(b.Context(), Config{NodeID: "n" + strconv.Itoa(i), URL: e.ClientURL(), LeaseTTL: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { n.Close() })
+		ns[i] = n
+	}
+	return ns[0], ns[1]
+}
+
+// BenchmarkRequest is a command from one node to a session owned by another.
+func BenchmarkRequest(b *testing.B) {
+	owner, client := benchNodes(b)
+	ctx := b.Context()
+	if _, err := owner.Acquire(ctx, "s1"); err != nil {
+		b.Fatal(err)
+	}
+	if err := owner.Serve("s1", func(_ context.Context, p []byte) ([]byte, error) { return p, nil }); err != nil {
+		b.Fatal(err)
+	}
+	payload := []byte(`{"type":"prompt","message":"hi"}`)
+	for b.Loop() {
+		if _, err := client.Request(ctx, "s1", payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPublish is one event into the stream, acknowledged.
+func BenchmarkPublish(b *testing.B) {
+	owner, _ := benchNodes(b)
+	ctx := b.Context()
+	if _, err := owner.Acquire(ctx, "s1"); err != nil {
+		b.Fatal(err)
+	}
+	payload := make([]byte, 256)
+	var seq uint64
+	for b.Loop() {
+		seq++
+		if _, err := owner.Publish(ctx, "s1", seq, payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRenew is one lease renewal; the renewal goroutine does this for
+// every held session each TTL/3, so sessions per node per second of
+// renewal work is about 1/this.
+func BenchmarkRenew(b *testing.B) {
+	owner, _ := benchNodes(b)
+	ctx := b.Context()
+	l, err := owner.Acquire(ctx, "s1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if err := l.Renew(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReplayTail resumes near the end of a long session among others.
+func BenchmarkReplayTail(b *testing.B) {
+	owner, reader := benchNodes(b)
+	ctx := b.Context()
+	for _, id := range []string{"s1", "other"} {
+		if _, err := owner.Acquire(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const n = 2000
+	for seq := uint64(1); seq <= n; seq++ {
+		for _, id := range []string{"s1", "other"} {
+			if _, err := owner.Publish(ctx, id, seq, []byte("event")); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for b.Loop() {
+		evs, err := reader.Replay(ctx, "s1", n-10)
+		if err != nil || len(evs) != 10 {
+			b.Fatalf("%d events, %v", len(evs), err)
+		}
+	}
+}
+
+// BenchmarkTakeover1000 kills a node owning 1,000 sessions (Close: no
+// release) and has another take them all over, polling as a real taker
+// would. It reports the time from the kill until the last session was
+// taken (at most TTL plus the taking itself) and the takeovers per second
+// once the leases had expired.
+func BenchmarkTakeover1000(b *testing.B) {
+	const sessions = 1000
+	const ttl = time.Second
+	b.StopTimer()
+	for range b.N {
+		e, err := embeddednats.Start(embeddednats.Config{StoreDir: b.TempDir()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		dead, err := Join(b.Context(), Config{NodeID: "dead", URL: e.ClientURL(), LeaseTTL: ttl})
+		if err != nil {
+			b.Fatal(err)
+		}
+		taker, err := Join(b.Context(), Config{NodeID: "taker", URL: e.ClientURL(), LeaseTTL: ttl})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids := make([]string, sessions)
+		for i := range ids {
+			ids[i] = "s" + strconv.Itoa(i)
+			if _, err := dead.Acquire(b.Context(), ids[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		killed := time.Now()
+		dead.Close()
+		var firstTaken time.Time
+		for len(ids) > 0 {
+			rest := ids[:0]
+			for _, id := range ids {
+				if _, err := taker.Takeover(b.Context(), id); err != nil {
+					rest = append(rest, id)
+				} else if firstTaken.IsZero() {
+					firstTaken = time.Now()
+				}
+			}
+			ids = rest
+			if len(ids) > 0 {
+				time.Sleep(ttl / 20)
+			}
+		}
+		done := time.Now()
+		b.ReportMetric(float64(done.Sub(killed).Milliseconds()), "ms-to-all-taken")
+		b.ReportMetric(sessions/done.Sub(firstTaken).Seconds(), "takeovers/s")
+		b.StopTimer()
+		taker.Close()
+		e.Shutdown()
+	}
+}

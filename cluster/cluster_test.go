@@ -1,0 +1,692 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/agentd-dev/agentd/cluster/embeddednats"
+)
+
+// These tests run real NATS servers in the process on 127.0.0.1. They use
+// short lease TTLs and poll with deadlines instead of testing/synctest:
+// synctest's fake clock cannot govern NATS's network I/O or the server's
+// own goroutines, which would leave the bubble.
+
+const testTTL = 300 * time.Millisecond
+
+func startServer(t *testing.T) *embeddednats.Server {
+	t.Helper()
+	e, err := embeddednats.Start(embeddednats.Config{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	return e
+}
+
+func join(t *testing.T, url, id string) *Node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	n, err := Join(ctx, Config{NodeID: id, URL: url, LeaseTTL: testTTL, RequestTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// nodes starts one embedded server and the given nodes on it. goleak is
+// checked after everything the test started has been stopped.
+func nodes(t *testing.T, ids ...string) []*Node {
+	t.Helper()
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	srv := startServer(t)
+	out := make([]*Node, len(ids))
+	for i, id := range ids {
+		out[i] = join(t, srv.ClientURL(), id)
+	}
+	return out
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestLeaseAcquireRenewRelease(t *testing.T) {
+	ns := nodes(t, "a", "b")
+	a, b := ns[0], ns[1]
+	ctx := ctxT(t)
+
+	la, err := a.Acquire(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if la.Epoch() == 0 || la.SessionID() != "s1" || la.Err() != nil {
+		t.Fatalf("lease: epoch %d session %q err %v", la.Epoch(), la.SessionID(), la.Err())
+	}
+	if _, err := a.Acquire(ctx, "s1"); !errors.Is(err, ErrAlreadyHeld) {
+		t.Fatalf("second Acquire on the owner: %v, want ErrAlreadyHeld", err)
+	}
+
+	var held *HeldError
+	if _, err := b.Acquire(ctx, "s1"); !errors.As(err, &held) || held.Owner != "a" || held.Epoch != la.Epoch() {
+		t.Fatalf("Acquire of a held lease: %v, want HeldError naming a at epoch %d", err, la.Epoch())
+	}
+
+	// Outlive several TTLs: the renewal goroutine keeps the lease, so it
+	// stays valid and cannot be taken over.
+	time.Sleep(3 * testTTL)
+	if err := la.Valid(ctx); err != nil {
+		t.Fatalf("Valid after renewals: %v", err)
+	}
+	if err := la.Renew(ctx); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	if _, err := b.Takeover(ctx, "s1"); !errors.As(err, &held) {
+		t.Fatalf("Takeover of a live lease: %v, want HeldError", err)
+	}
+	if la.Epoch() != held.Epoch {
+		t.Fatalf("renewals changed the epoch: %d, then %d", la.Epoch(), held.Epoch)
+	}
+
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-la.Done():
+	default:
+		t.Fatal("Done not closed after Release")
+	}
+	if !errors.Is(la.Err(), ErrReleased) || !errors.Is(la.Release(ctx), ErrReleased) || a.Lease("s1") != nil {
+		t.Fatalf("after Release: Err %v, Lease %v", la.Err(), a.Lease("s1"))
+	}
+
+	lb, err := b.Acquire(ctx, "s1")
+	if err != nil {
+		t.Fatalf("Acquire after release: %v", err)
+	}
+	if lb.Epoch() <= la.Epoch() {
+		t.Fatalf("epoch after release and re-acquire: %d, not above %d", lb.Epoch(), la.Epoch())
+	}
+	if err := la.Fence().Admit(lb.Epoch()); err == nil {
+		t.Fatal("the released owner's fence admitted a write after the new owner's")
+	}
+}
+
+func TestLeaseBadSessionID(t *testing.T) {
+	a := nodes(t, "a")[0]
+	ctx := ctxT(t)
+	for _, id := range []string{"", "a.b", "a*", ">", "has space", strings.Repeat("x", 201)} {
+		if _, err := a.Acquire(ctx, id); err == nil || !strings.Contains(err.Error(), "session id") {
+			t.Errorf("Acquire(%q): %v, want an error naming the session id", id, err)
+		}
+		if _, err := a.Request(ctx, id, nil); err == nil {
+			t.Errorf("Request(%q) succeeded", id)
+		}
+	}
+}
+
+func TestTakeoverAfterOwnerStopsRenewing(t *testing.T) {
+	ns := nodes(t, "a", "b", "c")
+	a, b, c := ns[0], ns[1], ns[2]
+	ctx := ctxT(t)
+
+	la, err := a.Acquire(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Serve("s1", func(context.Context, []byte) ([]byte, error) { return []byte("a"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Publish(ctx, "s1", 1, []byte("from a")); err != nil {
+		t.Fatal(err)
+	}
+
+	// a freezes: it keeps its connection and believes it owns s1, but no
+	// longer renews.
+	a.renewPaused.Store(true)
+	frozen := time.Now()
+	var lb *Lease
+	deadline := time.Now().Add(10 * testTTL)
+	for {
+		lb, err = b.Takeover(ctx, "s1")
+		if err == nil {
+			break
+		}
+		var held *HeldError
+		if !errors.As(err, &held) {
+			t.Fatalf("Takeover: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no takeover %s after the owner stopped renewing: %v", 10*testTTL, err)
+		}
+		time.Sleep(testTTL / 10)
+	}
+	took := time.Since(frozen)
+	t.Logf("takeover %s after the owner stopped renewing (TTL %s)", took.Round(time.Millisecond), testTTL)
+	// The lease was last renewed at most TTL/3 before the freeze.
+	if took > testTTL+testTTL/3+testTTL {
+		t.Errorf("takeover took %s, want within about one TTL (%s)", took, testTTL)
+	}
+	if lb.Epoch() <= la.Epoch() {
+		t.Fatalf("new epoch %d not above the old owner's %d", lb.Epoch(), la.Epoch())
+	}
+
+	// The old owner finds out before writing, and its fence is refused.
+	var stale *StaleError
+	if err := la.Valid(ctx); !errors.As(err, &stale) || stale.Epoch != la.Epoch() {
+		t.Fatalf("old owner's Valid: %v, want StaleError at epoch %d", err, la.Epoch())
+	}
+	if err := la.Fence().Admit(lb.Epoch()); !errors.As(err, &stale) {
+		t.Fatalf("old owner's fence against the new epoch: %v, want StaleError", err)
+	}
+	if err := lb.Fence().Admit(la.Epoch()); err != nil {
+		t.Fatalf("new owner's fence against the old epoch: %v", err)
+	}
+	select {
+	case <-la.Done():
+	default:
+		t.Fatal("old lease's Done still open")
+	}
+	var notOwner *NotOwnerError
+	if _, err := a.Publish(ctx, "s1", 2, []byte("stale")); !errors.As(err, &notOwner) {
+		t.Fatalf("stale owner's Publish: %v, want NotOwnerError", err)
+	}
+
+	// Commands now reach the new owner only: the old one stopped serving
+	// when it learnt it lost the lease.
+	if _, err := c.Request(ctx, "s1", nil); !errors.As(err, new(*NoOwnerError)) {
+		t.Fatalf("Request before the new owner serves: %v, want NoOwnerError", err)
+	}
+	if err := b.Serve("s1", func(context.Context, []byte) ([]byte, error) { return []byte("b"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Request(ctx, "s1", nil); err != nil || string(got) != "b" {
+		t.Fatalf("Request after takeover: %q, %v; want b", got, err)
+	}
+
+	// The new owner continues the session's events where they stopped.
+	last, err := b.LastSeq(ctx, "s1")
+	if err != nil || last != 1 {
+		t.Fatalf("LastSeq: %d, %v; want 1", last, err)
+	}
+	if _, err := b.Publish(ctx, "s1", last+1, []byte("from b")); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := c.Replay(ctx, "s1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"1 from a " + strconv.FormatUint(la.Epoch(), 10), "2 from b " + strconv.FormatUint(lb.Epoch(), 10)}
+	if got := eventKeys(evs); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("events after takeover: %v, want %v", got, want)
+	}
+}
+
+// TestValidReadsTheBucket changes the bucket under an owner whose lease
+// has not run out locally: only reading the bucket can tell it lost.
+func TestValidReadsTheBucket(t *testing.T) {
+	ns := nodes(t, "a", "b")
+	a, b := ns[0], ns[1]
+	ctx := ctxT(t)
+	a.renewPaused.Store(true) // so only Valid can notice
+	la, err := a.Acquire(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Valid(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.kv.Put(ctx, "s1", b.value(0, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	var stale *StaleError
+	if err := la.Valid(ctx); !errors.As(err, &stale) || stale.Owner != "b" || stale.CurrentEpoch <= la.Epoch() {
+		t.Fatalf("Valid after the bucket changed: %v, want StaleError naming b at a later epoch", err)
+	}
+	if !errors.As(la.Err(), &stale) {
+		t.Fatalf("lease Err after Valid found it stale: %v", la.Err())
+	}
+}
+
+// TestRenewalReportsLostLease changes the bucket under a live owner (as a
+// takeover forced by an operator would) and checks that the renewal
+// goroutine, not a caller, finds out and ends the lease.
+func TestRenewalReportsLostLease(t *testing.T) {
+	ns := nodes(t, "a", "b")
+	a, b := ns[0], ns[1]
+	ctx := ctxT(t)
+	la, err := a.Acquire(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.kv.Put(ctx, "s1", b.value(0, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-la.Done():
+	case <-time.After(5 * testTTL):
+		t.Fatal("the renewal goroutine did not report the lost lease")
+	}
+	var stale *StaleError
+	if !errors.As(la.Err(), &stale) || stale.Owner != "b" {
+		t.Fatalf("lost lease's Err: %v, want StaleError naming b", la.Err())
+	}
+	if a.Lease("s1") != nil {
+		t.Fatal("the lost lease is still tracked")
+	}
+}
+
+// forceTakeover makes b the owner of a session a still believes it owns,
+// as a takeover a did not notice (renewals paused) looks from a's side.
+func forceTakeover(ctx context.Context, t *testing.T, a, b *Node, id string) *Lease {
+	t.Helper()
+	a.renewPaused.Store(true)
+	rev, err := b.kv.Put(ctx, id, b.value(0, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.newLease(ctx, id, rev, rev, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lb
+}
+
+// TestStreamFencesStaleOwner checks that the event stream itself refuses
+// a stale owner's event, before the stale owner has noticed anything.
+func TestStreamFencesStaleOwner(t *testing.T) {
+	ctx := ctxT(t)
+	t.Run("new owner published first", func(t *testing.T) {
+		ns := nodes(t, "a", "b")
+		a, b := ns[0], ns[1]
+		la, err := a.Acquire(ctx, "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Publish(ctx, "s1", 1, []byte("a1")); err != nil {
+			t.Fatal(err)
+		}
+		lb := forceTakeover(ctx, t, a, b, "s1")
+		if _, err := b.Publish(ctx, "s1", 2, []byte("b2")); err != nil {
+			t.Fatal(err)
+		}
+		var stale *StaleError
+		if _, err := a.Publish(ctx, "s1", 2, []byte("a2")); !errors.As(err, &stale) || stale.Owner != "b" {
+			t.Fatalf("stale owner's Publish: %v, want StaleError naming b", err)
+		}
+		if !errors.As(la.Err(), &stale) {
+			t.Fatalf("stale lease still live: %v", la.Err())
+		}
+		if _, err := b.Publish(ctx, "s1", 3, []byte("b3")); err != nil {
+			t.Fatal(err)
+		}
+		evs, err := b.Replay(ctx, "s1", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprint([]string{
+			fmt.Sprintf("1 a1 %d", la.Epoch()), fmt.Sprintf("2 b2 %d", lb.Epoch()), fmt.Sprintf("3 b3 %d", lb.Epoch())})
+		if got := fmt.Sprint(eventKeys(evs)); got != want {
+			t.Fatalf("events: %s, want %s", got, want)
+		}
+	})
+	t.Run("old owner published first", func(t *testing.T) {
+		ns := nodes(t, "a", "b")
+		a, b := ns[0], ns[1]
+		la, err := a.Acquire(ctx, "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lb := forceTakeover(ctx, t, a, b, "s1")
+		// a writes before b's first event: the stream has nothing newer to
+		// refuse it with, so it stays, and b must not reuse its seq (the
+		// duplicate check would drop b's event in its place).
+		if _, err := a.Publish(ctx, "s1", 1, []byte("a1")); err != nil {
+			t.Fatal(err)
+		}
+		var taken *SeqTakenError
+		if dup, err := b.Publish(ctx, "s1", 1, []byte("b1")); !errors.As(err, &taken) || taken.Last != 1 || taken.Node != "a" {
+			t.Fatalf("new owner reusing the old owner's seq: dup %v, %v; want SeqTakenError", dup, err)
+		}
+		if _, err := b.Publish(ctx, "s1", 2, []byte("b2")); err != nil {
+			t.Fatal(err)
+		}
+		var stale *StaleError
+		if _, err := a.Publish(ctx, "s1", 3, []byte("a3")); !errors.As(err, &stale) {
+			t.Fatalf("stale owner's Publish after the new owner's: %v, want StaleError", err)
+		}
+		evs, err := a.Replay(ctx, "s1", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprint([]string{fmt.Sprintf("1 a1 %d", la.Epoch()), fmt.Sprintf("2 b2 %d", lb.Epoch())})
+		if got := fmt.Sprint(eventKeys(evs)); got != want {
+			t.Fatalf("events: %s, want %s", got, want)
+		}
+	})
+}
+
+func TestRequestRouting(t *testing.T) {
+	ns := nodes(t, "a", "b")
+	a, b := ns[0], ns[1]
+	ctx := ctxT(t)
+
+	var notOwner *NotOwnerError
+	if err := a.Serve("s1", nil); !errors.As(err, &notOwner) {
+		t.Fatalf("Serve without the lease: %v, want NotOwnerError", err)
+	}
+	la, err := a.Acquire(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = a.Serve("s1", func(ctx context.Context, p []byte) ([]byte, error) {
+		if string(p) == "fail" {
+			return nil, errors.New("the tool is not allowed")
+		}
+		return append([]byte("a got "), p...), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Serve("s1", nil); err == nil {
+		t.Fatal("a second Serve on one lease succeeded")
+	}
+
+	tests := []struct {
+		name    string
+		from    *Node
+		session string
+		payload string
+		want    string
+		check   func(error) bool
+	}{
+		{"from another node", b, "s1", "hi", "a got hi", nil},
+		{"from the owner", a, "s1", "me", "a got me", nil},
+		{"handler error", b, "s1", "fail", "", func(err error) bool {
+			var re *RemoteError
+			return errors.As(err, &re) && re.Node == "a" && re.Message == "the tool is not allowed"
+		}},
+		{"nobody owns it", b, "s2", "hi", "", func(err error) bool {
+			var no *NoOwnerError
+			return errors.As(err, &no) && no.SessionID == "s2"
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			got, err := tc.from.Request(ctx, tc.session, []byte(tc.payload))
+			if tc.check != nil {
+				if !tc.check(err) {
+					t.Fatalf("error %v (%T) is not the one expected", err, err)
+				}
+				// No responders is answered by the server, not by a timeout.
+				if time.Since(start) > time.Second {
+					t.Errorf("failing took %s", time.Since(start))
+				}
+				return
+			}
+			if err != nil || string(got) != tc.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Request(ctx, "s1", []byte("hi")); !errors.As(err, new(*NoOwnerError)) {
+		t.Fatalf("Request after release: %v, want NoOwnerError", err)
+	}
+}
+
+func TestRequestTimeout(t *testing.T) {
+	ns := nodes(t, "a", "b")
+	a, b := ns[0], ns[1]
+	ctx := ctxT(t)
+	if _, err := a.Acquire(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Serve("s1", func(ctx context.Context, _ []byte) ([]byte, error) {
+		<-ctx.Done() // until the lease ends (a.Close in cleanup)
+		return nil, ctx.Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := b.Request(rctx, "s1", nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Request to a stuck owner: %v, want DeadlineExceeded", err)
+	}
+}
+
+func eventKeys(evs []Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = fmt.Sprintf("%d %s %d", e.Seq, e.Data, e.Epoch)
+	}
+	return out
+}
+
+func TestEventsReplay(t *testing.T) {
+	ns := nodes(t, "a", "b")
+	a, b := ns[0], ns[1]
+	ctx := ctxT(t)
+	la, err := a.Acquire(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Acquire(ctx, "other"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	for seq := uint64(1); seq <= n; seq++ {
+		if dup, err := a.Publish(ctx, "s1", seq, []byte("e"+strconv.FormatUint(seq, 10))); err != nil || dup {
+			t.Fatalf("Publish %d: dup %v, %v", seq, dup, err)
+		}
+		// Another session's events interleave in the stream.
+		if _, err := a.Publish(ctx, "other", seq, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if seq%10 == 3 {
+			// A retried publish of an event already kept is dropped.
+			dup, err := a.Publish(ctx, "s1", seq, []byte("retry"))
+			if err != nil || !dup {
+				t.Fatalf("republish of %d: dup %v, %v; want a duplicate", seq, dup, err)
+			}
+		}
+	}
+	var notOwner *NotOwnerError
+	if _, err := b.Publish(ctx, "s1", n+1, nil); !errors.As(err, &notOwner) {
+		t.Fatalf("Publish by a node without the lease: %v, want NotOwnerError", err)
+	}
+
+	wantFrom := func(after uint64) []string {
+		var w []string
+		for s := after + 1; s <= n; s++ {
+			w = append(w, fmt.Sprintf("%d e%d %d", s, s, la.Epoch()))
+		}
+		return w
+	}
+	for _, after := range []uint64{0, 1, 4, 13, 20, 39, 40, 100} {
+		t.Run("after "+strconv.FormatUint(after, 10), func(t *testing.T) {
+			evs, err := b.Replay(ctx, "s1", after)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := eventKeys(evs), wantFrom(after); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("Replay after %d:\n got %v\nwant %v", after, got, want)
+			}
+			for _, e := range evs {
+				if e.Node != "a" {
+					t.Fatalf("event %d from node %q", e.Seq, e.Node)
+				}
+			}
+		})
+	}
+	if evs, err := b.Replay(ctx, "nothing-here", 0); err != nil || len(evs) != 0 {
+		t.Fatalf("Replay of a session without events: %v, %v", evs, err)
+	}
+	if last, err := b.LastSeq(ctx, "s1"); err != nil || last != n {
+		t.Fatalf("LastSeq: %d, %v; want %d", last, err, n)
+	}
+}
+
+func TestDrainHandsSessionsOver(t *testing.T) {
+	ns := nodes(t, "a", "b")
+	a, b := ns[0], ns[1]
+	ctx := ctxT(t)
+	var leases []*Lease
+	for _, id := range []string{"s1", "s2", "s3"} {
+		l, err := a.Acquire(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	if err := a.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases {
+		if !errors.Is(l.Err(), ErrReleased) {
+			t.Fatalf("%s after Drain: %v, want ErrReleased", l.SessionID(), l.Err())
+		}
+		// At once, not after a TTL.
+		if _, err := b.Acquire(ctx, l.SessionID()); err != nil {
+			t.Fatalf("Acquire of a drained session: %v", err)
+		}
+	}
+	if _, err := a.Acquire(ctx, "s4"); !errors.Is(err, ErrNodeClosed) {
+		t.Fatalf("Acquire on a closed node: %v, want ErrNodeClosed", err)
+	}
+}
+
+func TestCloseEndsLeasesWithoutReleasing(t *testing.T) {
+	ns := nodes(t, "a", "b")
+	a, b := ns[0], ns[1]
+	ctx := ctxT(t)
+	la, err := a.Acquire(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if !errors.Is(la.Err(), ErrNodeClosed) {
+		t.Fatalf("lease after Close: %v, want ErrNodeClosed", la.Err())
+	}
+	// As after a crash, the lease stays until it expires.
+	var held *HeldError
+	if _, err := b.Takeover(ctx, "s1"); !errors.As(err, &held) {
+		t.Fatalf("Takeover right after Close: %v, want HeldError", err)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// TestTwoClusteredServers runs two embedded servers forming one JetStream
+// cluster, with a node on each: the lease bucket, command routing and the
+// event stream work across the route between them.
+func TestTwoClusteredServers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("forming a JetStream cluster takes seconds")
+	}
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	r1, r2 := freeAddr(t), freeAddr(t)
+	routes := []string{"nats://" + r1, "nats://" + r2}
+	var srvs [2]*embeddednats.Server
+	for i, r := range []string{r1, r2} {
+		e, err := embeddednats.Start(embeddednats.Config{
+			StoreDir: t.TempDir(), ServerName: "n" + strconv.Itoa(i+1),
+			ClusterName: "agentd-test", ClusterListen: r, Routes: routes,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Shutdown)
+		srvs[i] = e
+	}
+	a := join(t, srvs[0].ClientURL(), "a")
+	b := join(t, srvs[1].ClientURL(), "b")
+	ctx := ctxT(t)
+
+	if _, err := a.Acquire(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Acquire(ctx, "s1"); !errors.As(err, new(*HeldError)) {
+		t.Fatalf("Acquire across servers: %v, want HeldError", err)
+	}
+	if err := a.Serve("s1", func(_ context.Context, p []byte) ([]byte, error) { return p, nil }); err != nil {
+		t.Fatal(err)
+	}
+	// Interest crosses the route asynchronously.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := b.Request(ctx, "s1", []byte("ping"))
+		if err == nil && string(got) == "ping" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Request across servers: %q, %v", got, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for seq := uint64(1); seq <= 3; seq++ {
+		if _, err := a.Publish(ctx, "s1", seq, []byte("e")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := b.Replay(ctx, "s1", 1)
+	if err != nil || len(evs) != 2 || evs[0].Seq != 2 || evs[1].Seq != 3 {
+		t.Fatalf("Replay across servers: %v, %v", evs, err)
+	}
+}
+
+// TestPublishRetryAfterLostAck retries an event whose first publish was
+// stored but whose ack never arrived (played by rewinding what the owner
+// knows of the stream): the retry is reported as a duplicate, not refused.
+func TestPublishRetryAfterLostAck(t *testing.T) {
+	a := nodes(t, "a")[0]
+	ctx := ctxT(t)
+	la, err := a.Acquire(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Publish(ctx, "s1", 1, []byte("e1")); err != nil {
+		t.Fatal(err)
+	}
+	before := la.evLast
+	if _, err := a.Publish(ctx, "s1", 2, []byte("e2")); err != nil {
+		t.Fatal(err)
+	}
+	la.evLast = before // the ack of event 2 was "lost"
+	dup, err := a.Publish(ctx, "s1", 2, []byte("e2"))
+	if err != nil || !dup {
+		t.Fatalf("retry of a stored event: dup %v, %v; want a duplicate", dup, err)
+	}
+	if _, err := a.Publish(ctx, "s1", 3, []byte("e3")); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := a.Replay(ctx, "s1", 0)
+	if err != nil || len(evs) != 3 {
+		t.Fatalf("events: %v, %v", eventKeys(evs), err)
+	}
+}

@@ -1,0 +1,354 @@
+// Package cluster is the foundation for running agentd as several nodes on
+// NATS JetStream: which node owns a session (leases in a KV bucket, with an
+// epoch to fence a stale owner's writes), how a command reaches the owner
+// (request/reply on a per-session subject) and how a session's events are
+// kept so a client of any node can resume by seq (a stream with dedupe by
+// message id). Package embeddednats runs the NATS server in the process
+// when there is no external one.
+//
+// Nothing here reads the environment or knows about sessions beyond their
+// ids; the serve wiring passes one Config and decides what the payloads are.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Names shared by every node of a cluster. They are fixed rather than
+// configurable so two nodes can never disagree about them.
+const (
+	// LeaseBucket is the KV bucket holding one lease per owned session.
+	LeaseBucket = "AGENTD_LEASES"
+	// EventStream is the stream keeping every session's events.
+	EventStream = "AGENTD_EVENTS"
+
+	cmdPrefix = "agentd.cmd."
+	evPrefix  = "agentd.ev."
+)
+
+// Config is everything a Node needs; the serve wiring fills it from flags.
+type Config struct {
+	// NodeID names this node in leases and event headers; required and
+	// unique in the cluster (two processes with one id would each believe
+	// the other's leases are theirs).
+	NodeID string
+	// URL is the NATS server to connect to: an external cluster's address,
+	// or embeddednats.Server.ClientURL. Several URLs may be given
+	// comma-separated.
+	URL string
+	// LeaseTTL is how long a lease lasts without renewal, so how long a dead
+	// node's sessions stay unowned. Renewal runs every LeaseTTL/3. Zero
+	// means 10s.
+	LeaseTTL time.Duration
+	// RequestTimeout bounds Request when its context has no deadline.
+	// Zero means 10s.
+	RequestTimeout time.Duration
+	// Replicas is how many copies JetStream keeps of leases and events;
+	// 1 for a single server, 3 for a production cluster. Zero means 1.
+	Replicas int
+	// EventMaxAge drops events older than this from the stream; zero keeps
+	// them until the stream's limits (none by default).
+	EventMaxAge time.Duration
+	// Logger receives the node's diagnostics; nil discards them.
+	Logger *slog.Logger
+}
+
+// Node is one agentd process's membership in the cluster: its NATS
+// connection, the leases it holds and the goroutine renewing them.
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	events jetstream.Stream
+
+	mu     sync.Mutex
+	leases map[string]*Lease // live leases by session id
+	closed bool
+
+	stopRenew context.CancelFunc
+	renewDone chan struct{}
+	ncClosed  chan struct{}
+
+	// renewPaused stops renewals without stopping anything else, so a test
+	// can play a node that froze (a long GC pause, a partition) and lose
+	// its leases to another node while it still thinks it owns them.
+	renewPaused atomic.Bool
+}
+
+var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
+
+func checkSessionID(id string) error {
+	if !sessionIDPattern.MatchString(id) {
+		return fmt.Errorf("cluster: session id %q is not usable as a NATS subject token (letters, digits, '-' and '_', at most 200)", id)
+	}
+	return nil
+}
+
+// Join connects to NATS, makes sure the lease bucket and the event stream
+// exist (creating them with this node's settings if not), and starts the
+// lease renewal goroutine. ctx bounds the setup only; Close ends the node.
+// While a clustered JetStream is still electing its leader, Join retries
+// until ctx is done.
+func Join(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.NodeID == "" {
+		return nil, errors.New("cluster: a node id is required")
+	}
+	if err := checkSessionID(cfg.NodeID); err != nil {
+		return nil, fmt.Errorf("cluster: node id %q must use letters, digits, '-' and '_' only", cfg.NodeID)
+	}
+	if cfg.URL == "" {
+		return nil, errors.New("cluster: a NATS URL is required")
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 10 * time.Second
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 10 * time.Second
+	}
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = 1
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("node", cfg.NodeID)
+
+	ncClosed := make(chan struct{})
+	nc, err := nats.Connect(cfg.URL,
+		nats.Name("agentd "+cfg.NodeID),
+		nats.ClosedHandler(func(*nats.Conn) { close(ncClosed) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subj := ""
+			if sub != nil {
+				subj = sub.Subject
+			}
+			log.Warn("cluster: NATS async error", "subject", subj, "err", err)
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: connecting to NATS at %s: %w", cfg.URL, err)
+	}
+	n := &Node{
+		cfg:       cfg,
+		log:       log,
+		nc:        nc,
+		leases:    make(map[string]*Lease),
+		renewDone: make(chan struct{}),
+		ncClosed:  ncClosed,
+	}
+	if err := n.setup(ctx); err != nil {
+		nc.Close()
+		<-ncClosed
+		return nil, err
+	}
+	renewCtx, stop := context.WithCancel(context.Background())
+	n.stopRenew = stop
+	go n.renewLoop(renewCtx)
+	return n, nil
+}
+
+func (n *Node) setup(ctx context.Context) error {
+	js, err := jetstream.New(n.nc)
+	if err != nil {
+		return fmt.Errorf("cluster: JetStream: %w", err)
+	}
+	n.js = js
+	kvCfg := jetstream.KeyValueConfig{
+		Bucket:      LeaseBucket,
+		Description: "agentd session ownership leases",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    n.cfg.Replicas,
+	}
+	evCfg := jetstream.StreamConfig{
+		Name:        EventStream,
+		Description: "agentd session events, by session",
+		Subjects:    []string{evPrefix + ">"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    n.cfg.Replicas,
+		MaxAge:      n.cfg.EventMaxAge,
+		Duplicates:  2 * time.Minute,
+		AllowDirect: true,
+	}
+	for {
+		// Bound each attempt: a request sent while JetStream has no leader
+		// gets no answer at all, and would otherwise wait for all of ctx.
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err = n.ensure(actx, kvCfg, evCfg)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		n.log.Debug("cluster: JetStream not ready, retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: creating the lease bucket and event stream: %w (gave up: %w)", err, context.Cause(ctx))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (n *Node) ensure(ctx context.Context, kvCfg jetstream.KeyValueConfig, evCfg jetstream.StreamConfig) error {
+	// Another node may have created them with other replica counts or
+	// limits; the first node's settings stand and this one adopts them,
+	// rather than nodes rewriting each other's configuration on every start.
+	kv, err := n.js.KeyValue(ctx, LeaseBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = n.js.CreateKeyValue(ctx, kvCfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = n.js.KeyValue(ctx, LeaseBucket)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("lease bucket %s: %w", LeaseBucket, err)
+	}
+	st, err := n.js.Stream(ctx, EventStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		st, err = n.js.CreateStream(ctx, evCfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			st, err = n.js.Stream(ctx, EventStream)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("event stream %s: %w", EventStream, err)
+	}
+	n.kv, n.events = kv, st
+	return nil
+}
+
+// ID is this node's id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// LeaseTTL is the lease duration in effect.
+func (n *Node) LeaseTTL() time.Duration { return n.cfg.LeaseTTL }
+
+// Close leaves the cluster abruptly, as a crash would: renewal stops, every
+// lease ends locally with ErrNodeClosed (its Done closes, its commands stop
+// being served) but stays in the bucket until it expires, so another node
+// takes the sessions over after LeaseTTL. Use Drain to hand them over at
+// once. Close waits for the renewal goroutine and for command handlers in
+// flight to return.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	leases := n.leaseList()
+	n.mu.Unlock()
+
+	n.stopRenew()
+	<-n.renewDone
+	for _, l := range leases {
+		l.end(ErrNodeClosed)
+	}
+	// Drain lets handlers in flight finish and send their replies.
+	if err := n.nc.Drain(); err != nil {
+		n.nc.Close()
+	}
+	<-n.ncClosed
+	return nil
+}
+
+// Drain hands this node's sessions over: it releases every lease (so
+// another node can acquire each at once instead of after LeaseTTL), then
+// closes the node. It returns the first release that failed; the node is
+// closed whatever happened.
+func (n *Node) Drain(ctx context.Context) error {
+	n.mu.Lock()
+	leases := n.leaseList()
+	n.mu.Unlock()
+	var first error
+	for _, l := range leases {
+		if err := l.Release(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	n.Close()
+	return first
+}
+
+// Leases lists the leases this node holds now.
+func (n *Node) Leases() []*Lease {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.leaseList()
+}
+
+func (n *Node) leaseList() []*Lease {
+	out := make([]*Lease, 0, len(n.leases))
+	for _, l := range n.leases {
+		out = append(out, l)
+	}
+	return out
+}
+
+// Lease returns this node's live lease on a session, or nil.
+func (n *Node) Lease(sessionID string) *Lease {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.leases[sessionID]
+}
+
+// renewLoop renews every lease the node holds each LeaseTTL/3. A renewal
+// that finds the lease taken ends it (its Done closes) from here, with no
+// node lock held, so whatever watches Done may call back into the node.
+func (n *Node) renewLoop(ctx context.Context) {
+	defer close(n.renewDone)
+	every := n.cfg.LeaseTTL / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n.renewPaused.Load() {
+			continue
+		}
+		for _, l := range n.Leases() {
+			if ctx.Err() != nil {
+				return
+			}
+			rctx, cancel := context.WithTimeout(ctx, every)
+			err := l.Renew(rctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				n.log.Warn("cluster: lease renewal failed", "session", l.sessionID, "epoch", l.epoch, "err", err)
+			}
+		}
+	}
+}
+
+func (n *Node) track(l *Lease) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return ErrNodeClosed
+	}
+	n.leases[l.sessionID] = l
+	return nil
+}
+
+func (n *Node) untrack(l *Lease) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.leases[l.sessionID] == l {
+		delete(n.leases, l.sessionID)
+	}
+}
