@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/agentd-dev/agentd/llm/registry"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -38,6 +39,16 @@ const wait = 20 * time.Second
 type fixedModels []*llm.Model
 
 func (f fixedModels) Available() []*llm.Model { return f }
+
+// All is the registry's view: the models above, and one without a key.
+func (f fixedModels) All() []registry.Entry {
+	var out []registry.Entry
+	for _, m := range f {
+		out = append(out, registry.Entry{Model: m, Available: true})
+	}
+	return append(out, registry.Entry{Model: &llm.Model{Provider: "anthropic", ID: "claude-test", Name: "Claude (test)"},
+		Reason: "no API key for anthropic: set ANTHROPIC_API_KEY"})
+}
 
 type builder func(spec engine.Spec) (*session.Session, error)
 

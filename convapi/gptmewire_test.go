@@ -2,7 +2,9 @@ package convapi
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -135,5 +137,28 @@ func TestTranscript(t *testing.T) {
 	log := fx.ok("GET", "/api/v2/conversations/tr", nil).m["log"].([]any)
 	if m := log[0].(map[string]any); m["hide"] != true {
 		t.Errorf("the call's marker is shown: %v", m)
+	}
+}
+
+// TestModelsAll: the model list holds what can be used now; with
+// ?all=true it holds every model, and says why one cannot be used.
+func TestModelsAll(t *testing.T) {
+	fx := newFixture(t, fixtureOptions{})
+	ids := func(r reply) (out []string) {
+		for _, m := range r.m["models"].([]any) {
+			mm := m.(map[string]any)
+			out = append(out, fmt.Sprintf("%s:%v:%v", mm["id"], mm["available"], mm["unavailable_reason"]))
+		}
+		return out
+	}
+	if got := ids(fx.ok("GET", "/api/v2/models", nil)); len(got) != 1 || !strings.HasSuffix(got[0], ":true:<nil>") {
+		t.Errorf("models: %v", got)
+	}
+	got := ids(fx.ok("GET", "/api/v2/models?all=true", nil))
+	if len(got) != 2 || got[1] != "anthropic/claude-test:false:no API key for anthropic: set ANTHROPIC_API_KEY" {
+		t.Errorf("models?all=true: %v", got)
+	}
+	if r := fx.do("GET", "/api/v2/models?all=maybe", nil); r.status != http.StatusBadRequest || !strings.Contains(r.str("error"), "all") {
+		t.Errorf("models?all=maybe: %s", r)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentd-dev/agentd/llm/registry"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -141,12 +142,33 @@ func (s *Server) clearCookie(w http.ResponseWriter, r *http.Request, _ params) e
 	return nil
 }
 
-func (s *Server) models(w http.ResponseWriter, _ *http.Request, _ params) error {
+// catalog is a model source that also knows the models it cannot use
+// now, and why (the registry).
+type catalog interface {
+	All() []registry.Entry
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request, _ params) error {
 	out := ModelsResponse{Models: []ModelInfo{}, Recommended: []string{}, Favorites: []string{}}
-	for _, m := range s.opt.Models.Available() {
-		out.Models = append(out.Models, ModelInfo{ID: modelName(m), Provider: m.Provider, Model: m.ID, Name: m.Name,
+	info := func(m *llm.Model) ModelInfo {
+		return ModelInfo{ID: modelName(m), Provider: m.Provider, Model: m.ID, Name: m.Name,
 			Context: m.ContextWindow, MaxOutput: m.MaxTokens, SupportsStreaming: true, SupportsVision: m.SupportsImages(),
-			SupportsReasoning: m.Reasoning, PriceInput: m.Cost.Input, PriceOutput: m.Cost.Output})
+			SupportsReasoning: m.Reasoning, PriceInput: m.Cost.Input, PriceOutput: m.Cost.Output, Available: true}
+	}
+	all := r.URL.Query().Get("all")
+	if all != "" && all != "true" && all != "false" {
+		return errorf(http.StatusBadRequest, "all must be true or false")
+	}
+	if c, ok := s.opt.Models.(catalog); ok && all == "true" {
+		for _, e := range c.All() {
+			mi := info(e.Model)
+			mi.Available, mi.UnavailableReason = e.Available, e.Reason
+			out.Models = append(out.Models, mi)
+		}
+	} else {
+		for _, m := range s.opt.Models.Available() {
+			out.Models = append(out.Models, info(m))
+		}
 	}
 	if d := s.opt.DefaultModel; d != nil {
 		name := modelName(d)

@@ -331,6 +331,10 @@ type ModelInfo struct {
 	PriceInput        float64 `json:"price_input"`
 	PriceOutput       float64 `json:"price_output"`
 	Deprecated        bool    `json:"deprecated"`
+	// Available and UnavailableReason are agentd's: with ?all=true the
+	// list holds the models that cannot be used now too, and why.
+	Available         bool   `json:"available"`
+	UnavailableReason string `json:"unavailable_reason,omitempty"`
 }
 
 // ModelsResponse answers GET /api/v2/models.

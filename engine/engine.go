@@ -67,6 +67,9 @@ func (ms *Models) Resolve(provider, id string) (*llm.Model, bool) {
 // Available lists the models that can be used now.
 func (ms *Models) Available() []*llm.Model { return ms.Registry.Available() }
 
+// All lists every model, with why each unavailable one cannot be used.
+func (ms *Models) All() []registry.Entry { return ms.Registry.All() }
+
 // Options configure an Engine. Models and Model are required.
 type Options struct {
 	Models *Models

@@ -166,6 +166,8 @@ func (p *wuPage) newConversation(name string) {
 	p.until("the app", `!document.getElementById('app').hidden`)
 	p.run(chromedp.Click(chromedp.CSS("#new-conv")))
 	p.until("the model list", `document.querySelectorAll('#new-model option').length > 0`)
+	// Models without a key are listed too, greyed out, saying why.
+	p.until("an unusable model with its reason", `[...document.querySelectorAll('#new-model option:disabled')].some((o) => /not usable: .*key/i.test(o.textContent)) && document.querySelector('#new-model option:checked:enabled') !== null`)
 	p.run(chromedp.SendKeys(chromedp.CSS("#new-name"), name))
 	p.run(chromedp.Click(chromedp.CSS(`#new-form button[type=submit]`)))
 	p.until("the conversation", `location.hash.startsWith('#/c/web-') && !document.getElementById('prompt').disabled && document.getElementById('conv-title').textContent === `+js(name))

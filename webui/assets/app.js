@@ -169,16 +169,24 @@ $('new-conv').addEventListener('click', async () => {
   const sel = $('new-model');
   sel.replaceChildren();
   try {
-    const m = await api('GET', `${API}/models`);
+    const m = await api('GET', `${API}/models?all=true`);
+    let usable = 0;
     for (const info of m.models) {
       const o = el('option', '', `${info.name || info.model} (${info.id})`);
       o.value = info.id;
+      if (info.available === false) {
+        // Shown, so a person sees what a key would unlock, and why not.
+        o.disabled = true;
+        o.textContent += ' — not usable: ' + (info.unavailable_reason || 'unavailable');
+      } else {
+        usable++;
+      }
       if (info.id === m.default) { o.selected = true; o.textContent += ' — default'; }
       if (info.deprecated) o.textContent += ' — deprecated';
       sel.append(o);
     }
-    $('new-model-note').textContent = m.models.length
-      ? 'Listed: the models this server can use now (their provider has a key).'
+    $('new-model-note').textContent = usable
+      ? 'Models greyed out cannot be used now; each says why (usually a missing provider key).'
       : 'No model can be used: configure a provider key for agentd (see agentd models).';
   } catch (e) {
     $('new-model-note').textContent = 'The models could not be listed: ' + e.message;
