@@ -176,7 +176,7 @@ func (s *Server) summaries(who server.Principal) []ConversationSummary {
 		}
 		out = append(out, ConversationSummary{ID: h.ID(), Name: name, Path: sess.File(), Created: created, Modified: modified,
 			Messages: len(msgs), MessageCount: len(msgs), LastUpdated: modified, Branches: 1, Workspace: h.Cwd(),
-			Model: &model, LastMessagePreview: preview, Loaded: true})
+			Model: &model, LastMessagePreview: preview, Loaded: true, Generating: sess.Running()})
 	}
 	for _, k := range s.srv.KnownSessions() {
 		if !who.MaySee(k.ID, k.Owner) {

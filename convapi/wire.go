@@ -292,6 +292,9 @@ type ConversationSummary struct {
 	// Loaded is false for a conversation known from before a restart and
 	// not opened since (agentd).
 	Loaded bool `json:"loaded"`
+	// Generating: a run is in progress, whichever face started it
+	// (agentd).
+	Generating bool `json:"generating"`
 }
 
 // ConversationPage is the paginated list.

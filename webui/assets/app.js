@@ -118,7 +118,10 @@ async function refreshList() {
       api('GET', `${API}/conversations?limit=100&q=${encodeURIComponent(q)}`),
       api('GET', `${API}/sessions`).catch(() => []),
     ]);
+    // A run started on any face marks its conversation; the attachments
+    // cover servers whose list predates the field.
     const working = new Set(sessions.filter((s) => s.generating).map((s) => s.conversation_id));
+    for (const c of list) if (c.generating) working.add(c.id);
     const ul = $('conv-list');
     ul.replaceChildren();
     for (const c of list) {
