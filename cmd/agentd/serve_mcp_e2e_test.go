@@ -31,7 +31,9 @@ func TestServeMCPConfig(t *testing.T) {
 		if err := os.WriteFile(cfg, []byte(`{"mcpServers":{"tiny":{"command":"`+bin+`","args":["`+pidFile+`"]}}}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		e.tweak("MCP-ECHO", func(s *llmtest.Script) { *s = e2eToolScript("mcp__tiny__echo", map[string]string{"text": "from serve"}) })
+		e.tweak("MCP-ECHO", func(s *llmtest.Script) {
+			*s = e2eToolScript("mcp__tiny__echo", map[string]string{"text": "from serve"})
+		})
 		return e, cfg, pidFile
 	}
 
