@@ -297,7 +297,9 @@ func (r *Remote) open(ctx context.Context, cmd map[string]any, cwd string) (*rem
 	if res.SessionInfo.Model != nil {
 		s.window = res.SessionInfo.Model.ContextWindow
 	}
+	s.mu.Lock()
 	s.running = res.SessionInfo.IsStreaming
+	s.mu.Unlock()
 	var msgs struct {
 		Messages []*llm.Message `json:"messages"`
 	}
@@ -305,7 +307,9 @@ func (r *Remote) open(ctx context.Context, cmd map[string]any, cwd string) (*rem
 		r.unregister(s)
 		return nil, err
 	}
+	s.mu.Lock()
 	s.messages = msgs.Messages
+	s.mu.Unlock()
 	return s, nil
 }
 
@@ -433,14 +437,16 @@ func (r *Remote) prompt(ctx context.Context, sid string, m *llm.Message) error {
 		cmd["images"] = images
 	}
 	started := make(chan struct{})
-	_, c, err := r.send(ctx, cmd, started)
+	id, c, err := r.send(ctx, cmd, started)
 	if err != nil {
 		return err
 	}
 	select {
 	case rep := <-c:
-		// Answered before or without starting: a refusal, or a run over
-		// before its command_started was read.
+		// Answered without starting: a refusal.
+		r.mu.Lock()
+		delete(r.started, id)
+		r.mu.Unlock()
 		return rep.decode("prompt", nil)
 	case <-started:
 		return nil

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/piwire"
@@ -75,6 +76,11 @@ func (s *remoteSession) Subscribe(fn func(session.Event)) func() {
 }
 
 func (s *remoteSession) Prompt(m *llm.Message, _ session.Behavior) error {
+	if s.Running() {
+		// The server would queue it behind the run another client
+		// started, whose end would then end this turn.
+		return fault.New(fault.Busy, "Session "+s.id+" is running a prompt on agentd serve (perhaps from another client): wait for it to end or send session/cancel")
+	}
 	return s.r.prompt(s.r.ctx, s.id, m)
 }
 
@@ -178,8 +184,16 @@ func (s *remoteSession) emit(ev session.Event) {
 	}
 }
 
-// lost ends a run in progress with the connection's error.
+// lost ends a run in progress with the connection's error, and the
+// questions put to the editor with it.
 func (s *remoteSession) lost(err error) {
+	s.mu.Lock()
+	asks := s.asks
+	s.asks = map[string]interaction.Request{}
+	s.mu.Unlock()
+	for _, req := range asks {
+		s.emit(session.Event{Type: session.EventInteractionResolved, Interaction: &interaction.Event{Request: req}})
+	}
 	s.emit(session.Event{Type: session.EventType(agent.EventMessageEnd), Agent: &agent.Event{Type: agent.EventMessageEnd,
 		Message: &llm.Message{Role: llm.RoleAssistant, StopReason: llm.StopError, ErrorMessage: err.Error()}}})
 	s.mu.Lock()

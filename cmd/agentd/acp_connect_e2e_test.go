@@ -306,6 +306,37 @@ func TestACPConnectBridgesToServe(t *testing.T) {
 	if !strings.Contains(acpUpdateText(us, "user_message_chunk"), "hello over the bridge") || acpCallEnd(us) == nil {
 		t.Fatalf("session/load replay: %v", us)
 	}
+	ed2.stopped(t)
+
+	// The server goes away while the editor is being asked: the prompt
+	// fails saying so, and so does what the editor asks next.
+	id = ed.send("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": "CMD:echo orphan-run"}}})
+	ed.awaitAsk()
+	s.kill9()
+	f = ed.wait(id)
+	if e, _ := f["error"].(map[string]any); !strings.Contains(fmt.Sprint(e["message"]), "connection to agentd serve ended") {
+		t.Fatalf("prompt when the server died: %v", f)
+	}
+	f = ed.wait(ed.send("session/new", map[string]any{"cwd": e.cwd, "mcpServers": []any{}}))
+	if e, _ := f["error"].(map[string]any); !strings.Contains(fmt.Sprint(e["message"]), "connection to agentd serve ended") {
+		t.Fatalf("session/new when the server is gone: %v", f)
+	}
+	ed.stopped(t)
+}
+
+// stopped closes the editor's side and requires agentd acp to exit 0
+// soon after.
+func (p *acpProc) stopped(t *testing.T) {
+	t.Helper()
+	_ = p.stdin.Close()
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("agentd acp did not exit after its stdin closed\nstderr:\n%s", p.stderr.String())
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("agentd acp exited %d\nstderr:\n%s", code, p.stderr.String())
+	}
 }
 
 // A bad --connect fails at once with an error that says what to do.
