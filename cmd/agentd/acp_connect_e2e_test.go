@@ -376,3 +376,60 @@ func TestACPConnectErrors(t *testing.T) {
 		t.Fatal("no session")
 	}
 }
+
+// The official ACP SDK as the editor, bridged to agentd serve: a streamed
+// answer, a call approved, one rejected, a cancel while asked, and after
+// the editor restarts, the session listed and loaded from the server;
+// a pi-server client sees the same session and its runs.
+func TestACPConnectWithTheOfficialClient(t *testing.T) {
+	acpNodeModules(t)
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	s := svStart(t, e, "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`))
+	steps := e.acpClient([]string{
+		"init", "new", "prompt:hello over the bridge",
+		"allow:CMD:echo approved-run", "reject:CMD:echo rejected-run", "cancel:CMD:echo pending-run",
+		"prompt:still here",
+		"restart", "init", "list", "load", "prompt:after load",
+	}, "--connect", "ws://"+s.addr+"/")
+
+	sid, _ := acpFind(t, steps, "new").Result["sessionId"].(string)
+	hello := acpFind(t, steps, "prompt:hello over the bridge")
+	if hello.StopReason != "end_turn" || hello.Text != "Hello from mock! You said: hello over the bridge" {
+		t.Fatalf("prompt: stop %q text %q", hello.StopReason, hello.Text)
+	}
+	t.Logf("through the bridge: session/prompt to first session/update %.1f ms (whole turn %.1f ms)", hello.FirstUpdateMs, hello.TotalMs)
+	allow := acpFind(t, steps, "allow:CMD:echo approved-run")
+	if end := acpToolEnd(allow); len(allow.Asked) != 1 || end == nil || end["status"] != "completed" || !strings.Contains(fmt.Sprint(end["content"]), "approved-run") {
+		t.Fatalf("approved: asked %v end %v", allow.Asked, end)
+	}
+	if end := acpToolEnd(acpFind(t, steps, "reject:CMD:echo rejected-run")); end == nil || end["status"] != "failed" {
+		t.Fatalf("rejected: %v", end)
+	}
+	if c := acpFind(t, steps, "cancel:CMD:echo pending-run"); c.StopReason != "cancelled" || len(c.Asked) != 1 {
+		t.Fatalf("cancel while asking: stop %q asked %d", c.StopReason, len(c.Asked))
+	}
+	if still := acpFind(t, steps, "prompt:still here"); still.StopReason != "end_turn" {
+		t.Fatalf("prompt after cancel: %q", still.StopReason)
+	}
+	if list := acpFind(t, steps, "list"); !strings.Contains(fmt.Sprint(list.Result["sessions"]), sid) {
+		t.Fatalf("list: %v", list.Result)
+	}
+	load := acpFind(t, steps, "load")
+	if !strings.Contains(acpUpdateText(load.Updates, "user_message_chunk"), "hello over the bridge") {
+		t.Fatalf("load replay: %v", load.Updates)
+	}
+	if after := acpFind(t, steps, "prompt:after load"); after.StopReason != "end_turn" {
+		t.Fatalf("prompt after load: %q", after.StopReason)
+	}
+
+	// The browser's side: the same session, with every prompt in it.
+	w := s.dial("W")
+	w.must("switch_session", svM{"sessionId": sid})
+	msgs := w.must("get_messages", svM{"sessionId": sid})
+	for _, want := range []string{"hello over the bridge", "approved-run", "still here", "after load"} {
+		if !strings.Contains(msgs.raw, want) {
+			t.Errorf("get_messages on pi-server lacks %q", want)
+		}
+	}
+}
