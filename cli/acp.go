@@ -59,6 +59,18 @@ func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	}
 	log := m.logger(cfg)
 	if connect != "" {
+		// These shape sessions run here; bridged, the server's own apply,
+		// and a policy that silently did nothing would be worse than none.
+		var here []string
+		fs.Visit(func(fl *flag.Flag) {
+			switch fl.Name {
+			case "policy", "mcp-config", "tools", "no-tools", "session-dir", "no-session":
+				here = append(here, "--"+fl.Name)
+			}
+		})
+		if len(here) > 0 {
+			return usageError{fmt.Errorf("%s: with --connect the sessions are agentd serve's, with its own settings; give them to agentd serve (--policy, --mcp-config ...)", strings.Join(here, ", "))}
+		}
 		return m.acpConnect(ctx, cfg, connect, token, f.maxLineBytes)
 	}
 	_, st, ms, err := m.environment(ctx, cfg, log)

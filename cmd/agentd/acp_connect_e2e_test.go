@@ -354,6 +354,7 @@ func TestACPConnectErrors(t *testing.T) {
 		want string
 	}{
 		{"not a websocket url", []string{"--connect", "127.0.0.1:3141"}, "want the WebSocket URL of agentd serve"},
+		{"a local policy", []string{"--connect", "ws://" + tokened.addr + "/", "--policy", "p.json"}, "--policy: with --connect the sessions are agentd serve's"},
 		{"server down", []string{"--connect", downURL}, "is `agentd serve` running there?"},
 		{"token missing", []string{"--connect", "ws://" + tokened.addr + "/"}, "--token or AGENTD_TOKEN"},
 	} {
