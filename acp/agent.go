@@ -70,6 +70,10 @@ type Options struct {
 	// besides the project's .agentd/mcp.json and the client's
 	// mcpServers; a later one of the same name wins.
 	MCPServers []mcp.ServerConfig
+	// Remote, when set, is a running agentd serve whose sessions the face
+	// bridges (`agentd acp --connect`): sessions are created, listed and
+	// loaded there, and Sessions, SessionsDir and MCP are not used.
+	Remote *Remote
 	// Version is agentd's, reported in initialize.
 	Version string
 	// MaxLineBytes bounds one incoming line (default 10 MiB).
@@ -131,15 +135,15 @@ func (a *Agent) handle(ctx context.Context, method string, params json.RawMessag
 	case "session/new":
 		return a.newSession(ctx, params)
 	case "session/load":
-		if a.opt.SessionsDir == "" {
+		if !a.canLoad() {
 			break
 		}
 		return a.loadSession(ctx, params)
 	case "session/list":
-		if a.opt.SessionsDir == "" {
+		if !a.canLoad() {
 			break
 		}
-		return a.listSessions(params)
+		return a.listSessions(ctx, params)
 	case "session/prompt":
 		return a.prompt(ctx, params)
 	case "session/cancel":
@@ -149,6 +153,10 @@ func (a *Agent) handle(ctx context.Context, method string, params json.RawMessag
 	}
 	return nil, &Error{Code: CodeMethodNotFound, Message: "Method not found: " + method}
 }
+
+// canLoad tells whether sessions outlive the connection, so that
+// session/load and session/list make sense.
+func (a *Agent) canLoad() bool { return a.opt.SessionsDir != "" || a.opt.Remote != nil }
 
 // decodeParams reads a method's params into v, saying which field is
 // wrong when they do not fit.
@@ -186,11 +194,11 @@ func (a *Agent) initialize(params json.RawMessage) (any, error) {
 	r.ProtocolVersion = ProtocolVersion
 	r.AuthMethods = []any{}
 	r.AgentInfo = implementation{Name: "agentd", Title: "agentd", Version: a.opt.Version}
-	r.AgentCaps.LoadSession = a.opt.SessionsDir != ""
+	r.AgentCaps.LoadSession = a.canLoad()
 	r.AgentCaps.Prompt.Image = true
 	r.AgentCaps.Prompt.EmbeddedContext = true
 	r.AgentCaps.MCP.HTTP = a.opt.MCP != nil
-	if a.opt.SessionsDir != "" {
+	if a.canLoad() {
 		r.AgentCaps.Session.List = &struct{}{}
 	}
 	r.AgentCaps.Session.Close = &struct{}{}
@@ -252,7 +260,7 @@ func (a *Agent) newSession(ctx context.Context, params json.RawMessage) (any, er
 	if err := a.checkServers("session/new", p.MCPServers); err != nil {
 		return nil, err
 	}
-	ss, err := a.open(ctx, cwd, "", p.MCPServers)
+	ss, err := a.open(ctx, cwd, "", "", p.MCPServers)
 	if err != nil {
 		return nil, err
 	}
@@ -262,10 +270,32 @@ func (a *Agent) newSession(ctx context.Context, params json.RawMessage) (any, er
 
 // open builds a session with the client's tools and the MCP servers'
 // and registers it.
-func (a *Agent) open(ctx context.Context, cwd, file string, servers []MCPServer) (*acpSession, error) {
+//
+// Bridged to agentd serve, the session is the server's: created there,
+// or loaded there by id; its tools are the server's.
+func (a *Agent) open(ctx context.Context, cwd, file, id string, servers []MCPServer) (*acpSession, error) {
 	ss := &acpSession{a: a, cwd: cwd, asking: map[string]context.CancelFunc{}, denied: map[string]bool{},
 		terminals: map[string]string{}}
 	ss.ctx, ss.stop = context.WithCancel(context.Background())
+	if a.opt.Remote != nil {
+		if len(servers) > 0 {
+			a.log.Warn("mcpServers are not started for a session of agentd serve: its tools are the server's (agentd serve --mcp-config)", "cwd", cwd)
+		}
+		var (
+			s   conversation
+			err error
+		)
+		if id == "" {
+			s, err = a.opt.Remote.Create(ctx, cwd)
+		} else {
+			s, err = a.opt.Remote.Load(ctx, id, cwd)
+		}
+		if err != nil {
+			ss.stop()
+			return nil, err
+		}
+		return a.register(ss, s), nil
+	}
 	tools := ss.clientTools(a.clientCaps())
 	if cfgs := a.mcpServers(cwd, servers); len(cfgs) > 0 && a.opt.MCP != nil {
 		mt, stop, err := a.opt.MCP.Start(ctx, cfgs, cwd)
@@ -284,6 +314,11 @@ func (a *Agent) open(ctx context.Context, cwd, file string, servers []MCPServer)
 		}
 		return nil, err
 	}
+	return a.register(ss, s), nil
+}
+
+// register makes ss, on s, the connection's session of its id.
+func (a *Agent) register(ss *acpSession, s conversation) *acpSession {
 	ss.s = s
 	ss.id = s.ID()
 	st := s.Stats()
@@ -295,7 +330,7 @@ func (a *Agent) open(ctx context.Context, cwd, file string, servers []MCPServer)
 	if old != nil {
 		old.close()
 	}
-	return ss, nil
+	return ss
 }
 
 // mcpServers are the servers of a session in cwd: agentd's, the
@@ -353,9 +388,13 @@ func (a *Agent) loadSession(ctx context.Context, params json.RawMessage) (any, e
 	if err := a.checkServers("session/load", p.MCPServers); err != nil {
 		return nil, err
 	}
-	info, ok := a.find(p.SessionID, cwd)
-	if !ok {
-		return nil, &Error{Code: CodeResourceNotFound, Message: "No session " + p.SessionID + " in " + a.opt.SessionsDir}
+	var file string
+	if a.opt.Remote == nil {
+		info, ok := a.find(p.SessionID, cwd)
+		if !ok {
+			return nil, &Error{Code: CodeResourceNotFound, Message: "No session " + p.SessionID + " in " + a.opt.SessionsDir}
+		}
+		file = info.Path
 	}
 	a.mu.Lock()
 	open := a.sessions[p.SessionID]
@@ -369,7 +408,7 @@ func (a *Agent) loadSession(ctx context.Context, params json.RawMessage) (any, e
 		// Loaded again: one session has the file open at a time.
 		open.close()
 	}
-	ss, err := a.open(ctx, cwd, info.Path, p.MCPServers)
+	ss, err := a.open(ctx, cwd, file, p.SessionID, p.MCPServers)
 	if err != nil {
 		return nil, err
 	}
@@ -403,12 +442,27 @@ func (a *Agent) find(id, cwd string) (transcript.Info, bool) {
 	return transcript.Info{}, false
 }
 
-func (a *Agent) listSessions(params json.RawMessage) (any, error) {
+func (a *Agent) listSessions(ctx context.Context, params json.RawMessage) (any, error) {
 	var p listSessionsParams
 	if len(params) > 0 && string(params) != "null" {
 		if err := decodeParams("session/list", params, &p); err != nil {
 			return nil, err
 		}
+	}
+	if a.opt.Remote != nil {
+		var cwd string
+		if p.Cwd != nil && *p.Cwd != "" {
+			c, err := checkCwd("session/list", p.Cwd)
+			if err != nil {
+				return nil, err
+			}
+			cwd = c
+		}
+		list, err := a.opt.Remote.List(ctx, cwd)
+		if err != nil {
+			return nil, err
+		}
+		return listSessionsResult{Sessions: list}, nil
 	}
 	var infos []transcript.Info
 	var err error

@@ -79,7 +79,13 @@ func startAgent(t *testing.T, ts *testSessions) *client {
 	if ts == nil {
 		ts = &testSessions{p: faux.New(faux.Options{}), dir: t.TempDir()}
 	}
-	a := New(Options{Sessions: ts, SessionsDir: ts.dir, Version: "test", MaxLineBytes: 4096})
+	return startAgentWith(t, Options{Sessions: ts, SessionsDir: ts.dir, Version: "test", MaxLineBytes: 4096})
+}
+
+// startAgentWith runs an Agent with opt and drives it.
+func startAgentWith(t *testing.T, opt Options) *client {
+	t.Helper()
+	a := New(opt)
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	c := &client{t: t, w: inW, frames: make(chan map[string]any, 1024), done: make(chan error, 1), asked: make(chan map[string]any, 16)}

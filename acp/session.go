@@ -20,7 +20,7 @@ type acpSession struct {
 	a   *Agent
 	id  string
 	cwd string
-	s   *session.Session
+	s   conversation
 
 	// ctx lives as long as the session is open here; the permission
 	// requests sent to the client are made under it.

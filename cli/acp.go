@@ -34,6 +34,9 @@ func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	fs.StringVar(&f.policy, "policy", cfg.Getenv("AGENTD_POLICY"), "permission policy file (JSON rules: allow / ask / deny by tool and argument); \"ask\" becomes session/request_permission (env AGENTD_POLICY)")
 	var mcpConfig string
 	fs.StringVar(&mcpConfig, "mcp-config", "", "MCP servers for every session: a JSON file {\"mcpServers\": {name: {command, args, env, cwd} | {url, headers}}}; a project's .agentd/mcp.json and the editor's mcpServers are added")
+	var connect, token string
+	fs.StringVar(&connect, "connect", "", "bridge to a running `agentd serve` at this pi-server WebSocket URL (ws://host:port/): its sessions, tools and policy are used, so an editor and a browser watch and drive the same session")
+	fs.StringVar(&token, "token", cfg.Getenv("AGENTD_TOKEN"), "with --connect, the server's token (env AGENTD_TOKEN)")
 	cfg.RegisterApprovalTimeout(fs)
 	// An editor's agent writes in the project it was opened on: the
 	// model's bash is confined to it (an approval widens that), and where
@@ -55,6 +58,21 @@ func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 		return usageError{fmt.Errorf("--max-line-bytes %d: must be at least 1024", f.maxLineBytes)}
 	}
 	log := m.logger(cfg)
+	if connect != "" {
+		// These shape sessions run here; bridged, the server's own apply,
+		// and a policy that silently did nothing would be worse than none.
+		var here []string
+		fs.Visit(func(fl *flag.Flag) {
+			switch fl.Name {
+			case "policy", "mcp-config", "tools", "no-tools", "session-dir", "no-session":
+				here = append(here, "--"+fl.Name)
+			}
+		})
+		if len(here) > 0 {
+			return usageError{fmt.Errorf("%s: with --connect the sessions are agentd serve's, with its own settings; give them to agentd serve (--policy, --mcp-config ...)", strings.Join(here, ", "))}
+		}
+		return m.acpConnect(ctx, cfg, connect, token, f.maxLineBytes)
+	}
 	_, st, ms, err := m.environment(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -96,6 +114,23 @@ func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 		MCP:        mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log}),
 		MCPServers: servers,
 	})
+	return a.Run(ctx, m.stdin, m.stdout)
+}
+
+// acpConnect is `agentd acp --connect`: the ACP face on the sessions of
+// a running agentd serve.
+func (m *Main) acpConnect(ctx context.Context, cfg *config.Config, url, token string, maxLine int) error {
+	if !strings.HasPrefix(url, "ws://") && !strings.HasPrefix(url, "wss://") {
+		return usageError{fmt.Errorf("--connect %q: want the WebSocket URL of agentd serve, such as ws://127.0.0.1:3141/", url)}
+	}
+	log := m.logger(cfg)
+	r, err := acp.DialRemote(ctx, url, token, log)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	log.Info("agentd acp bridged to agentd serve", "url", url)
+	a := acp.New(acp.Options{Remote: r, Version: version(), MaxLineBytes: maxLine, Logger: log})
 	return a.Run(ctx, m.stdin, m.stdout)
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/agentd-dev/agentd/sandbox"
 	"net"
 	"net/http"
 	"os"
@@ -17,12 +16,17 @@ import (
 
 	"github.com/agentd-dev/agentd/config"
 	"github.com/agentd-dev/agentd/convapi"
+	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/jwtauth"
+	"github.com/agentd-dev/agentd/mcp"
 	"github.com/agentd-dev/agentd/pipeline"
 	"github.com/agentd-dev/agentd/piserver"
+	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/server"
+	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/sessionws"
+	"github.com/agentd-dev/agentd/tool"
 	"github.com/agentd-dev/agentd/webui"
 )
 
@@ -82,6 +86,23 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		// says so for as long as the server runs.
 		hl.AddLasting(fmt.Sprintf("Tools are not sandboxed: %s was configured, but %s", want.Mode, sandbox.Probe()))
 	}
+	// The --mcp-config servers are started once and shared by every
+	// session: their processes live as long as the server and end with it.
+	var builder server.Builder = eng
+	mcpServers, err := loadMCPConfig(sc.MCPConfig)
+	if err != nil {
+		return err
+	}
+	if len(mcpServers) > 0 {
+		tools, stopMCP, err := mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log}).Start(ctx, mcpServers, cwd)
+		if err != nil {
+			// Sessions work without the servers that failed; health says so.
+			log.Warn("MCP servers", "err", err)
+			hl.AddLasting(err.Error())
+		}
+		defer stopMCP()
+		builder = withTools{eng: eng, tools: tools}
+	}
 	var auth server.Authenticator
 	if argv := strings.Fields(sc.AuthCommand); len(argv) > 0 {
 		auth = server.CommandAuthenticator{Argv: argv}
@@ -98,7 +119,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		Auth:         auth,
 		Tokens:       srvTokens,
 		ReturnMemory: true,
-		Builder:      eng, Cwd: cwd, SessionsDir: sessionsDir, AllowedDirs: sc.AllowSessionDirs,
+		Builder:      builder, Cwd: cwd, SessionsDir: sessionsDir, AllowedDirs: sc.AllowSessionDirs,
 		Home: cfg.Getenv("HOME"), StateDir: stateDir, Journal: journal,
 		ExportsDir: filepath.Join(cfg.DataDir, "exports"), Protected: []string{filepath.Join(stateDir, "journal.jsonl")},
 		Breakers: breakers, Health: hl, Metrics: metrics, Logger: log,
@@ -228,6 +249,18 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		err = nil
 	}
 	return err
+}
+
+// withTools builds the engine's sessions with more tools: the MCP
+// servers' of --mcp-config.
+type withTools struct {
+	eng   *engine.Engine
+	tools []tool.Tool
+}
+
+func (w withTools) Session(spec engine.Spec) (*session.Session, error) {
+	spec.Extra = append(append([]tool.Tool(nil), spec.Extra...), w.tools...)
+	return w.eng.Session(spec)
 }
 
 // jwtVerifier reads the JWT keys configured, nil when none are.

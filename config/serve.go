@@ -64,6 +64,9 @@ type Serve struct {
 	Model string
 	// Policy is a permission policy file ($AGENTD_POLICY).
 	Policy string
+	// MCPConfig is a file of MCP servers whose tools every session gets
+	// ($AGENTD_MCP_CONFIG).
+	MCPConfig string
 	// StreamFormat is "full" (pi's message_update) or "delta".
 	StreamFormat string
 	// SessionsDir holds session files (default <data-dir>/sessions);
@@ -107,7 +110,7 @@ func (l *StringList) Set(v string) error { *l = append(*l, v); return nil }
 // environment.
 func ServeDefaults(getenv func(string) string) Serve {
 	s := Serve{
-		Host: "127.0.0.1", Port: 3141, Token: getenv("AGENTD_TOKEN"), Policy: getenv("AGENTD_POLICY"), AuthCommand: getenv("AGENTD_AUTH_COMMAND"),
+		Host: "127.0.0.1", Port: 3141, Token: getenv("AGENTD_TOKEN"), Policy: getenv("AGENTD_POLICY"), MCPConfig: getenv("AGENTD_MCP_CONFIG"), AuthCommand: getenv("AGENTD_AUTH_COMMAND"),
 		StreamFormat: "full",
 		MaxSessions:  100, MaxConnections: 1000, MaxFrameBytes: 10 << 20,
 		RateLimit: 100, GlobalRateLimit: 1000, ControlRateLimit: 120, MaxPending: 256, MaxQueuedBytes: 64 << 20,
@@ -175,6 +178,7 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.Var(&s.AllowedHosts, "allowed-host", "another host name clients reach the server by; requests naming any other host are refused (repeatable)")
 	fs.StringVar(&s.Model, "model", "", "default model of new sessions, provider/id[:thinking]")
 	fs.StringVar(&s.Policy, "policy", s.Policy, "permission policy file: allow / ask / deny rules by tool and argument (env AGENTD_POLICY)")
+	fs.StringVar(&s.MCPConfig, "mcp-config", s.MCPConfig, `MCP servers whose tools every session gets: a JSON file {"mcpServers": {name: {command, args, env, cwd} | {url, headers}}}; started once with the server and stopped with it (env AGENTD_MCP_CONFIG)`)
 	fs.StringVar(&s.StreamFormat, "stream-format", s.StreamFormat, "message_update payload: full (pi's) or delta")
 	fs.StringVar(&s.SessionsDir, "sessions-dir", "", "directory for session files (default <data-dir>/sessions)")
 	fs.Var(&s.AllowSessionDirs, "allow-session-dir", "another directory load_session may open files from (repeatable)")

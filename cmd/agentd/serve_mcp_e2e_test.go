@@ -1,0 +1,91 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentd-dev/agentd/llm/llmtest"
+)
+
+// agentd serve --mcp-config: the servers' tools are offered to every
+// session as mcp__<server>__<tool>, a pi-server client's prompt calls one
+// and gets its result, and the server's process ends with agentd serve.
+func TestServeMCPConfig(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	bin := filepath.Join(root, "mcpserver")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/acp/mcpserver").CombinedOutput(); err != nil {
+		t.Fatalf("building the MCP server: %v\n%s", err, out)
+	}
+	// env is a fresh agentd environment with cfg naming the MCP server.
+	env := func(t *testing.T) (e *e2eEnv, cfg, pidFile string) {
+		e = e2eNewEnv(t, e2eOpts{})
+		pidFile = filepath.Join(e.root, "mcp.pid")
+		cfg = filepath.Join(e.root, "mcp.json")
+		if err := os.WriteFile(cfg, []byte(`{"mcpServers":{"tiny":{"command":"`+bin+`","args":["`+pidFile+`"]}}}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		e.tweak("MCP-ECHO", func(s *llmtest.Script) {
+			*s = e2eToolScript("tiny__echo", map[string]string{"text": "from serve"})
+		})
+		return e, cfg, pidFile
+	}
+
+	// The flag and the environment variable both work.
+	for _, how := range []string{"flag", "env"} {
+		t.Run(how, func(t *testing.T) {
+			e, cfg, pidFile := env(t)
+			var s *svServer
+			if how == "flag" {
+				s = svStart(t, e, "--mcp-config", cfg)
+			} else {
+				s = svLaunch(t, e, svOpts{env: []string{"AGENTD_MCP_CONFIG=" + cfg}})
+			}
+			c := s.dial("A")
+			for _, sid := range []string{"one", "two"} {
+				svCreate(c, sid)
+				svPrompt(c, sid, "MCP-ECHO")
+				end := c.waitEvent(sid, "tool_execution_end")
+				if svStr(end.m, "event", "toolName") != "tiny__echo" || end.m["event"].(map[string]any)["isError"] != false ||
+					!strings.Contains(end.raw, "tiny echo: from serve") {
+					t.Fatalf("session %s: the MCP tool's result: %s", sid, end)
+				}
+			}
+			b, err := os.ReadFile(pidFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid, _ := strconv.Atoi(string(b))
+			c.close()
+			s.sigterm()
+			if code := s.waitExit(); code != 0 {
+				t.Fatalf("exit code %d\n%s", code, s.stderrTail(2000))
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for syscall.Kill(pid, 0) == nil {
+				if time.Now().After(deadline) {
+					t.Fatalf("MCP server %d still running after agentd serve exited", pid)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+
+	t.Run("bad config", func(t *testing.T) {
+		e, _, _ := env(t)
+		bad := filepath.Join(e.root, "bad.json")
+		if err := os.WriteFile(bad, []byte(`{"mcpServers":{"x":{}}}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := svLaunch(t, e, svOpts{noReady: true}, "--mcp-config", bad)
+		if code := s.waitExit(); code == 0 || !strings.Contains(s.stderr.String(), "--mcp-config") {
+			t.Fatalf("exit %d, stderr:\n%s", code, s.stderr.String())
+		}
+	})
+}
