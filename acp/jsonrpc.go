@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentd-dev/agentd/ndjson"
 	"io"
 	"log/slog"
 	"strconv"
@@ -79,7 +80,7 @@ type conn struct {
 	log     *slog.Logger
 	handle  handler
 	maxLine int
-	out     *output
+	out     *ndjson.Writer
 
 	mu      sync.Mutex
 	nextID  int64
@@ -98,8 +99,8 @@ func newConn(h handler, maxLine int, log *slog.Logger) *conn {
 // handlers wait for), the handlers still running are cancelled and waited
 // for, and everything queued is written.
 func (c *conn) serve(ctx context.Context, in io.Reader, w io.Writer, atEnd func()) error {
-	c.out = newOutput(w)
-	defer c.out.close()
+	c.out = ndjson.New(w)
+	defer c.out.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -306,7 +307,7 @@ func (c *conn) write(f outFrame) {
 		c.log.Error("acp: encoding a frame", "method", f.Method, "err", err)
 		return
 	}
-	c.out.write(b)
+	c.out.Write(b)
 }
 
 // notify sends a notification; it never blocks on the client.

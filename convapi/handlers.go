@@ -998,13 +998,20 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request, p params) error
 	if err != nil {
 		return err
 	}
+	return s.answer(w, r, p, sid, "rest.confirm", pl)
+}
+
+// answer submits a person's answer (a confirmation, an elicitation's
+// response) for the conversation once the attachment it names and the
+// conversation are known to the caller.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, p params, sid, command string, pl any) error {
 	if _, err := s.attachmentOf(r.Context(), p.conv, sid); err != nil {
 		return err
 	}
 	if _, err := s.conversation(r.Context(), p.conv); err != nil {
 		return err
 	}
-	sub, err := s.submit(r, "rest.confirm", p.conv, pl, server.RateUIResponse)
+	sub, err := s.submit(r, command, p.conv, pl, server.RateUIResponse)
 	if err != nil {
 		return err
 	}
@@ -1791,18 +1798,7 @@ func (s *Server) elicit(w http.ResponseWriter, r *http.Request, p params) error 
 	if err != nil {
 		return err
 	}
-	if _, err := s.attachmentOf(r.Context(), p.conv, sid); err != nil {
-		return err
-	}
-	if _, err := s.conversation(r.Context(), p.conv); err != nil {
-		return err
-	}
-	sub, err := s.submit(r, "rest.elicit", p.conv, pl, server.RateUIResponse)
-	if err != nil {
-		return err
-	}
-	writeRaw(w, http.StatusOK, sub.data)
-	return nil
+	return s.answer(w, r, p, sid, "rest.elicit", pl)
 }
 
 // decodeElicit reads elicit/respond's body, and the session_id it names.

@@ -9,12 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentd-dev/agentd/ndjson"
 	"io"
 	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/interaction"
@@ -56,7 +56,7 @@ type Server struct {
 	opt  Options
 	s    *session.Session
 	log  *slog.Logger
-	out  *output
+	out  *ndjson.Writer
 	wg   sync.WaitGroup
 	ctx  context.Context
 	stop context.CancelFunc
@@ -94,8 +94,8 @@ func New(opt Options) *Server {
 func (srv *Server) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	srv.ctx, srv.stop = context.WithCancel(ctx)
 	defer srv.stop()
-	srv.out = newOutput(out)
-	defer srv.out.close()
+	srv.out = ndjson.New(out)
+	defer srv.out.Close()
 	unsubscribe := srv.s.Subscribe(srv.onEvent)
 	defer unsubscribe()
 
@@ -106,7 +106,7 @@ func (srv *Server) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 		for {
 			line, err := lr.Next()
 			if errors.Is(err, piwire.ErrLineTooLong) {
-				srv.out.write(piwire.Marshal(failure(nil, "parse", fmt.Sprintf("Failed to parse command: line exceeds the maximum size of %d bytes", srv.opt.MaxLineBytes))))
+				srv.out.Write(piwire.Marshal(failure(nil, "parse", fmt.Sprintf("Failed to parse command: line exceeds the maximum size of %d bytes", srv.opt.MaxLineBytes))))
 				continue
 			}
 			if err != nil {
@@ -243,7 +243,7 @@ func failure(id *string, cmd, msg string) response {
 	return response{ID: id, Type: "response", Command: cmd, Success: false, Error: msg}
 }
 
-func (srv *Server) reply(v any) { srv.out.write(piwire.Marshal(v)) }
+func (srv *Server) reply(v any) { srv.out.Write(piwire.Marshal(v)) }
 
 // async runs a command that waits (abort, compact, bash) without holding
 // up the commands after it.
@@ -563,7 +563,7 @@ func (srv *Server) dispatch(c *command) {
 		b = append(b, `"type":"response","command":"get_messages","success":true,"data":{"messages":`...)
 		b = piwire.AppendMessages(b, srv.s.Messages())
 		b = append(b, `}}`...)
-		srv.out.write(b)
+		srv.out.Write(b)
 	case "get_commands":
 		srv.reply(success(id, typ, map[string]any{"commands": []any{}}))
 	case "extension_ui_response":
@@ -616,7 +616,7 @@ func (srv *Server) stats() any { return piwire.SessionStats(srv.s.Stats()) }
 func (srv *Server) onEvent(ev session.Event) {
 	if ev.Type == session.EventInteractionRequested {
 		if d, ok := piwire.NewDialog(ev.Interaction.Request, false); ok {
-			srv.out.write(piwire.Marshal(uiRequestFrame{Type: "extension_ui_request", ID: ev.Interaction.Request.ID, Dialog: d}))
+			srv.out.Write(piwire.Marshal(uiRequestFrame{Type: "extension_ui_request", ID: ev.Interaction.Request.ID, Dialog: d}))
 		}
 		if srv.inputClosed.Load() {
 			select {
@@ -627,7 +627,7 @@ func (srv *Server) onEvent(ev session.Event) {
 		return
 	}
 	if line := piwire.AppendEvent(nil, ev, srv.opt.Delta); line != nil {
-		srv.out.write(line)
+		srv.out.Write(line)
 	}
 }
 
@@ -647,89 +647,5 @@ func (srv *Server) answerUI(c *command) {
 	}
 	if err := srv.s.Answer(*c.ID, resp); err != nil && !errors.Is(err, interaction.ErrAlreadyResolved) {
 		srv.log.Warn("extension_ui_response", "id", *c.ID, "err", err)
-	}
-}
-
-// maxBatch is the size the writer aims at for one write.
-const maxBatch = 64 << 10
-
-// output serialises lines to the writer from one goroutine, so no
-// producer waits on the client's reading.
-type output struct {
-	mu     sync.Mutex
-	cond   *sync.Cond
-	queue  [][]byte
-	closed bool
-	done   chan struct{}
-	w      io.Writer
-}
-
-func newOutput(w io.Writer) *output {
-	o := &output{w: w, done: make(chan struct{})}
-	o.cond = sync.NewCond(&o.mu)
-	go o.loop()
-	return o
-}
-
-func (o *output) write(line []byte) {
-	o.mu.Lock()
-	if !o.closed {
-		o.queue = append(o.queue, line)
-		o.cond.Signal()
-	}
-	o.mu.Unlock()
-}
-
-func (o *output) loop() {
-	defer close(o.done)
-	var batch []byte
-	for {
-		o.mu.Lock()
-		for len(o.queue) == 0 && !o.closed {
-			o.cond.Wait()
-		}
-		if len(o.queue) == 0 && o.closed {
-			o.mu.Unlock()
-			return
-		}
-		q := o.queue
-		o.queue = nil
-		o.mu.Unlock()
-		// Write in chunks and let go of each line once written: a long
-		// answer in pi's full format is tens of MB, and copying the whole
-		// backlog into one buffer doubled peak memory.
-		for len(q) > 0 {
-			batch = batch[:0]
-			n := 0
-			for n < len(q) && (n == 0 || len(batch)+len(q[n]) < maxBatch) {
-				batch = append(batch, q[n]...)
-				batch = append(batch, '\n')
-				q[n] = nil
-				n++
-			}
-			q = q[n:]
-			if _, err := o.w.Write(batch); err != nil {
-				o.mu.Lock()
-				o.closed = true
-				o.queue = nil
-				o.mu.Unlock()
-				return
-			}
-			if cap(batch) > 4*maxBatch {
-				batch = nil
-			}
-		}
-	}
-}
-
-// close flushes what is queued and stops the writer.
-func (o *output) close() {
-	o.mu.Lock()
-	o.closed = true
-	o.cond.Signal()
-	o.mu.Unlock()
-	select {
-	case <-o.done:
-	case <-time.After(10 * time.Second):
 	}
 }
