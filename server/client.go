@@ -356,7 +356,7 @@ func (c *Client) writeLoop(transport string) {
 	defer c.detach(transport)
 	var batch [][]byte
 	linger := time.NewTimer(time.Hour)
-	defer linger.Stop()
+	linger.Stop()
 	for {
 		c.mu.Lock()
 		for len(c.queue) == 0 && !c.closing {
