@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -197,6 +199,13 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		//lint:ignore ST1005 pi-server's wording, which its clients match on
 		return fmt.Errorf("Failed to start WebSocket server: cannot listen on %s: %w", addr, err)
 	}
+	stopPprof, err := servePprof(sc.PprofAddr, log)
+	if err != nil {
+		srv.Close()
+		_ = ln.Close()
+		return err
+	}
+	defer stopPprof()
 	mux := health.NewMux(hl, metrics)
 	// "/" is pi-server's WebSocket; a browser's plain GET of it (and of
 	// /ui/) gets the web UI, itself a client of the REST + SSE API.
@@ -261,6 +270,36 @@ type withTools struct {
 func (w withTools) Session(spec engine.Spec) (*session.Session, error) {
 	spec.Extra = append(append([]tool.Tool(nil), spec.Extra...), w.tools...)
 	return w.eng.Session(spec)
+}
+
+// servePprof serves net/http/pprof's handlers on addr (loopback, checked
+// by config) until the returned function stops it; an empty addr serves
+// nothing.
+func servePprof(addr string, log *slog.Logger) (func(), error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = hs.Serve(ln)
+	}()
+	log.Info("pprof listening", "pprof", "http://"+ln.Addr().String()+"/debug/pprof/")
+	return func() {
+		_ = hs.Close()
+		<-done
+	}, nil
 }
 
 // jwtVerifier reads the JWT keys configured, nil when none are.

@@ -93,6 +93,10 @@ type Serve struct {
 	// "session": the handle its event stream and commands name) stays
 	// with no stream attached and no request naming it.
 	RESTSessionIdle time.Duration
+	// PprofAddr, when set, is a loopback address where net/http/pprof's
+	// profiles are served, apart from the clients' listener: for
+	// profiling the server under load (agentd bench --server-flags).
+	PprofAddr string
 	// Engine bounds runs and queues of the sessions served.
 	Engine  Engine
 	envErrs []error
@@ -197,6 +201,7 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.CommandTimeout, "command-timeout", 0, "limit for long commands (prompt, bash, compact); 0 means none")
 	fs.DurationVar(&s.Heartbeat, "heartbeat", s.Heartbeat, "WebSocket ping interval; 0 disables")
 	fs.IntVar(&s.EventLogSize, "event-log-size", s.EventLogSize, "events kept per session for switch_session afterSeq resume")
+	fs.StringVar(&s.PprofAddr, "pprof-addr", "", "serve Go's profiles (net/http/pprof) on this loopback host:port, for profiling under load; off by default")
 	fs.DurationVar(&s.RESTSessionIdle, "rest-session-idle", s.RESTSessionIdle, "how long a REST client's session (the handle its event stream and commands name) stays with no stream attached and no request naming it")
 	s.Engine.Register(fs)
 }
@@ -272,6 +277,12 @@ func (s *Serve) Check() error {
 	}{{"--shutdown-timeout", s.ShutdownTimeout}, {"--dependency-timeout", s.DependencyTimeout}, {"--idempotency-ttl", s.IdempotencyTTL}, {"--command-timeout", s.CommandTimeout}, {"--heartbeat", s.Heartbeat}, {"--ws-heartbeat", s.WSHeartbeat}, {"--rest-session-idle", s.RESTSessionIdle}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s %s: must not be negative", d.name, d.v))
+		}
+	}
+	if s.PprofAddr != "" {
+		// Profiles show memory and timing: never off this machine.
+		if h, _, err := net.SplitHostPort(s.PprofAddr); err != nil || !loopback(h) {
+			errs = append(errs, fmt.Errorf("--pprof-addr %q: want a loopback host:port such as 127.0.0.1:6060", s.PprofAddr))
 		}
 	}
 	return errors.Join(errs...)

@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -155,8 +156,13 @@ func Baseline(ctx context.Context, o BaselineOptions) (BaselineReport, error) {
 				probs.add("send", fmt.Sprintf("baseline connection %d: %v", i, err))
 				return
 			}
+			// Read as the bench's clients do (readMessage); the end of
+			// mctx closes the connection.
+			stop := context.AfterFunc(mctx, func() { _ = c.CloseNow() })
+			defer stop()
+			var buf bytes.Buffer
 			for n := 0; n < o.Messages; n++ {
-				if _, _, err := c.Read(mctx); err != nil {
+				if err := readMessage(c, &buf); err != nil {
 					probs.add("read", fmt.Sprintf("baseline connection %d: after %d of %d messages: %v", i, n, o.Messages, err))
 					return
 				}

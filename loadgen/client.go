@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -108,6 +109,14 @@ func dial(ctx context.Context, hc *http.Client, url, sid string, o *clientOption
 
 func (c *client) read(ctx context.Context) {
 	defer close(c.readerDone)
+	// The end of ctx closes the connection, which ends a Read waiting;
+	// each Read itself gets no context: with one, the library registers
+	// and removes a context.AfterFunc per message, which under a global
+	// lifecycle broadcast made the bench's readers cost as much CPU as
+	// the server they measure.
+	stop := context.AfterFunc(ctx, func() { _ = c.conn.CloseNow() })
+	defer stop()
+	var buf bytes.Buffer // reused: frames are parsed (gjson copies what it returns) before the next read
 	first := true
 	var pause *time.Timer
 	if c.opt.readDelay > 0 {
@@ -122,7 +131,11 @@ func (c *client) read(ctx context.Context) {
 			case <-ctx.Done():
 			}
 		}
-		_, data, err := c.conn.Read(ctx)
+		err := readMessage(c.conn, &buf)
+		if err == nil && ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		data := buf.Bytes()
 		if err != nil {
 			if !c.lastFrame.IsZero() {
 				err = fmt.Errorf("%w (%s after the last frame)", err, time.Since(c.lastFrame).Round(time.Millisecond))
@@ -344,6 +357,20 @@ func (c *client) close() {
 	_ = err // the connection may be gone already (server shut down): nothing to report
 	c.stopReader()
 	<-c.readerDone
+}
+
+// readMessage reads the next message into buf, which it empties first.
+// It gives the library no context, so that reading a message costs what
+// the socket costs (see client.read): the caller closes the connection
+// to end a wait. The bench's clients and the baseline's read alike.
+func readMessage(conn *websocket.Conn, buf *bytes.Buffer) error {
+	_, r, err := conn.Reader(context.Background())
+	if err != nil {
+		return err
+	}
+	buf.Reset()
+	_, err = buf.ReadFrom(r)
+	return err
 }
 
 func prefix(b []byte, n int) string {

@@ -87,8 +87,13 @@ func (s *Server) onLifecycle(ev pipeline.Event) {
 	o, _ := ev.Origin.(*origin)
 	s.srv.EachClient(face, func(c *server.Client) {
 		pc, _ := c.Value.(*conn)
-		if pc == nil || !(pc.ownLifecycle || pc.who.Scoped) || (o != nil && o.c == pc) {
+		switch {
+		case o != nil && o.c == pc:
 			c.Send(f)
+		case pc == nil || !(pc.ownLifecycle || pc.who.Scoped):
+			// Another client's command: it may wait a little for company
+			// in the queue (one write for many), never be dropped.
+			c.SendFrame(server.Frame{Data: f, Lazy: true})
 		}
 	})
 }

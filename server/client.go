@@ -71,6 +71,12 @@ type Frame struct {
 	// More are further messages for the same event, queued right after
 	// Data and never merged.
 	More [][]byte
+	// Lazy lets the frame wait up to lazyDelay for company before the
+	// writer sends it: for what concerns the client little and comes to
+	// every client at once, such as the lifecycle events of other
+	// clients' commands. It keeps its place in the queue and is never
+	// dropped; the next frame that is not lazy takes it along at once.
+	Lazy bool
 }
 
 // Client is one connection of any face: its outbound queue, drained by
@@ -100,6 +106,13 @@ type Client struct {
 	pending  int
 	dropped  bool // cut off: the queue was discarded and uncounted
 	merged   atomic.Int64
+	// urgent: the queue holds a frame that is not lazy, so the writer
+	// sends at once; otherwise it lingers until lazyDelay after since,
+	// when the oldest waiting frame was queued.
+	urgent    bool
+	since     time.Time
+	lingering bool          // the writer waits on kick, not on cond
+	kick      chan struct{} // ends a lingering writer's wait
 
 	done chan struct{} // closed when the writer has stopped
 }
@@ -109,6 +122,12 @@ type Client struct {
 // every frame, even of a burst); above it the queue holds the latest
 // state rather than history.
 const mergeAfter = 64 << 10
+
+// lazyDelay is the longest a lazy frame waits for company. Under a
+// global lifecycle broadcast every client gets three frames per command
+// of every client: sent one by one they cost a write(2) each, on both
+// sides; gathered for a few milliseconds they go out in one.
+const lazyDelay = 25 * time.Millisecond
 
 // queued is a frame waiting to be written. A merged frame has no data
 // until the writer takes it: text gathers the deltas, encode makes the
@@ -143,7 +162,7 @@ type ClientOptions struct {
 // connection is refused (the connection limit, shutdown): it is a
 // *fault.Error saying which.
 func (s *Server) Attach(link Link, o ClientOptions) (*Client, error) {
-	c := &Client{srv: s, face: o.Face, link: link, Value: o.Value, watching: map[string]struct{}{}, done: make(chan struct{})}
+	c := &Client{srv: s, face: o.Face, link: link, Value: o.Value, watching: map[string]struct{}{}, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	c.maxQueue = int64(s.lim.MaxQueuedBytes)
 	if o.MaxQueuedBytes > 0 && int64(o.MaxQueuedBytes) < c.maxQueue {
 		c.maxQueue = int64(o.MaxQueuedBytes)
@@ -223,10 +242,18 @@ func (c *Client) SendFrame(f Frame) {
 			c.mu.Unlock()
 			return
 		}
+		if len(c.queue) == 0 {
+			c.since = time.Now()
+		}
 		c.queue = append(c.queue, queued{data: f.Data, key: f.Key, first: f.Text, size: len(f.Data)})
 	}
 	c.queued.Add(delta)
-	c.cond.Signal()
+	if !f.Lazy && !c.urgent {
+		c.urgent = true
+		c.wakeLocked()
+	} else {
+		c.cond.Signal()
+	}
 	c.mu.Unlock()
 	c.srv.budget.charge(c.srv, delta)
 	for _, m := range f.More {
@@ -246,8 +273,20 @@ func (c *Client) cutLocked(reason string) bool {
 	c.srv.log.Warn("connection cut off", "face", c.face, "reason", reason)
 	c.srv.budget.release(c.queued.Swap(0))
 	c.queue = nil
-	c.cond.Signal()
+	c.wakeLocked()
 	return true
+}
+
+// wakeLocked wakes the writer to send what is queued now, or to close;
+// c.mu is held.
+func (c *Client) wakeLocked() {
+	c.cond.Signal()
+	if c.lingering {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // cut is cutLocked for a caller without the lock.
@@ -263,7 +302,7 @@ func (c *Client) Close(cl Close) {
 	if !c.closing {
 		c.closing, c.cl = true, cl
 	}
-	c.cond.Signal()
+	c.wakeLocked()
 	c.mu.Unlock()
 }
 
@@ -316,10 +355,26 @@ func (c *Client) writeLoop(transport string) {
 	defer close(c.done)
 	defer c.detach(transport)
 	var batch [][]byte
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
 		c.mu.Lock()
 		for len(c.queue) == 0 && !c.closing {
 			c.cond.Wait()
+		}
+		if !c.urgent && !c.closing {
+			// Only lazy frames wait: give them company for a while.
+			if wait := lazyDelay - time.Since(c.since); wait > 0 {
+				c.lingering = true
+				c.mu.Unlock()
+				linger.Reset(wait)
+				select {
+				case <-linger.C:
+				case <-c.kick:
+				}
+				c.mu.Lock()
+				c.lingering = false
+			}
 		}
 		if len(c.queue) == 0 || c.dropped {
 			cl := c.cl
@@ -341,6 +396,8 @@ func (c *Client) writeLoop(transport string) {
 			c.queue[i] = queued{}
 		}
 		c.queue = c.queue[i:]
+		// What a full batch left behind has waited long enough.
+		c.urgent = len(c.queue) > 0
 		c.mu.Unlock()
 		if err := c.link.Write(c.srv.ctx, batch); err != nil {
 			c.srv.log.Debug("connection write failed", "face", c.face, "transport", transport, "err", err)

@@ -37,7 +37,7 @@ type env struct {
 	faux                       *faux.Provider
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	root := t.TempDir()
 	e := &env{root: root, cwd: filepath.Join(root, "cwd"), sessions: filepath.Join(root, "sessions"), state: filepath.Join(root, "state"),
@@ -48,7 +48,7 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-func (e *env) start(t *testing.T, lim Limits) *Server {
+func (e *env) start(t testing.TB, lim Limits) *Server {
 	t.Helper()
 	s, err := New(Config{Builder: fauxBuilder{e.faux}, Cwd: e.cwd, SessionsDir: e.sessions, StateDir: e.state, Limits: lim})
 	if err != nil {
