@@ -229,7 +229,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if sc.SessionWSOff != "" {
 		log.Warn("per-session WebSocket off", "why", sc.SessionWSOff)
 	}
-	log.Info("agentd serve listening", "addr", ln.Addr().String(), "url", "ws://"+ln.Addr().String()+"/", "api", "http://"+ln.Addr().String()+"/api/v2",
+	log.Info("agentd serve listening", "addr", ln.Addr().String(), "ui", "http://"+ln.Addr().String()+"/", "url", "ws://"+ln.Addr().String()+"/", "api", "http://"+ln.Addr().String()+"/api/v2",
 		"model", model.Provider+"/"+model.ID, "data", cfg.DataDir, "auth", sc.Token != "")
 
 	select {
