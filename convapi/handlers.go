@@ -998,20 +998,20 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request, p params) error
 	if err != nil {
 		return err
 	}
-	return s.answer(w, r, p, sid, "rest.confirm", pl)
+	return s.submitAttached(w, r, p, sid, "rest.confirm", pl, server.RateUIResponse)
 }
 
-// answer submits a person's answer (a confirmation, an elicitation's
-// response) for the conversation once the attachment it names and the
-// conversation are known to the caller.
-func (s *Server) answer(w http.ResponseWriter, r *http.Request, p params, sid, command string, pl any) error {
+// submitAttached submits a command that names an attachment (confirm,
+// elicit, interrupt, rerun) once the attachment and the conversation are
+// known to the caller, and answers with its outcome.
+func (s *Server) submitAttached(w http.ResponseWriter, r *http.Request, p params, sid, command string, pl any, rate server.RateClass) error {
 	if _, err := s.attachmentOf(r.Context(), p.conv, sid); err != nil {
 		return err
 	}
 	if _, err := s.conversation(r.Context(), p.conv); err != nil {
 		return err
 	}
-	sub, err := s.submit(r, command, p.conv, pl, server.RateUIResponse)
+	sub, err := s.submit(r, command, p.conv, pl, rate)
 	if err != nil {
 		return err
 	}
@@ -1206,18 +1206,7 @@ func (s *Server) interrupt(w http.ResponseWriter, r *http.Request, p params) err
 	if err != nil {
 		return err
 	}
-	if _, err := s.attachmentOf(r.Context(), p.conv, sid); err != nil {
-		return err
-	}
-	if _, err := s.conversation(r.Context(), p.conv); err != nil {
-		return err
-	}
-	sub, err := s.submit(r, "rest.interrupt", p.conv, nil, server.RateControl)
-	if err != nil {
-		return err
-	}
-	writeRaw(w, http.StatusOK, sub.data)
-	return nil
+	return s.submitAttached(w, r, p, sid, "rest.interrupt", nil, server.RateControl)
 }
 
 func (s *Server) runInterrupt(ctx context.Context, c *call) (any, error) {
@@ -1708,18 +1697,7 @@ func (s *Server) rerun(w http.ResponseWriter, r *http.Request, p params) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.attachmentOf(r.Context(), p.conv, sid); err != nil {
-		return err
-	}
-	if _, err := s.conversation(r.Context(), p.conv); err != nil {
-		return err
-	}
-	sub, err := s.submit(r, "rest.rerun", p.conv, nil, server.RateData)
-	if err != nil {
-		return err
-	}
-	writeRaw(w, http.StatusOK, sub.data)
-	return nil
+	return s.submitAttached(w, r, p, sid, "rest.rerun", nil, server.RateData)
 }
 
 func (s *Server) runRerun(_ context.Context, c *call) (any, error) {
@@ -1798,7 +1776,7 @@ func (s *Server) elicit(w http.ResponseWriter, r *http.Request, p params) error 
 	if err != nil {
 		return err
 	}
-	return s.answer(w, r, p, sid, "rest.elicit", pl)
+	return s.submitAttached(w, r, p, sid, "rest.elicit", pl, server.RateUIResponse)
 }
 
 // decodeElicit reads elicit/respond's body, and the session_id it names.
