@@ -411,47 +411,21 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	log := o.Logger.With("sessions", o.Sessions)
 
-	dir, err := os.MkdirTemp("", "agentd-bench-")
-	if err != nil {
-		return rep, fmt.Errorf("temp dir: %w", err)
-	}
-	defer os.RemoveAll(dir)
-
 	var interval time.Duration
 	if o.Watchers > 0 {
+		var err error
 		if interval, err = progressIntervalOf(o.ServerArgs); err != nil {
 			return rep, err
 		}
 		rep.SessionWS = &WatchReport{Watchers: o.Watchers, ProgressInterval: interval, PlanSteps: o.PlanSteps}
 	}
 
-	mk, err := startMock(o.Chunks, o.PlanSteps)
+	run, err := launch(ctx, o, o.Sessions+o.IdleSessions+o.Watchers+10, log)
 	if err != nil {
 		return rep, err
 	}
-	defer mk.close()
-
-	env, err := writeEnv(dir, mk.openAIURL())
-	if err != nil {
-		return rep, err
-	}
-	args := serveArgs(o, env, o.Sessions+o.IdleSessions+o.Watchers+10)
-	srv, err := startServer(ctx, o.Binary, args, env.work, env.environ, o.ServerLog, o.StartTimeout)
-	if err != nil {
-		return rep, err
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			srv.stop(o.ShutdownGrace)
-		}
-	}()
-	log.Info("server ready", "addr", srv.addr, "pid", srv.pid())
-
-	base, err := settledMemory(ctx, srv.pid(), o.Settle)
-	if err != nil {
-		return rep, err
-	}
+	defer run.close(o)
+	mk, srv, base := run.mk, run.srv, run.base
 	rep.RSSBaseline = base.RSS
 
 	probs := tally{log: log}
@@ -632,7 +606,6 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		}
 	}
 	code, took, killed := srv.stop(o.ShutdownGrace)
-	stopped = true
 	if sw := rep.SessionWS; sw != nil {
 		awaitClosed(watchers, 5*time.Second)
 		sw.watchEnd(watchers, &probs)

@@ -10,7 +10,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -124,36 +123,12 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 	rep.REST = rr
 	log := o.Logger.With("sessions", o.Sessions, "face", "rest")
 
-	dir, err := os.MkdirTemp("", "agentd-bench-")
-	if err != nil {
-		return rep, fmt.Errorf("temp dir: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	mk, err := startMock(o.Chunks, o.PlanSteps)
+	run, err := launch(ctx, o, o.Sessions*(1+o.SSEWatchers)+o.IdleSessions+20, log)
 	if err != nil {
 		return rep, err
 	}
-	defer mk.close()
-	env, err := writeEnv(dir, mk.openAIURL())
-	if err != nil {
-		return rep, err
-	}
-	args := serveArgs(o, env, o.Sessions*(1+o.SSEWatchers)+o.IdleSessions+20)
-	srv, err := startServer(ctx, o.Binary, args, env.work, env.environ, o.ServerLog, o.StartTimeout)
-	if err != nil {
-		return rep, err
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			srv.stop(o.ShutdownGrace)
-		}
-	}()
-	log.Info("server ready", "addr", srv.addr, "pid", srv.pid())
-	base, err := settledMemory(ctx, srv.pid(), o.Settle)
-	if err != nil {
-		return rep, err
-	}
+	defer run.close(o)
+	mk, srv, base := run.mk, run.srv, run.base
 	rep.RSSBaseline = base.RSS
 
 	probs := tally{log: log}
@@ -324,7 +299,6 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 		s.ending.Store(true)
 	}
 	code, took, killed := srv.stop(o.ShutdownGrace)
-	stopped = true
 	awaitStreamsEnded(streams, 5*time.Second)
 	rr.streamEnds(streams)
 	rep.ServerExit, rep.Shutdown = code, took

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"regexp"
@@ -25,6 +26,16 @@ type server struct {
 	exited chan struct{} // closed when Wait returns
 	// waitErr is Wait's result, readable once exited is closed.
 	waitErr error
+
+	stopOnce sync.Once
+	stopped  stopResult
+}
+
+// stopResult is how the server ended under stop.
+type stopResult struct {
+	code   int
+	took   time.Duration
+	killed bool
 }
 
 // startServer runs bin with args in dir and waits for the ready line
@@ -71,23 +82,30 @@ func (s *server) pid() int { return s.cmd.Process.Pid }
 // for it to exit, then kills it. It returns the exit code (-1 when killed
 // by a signal) and how long the shutdown took. Calling it again returns
 // the same result.
+// stop ends the server with SIGTERM, then SIGKILL after grace. Only the
+// first call acts; every call returns how the server ended then, so a
+// run may stop it to measure the shutdown and still defer a stop for its
+// early returns.
 func (s *server) stop(grace time.Duration) (code int, took time.Duration, killed bool) {
-	start := time.Now()
-	select {
-	case <-s.exited:
-	default:
-		_ = s.cmd.Process.Signal(syscall.SIGTERM) // fails only if it is already gone
-		t := time.NewTimer(grace)
+	s.stopOnce.Do(func() {
+		start := time.Now()
 		select {
 		case <-s.exited:
-		case <-t.C:
-			killed = true
-			_ = s.cmd.Process.Kill()
-			<-s.exited
+		default:
+			_ = s.cmd.Process.Signal(syscall.SIGTERM) // fails only if it is already gone
+			t := time.NewTimer(grace)
+			select {
+			case <-s.exited:
+			case <-t.C:
+				s.stopped.killed = true
+				_ = s.cmd.Process.Kill()
+				<-s.exited
+			}
+			t.Stop()
 		}
-		t.Stop()
-	}
-	return s.cmd.ProcessState.ExitCode(), time.Since(start), killed
+		s.stopped.code, s.stopped.took = s.cmd.ProcessState.ExitCode(), time.Since(start)
+	})
+	return s.stopped.code, s.stopped.took, s.stopped.killed
 }
 
 // stderrWatch takes the server's stderr: it finds the ready line, counts
@@ -209,4 +227,54 @@ func readMemory(pid int) (memory, error) {
 		return memory{}, errors.New("memory of pid " + strconv.Itoa(pid) + ": no VmRSS in /proc status")
 	}
 	return m, nil
+}
+
+// launched is one bench run's model mock and server, in a temporary
+// directory of their own.
+type launched struct {
+	dir  string
+	mk   *mock
+	srv  *server
+	base memory // the server's settled memory before any load
+}
+
+// launch starts the mock and an agentd serve with room for conns
+// connections, and reads its settled memory. close undoes it.
+func launch(ctx context.Context, o Options, conns int, log *slog.Logger) (*launched, error) {
+	dir, err := os.MkdirTemp("", "agentd-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("temp dir: %w", err)
+	}
+	l := &launched{dir: dir}
+	if l.mk, err = startMock(o.Chunks, o.PlanSteps); err != nil {
+		l.close(o)
+		return nil, err
+	}
+	env, err := writeEnv(dir, l.mk.openAIURL())
+	if err != nil {
+		l.close(o)
+		return nil, err
+	}
+	if l.srv, err = startServer(ctx, o.Binary, serveArgs(o, env, conns), env.work, env.environ, o.ServerLog, o.StartTimeout); err != nil {
+		l.close(o)
+		return nil, err
+	}
+	log.Info("server ready", "addr", l.srv.addr, "pid", l.srv.pid())
+	if l.base, err = settledMemory(ctx, l.srv.pid(), o.Settle); err != nil {
+		l.close(o)
+		return nil, err
+	}
+	return l, nil
+}
+
+// close stops the server (if the run did not), the mock, and removes the
+// directory.
+func (l *launched) close(o Options) {
+	if l.srv != nil {
+		l.srv.stop(o.ShutdownGrace)
+	}
+	if l.mk != nil {
+		l.mk.close()
+	}
+	_ = os.RemoveAll(l.dir)
 }
