@@ -114,13 +114,3 @@ func (s *Server) identifyJWT(r *http.Request, cred string) (server.Principal, er
 func (s *Server) sees(ctx context.Context, id string) bool {
 	return s.srv.Visible(id, principalOf(ctx))
 }
-
-// scopedKey keeps the idempotency keys of JWT subjects apart, so that
-// one subject cannot replay another's answer by reusing its key.
-func scopedKey(ctx context.Context, key string) string {
-	p := principalOf(ctx)
-	if key == "" || !p.Scoped {
-		return key
-	}
-	return "sub:" + p.Subject + "\x00" + key
-}

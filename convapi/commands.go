@@ -178,7 +178,7 @@ func (s *Server) submit(r *http.Request, name, conv string, payload any, rate se
 	// The principal rides along as the command's origin (not journaled):
 	// the command runs with the same view of the conversations as the
 	// request that sent it.
-	cmd := pipeline.Command{Type: name, SessionID: conv, IdempotencyKey: scopedKey(r.Context(), key), Payload: marshal(payload),
+	cmd := pipeline.Command{Type: name, SessionID: conv, IdempotencyKey: principalOf(r.Context()).Own(key), Payload: marshal(payload),
 		Origin: principalOf(r.Context())}
 	settled := func() {}
 	if name == "rest.create" {

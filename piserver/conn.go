@@ -3,7 +3,6 @@ package piserver
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/agentd-dev/agentd/fault"
@@ -176,13 +175,10 @@ func (c *conn) handle(data []byte) {
 	// Command ids and idempotency keys are remembered server-wide for
 	// replay; a scoped principal's live in a namespace of its own, so one
 	// subject's id never replays another's answer.
-	scope := idScope(c.who)
-	if scope != "" {
-		cmd.ID = scopeID(scope, cmd.ID)
-		cmd.IdempotencyKey = scopeID(scope, cmd.IdempotencyKey)
-		for i, d := range cmd.DependsOn {
-			cmd.DependsOn[i] = scopeID(scope, d)
-		}
+	scoped := c.who.Scoped
+	cmd.ID, cmd.IdempotencyKey = c.who.Own(cmd.ID), c.who.Own(cmd.IdempotencyKey)
+	for i, d := range cmd.DependsOn {
+		cmd.DependsOn[i] = c.who.Own(d)
 	}
 	o := &origin{c: c, hold: server.NewHold()}
 	cmd.Origin = o
@@ -197,11 +193,11 @@ func (c *conn) handle(data []byte) {
 			m.ObserveCommand(cmd.Type, r.Success, time.Since(started))
 		}
 		s.log(cmd, r, time.Since(started))
-		if scope != "" {
-			r.ID = unscopeID(r.ID)
+		if scoped {
+			r.ID = server.ClientID(r.ID)
 			if r.Err != nil {
 				e := *r.Err
-				e.Message = strings.ReplaceAll(e.Message, scope, "")
+				e.Message = server.ClientText(e.Message)
 				r.Err = &e
 			}
 		}
@@ -211,30 +207,4 @@ func (c *conn) handle(data []byte) {
 		o.hold.Release()
 		s.afterResponse(c, cmd, r)
 	})
-}
-
-// idScope is the prefix of a scoped principal's command ids: a NUL, which
-// no id a client sends may hold, keeps it from colliding with any.
-func idScope(who server.Principal) string {
-	if !who.Scoped {
-		return ""
-	}
-	return "sub:" + who.Subject + "\x00"
-}
-
-func scopeID(scope, id string) string {
-	if id == "" {
-		return id
-	}
-	return scope + id
-}
-
-// unscopeID is the id as its client sent it.
-func unscopeID(id string) string {
-	if strings.HasPrefix(id, "sub:") {
-		if i := strings.IndexByte(id, 0); i >= 0 {
-			return id[i+1:]
-		}
-	}
-	return id
 }

@@ -123,19 +123,17 @@ func lifecycleFrame(ev pipeline.Event) []byte {
 	if len(deps) > 0 && strings.HasPrefix(deps[0], "sub:") {
 		deps = make([]string, len(ev.DependsOn))
 		for i, d := range ev.DependsOn {
-			deps[i] = unscopeID(d)
+			deps[i] = server.ClientID(d)
 		}
 	}
-	d := lifecycleData{CommandID: unscopeID(ev.CommandID), CommandType: ev.Command, SessionID: ev.SessionID,
-		DependsOn: deps, IfSessionVersion: ev.IfSessionVersion, IdempotencyKey: unscopeID(ev.IdempotencyKey)}
+	d := lifecycleData{CommandID: server.ClientID(ev.CommandID), CommandType: ev.Command, SessionID: ev.SessionID,
+		DependsOn: deps, IfSessionVersion: ev.IfSessionVersion, IdempotencyKey: server.ClientID(ev.IdempotencyKey)}
 	if ev.Type == pipeline.CommandFinished {
 		ok := ev.Success
 		d.Success = &ok
 		if !ok {
 			d.Error = errorText(ev.Err)
-			if i := strings.Index(d.Error, "sub:"); i >= 0 && strings.IndexByte(d.Error, 0) > i {
-				d.Error = unscopeText(d.Error)
-			}
+			d.Error = server.ClientText(d.Error)
 		}
 		d.SessionVersion, d.Replayed, d.TimedOut = ev.SessionVersion, ev.Replayed, ev.TimedOut
 		if createsSession(ev.Command) && ok && d.SessionVersion == nil {
@@ -557,19 +555,4 @@ func (f field) check(raw json.RawMessage) string {
 		}
 	}
 	return ""
-}
-
-// unscopeText drops the id scopes from a message naming command ids.
-func unscopeText(msg string) string {
-	for {
-		i := strings.Index(msg, "sub:")
-		if i < 0 {
-			return msg
-		}
-		j := strings.IndexByte(msg[i:], 0)
-		if j < 0 {
-			return msg
-		}
-		msg = msg[:i] + msg[i+j+1:]
-	}
 }

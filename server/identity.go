@@ -31,6 +31,44 @@ type Principal struct {
 	Sessions []string
 }
 
+// Own is a command id or idempotency key in the principal's own
+// namespace. The pipeline remembers both server-wide for replay; a scoped
+// principal's are kept apart, so one subject reusing another's id or key
+// never gets the other's answer. A NUL, which no client id may hold,
+// separates the namespace. Other principals, and "", are unchanged.
+func (p Principal) Own(id string) string {
+	if !p.Scoped || id == "" {
+		return id
+	}
+	return "sub:" + p.Subject + "\x00" + id
+}
+
+// ClientID is id (made by Own) as its client sent it.
+func ClientID(id string) string {
+	if strings.HasPrefix(id, "sub:") {
+		if i := strings.IndexByte(id, 0); i >= 0 {
+			return id[i+1:]
+		}
+	}
+	return id
+}
+
+// ClientText is a message naming ids made by Own, as their clients
+// wrote them.
+func ClientText(msg string) string {
+	for {
+		i := strings.Index(msg, "sub:")
+		if i < 0 {
+			return msg
+		}
+		j := strings.IndexByte(msg[i:], 0)
+		if j < 0 {
+			return msg
+		}
+		msg = msg[:i] + msg[i+j+1:]
+	}
+}
+
 // MaySee reports whether p may watch or drive session id, owned by owner
 // ("" for a session nobody authenticated created).
 func (p Principal) MaySee(id, owner string) bool {

@@ -161,3 +161,39 @@ func TestSessionOwners(t *testing.T) {
 		t.Fatalf("reloaded owner %q", h3.Owner())
 	}
 }
+
+// TestPrincipalOwn: a scoped principal's command ids and keys live in a
+// namespace of its own and read back as the client sent them; others'
+// are unchanged.
+func TestPrincipalOwn(t *testing.T) {
+	alice := Principal{Subject: "alice", Scoped: true}
+	bob := Principal{Subject: "bob", Scoped: true}
+	tests := []struct {
+		p    Principal
+		id   string
+		same bool // Own leaves id as it is
+	}{
+		{alice, "c1", false},
+		{bob, "c1", false},
+		{alice, "", true},
+		{Principal{}, "c1", true},
+		{Principal{Subject: "via-auth-command"}, "c1", true},
+		{alice, "sub:bob", false},
+	}
+	for _, tc := range tests {
+		own := tc.p.Own(tc.id)
+		if (own == tc.id) != tc.same {
+			t.Errorf("%+v.Own(%q) = %q", tc.p, tc.id, own)
+		}
+		if got := ClientID(own); got != tc.id {
+			t.Errorf("ClientID(%q) = %q, want %q", own, got, tc.id)
+		}
+	}
+	if alice.Own("c1") == bob.Own("c1") {
+		t.Error("two subjects share a namespace")
+	}
+	msg := "Command id '" + alice.Own("c1") + "' depends on '" + alice.Own("c0") + "'"
+	if got := ClientText(msg); got != "Command id 'c1' depends on 'c0'" {
+		t.Errorf("ClientText = %q", got)
+	}
+}
