@@ -23,7 +23,8 @@ type Sandbox struct {
 	// under (a build cache such as ~/.cache/go-build, a shared .git).
 	AllowWrite StringList
 	// Fallback is what to do where the kernel has no Landlock: "refuse"
-	// to start (the default) or run "unconfined" with a warning.
+	// to start or run "unconfined" with a warning. "" is refuse, but for
+	// a server only its own machine reaches (see Serve.Check).
 	Fallback string
 }
 
@@ -35,13 +36,10 @@ const (
 
 // Register adds the sandbox flags to fs.
 func (s *Sandbox) Register(fs *flag.FlagSet) {
-	if s.Fallback == "" {
-		s.Fallback = SandboxRefuse
-	}
 	fs.StringVar(&s.Mode, "sandbox", s.Mode, "what tools may touch: read-only, workspace-write (the session's directory and the temp dir) or full-access (no sandbox)")
 	fs.BoolVar(&s.Network, "sandbox-network", s.Network, "let tools use the network in read-only and workspace-write")
 	fs.Var(&s.AllowWrite, "sandbox-allow-write", "another directory workspace-write lets tools write under, absolute (repeatable), e.g. a build cache")
-	fs.StringVar(&s.Fallback, "sandbox-fallback", s.Fallback, "where the kernel cannot confine tools (no Landlock): refuse to start, or run unconfined with a warning")
+	fs.StringVar(&s.Fallback, "sandbox-fallback", s.Fallback, "where the kernel cannot confine tools (no Landlock): refuse to start, or run unconfined with a warning (default: refuse; unconfined for agentd serve on loopback, so it starts on any machine)")
 }
 
 // Check validates s.
@@ -54,7 +52,7 @@ func (s *Sandbox) Check() error {
 			return fmt.Errorf("--sandbox-allow-write %q: must be an absolute path", d)
 		}
 	}
-	if s.Fallback != SandboxRefuse && s.Fallback != SandboxUnconfined {
+	if s.Fallback != "" && s.Fallback != SandboxRefuse && s.Fallback != SandboxUnconfined {
 		return fmt.Errorf("--sandbox-fallback %q: want refuse or unconfined", s.Fallback)
 	}
 	return nil

@@ -234,6 +234,16 @@ func (s *Serve) Check() error {
 			s.SessionWS, s.SessionWSOff = false, why
 		}
 	}
+	if s.Engine.Sandbox.Fallback == "" {
+		// A newcomer's server on its own machine starts wherever Landlock
+		// is missing (macOS, some containers), with a warning and a
+		// lasting health issue; one other machines reach refuses to start
+		// unconfined unless told to.
+		s.Engine.Sandbox.Fallback = SandboxRefuse
+		if s.Stdio || loopback(s.Host) {
+			s.Engine.Sandbox.Fallback = SandboxUnconfined
+		}
+	}
 	if s.Token != "" && len(s.Token) < MinTokenLength {
 		errs = append(errs, fmt.Errorf("--token: %d characters is too short to resist guessing (at least %d); `agentd token` prints a random one", len(s.Token), MinTokenLength))
 	}

@@ -39,3 +39,36 @@ func TestServePprofAddr(t *testing.T) {
 		})
 	}
 }
+
+// TestServeSandboxFallback: where the kernel cannot confine tools, a
+// server on loopback starts unconfined (a newcomer's first run works on
+// any machine) and one other machines reach refuses, unless told.
+func TestServeSandboxFallback(t *testing.T) {
+	const token = "0123456789abcdef0123"
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{nil, SandboxUnconfined},
+		{[]string{"--stdio"}, SandboxUnconfined},
+		{[]string{"--sandbox-fallback", "refuse"}, SandboxRefuse},
+		{[]string{"--host", "0.0.0.0", "--token", token}, SandboxRefuse},
+		{[]string{"--host", "0.0.0.0", "--token", token, "--sandbox-fallback", "unconfined"}, SandboxUnconfined},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			s := ServeDefaults(func(string) string { return "" })
+			fs := flag.NewFlagSet("t", flag.ContinueOnError)
+			s.Register(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Check(); err != nil {
+				t.Fatal(err)
+			}
+			if got := s.Engine.Sandbox.Fallback; got != tt.want {
+				t.Fatalf("fallback %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
