@@ -89,11 +89,11 @@ func (c *conn) read() {
 		}
 		c.lastActive.Store(c.f.opt.Now().UnixNano())
 		if !c.admitMessage() {
-			c.fail(closeTooMany, protocolError("rate_limit_exceeded", "Too many messages: at most "+itoa(c.f.opt.MessageRate)+" per second", nil, c.f.opt.Now()))
+			c.fail(closeTooMany, protocolError("rate_limit_exceeded", "Too many messages: at most "+strconv.Itoa(c.f.opt.MessageRate)+" per second", nil, c.f.opt.Now()))
 			return
 		}
 		if n > max {
-			c.sendError(protocolError("message_too_large", "Message of "+itoa(n)+" bytes is over the limit of "+itoa(max)+" bytes", map[string]any{"max_bytes": max}, c.f.opt.Now()))
+			c.sendError(protocolError("message_too_large", "Message of "+strconv.Itoa(n)+" bytes is over the limit of "+strconv.Itoa(max)+" bytes", map[string]any{"max_bytes": max}, c.f.opt.Now()))
 			continue
 		}
 		c.handle(buf)
@@ -345,5 +345,3 @@ func answerError(qid string, err error, now time.Time) *errorMsg {
 	}
 	return protocolError("internal_error", "The answer could not be delivered", map[string]any{"question_id": qid}, now)
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

@@ -13,6 +13,7 @@ import (
 	"context"
 	_ "embed"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -189,7 +190,7 @@ func (f *Face) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !f.admit(who.Subject) {
-		f.refuse(ws, closeTooMany, protocolError("too_many_connections", "Too many connections for this user (at most "+itoa(f.opt.MaxConnectionsPerSubject)+")", nil, f.opt.Now()))
+		f.refuse(ws, closeTooMany, protocolError("too_many_connections", "Too many connections for this user (at most "+strconv.Itoa(f.opt.MaxConnectionsPerSubject)+")", nil, f.opt.Now()))
 		return
 	}
 	defer f.leave(who.Subject)

@@ -113,15 +113,3 @@ func describe(err error) []string {
 	}
 	return out
 }
-
-// checkServer validates a message the server sends (for tests).
-func (v *validator) checkServer(b []byte) error {
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(bytes.TrimRight(b, "\n")))
-	if err != nil {
-		return err
-	}
-	if err := v.server.Validate(inst); err != nil {
-		return fmt.Errorf("%s: %s", strings.Join(describe(err), "; "), b)
-	}
-	return nil
-}

@@ -1,7 +1,10 @@
 package sessionws
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"strings"
 	"testing"
 	"time"
@@ -251,4 +254,16 @@ func TestServerMessagesMatchSchema(t *testing.T) {
 	if err := v.checkServer([]byte(`{"type":"status_change","session_id":"s1"}`)); err == nil {
 		t.Error("an incomplete status_change passed the server schema")
 	}
+}
+
+// checkServer validates a message the server sends.
+func (v *validator) checkServer(b []byte) error {
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(bytes.TrimRight(b, "\n")))
+	if err != nil {
+		return err
+	}
+	if err := v.server.Validate(inst); err != nil {
+		return fmt.Errorf("%s: %s", strings.Join(describe(err), "; "), b)
+	}
+	return nil
 }
