@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentd-dev/agentd/cluster"
 	"github.com/agentd-dev/agentd/config"
 	"github.com/agentd-dev/agentd/convapi"
 	"github.com/agentd-dev/agentd/engine"
@@ -117,7 +118,22 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if tokens != nil {
 		srvTokens = tokens
 	}
+	var cn *clusterNode
+	if sc.Cluster.Enabled() {
+		// Only with --cluster: a server on its own starts no NATS and no
+		// cluster goroutine.
+		if cn, err = joinCluster(ctx, sc.Cluster, stateDir, log); err != nil {
+			return err
+		}
+		// After srv.Shutdown has handed the sessions over.
+		defer cn.leave()
+	}
+	var node *cluster.Node
+	if cn != nil {
+		node = cn.node
+	}
 	srv, err := server.New(server.Config{
+		Cluster:      node,
 		Auth:         auth,
 		Tokens:       srvTokens,
 		ReturnMemory: true,
@@ -179,6 +195,12 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err := srv.Start(); err != nil {
 		return err
 	}
+	if cn != nil {
+		if err := clusterMetrics(metrics.Registry(), srv); err != nil {
+			srv.Close()
+			return err
+		}
+	}
 	if sc.Stdio {
 		log.Info("agentd serve on stdio", "model", model.Provider+"/"+model.ID, "data", cfg.DataDir)
 		err := pi.ServeStdio(ctx, m.stdin, m.stdout)
@@ -222,7 +244,11 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	// Every request passes the Host check first, whatever face serves it;
 	// the REST + SSE conversation API (/api/v2, and the design document's
 	// /api/conversations) takes its paths before the mux would clean them.
-	handler := server.GuardHost(server.HostPolicy{Listen: ln.Addr().String(), Allowed: sc.AllowedHosts}, rest.Handler(mux))
+	var inner http.Handler = mux
+	if cn != nil {
+		inner = clusterHealth(srv, mux)
+	}
+	handler := server.GuardHost(server.HostPolicy{Listen: ln.Addr().String(), Allowed: sc.AllowedHosts}, rest.Handler(inner))
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()

@@ -93,6 +93,8 @@ type Serve struct {
 	// "session": the handle its event stream and commands name) stays
 	// with no stream attached and no request naming it.
 	RESTSessionIdle time.Duration
+	// Cluster makes serve a node of a cluster (--cluster).
+	Cluster Cluster
 	// PprofAddr, when set, is a loopback address where net/http/pprof's
 	// profiles are served, apart from the clients' listener: for
 	// profiling the server under load (agentd bench --server-flags).
@@ -125,8 +127,8 @@ func ServeDefaults(getenv func(string) string) Serve {
 		JWTIssuer: getenv("AGENTD_JWT_ISSUER"), JWTAudience: getenv("AGENTD_JWT_AUDIENCE"),
 		SessionWS: true, WSHeartbeat: 30 * time.Second, WSProgressInterval: time.Second,
 		WSMaxConnectionsPerSubject: 100, WSMessageRate: 10, WSMaxMessageBytes: 1 << 20, WSMaxQueuedBytes: 8 << 20,
-		RESTSessionIdle: 30 * time.Minute,
-		Engine:          Engine{Sandbox: Sandbox{Mode: string(sandbox.WorkspaceWrite)}},
+		RESTSessionIdle: 30 * time.Minute, Cluster: ClusterDefaults(getenv),
+		Engine: Engine{Sandbox: Sandbox{Mode: string(sandbox.WorkspaceWrite)}},
 	}
 	if v := getenv("AGENTD_HOST"); v != "" {
 		s.Host = v
@@ -162,6 +164,7 @@ func ServeDefaults(getenv func(string) string) Serve {
 
 // Register adds serve's flags to fs.
 func (s *Serve) Register(fs *flag.FlagSet) {
+	s.Cluster.Register(fs)
 	fs.StringVar(&s.Host, "host", s.Host, "address to listen on; anything but loopback requires --token (env AGENTD_HOST)")
 	fs.IntVar(&s.Port, "port", s.Port, "port to listen on; 0 picks a free one (env AGENTD_PORT)")
 	fs.BoolVar(&s.Stdio, "stdio", false, "serve one client on stdin/stdout instead of listening")
@@ -295,6 +298,7 @@ func (s *Serve) Check() error {
 			errs = append(errs, fmt.Errorf("--pprof-addr %q: want a loopback host:port such as 127.0.0.1:6060", s.PprofAddr))
 		}
 	}
+	errs = append(errs, s.Cluster.check(s.Port, s.Stdio)...)
 	return errors.Join(errs...)
 }
 

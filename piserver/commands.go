@@ -88,6 +88,9 @@ func (c *call) who() server.Principal {
 	if o := c.origin(); o != nil {
 		return o.c.who
 	}
+	if r, ok := c.cmd.Origin.(*server.Remote); ok {
+		return r.Who // sent by a client of another cluster node
+	}
 	return server.Principal{}
 }
 
@@ -330,6 +333,9 @@ func (s *Server) listSessions(_ context.Context, c *call) (any, error) {
 // subscribe makes the command's connection watch h; what it sends waits
 // for the command's response.
 func (s *Server) subscribe(c *call, h *server.Hosted, after *uint64) server.Subscribed {
+	if r, ok := c.cmd.Origin.(*server.Remote); ok {
+		return r.Subscribe(h, after) // the client's own node subscribes it
+	}
 	o := c.origin()
 	if o == nil || o.c.client == nil {
 		return server.Subscribed{Seq: h.Session().Seq()}
@@ -501,7 +507,17 @@ func (s *Server) healthCheck(context.Context, *call) (any, error) {
 	if z := s.srv.Zombies(); z > 0 {
 		hc.Issues = append(hc.Issues, fmt.Sprintf("%d zombie sessions detected", z))
 	}
+	cl := s.srv.ClusterStatus()
+	if cl != nil && !cl.Connected {
+		hc.Issues = append(hc.Issues, fmt.Sprintf("Cluster node %s is not connected to NATS", cl.Node))
+	}
 	hc.Healthy = len(hc.Issues) == 0
+	if cl != nil {
+		return struct {
+			health.HealthCheck
+			Cluster *server.ClusterStatus `json:"cluster"`
+		}{hc, cl}, nil
+	}
 	return hc, nil
 }
 

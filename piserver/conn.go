@@ -133,6 +133,15 @@ type origin struct {
 	hold *server.Hold
 }
 
+// Principal is who sent the command, for a cluster node passing it on.
+func (o *origin) Principal() server.Principal { return o.c.who }
+
+// SubscribeTarget lets a cluster node subscribe the connection to a
+// session another node runs, as the handler would have here.
+func (o *origin) SubscribeTarget() (*server.Client, server.Codec, *server.Hold) {
+	return o.c.client, o.c.srv.codec, o.hold
+}
+
 // rateClass is the budget a command is counted against: control commands
 // (what a client needs to regain control) never starve behind data.
 func rateClass(typ string) server.RateClass {

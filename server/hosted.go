@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/cluster"
 	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/session"
@@ -46,6 +47,11 @@ type Hosted struct {
 	// started holds when each running tool call began, for the log; only
 	// onEvent touches it, and the session calls that in order.
 	started map[string]time.Time
+
+	// cl is set on a cluster node for a session hosted here; feed for a
+	// session hosted elsewhere that clients here watch (no sess then).
+	cl   *hosted
+	feed *feed
 }
 
 // ID is the id clients know the session by.
@@ -313,7 +319,7 @@ func (s *Server) Load(ctx context.Context, r LoadRequest) (*Hosted, error) {
 }
 
 // open makes session id from file (or a new file when "") and hosts it.
-func (s *Server) open(_ context.Context, id, cwd, file, owner string, mode sandbox.Mode, fresh bool) (*Hosted, error) {
+func (s *Server) open(ctx context.Context, id, cwd, file, owner string, mode sandbox.Mode, fresh bool) (*Hosted, error) {
 	s.mu.RLock()
 	full := len(s.sessions) >= s.lim.MaxSessions
 	s.mu.RUnlock()
@@ -370,6 +376,16 @@ func (s *Server) open(_ context.Context, id, cwd, file, owner string, mode sandb
 
 	prev, _ := s.index.get(id)
 	first := prev.Seq // never backwards for an id, even a reused one
+	var lease *cluster.Lease
+	if s.cl != nil {
+		var err error
+		if lease, first, err = s.cl.claim(ctx, id, first); err != nil {
+			s.mu.Lock()
+			delete(s.sessions, id)
+			s.mu.Unlock()
+			return nil, err
+		}
+	}
 	if mode == "" && !fresh && !prev.Deleted {
 		// A session loaded again keeps the sandbox it was created with.
 		mode = sandbox.Mode(prev.Sandbox)
@@ -389,6 +405,9 @@ func (s *Server) open(_ context.Context, id, cwd, file, owner string, mode sandb
 		s.mu.Lock()
 		delete(s.sessions, id)
 		s.mu.Unlock()
+		if lease != nil {
+			_ = lease.Release(context.WithoutCancel(ctx))
+		}
 		return nil, err
 	}
 	if !fresh && prev.Owner != "" && !prev.Deleted {
@@ -404,6 +423,9 @@ func (s *Server) open(_ context.Context, id, cwd, file, owner string, mode sandb
 	}
 	if err := s.index.put(indexEntry{ID: id, File: sess.File(), Cwd: cwd, Owner: owner, Created: created, Seq: first, Sandbox: string(mode)}, true); err != nil {
 		s.log.Error("recording the session", "session", id, "err", err)
+	}
+	if lease != nil {
+		s.cl.host(h, lease, first)
 	}
 	s.mu.Lock()
 	s.sessions[id] = h
@@ -452,6 +474,9 @@ func (h *Hosted) onEvent(ev session.Event) {
 	h.logEvent(ev)
 	h.track.observe(ev)
 	h.fanOut(ev)
+	if h.cl != nil {
+		h.cl.onEvent()
+	}
 }
 
 // logEvent records what a session does for its clients: each shell
@@ -531,6 +556,9 @@ func (s *Server) unload(h *Hosted, deleted bool) error {
 		s.pipe.DeleteSession(h.id)
 	}
 	h.unsub()
+	if s.cl != nil {
+		s.cl.unhost(h)
+	}
 	h.deleted.Store(deleted)
 	close(h.gone)
 	h.subMu.Lock()

@@ -32,6 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentd-dev/agentd/cluster"
 	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/health"
@@ -163,6 +164,11 @@ type Config struct {
 	// shares one.
 	ReturnMemory bool
 	Logger       *slog.Logger
+	// Cluster, when set, makes the server one node of a cluster (see
+	// cluster.go): sessions owned by leases, commands routed to the owner,
+	// events through the cluster's stream. The caller joins and closes it
+	// (after Shutdown); nil is a server on its own, exactly as without.
+	Cluster *cluster.Node
 }
 
 // Server hosts sessions for every face.
@@ -178,6 +184,8 @@ type Server struct {
 	ctx    context.Context // cancelled when the server closes
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	cl *clusterState // nil unless Config.Cluster
 
 	reg         pipeline.Registry
 	pipe        *pipeline.Pipeline
@@ -231,6 +239,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.index = idx
+	if cfg.Cluster != nil {
+		s.cl = newClusterState(s, cfg.Cluster)
+	}
 	return s, nil
 }
 
@@ -304,6 +315,11 @@ func (s *Server) Start() error {
 		return err
 	}
 	s.pipe = p
+	if s.cl != nil {
+		if err := s.cl.start(); err != nil {
+			return fmt.Errorf("server: joining the cluster: %w", err)
+		}
+	}
 	if s.cfg.ReturnMemory {
 		s.wg.Add(1)
 		go func() {
@@ -324,8 +340,16 @@ func (s *Server) emitLifecycle(ev pipeline.Event) {
 func (s *Server) Pipeline() *pipeline.Pipeline { return s.pipe }
 
 // Submit puts a command through the pipeline; respond is called once with
-// its outcome and must not block.
+// its outcome and must not block. On a cluster node, a command for a
+// session another node runs goes there, and its outcome comes back here.
 func (s *Server) Submit(cmd pipeline.Command, respond func(pipeline.Response)) {
+	if s.cl != nil && s.cl.route(cmd, respond) {
+		return
+	}
+	s.submitLocal(cmd, respond)
+}
+
+func (s *Server) submitLocal(cmd pipeline.Command, respond func(pipeline.Response)) {
 	s.pipe.Submit(cmd, func(r pipeline.Response) {
 		if r.Err == nil || r.Err.Code != fault.ShuttingDown {
 			s.executed.Add(1)
@@ -523,6 +547,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	dctx, cancel := context.WithTimeout(ctx, s.lim.ShutdownTimeout)
 	defer cancel()
+	if s.cl != nil {
+		// Before the pipeline refuses anything: commands for sessions
+		// already handed over are passed on to their new node.
+		s.cl.handOver(dctx)
+	}
 	var err error
 	if s.pipe != nil {
 		err = s.pipe.Shutdown(dctx)
@@ -539,6 +568,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if cerr := s.unload(h, false); cerr != nil {
 			s.log.Warn("closing session", "session", h.id, "err", cerr)
 		}
+	}
+	if s.cl != nil {
+		s.cl.stop()
 	}
 	s.wg.Wait()
 	if cerr := s.index.close(); cerr != nil {

@@ -175,6 +175,14 @@ func (s *Server) unsubscribeAll(c *Client, ids []string) {
 			delete(h.subs, c)
 			h.subMu.Unlock()
 		}
+		if s.cl != nil {
+			if f := s.cl.feedHosted(id); f != nil {
+				f.subMu.Lock()
+				delete(f.subs, c)
+				f.subMu.Unlock()
+				s.cl.unwatched(f)
+			}
+		}
 	}
 }
 

@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agentd-dev/agentd/cluster"
+	"github.com/agentd-dev/agentd/cluster/embeddednats"
+	"github.com/agentd-dev/agentd/config"
+	"github.com/agentd-dev/agentd/server"
+)
+
+// clusterNode is serve's membership in a cluster: the NATS server it runs
+// (with --cluster embedded) and its node.
+type clusterNode struct {
+	node *cluster.Node
+	nats *embeddednats.Server
+}
+
+// joinCluster starts the embedded NATS server when asked to and joins the
+// cluster. The caller calls leave after the server has shut down.
+func joinCluster(ctx context.Context, cc config.Cluster, stateDir string, log *slog.Logger) (*clusterNode, error) {
+	cn := &clusterNode{}
+	url := strings.Join(cc.URLs, ",")
+	if cc.Embedded {
+		ns, err := embeddednats.Start(embeddednats.Config{StoreDir: filepath.Join(stateDir, "nats"), Listen: cc.Listen,
+			ServerName: cc.NodeID, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("--cluster embedded: %w", err)
+		}
+		cn.nats, url = ns, ns.ClientURL()
+		log.Info("embedded NATS listening", "url", url)
+	}
+	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	node, err := cluster.Join(jctx, cluster.Config{NodeID: cc.NodeID, URL: url, LeaseTTL: cc.LeaseTTL, Logger: log})
+	if err != nil {
+		if cn.nats != nil {
+			cn.nats.Shutdown()
+		}
+		return nil, fmt.Errorf("--cluster %s: %w", cc.Spec, err)
+	}
+	cn.node = node
+	log.Info("joined the cluster", "node", cc.NodeID, "nats", url, "lease_ttl", cc.LeaseTTL)
+	return cn, nil
+}
+
+// leave releases what the server did not hand over (it handed its
+// sessions over in Shutdown) and stops NATS last.
+func (cn *clusterNode) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = cn.node.Drain(ctx)
+	if cn.nats != nil {
+		cn.nats.Shutdown()
+	}
+}
+
+// clusterHealth answers GET /healthz with the cluster's state besides the
+// liveness status, and passes everything else to next.
+func clusterHealth(srv *server.Server, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Path != "/healthz" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "cluster": srv.ClusterStatus()})
+	})
+}
+
+// clusterMetrics adds the cluster's gauges to the server's registry.
+func clusterMetrics(reg *prometheus.Registry, srv *server.Server) error {
+	read := func(f func(*server.ClusterStatus) float64) func() float64 {
+		return func() float64 {
+			if st := srv.ClusterStatus(); st != nil {
+				return f(st)
+			}
+			return 0
+		}
+	}
+	gauge := func(name, help string, f func(*server.ClusterStatus) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, read(f))
+	}
+	counter := func(name, help string, f func(*server.ClusterStatus) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, read(f))
+	}
+	for _, c := range []prometheus.Collector{
+		gauge("agentd_cluster_connected", "1 while this node is connected to NATS.", func(st *server.ClusterStatus) float64 {
+			if st.Connected {
+				return 1
+			}
+			return 0
+		}),
+		gauge("agentd_cluster_leases", "Sessions this node owns.", func(st *server.ClusterStatus) float64 { return float64(st.Leases) }),
+		gauge("agentd_cluster_members", "Live nodes this node last saw.", func(st *server.ClusterStatus) float64 { return float64(st.Members) }),
+		gauge("agentd_cluster_followed_sessions", "Sessions owned elsewhere that clients of this node watch.", func(st *server.ClusterStatus) float64 { return float64(st.Followed) }),
+		counter("agentd_cluster_forwarded_commands_total", "Commands this node sent to another node.", func(st *server.ClusterStatus) float64 { return float64(st.Forwarded) }),
+		counter("agentd_cluster_received_commands_total", "Commands other nodes sent to this node.", func(st *server.ClusterStatus) float64 { return float64(st.Received) }),
+		counter("agentd_cluster_takeovers_total", "Sessions this node took over from a node whose lease had expired.", func(st *server.ClusterStatus) float64 { return float64(st.Takeovers) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,335 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// NodeBucket is the KV bucket where live nodes announce themselves, so a
+// node can place a session that nobody owns on a live one.
+const NodeBucket = "AGENTD_NODES"
+
+const nodePrefix = "agentd.node."
+
+// AsyncHandler answers a command when it is done: reply must be called
+// exactly once, from any goroutine. The handler itself must return at
+// once: the next command for the same subject is delivered only after it
+// returns, and a command that waits (a prompt running until its end) must
+// not hold up one that would end it (an abort, an approval).
+type AsyncHandler func(ctx context.Context, payload []byte, reply func([]byte, error))
+
+// ServeAsync is Serve with answers that may come later than the handler's
+// return: commands for the session reach h in arrival order, and each is
+// answered when it is done. Serving stops when the lease ends.
+func (n *Node) ServeAsync(sessionID string, h AsyncHandler) error {
+	l := n.Lease(sessionID)
+	if l == nil {
+		return &NotOwnerError{SessionID: sessionID, Node: n.cfg.NodeID}
+	}
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return &NotOwnerError{SessionID: sessionID, Node: n.cfg.NodeID}
+	}
+	if l.sub != nil {
+		l.mu.Unlock()
+		return fmt.Errorf("cluster: session %s is already served on node %s", sessionID, n.cfg.NodeID)
+	}
+	sub, err := n.nc.Subscribe(cmdPrefix+sessionID, func(m *nats.Msg) {
+		h(l.ctx, m.Data, n.replier(m, sessionID, l.epoch))
+	})
+	if err != nil {
+		l.mu.Unlock()
+		return fmt.Errorf("cluster: serving session %s: %w", sessionID, err)
+	}
+	l.sub = sub
+	l.mu.Unlock()
+	if err := n.nc.Flush(); err != nil {
+		return fmt.Errorf("cluster: serving session %s: %w", sessionID, err)
+	}
+	return nil
+}
+
+// replier answers m once.
+func (n *Node) replier(m *nats.Msg, what string, epoch uint64) func([]byte, error) {
+	var once sync.Once
+	return func(out []byte, err error) {
+		once.Do(func() {
+			reply := nats.NewMsg(m.Reply)
+			reply.Header.Set(hdrNode, n.cfg.NodeID)
+			if epoch != 0 {
+				reply.Header.Set(hdrEpoch, strconv.FormatUint(epoch, 10))
+			}
+			if err != nil {
+				reply.Header.Set(hdrError, err.Error())
+			} else {
+				reply.Data = out
+			}
+			if err := m.RespondMsg(reply); err != nil {
+				n.log.Warn("cluster: replying to a command", "for", what, "err", err)
+			}
+		})
+	}
+}
+
+// NodeGoneError says no node with that id answered: it left the cluster
+// or died.
+type NodeGoneError struct{ Node string }
+
+func (e *NodeGoneError) Error() string {
+	return fmt.Sprintf("cluster: node %s is not answering (it left the cluster or stopped)", e.Node)
+}
+
+// ServeNode answers requests addressed to this node (RequestNode) until
+// the returned stop is called; stop waits until the server no longer
+// routes requests here. ctx is handed to h for every request.
+func (n *Node) ServeNode(ctx context.Context, h AsyncHandler) (stop func(), err error) {
+	sub, err := n.nc.Subscribe(nodePrefix+n.cfg.NodeID, func(m *nats.Msg) {
+		h(ctx, m.Data, n.replier(m, "node", 0))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: serving node %s: %w", n.cfg.NodeID, err)
+	}
+	if err := n.nc.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("cluster: serving node %s: %w", n.cfg.NodeID, err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if sub.Unsubscribe() == nil {
+				_ = n.nc.FlushTimeout(time.Second)
+			}
+		})
+	}, nil
+}
+
+// RequestNode sends a request to one node (ServeNode) and returns its
+// answer: *NodeGoneError when nobody serves that node, *RemoteError with
+// the handler's message. Without a deadline on ctx, Config.RequestTimeout
+// bounds it.
+func (n *Node) RequestNode(ctx context.Context, nodeID string, payload []byte) ([]byte, error) {
+	if err := checkSessionID(nodeID); err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.cfg.RequestTimeout)
+		defer cancel()
+	}
+	m, err := n.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: nodePrefix + nodeID, Data: payload})
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, &NodeGoneError{Node: nodeID}
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, fmt.Errorf("cluster: node %s did not answer in time: %w", nodeID, err)
+	case err != nil:
+		return nil, fmt.Errorf("cluster: sending a request to node %s: %w", nodeID, err)
+	}
+	if msg := m.Header.Get(hdrError); msg != "" {
+		return nil, &RemoteError{Node: nodeID, Message: msg}
+	}
+	return m.Data, nil
+}
+
+// Connected reports whether the node's NATS connection is up.
+func (n *Node) Connected() bool { return n.nc.IsConnected() }
+
+// Membership is this node's announcement in NodeBucket: renewed every
+// LeaseTTL/3 until Leave, and gone from Members a lease TTL after the
+// node stops renewing it.
+type Membership struct {
+	n      *Node
+	kv     jetstream.KeyValue
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+type memberRecord struct {
+	Expires int64 `json:"expires"` // Unix ms, like a lease
+}
+
+// Announce makes this node a member: Members on any node lists it from
+// now until Leave (or a lease TTL after this process stops).
+func (n *Node) Announce(ctx context.Context) (*Membership, error) {
+	kv, err := n.nodeBucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := &Membership{n: n, kv: kv, done: make(chan struct{})}
+	if err := m.put(ctx); err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	go m.renew(rctx)
+	return m, nil
+}
+
+func (n *Node) nodeBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := n.js.KeyValue(ctx, NodeBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = n.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: NodeBucket, Description: "agentd live nodes", History: 1,
+			Storage: jetstream.FileStorage, Replicas: n.cfg.Replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = n.js.KeyValue(ctx, NodeBucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster: node bucket %s: %w", NodeBucket, err)
+	}
+	return kv, nil
+}
+
+func (m *Membership) put(ctx context.Context) error {
+	b, _ := json.Marshal(memberRecord{Expires: time.Now().Add(m.n.cfg.LeaseTTL).UnixMilli()})
+	if _, err := m.kv.Put(ctx, m.n.cfg.NodeID, b); err != nil {
+		return fmt.Errorf("cluster: announcing node %s: %w", m.n.cfg.NodeID, err)
+	}
+	return nil
+}
+
+func (m *Membership) renew(ctx context.Context) {
+	defer close(m.done)
+	every := m.n.cfg.LeaseTTL / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if m.n.renewPaused.Load() {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, every)
+		if err := m.put(pctx); err != nil && ctx.Err() == nil {
+			m.n.log.Warn("cluster: renewing membership", "err", err)
+		}
+		cancel()
+	}
+}
+
+// Stop ends the announcement's renewal, leaving the record to expire, as
+// a crash would.
+func (m *Membership) Stop() {
+	m.once.Do(func() {
+		m.cancel()
+		<-m.done
+	})
+}
+
+// Leave stops announcing and removes the record at once, so no node
+// places a session here any more.
+func (m *Membership) Leave(ctx context.Context) error {
+	m.Stop()
+	if err := m.kv.Delete(ctx, m.n.cfg.NodeID); err != nil {
+		return fmt.Errorf("cluster: leaving: %w", err)
+	}
+	return nil
+}
+
+// Members lists the nodes whose announcement is live, sorted.
+func (n *Node) Members(ctx context.Context) ([]string, error) {
+	kv, err := n.nodeBucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: listing nodes: %w", err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	now := time.Now().UnixMilli()
+	var out []string
+	for _, k := range keys {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		var r memberRecord
+		if json.Unmarshal(e.Value(), &r) == nil && r.Expires > now {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// LeaseOwner reads who holds a session's lease: the node and whether the
+// lease is live (not past its expiry). ok is false when nobody holds it.
+func (n *Node) LeaseOwner(ctx context.Context, sessionID string) (node string, live, ok bool, err error) {
+	if err := checkSessionID(sessionID); err != nil {
+		return "", false, false, err
+	}
+	e, err := n.kv.Get(ctx, sessionID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return "", false, false, nil
+	}
+	if err != nil {
+		return "", false, false, fmt.Errorf("cluster: reading the lease of session %s: %w", sessionID, err)
+	}
+	r, _, err := decodeEntry(e)
+	if err != nil {
+		return "", false, true, nil
+	}
+	return r.Node, time.Now().Before(r.expires()), true, nil
+}
+
+// SendNode sends a request to one node (ServeNode) and returns at once;
+// done is called exactly once, on another goroutine, with the answer or
+// the failure (*NodeGoneError when nobody serves that node, *RemoteError,
+// or ctx's error when it ends first). Requests sent by one caller, one
+// after another, reach the node in that order, which RequestNode from
+// several goroutines would not promise.
+func (n *Node) SendNode(ctx context.Context, nodeID string, payload []byte, done func([]byte, error)) {
+	if err := checkSessionID(nodeID); err != nil {
+		go done(nil, err)
+		return
+	}
+	inbox := n.nc.NewRespInbox()
+	replies := make(chan *nats.Msg, 1)
+	sub, err := n.nc.ChanSubscribe(inbox, replies)
+	if err != nil {
+		go done(nil, fmt.Errorf("cluster: sending a request to node %s: %w", nodeID, err))
+		return
+	}
+	_ = sub.AutoUnsubscribe(1)
+	if err := n.nc.PublishMsg(&nats.Msg{Subject: nodePrefix + nodeID, Reply: inbox, Data: payload}); err != nil {
+		_ = sub.Unsubscribe()
+		go done(nil, fmt.Errorf("cluster: sending a request to node %s: %w", nodeID, err))
+		return
+	}
+	go func() {
+		defer func() { _ = sub.Unsubscribe() }()
+		select {
+		case <-ctx.Done():
+			done(nil, fmt.Errorf("cluster: node %s did not answer: %w", nodeID, context.Cause(ctx)))
+		case m := <-replies:
+			switch {
+			case len(m.Data) == 0 && m.Header.Get("Status") == "503":
+				done(nil, &NodeGoneError{Node: nodeID})
+			case m.Header.Get(hdrError) != "":
+				done(nil, &RemoteError{Node: nodeID, Message: m.Header.Get(hdrError)})
+			default:
+				done(m.Data, nil)
+			}
+		}
+	}()
+}

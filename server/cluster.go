@@ -1,0 +1,921 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentd-dev/agentd/cluster"
+	"github.com/agentd-dev/agentd/fault"
+	"github.com/agentd-dev/agentd/pipeline"
+	"github.com/agentd-dev/agentd/session"
+)
+
+// A server with Config.Cluster is one node of several that look like one
+// server to every client. What it adds, once for every face:
+//
+//   - Ownership. A session is hosted by the node holding its lease. Opening
+//     one (create, load, reload) acquires the lease, or takes over one
+//     whose owner's lease expired; the owner publishes every logged event
+//     to the cluster's stream after it has its seq, and stops hosting the
+//     session the moment its lease ends.
+//   - Routing. Submit sends a command for a session this node does not
+//     host to the node that does (its lease names it), as a request to
+//     that node; the answer comes back as the pipeline's Response, as if
+//     the command had run here. A session nobody owns goes to its home
+//     node: the live node that rendezvous hashing of the session id picks
+//     (see placeSession), which creates it, or takes it over.
+//   - Subscriptions. A client of a node that does not host the session is
+//     fed from the stream (a replay from its cursor, then a live follow
+//     shared by the node's subscribers of that session), through the same
+//     queues and codecs, so cursors are the same on every node.
+//
+// Without Config.Cluster none of this exists: no goroutine, no check.
+
+// clusterHops bounds how many times a command is passed on between nodes
+// while ownership moves under it.
+const clusterHops = 3
+
+// clusterForwardTimeout bounds the wait for a forwarded command that has
+// no timeout of its own; a node that dies is noticed sooner (see
+// checkNodes).
+const clusterForwardTimeout = 24 * time.Hour
+
+type clusterState struct {
+	s    *Server
+	node *cluster.Node
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	member   *cluster.Membership
+	stopNode func()
+
+	mu         sync.Mutex
+	forwarders map[string]*forwarder // by session id
+	inflight   map[*inflight]struct{}
+	feeds      map[string]*Hosted // sessions owned elsewhere, followed for local subscribers
+	members    []string
+	membersAt  time.Time
+	draining   bool
+
+	forwarded atomic.Int64
+	received  atomic.Int64
+	takeovers atomic.Int64
+}
+
+func newClusterState(s *Server, node *cluster.Node) *clusterState {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &clusterState{s: s, node: node, ctx: ctx, cancel: cancel,
+		forwarders: map[string]*forwarder{}, inflight: map[*inflight]struct{}{}, feeds: map[string]*Hosted{}}
+}
+
+// start serves this node's address and announces it, so other nodes can
+// place sessions here and send commands.
+func (cs *clusterState) start() error {
+	stop, err := cs.node.ServeNode(cs.ctx, cs.serveNode)
+	if err != nil {
+		return err
+	}
+	cs.stopNode = stop
+	actx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
+	defer cancel()
+	m, err := cs.node.Announce(actx)
+	if err != nil {
+		stop()
+		return err
+	}
+	cs.member = m
+	cs.wg.Add(1)
+	go cs.watch()
+	return nil
+}
+
+// envelope is a command on its way between nodes. pipeline.Command is
+// JSON apart from its Origin and Sender, which stay on the node the client
+// is connected to; the principal travels with it, so the owner checks
+// what the client may see and runs the command as that client.
+type envelope struct {
+	Cmd  pipeline.Command `json:"cmd"`
+	Who  Principal        `json:"who"`
+	From string           `json:"from"`
+	Hops int              `json:"hops"`
+}
+
+// reply is the owner's answer: the response, and the subscription the
+// command's handler made for its client, which the client's node makes.
+type reply struct {
+	Resp pipeline.Response `json:"resp"`
+	Sub  *remoteSub        `json:"sub,omitempty"`
+}
+
+type remoteSub struct {
+	SessionID string `json:"sessionId"`
+	After     uint64 `json:"after"`
+}
+
+// Remote is the Origin of a command that another node forwarded to the
+// session's owner: who sent it, from which node. A face's handler that
+// subscribes its client subscribes through it instead (Subscribe), and
+// the client's own node makes the subscription once the answer is back.
+type Remote struct {
+	Who  Principal
+	Node string
+
+	mu  sync.Mutex
+	sub *remoteSub
+}
+
+// Subscribe records that the command's client watches h from after (from
+// now when nil) and answers as Server.Subscribe would: the stream keeps
+// every event, so any cursor up to the last event resumes.
+func (r *Remote) Subscribe(h *Hosted, after *uint64) Subscribed {
+	cur := h.sess.Seq()
+	res := Subscribed{Seq: cur}
+	from := cur
+	if after != nil {
+		if *after > cur {
+			res.TooOld = true
+		} else {
+			from, res.Resumed = *after, true
+		}
+	}
+	r.mu.Lock()
+	r.sub = &remoteSub{SessionID: h.id, After: from}
+	r.mu.Unlock()
+	return res
+}
+
+// SubscribeTarget is what a face's Origin offers so that a subscription
+// made for a command answered by another node reaches the right client:
+// its connection, its codec and the hold released once the response is
+// queued.
+type SubscribeTarget interface {
+	SubscribeTarget() (*Client, Codec, *Hold)
+}
+
+// Submit routing.
+
+// forwarder keeps the commands of one session that leave this node in
+// the order they were submitted: one goroutine sends them, one after
+// another, while their answers come back in any order.
+type forwarder struct {
+	id    string
+	queue []forwardItem
+}
+
+type forwardItem struct {
+	cmd     pipeline.Command
+	who     Principal
+	hops    int
+	respond func(pipeline.Response)
+	reply   func([]byte, error) // set when the command came from another node
+}
+
+// route decides where a command runs; false means here, now.
+func (cs *clusterState) route(cmd pipeline.Command, respond func(pipeline.Response)) bool {
+	if cmd.SessionID == "" || cs.hostsOrMakes(cmd.SessionID) {
+		return false
+	}
+	return cs.enqueue(forwardItem{cmd: cmd, who: principalOf(cmd.Origin), respond: respond})
+}
+
+func principalOf(origin any) Principal {
+	switch o := origin.(type) {
+	case *Remote:
+		return o.Who
+	case interface{ Principal() Principal }:
+		return o.Principal()
+	}
+	return Principal{}
+}
+
+// hostsOrMakes reports whether session id is hosted here or being opened
+// here (its id reserved). An id only announced (Expect) is not: the
+// command announcing it may yet go to another node.
+func (cs *clusterState) hostsOrMakes(id string) bool {
+	s := cs.s
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, hosted := s.sessions[id]
+	return hosted
+}
+
+func (cs *clusterState) enqueue(it forwardItem) bool {
+	cs.mu.Lock()
+	if cs.ctx.Err() != nil {
+		cs.mu.Unlock()
+		return false
+	}
+	f := cs.forwarders[it.cmd.SessionID]
+	if f != nil {
+		f.queue = append(f.queue, it)
+		cs.mu.Unlock()
+		return true
+	}
+	f = &forwarder{id: it.cmd.SessionID, queue: []forwardItem{it}}
+	cs.forwarders[f.id] = f
+	cs.wg.Add(1)
+	cs.mu.Unlock()
+	go cs.runForwarder(f)
+	return true
+}
+
+// runForwarder sends the session's queued commands in order and ends when
+// the queue is empty.
+func (cs *clusterState) runForwarder(f *forwarder) {
+	defer cs.wg.Done()
+	for {
+		cs.mu.Lock()
+		if len(f.queue) == 0 {
+			delete(cs.forwarders, f.id)
+			cs.mu.Unlock()
+			return
+		}
+		it := f.queue[0]
+		f.queue = f.queue[1:]
+		cs.mu.Unlock()
+		cs.dispatch(it)
+	}
+}
+
+// dispatch sends one command to the node that should run it, or runs it
+// here.
+func (cs *clusterState) dispatch(it forwardItem) {
+	id := it.cmd.SessionID
+	if cs.hostsOrMakes(id) {
+		cs.runHere(it)
+		return
+	}
+	dest, err := cs.destination(id)
+	if err != nil {
+		cs.fail(it, fault.Wrap(fault.Unavailable, err, "The cluster cannot tell which node runs session "+id+": "+err.Error()))
+		return
+	}
+	if dest == cs.node.ID() || dest == "" {
+		cs.runHere(it)
+		return
+	}
+	if it.hops >= clusterHops {
+		cs.fail(it, fault.Errorf(fault.Unavailable, "Session %s is moving between nodes; try again", id))
+		return
+	}
+	cs.send(it, dest)
+}
+
+// destination is the node that runs session id: its lease's live holder,
+// else its home among the live nodes.
+func (cs *clusterState) destination(id string) (string, error) {
+	ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
+	defer cancel()
+	owner, live, held, err := cs.node.LeaseOwner(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if held && live {
+		return owner, nil
+	}
+	members, err := cs.liveMembers(ctx)
+	if err != nil {
+		return "", err
+	}
+	return placeSession(id, members), nil
+}
+
+// placeSession picks the home of a session among the live nodes by
+// rendezvous hashing: every node computes the same answer from the same
+// list, sessions spread evenly, and when a node leaves only its own
+// sessions move.
+func placeSession(id string, nodes []string) string {
+	var best string
+	var bestScore uint64
+	for _, n := range nodes {
+		h := fnv.New64a()
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+		h.Write([]byte(id))
+		if sc := h.Sum64(); best == "" || sc > bestScore {
+			best, bestScore = n, sc
+		}
+	}
+	return best
+}
+
+// PlaceSession is the node a session nobody owns goes to among nodes
+// (see placeSession): for tests and operators who want to know where a
+// new session with a given id will live.
+func PlaceSession(id string, nodes []string) string { return placeSession(id, nodes) }
+
+// liveMembers is the list of live nodes, read at most every lease TTL/3.
+func (cs *clusterState) liveMembers(ctx context.Context) ([]string, error) {
+	cs.mu.Lock()
+	if time.Since(cs.membersAt) < cs.node.LeaseTTL()/3 && len(cs.members) > 0 {
+		m := cs.members
+		cs.mu.Unlock()
+		return m, nil
+	}
+	draining := cs.draining
+	cs.mu.Unlock()
+	m, err := cs.node.Members(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if draining {
+		// This node left; it must not place anything on itself.
+		out := m[:0:0]
+		for _, n := range m {
+			if n != cs.node.ID() {
+				out = append(out, n)
+			}
+		}
+		m = out
+	}
+	cs.mu.Lock()
+	cs.members, cs.membersAt = m, time.Now()
+	cs.mu.Unlock()
+	return m, nil
+}
+
+func (cs *clusterState) forgetMembers() {
+	cs.mu.Lock()
+	cs.membersAt = time.Time{}
+	cs.mu.Unlock()
+}
+
+// inflight is a command sent to another node and not answered yet.
+type inflight struct {
+	node   string
+	cancel context.CancelCauseFunc
+}
+
+// errNodeStopped ends the commands in flight on a node that left.
+var errNodeStopped = errors.New("the node running it stopped")
+
+// send forwards a command to node dest and answers it when dest does.
+func (cs *clusterState) send(it forwardItem, dest string) {
+	env := envelope{Cmd: it.cmd, Who: it.who, From: cs.node.ID(), Hops: it.hops + 1}
+	env.Cmd.Origin, env.Cmd.Sender = nil, nil
+	payload, err := json.Marshal(env)
+	if err != nil {
+		cs.fail(it, fault.Wrap(fault.Internal, err, "The command could not be sent to the session's node"))
+		return
+	}
+	ctx, cancel := context.WithCancelCause(cs.ctx)
+	ctx, cancelT := context.WithTimeout(ctx, clusterForwardTimeout)
+	fl := &inflight{node: dest, cancel: cancel}
+	cs.mu.Lock()
+	cs.inflight[fl] = struct{}{}
+	cs.mu.Unlock()
+	cs.forwarded.Add(1)
+	if it.reply == nil {
+		cs.lifecycle(it.cmd, pipeline.CommandAccepted, nil)
+	}
+	cs.wg.Add(1)
+	cs.node.SendNode(ctx, dest, payload, func(out []byte, err error) {
+		defer cs.wg.Done()
+		cause := context.Cause(ctx)
+		cancelT()
+		cancel(nil)
+		cs.mu.Lock()
+		delete(cs.inflight, fl)
+		cs.mu.Unlock()
+		var gone *cluster.NodeGoneError
+		switch {
+		case errors.As(err, &gone):
+			// The node left before it got the command: nothing ran, so it
+			// is safe to route it again.
+			cs.forgetMembers()
+			it.hops++
+			cs.enqueue(it)
+			return
+		case err != nil && errors.Is(cause, errNodeStopped):
+			cs.fail(it, fault.Errorf(fault.Interrupted, "Command interrupted: node %s, which was running it, stopped; it was not run again", dest))
+			return
+		case err != nil && cs.ctx.Err() != nil:
+			cs.fail(it, fault.New(fault.ShuttingDown, "Server is shutting down"))
+			return
+		case err != nil:
+			cs.fail(it, fault.Wrap(fault.Unavailable, err, fmt.Sprintf("Node %s, which runs session %s, did not answer: %v", dest, it.cmd.SessionID, err)))
+			return
+		}
+		if it.reply != nil {
+			it.reply(out, nil) // passing a command on: the answer goes back as it came
+			return
+		}
+		var r reply
+		if err := json.Unmarshal(out, &r); err != nil {
+			cs.fail(it, fault.Wrap(fault.Internal, err, "The session's node sent an answer that could not be read"))
+			return
+		}
+		if r.Sub != nil {
+			if t, ok := it.cmd.Origin.(SubscribeTarget); ok {
+				if c, codec, hold := t.SubscribeTarget(); c != nil {
+					after := r.Sub.After
+					cs.subscribeRemote(c, r.Sub.SessionID, codec, &after, hold)
+				}
+			}
+		}
+		cs.finish(it, r.Resp)
+	})
+}
+
+func (cs *clusterState) fail(it forwardItem, e *fault.Error) {
+	cs.finish(it, pipeline.Response{ID: it.cmd.ID, Command: it.cmd.Type, Err: e})
+}
+
+// finish answers a command that was routed: to its client's face, or back
+// to the node it came from.
+func (cs *clusterState) finish(it forwardItem, r pipeline.Response) {
+	if it.reply != nil {
+		b, err := json.Marshal(reply{Resp: r})
+		it.reply(b, err)
+		return
+	}
+	r.Success = r.Err == nil
+	cs.lifecycle(it.cmd, pipeline.CommandFinished, &r)
+	if r.Err == nil || r.Err.Code != fault.ShuttingDown {
+		cs.s.executed.Add(1)
+	}
+	it.respond(r)
+}
+
+// lifecycle tells this node's clients about a command that runs on
+// another node, as the pipeline would if it ran here; the owner's clients
+// learn of it from the owner's pipeline.
+func (cs *clusterState) lifecycle(cmd pipeline.Command, typ pipeline.EventType, r *pipeline.Response) {
+	ev := pipeline.Event{Type: typ, CommandID: cmd.ID, Command: cmd.Type, SessionID: cmd.SessionID,
+		DependsOn: cmd.DependsOn, IfSessionVersion: cmd.IfSessionVersion, IdempotencyKey: cmd.IdempotencyKey,
+		Lane: "session:" + cmd.SessionID, Origin: cmd.Origin}
+	if ev.DependsOn == nil {
+		ev.DependsOn = []string{}
+	}
+	if r != nil {
+		ev.Success, ev.Err, ev.Replayed, ev.TimedOut, ev.SessionVersion = r.Success, r.Err, r.Replayed, r.TimedOut, r.SessionVersion
+	}
+	cs.s.emitLifecycle(ev)
+	if typ == pipeline.CommandAccepted {
+		ev.Type = pipeline.CommandStarted
+		cs.s.emitLifecycle(ev)
+	}
+}
+
+// serveNode answers a command another node sent here.
+func (cs *clusterState) serveNode(_ context.Context, payload []byte, answer func([]byte, error)) {
+	var env envelope
+	if err := json.Unmarshal(payload, &env); err != nil {
+		answer(nil, fmt.Errorf("unreadable command: %w", err))
+		return
+	}
+	cs.received.Add(1)
+	it := forwardItem{cmd: env.Cmd, who: env.Who, hops: env.Hops, reply: answer}
+	it.cmd.Origin = &Remote{Who: env.Who, Node: env.From}
+	if cs.hostsOrMakes(it.cmd.SessionID) {
+		cs.runHere(it)
+		return
+	}
+	// Not hosted here: the lease may have moved, or the session is new or
+	// unowned; decide in the session's order with the local commands.
+	cs.enqueue(it)
+}
+
+// runHere puts a routed command through this node's pipeline.
+func (cs *clusterState) runHere(it forwardItem) {
+	if it.reply == nil {
+		cs.s.submitLocal(it.cmd, it.respond)
+		return
+	}
+	r := it.cmd.Origin.(*Remote)
+	if !cs.s.Visible(it.cmd.SessionID, r.Who) {
+		cs.fail(it, fault.Errorf(fault.NotFound, "Session %s not found", it.cmd.SessionID))
+		return
+	}
+	cs.s.submitLocal(it.cmd, func(resp pipeline.Response) {
+		r.mu.Lock()
+		sub := r.sub
+		r.mu.Unlock()
+		b, err := json.Marshal(reply{Resp: resp, Sub: sub})
+		it.reply(b, err)
+	})
+}
+
+// Ownership of hosted sessions.
+
+// claim takes session id's lease for this node before it is opened here,
+// and says where its seq continues: after the last event any owner
+// published.
+func (cs *clusterState) claim(ctx context.Context, id string, first uint64) (*cluster.Lease, uint64, error) {
+	if ctx == nil || ctx.Err() != nil {
+		ctx = cs.ctx
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l, err := cs.node.Acquire(ctx, id)
+	var held *cluster.HeldError
+	switch {
+	case errors.Is(err, cluster.ErrAlreadyHeld):
+		l = cs.node.Lease(id)
+		if l == nil {
+			return nil, 0, fault.Errorf(fault.Conflict, "Session %s is being released by this node; try again", id)
+		}
+	case errors.As(err, &held):
+		if l, err = cs.node.Takeover(ctx, id); err != nil {
+			if errors.As(err, &held) {
+				return nil, 0, fault.Errorf(fault.Conflict, "Session %s is owned by node %s", id, held.Owner)
+			}
+			return nil, 0, fault.Wrap(fault.Unavailable, err, "Session "+id+" could not be taken over: "+err.Error())
+		}
+		cs.takeovers.Add(1)
+	case err != nil:
+		return nil, 0, fault.Wrap(fault.Unavailable, err, "Session "+id+" could not be claimed in the cluster: "+err.Error())
+	}
+	last, err := cs.node.LastSeq(ctx, id)
+	if err != nil {
+		_ = l.Release(ctx)
+		return nil, 0, fault.Wrap(fault.Unavailable, err, "Session "+id+": its events could not be read: "+err.Error())
+	}
+	return l, max(first, last), nil
+}
+
+// hosted is what the cluster keeps of a session this node owns.
+type hosted struct {
+	lease *cluster.Lease
+	kick  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// host starts serving a session opened here under lease: its command
+// subject, and the publisher of its events.
+func (cs *clusterState) host(h *Hosted, l *cluster.Lease, first uint64) {
+	hc := &hosted{lease: l, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	h.cl = hc
+	if err := cs.node.ServeAsync(h.id, func(_ context.Context, payload []byte, answer func([]byte, error)) {
+		cs.serveNode(cs.ctx, payload, answer)
+	}); err != nil {
+		cs.s.log.Warn("cluster: serving a session's commands", "session", h.id, "err", err)
+	}
+	cs.wg.Add(1)
+	go cs.publish(h, hc, first)
+}
+
+// publish copies the session's logged events to the stream in seq order,
+// each once, until the session is unloaded or the lease ends. When the
+// lease is lost the session stops here: another node owns it now.
+func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
+	defer cs.wg.Done()
+	defer close(hc.done)
+	flush := func() bool {
+		evs, ok := h.sess.EventsSince(last)
+		if !ok {
+			cs.s.log.Warn("cluster: events left the log before they were published", "session", h.id, "after", last)
+			last = h.sess.Seq()
+			return true
+		}
+		for _, ev := range evs {
+			b, err := json.Marshal(ev)
+			if err != nil {
+				cs.s.log.Error("cluster: encoding an event", "session", h.id, "seq", ev.Seq, "err", err)
+				last = ev.Seq
+				continue
+			}
+			ctx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
+			_, err = cs.node.Publish(ctx, h.id, ev.Seq, b)
+			cancel()
+			var taken *cluster.SeqTakenError
+			switch {
+			case errors.As(err, &taken):
+				cs.s.log.Warn("cluster: an event's seq was already used by the previous owner", "session", h.id, "seq", ev.Seq)
+			case err != nil:
+				cs.s.log.Warn("cluster: publishing an event", "session", h.id, "seq", ev.Seq, "err", err)
+				if hc.lease.Err() != nil {
+					return false
+				}
+				return true // retried on the next event
+			}
+			last = ev.Seq
+		}
+		return true
+	}
+	for {
+		select {
+		case <-hc.kick:
+			if !flush() {
+				cs.lost(h)
+				<-hc.stop
+				return
+			}
+		case <-hc.lease.Done():
+			cs.lost(h)
+			<-hc.stop
+			return
+		case <-hc.stop:
+			if hc.lease.Err() == nil {
+				flush()
+			}
+			return
+		}
+	}
+}
+
+// lost unloads a session whose lease ended while hosted: a stale owner
+// must neither run it nor write for it.
+func (cs *clusterState) lost(h *Hosted) {
+	err := h.cl.lease.Err()
+	if errors.Is(err, cluster.ErrReleased) {
+		return // given back by unhost, which is unloading it
+	}
+	cs.s.log.Warn("cluster: lost a session's lease; it stops here", "session", h.id, "err", err)
+	cs.wg.Add(1)
+	go func() {
+		defer cs.wg.Done()
+		_ = cs.s.unload(h, false)
+	}()
+}
+
+// onEvent wakes the session's publisher; it runs on the emitting goroutine
+// and never blocks.
+func (hc *hosted) onEvent() {
+	select {
+	case hc.kick <- struct{}{}:
+	default:
+	}
+}
+
+// unhost stops publishing a session that is being unloaded (after the
+// last events are out) and gives its lease back, so the next command for
+// it, from any node, finds it free at once. A node that crashed (its
+// cluster node closed) gives nothing back: its leases expire.
+func (cs *clusterState) unhost(h *Hosted) {
+	hc := h.cl
+	if hc == nil {
+		return
+	}
+	close(hc.stop)
+	<-hc.done
+	if hc.lease.Err() == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := hc.lease.Release(ctx); err != nil {
+			cs.s.log.Warn("cluster: releasing a session", "session", h.id, "err", err)
+		}
+	}
+}
+
+// Remote feeds: sessions owned elsewhere that clients here watch.
+
+// feed is the follow of a session owned by another node.
+type feed struct {
+	follow *cluster.Follow
+}
+
+// subscribeRemote makes c watch session id, owned by another node, from
+// the stream: the events after *after (all of them the stream has), then
+// the live ones.
+func (cs *clusterState) subscribeRemote(c *Client, id string, codec Codec, after *uint64, hold *Hold) Subscribed {
+	h, err := cs.feedFor(id, *after)
+	if err != nil {
+		cs.s.log.Warn("cluster: following a session", "session", id, "err", err)
+		return Subscribed{Seq: *after}
+	}
+	sub := &subscription{codec: codec, held: true}
+	h.subMu.Lock()
+	h.subs[c] = sub
+	h.subMu.Unlock()
+	c.watch(id)
+	ctx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
+	missed, err := cs.node.Replay(ctx, id, *after)
+	cancel()
+	if err != nil {
+		cs.s.log.Warn("cluster: replaying a session", "session", id, "err", err)
+	}
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	if h.subs[c] != sub {
+		return Subscribed{Seq: *after}
+	}
+	sub.after = *after
+	frames := make([]Frame, 0, len(missed)+len(sub.pending))
+	seqs := make([]uint64, 0, len(missed)+len(sub.pending))
+	for _, e := range missed {
+		ev, ok := cs.decode(id, e)
+		if !ok {
+			continue
+		}
+		if f := codec.Encode(id, ev); f.Data != nil {
+			f.Key, f.Merge = "", nil
+			frames = append(frames, f)
+			seqs = append(seqs, ev.Seq)
+		}
+	}
+	sub.pending = append(frames, sub.pending...)
+	sub.seqs = append(seqs, sub.seqs...)
+	res := Subscribed{Seq: *after, Resumed: true}
+	if n := len(seqs); n > 0 {
+		res.Seq = seqs[n-1]
+	}
+	if hold != nil && hold.add(heldSub{h, c, sub}) {
+		sub.hold = hold
+		return res
+	}
+	sub.flush(c)
+	return res
+}
+
+func (cs *clusterState) decode(id string, e cluster.Event) (session.Event, bool) {
+	var ev session.Event
+	if err := json.Unmarshal(e.Data, &ev); err != nil {
+		cs.s.log.Warn("cluster: an event in the stream could not be read", "session", id, "seq", e.Seq, "err", err)
+		return ev, false
+	}
+	ev.Seq = e.Seq
+	return ev, true
+}
+
+// feedFor returns the follow of session id shared by this node's
+// subscribers, starting one after seq when there is none.
+func (cs *clusterState) feedFor(id string, after uint64) (*Hosted, error) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if h := cs.feeds[id]; h != nil {
+		return h, nil
+	}
+	h := &Hosted{srv: cs.s, id: id, subs: map[*Client]*subscription{}, gone: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
+	defer cancel()
+	f, err := cs.node.Follow(ctx, id, after, func(e cluster.Event) {
+		if ev, ok := cs.decode(id, e); ok {
+			h.fanOut(ev)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.feed = &feed{follow: f}
+	cs.feeds[id] = h
+	return h, nil
+}
+
+// feedHosted is the feed of session id, if this node follows it.
+func (cs *clusterState) feedHosted(id string) *Hosted {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.feeds[id]
+}
+
+// unwatched stops the feed of h once no client of this node watches it.
+func (cs *clusterState) unwatched(h *Hosted) {
+	if h.feed == nil || h.Subscribers() > 0 {
+		return
+	}
+	cs.mu.Lock()
+	if cs.feeds[h.id] != h || h.Subscribers() > 0 {
+		cs.mu.Unlock()
+		return
+	}
+	delete(cs.feeds, h.id)
+	cs.mu.Unlock()
+	h.feed.follow.Stop()
+}
+
+// watch ends the commands in flight on nodes that left, and takes over
+// sessions followed here whose owner is gone (a subscriber should not
+// wait for a command to bring its session back).
+func (cs *clusterState) watch() {
+	defer cs.wg.Done()
+	t := time.NewTicker(cs.node.LeaseTTL() / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-cs.ctx.Done():
+			return
+		case <-t.C:
+		}
+		cs.checkNodes()
+	}
+}
+
+func (cs *clusterState) checkNodes() {
+	ctx, cancel := context.WithTimeout(cs.ctx, cs.node.LeaseTTL())
+	defer cancel()
+	cs.forgetMembers()
+	members, err := cs.liveMembers(ctx)
+	if err != nil {
+		return
+	}
+	live := map[string]bool{}
+	for _, m := range members {
+		live[m] = true
+	}
+	cs.mu.Lock()
+	var dead []*inflight
+	for fl := range cs.inflight {
+		if !live[fl.node] {
+			dead = append(dead, fl)
+		}
+	}
+	var followed []string
+	for id := range cs.feeds {
+		followed = append(followed, id)
+	}
+	cs.mu.Unlock()
+	for _, fl := range dead {
+		fl.cancel(errNodeStopped)
+	}
+	for _, id := range followed {
+		owner, alive, held, err := cs.node.LeaseOwner(ctx, id)
+		if err != nil || (held && alive) {
+			continue
+		}
+		_ = owner
+		if placeSession(id, members) != cs.node.ID() {
+			continue // its home node takes it over
+		}
+		if _, err := cs.s.Session(ctx, id); err != nil {
+			cs.s.log.Warn("cluster: taking over a followed session", "session", id, "err", err)
+		}
+	}
+}
+
+// handOver gives this node's sessions to other nodes before it stops:
+// it leaves the cluster's placement, lets each session's run end (within
+// ctx), then unloads it and releases its lease, so the next command for
+// it, from any node, is taken over by another node at once. Commands
+// arriving meanwhile for a session already handed over are passed on.
+func (cs *clusterState) handOver(ctx context.Context) {
+	cs.mu.Lock()
+	cs.draining = true
+	cs.membersAt = time.Time{}
+	cs.mu.Unlock()
+	if cs.member != nil {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := cs.member.Leave(lctx); err != nil {
+			cs.s.log.Warn("cluster: leaving", "err", err)
+		}
+		cancel()
+	}
+	for _, h := range cs.s.Sessions() {
+		for h.sess.Running() && len(h.sess.Interactions()) == 0 && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		if err := cs.s.unload(h, false); err != nil {
+			cs.s.log.Warn("cluster: handing a session over", "session", h.id, "err", err)
+		}
+	}
+}
+
+// stop ends the cluster's goroutines, and this node's serving.
+func (cs *clusterState) stop() {
+	if cs.stopNode != nil {
+		cs.stopNode()
+	}
+	if cs.member != nil {
+		cs.member.Stop()
+	}
+	cs.cancel()
+	cs.wg.Wait()
+	cs.mu.Lock()
+	feeds := cs.feeds
+	cs.feeds = map[string]*Hosted{}
+	cs.mu.Unlock()
+	for _, h := range feeds {
+		h.feed.follow.Stop()
+	}
+}
+
+// ClusterStatus is this node's view of the cluster, for health and
+// metrics.
+type ClusterStatus struct {
+	Node      string `json:"node"`
+	Connected bool   `json:"connected"`
+	Leases    int    `json:"leases"`
+	Members   int    `json:"members"`
+	Followed  int    `json:"followed"`
+	Forwarded int64  `json:"forwarded"`
+	Received  int64  `json:"received"`
+	Takeovers int64  `json:"takeovers"`
+	Draining  bool   `json:"draining"`
+}
+
+// ClusterStatus is nil for a server that is not a cluster node.
+func (s *Server) ClusterStatus() *ClusterStatus {
+	cs := s.cl
+	if cs == nil {
+		return nil
+	}
+	cs.mu.Lock()
+	st := &ClusterStatus{Node: cs.node.ID(), Members: len(cs.members), Followed: len(cs.feeds), Draining: cs.draining}
+	cs.mu.Unlock()
+	st.Connected = cs.node.Connected()
+	st.Leases = len(cs.node.Leases())
+	st.Forwarded, st.Received, st.Takeovers = cs.forwarded.Load(), cs.received.Load(), cs.takeovers.Load()
+	return st
+}
