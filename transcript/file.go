@@ -59,6 +59,7 @@ type options struct {
 	strict        bool
 	now           func() time.Time
 	parentSession string
+	mirror        func(lines []byte) error
 }
 
 // WithSync sets the fsync policy (default SyncMessages).
@@ -76,6 +77,23 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 // session it continues (pi's newSession({parentSession})).
 func WithParentSession(path string) Option {
 	return func(o *options) { o.parentSession = path }
+}
+
+// WithMirror has every write of the session also go to mirror, before the
+// file: a cluster keeps the session in a replicated log so another node
+// can take it over. mirror receives the bytes of one write as they go to
+// the file: one or more whole lines, each ending in '\n'. The first write
+// of a new file starts with the header line, and the rewrite of a migrated
+// file passes the whole file, header first; a write that starts with a
+// header line therefore replaces everything mirrored before. If mirror
+// fails the append fails and the file is not touched, as for a disk error;
+// if the disk write fails after mirror succeeded, the mirror holds an
+// entry the file lacks (a reader of the mirror sees it as a sibling of the
+// next entry). mirror runs with the session's write lock held, so appends
+// of one session reach it one at a time and in order. A fork or clone
+// does not inherit the mirror: it is another session.
+func WithMirror(mirror func(lines []byte) error) Option {
+	return func(o *options) { o.mirror = mirror }
 }
 
 func buildOptions(opts []Option) options {
@@ -830,7 +848,16 @@ func (f *File) write(newEntries []*Entry, doSync bool) error {
 	}
 	if f.rewrite {
 		all := append(append([]*Entry(nil), f.entries...), newEntries...)
-		size, err := writeFileAtomic(f.path, &f.header, all, f.opts.sync != SyncNever)
+		b, err := encodeFile(&f.header, all)
+		if err != nil {
+			return err
+		}
+		if f.opts.mirror != nil {
+			if err := f.opts.mirror(b); err != nil {
+				return err
+			}
+		}
+		size, err := writeFileAtomic(f.path, b, f.opts.sync != SyncNever)
 		if err != nil {
 			return err
 		}
@@ -861,6 +888,11 @@ func (f *File) write(newEntries []*Entry, doSync bool) error {
 	}
 	if cap(b) <= 1<<20 {
 		f.buf = b[:0] // reuse, but do not hold on to a huge tool output
+	}
+	if f.opts.mirror != nil {
+		if err := f.opts.mirror(b); err != nil {
+			return err
+		}
 	}
 	if f.fd == nil {
 		flags := os.O_WRONLY | os.O_APPEND
@@ -958,19 +990,24 @@ func (f *File) Close() error {
 	return err
 }
 
-// writeFileAtomic writes a whole session file next to path and renames it
-// into place, so a crash leaves either the old file or the complete new
-// one, never a half-copied session.
-func writeFileAtomic(path string, h *Header, entries []*Entry, durable bool) (int64, error) {
+// encodeFile is the whole file of a session: its header and entries.
+func encodeFile(h *Header, entries []*Entry) ([]byte, error) {
 	b := h.AppendJSON(make([]byte, 0, 4096))
 	b = append(b, '\n')
 	for _, e := range entries {
 		var err error
 		if b, err = e.AppendJSON(b); err != nil {
-			return 0, err
+			return nil, err
 		}
 		b = append(b, '\n')
 	}
+	return b, nil
+}
+
+// writeFileAtomic writes a whole session file (b, from encodeFile) next to path and renames it
+// into place, so a crash leaves either the old file or the complete new
+// one, never a half-copied session.
+func writeFileAtomic(path string, b []byte, durable bool) (int64, error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
