@@ -256,3 +256,42 @@ func TestJournalOwnership(t *testing.T) {
 		t.Fatalf("oversized outcome: %+v", last.Response)
 	}
 }
+
+// TestJournalStreamFencesStaleOwner: an owner that lost the session
+// without noticing is refused by the stream once the new owner has read
+// the journal; what it wrote before that is in the new owner's read.
+func TestJournalStreamFencesStaleOwner(t *testing.T) {
+	ns := nodes(t, "a", "b")
+	a, b := ns[0], ns[1]
+	ctx := ctxT(t)
+	if _, err := a.Acquire(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	rec := func(id string) pipeline.Record {
+		return pipeline.Record{Op: pipeline.OpFinish, Command: "set_name", ID: id, Scope: "session:s1", Fingerprint: "f",
+			Response: &pipeline.Response{ID: id, Command: "set_name", Success: true}, At: now, Expires: now.Add(time.Hour)}
+	}
+	ja := a.Journal()
+	if err := ja.Append(rec("c1")); err != nil {
+		t.Fatal(err)
+	}
+	forceTakeover(ctx, t, a, b, "s1")
+	if err := ja.Append(rec("c2")); err != nil {
+		t.Fatalf("a record before the new owner read anything: %v", err)
+	}
+	recs, err := b.JournalFor(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 || recs[0].ID != "c1" || recs[1].ID != "c2" {
+		t.Fatalf("b read %+v, want c1 and c2", recs)
+	}
+	var stale *StaleError
+	if err := ja.Append(rec("c3")); !errors.As(err, &stale) || stale.Owner != "b" {
+		t.Fatalf("the stale owner's record after the takeover: %v, want StaleError naming b", err)
+	}
+	if recs, _ := b.JournalFor(ctx, "s1"); len(recs) != 2 {
+		t.Fatalf("b reads %d records after the refusal, want 2", len(recs))
+	}
+}
