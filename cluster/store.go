@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -161,6 +162,14 @@ type fencedLog struct {
 	mu    sync.Mutex
 	known bool
 	pos   uint64
+	// restored describes the transcript this owner read at position pos
+	// (RestoreTranscript), so that the file written from it, sent whole
+	// again on its first append, need not be stored twice.
+	restored struct {
+		pos  uint64
+		size int
+		sum  [sha256.Size]byte
+	}
 }
 
 // lastMsg is a subject's last message as the stream reports it.
@@ -192,7 +201,7 @@ var errMoved = errors.New("cluster: the session's state changed while it was rea
 // there; if the writer was a newer owner, the lease is stale and ends
 // (*StaleError). Each message has an id unique to this write, so a publish
 // retried after a lost acknowledgement is not stored twice. It returns
-// the stream position of the last message. If the subject moved past what
+// the stream position of the first message. If the subject moved past what
 // this owner knew and not because of a newer owner, a strict write fails
 // with errMoved; any other goes after what is there.
 func (l *Lease) appendFenced(ctx context.Context, fl *fencedLog, st jetstream.Stream, subject string, msgs []*nats.Msg, strict bool) (uint64, error) {
@@ -218,6 +227,7 @@ func (l *Lease) appendFenced(ctx context.Context, fl *fencedLog, st jetstream.St
 		fl.pos, fl.known = last.pos, true
 	}
 	write := l.writes.Add(1)
+	var first uint64
 	for i, m := range msgs {
 		m.Subject = subject
 		m.Header.Set(hdrEpoch, strconv.FormatUint(l.epoch, 10))
@@ -227,6 +237,9 @@ func (l *Lease) appendFenced(ctx context.Context, fl *fencedLog, st jetstream.St
 			ack, err := l.node.js.PublishMsg(ctx, m, jetstream.WithMsgID(id), jetstream.WithExpectLastSequencePerSubject(fl.pos))
 			if err == nil {
 				fl.pos = ack.Sequence
+				if i == 0 {
+					first = ack.Sequence
+				}
 				break
 			}
 			if lerr := l.Err(); lerr != nil {
@@ -260,7 +273,7 @@ func (l *Lease) appendFenced(ctx context.Context, fl *fencedLog, st jetstream.St
 			fl.pos = last.pos
 		}
 	}
-	return fl.pos, nil
+	return first, nil
 }
 
 // fence writes a fence at the subject's position pos, which the caller

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/llm"
@@ -158,6 +159,16 @@ func TestTranscriptTakeoverRestoresFile(t *testing.T) {
 	// the whole of it.
 	if _, err := fb.AppendMessage(toolResult("call_2", "removed")); err != nil {
 		t.Fatal(err)
+	}
+	// transcript sends a file it opened whole with its first append; the
+	// stream already had it, so only the new entry was stored.
+	last, err := b.st.state.GetLastMsgForSubject(ctx, txPrefix+"s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.Header.Get(hdrKind) != "" || bytes.Count(last.Data, []byte("\n")) != 1 {
+		t.Fatalf("the new owner's first append stored %d lines (kind %q), want the one new entry",
+			bytes.Count(last.Data, []byte("\n")), last.Header.Get(hdrKind))
 	}
 	if _, err := fb.AppendMessage(userMsg("thanks")); err != nil {
 		t.Fatal(err)
@@ -344,5 +355,63 @@ func TestSeedTranscript(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
 		t.Fatalf("restored:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestTranscriptSwitchReplacesStream: a session that continues in another
+// file (switch_session, fork, clone) sends that file whole; a restore
+// gives it, and the stream keeps only it.
+func TestTranscriptSwitchReplacesStream(t *testing.T) {
+	ns := nodes(t, "a", "b")
+	a, b := ns[0], ns[1]
+	ctx := ctxT(t)
+	la, err := a.Acquire(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	first, err := transcript.CreateAt(filepath.Join(dir, "first.jsonl"), "/p", transcript.WithMirror(la.TranscriptMirror()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{"one", "two", "three"} {
+		if _, err := first.AppendMessage(userMsg(text)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first.Close()
+	otherPath := filepath.Join(dir, "other.jsonl")
+	other, err := transcript.CreateAt(otherPath, "/q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.AppendMessage(userMsg("elsewhere")); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+
+	other, err = transcript.Open(otherPath, transcript.WithMirror(la.TranscriptMirror()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.AppendMessage(userMsg("after the switch")); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile(otherPath)
+	out := filepath.Join(t.TempDir(), "s1.jsonl")
+	if found, err := b.RestoreTranscript(ctx, "s1", out); err != nil || !found {
+		t.Fatalf("RestoreTranscript: %v %v", found, err)
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
+		t.Fatalf("restored:\n%s\nwant the switched-to file:\n%s", got, want)
+	}
+	info, err := a.st.state.Info(ctx, jetstream.WithSubjectFilter(txPrefix+"s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One write: the other file whole with the entry appended to it.
+	if n := info.State.Subjects[txPrefix+"s1"]; n != 1 {
+		t.Fatalf("the subject holds %d messages, want 1", n)
 	}
 }

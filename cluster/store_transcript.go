@@ -3,12 +3,14 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // sessionHeader is how every session file's first line starts (pi's
@@ -47,13 +49,22 @@ func (l *Lease) appendTranscript(ctx context.Context, lines []byte) error {
 	if len(lines) == 0 {
 		return nil
 	}
+	start := bytes.HasPrefix(lines, sessionHeader)
+	if n := l.restoredPrefix(lines); start && n > 0 {
+		// The file RestoreTranscript wrote, sent whole on its first
+		// append (transcript.WithMirror): only what follows it is new.
+		lines, start = lines[n:], false
+		if len(lines) == 0 {
+			return nil
+		}
+	}
 	part := l.node.st.part
 	n := (len(lines) + part - 1) / part
 	msgs := make([]*nats.Msg, 0, n)
 	for i := range n {
 		m := nats.NewMsg("")
 		m.Data = lines[i*part : min((i+1)*part, len(lines))]
-		if i == 0 && bytes.HasPrefix(lines, sessionHeader) {
+		if i == 0 && start {
 			m.Header.Set(hdrKind, kindStart)
 		}
 		if n > 1 {
@@ -61,8 +72,32 @@ func (l *Lease) appendTranscript(ctx context.Context, lines []byte) error {
 		}
 		msgs = append(msgs, m)
 	}
-	_, err := l.appendFenced(ctx, &l.txLog, l.node.st.state, txPrefix+l.sessionID, msgs, false)
-	return err
+	subject := txPrefix + l.sessionID
+	first, err := l.appendFenced(ctx, &l.txLog, l.node.st.state, subject, msgs, false)
+	if err != nil || !start || first <= 1 {
+		return err
+	}
+	// What came before a whole file is of no use to a restore any more:
+	// drop it, so the subject holds one copy of the session. A failure
+	// costs only space.
+	if err := l.node.st.state.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(first)); err != nil {
+		l.node.log.Warn("cluster: dropping a session's superseded transcript", "session", l.sessionID, "err", err)
+	}
+	return nil
+}
+
+// restoredPrefix is the length of the transcript this owner restored if
+// lines begin with it and the subject has not moved since, else 0.
+func (l *Lease) restoredPrefix(lines []byte) int {
+	fl := &l.txLog
+	fl.mu.Lock()
+	r := fl.restored
+	moved := !fl.known || fl.pos != r.pos
+	fl.mu.Unlock()
+	if r.size == 0 || moved || len(lines) < r.size || sha256.Sum256(lines[:r.size]) != r.sum {
+		return 0
+	}
+	return r.size
 }
 
 // SeedTranscript mirrors a session file that exists only on this node (a
@@ -116,6 +151,9 @@ func (n *Node) RestoreTranscript(ctx context.Context, sessionID, path string) (f
 			if err != nil {
 				return false, fmt.Errorf("cluster: restoring the transcript of session %s: %w", sessionID, err)
 			}
+			l.txLog.mu.Lock()
+			l.txLog.restored.pos, l.txLog.restored.size, l.txLog.restored.sum = l.txLog.pos, len(data), sha256.Sum256(data)
+			l.txLog.mu.Unlock()
 		}
 		if data == nil {
 			return false, nil

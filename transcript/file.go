@@ -82,16 +82,20 @@ func WithParentSession(path string) Option {
 // WithMirror has every write of the session also go to mirror, before the
 // file: a cluster keeps the session in a replicated log so another node
 // can take it over. mirror receives the bytes of one write as they go to
-// the file: one or more whole lines, each ending in '\n'. The first write
-// of a new file starts with the header line, and the rewrite of a migrated
-// file passes the whole file, header first; a write that starts with a
-// header line therefore replaces everything mirrored before. If mirror
-// fails the append fails and the file is not touched, as for a disk error;
-// if the disk write fails after mirror succeeded, the mirror holds an
-// entry the file lacks (a reader of the mirror sees it as a sibling of the
-// next entry). mirror runs with the session's write lock held, so appends
-// of one session reach it one at a time and in order. A fork or clone
-// does not inherit the mirror: it is another session.
+// the file: one or more whole lines, each ending in '\n'; it must not keep
+// them after it returns. A write that starts with the header line is the
+// whole file and replaces everything mirrored before: the first write of a
+// new file, the rewrite of a migrated one, the whole file of a fork or
+// clone (which keep the mirror: in agentd they continue the same session),
+// and the first append to a file Open read with a mirror, which is
+// rewritten whole through the mirror since the mirror may not hold it
+// (a session switched to another file). Every other write is one entry.
+//
+// If mirror fails the append fails and the file is not touched, as for a
+// disk error; if the disk write fails after mirror succeeded, the mirror
+// holds an entry the file lacks (a reader of the mirror sees it as a
+// sibling of the next entry). mirror runs with the session's write lock
+// held, so the writes of one session reach it one at a time and in order.
 func WithMirror(mirror func(lines []byte) error) Option {
 	return func(o *options) { o.mirror = mirror }
 }
@@ -230,6 +234,11 @@ func Open(path string, opts ...Option) (*File, error) {
 	f := newFile(abs, Header{}, o)
 	if err := f.load(data); err != nil {
 		return nil, fmt.Errorf("%s: %w", abs, err)
+	}
+	if o.mirror != nil {
+		// The mirror may hold another file for this session (or none):
+		// the first append sends this one whole. See WithMirror.
+		f.rewrite = true
 	}
 	return f, nil
 }

@@ -81,7 +81,6 @@ func (f *File) snapshotLocked(leaf string) ([]*Entry, []labelCopy) {
 // path gives a session with no file yet, as Create does.
 func (f *File) branched(path []*Entry, labels []labelCopy, root string) (*File, error) {
 	o := f.opts
-	o.mirror = nil // another session: whoever owns it mirrors it
 	now := o.now()
 	h := Header{Version: CurrentVersion, ID: newSessionID(now), Timestamp: formatISO(now), Cwd: f.header.Cwd, ParentSession: f.path}
 	if f.memory {
@@ -105,6 +104,11 @@ func (f *File) branched(path []*Entry, labels []labelCopy, root string) (*File, 
 	b, err := encodeFile(&nf.header, nf.entries)
 	if err != nil {
 		return nil, err
+	}
+	if o.mirror != nil {
+		if err := o.mirror(b); err != nil {
+			return nil, err
+		}
 	}
 	size, err := writeFileAtomic(nf.path, b, o.sync != SyncNever)
 	if err != nil {

@@ -67,13 +67,57 @@ func TestMirrorSeesEveryWrite(t *testing.T) {
 		t.Fatal("mirror and file differ after a failed append")
 	}
 
-	// A fork is another session: it does not write to this one's mirror.
-	writes := len(m.writes)
-	fk, _ := must2(t)(f.Fork(f.Leaf(), ""))
+	// A fork continues the session in a new file (as session.Fork does):
+	// the mirror gets that file whole, then its appends.
+	var fromID string
+	for _, e := range f.Entries() {
+		if e.Type == TypeMessage && e.Message.Role == "user" {
+			fromID = e.ID
+			break
+		}
+	}
+	fk, _ := must2(t)(f.Fork(fromID, ""))
 	defer fk.Close()
 	must[string](t)(fk.AppendMessage(userMsg("in the fork")))
-	if len(m.writes) != writes {
-		t.Fatal("a fork wrote to its parent's mirror")
+	if got := must[[]byte](t)(os.ReadFile(fk.Path())); !bytes.Equal(m.replay(), got) {
+		t.Fatalf("mirror after a fork:\n%s\nfork's file:\n%s", m.replay(), got)
+	}
+	// So does a clone.
+	cl := must[*File](t)(fk.Clone(""))
+	defer cl.Close()
+	if got := must[[]byte](t)(os.ReadFile(cl.Path())); !bytes.Equal(m.replay(), got) {
+		t.Fatalf("mirror after a clone:\n%s\nclone's file:\n%s", m.replay(), got)
+	}
+}
+
+// TestMirrorOpenSendsWholeFile: a file opened with a mirror (a session
+// switched to another file) goes to the mirror whole with its first
+// append, replacing what the mirror held.
+func TestMirrorOpenSendsWholeFile(t *testing.T) {
+	dir := t.TempDir()
+	other := filepath.Join(dir, "other.jsonl")
+	g := must[*File](t)(CreateAt(other, "/p", clock()))
+	must[string](t)(g.AppendMessage(userMsg("written without a mirror")))
+	g.Close()
+
+	m := &mirrorLog{}
+	f := must[*File](t)(CreateAt(filepath.Join(dir, "s.jsonl"), "/p", clock(), WithMirror(m.mirror)))
+	must[string](t)(f.AppendMessage(userMsg("the first file")))
+	f.Close()
+
+	g = must[*File](t)(Open(other, clock(), WithMirror(m.mirror)))
+	defer g.Close()
+	if len(m.writes) != 1 {
+		t.Fatal("Open wrote to the mirror")
+	}
+	must[string](t)(g.AppendMessage(userMsg("after the switch")))
+	got := must[[]byte](t)(os.ReadFile(other))
+	if !bytes.Equal(m.replay(), got) {
+		t.Fatalf("mirror:\n%s\nfile:\n%s", m.replay(), got)
+	}
+	must[string](t)(g.AppendMessage(userMsg("and one more")))
+	if n := len(m.writes); n != 3 {
+		t.Fatalf("%d mirror writes, want 3 (a file, the other whole, one entry)", n)
 	}
 }
 
