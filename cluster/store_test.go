@@ -13,8 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/transcript"
 )
 
@@ -131,14 +132,19 @@ func TestTranscriptTakeoverRestoresFile(t *testing.T) {
 		t.Fatalf("restored name %q leaf %s, want cleanup and %s", fb.Name(), fb.Leaf(), fa.Leaf())
 	}
 	// The pending approval is the conversation's unanswered call, which a
-	// session reparks when it opens the file (session.reparkLocked).
-	ctxMsgs := fb.Context(fb.Leaf()).Messages
-	ptrs := make([]*llm.Message, len(ctxMsgs))
-	for i := range ctxMsgs {
-		ptrs[i] = &ctxMsgs[i]
+	// session reparks when it opens the file (session.reparkLocked): a
+	// session opened from the restored file has it pending again, under
+	// the same id.
+	sess, err := session.New(session.Config{Cwd: t.TempDir(), Open: pathB,
+		Model:  &llm.Model{ID: "m", API: llm.APIAnthropicMessages, Provider: "anthropic"},
+		Stream: func(context.Context, *llm.Model, *llm.Context, *llm.StreamOptions) *llm.Stream { panic("no model call expected") }})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, calls := agent.PendingToolCalls(ptrs); len(calls) != 1 || calls[0].ID != "call_2" {
-		t.Fatalf("pending calls after restore: %+v, want call_2", calls)
+	pending := sess.Interactions()
+	sess.Close()
+	if len(pending) != 1 || pending[0].ID != interaction.ApprovalID("call_2") {
+		t.Fatalf("pending interactions of the restored session: %+v, want the approval of call_2", pending)
 	}
 
 	// The old owner's next append is refused (its time ran out; the
