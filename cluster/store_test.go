@@ -136,8 +136,10 @@ func TestTranscriptTakeoverRestoresFile(t *testing.T) {
 	// session opened from the restored file has it pending again, under
 	// the same id.
 	sess, err := session.New(session.Config{Cwd: t.TempDir(), Open: pathB,
-		Model:  &llm.Model{ID: "m", API: llm.APIAnthropicMessages, Provider: "anthropic"},
-		Stream: func(context.Context, *llm.Model, *llm.Context, *llm.StreamOptions) *llm.Stream { panic("no model call expected") }})
+		Model: &llm.Model{ID: "m", API: llm.APIAnthropicMessages, Provider: "anthropic"},
+		Stream: func(context.Context, *llm.Model, *llm.Context, *llm.StreamOptions) *llm.Stream {
+			panic("no model call expected")
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
