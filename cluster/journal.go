@@ -172,7 +172,7 @@ func (n *Node) appendSessionRecord(ctx context.Context, sessionID string, data [
 		return m
 	}
 	if l := n.Lease(sessionID); l != nil {
-		_, err := l.appendFenced(ctx, &l.jrLog, n.st.journal, subject, []*nats.Msg{msg()}, false)
+		_, err := l.appendFenced(ctx, &l.jrLog, n.st.journal, subject, []*nats.Msg{msg()}, nil)
 		if err != nil {
 			return fmt.Errorf("cluster: journal of session %s: %w", sessionID, err)
 		}

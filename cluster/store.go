@@ -201,12 +201,18 @@ var errMoved = errors.New("cluster: the session's state changed while it was rea
 // there; if the writer was a newer owner, the lease is stale and ends
 // (*StaleError). Each message has an id unique to this write, so a publish
 // retried after a lost acknowledgement is not stored twice. It returns
-// the stream position of the first message. If the subject moved past what
-// this owner knew and not because of a newer owner, a strict write fails
-// with errMoved; any other goes after what is there.
-func (l *Lease) appendFenced(ctx context.Context, fl *fencedLog, st jetstream.Stream, subject string, msgs []*nats.Msg, strict bool) (uint64, error) {
+// the stream position of the first message.
+//
+// With expect set, the write expects the subject to be at that position
+// (the caller has just read up to it) and fails with errMoved if it is
+// not, unless a newer owner moved it; otherwise a write goes after
+// whatever this owner's earlier writes left there.
+func (l *Lease) appendFenced(ctx context.Context, fl *fencedLog, st jetstream.Stream, subject string, msgs []*nats.Msg, expect *uint64) (uint64, error) {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
+	if expect != nil {
+		fl.pos, fl.known = *expect, true
+	}
 	if err := l.Err(); err != nil {
 		return 0, err
 	}
@@ -245,7 +251,8 @@ func (l *Lease) appendFenced(ctx context.Context, fl *fencedLog, st jetstream.St
 			if lerr := l.Err(); lerr != nil {
 				return 0, lerr
 			}
-			if attempt >= 3 || ctx.Err() != nil {
+			var apiErr *jetstream.APIError
+			if attempt >= 3 || ctx.Err() != nil || errors.As(err, &apiErr) && !isWrongLastSeq(err) {
 				return 0, l.writeErr(subject, err)
 			}
 			if !isWrongLastSeq(err) {
@@ -258,7 +265,7 @@ func (l *Lease) appendFenced(ctx context.Context, fl *fencedLog, st jetstream.St
 			switch {
 			case last.epoch > l.epoch:
 				return 0, l.lose(fmt.Sprintf("node %s wrote %s at epoch %d", last.node, subject, last.epoch), last.node, last.epoch)
-			case strict:
+			case expect != nil:
 				fl.pos = last.pos
 				return 0, errMoved
 			case last.pos != 0 && (last.epoch != l.epoch || last.node != l.node.cfg.NodeID):
@@ -281,12 +288,9 @@ func (l *Lease) appendFenced(ctx context.Context, fl *fencedLog, st jetstream.St
 // (a previous owner's) is refused. errMoved means the subject moved past
 // pos meanwhile and the caller must read again.
 func (l *Lease) fence(ctx context.Context, fl *fencedLog, st jetstream.Stream, subject string, pos uint64) error {
-	fl.mu.Lock()
-	fl.pos, fl.known = pos, true
-	fl.mu.Unlock()
 	m := nats.NewMsg(subject)
 	m.Header.Set(hdrKind, kindFence)
-	_, err := l.appendFenced(ctx, fl, st, subject, []*nats.Msg{m}, true)
+	_, err := l.appendFenced(ctx, fl, st, subject, []*nats.Msg{m}, &pos)
 	return err
 }
 

@@ -269,7 +269,7 @@ func TestTranscriptIncompleteWriteLeftOut(t *testing.T) {
 	m := nats.NewMsg("")
 	m.Data = []byte(`{"type":"message","id":"half"`)
 	m.Header.Set(hdrPart, "1/2")
-	if _, err := la.appendFenced(ctx, &la.txLog, a.st.state, txPrefix+"s1", []*nats.Msg{m}, false); err != nil {
+	if _, err := la.appendFenced(ctx, &la.txLog, a.st.state, txPrefix+"s1", []*nats.Msg{m}, nil); err != nil {
 		t.Fatal(err)
 	}
 	line := `{"type":"session_info","id":"e1","parentId":null,"timestamp":"2026-01-01T00:00:01.000Z","name":"n"}` + "\n"

@@ -73,7 +73,7 @@ func (l *Lease) appendTranscript(ctx context.Context, lines []byte) error {
 		msgs = append(msgs, m)
 	}
 	subject := txPrefix + l.sessionID
-	first, err := l.appendFenced(ctx, &l.txLog, l.node.st.state, subject, msgs, false)
+	first, err := l.appendFenced(ctx, &l.txLog, l.node.st.state, subject, msgs, nil)
 	if err != nil || !start || first <= 1 {
 		return err
 	}
