@@ -67,11 +67,29 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	journal, err := pipeline.OpenFileJournal(filepath.Join(stateDir, "journal.jsonl"))
-	if err != nil {
-		return fmt.Errorf("command journal: %w", err)
+	var cn *clusterNode
+	if sc.Cluster.Enabled() {
+		// Only with --cluster: a server on its own starts no NATS and no
+		// cluster goroutine.
+		if cn, err = joinCluster(ctx, sc.Cluster, stateDir, log); err != nil {
+			return err
+		}
+		// After srv.Shutdown has handed the sessions over.
+		defer cn.leave()
 	}
-	defer journal.Close()
+	// A cluster keeps the outcomes of a session's commands in JetStream,
+	// where the node taking the session over finds them.
+	var journal pipeline.Journal
+	if cn != nil {
+		journal = cn.node.Journal()
+	} else {
+		fj, err := pipeline.OpenFileJournal(filepath.Join(stateDir, "journal.jsonl"))
+		if err != nil {
+			return fmt.Errorf("command journal: %w", err)
+		}
+		defer fj.Close()
+		journal = fj
+	}
 
 	breakers := health.NewBreakers(health.Options{}, health.Options{})
 	metrics := health.NewMetrics()
@@ -117,16 +135,6 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	srvTokens := server.TokenVerifier(nil)
 	if tokens != nil {
 		srvTokens = tokens
-	}
-	var cn *clusterNode
-	if sc.Cluster.Enabled() {
-		// Only with --cluster: a server on its own starts no NATS and no
-		// cluster goroutine.
-		if cn, err = joinCluster(ctx, sc.Cluster, stateDir, log); err != nil {
-			return err
-		}
-		// After srv.Shutdown has handed the sessions over.
-		defer cn.leave()
 	}
 	var node *cluster.Node
 	if cn != nil {

@@ -333,3 +333,7 @@ func (n *Node) SendNode(ctx context.Context, nodeID string, payload []byte, done
 		}
 	}()
 }
+
+// CheckSessionID tells whether id can name a session in a cluster: it
+// must be usable as a NATS subject token (letters, digits, '-' and '_').
+func CheckSessionID(id string) error { return checkSessionID(id) }

@@ -24,6 +24,7 @@ import (
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/settings"
 	"github.com/agentd-dev/agentd/tool"
+	"github.com/agentd-dev/agentd/transcript"
 )
 
 // Models is the model catalog and a provider for each wire API.
@@ -188,6 +189,9 @@ type Spec struct {
 	// Seq continues a session's event numbering (see session.Config).
 	FirstSeq   uint64
 	ReserveSeq func(next uint64) uint64
+	// TranscriptOptions go to every transcript file of the session (see
+	// session.Config): a cluster node's mirror of it in JetStream.
+	TranscriptOptions []transcript.Option
 }
 
 // ToolEnv is the environment the tools of a session in cwd run in. Each
@@ -270,7 +274,7 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 		SteeringMode: agent.QueueMode(e.opt.Saved.SteeringMode), FollowUpMode: agent.QueueMode(e.opt.Saved.FollowUpMode),
 		EventLogSize: e.opt.EventLogSize, EventLogBytes: e.opt.EventLogBytes, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,
 		MaxTurns: e.opt.MaxTurns, MaxSameToolFailures: e.opt.MaxToolFailures, MaxQueued: e.opt.MaxQueued, MaxQueuedBytes: e.opt.MaxQueuedBytes,
-		Logger: e.opt.Logger,
+		Logger: e.opt.Logger, TranscriptOptions: spec.TranscriptOptions,
 	})
 	if err != nil {
 		return nil, err

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/pipeline"
 	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/transcript"
 )
 
 // A server with Config.Cluster is one node of several that look like one
@@ -259,6 +262,12 @@ func (cs *clusterState) dispatch(it forwardItem) {
 		return
 	}
 	if dest == cs.node.ID() || dest == "" {
+		// Take a session that lost its owner over before its command runs
+		// (its records may only be written by the lease's holder); an id
+		// the cluster does not know is left to the command (a create).
+		ctx, cancel := context.WithTimeout(cs.ctx, 30*time.Second)
+		_, _ = cs.s.Session(ctx, id)
+		cancel()
 		cs.runHere(it)
 		return
 	}
@@ -490,11 +499,9 @@ func (cs *clusterState) runHere(it forwardItem) {
 		cs.s.submitLocal(it.cmd, it.respond)
 		return
 	}
+	// The face's handler looks the session up for r.Who (SessionFor), as
+	// for a client of this node.
 	r := it.cmd.Origin.(*Remote)
-	if !cs.s.Visible(it.cmd.SessionID, r.Who) {
-		cs.fail(it, fault.Errorf(fault.NotFound, "Session %s not found", it.cmd.SessionID))
-		return
-	}
 	cs.s.submitLocal(it.cmd, func(resp pipeline.Response) {
 		r.mu.Lock()
 		sub := r.sub
@@ -508,38 +515,157 @@ func (cs *clusterState) runHere(it forwardItem) {
 
 // claim takes session id's lease for this node before it is opened here,
 // and says where its seq continues: after the last event any owner
-// published.
-func (cs *clusterState) claim(ctx context.Context, id string, first uint64) (*cluster.Lease, uint64, error) {
+// published. A session taken over (restore) first gets its transcript
+// from the cluster, written to file; a stored file loaded into the
+// cluster is copied to it. topts mirror every later write of the
+// session's transcript to the cluster, fenced by the lease.
+func (cs *clusterState) claim(ctx context.Context, id string, first uint64, file string, restore bool) (*cluster.Lease, uint64, []transcript.Option, error) {
 	if ctx == nil || ctx.Err() != nil {
 		ctx = cs.ctx
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if cs.isDraining() {
+		return nil, 0, nil, fault.Errorf(fault.Unavailable, "Session %s cannot be opened on node %s: the node is leaving the cluster; try again", id, cs.node.ID())
+	}
 	l, err := cs.node.Acquire(ctx, id)
 	var held *cluster.HeldError
 	switch {
 	case errors.Is(err, cluster.ErrAlreadyHeld):
 		l = cs.node.Lease(id)
 		if l == nil {
-			return nil, 0, fault.Errorf(fault.Conflict, "Session %s is being released by this node; try again", id)
+			return nil, 0, nil, fault.Errorf(fault.Conflict, "Session %s is being released by this node; try again", id)
 		}
 	case errors.As(err, &held):
 		if l, err = cs.node.Takeover(ctx, id); err != nil {
 			if errors.As(err, &held) {
-				return nil, 0, fault.Errorf(fault.Conflict, "Session %s is owned by node %s", id, held.Owner)
+				return nil, 0, nil, fault.Errorf(fault.Conflict, "Session %s is owned by node %s", id, held.Owner)
 			}
-			return nil, 0, fault.Wrap(fault.Unavailable, err, "Session "+id+" could not be taken over: "+err.Error())
+			return nil, 0, nil, fault.Wrap(fault.Unavailable, err, "Session "+id+" could not be taken over: "+err.Error())
 		}
 		cs.takeovers.Add(1)
 	case err != nil:
-		return nil, 0, fault.Wrap(fault.Unavailable, err, "Session "+id+" could not be claimed in the cluster: "+err.Error())
+		return nil, 0, nil, fault.Wrap(fault.Unavailable, err, "Session "+id+" could not be claimed in the cluster: "+err.Error())
+	}
+	fail := func(msg string, err error) (*cluster.Lease, uint64, []transcript.Option, error) {
+		_ = l.Release(ctx)
+		return nil, 0, nil, fault.Wrap(fault.Unavailable, err, "Session "+id+": "+msg+": "+err.Error())
 	}
 	last, err := cs.node.LastSeq(ctx, id)
 	if err != nil {
-		_ = l.Release(ctx)
-		return nil, 0, fault.Wrap(fault.Unavailable, err, "Session "+id+": its events could not be read: "+err.Error())
+		return fail("its events could not be read", err)
 	}
-	return l, max(first, last), nil
+	switch {
+	case restore:
+		if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+			return fail("its transcript could not be restored", err)
+		}
+		found, err := cs.node.RestoreTranscript(ctx, id, file)
+		if err != nil {
+			return fail("its transcript could not be restored", err)
+		}
+		if !found {
+			if _, serr := os.Stat(file); serr != nil {
+				_ = l.Release(ctx)
+				return nil, 0, nil, fault.Errorf(fault.NotFound, "Session %s not found (the cluster holds no transcript for it)", id)
+			}
+			if err := l.SeedTranscript(ctx, file); err != nil {
+				return fail("its transcript could not be copied to the cluster", err)
+			}
+		}
+	case file != "":
+		if err := l.SeedTranscript(ctx, file); err != nil {
+			return fail("its transcript could not be copied to the cluster", err)
+		}
+	}
+	return l, max(first, last), []transcript.Option{transcript.WithMirror(l.TranscriptMirror())}, nil
+}
+
+func (cs *clusterState) isDraining() bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.draining
+}
+
+// lookup completes what the node's own index knows of session id (e, ok)
+// with the cluster's index. restore says the session's transcript is to
+// be taken from the cluster (to e.File): it may have run on another node
+// since this one last had it.
+func (cs *clusterState) lookup(ctx context.Context, id string, e indexEntry, ok bool) (indexEntry, bool, bool, error) {
+	if cluster.CheckSessionID(id) != nil {
+		return e, ok, false, nil // not a cluster session: local only
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rec, found, err := cs.node.GetSession(ctx, id)
+	if err != nil {
+		return e, false, false, fault.Wrap(fault.Unavailable, err, "Session "+id+" could not be looked up in the cluster: "+err.Error())
+	}
+	if !found {
+		return e, ok, false, nil // from before the cluster: its file is here
+	}
+	if rec.Deleted {
+		e.ID, e.Deleted = id, true
+		return e, true, false, nil
+	}
+	file := e.File
+	if !ok || e.Deleted || file == "" {
+		file = filepath.Join(cs.s.cfg.SessionsDir, "cluster", id+".jsonl")
+	}
+	cwd := rec.Cwd
+	if st, err := os.Stat(cwd); cwd == "" || err != nil || !st.IsDir() {
+		cwd = cs.s.cfg.Cwd
+	}
+	ne := indexEntry{ID: id, File: file, Cwd: cwd, Owner: rec.Owner, Created: rec.Created,
+		Seq: max(e.Seq, rec.LastSeq), Sandbox: rec.Sandbox}
+	// open reads where the seq continues, the owner and the sandbox from
+	// this node's index.
+	if err := cs.s.index.put(ne, false); err != nil {
+		return e, false, false, fault.Wrap(fault.Internal, err, "Session "+id+" could not be recorded on this node: "+err.Error())
+	}
+	return ne, true, true, nil
+}
+
+// reserve records in the cluster's index that session id may use seqs up
+// to limit, so that a node taking it over numbers after every event its
+// owner may have shown a client, published or not.
+func (cs *clusterState) reserve(id string, limit uint64) {
+	ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
+	defer cancel()
+	if _, err := cs.node.UpdateSession(ctx, id, func(r *cluster.SessionRecord) error {
+		r.LastSeq = max(r.LastSeq, limit)
+		return nil
+	}); err != nil {
+		cs.s.log.Error("cluster: reserving event seqs", "session", id, "err", err)
+	}
+}
+
+// free refuses to create a session whose id the cluster already has.
+func (cs *clusterState) free(ctx context.Context, id string) error {
+	if cluster.CheckSessionID(id) != nil {
+		return fault.Errorf(fault.Invalid, "Validation failed: sessionId: in a cluster, a session id may hold only letters, digits, '-' and '_'")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rec, found, err := cs.node.GetSession(ctx, id)
+	if err != nil {
+		return fault.Wrap(fault.Unavailable, err, "Session "+id+" could not be looked up in the cluster: "+err.Error())
+	}
+	if found && !rec.Deleted {
+		return fault.Errorf(fault.Conflict, "Session %s already exists", id)
+	}
+	return nil
+}
+
+// visible answers Visible for a session this node's index does not know.
+func (cs *clusterState) visible(id string, p Principal) bool {
+	if cluster.CheckSessionID(id) != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
+	defer cancel()
+	rec, found, err := cs.node.GetSession(ctx, id)
+	return err == nil && found && !rec.Deleted && p.MaySee(id, rec.Owner)
 }
 
 // hosted is what the cluster keeps of a session this node owns.
@@ -548,11 +674,33 @@ type hosted struct {
 	kick  chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
+	// file is set when the session moved to another transcript file; the
+	// publisher records it in the cluster's index.
+	file atomic.Bool
 }
 
-// host starts serving a session opened here under lease: its command
-// subject, and the publisher of its events.
-func (cs *clusterState) host(h *Hosted, l *cluster.Lease, first uint64) {
+// host starts serving a session opened here under lease: its record in
+// the cluster's index, its command subject, and the publisher of its
+// events. A session that was not just created (adopt) first takes over
+// the outcomes of its commands from the cluster's journal: a command
+// replayed by id returns its stored outcome, one that was running on the
+// previous owner answers interrupted.
+func (cs *clusterState) host(ctx context.Context, h *Hosted, l *cluster.Lease, first uint64, adopt bool) error {
+	if ctx == nil || ctx.Err() != nil {
+		ctx = cs.ctx
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if adopt && cs.s.pipe != nil {
+		recs, err := cs.node.JournalFor(ctx, h.id)
+		if err != nil {
+			return fault.Wrap(fault.Unavailable, err, "Session "+h.id+": the outcomes of its commands could not be read: "+err.Error())
+		}
+		cs.s.pipe.Adopt(recs)
+	}
+	if err := cs.record(ctx, h, false); err != nil {
+		return err
+	}
 	hc := &hosted{lease: l, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	h.cl = hc
 	if err := cs.node.ServeAsync(h.id, func(_ context.Context, payload []byte, answer func([]byte, error)) {
@@ -562,6 +710,37 @@ func (cs *clusterState) host(h *Hosted, l *cluster.Lease, first uint64) {
 	}
 	cs.wg.Add(1)
 	go cs.publish(h, hc, first)
+	return nil
+}
+
+// record writes the session's entry in the cluster's index.
+func (cs *clusterState) record(ctx context.Context, h *Hosted, deleted bool) error {
+	prev, _ := cs.s.index.get(h.id)
+	created := prev.Created
+	if created.IsZero() {
+		created = h.created
+	}
+	_, err := cs.node.UpdateSession(ctx, h.id, func(r *cluster.SessionRecord) error {
+		if r.Deleted && !deleted {
+			*r = cluster.SessionRecord{Revision: r.Revision} // the id was freed: a new session
+		}
+		if r.Created.IsZero() {
+			r.Created = created
+		}
+		r.ID, r.File, r.Cwd, r.Deleted = h.id, h.sess.File(), h.cwd, deleted
+		if r.Owner == "" {
+			r.Owner = h.owner
+		}
+		if prev.Sandbox != "" {
+			r.Sandbox = prev.Sandbox
+		}
+		r.LastSeq = max(r.LastSeq, h.sess.Seq())
+		return nil
+	})
+	if err != nil {
+		return fault.Wrap(fault.Unavailable, err, "Session "+h.id+" could not be recorded in the cluster: "+err.Error())
+	}
+	return nil
 }
 
 // publish copies the session's logged events to the stream in seq order,
@@ -605,6 +784,13 @@ func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 	for {
 		select {
 		case <-hc.kick:
+			if hc.file.Swap(false) {
+				ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
+				if err := cs.record(ctx, h, false); err != nil {
+					cs.s.log.Warn("cluster: recording a session's new file", "session", h.id, "err", err)
+				}
+				cancel()
+			}
 			if !flush() {
 				cs.lost(h)
 				<-hc.stop
@@ -638,6 +824,13 @@ func (cs *clusterState) lost(h *Hosted) {
 	}()
 }
 
+// fileChanged notes that the session continues in another file; it runs
+// on the emitting goroutine and never blocks.
+func (hc *hosted) fileChanged() {
+	hc.file.Store(true)
+	hc.onEvent()
+}
+
 // onEvent wakes the session's publisher; it runs on the emitting goroutine
 // and never blocks.
 func (hc *hosted) onEvent() {
@@ -651,7 +844,7 @@ func (hc *hosted) onEvent() {
 // last events are out) and gives its lease back, so the next command for
 // it, from any node, finds it free at once. A node that crashed (its
 // cluster node closed) gives nothing back: its leases expire.
-func (cs *clusterState) unhost(h *Hosted) {
+func (cs *clusterState) unhost(h *Hosted, deleted bool) {
 	hc := h.cl
 	if hc == nil {
 		return
@@ -661,6 +854,11 @@ func (cs *clusterState) unhost(h *Hosted) {
 	if hc.lease.Err() == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		if deleted {
+			if err := cs.record(ctx, h, true); err != nil {
+				cs.s.log.Warn("cluster: recording a deleted session", "session", h.id, "err", err)
+			}
+		}
 		if err := hc.lease.Release(ctx); err != nil {
 			cs.s.log.Warn("cluster: releasing a session", "session", h.id, "err", err)
 		}

@@ -149,13 +149,22 @@ func (s *Server) Session(ctx context.Context, id string) (*Hosted, error) {
 			continue
 		}
 		e, ok := s.index.get(id)
+		restore := false
+		if s.cl != nil {
+			// A cluster's index and stream are the truth: the session may
+			// have run on another node since this one last had it.
+			var err error
+			if e, ok, restore, err = s.cl.lookup(ctx, id, e, ok); err != nil {
+				return nil, err
+			}
+		}
 		if !ok || e.Deleted || e.File == "" {
 			return nil, fault.Errorf(fault.NotFound, "Session %s not found", id)
 		}
-		if _, err := os.Stat(e.File); err != nil {
+		if _, err := os.Stat(e.File); err != nil && !restore {
 			return nil, fault.Errorf(fault.NotFound, "Session %s not found (its file %s is gone)", id, e.File)
 		}
-		h, err := s.open(ctx, id, e.Cwd, e.File, e.Owner, sandbox.Mode(e.Sandbox), false)
+		h, err := s.openAs(ctx, id, e.Cwd, e.File, e.Owner, sandbox.Mode(e.Sandbox), false, restore)
 		if err != nil {
 			if fe := fault.As(err); fe != nil && fe.Code == fault.Conflict && attempt < 3 {
 				continue // brought back by another command meanwhile
@@ -259,6 +268,11 @@ func (s *Server) Create(ctx context.Context, r CreateRequest) (*Hosted, error) {
 			return nil, fault.Errorf(fault.Conflict, "Session %s already exists", id)
 		}
 	}
+	if s.cl != nil {
+		if err := s.cl.free(ctx, id); err != nil {
+			return nil, err
+		}
+	}
 	return s.open(ctx, id, cwd, "", r.Who.Subject, r.Sandbox, true)
 }
 
@@ -320,6 +334,12 @@ func (s *Server) Load(ctx context.Context, r LoadRequest) (*Hosted, error) {
 
 // open makes session id from file (or a new file when "") and hosts it.
 func (s *Server) open(ctx context.Context, id, cwd, file, owner string, mode sandbox.Mode, fresh bool) (*Hosted, error) {
+	return s.openAs(ctx, id, cwd, file, owner, mode, fresh, false)
+}
+
+// openAs is open; restore (a cluster node taking the session over) first
+// writes file from the cluster's copy of the transcript.
+func (s *Server) openAs(ctx context.Context, id, cwd, file, owner string, mode sandbox.Mode, fresh, restore bool) (*Hosted, error) {
 	s.mu.RLock()
 	full := len(s.sessions) >= s.lim.MaxSessions
 	s.mu.RUnlock()
@@ -327,7 +347,7 @@ func (s *Server) open(ctx context.Context, id, cwd, file, owner string, mode san
 		s.evictIdle()
 	}
 	var fid transcript.FileID
-	if file != "" {
+	if file != "" && !restore { // a file being restored is not there yet
 		var err error
 		if fid, err = transcript.FileIDOf(file); err != nil {
 			return nil, fault.Wrap(fault.Invalid, err, "Failed to load session from "+file+": "+err.Error())
@@ -377,13 +397,23 @@ func (s *Server) open(ctx context.Context, id, cwd, file, owner string, mode san
 	prev, _ := s.index.get(id)
 	first := prev.Seq // never backwards for an id, even a reused one
 	var lease *cluster.Lease
+	var topts []transcript.Option
 	if s.cl != nil {
 		var err error
-		if lease, first, err = s.cl.claim(ctx, id, first); err != nil {
+		if lease, first, topts, err = s.cl.claim(ctx, id, first, file, restore); err != nil {
 			s.mu.Lock()
 			delete(s.sessions, id)
 			s.mu.Unlock()
 			return nil, err
+		}
+		if restore {
+			if fid, err = transcript.FileIDOf(file); err != nil {
+				s.mu.Lock()
+				delete(s.sessions, id)
+				s.mu.Unlock()
+				_ = lease.Release(context.WithoutCancel(ctx))
+				return nil, fault.Wrap(fault.Internal, err, "Session "+id+": its restored transcript cannot be read: "+err.Error())
+			}
 		}
 	}
 	if mode == "" && !fresh && !prev.Deleted {
@@ -392,7 +422,7 @@ func (s *Server) open(ctx context.Context, id, cwd, file, owner string, mode san
 	}
 	sess, err := s.cfg.Builder.Session(engine.Spec{
 		Cwd: cwd, SessionsDir: s.cfg.SessionsDir, Open: file, FirstSeq: first, Sandbox: mode,
-		ReserveSeq: func(next uint64) uint64 { return s.reserveSeq(id, next) },
+		ReserveSeq: func(next uint64) uint64 { return s.reserveSeq(id, next) }, TranscriptOptions: topts,
 	})
 	if err == nil && file == "" {
 		if p := sess.File(); p != "" {
@@ -425,7 +455,14 @@ func (s *Server) open(ctx context.Context, id, cwd, file, owner string, mode san
 		s.log.Error("recording the session", "session", id, "err", err)
 	}
 	if lease != nil {
-		s.cl.host(h, lease, first)
+		if err := s.cl.host(ctx, h, lease, first, !fresh); err != nil {
+			_ = sess.Close()
+			s.mu.Lock()
+			delete(s.sessions, id)
+			s.mu.Unlock()
+			_ = lease.Release(context.WithoutCancel(ctx))
+			return nil, err
+		}
 	}
 	s.mu.Lock()
 	s.sessions[id] = h
@@ -453,6 +490,9 @@ func (s *Server) reserveSeq(id string, next uint64) uint64 {
 	if err := s.index.update(id, true, func(e *indexEntry) { e.Seq = max(e.Seq, limit) }); err != nil {
 		s.log.Error("reserving event seqs", "session", id, "err", err)
 	}
+	if s.cl != nil {
+		s.cl.reserve(id, limit)
+	}
 	return limit
 }
 
@@ -469,6 +509,9 @@ func (h *Hosted) onEvent(ev session.Event) {
 		}
 		if err := s.index.update(h.id, false, func(e *indexEntry) { e.File = ev.SessionFile }); err != nil {
 			s.log.Error("recording the session file", "session", h.id, "err", err)
+		}
+		if h.cl != nil {
+			h.cl.fileChanged()
 		}
 	}
 	h.logEvent(ev)
@@ -557,7 +600,7 @@ func (s *Server) unload(h *Hosted, deleted bool) error {
 	}
 	h.unsub()
 	if s.cl != nil {
-		s.cl.unhost(h)
+		s.cl.unhost(h, deleted)
 	}
 	h.deleted.Store(deleted)
 	close(h.gone)

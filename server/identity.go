@@ -187,5 +187,8 @@ func (s *Server) Visible(id string, p Principal) bool {
 		return true
 	}
 	e, ok := s.index.get(id)
+	if !ok && s.cl != nil {
+		return s.cl.visible(id, p) // made on another node of the cluster
+	}
 	return ok && !e.Deleted && p.MaySee(id, e.Owner)
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentd-dev/agentd/server"
 )
@@ -134,18 +135,19 @@ func TestClusterCommandsAndEventsAcrossNodes(t *testing.T) {
 
 	// Both clients saw the same events, in the same order, with the same
 	// seqs: the one on C from the stream, the one on A likewise.
-	sa, sc := clSeqs(a, sid), clSeqs(c, sid)
-	clCheckSeqs(t, "client of A", sa)
-	clCheckSeqs(t, "client of C", sc)
 	last := func(s []uint64) uint64 {
 		if len(s) == 0 {
 			return 0
 		}
 		return s[len(s)-1]
 	}
-	if last(sa) != last(sc) || last(sa) == 0 {
-		t.Errorf("last seq: client of A %d, client of C %d", last(sa), last(sc))
-	}
+	svWaitUntil(t, "both clients have the run's last event", func() bool {
+		return last(clSeqs(a, sid)) == last(clSeqs(c, sid)) && last(clSeqs(a, sid)) > 0
+	})
+	sa, sc := clSeqs(a, sid), clSeqs(c, sid)
+	clCheckSeqs(t, "client of A", sa)
+	clCheckSeqs(t, "client of C", sc)
+	svEq(t, "the seqs of A's client and C's client", sa, sc)
 	// A client of A that resumes from a cursor gets exactly what follows.
 	cursor := sc[len(sc)/2]
 	r := nodes["A"].dial("resume")
@@ -178,5 +180,87 @@ func TestClusterCommandsAndEventsAcrossNodes(t *testing.T) {
 	msgs := a.must("get_messages", svM{"id": "a-msgs", "sessionId": sid})
 	if !strings.Contains(msgs.raw, "across-nodes") {
 		t.Errorf("get_messages through A lacks the run: %s", msgs)
+	}
+}
+
+// Node B, which owns a session, is killed mid-run while a tool call waits
+// for approval. The session is taken over by another node: the prompt that
+// was running answers interrupted (it is not run again), the approval is
+// pending again under its id and is answered, a client that watched on B
+// resumes on C by seq with nothing duplicated, and a command replayed by
+// id returns the outcome stored before the crash.
+func TestClusterTakeoverAfterNodeDies(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	nodes := clStart(t, e, "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`))
+	sid := clSessionOn("B", "A", "B", "C")
+
+	a := nodes["A"].dial("a")
+	svCreate(a, sid)
+	named := a.ok(svM{"id": "name-1", "type": "set_session_name", "sessionId": sid, "name": "before the crash"})
+	b := nodes["B"].dial("b")
+	b.must("switch_session", svM{"id": "b-switch", "sessionId": sid})
+	c := nodes["C"].dial("c")
+	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+
+	a.send(svM{"id": "p1", "type": "prompt", "sessionId": sid, "message": "CMD:echo after-takeover"})
+	req := b.waitEvent(sid, "extension_ui_request")
+	rid := svStr(req.m, "event", "requestId")
+	c.waitEvent(sid, "extension_ui_request")
+	bSeqs := clSeqs(b, sid)
+
+	nodes["B"].kill9()
+
+	// The prompt that was running on B ends as interrupted, not re-run.
+	p1 := a.response("p1")
+	if ok, _ := p1.m["success"].(bool); ok || !strings.Contains(svStr(p1.m, "error"), "interrupted") {
+		t.Errorf("the prompt running on the dead node: %s, want an interrupted failure", p1)
+	}
+	// The session comes back on A or C (a watcher takes it over), with the
+	// approval pending again under the same id; a fourth connection
+	// answers it.
+	approver := nodes["C"].dial("approver")
+	var ans svFrame
+	defer func() {
+		if t.Failed() {
+			t.Logf("last answer: %s\nA:\n%s\nC:\n%s", ans, nodes["A"].stderrTail(3000), nodes["C"].stderrTail(3000))
+		}
+	}()
+	svWaitUntil(t, "the approval can be answered after the takeover", func() bool {
+		ans = approver.call(svM{"id": approver.newID("ans"), "type": "extension_ui_response", "sessionId": sid, "requestId": rid,
+			"response": svM{"method": "select", "value": "Allow"}})
+		ok, _ := ans.m["success"].(bool)
+		if !ok {
+			time.Sleep(250 * time.Millisecond) // within the answer rate limit
+		}
+		return ok
+	})
+	te := c.waitEvent(sid, "tool_execution_end")
+	if !strings.Contains(te.raw, "after-takeover") {
+		t.Errorf("the approved tool did not run on the new owner: %s", te)
+	}
+	if owners := clStatus(t, nodes["A"]).Leases + clStatus(t, nodes["C"]).Leases; owners != 1 {
+		t.Errorf("after the takeover A and C hold %d leases, want 1", owners)
+	}
+
+	// The client of B resumes on C from the last seq it saw.
+	cursor := bSeqs[len(bSeqs)-1]
+	b2 := nodes["C"].dial("b-again")
+	b2.must("switch_session", svM{"id": "b2-switch", "sessionId": sid, "afterSeq": cursor})
+	end := b2.waitEvent(sid, "tool_execution_end")
+	if !strings.Contains(end.raw, "after-takeover") {
+		t.Errorf("the resumed client's tool_execution_end: %s", end)
+	}
+	rs := clSeqs(b2, sid)
+	clCheckSeqs(t, "resumed client", rs)
+	if len(rs) == 0 || rs[0] <= cursor {
+		t.Errorf("resumed after %d, got seqs %v", cursor, rs)
+	}
+	clCheckSeqs(t, "client of C", clSeqs(c, sid))
+
+	// A command replayed by id after the takeover returns its outcome.
+	again := a.call(svM{"id": "name-1", "type": "set_session_name", "sessionId": sid, "name": "before the crash"})
+	if r, _ := again.m["replayed"].(bool); !r {
+		t.Errorf("replaying name-1 after the takeover: %s (first answer %s)", again, named)
 	}
 }
