@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -145,18 +146,22 @@ func (n *Node) RequestNode(ctx context.Context, nodeID string, payload []byte) (
 func (n *Node) Connected() bool { return n.nc.IsConnected() }
 
 // Membership is this node's announcement in NodeBucket: renewed every
-// LeaseTTL/3 until Leave, and gone from Members a lease TTL after the
-// node stops renewing it.
+// LeaseTTL/3 until Stop, and gone from Members a lease TTL after the node
+// stops renewing it (or at once with Remove).
 type Membership struct {
-	n      *Node
-	kv     jetstream.KeyValue
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
+	n       *Node
+	kv      jetstream.KeyValue
+	cancel  context.CancelFunc
+	done    chan struct{}
+	once    sync.Once
+	leaving atomic.Bool
 }
 
 type memberRecord struct {
 	Expires int64 `json:"expires"` // Unix ms, like a lease
+	// Leaving: the node is handing its sessions over; nothing new is
+	// placed on it, but it still answers what it was sent.
+	Leaving bool `json:"leaving,omitempty"`
 }
 
 // Announce makes this node a member: Members on any node lists it from
@@ -194,7 +199,7 @@ func (n *Node) nodeBucket(ctx context.Context) (jetstream.KeyValue, error) {
 }
 
 func (m *Membership) put(ctx context.Context) error {
-	b, _ := json.Marshal(memberRecord{Expires: time.Now().Add(m.n.cfg.LeaseTTL).UnixMilli()})
+	b, _ := json.Marshal(memberRecord{Expires: time.Now().Add(m.n.cfg.LeaseTTL).UnixMilli(), Leaving: m.leaving.Load()})
 	if _, err := m.kv.Put(ctx, m.n.cfg.NodeID, b); err != nil {
 		return fmt.Errorf("cluster: announcing node %s: %w", m.n.cfg.NodeID, err)
 	}
@@ -223,6 +228,14 @@ func (m *Membership) renew(ctx context.Context) {
 	}
 }
 
+// Leave says the node is leaving: Members no longer lists it, so nothing
+// new is placed on it, while Nodes still does until Remove, so what it
+// was sent is still waited for.
+func (m *Membership) Leave(ctx context.Context) error {
+	m.leaving.Store(true)
+	return m.put(ctx)
+}
+
 // Stop ends the announcement's renewal, leaving the record to expire, as
 // a crash would.
 func (m *Membership) Stop() {
@@ -232,9 +245,8 @@ func (m *Membership) Stop() {
 	})
 }
 
-// Leave stops announcing and removes the record at once, so no node
-// places a session here any more.
-func (m *Membership) Leave(ctx context.Context) error {
+// Remove stops announcing and deletes the record at once.
+func (m *Membership) Remove(ctx context.Context) error {
 	m.Stop()
 	if err := m.kv.Delete(ctx, m.n.cfg.NodeID); err != nil {
 		return fmt.Errorf("cluster: leaving: %w", err)
@@ -242,8 +254,24 @@ func (m *Membership) Leave(ctx context.Context) error {
 	return nil
 }
 
-// Members lists the nodes whose announcement is live, sorted.
+// Members lists the live nodes that take new sessions, sorted.
 func (n *Node) Members(ctx context.Context) ([]string, error) {
+	all, err := n.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for id, leaving := range all {
+		if !leaving {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Nodes lists every live node, leaving or not (the value says).
+func (n *Node) Nodes(ctx context.Context) (map[string]bool, error) {
 	kv, err := n.nodeBucket(ctx)
 	if err != nil {
 		return nil, err
@@ -257,7 +285,7 @@ func (n *Node) Members(ctx context.Context) ([]string, error) {
 		keys = append(keys, k)
 	}
 	now := time.Now().UnixMilli()
-	var out []string
+	out := map[string]bool{}
 	for _, k := range keys {
 		e, err := kv.Get(ctx, k)
 		if err != nil {
@@ -265,10 +293,9 @@ func (n *Node) Members(ctx context.Context) ([]string, error) {
 		}
 		var r memberRecord
 		if json.Unmarshal(e.Value(), &r) == nil && r.Expires > now {
-			out = append(out, k)
+			out[k] = r.Leaving
 		}
 	}
-	slices.Sort(out)
 	return out, nil
 }
 

@@ -1006,14 +1006,15 @@ func (cs *clusterState) checkNodes() {
 	if err != nil {
 		return
 	}
-	live := map[string]bool{}
-	for _, m := range members {
-		live[m] = true
+	// A node that is leaving still answers what it was sent.
+	live, err := cs.node.Nodes(ctx)
+	if err != nil {
+		return
 	}
 	cs.mu.Lock()
 	var dead []*inflight
 	for fl := range cs.inflight {
-		if !live[fl.node] {
+		if _, ok := live[fl.node]; !ok {
 			dead = append(dead, fl)
 		}
 	}
@@ -1075,8 +1076,23 @@ func (cs *clusterState) stop() {
 	if cs.stopNode != nil {
 		cs.stopNode()
 	}
+	// Commands this node passed on (for its own clients, or for another
+	// node's while its sessions moved) get their answers before it stops.
+	for deadline := time.Now().Add(cs.s.lim.ShutdownTimeout); time.Now().Before(deadline); {
+		cs.mu.Lock()
+		n := len(cs.inflight)
+		cs.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if cs.member != nil {
-		cs.member.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := cs.member.Remove(ctx); err != nil {
+			cs.member.Stop() // a crash-like end: the record expires
+		}
+		cancel()
 	}
 	cs.cancel()
 	cs.wg.Wait()

@@ -159,13 +159,18 @@ func TestClusterCommandsAndEventsAcrossNodes(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the client resuming on A after %d did not catch up to %d: %v\n%s", cursor, last(sc), err, r.tail(20))
 	}
+	// Events may still be arriving (the run's last state change): compare
+	// once both clients have the same last one.
+	svWaitUntil(t, "the resumed client and C's have the same last event", func() bool {
+		return last(clSeqs(r, sid)) == last(clSeqs(c, sid))
+	})
 	rs := clSeqs(r, sid)
 	clCheckSeqs(t, "resumed client", rs)
 	if rs[0] <= cursor {
 		t.Errorf("resumed after %d, first event %d", cursor, rs[0])
 	}
 	var want []uint64
-	for _, s := range sc {
+	for _, s := range clSeqs(c, sid) {
 		if s > cursor {
 			want = append(want, s)
 		}
@@ -262,5 +267,53 @@ func TestClusterTakeoverAfterNodeDies(t *testing.T) {
 	again := a.call(svM{"id": "name-1", "type": "set_session_name", "sessionId": sid, "name": "before the crash"})
 	if r, _ := again.m["replayed"].(bool); !r {
 		t.Errorf("replaying name-1 after the takeover: %s (first answer %s)", again, named)
+	}
+}
+
+// SIGTERM on the node that owns a session hands it over: the run in
+// progress finishes there, the lease is released, and the next command
+// from a client of another node runs on the node that takes it over; no
+// client of another node sees an error, and the watcher's seqs keep going
+// up.
+func TestClusterDrainHandsSessionsOver(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	nodes := clStart(t, e, "--shutdown-timeout", "20s")
+	sid := clSessionOn("B", "A", "B", "C")
+
+	a := nodes["A"].dial("a")
+	svCreate(a, sid)
+	c := nodes["C"].dial("c")
+	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+
+	a.send(svM{"id": "p1", "type": "prompt", "sessionId": sid, "message": "CMD:sleep 1; echo drained-run"})
+	c.waitEvent(sid, "tool_execution_start")
+	nodes["B"].sigterm()
+	if code := nodes["B"].waitExit(); code != 0 {
+		t.Errorf("node B exited with %d after SIGTERM\n%s", code, nodes["B"].stderrTail(3000))
+	}
+	svWantOK(t, a.response("p1"))
+	te := c.waitEvent(sid, "tool_execution_end")
+	if !strings.Contains(te.raw, "drained-run") {
+		t.Errorf("the run in progress did not finish on the draining node: %s", te)
+	}
+
+	// The next prompt, sent from A right away, runs where the session went.
+	p2 := a.must("prompt", svM{"id": "p2", "sessionId": sid, "message": "CMD:echo on-the-new-owner"})
+	svWantOK(t, p2)
+	te2 := c.waitEvent(sid, "tool_execution_end")
+	if !strings.Contains(te2.raw, "on-the-new-owner") {
+		t.Errorf("second run: %s", te2)
+	}
+	if owners := clStatus(t, nodes["A"]).Leases + clStatus(t, nodes["C"]).Leases; owners != 1 {
+		t.Errorf("after the drain A and C hold %d leases, want 1", owners)
+	}
+	clCheckSeqs(t, "client of C", clSeqs(c, sid))
+	clCheckSeqs(t, "client of A", clSeqs(a, sid))
+	msgs := c.must("get_messages", svM{"id": "c-msgs", "sessionId": sid})
+	for _, want := range []string{"drained-run", "on-the-new-owner"} {
+		if !strings.Contains(msgs.raw, want) {
+			t.Errorf("the conversation on the new owner lacks %q: %s", want, e2eClip(msgs.raw, 2000))
+		}
 	}
 }
