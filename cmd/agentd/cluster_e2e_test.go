@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -316,4 +317,75 @@ func TestClusterDrainHandsSessionsOver(t *testing.T) {
 			t.Errorf("the conversation on the new owner lacks %q: %s", want, e2eClip(msgs.raw, 2000))
 		}
 	}
+}
+
+// A node frozen past its lease (SIGSTOP: a long pause, a partition) loses
+// its session to another node; when it wakes, nothing it still does for
+// the session is accepted: the tool it was running finishes, but its
+// result reaches neither the new owner's conversation nor any client.
+func TestClusterStaleOwnerIsFenced(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	nodes := clStart(t, e)
+	sid := clSessionOn("B", "A", "B", "C")
+
+	a := nodes["A"].dial("a")
+	svCreate(a, sid)
+	c := nodes["C"].dial("c")
+	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	a.send(svM{"id": "p1", "type": "prompt", "sessionId": sid, "message": "CMD:sleep 2; echo stale-write"})
+	c.waitEvent(sid, "tool_execution_start")
+
+	b := nodes["B"]
+	if err := b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.cmd.Process.Signal(syscall.SIGCONT) }()
+	// The prompt B was running is reported interrupted once B's
+	// membership expires, and the session is taken over by A or C.
+	p1 := a.response("p1")
+	if ok, _ := p1.m["success"].(bool); ok {
+		t.Errorf("the prompt on the frozen node: %s, want a failure", p1)
+	}
+	svWaitUntil(t, "another node holds the session", func() bool {
+		return clStatus(t, nodes["A"]).Leases+clStatus(t, nodes["C"]).Leases == 1
+	})
+
+	if err := b.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	svWaitUntil(t, "the woken node gives the session up", func() bool {
+		return clStatus(t, b).Leases == 0 && strings.Contains(b.stderrTail(1<<20), "lost a session's lease")
+	})
+	// B no longer hosts it (it is known there, not loaded).
+	bc := b.dial("b")
+	loaded := func() bool {
+		list := bc.must("list_sessions", svM{"id": bc.newID("list")})
+		for _, s := range svArr(list.m, "data", "sessions") {
+			if svStr(s, "sessionId") == sid {
+				l, _ := svAt(s, "loaded").(bool)
+				return l
+			}
+		}
+		return false
+	}
+	for i := 0; loaded(); i++ {
+		if i == 25 {
+			t.Fatalf("node B still hosts session %s after it lost the lease", sid)
+		}
+		time.Sleep(200 * time.Millisecond) // polled gently: list_sessions counts against the rate limit
+	}
+	// Long enough for B's shell (sleep 2) to have ended and B to have
+	// tried to record its result.
+	time.Sleep(2500 * time.Millisecond)
+	for _, f := range c.events(sid) {
+		if strings.Contains(f.raw, "stale-write\\n") {
+			t.Errorf("a client received the stale owner's event: %s", f)
+		}
+	}
+	msgs := c.must("get_messages", svM{"id": "c-msgs", "sessionId": sid})
+	if strings.Contains(msgs.raw, "stale-write\\n") {
+		t.Errorf("the new owner's conversation holds the stale owner's tool result: %s", e2eClip(msgs.raw, 2000))
+	}
+	clCheckSeqs(t, "client of C", clSeqs(c, sid))
 }
