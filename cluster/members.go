@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -324,31 +325,32 @@ func (n *Node) LeaseOwner(ctx context.Context, sessionID string) (node string, l
 // the failure (*NodeGoneError when nobody serves that node, *RemoteError,
 // or ctx's error when it ends first). Requests sent by one caller, one
 // after another, reach the node in that order, which RequestNode from
-// several goroutines would not promise.
+// several goroutines would not promise. The answers come back on one
+// subscription per node, shared by every request.
 func (n *Node) SendNode(ctx context.Context, nodeID string, payload []byte, done func([]byte, error)) {
 	if err := checkSessionID(nodeID); err != nil {
 		go done(nil, err)
 		return
 	}
-	inbox := n.nc.NewRespInbox()
-	replies := make(chan *nats.Msg, 1)
-	sub, err := n.nc.ChanSubscribe(inbox, replies)
+	replies, inbox, cancel, err := n.replies()
 	if err != nil {
 		go done(nil, fmt.Errorf("cluster: sending a request to node %s: %w", nodeID, err))
 		return
 	}
-	_ = sub.AutoUnsubscribe(1)
-	if err := n.nc.PublishMsg(&nats.Msg{Subject: nodePrefix + nodeID, Reply: inbox, Data: payload}); err != nil {
-		_ = sub.Unsubscribe()
+	ch, token := replies.wait()
+	if err := n.nc.PublishMsg(&nats.Msg{Subject: nodePrefix + nodeID, Reply: inbox + token, Data: payload}); err != nil {
+		replies.drop(token)
 		go done(nil, fmt.Errorf("cluster: sending a request to node %s: %w", nodeID, err))
 		return
 	}
 	go func() {
-		defer func() { _ = sub.Unsubscribe() }()
 		select {
 		case <-ctx.Done():
+			replies.drop(token)
 			done(nil, fmt.Errorf("cluster: node %s did not answer: %w", nodeID, context.Cause(ctx)))
-		case m := <-replies:
+		case <-cancel:
+			done(nil, fmt.Errorf("cluster: node %s did not answer: %w", nodeID, ErrNodeClosed))
+		case m := <-ch:
 			switch {
 			case len(m.Data) == 0 && m.Header.Get("Status") == "503":
 				done(nil, &NodeGoneError{Node: nodeID})
@@ -359,6 +361,62 @@ func (n *Node) SendNode(ctx context.Context, nodeID string, payload []byte, done
 			}
 		}
 	}()
+}
+
+// replyMux hands the answers arriving on a node's reply subscription to
+// the requests waiting for them, by the last token of the subject.
+type replyMux struct {
+	mu      sync.Mutex
+	next    uint64
+	waiting map[string]chan *nats.Msg
+}
+
+func (r *replyMux) wait() (chan *nats.Msg, string) {
+	ch := make(chan *nats.Msg, 1)
+	r.mu.Lock()
+	r.next++
+	token := strconv.FormatUint(r.next, 36)
+	r.waiting[token] = ch
+	r.mu.Unlock()
+	return ch, token
+}
+
+func (r *replyMux) drop(token string) {
+	r.mu.Lock()
+	delete(r.waiting, token)
+	r.mu.Unlock()
+}
+
+func (r *replyMux) deliver(m *nats.Msg) {
+	token := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	r.mu.Lock()
+	ch := r.waiting[token]
+	delete(r.waiting, token)
+	r.mu.Unlock()
+	if ch != nil {
+		ch <- m
+	}
+}
+
+// nodeReplies is the node's reply subscription, made on first use.
+type nodeReplies struct {
+	once   sync.Once
+	mux    *replyMux
+	inbox  string // ends with '.'
+	closed chan struct{}
+	err    error
+}
+
+func (n *Node) replies() (*replyMux, string, <-chan struct{}, error) {
+	r := &n.sendReplies
+	r.once.Do(func() {
+		r.mux = &replyMux{waiting: map[string]chan *nats.Msg{}}
+		r.inbox = n.nc.NewRespInbox() + "."
+		_, r.err = n.nc.Subscribe(r.inbox+"*", r.mux.deliver)
+		// Requests waiting when the connection closes end then.
+		r.closed = n.ncClosed
+	})
+	return r.mux, r.inbox, r.closed, r.err
 }
 
 // CheckSessionID tells whether id can name a session in a cluster: it

@@ -90,6 +90,8 @@ type Node struct {
 	// can play a node that froze (a long GC pause, a partition) and lose
 	// its leases to another node while it still thinks it owns them.
 	renewPaused atomic.Bool
+
+	sendReplies nodeReplies // answers to SendNode (members.go)
 }
 
 var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)

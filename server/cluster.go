@@ -66,6 +66,7 @@ type clusterState struct {
 	feeds      map[string]*Hosted // sessions owned elsewhere, followed for local subscribers
 	members    []string
 	membersAt  time.Time
+	owners     map[string]ownerSeen // recent lease reads, by session id
 	draining   bool
 
 	forwarded atomic.Int64
@@ -76,7 +77,8 @@ type clusterState struct {
 func newClusterState(s *Server, node *cluster.Node) *clusterState {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &clusterState{s: s, node: node, ctx: ctx, cancel: cancel,
-		forwarders: map[string]*forwarder{}, inflight: map[*inflight]struct{}{}, feeds: map[string]*Hosted{}}
+		forwarders: map[string]*forwarder{}, inflight: map[*inflight]struct{}{}, feeds: map[string]*Hosted{},
+		owners: map[string]ownerSeen{}}
 }
 
 // start serves this node's address and announces it, so other nodes can
@@ -278,9 +280,23 @@ func (cs *clusterState) dispatch(it forwardItem) {
 	cs.send(it, dest)
 }
 
+// ownerSeen is a session's owner as a lease read found it.
+type ownerSeen struct {
+	node string
+	at   time.Time
+}
+
 // destination is the node that runs session id: its lease's live holder,
-// else its home among the live nodes.
+// else its home among the live nodes. An owner read less than a third of
+// a lease TTL ago is used again: a node that no longer runs the session
+// passes the command on, and one that is gone is forgotten.
 func (cs *clusterState) destination(id string) (string, error) {
+	cs.mu.Lock()
+	seen, ok := cs.owners[id]
+	cs.mu.Unlock()
+	if ok && time.Since(seen.at) < cs.node.LeaseTTL()/3 {
+		return seen.node, nil
+	}
 	ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
 	defer cancel()
 	owner, live, held, err := cs.node.LeaseOwner(ctx, id)
@@ -288,6 +304,12 @@ func (cs *clusterState) destination(id string) (string, error) {
 		return "", err
 	}
 	if held && live {
+		cs.mu.Lock()
+		if len(cs.owners) > 10000 {
+			clear(cs.owners) // a cache, not a record: bounded crudely
+		}
+		cs.owners[id] = ownerSeen{node: owner, at: time.Now()}
+		cs.mu.Unlock()
 		return owner, nil
 	}
 	members, err := cs.liveMembers(ctx)
@@ -354,6 +376,7 @@ func (cs *clusterState) liveMembers(ctx context.Context) ([]string, error) {
 func (cs *clusterState) forgetMembers() {
 	cs.mu.Lock()
 	cs.membersAt = time.Time{}
+	clear(cs.owners)
 	cs.mu.Unlock()
 }
 
