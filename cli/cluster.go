@@ -41,7 +41,7 @@ func joinCluster(ctx context.Context, cc config.Cluster, stateDir string, log *s
 	}
 	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	node, err := cluster.Join(jctx, cluster.Config{NodeID: cc.NodeID, URL: url, LeaseTTL: cc.LeaseTTL, Logger: log})
+	node, err := cluster.Join(jctx, cluster.Config{NodeID: cc.NodeID, URL: url, LeaseTTL: cc.LeaseTTL, Replicas: cc.Replicas, Logger: log})
 	if err != nil {
 		if cn.nats != nil {
 			cn.nats.Shutdown()

@@ -37,11 +37,15 @@ type Cluster struct {
 	// renewing its leases (a crash): the longest a dead node's sessions
 	// wait before another node takes them over.
 	LeaseTTL time.Duration
+	// Replicas is how many copies JetStream keeps of the cluster's state
+	// when this node is the first to create it: 1 for one NATS server, 3
+	// for a NATS cluster.
+	Replicas int
 }
 
 // ClusterDefaults reads the environment's cluster settings.
 func ClusterDefaults(getenv func(string) string) Cluster {
-	return Cluster{Spec: getenv("AGENTD_CLUSTER"), NodeID: getenv("AGENTD_NODE_ID"), Listen: "127.0.0.1:4222", LeaseTTL: 10 * time.Second}
+	return Cluster{Spec: getenv("AGENTD_CLUSTER"), NodeID: getenv("AGENTD_NODE_ID"), Listen: "127.0.0.1:4222", LeaseTTL: 10 * time.Second, Replicas: 1}
 }
 
 // Register adds the cluster flags.
@@ -50,6 +54,7 @@ func (c *Cluster) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "cluster-listen", c.Listen, "with --cluster embedded: where the embedded NATS server takes clients (other nodes join with --cluster nats://this-address)")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this node's id in the cluster, unique among nodes: letters, digits, '-' and '_' (default <hostname>-<port>) (env AGENTD_NODE_ID)")
 	fs.DurationVar(&c.LeaseTTL, "cluster-lease-ttl", c.LeaseTTL, "how long a node's sessions stay its own after it stops renewing them (a crash); another node takes them over after that")
+	fs.IntVar(&c.Replicas, "cluster-replicas", c.Replicas, "copies JetStream keeps of the cluster's state (set by the first node to start): 1 for one NATS server, 3 for a NATS cluster")
 }
 
 // Enabled reports whether serve runs as a cluster node.
@@ -96,6 +101,9 @@ func (c *Cluster) check(port int, stdio bool) []error {
 	}
 	if !nodeIDRe.MatchString(c.NodeID) {
 		errs = append(errs, fmt.Errorf("--node-id %q: use letters, digits, '-' and '_' only (at most 200)", c.NodeID))
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("--cluster-replicas %d: from 1 to 5 (JetStream's limit)", c.Replicas))
 	}
 	if c.LeaseTTL < 300*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--cluster-lease-ttl %s: at least 300ms (renewals run every third of it)", c.LeaseTTL))

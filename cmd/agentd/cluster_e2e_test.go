@@ -216,6 +216,13 @@ func TestClusterTakeoverAfterNodeDies(t *testing.T) {
 	bSeqs := clSeqs(b, sid)
 
 	nodes["B"].kill9()
+	killed := time.Now()
+	// A node following the session (A and C both do, for their clients)
+	// takes it over once B's lease has expired, without a command.
+	svWaitUntil(t, "another node takes the session over", func() bool {
+		return clStatus(t, nodes["A"]).Leases+clStatus(t, nodes["C"]).Leases == 1
+	})
+	t.Logf("taken over %v after the owner died (lease TTL 1s)", time.Since(killed).Round(time.Millisecond))
 
 	// The prompt that was running on B ends as interrupted, not re-run.
 	p1 := a.response("p1")
