@@ -141,7 +141,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		node = cn.node
 	}
 	srv, err := server.New(server.Config{
-		Cluster:      node,
+		Cluster: node, SpreadSessions: sc.Cluster.Spread,
 		Auth:         auth,
 		Tokens:       srvTokens,
 		ReturnMemory: true,

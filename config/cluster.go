@@ -37,6 +37,9 @@ type Cluster struct {
 	// renewing its leases (a crash): the longest a dead node's sessions
 	// wait before another node takes them over.
 	LeaseTTL time.Duration
+	// Spread places new sessions on their home node (rendezvous hashing
+	// over the live nodes) instead of the node that created them.
+	Spread bool
 	// Replicas is how many copies JetStream keeps of the cluster's state
 	// when this node is the first to create it: 1 for one NATS server, 3
 	// for a NATS cluster.
@@ -54,6 +57,7 @@ func (c *Cluster) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "cluster-listen", c.Listen, "with --cluster embedded: where the embedded NATS server takes clients (other nodes join with --cluster nats://this-address)")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this node's id in the cluster, unique among nodes: letters, digits, '-' and '_' (default <hostname>-<port>) (env AGENTD_NODE_ID)")
 	fs.DurationVar(&c.LeaseTTL, "cluster-lease-ttl", c.LeaseTTL, "how long a node's sessions stay its own after it stops renewing them (a crash); another node takes them over after that")
+	fs.BoolVar(&c.Spread, "cluster-spread", c.Spread, "place each new session on a node chosen by hashing its id over the live nodes, instead of the node that received the command creating it")
 	fs.IntVar(&c.Replicas, "cluster-replicas", c.Replicas, "copies JetStream keeps of the cluster's state (set by the first node to start): 1 for one NATS server, 3 for a NATS cluster")
 }
 

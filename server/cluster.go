@@ -32,7 +32,9 @@ import (
 //     that node; the answer comes back as the pipeline's Response, as if
 //     the command had run here. A session nobody owns goes to its home
 //     node: the live node that rendezvous hashing of the session id picks
-//     (see placeSession), which creates it, or takes it over.
+//     (see placeSession), which takes it over. A new session is created
+//     on the node the command was sent to (with SpreadSessions, at its
+//     home).
 //   - Subscriptions. A client of a node that does not host the session is
 //     fed from the stream (a replay from its cursor, then a live follow
 //     shared by the node's subscribers of that session), through the same
@@ -311,6 +313,18 @@ func (cs *clusterState) destination(id string) (string, error) {
 		cs.owners[id] = ownerSeen{node: owner, at: time.Now()}
 		cs.mu.Unlock()
 		return owner, nil
+	}
+	if !cs.s.cfg.SpreadSessions {
+		// A session the cluster does not know is new: it lives where it
+		// is created, so a client that stays on one node never waits on
+		// another.
+		rec, found, err := cs.node.GetSession(ctx, id)
+		if err != nil {
+			return "", err
+		}
+		if !found || rec.Deleted {
+			return cs.node.ID(), nil
+		}
 	}
 	members, err := cs.liveMembers(ctx)
 	if err != nil {

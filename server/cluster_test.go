@@ -103,6 +103,10 @@ var testCodec = &clusterCodec{}
 // Each node has the commands t.create (creates the session, subscribing
 // its client), t.where (answers the node it ran on) and t.prompt.
 func startCluster(t testing.TB, ids ...string) map[string]*testNode {
+	return startClusterSpread(t, true, ids...)
+}
+
+func startClusterSpread(t testing.TB, spread bool, ids ...string) map[string]*testNode {
 	t.Helper()
 	root := t.TempDir()
 	ns, err := embeddednats.Start(embeddednats.Config{StoreDir: filepath.Join(root, "nats")})
@@ -124,7 +128,7 @@ func startCluster(t testing.TB, ids ...string) map[string]*testNode {
 			t.Fatal(err)
 		}
 		s, err := New(Config{Builder: mirrorBuilder{faux.New(faux.Options{})}, Cwd: cwd, SessionsDir: filepath.Join(dir, "sessions"),
-			StateDir: filepath.Join(dir, "state"), Journal: node.Journal(), Cluster: node})
+			StateDir: filepath.Join(dir, "state"), Journal: node.Journal(), Cluster: node, SpreadSessions: spread})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,6 +293,22 @@ func TestClusterRoutesAndFollows(t *testing.T) {
 	}
 	if got := link2.seqs(); got[0] != cursor+1 || got[len(got)-1] != want {
 		t.Errorf("resumed after %d: %v", cursor, got)
+	}
+}
+
+// Without SpreadSessions a new session lives on the node it was created
+// through, and a command for it from another node still reaches it.
+func TestClusterCreatesWhereAsked(t *testing.T) {
+	nodes := startClusterSpread(t, false, "a", "b")
+	sid := sessionOn("b", "a", "b") // its home is b, but it is created through a
+	if r := submit(t, nodes["a"], pipeline.Command{Type: "t.create", SessionID: sid}); r.Err != nil || string(r.Data) != `"a"` {
+		t.Fatalf("create through a: %+v %s, want it on a", r.Err, r.Data)
+	}
+	if r := submit(t, nodes["b"], pipeline.Command{Type: "t.where", SessionID: sid}); r.Err != nil || string(r.Data) != `"a"` {
+		t.Fatalf("t.where through b: %+v %s, want a", r.Err, r.Data)
+	}
+	if r := submit(t, nodes["b"], pipeline.Command{Type: "t.create", SessionID: sid}); r.Err == nil {
+		t.Fatalf("a second create of %s through b succeeded", sid)
 	}
 }
 

@@ -169,6 +169,13 @@ type Config struct {
 	// events through the cluster's stream. The caller joins and closes it
 	// (after Shutdown); nil is a server on its own, exactly as without.
 	Cluster *cluster.Node
+	// SpreadSessions places a new session on its home node (rendezvous
+	// hashing of its id over the live nodes) rather than on the node
+	// that received the command creating it: load spreads evenly
+	// whichever node clients reach, at the price of a hop for most of
+	// their commands. A session whose owner is gone always goes to its
+	// home.
+	SpreadSessions bool
 }
 
 // Server hosts sessions for every face.

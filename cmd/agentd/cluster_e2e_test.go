@@ -37,7 +37,9 @@ func clFreeAddr(t *testing.T) string {
 func clStart(t *testing.T, e *e2eEnv, extra ...string) clNodes {
 	t.Helper()
 	natsAddr := clFreeAddr(t)
-	common := append([]string{"--cluster-lease-ttl", "1s"}, extra...)
+	// --cluster-spread: a session created through one node may live on
+	// another, which these tests need.
+	common := append([]string{"--cluster-lease-ttl", "1s", "--cluster-spread"}, extra...)
 	nodes := clNodes{}
 	nodes["A"] = svStart(t, e, append([]string{"--data-dir", filepath.Join(e.root, "node-A"), "--node-id", "A",
 		"--cluster", "embedded", "--cluster-listen", natsAddr}, common...)...)
