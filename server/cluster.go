@@ -694,6 +694,42 @@ func (cs *clusterState) free(ctx context.Context, id string) error {
 	return nil
 }
 
+// known adds to local (the sessions this node's index knows and does not
+// host) the cluster's other sessions, as its index has them: every node
+// lists every session. A session the cluster deleted is left out.
+func (cs *clusterState) known(local []Known) []Known {
+	ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
+	defer cancel()
+	recs, err := cs.node.ListSessions(ctx)
+	if err != nil {
+		cs.s.log.Warn("cluster: listing the cluster's sessions", "err", err)
+		return local
+	}
+	byID := make(map[string]Known, len(local))
+	for _, k := range local {
+		byID[k.ID] = k
+	}
+	out := make([]Known, 0, len(recs)+len(local))
+	for _, r := range recs {
+		k, here := byID[r.ID]
+		delete(byID, r.ID)
+		if r.Deleted || cs.hostsOrMakes(r.ID) {
+			continue
+		}
+		if !here {
+			k = Known{ID: r.ID, File: r.File, Cwd: r.Cwd, Owner: r.Owner, Created: r.Created,
+				Info: transcript.Info{ID: r.ID, Name: r.Name, Cwd: r.Cwd, Created: r.Created}}
+		}
+		out = append(out, k)
+	}
+	for _, k := range local {
+		if _, ok := byID[k.ID]; ok {
+			out = append(out, k) // from before the cluster
+		}
+	}
+	return out
+}
+
 // visible answers Visible for a session this node's index does not know.
 func (cs *clusterState) visible(id string, p Principal) bool {
 	if cluster.CheckSessionID(id) != nil {
@@ -1018,6 +1054,21 @@ func (cs *clusterState) unwatched(h *Hosted) {
 	h.feed.follow.Stop()
 }
 
+// feedBroke closes the clients of a follow that stopped by itself (the
+// stream could not be read): they reconnect and resume from their last
+// seq, which starts a new one.
+func (cs *clusterState) feedBroke(h *Hosted) {
+	cs.s.log.Warn("cluster: following a session stopped", "session", h.id, "err", h.feed.follow.Err())
+	h.subMu.Lock()
+	subs := h.subs
+	h.subs = map[*Client]*subscription{}
+	h.subMu.Unlock()
+	for c := range subs {
+		c.forget(h.id)
+		c.Close(Close{Kind: CloseOverloaded, Reason: "Lost the session's event stream; reconnect and resume from the last seq you saw"})
+	}
+}
+
 // watch ends the commands in flight on nodes that left, and takes over
 // sessions followed here whose owner is gone (a subscriber should not
 // wait for a command to bring its session back).
@@ -1056,10 +1107,20 @@ func (cs *clusterState) checkNodes() {
 		}
 	}
 	var followed []string
-	for id := range cs.feeds {
-		followed = append(followed, id)
+	var broken []*Hosted
+	for id, h := range cs.feeds {
+		select {
+		case <-h.feed.follow.Done():
+			broken = append(broken, h)
+			delete(cs.feeds, id)
+		default:
+			followed = append(followed, id)
+		}
 	}
 	cs.mu.Unlock()
+	for _, h := range broken {
+		cs.feedBroke(h)
+	}
 	for _, fl := range dead {
 		fl.cancel(errNodeStopped)
 	}

@@ -310,6 +310,17 @@ func TestClusterCreatesWhereAsked(t *testing.T) {
 	if r := submit(t, nodes["b"], pipeline.Command{Type: "t.create", SessionID: sid}); r.Err == nil {
 		t.Fatalf("a second create of %s through b succeeded", sid)
 	}
+	// Every node lists it: a as hosted, b as known.
+	var listed []string
+	for _, k := range nodes["b"].srv.KnownSessions() {
+		listed = append(listed, k.ID)
+	}
+	if len(listed) != 1 || listed[0] != sid {
+		t.Errorf("node b knows %v, want [%s]", listed, sid)
+	}
+	if k := nodes["a"].srv.KnownSessions(); len(k) != 0 {
+		t.Errorf("node a, which hosts %s, lists it as known too: %+v", sid, k)
+	}
 }
 
 // BenchmarkClusterCommand measures a read command answered by the node

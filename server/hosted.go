@@ -213,7 +213,8 @@ type Known struct {
 }
 
 // KnownSessions lists the sessions known from before a restart that are
-// not loaded, oldest first.
+// not loaded, oldest first; on a cluster node, also every session of the
+// cluster that this node does not host.
 func (s *Server) KnownSessions() []Known {
 	var out []Known
 	for _, e := range s.index.all() {
@@ -231,6 +232,9 @@ func (s *Server) KnownSessions() []Known {
 			continue // the file is gone: the id no longer works
 		}
 		out = append(out, Known{ID: e.ID, File: e.File, Cwd: e.Cwd, Owner: e.Owner, Created: e.Created, Info: info})
+	}
+	if s.cl != nil {
+		out = s.cl.known(out) // and those of the other nodes
 	}
 	return out
 }
