@@ -342,6 +342,8 @@ func TestClusterStaleOwnerIsFenced(t *testing.T) {
 	svCreate(a, sid)
 	c := nodes["C"].dial("c")
 	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	onB := nodes["B"].dial("on-b")
+	onB.must("switch_session", svM{"id": "b-switch", "sessionId": sid})
 	a.send(svM{"id": "p1", "type": "prompt", "sessionId": sid, "message": "CMD:sleep 2; echo stale-write"})
 	c.waitEvent(sid, "tool_execution_start")
 
@@ -397,4 +399,15 @@ func TestClusterStaleOwnerIsFenced(t *testing.T) {
 		t.Errorf("the new owner's conversation holds the stale owner's tool result: %s", e2eClip(msgs.raw, 2000))
 	}
 	clCheckSeqs(t, "client of C", clSeqs(c, sid))
+	// The client of B still watches the session, now from the stream: it
+	// sees what the new owner does, and no seq twice.
+	a.must("set_session_name", svM{"id": "rename", "sessionId": sid, "name": "renamed on the new owner"})
+	onB.waitEvent(sid, "session_info_changed")
+	c.waitEvent(sid, "session_info_changed")
+	clCheckSeqs(t, "client of B", clSeqs(onB, sid))
+	for _, f := range onB.events(sid) {
+		if strings.Contains(f.raw, "stale-write\\n") {
+			t.Errorf("B's client received the stale owner's event: %s", f)
+		}
+	}
 }
