@@ -183,6 +183,10 @@ type forwardItem struct {
 	hops    int
 	respond func(pipeline.Response)
 	reply   func([]byte, error) // set when the command came from another node
+	// gone is when the command first found its node gone: until the
+	// node's leases expire and its sessions are taken over, the command
+	// waits for the new owner rather than fail.
+	gone time.Time
 }
 
 // route decides where a command runs; false means here, now.
@@ -434,11 +438,26 @@ func (cs *clusterState) send(it forwardItem, dest string) {
 		var gone *cluster.NodeGoneError
 		switch {
 		case errors.As(err, &gone):
-			// The node left before it got the command: nothing ran, so it
-			// is safe to route it again.
+			// The node is gone and never got the command: nothing ran, so
+			// it is safe to route it again, once the node's lease on the
+			// session has expired and another node can take it over (a
+			// crashed node's lease outlives it by up to a TTL).
 			cs.forgetMembers()
-			it.hops++
-			cs.enqueue(it)
+			ttl := cs.node.LeaseTTL()
+			if it.gone.IsZero() {
+				it.gone = time.Now()
+			}
+			if time.Since(it.gone) > 2*ttl {
+				cs.fail(it, fault.Errorf(fault.Unavailable, "Node %s, which ran session %s, is gone and no node has taken the session over yet; try again", dest, it.cmd.SessionID))
+				return
+			}
+			select {
+			case <-time.After(ttl / 4):
+			case <-cs.ctx.Done():
+			}
+			if !cs.enqueue(it) {
+				cs.fail(it, fault.New(fault.ShuttingDown, "Server is shutting down"))
+			}
 			return
 		case err != nil && errors.Is(cause, errNodeStopped):
 			cs.fail(it, fault.Errorf(fault.Interrupted, "Command interrupted: node %s, which was running it, stopped; it was not run again", dest))
@@ -527,7 +546,9 @@ func (cs *clusterState) serveNode(_ context.Context, payload []byte, answer func
 	}
 	// Not hosted here: the lease may have moved, or the session is new or
 	// unowned; decide in the session's order with the local commands.
-	cs.enqueue(it)
+	if !cs.enqueue(it) {
+		cs.fail(it, fault.New(fault.ShuttingDown, "Server is shutting down"))
+	}
 }
 
 // runHere puts a routed command through this node's pipeline.
