@@ -99,7 +99,9 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		if err := set.Err(); err != nil {
 			// Sessions work without the servers that failed; health says so.
 			log.Warn("MCP servers", "err", err)
-			hl.AddLasting(err.Error())
+			for _, u := range set.Unavailable() {
+				hl.AddLasting(u.Error)
+			}
 		}
 		defer set.Close()
 		builder = withTools{eng: eng, set: set}
