@@ -168,7 +168,8 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		// The conversation API shares the port, the sessions and the
 		// token with pi-server's WebSocket.
 		rest, err = convapi.New(srv, convapi.Options{Models: ms, DefaultModel: model, Version: version(), Token: sc.Token,
-			OriginPatterns: sc.AllowOrigins, SessionIdle: sc.RESTSessionIdle})
+			OriginPatterns: sc.AllowOrigins, SessionIdle: sc.RESTSessionIdle,
+			MCP: mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log})})
 		if err != nil {
 			return err
 		}

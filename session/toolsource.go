@@ -32,10 +32,11 @@ type toolSource struct {
 // offers them, and whenever src says its tools changed the session takes
 // the new list for the runs after (a run in progress keeps its tools, as
 // with SetTools) and announces it with config_changed. stop, when not
-// nil, is called when the session closes: the session then owns the
-// source (its per-session MCP servers); a shared source is added with a
-// nil stop. Adding to a closed session calls stop at once.
-func (s *Session) AddToolSource(src ToolSource, stop func()) {
+// nil, is called when the source is removed or the session closes: the
+// session then owns the source (its per-session MCP servers); a shared
+// source is added with a nil stop. Adding to a closed session calls stop
+// at once. remove takes the source's tools away again (and calls stop).
+func (s *Session) AddToolSource(src ToolSource, stop func()) (remove func()) {
 	ts := &toolSource{src: src, stop: stop}
 	s.mu.Lock()
 	if s.closed {
@@ -43,12 +44,28 @@ func (s *Session) AddToolSource(src ToolSource, stop func()) {
 		if stop != nil {
 			stop()
 		}
-		return
+		return func() {}
 	}
 	s.sources = append(s.sources, ts)
 	s.mu.Unlock()
 	ts.unwatch = src.Watch(s.refreshTools)
 	s.refreshTools()
+	return func() {
+		s.mu.Lock()
+		i := slices.Index(s.sources, ts)
+		if i >= 0 {
+			s.sources = slices.Delete(s.sources, i, i+1)
+		}
+		s.mu.Unlock()
+		if i < 0 {
+			return // closed with the session, or removed already
+		}
+		ts.unwatch()
+		if ts.stop != nil {
+			ts.stop()
+		}
+		s.refreshTools()
+	}
 }
 
 // refreshTools rebuilds the session's tools from its own and its
