@@ -1266,10 +1266,10 @@ func (s *Server) getConfig(w http.ResponseWriter, r *http.Request, p params) err
 
 // configPayload is rest.config's payload.
 type configPayload struct {
-	Model      *string   `json:"model,omitempty"`
-	Tools      *[]string `json:"tools,omitempty"`
-	Thinking   *string   `json:"thinking,omitempty"`
-	Name       *string   `json:"name,omitempty"`
+	Model      *string    `json:"model,omitempty"`
+	Tools      *[]string  `json:"tools,omitempty"`
+	Thinking   *string    `json:"thinking,omitempty"`
+	Name       *string    `json:"name,omitempty"`
 	ConfirmAll *bool      `json:"confirmAll,omitempty"`
 	MCP        *MCPConfig `json:"mcp,omitempty"`
 }
