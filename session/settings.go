@@ -91,7 +91,10 @@ func (s *Session) loadSettings(f *transcript.File) {
 // order; a name recorded by another build may be gone.
 func (s *Session) knownTools(names []string) []string {
 	out := []string{}
-	for _, t := range s.tools {
+	s.mu.Lock()
+	all := s.tools
+	s.mu.Unlock()
+	for _, t := range all {
 		if n := t.Spec().Name; slices.Contains(names, n) {
 			out = append(out, n)
 		}
@@ -184,8 +187,11 @@ func (s *Session) saveGrants() error {
 // AvailableTools names every tool the session has, the ones a client may
 // enable with SetTools, in the order the model is shown them.
 func (s *Session) AvailableTools() []string {
-	out := make([]string, len(s.tools))
-	for i, t := range s.tools {
+	s.mu.Lock()
+	all := s.tools
+	s.mu.Unlock()
+	out := make([]string, len(all))
+	for i, t := range all {
 		out[i] = t.Spec().Name
 	}
 	return out
@@ -236,11 +242,12 @@ func (s *Session) SetTools(names []string) error {
 func (s *Session) applyTools() {
 	s.mu.Lock()
 	names := s.toolNames
+	all := s.tools
 	s.mu.Unlock()
-	tools := s.tools
+	tools := all
 	if names != nil {
 		tools = make([]tool.Tool, 0, len(names))
-		for _, t := range s.tools {
+		for _, t := range all {
 			if slices.Contains(names, t.Spec().Name) {
 				tools = append(tools, t)
 			}
