@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -98,6 +99,12 @@ type Lease struct {
 	pub     sync.Mutex // serializes Publish, and guards the two fields below
 	evLast  lastEvent  // the session's last event, as this owner knows it
 	evKnown bool       // evLast was read from the stream
+
+	// The session's transcript and journal in the state streams, as this
+	// owner knows them (store.go); writes counts fenced writes for their
+	// message ids.
+	txLog, jrLog fencedLog
+	writes       atomic.Uint64
 
 	mu       sync.Mutex
 	rev      uint64    // the bucket revision of our latest write

@@ -59,6 +59,10 @@ type Config struct {
 	// EventMaxAge drops events older than this from the stream; zero keeps
 	// them until the stream's limits (none by default).
 	EventMaxAge time.Duration
+	// JournalMaxAge drops command outcomes older than this from the
+	// journal stream; it must exceed the pipeline's outcome retention (a
+	// day by default). Zero means 25h.
+	JournalMaxAge time.Duration
 	// Logger receives the node's diagnostics; nil discards them.
 	Logger *slog.Logger
 }
@@ -72,6 +76,7 @@ type Node struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
 	events jetstream.Stream
+	st     store // session state: transcripts, journal, index (store.go)
 
 	mu     sync.Mutex
 	leases map[string]*Lease // live leases by session id
@@ -195,7 +200,7 @@ func (n *Node) setup(ctx context.Context) error {
 		n.log.Debug("cluster: JetStream not ready, retrying", "err", err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("cluster: creating the lease bucket and event stream: %w (gave up: %w)", err, context.Cause(ctx))
+			return fmt.Errorf("cluster: creating the lease bucket and streams: %w (gave up: %w)", err, context.Cause(ctx))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -226,7 +231,7 @@ func (n *Node) ensure(ctx context.Context, kvCfg jetstream.KeyValueConfig, evCfg
 		return fmt.Errorf("event stream %s: %w", EventStream, err)
 	}
 	n.kv, n.events = kv, st
-	return nil
+	return n.ensureStore(ctx)
 }
 
 // ID is this node's id.

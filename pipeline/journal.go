@@ -85,6 +85,17 @@ func fold(recs []Record, now time.Time) []Record {
 	return slices.DeleteFunc(out, func(r Record) bool { return r.Response == nil })
 }
 
+// Recover is what a Journal's Load returns for a log of records in the
+// order they were appended: the latest record of each command, expired
+// ones dropped, commands begun but not finished turned into failed
+// outcomes (CodeInterrupted, Recovered and Interrupted set), and at most
+// DefaultMaxOutcomes outcomes, the oldest dropped first. A Journal kept
+// outside this package (a cluster's) uses it so that its Load means what
+// FileJournal's does.
+func Recover(recs []Record, now time.Time) []Record {
+	return capRecords(fold(recs, now), DefaultMaxOutcomes)
+}
+
 // capRecords drops the oldest outcomes beyond max; commands in flight stay.
 func capRecords(recs []Record, max int) []Record {
 	n := 0

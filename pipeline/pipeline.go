@@ -149,24 +149,58 @@ func New(opts Options) (*Pipeline, error) {
 		return nil, fmt.Errorf("load journal: %w", err)
 	}
 	now := time.Now()
+	p.file(recs, now)
+	p.recovery = p.startupRecovery(recs, now)
+	p.hard, p.hardCancel = context.WithCancel(context.Background())
+	return p, nil
+}
+
+// file makes recs' outcomes answer replays by id and key. It returns how
+// many it filed; an outcome of a command in flight here is left out.
+// p.mu is held or p is not shared yet.
+func (p *Pipeline) file(recs []Record, now time.Time) int {
+	n := 0
 	for _, r := range recs {
 		if r.Response == nil {
 			continue
 		}
 		o := &outcome{fp: r.Fingerprint, resp: p.keepable(p.reg[r.Command], *r.Response)}
-		if r.ID != "" && r.Expires.After(now) {
+		if r.ID != "" && r.Expires.After(now) && p.byID[r.ID] == nil {
 			o.id, o.idExpires = r.ID, r.Expires
 		}
-		if r.Key != "" && r.KeyExpires.After(now) {
-			o.key, o.keyExpires = r.Scope+"\x00"+r.Key, r.KeyExpires
+		key := r.Scope + "\x00" + r.Key
+		if r.Key != "" && r.KeyExpires.After(now) && p.byKey[key] == nil {
+			o.key, o.keyExpires = key, r.KeyExpires
 		}
 		if o.id != "" || o.key != "" {
 			p.out.put(o)
+			n++
 		}
 	}
-	p.recovery = p.startupRecovery(recs, now)
-	p.hard, p.hardCancel = context.WithCancel(context.Background())
-	return p, nil
+	return n
+}
+
+// Adopt takes over outcomes recorded by another process: in a cluster, by
+// the node that owned a session before this one took it over. recs are
+// what a Journal's Load returns (Recover of the session's records): from
+// now on a command replayed by id or idempotency key gets its recorded
+// outcome instead of running, and one that was in flight on the old owner
+// answers as interrupted (Recover made it so) rather than running again.
+// An outcome for a command now in flight here is left out: this process's
+// own answer comes first. Adopt does not write recs to this pipeline's
+// journal; the caller's store already holds them. It returns how many
+// outcomes it filed.
+func (p *Pipeline) Adopt(recs []Record) int {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.file(recs, now)
+	for _, r := range recs {
+		if r.Response != nil && r.ID != "" && r.Expires.After(now) {
+			p.hist.seed(r)
+		}
+	}
+	return n
 }
 
 func orDefault(v, d int) int {

@@ -531,7 +531,7 @@ func (s *Session) Switch(path string) error {
 	if err := s.idle(); err != nil {
 		return err
 	}
-	f, err := transcript.Open(path, transcript.WithSync(s.cfg.Sync))
+	f, err := transcript.Open(path, s.fileOptions()...)
 	if err != nil {
 		return fmt.Errorf("opening session %s: %w", path, err)
 	}

@@ -105,6 +105,11 @@ type Config struct {
 	ReserveSeq func(next uint64) (limit uint64)
 	Sync       transcript.SyncPolicy
 	Logger     *slog.Logger
+	// TranscriptOptions go with Sync to every transcript file the session
+	// creates or opens (its first, a new_session's, a switch's; forks and
+	// clones inherit them): in a cluster, transcript.WithMirror with the
+	// lease's mirror, so the session's file is also in JetStream.
+	TranscriptOptions []transcript.Option
 
 	// EventLogBytes bounds the event log's estimated size (default
 	// DefaultEventLogBytes, 16 MiB) besides EventLogSize.
@@ -259,7 +264,7 @@ func New(cfg Config) (*Session, error) {
 
 	var f *transcript.File
 	if cfg.Open != "" {
-		if f, err = transcript.Open(cfg.Open, transcript.WithSync(cfg.Sync)); err != nil {
+		if f, err = transcript.Open(cfg.Open, s.fileOptions()...); err != nil {
 			return nil, fmt.Errorf("opening session %s: %w", cfg.Open, err)
 		}
 	} else if f, err = s.newFile(""); err != nil {
@@ -273,10 +278,15 @@ func New(cfg Config) (*Session, error) {
 	return s, nil
 }
 
+// fileOptions are the options of every transcript file the session opens.
+func (s *Session) fileOptions() []transcript.Option {
+	return append([]transcript.Option{transcript.WithSync(s.cfg.Sync)}, s.cfg.TranscriptOptions...)
+}
+
 // newFile creates an empty transcript: on disk under SessionsDir, or in
 // memory.
 func (s *Session) newFile(parent string) (*transcript.File, error) {
-	opts := []transcript.Option{transcript.WithSync(s.cfg.Sync)}
+	opts := s.fileOptions()
 	if parent != "" {
 		opts = append(opts, transcript.WithParentSession(parent))
 	}

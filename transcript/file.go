@@ -59,6 +59,7 @@ type options struct {
 	strict        bool
 	now           func() time.Time
 	parentSession string
+	mirror        func(lines []byte) error
 }
 
 // WithSync sets the fsync policy (default SyncMessages).
@@ -76,6 +77,27 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 // session it continues (pi's newSession({parentSession})).
 func WithParentSession(path string) Option {
 	return func(o *options) { o.parentSession = path }
+}
+
+// WithMirror has every write of the session also go to mirror, before the
+// file: a cluster keeps the session in a replicated log so another node
+// can take it over. mirror receives the bytes of one write as they go to
+// the file: one or more whole lines, each ending in '\n'; it must not keep
+// them after it returns. A write that starts with the header line is the
+// whole file and replaces everything mirrored before: the first write of a
+// new file, the rewrite of a migrated one, the whole file of a fork or
+// clone (which keep the mirror: in agentd they continue the same session),
+// and the first append to a file Open read with a mirror, which is
+// rewritten whole through the mirror since the mirror may not hold it
+// (a session switched to another file). Every other write is one entry.
+//
+// If mirror fails the append fails and the file is not touched, as for a
+// disk error; if the disk write fails after mirror succeeded, the mirror
+// holds an entry the file lacks (a reader of the mirror sees it as a
+// sibling of the next entry). mirror runs with the session's write lock
+// held, so the writes of one session reach it one at a time and in order.
+func WithMirror(mirror func(lines []byte) error) Option {
+	return func(o *options) { o.mirror = mirror }
 }
 
 func buildOptions(opts []Option) options {
@@ -212,6 +234,11 @@ func Open(path string, opts ...Option) (*File, error) {
 	f := newFile(abs, Header{}, o)
 	if err := f.load(data); err != nil {
 		return nil, fmt.Errorf("%s: %w", abs, err)
+	}
+	if o.mirror != nil {
+		// The mirror may hold another file for this session (or none):
+		// the first append sends this one whole. See WithMirror.
+		f.rewrite = true
 	}
 	return f, nil
 }
@@ -830,7 +857,16 @@ func (f *File) write(newEntries []*Entry, doSync bool) error {
 	}
 	if f.rewrite {
 		all := append(append([]*Entry(nil), f.entries...), newEntries...)
-		size, err := writeFileAtomic(f.path, &f.header, all, f.opts.sync != SyncNever)
+		b, err := encodeFile(&f.header, all)
+		if err != nil {
+			return err
+		}
+		if f.opts.mirror != nil {
+			if err := f.opts.mirror(b); err != nil {
+				return err
+			}
+		}
+		size, err := writeFileAtomic(f.path, b, f.opts.sync != SyncNever)
 		if err != nil {
 			return err
 		}
@@ -861,6 +897,11 @@ func (f *File) write(newEntries []*Entry, doSync bool) error {
 	}
 	if cap(b) <= 1<<20 {
 		f.buf = b[:0] // reuse, but do not hold on to a huge tool output
+	}
+	if f.opts.mirror != nil {
+		if err := f.opts.mirror(b); err != nil {
+			return err
+		}
 	}
 	if f.fd == nil {
 		flags := os.O_WRONLY | os.O_APPEND
@@ -958,19 +999,24 @@ func (f *File) Close() error {
 	return err
 }
 
-// writeFileAtomic writes a whole session file next to path and renames it
-// into place, so a crash leaves either the old file or the complete new
-// one, never a half-copied session.
-func writeFileAtomic(path string, h *Header, entries []*Entry, durable bool) (int64, error) {
+// encodeFile is the whole file of a session: its header and entries.
+func encodeFile(h *Header, entries []*Entry) ([]byte, error) {
 	b := h.AppendJSON(make([]byte, 0, 4096))
 	b = append(b, '\n')
 	for _, e := range entries {
 		var err error
 		if b, err = e.AppendJSON(b); err != nil {
-			return 0, err
+			return nil, err
 		}
 		b = append(b, '\n')
 	}
+	return b, nil
+}
+
+// writeFileAtomic writes a whole session file (b, from encodeFile) next to path and renames it
+// into place, so a crash leaves either the old file or the complete new
+// one, never a half-copied session.
+func writeFileAtomic(path string, b []byte, durable bool) (int64, error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {

@@ -101,7 +101,16 @@ func (f *File) branched(path []*Entry, labels []labelCopy, root string) (*File, 
 	if len(nf.entries) == 0 {
 		return nf, nil
 	}
-	size, err := writeFileAtomic(nf.path, &nf.header, nf.entries, o.sync != SyncNever)
+	b, err := encodeFile(&nf.header, nf.entries)
+	if err != nil {
+		return nil, err
+	}
+	if o.mirror != nil {
+		if err := o.mirror(b); err != nil {
+			return nil, err
+		}
+	}
+	size, err := writeFileAtomic(nf.path, b, o.sync != SyncNever)
 	if err != nil {
 		return nil, err
 	}
