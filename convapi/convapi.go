@@ -107,6 +107,7 @@ func New(srv *server.Server, opt Options) (*Server, error) {
 		return nil
 	}
 	s.table = s.routes()
+	srv.OnOpen(s.restoreMCP)
 	if err := srv.Register(s.registry()); err != nil {
 		return nil, err
 	}

@@ -540,7 +540,9 @@ func (s *Server) runCreate(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	if p.MCP != nil {
-		s.setMCP(ctx, h, p.MCP)
+		if err := s.saveMCP(ctx, h, p.MCP); err != nil {
+			return nil, err
+		}
 	}
 	at := s.att.create(id)
 	s.att.update(at.id, func(a *attachment) { a.autoAlways, a.autoNext = p.AutoAlways, p.AutoNext })
@@ -1389,7 +1391,9 @@ func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 		}
 	}
 	if p.MCP != nil {
-		s.setMCP(ctx, c.h, p.MCP)
+		if err := s.saveMCP(ctx, c.h, p.MCP); err != nil {
+			return nil, busy(err)
+		}
 	}
 	cfg := s.configOf(c.h)
 	return ConfigResponse{Status: "ok", Message: "Chat config updated", Config: cfg, Tools: cfg.Chat.Tools}, nil

@@ -25,8 +25,12 @@ type convMCP struct {
 	remove func()
 }
 
-// mcpConfigs are the conversations' MCP configurations, by session:
-// a session reloaded after an unload starts without them, and says so.
+// customMCP is the custom entry in which a conversation's MCP
+// configuration is kept in its file, so that it has its servers again
+// when it loads after an unload or a restart.
+const customMCP = "agentd.mcp"
+
+// mcpConfigs are the conversations' MCP configurations, by session.
 type mcpConfigs struct {
 	mu sync.Mutex
 	m  map[*session.Session]*convMCP
@@ -128,6 +132,32 @@ func (s *Server) decodeMCP(raw object, field string) (*MCPConfig, error) {
 		return nil, bad("%s: this server does not start MCP servers for conversations", field)
 	}
 	return cfg, nil
+}
+
+// saveMCP gives the conversation the MCP servers of cfg (setMCP) and
+// records them in its file.
+func (s *Server) saveMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig) error {
+	if err := h.Session().SaveCustom(customMCP, cfg); err != nil {
+		return err
+	}
+	s.setMCP(ctx, h, cfg)
+	return nil
+}
+
+// restoreMCP starts the MCP servers a conversation was given before it
+// was unloaded or the server restarted. Sessions of other faces have
+// none recorded.
+func (s *Server) restoreMCP(h *server.Hosted) {
+	raw, ok := h.Session().Custom(customMCP)
+	if !ok || s.opt.MCP == nil {
+		return
+	}
+	var cfg MCPConfig
+	if err := unmarshalInto(raw, &cfg); err != nil {
+		s.srv.Logger().Warn("unreadable MCP configuration in the conversation's file; it starts without its MCP servers", "session", h.ID(), "err", err)
+		return
+	}
+	s.setMCP(s.srv.Context(), h, &cfg)
 }
 
 // setMCP gives the conversation the MCP servers of cfg, in place of those

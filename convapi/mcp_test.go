@@ -145,3 +145,36 @@ func TestConversationMCPBadInput(t *testing.T) {
 	wantErr(t, plain.do("PUT", "/api/v2/conversations/x", map[string]any{"config": map[string]any{"mcp": srv(map[string]any{"name": "a", "command": "x"})}}),
 		http.StatusBadRequest, "config.mcp: this server does not start MCP servers for conversations")
 }
+
+// A conversation's MCP servers are kept in its file: after a restart the
+// conversation has them again, and their tools run.
+func TestConversationMCPServersSurviveRestart(t *testing.T) {
+	root := t.TempDir()
+	url := mcpHTTPServer(t)
+	fx := newFixture(t, fixtureOptions{root: root, mcp: mcp.New(mcp.Options{})})
+	fx.create("kept", map[string]any{"config": map[string]any{"chat": map[string]any{},
+		"mcp": map[string]any{"servers": []any{map[string]any{"name": "web", "url": url}}}}})
+	fx.stop()
+
+	fx2 := newFixture(t, fixtureOptions{root: root, mcp: mcp.New(mcp.Options{})})
+	cfg := fx2.ok("GET", "/api/v2/conversations/kept/config", nil)
+	if !slices.Contains(toolsOf(cfg), "web__echo") {
+		t.Fatalf("tools after the restart: %s", cfg)
+	}
+	if m, _ := cfg.m["mcp"].(map[string]any); m == nil || len(m["servers"].([]any)) != 1 {
+		t.Fatalf("mcp after the restart: %s", cfg)
+	}
+	fx2.ok("POST", "/api/v2/conversations/kept", map[string]any{"role": "user", "content": "echo it"})
+	st := fx2.open("/api/v2/conversations/kept/events")
+	conn := st.next("connected")
+	fx2.faux.Push(faux.Response{ToolCalls: []faux.ToolCall{{ID: "c1", Name: "web__echo", Args: `{"text":"again"}`}}}, faux.Response{Text: "Done."})
+	fx2.ok("POST", "/api/v2/conversations/kept/step", map[string]any{"session_id": conn.str("session_id"), "auto_confirm": true})
+	res := st.next("message_added")
+	for res.m["message"].(map[string]any)["role"] != "system" {
+		res = st.next("message_added")
+	}
+	if c, _ := res.m["message"].(map[string]any)["content"].(string); !strings.Contains(c, "mcp echo: again") {
+		t.Fatalf("the tool's result after the restart: %s", res.raw)
+	}
+	st.close()
+}

@@ -416,6 +416,9 @@ func (s *Server) open(_ context.Context, id, cwd, file, owner string, mode sandb
 	if s.pipe != nil {
 		s.pipe.CreateSession(id)
 	}
+	for _, fn := range s.onOpen {
+		fn(h)
+	}
 	how := "created"
 	if file != "" {
 		how = "loaded"

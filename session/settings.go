@@ -117,6 +117,29 @@ func (s *Session) appendSetting(customType string, v any) error {
 	return nil
 }
 
+// SaveCustom records v as a custom entry of customType: a setting a face
+// keeps with the session (its file), read back with Custom when the
+// session is opened again. customType should name the face or feature
+// ("agentd.mcp"); the latest entry of a type is in force.
+func (s *Session) SaveCustom(customType string, v any) error {
+	return s.appendSetting(customType, v)
+}
+
+// Custom returns the data of the latest custom entry of customType in the
+// session's file, anywhere in its tree.
+func (s *Session) Custom(customType string) (json.RawMessage, bool) {
+	s.mu.Lock()
+	f := s.file
+	s.mu.Unlock()
+	entries := f.Entries()
+	for i := len(entries) - 1; i >= 0; i-- {
+		if e := &entries[i]; e.Type == transcript.TypeCustom && !e.Opaque() && e.CustomType == customType {
+			return e.Data, true
+		}
+	}
+	return nil, false
+}
+
 // ConfirmAll reports whether every tool call waits for a person.
 func (s *Session) ConfirmAll() bool {
 	s.mu.Lock()
