@@ -75,7 +75,7 @@ type Server struct {
 	att   *attachments
 	table []route
 	doc   openapiCache
-	mcp   mcpConfigs
+	mcp   mcpServers
 }
 
 // New adds the face to srv: its commands and its shutdown. Call it

@@ -1250,10 +1250,7 @@ func (s *Server) configOf(h *server.Hosted) ConversationConfig {
 	cfg := ConversationConfig{Chat: ChatConfig{Name: sess.Name(), Model: modelName(sess.Model()), Tools: sess.ToolNames(),
 		Thinking: string(sess.Thinking()), ToolFormat: "tool", Stream: true, Interactive: true, Workspace: h.Cwd(),
 		ConfirmAll: &confirm, AutoConfirm: autoConfirmOf(sess.Grants())}, Env: map[string]any{}, Unavailable: sess.UnavailableTools()}
-	if m := s.mcp.get(sess); m != nil {
-		c := m.cfg
-		cfg.MCP = &c
-	}
+	cfg.MCP = mcpOf(sess)
 	return cfg
 }
 

@@ -18,28 +18,33 @@ type MCPStarter interface {
 	Open(ctx context.Context, servers []mcp.ServerConfig, cwd string) *mcp.Set
 }
 
-// convMCP is the MCP configuration a conversation was given and what
-// takes its servers away again.
-type convMCP struct {
-	cfg    MCPConfig
-	remove func()
-}
-
 // customMCP is the custom entry in which a conversation's MCP
-// configuration is kept in its file, so that it has its servers again
-// when it loads after an unload or a restart.
+// configuration is kept in its file: GET config reads it there, and the
+// conversation has its servers again when it loads after an unload or a
+// restart.
 const customMCP = "agentd.mcp"
 
-// mcpConfigs are the conversations' MCP configurations, by session.
-type mcpConfigs struct {
+// mcpServers take the running MCP servers away from the conversations
+// that have some, by session; an entry goes when its session closes.
+type mcpServers struct {
 	mu sync.Mutex
-	m  map[*session.Session]*convMCP
+	m  map[*session.Session]*mcpEntry
 }
 
-func (c *mcpConfigs) get(s *session.Session) *convMCP {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.m[s]
+// mcpEntry is what takes one conversation's servers away again.
+type mcpEntry struct{ remove func() }
+
+// mcpOf is the MCP section a conversation was given, from its file.
+func mcpOf(sess *session.Session) *MCPConfig {
+	raw, ok := sess.Custom(customMCP)
+	if !ok {
+		return nil
+	}
+	var cfg MCPConfig
+	if unmarshalInto(raw, &cfg) != nil {
+		return nil
+	}
+	return &cfg
 }
 
 // decodeMCP reads gptme's mcp section: {enabled?, auto_start?,
@@ -148,16 +153,18 @@ func (s *Server) saveMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig) 
 // was unloaded or the server restarted. Sessions of other faces have
 // none recorded.
 func (s *Server) restoreMCP(h *server.Hosted) {
-	raw, ok := h.Session().Custom(customMCP)
-	if !ok || s.opt.MCP == nil {
+	if s.opt.MCP == nil {
 		return
 	}
-	var cfg MCPConfig
-	if err := unmarshalInto(raw, &cfg); err != nil {
-		s.srv.Logger().Warn("unreadable MCP configuration in the conversation's file; it starts without its MCP servers", "session", h.ID(), "err", err)
+	if _, ok := h.Session().Custom(customMCP); !ok {
 		return
 	}
-	s.setMCP(s.srv.Context(), h, &cfg)
+	cfg := mcpOf(h.Session())
+	if cfg == nil {
+		s.srv.Logger().Warn("unreadable MCP configuration in the conversation's file; it starts without its MCP servers", "session", h.ID())
+		return
+	}
+	s.setMCP(s.srv.Context(), h, cfg)
 }
 
 // setMCP gives the conversation the MCP servers of cfg, in place of those
@@ -167,40 +174,53 @@ func (s *Server) restoreMCP(h *server.Hosted) {
 // conversation works without it.
 func (s *Server) setMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig) {
 	sess := h.Session()
-	if old := s.mcp.get(sess); old != nil && old.remove != nil {
-		old.remove()
+	var remove func()
+	s.mcp.mu.Lock()
+	if old := s.mcp.m[sess]; old != nil {
+		remove = old.remove
 	}
-	entry := &convMCP{cfg: *cfg}
+	delete(s.mcp.m, sess)
+	s.mcp.mu.Unlock()
+	if remove != nil {
+		remove()
+	}
 	var servers []mcp.ServerConfig
 	for _, sc := range cfg.Servers {
 		if cfg.Enabled && sc.Enabled {
 			servers = append(servers, mcp.ServerConfig{Name: sc.Name, Command: sc.Command, Args: sc.Args, Env: sc.Env, URL: sc.URL, Headers: sc.Headers})
 		}
 	}
-	if len(servers) > 0 && s.opt.MCP != nil {
-		set := s.opt.MCP.Open(ctx, servers, h.Cwd())
-		var unhealthy []func()
-		if hl := s.srv.Health(); hl != nil {
-			for _, u := range set.Unavailable() {
-				unhealthy = append(unhealthy, hl.Add("Session "+h.ID()+": "+u.Error))
-			}
-		}
-		entry.remove = sess.AddToolSource(set, func() {
-			set.Close()
-			for _, f := range unhealthy {
-				f()
-			}
-			s.mcp.mu.Lock()
-			if s.mcp.m[sess] == entry {
-				delete(s.mcp.m, sess)
-			}
-			s.mcp.mu.Unlock()
-		})
+	if len(servers) == 0 || s.opt.MCP == nil {
+		return
 	}
+	set := s.opt.MCP.Open(ctx, servers, h.Cwd())
+	var unhealthy []func()
+	if hl := s.srv.Health(); hl != nil {
+		for _, u := range set.Unavailable() {
+			unhealthy = append(unhealthy, hl.Add("Session "+h.ID()+": "+u.Error))
+		}
+	}
+	// In the map before the source is added: a session that closes at
+	// once takes its entry with it.
+	entry := &mcpEntry{}
 	s.mcp.mu.Lock()
 	if s.mcp.m == nil {
-		s.mcp.m = map[*session.Session]*convMCP{}
+		s.mcp.m = map[*session.Session]*mcpEntry{}
 	}
 	s.mcp.m[sess] = entry
+	s.mcp.mu.Unlock()
+	remove = sess.AddToolSource(set, func() {
+		set.Close()
+		for _, f := range unhealthy {
+			f()
+		}
+		s.mcp.mu.Lock()
+		if s.mcp.m[sess] == entry {
+			delete(s.mcp.m, sess)
+		}
+		s.mcp.mu.Unlock()
+	})
+	s.mcp.mu.Lock()
+	entry.remove = remove
 	s.mcp.mu.Unlock()
 }

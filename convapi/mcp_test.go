@@ -26,7 +26,11 @@ func mcpHTTPServer(t *testing.T) string {
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "mcp echo: " + a.Text}}}, nil
 		})
 	ts := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil))
-	t.Cleanup(ts.Close)
+	t.Cleanup(func() {
+		// A client's event stream would keep Close waiting.
+		ts.CloseClientConnections()
+		ts.Close()
+	})
 	return ts.URL
 }
 
@@ -80,6 +84,7 @@ func TestConversationMCPServers(t *testing.T) {
 		t.Fatalf("tool result = %s", res.raw)
 	}
 	st.next("generation_complete")
+	st.next("run_ended") // a config update waits for the run's end
 	st.close()
 
 	// An update replaces the servers: none now.
