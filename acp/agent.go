@@ -49,11 +49,11 @@ type Sessions interface {
 	Open(ctx context.Context, spec Spec) (*session.Session, error)
 }
 
-// ToolSource starts MCP servers for a session and returns their tools.
-// A server that fails is named in err while the others' tools are
-// returned; stop ends them all and is called when the session closes.
+// ToolSource starts MCP servers for a session. The Set names a server
+// that failed in Err while the others serve; it follows their tool
+// lists as they change, and the session closes it.
 type ToolSource interface {
-	Start(ctx context.Context, servers []mcp.ServerConfig, cwd string) (tools []tool.Tool, stop func(), err error)
+	Open(ctx context.Context, servers []mcp.ServerConfig, cwd string) *mcp.Set
 }
 
 // Options configure an Agent.
@@ -297,22 +297,25 @@ func (a *Agent) open(ctx context.Context, cwd, file, id string, servers []MCPSer
 		return a.register(ss, s), nil
 	}
 	tools := ss.clientTools(a.clientCaps())
+	var set *mcp.Set
 	if cfgs := a.mcpServers(cwd, servers); len(cfgs) > 0 && a.opt.MCP != nil {
-		mt, stop, err := a.opt.MCP.Start(ctx, cfgs, cwd)
-		if err != nil {
+		set = a.opt.MCP.Open(ctx, cfgs, cwd)
+		if err := set.Err(); err != nil {
 			// The session works without the servers that failed.
 			a.log.Warn("MCP servers", "cwd", cwd, "err", err)
 		}
-		ss.stopMCP = stop
-		tools = append(tools, mt...)
 	}
 	s, err := a.opt.Sessions.Open(ctx, Spec{Cwd: cwd, File: file, Tools: tools})
 	if err != nil {
 		ss.stop()
-		if ss.stopMCP != nil {
-			ss.stopMCP()
+		if set != nil {
+			set.Close()
 		}
 		return nil, err
+	}
+	if set != nil {
+		// The session owns its servers: they stop when it closes.
+		s.AddToolSource(set, set.Close)
 	}
 	return a.register(ss, s), nil
 }

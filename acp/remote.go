@@ -266,12 +266,20 @@ type remoteInfo struct {
 	} `json:"model"`
 }
 
+// beyondAnySeq is a cursor past every session's last event (the largest
+// integer a JSON number holds exactly).
+const beyondAnySeq = 1<<53 - 1
+
 // open subscribes to a session with cmd (create_session, switch_session,
 // load_session) and returns it.
 func (r *Remote) open(ctx context.Context, cmd map[string]any, cwd string) (*remoteSession, error) {
 	var res struct {
 		SessionID   string     `json:"sessionId"`
 		SessionInfo remoteInfo `json:"sessionInfo"`
+		// Messages come with a switch_session whose cursor the server
+		// cannot serve (see Load).
+		Messages     []*llm.Message `json:"messages"`
+		CursorTooOld bool           `json:"cursorTooOld"`
 	}
 	// Registered before the command: the events that follow its response
 	// must find the session.
@@ -300,15 +308,20 @@ func (r *Remote) open(ctx context.Context, cmd map[string]any, cwd string) (*rem
 	s.mu.Lock()
 	s.running = res.SessionInfo.IsStreaming
 	s.mu.Unlock()
-	var msgs struct {
-		Messages []*llm.Message `json:"messages"`
-	}
-	if err := r.call(ctx, map[string]any{"type": "get_messages", "sessionId": s.id}, &msgs); err != nil {
-		r.unregister(s)
-		return nil, err
+	msgs := res.Messages
+	if !res.CursorTooOld {
+		var got struct {
+			Messages []*llm.Message `json:"messages"`
+		}
+		if err := r.call(ctx, map[string]any{"type": "get_messages", "sessionId": s.id}, &got); err != nil {
+			r.unregister(s)
+			return nil, err
+		}
+		msgs = got.Messages
 	}
 	s.mu.Lock()
-	s.messages = msgs.Messages
+	s.messages = msgs
+	s.seeCallsLocked(msgs)
 	s.mu.Unlock()
 	return s, nil
 }
@@ -339,7 +352,11 @@ func (r *Remote) Create(ctx context.Context, cwd string) (conversation, error) {
 // Load subscribes to a session the server hosts or knows, or loads it
 // from the server's stored sessions.
 func (r *Remote) Load(ctx context.Context, id, cwd string) (conversation, error) {
-	s, err := r.open(ctx, map[string]any{"type": "switch_session", "sessionId": id}, cwd)
+	// A cursor beyond any seq gets the messages in the answer, with the
+	// events that follow them: get_messages would wait behind a run in
+	// progress (it is ordered with the session's commands), and one
+	// waiting for an approval waits for this very editor.
+	s, err := r.open(ctx, map[string]any{"type": "switch_session", "sessionId": id, "afterSeq": beyondAnySeq}, cwd)
 	if err == nil {
 		return s, nil
 	}

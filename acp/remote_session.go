@@ -248,14 +248,7 @@ func (s *remoteSession) event(raw json.RawMessage) {
 			return
 		}
 		s.mu.Lock()
-		for _, c := range m.Message.Content {
-			if c.Type == llm.ContentToolCall {
-				s.calls = append(s.calls, c)
-			}
-		}
-		if len(s.calls) > 64 {
-			s.calls = slices.Clone(s.calls[len(s.calls)-64:])
-		}
+		s.seeCallsLocked([]*llm.Message{m.Message})
 		s.mu.Unlock()
 		s.emit(session.Event{Type: session.EventType(agent.EventMessageEnd), Agent: &agent.Event{Type: agent.EventMessageEnd, Message: m.Message}})
 	case "tool_execution_start", "tool_execution_update", "tool_execution_end":
@@ -339,13 +332,7 @@ func (s *remoteSession) request(w wireEvent, message string) (interaction.Reques
 			req.Tool.Args = nil
 		}
 		s.mu.Lock()
-		for i := len(s.calls) - 1; i >= 0; i-- {
-			c := s.calls[i]
-			if c.Name == name && (req.Tool.Args == nil || sameJSON(c.Arguments, req.Tool.Args)) {
-				req.Tool.ToolCallID, req.Tool.Args = c.ID, c.Arguments
-				break
-			}
-		}
+		s.matchCallLocked(&req)
 		s.mu.Unlock()
 	case w.Method == "select":
 		req.Kind = interaction.KindSelect
@@ -355,6 +342,41 @@ func (s *remoteSession) request(w wireEvent, message string) (interaction.Reques
 		return interaction.Request{}, false
 	}
 	return req, true
+}
+
+// matchCallLocked names the model's call an approval asks about: the
+// latest call of that tool with those arguments. One asked before the
+// session's messages arrived is matched again when they do (seeCalls).
+func (s *remoteSession) matchCallLocked(req *interaction.Request) {
+	if req.Tool == nil || !strings.HasPrefix(req.Tool.ToolCallID, "approval-") {
+		return
+	}
+	for i := len(s.calls) - 1; i >= 0; i-- {
+		c := s.calls[i]
+		if c.Name == req.Tool.ToolName && (req.Tool.Args == nil || sameJSON(c.Arguments, req.Tool.Args)) {
+			req.Tool.ToolCallID, req.Tool.Args = c.ID, c.Arguments
+			return
+		}
+	}
+}
+
+// seeCalls records the tool calls of messages and matches the approvals
+// waiting for them; s.mu is held.
+func (s *remoteSession) seeCallsLocked(msgs []*llm.Message) {
+	for _, m := range msgs {
+		for _, c := range m.Content {
+			if c.Type == llm.ContentToolCall {
+				s.calls = append(s.calls, c)
+			}
+		}
+	}
+	if len(s.calls) > 64 {
+		s.calls = slices.Clone(s.calls[len(s.calls)-64:])
+	}
+	for id, req := range s.asks {
+		s.matchCallLocked(&req)
+		s.asks[id] = req
+	}
 }
 
 func sameJSON(a, b json.RawMessage) bool {

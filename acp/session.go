@@ -24,11 +24,10 @@ type acpSession struct {
 
 	// ctx lives as long as the session is open here; the permission
 	// requests sent to the client are made under it.
-	ctx     context.Context
-	stop    context.CancelFunc
-	unsub   func()
-	stopMCP func()
-	wg      sync.WaitGroup // permission requests in flight
+	ctx   context.Context
+	stop  context.CancelFunc
+	unsub func()
+	wg    sync.WaitGroup // permission requests in flight
 
 	mu     sync.Mutex
 	turn   *turn
@@ -205,9 +204,6 @@ func (ss *acpSession) close() {
 		ss.unsub()
 	}
 	ss.finish("")
-	if ss.stopMCP != nil {
-		ss.stopMCP()
-	}
 }
 
 func (ss *acpSession) setTerminal(callID, term string) {

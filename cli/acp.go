@@ -15,7 +15,6 @@ import (
 	"github.com/agentd-dev/agentd/mcp"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
-	"github.com/agentd-dev/agentd/tool"
 )
 
 // runACP is `agentd acp`: an Agent Client Protocol agent on stdin and
@@ -151,12 +150,12 @@ func loadMCPConfig(path string) ([]mcp.ServerConfig, error) {
 }
 
 // startMCP starts the MCP servers of a --mcp-config file and of the
-// project in cwd for a one-session command. A server that fails to start
-// is logged and left out.
-func (m *Main) startMCP(ctx context.Context, path, cwd string, log *slog.Logger) ([]tool.Tool, func(), error) {
+// project in cwd for a one-session command; nil when there are none. A
+// server that fails to start is logged, and named by the Set.
+func (m *Main) startMCP(ctx context.Context, path, cwd string, log *slog.Logger) (*mcp.Set, error) {
 	servers, err := loadMCPConfig(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	project, err := mcp.LoadProject(cwd)
 	if err != nil {
@@ -164,13 +163,13 @@ func (m *Main) startMCP(ctx context.Context, path, cwd string, log *slog.Logger)
 	}
 	all := mcp.Merge(servers, project)
 	if len(all) == 0 {
-		return nil, func() {}, nil
+		return nil, nil
 	}
-	tools, stop, err := mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log}).Start(ctx, all, cwd)
-	if err != nil {
+	set := mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log}).Open(ctx, all, cwd)
+	if err := set.Err(); err != nil {
 		log.Warn("MCP servers", "err", err)
 	}
-	return tools, stop, nil
+	return set, nil
 }
 
 // acpSessions builds the ACP face's sessions on the engine.

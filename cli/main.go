@@ -74,6 +74,7 @@ func commands() []command {
 	return []command{
 		{"ask", "send one prompt to a model and stream the answer", (*Main).runAsk},
 		{"models", "list the models agentd can use, and why not for the others", (*Main).runModels},
+		{"tools", "list the tools a session here gets (built-in and MCP servers'), and servers that failed to start", (*Main).runTools},
 		{"rpc", "speak pi's RPC protocol on stdin/stdout (a drop-in for pi --mode rpc)", (*Main).runRPC},
 		{"acp", "speak the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim)", (*Main).runACP},
 		{"serve", "serve many sessions over the pi-server protocol (WebSocket, or --stdio)", (*Main).runServe},

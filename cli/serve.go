@@ -29,7 +29,6 @@ import (
 	"github.com/agentd-dev/agentd/server"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/sessionws"
-	"github.com/agentd-dev/agentd/tool"
 	"github.com/agentd-dev/agentd/webui"
 )
 
@@ -115,14 +114,16 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		return err
 	}
 	if len(mcpServers) > 0 {
-		tools, stopMCP, err := mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log}).Start(ctx, mcpServers, cwd)
-		if err != nil {
+		set := mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log}).Open(ctx, mcpServers, cwd)
+		if err := set.Err(); err != nil {
 			// Sessions work without the servers that failed; health says so.
 			log.Warn("MCP servers", "err", err)
-			hl.AddLasting(err.Error())
+			for _, u := range set.Unavailable() {
+				hl.AddLasting(u.Error)
+			}
 		}
-		defer stopMCP()
-		builder = withTools{eng: eng, tools: tools}
+		defer set.Close()
+		builder = withTools{eng: eng, set: set}
 	}
 	var auth server.Authenticator
 	if argv := strings.Fields(sc.AuthCommand); len(argv) > 0 {
@@ -191,7 +192,8 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		// The conversation API shares the port, the sessions and the
 		// token with pi-server's WebSocket.
 		rest, err = convapi.New(srv, convapi.Options{Models: ms, DefaultModel: model, Version: version(), Token: sc.Token,
-			OriginPatterns: sc.AllowOrigins, SessionIdle: sc.RESTSessionIdle})
+			OriginPatterns: sc.AllowOrigins, SessionIdle: sc.RESTSessionIdle,
+			MCP: mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log})})
 		if err != nil {
 			return err
 		}
@@ -295,15 +297,18 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 }
 
 // withTools builds the engine's sessions with more tools: the MCP
-// servers' of --mcp-config.
+// servers' of --mcp-config, shared (the sessions do not stop them).
 type withTools struct {
-	eng   *engine.Engine
-	tools []tool.Tool
+	eng *engine.Engine
+	set *mcp.Set
 }
 
 func (w withTools) Session(spec engine.Spec) (*session.Session, error) {
-	spec.Extra = append(append([]tool.Tool(nil), spec.Extra...), w.tools...)
-	return w.eng.Session(spec)
+	sess, err := w.eng.Session(spec)
+	if err == nil {
+		sess.AddToolSource(w.set, nil)
+	}
+	return sess, err
 }
 
 // servePprof serves net/http/pprof's handlers on addr (loopback, checked

@@ -23,6 +23,7 @@ import (
 //
 //	message_start (assistant)         generation_started
 //	message_update (text delta)       generation_progress{token}, merged for a lagging client
+//	message_update (thinking)         generation_progress{token} in <thinking> tags, merged likewise
 //	message_end (assistant)           message_added, generation_complete (+ error when it failed)
 //	message_end (any other)           message_added
 //	interaction_requested (approval)  tool_pending{auto_confirm: false}
@@ -161,19 +162,7 @@ func (cd *codec) agentEvent(sessionID string, ev session.Event, a *agent.Event) 
 		}
 		f = appendEvent(f, ev.Seq, GenerationStartedEvent{Type: "generation_started"})
 	case agent.EventMessageUpdate:
-		u := a.Update
-		if u == nil || u.Type != llm.EventTextDelta || u.Delta == "" {
-			return server.Frame{}
-		}
-		seq := ev.Seq
-		return server.Frame{
-			Data: progressFrame(seq, u.Delta),
-			// Consecutive fragments of one text block join into one for a
-			// client that has fallen behind.
-			Key:   sessionID + "\x00text\x00" + strconv.Itoa(u.ContentIndex),
-			Text:  u.Delta,
-			Merge: func(text string) []byte { return progressFrame(seq, text) },
-		}
+		return progressUpdate(sessionID, ev.Seq, a.Update)
 	case agent.EventMessageEnd:
 		m := a.Message
 		if m == nil {
@@ -327,6 +316,46 @@ func appendEvent(b []byte, seq uint64, v any) []byte {
 	b = append(b, "\ndata: "...)
 	b = append(b, data...)
 	return append(b, "\n\n"...)
+}
+
+// Thinking streams as gptme's clients show it in a finished message:
+// inside <thinking> tags, so the streamed text reads as message_added's
+// content will.
+const (
+	thinkingOpen  = "<thinking>\n"
+	thinkingClose = "\n</thinking>\n\n"
+)
+
+// progressUpdate is the generation_progress of one streamed fragment of
+// text or thinking, or no frame for the rest of a stream.
+func progressUpdate(sessionID string, seq uint64, u *llm.Event) server.Frame {
+	if u == nil {
+		return server.Frame{}
+	}
+	var kind string
+	switch u.Type {
+	case llm.EventThinkingStart:
+		return server.Frame{Data: progressFrame(seq, thinkingOpen)}
+	case llm.EventThinkingEnd:
+		return server.Frame{Data: progressFrame(seq, thinkingClose)}
+	case llm.EventTextDelta:
+		kind = "\x00text\x00"
+	case llm.EventThinkingDelta:
+		kind = "\x00thinking\x00"
+	default:
+		return server.Frame{}
+	}
+	if u.Delta == "" {
+		return server.Frame{}
+	}
+	return server.Frame{
+		Data: progressFrame(seq, u.Delta),
+		// Consecutive fragments of one block join into one for a client
+		// that has fallen behind.
+		Key:   sessionID + kind + strconv.Itoa(u.ContentIndex),
+		Text:  u.Delta,
+		Merge: func(text string) []byte { return progressFrame(seq, text) },
+	}
 }
 
 // progressFrame is generation_progress, encoded by hand: it is most of

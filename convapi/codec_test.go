@@ -169,3 +169,75 @@ func TestAttachmentsIdleCleanup(t *testing.T) {
 		}
 	})
 }
+
+// Thinking streams inside <thinking> tags, so the joined tokens read as
+// the finished message's content does.
+func TestThinkingStreamsAsTaggedTokens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		root := t.TempDir()
+		fp := faux.New(faux.Options{ChunkDelay: time.Millisecond})
+		layer, err := server.New(server.Config{
+			Builder: builder(func(spec engine.Spec) (*session.Session, error) {
+				return session.New(session.Config{Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open, Model: faux.Model(),
+					Stream: fp.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq})
+			}),
+			Cwd: root, SessionsDir: filepath.Join(root, "sessions"), StateDir: filepath.Join(root, "state"),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		face, err := New(layer, Options{Models: fixedModels{faux.Model()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := layer.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer layer.Close()
+		h, err := layer.Create(context.Background(), server.CreateRequest{ID: "think"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		link := &slowLink{}
+		c, err := layer.Attach(link, server.ClientOptions{Face: "rest", Transport: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		layer.Subscribe(c, h, face.codec, nil, nil)
+		fp.Push(faux.Response{Thinking: "first this, then that", Text: "the answer"})
+		if err := h.Session().Append(inputMessage("user", "go", timeZero)); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Session().Step(session.StepOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Session().Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+
+		link.mu.Lock()
+		defer link.mu.Unlock()
+		var streamed strings.Builder
+		final := ""
+		for _, frame := range strings.Split(strings.TrimSuffix(link.out.String(), "\n\n"), "\n\n") {
+			ev := parseFrame(t, frame)
+			switch ev.typ() {
+			case "generation_progress":
+				streamed.WriteString(ev.str("token"))
+			case "message_added":
+				if m, _ := ev.m["message"].(map[string]any); m["role"] == "assistant" {
+					final, _ = m["content"].(string)
+				}
+			}
+		}
+		want := "<thinking>\nfirst this, then that\n</thinking>\n\nthe answer"
+		if final != want {
+			t.Fatalf("message_added content %q, want %q", final, want)
+		}
+		if streamed.String() != final {
+			t.Errorf("streamed tokens %q, want the message's content %q", streamed.String(), final)
+		}
+	})
+}

@@ -62,6 +62,9 @@ type Options struct {
 	// StepWait is how long step waits for the first token or an early
 	// error before answering: 0 takes 5 s.
 	StepWait time.Duration
+	// MCP starts the MCP servers a conversation's configuration names
+	// (its mcp section); nil refuses such a configuration.
+	MCP MCPStarter
 }
 
 // Server is the conversation API face of a server.Server.
@@ -72,6 +75,7 @@ type Server struct {
 	att   *attachments
 	table []route
 	doc   openapiCache
+	mcp   mcpServers
 }
 
 // New adds the face to srv: its commands and its shutdown. Call it
@@ -103,6 +107,7 @@ func New(srv *server.Server, opt Options) (*Server, error) {
 		return nil
 	}
 	s.table = s.routes()
+	srv.OnOpen(s.restoreMCP)
 	if err := srv.Register(s.registry()); err != nil {
 		return nil, err
 	}

@@ -75,6 +75,7 @@ type fixtureOptions struct {
 	idle       time.Duration
 	ping       time.Duration
 	stepWait   time.Duration
+	mcp        MCPStarter // the conversations' own MCP servers
 	logSize    int
 	// root is where sessions, state and the cwd live; "" makes one. A
 	// second fixture on the same root is the server after a restart.
@@ -107,7 +108,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 		t.Fatal(err)
 	}
 	face, err := New(layer, Options{Models: fixedModels{faux.Model()}, DefaultModel: faux.Model(), Version: "test",
-		Token: o.token, OriginPatterns: o.origins, SessionIdle: o.idle, Ping: o.ping, StepWait: o.stepWait})
+		Token: o.token, OriginPatterns: o.origins, SessionIdle: o.idle, Ping: o.ping, StepWait: o.stepWait, MCP: o.mcp})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -335,6 +335,7 @@ type createPayload struct {
 	Messages   []inputPayload `json:"messages,omitempty"`
 	AutoAlways bool           `json:"autoAlways,omitempty"`
 	AutoNext   int            `json:"autoNext,omitempty"`
+	MCP        *MCPConfig     `json:"mcp,omitempty"`
 }
 
 type inputPayload struct {
@@ -399,6 +400,11 @@ func (s *Server) decodeCreate(o object) (createPayload, error) {
 	if ok {
 		if err := s.readChat(cfg, &pl); err != nil {
 			return pl, err
+		}
+		if cfg.present("mcp") {
+			if pl.MCP, err = s.decodeMCP(cfg, "mcp"); err != nil {
+				return pl, errorf(http.StatusBadRequest, "config."+err.(*apiError).msg)
+			}
 		}
 	}
 	prompt, _, err := o.str("prompt")
@@ -529,8 +535,14 @@ func (s *Server) runCreate(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	id := c.cmd.SessionID
-	if _, err := s.make(ctx, id, p); err != nil {
+	h, err := s.make(ctx, id, p)
+	if err != nil {
 		return nil, err
+	}
+	if p.MCP != nil {
+		if err := s.saveMCP(ctx, h, p.MCP); err != nil {
+			return nil, err
+		}
 	}
 	at := s.att.create(id)
 	s.att.update(at.id, func(a *attachment) { a.autoAlways, a.autoNext = p.AutoAlways, p.AutoNext })
@@ -1232,12 +1244,14 @@ func (s *Server) runInterrupt(ctx context.Context, c *call) (any, error) {
 // ---- config ----
 
 // configOf is a conversation's configuration in gptme's shape.
-func configOf(h *server.Hosted) ConversationConfig {
+func (s *Server) configOf(h *server.Hosted) ConversationConfig {
 	sess := h.Session()
 	confirm := sess.ConfirmAll()
-	return ConversationConfig{Chat: ChatConfig{Name: sess.Name(), Model: modelName(sess.Model()), Tools: sess.ToolNames(),
+	cfg := ConversationConfig{Chat: ChatConfig{Name: sess.Name(), Model: modelName(sess.Model()), Tools: sess.ToolNames(),
 		Thinking: string(sess.Thinking()), ToolFormat: "tool", Stream: true, Interactive: true, Workspace: h.Cwd(),
-		ConfirmAll: &confirm, AutoConfirm: autoConfirmOf(sess.Grants())}, Env: map[string]any{}}
+		ConfirmAll: &confirm, AutoConfirm: autoConfirmOf(sess.Grants())}, Env: map[string]any{}, Unavailable: sess.UnavailableTools()}
+	cfg.MCP = mcpOf(sess)
+	return cfg
 }
 
 func (s *Server) getConfig(w http.ResponseWriter, r *http.Request, p params) error {
@@ -1245,17 +1259,18 @@ func (s *Server) getConfig(w http.ResponseWriter, r *http.Request, p params) err
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, configOf(h))
+	writeJSON(w, http.StatusOK, s.configOf(h))
 	return nil
 }
 
 // configPayload is rest.config's payload.
 type configPayload struct {
-	Model      *string   `json:"model,omitempty"`
-	Tools      *[]string `json:"tools,omitempty"`
-	Thinking   *string   `json:"thinking,omitempty"`
-	Name       *string   `json:"name,omitempty"`
-	ConfirmAll *bool     `json:"confirmAll,omitempty"`
+	Model      *string    `json:"model,omitempty"`
+	Tools      *[]string  `json:"tools,omitempty"`
+	Thinking   *string    `json:"thinking,omitempty"`
+	Name       *string    `json:"name,omitempty"`
+	ConfirmAll *bool      `json:"confirmAll,omitempty"`
+	MCP        *MCPConfig `json:"mcp,omitempty"`
 }
 
 func (s *Server) patchConfig(w http.ResponseWriter, r *http.Request, p params) error {
@@ -1302,6 +1317,11 @@ func (s *Server) patchConfig(w http.ResponseWriter, r *http.Request, p params) e
 			pl.ConfirmAll = &v
 		}
 	}
+	if o.present("mcp") {
+		if pl.MCP, err = s.decodeMCP(o, "mcp"); err != nil {
+			return err
+		}
+	}
 	h, err := s.conversation(r.Context(), p.conv)
 	if err != nil {
 		return err
@@ -1319,7 +1339,7 @@ func (s *Server) patchConfig(w http.ResponseWriter, r *http.Request, p params) e
 	return nil
 }
 
-func (s *Server) runConfig(_ context.Context, c *call) (any, error) {
+func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 	var p configPayload
 	if err := c.decode(&p); err != nil {
 		return nil, err
@@ -1367,7 +1387,12 @@ func (s *Server) runConfig(_ context.Context, c *call) (any, error) {
 			return nil, busy(err)
 		}
 	}
-	cfg := configOf(c.h)
+	if p.MCP != nil {
+		if err := s.saveMCP(ctx, c.h, p.MCP); err != nil {
+			return nil, busy(err)
+		}
+	}
+	cfg := s.configOf(c.h)
 	return ConfigResponse{Status: "ok", Message: "Chat config updated", Config: cfg, Tools: cfg.Chat.Tools}, nil
 }
 

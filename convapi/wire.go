@@ -1,6 +1,9 @@
 package convapi
 
-import "github.com/agentd-dev/agentd/llm"
+import (
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/tool"
+)
 
 // The wire of the face: every request body, response body and event, as
 // Go types. The handlers encode responses and events from them, the
@@ -174,6 +177,35 @@ type EditRequest struct {
 type ConversationConfig struct {
 	Chat ChatConfig     `json:"chat"`
 	Env  map[string]any `json:"env"`
+	// MCP are the conversation's own MCP servers (gptme's MCPConfig),
+	// started for it alone and stopped with it; absent when it has none.
+	MCP *MCPConfig `json:"mcp,omitempty"`
+	// Unavailable are the tool sources that give no tools, each with its
+	// cause: an MCP server that failed to start (agentd; in answers only).
+	Unavailable []tool.Unavailable `json:"unavailable,omitempty"`
+}
+
+// MCPConfig is gptme's mcp section of a conversation's configuration.
+type MCPConfig struct {
+	// Enabled: false starts none of the servers (absent is true).
+	Enabled bool `json:"enabled"`
+	// AutoStart is accepted and echoed; the servers always start with
+	// the conversation.
+	AutoStart bool              `json:"auto_start"`
+	Servers   []MCPServerConfig `json:"servers"`
+}
+
+// MCPServerConfig is one MCP server: a command speaking MCP on its
+// stdio, or a streamable HTTP url; one of the two.
+type MCPServerConfig struct {
+	Name string `json:"name"`
+	// Enabled: false keeps the entry without starting it (absent is true).
+	Enabled bool              `json:"enabled"`
+	Command string            `json:"command,omitempty"`
+	Args    []string          `json:"args,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	URL     string            `json:"url,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
 }
 
 // ChatConfig is the chat part of a configuration.

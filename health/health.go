@@ -3,6 +3,8 @@ package health
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
+	"sync"
 	"sync/atomic"
 )
 
@@ -46,6 +48,32 @@ func (h *Health) AddLasting(issue string) {
 		if h.lasting.CompareAndSwap(old, &next) {
 			return
 		}
+	}
+}
+
+// Add adds an issue that lasts until remove is called (an MCP server of
+// a session that failed to start, for as long as the session lives).
+// Calling remove again does nothing.
+func (h *Health) Add(issue string) (remove func()) {
+	h.AddLasting(issue)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			for {
+				old := h.lasting.Load()
+				if old == nil {
+					return
+				}
+				i := slices.Index(*old, issue)
+				if i < 0 {
+					return
+				}
+				next := slices.Delete(slices.Clone(*old), i, i+1)
+				if h.lasting.CompareAndSwap(old, &next) {
+					return
+				}
+			}
+		})
 	}
 }
 

@@ -161,50 +161,165 @@ func New(opt Options) *Manager {
 // Start starts the servers for one session and returns their tools and
 // the function that stops them all. A server that fails to start is left
 // out and named in the returned error, and the others still serve: a
-// session works without the tools it could not get.
+// session works without the tools it could not get. The tools are those
+// listed at start; Open's Set follows the servers' later changes.
 func (m *Manager) Start(ctx context.Context, servers []ServerConfig, cwd string) ([]tool.Tool, func(), error) {
-	var (
-		tools []tool.Tool
-		conns []*server
-		errs  []error
-	)
+	set := m.Open(ctx, servers, cwd)
+	return set.Tools(), set.Close, set.Err()
+}
+
+// Open starts the servers of one owner (a session, or agentd serve for
+// all of its sessions) and returns them as a Set, which follows each
+// server's tool list as it changes. A server that fails to start stays
+// in the Set as a StartError, in Err and Unavailable, and the others
+// serve. Close the Set to stop them all.
+func (m *Manager) Open(ctx context.Context, servers []ServerConfig, cwd string) *Set {
+	set := &Set{watchers: map[int]func(){}}
+	set.ctx, set.cancel = context.WithCancel(context.Background())
 	for _, cfg := range servers {
-		if err := cfg.check(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
 		if cfg.Cwd == "" {
 			cfg.Cwd = cwd
 		}
-		s := &server{m: m, cfg: cfg}
-		ts, err := s.start(ctx)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("MCP server %s: %w", cfg.Name, err))
+		s := &server{m: m, set: set, cfg: cfg, changed: make(chan struct{}, 1)}
+		set.servers = append(set.servers, s)
+		if err := cfg.check(); err != nil {
+			s.startErr = &StartError{Server: cfg.Name, Err: err}
+			continue
+		}
+		if err := s.start(ctx); err != nil {
+			s.startErr = &StartError{Server: cfg.Name, Err: err}
 			s.close()
 			continue
 		}
-		conns = append(conns, s)
-		tools = append(tools, ts...)
+		set.wg.Go(s.follow)
 	}
-	stop := func() {
-		var wg sync.WaitGroup
-		for _, s := range conns {
-			wg.Go(s.close)
-		}
-		wg.Wait()
-	}
-	return tools, stop, errors.Join(errs...)
+	return set
 }
 
-// server is one running MCP server of a session. A server that died is
-// started again by the next call, no sooner than its backoff allows.
-type server struct {
-	m   *Manager
-	cfg ServerConfig
+// StartError is an MCP server that could not be started: the session
+// has none of its tools.
+type StartError struct {
+	Server string
+	Err    error
+}
+
+func (e *StartError) Error() string {
+	return fmt.Sprintf("MCP server %s failed to start: %v", e.Server, e.Err)
+}
+
+func (e *StartError) Unwrap() error { return e.Err }
+
+// Set is the running MCP servers of one owner. Its tools change when a
+// server says its list changed (notifications/tools/list_changed): the
+// list is fetched again, every page, and the watchers are told.
+type Set struct {
+	servers []*server
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // the servers' followers
 
 	mu       sync.Mutex
+	watchers map[int]func()
+	next     int
+	closed   bool
+}
+
+// Tools are the tools of the servers that run, in server order.
+func (set *Set) Tools() []tool.Tool {
+	var out []tool.Tool
+	for _, s := range set.servers {
+		s.mu.Lock()
+		out = append(out, s.tools...)
+		s.mu.Unlock()
+	}
+	return out
+}
+
+// Err names every server that failed to start and why; nil when all run.
+func (set *Set) Err() error {
+	var errs []error
+	for _, s := range set.servers {
+		if s.startErr != nil {
+			errs = append(errs, s.startErr)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Unavailable are the servers that failed to start, each with its cause.
+func (set *Set) Unavailable() []tool.Unavailable {
+	var out []tool.Unavailable
+	for _, s := range set.servers {
+		if s.startErr != nil {
+			out = append(out, tool.Unavailable{Source: "mcp:" + s.cfg.Name, Error: s.startErr.Error()})
+		}
+	}
+	return out
+}
+
+// Watch calls changed after each change of Tools until the returned
+// function is called. changed runs on the Set's own goroutine, which
+// holds no lock of the Set, and must not block for long.
+func (set *Set) Watch(changed func()) (stop func()) {
+	set.mu.Lock()
+	n := set.next
+	set.next++
+	set.watchers[n] = changed
+	set.mu.Unlock()
+	return func() {
+		set.mu.Lock()
+		delete(set.watchers, n)
+		set.mu.Unlock()
+	}
+}
+
+func (set *Set) notify() {
+	set.mu.Lock()
+	fns := make([]func(), 0, len(set.watchers))
+	for _, fn := range set.watchers {
+		fns = append(fns, fn)
+	}
+	set.mu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+// Close stops every server and what it started, and waits for the
+// Set's goroutines. Closing twice does nothing.
+func (set *Set) Close() {
+	set.mu.Lock()
+	if set.closed {
+		set.mu.Unlock()
+		return
+	}
+	set.closed = true
+	set.mu.Unlock()
+	set.cancel()
+	set.wg.Wait()
+	var wg sync.WaitGroup
+	for _, s := range set.servers {
+		if s.startErr == nil {
+			wg.Go(s.close)
+		}
+	}
+	wg.Wait()
+}
+
+// server is one running MCP server of a Set. A server that died is
+// started again by the next call, no sooner than its backoff allows.
+type server struct {
+	m        *Manager
+	set      *Set
+	cfg      ServerConfig
+	startErr error         // set once, in Open
+	changed  chan struct{} // a list change to fetch (one is enough)
+
+	mu       sync.Mutex
+	tools    []tool.Tool
 	cs       *sdk.ClientSession
 	proc     *exec.Cmd
+	stderr   *tailBuffer
 	closed   bool
 	failures int
 	retryAt  time.Time
@@ -228,6 +343,11 @@ func (s *server) transport() sdk.Transport {
 	for k, v := range s.cfg.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
+	// What a server says on stderr is kept, the end of it, to explain
+	// a server that exits at once.
+	s.stderr = &tailBuffer{max: 2048}
+	cmd.Stderr = s.stderr
+	cmd.WaitDelay = 2 * time.Second
 	ownGroup(cmd)
 	s.proc = cmd
 	return &sdk.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
@@ -250,27 +370,60 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func (s *server) connect(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.m.opt.StartTimeout)
 	defer cancel()
-	c := sdk.NewClient(&sdk.Implementation{Name: "agentd", Version: s.m.opt.Version}, &sdk.ClientOptions{Logger: s.m.opt.Logger})
+	c := sdk.NewClient(&sdk.Implementation{Name: "agentd", Version: s.m.opt.Version}, &sdk.ClientOptions{
+		Logger: s.m.opt.Logger,
+		// Called on the SDK's reader: it only marks the list to fetch,
+		// which follow does.
+		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) {
+			select {
+			case s.changed <- struct{}{}:
+			default:
+			}
+		},
+	})
 	cs, err := c.Connect(ctx, s.transport(), nil)
 	if err != nil {
 		s.killGroup()
-		return err
+		return s.explain(err)
 	}
 	s.cs = cs
 	return nil
 }
 
+// explain adds what a stdio server that ended left behind: its exit
+// status and the end of its stderr.
+func (s *server) explain(err error) error {
+	if s.proc == nil || s.proc.ProcessState == nil {
+		return err
+	}
+	why := s.proc.ProcessState.String()
+	if tail := strings.TrimSpace(s.stderr.String()); tail != "" {
+		why += "; its stderr ends: " + tail
+	}
+	return fmt.Errorf("%w (the command %s)", err, why)
+}
+
 // start connects and lists the server's tools, every page.
-func (s *server) start(ctx context.Context) ([]tool.Tool, error) {
+func (s *server) start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.connect(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	lctx, cancel := context.WithTimeout(ctx, s.m.opt.StartTimeout)
+	tools, err := s.list(ctx, s.cs)
+	if err != nil {
+		return err
+	}
+	s.tools = tools
+	return nil
+}
+
+// list fetches the server's tools, every page.
+func (s *server) list(ctx context.Context, cs *sdk.ClientSession) ([]tool.Tool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.m.opt.StartTimeout)
 	defer cancel()
 	var out []tool.Tool
-	for t, err := range s.cs.Tools(lctx, nil) {
+	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			return nil, fmt.Errorf("listing tools: %w", err)
 		}
@@ -282,6 +435,58 @@ func (s *server) start(ctx context.Context) ([]tool.Tool, error) {
 			spec: llm.Tool{Name: ToolName(s.cfg.Name, t.Name), Description: t.Description, Parameters: schema}})
 	}
 	return out, nil
+}
+
+// follow fetches the tool list again each time the server says it
+// changed, until the Set closes. A list that cannot be fetched leaves
+// the one before.
+func (s *server) follow() {
+	for {
+		select {
+		case <-s.set.ctx.Done():
+			return
+		case <-s.changed:
+		}
+		s.mu.Lock()
+		cs := s.cs
+		s.mu.Unlock()
+		if cs == nil {
+			continue
+		}
+		tools, err := s.list(s.set.ctx, cs)
+		if err != nil {
+			s.m.opt.Logger.Warn("MCP server's changed tool list", "server", s.cfg.Name, "err", err)
+			continue
+		}
+		s.mu.Lock()
+		s.tools = tools
+		s.mu.Unlock()
+		s.m.opt.Logger.Info("MCP server's tools changed", "server", s.cfg.Name, "tools", len(tools))
+		s.set.notify()
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
 }
 
 var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9_-]`)
@@ -314,6 +519,11 @@ func (s *server) session(ctx context.Context) (*sdk.ClientSession, error) {
 	if err := s.connect(ctx); err != nil {
 		s.failed()
 		return nil, fmt.Errorf("restarting: %w", err)
+	}
+	// A server started again may offer other tools.
+	select {
+	case s.changed <- struct{}{}:
+	default:
 	}
 	return s.cs, nil
 }

@@ -21,6 +21,10 @@ import (
 // The test binary is also the MCP server the tests start over stdio:
 // a real subprocess speaking the real protocol.
 func TestMain(m *testing.M) {
+	if os.Getenv("AGENTD_MCP_TEST_SERVER") == "exit" {
+		fmt.Fprintln(os.Stderr, "no configuration for this server")
+		os.Exit(3)
+	}
 	if os.Getenv("AGENTD_MCP_TEST_SERVER") == "1" {
 		if err := testServer().Run(context.Background(), &sdk.StdioTransport{}); err != nil {
 			fmt.Fprintln(os.Stderr, err)

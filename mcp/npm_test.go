@@ -56,6 +56,12 @@ func TestNPMReferenceServers(t *testing.T) {
 		names = append(names, n)
 	}
 	t.Logf("%d tools: %s", len(names), strings.Join(names, " "))
+	// server-everything registers some tools once the client is
+	// initialized and announces them with tools/list_changed, racing the
+	// first tools/list; whichever comes first, the Set ends up with them.
+	if ts["everything__get-roots-list"] == nil || ts["everything__simulate-research-query"] == nil {
+		t.Fatalf("the tools server-everything adds after initialization are missing: %v", names)
+	}
 	echo := ts["everything__echo"]
 	if echo == nil {
 		t.Fatalf("no echo among %v", names)

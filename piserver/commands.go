@@ -856,7 +856,9 @@ func (s *Server) tools(_ context.Context, c *call) (any, error) {
 		sp := tl.Spec()
 		out = append(out, t{sp.Name, sp.Description})
 	}
-	return map[string]any{"tools": out}, nil
+	// A tool source that gives none (an MCP server that failed to start)
+	// is listed with its cause, so a person sees what is missing.
+	return map[string]any{"tools": out, "unavailable": c.h.Session().UnavailableTools()}, nil
 }
 
 func (s *Server) sessionFiles(_ context.Context, c *call) (any, error) {

@@ -186,6 +186,13 @@ func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
 	return f
 }
 
+// EncodePending is the extension_ui_request of a question asked before
+// the client subscribed, without a seq: it is no event of the log, and a
+// client resuming by seq must not count it.
+func (cd *codec) EncodePending(sessionID string, r interaction.Request) server.Frame {
+	return server.Frame{Data: cd.frame(sessionID, session.Event{Type: session.EventInteractionRequested, Interaction: &interaction.Event{Request: r}})}
+}
+
 // frame is Encode's frame data.
 func (cd *codec) frame(sessionID string, ev session.Event) []byte {
 	var inner []byte
@@ -246,8 +253,10 @@ func envelope(sessionID string, seq uint64, more int) []byte {
 	b := make([]byte, 0, len(sessionID)+64+more)
 	b = append(b, `{"type":"event","sessionId":`...)
 	b = llm.AppendJSONString(b, sessionID)
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendUint(b, seq, 10)
+	if seq != 0 { // seqs start at 1; 0 is a frame that is no event of the log
+		b = append(b, `,"seq":`...)
+		b = strconv.AppendUint(b, seq, 10)
+	}
 	return append(b, `,"event":`...)
 }
 

@@ -479,6 +479,9 @@ func (s *Server) openAs(ctx context.Context, id, cwd, file, owner string, mode s
 	if s.pipe != nil {
 		s.pipe.CreateSession(id)
 	}
+	for _, fn := range s.onOpen {
+		fn(h)
+	}
 	how := "created"
 	if file != "" {
 		how = "loaded"

@@ -198,6 +198,7 @@ type Server struct {
 	pipe        *pipeline.Pipeline
 	onLifecycle []func(pipeline.Event)
 	onShutdown  []func(drain time.Duration)
+	onOpen      []func(h *Hosted)
 
 	mu      sync.RWMutex
 	clients map[*Client]struct{}
@@ -299,6 +300,12 @@ func (s *Server) OnLifecycle(fn func(pipeline.Event)) { s.onLifecycle = append(s
 // OnShutdown adds a function called when a shutdown begins, before the
 // drain (a face tells its clients).
 func (s *Server) OnShutdown(fn func(drain time.Duration)) { s.onShutdown = append(s.onShutdown, fn) }
+
+// OnOpen registers fn to run when a session is created or loaded (also
+// when it loads again after an unload or a restart), before the command
+// that opened it goes on: a face restores what it keeps with a session
+// there. It runs with no lock of the server held. Register before Start.
+func (s *Server) OnOpen(fn func(h *Hosted)) { s.onOpen = append(s.onOpen, fn) }
 
 // Start starts the command pipeline with every registered command.
 func (s *Server) Start() error {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/agentd-dev/agentd/interaction"
 	"sync"
 
 	"github.com/agentd-dev/agentd/session"
@@ -18,6 +19,14 @@ type Codec interface {
 	Encode(sessionID string, ev session.Event) Frame
 }
 
+// PendingEncoder is a Codec that can tell a new subscriber of a question
+// still open: one asked before it subscribed, which no replay brings it
+// when it came without a cursor (or with one the log cannot serve). The
+// frame is sent before any event, marked as no event of the log.
+type PendingEncoder interface {
+	EncodePending(sessionID string, r interaction.Request) Frame
+}
+
 // subscription is one client watching one session. While held, frames
 // wait in pending (the client must first receive the response that
 // answered its request to subscribe).
@@ -28,6 +37,9 @@ type subscription struct {
 	hold    *Hold
 	pending []Frame
 	seqs    []uint64
+	// open are the questions still open when the client subscribed
+	// (PendingEncoder), sent before pending.
+	open []Frame
 }
 
 // Hold keeps new subscriptions from sending until it is released: a face
@@ -84,6 +96,10 @@ func (hd *Hold) add(x heldSub) bool {
 // flush sends what was held back, dropping what the client already has;
 // h.subMu is held.
 func (sub *subscription) flush(c *Client) {
+	for _, f := range sub.open {
+		c.SendFrame(f)
+	}
+	sub.open = nil
 	for i, f := range sub.pending {
 		if sub.seqs[i] > sub.after {
 			c.SendFrame(f)
@@ -147,6 +163,13 @@ func (s *Server) Subscribe(c *Client, h *Hosted, codec Codec, after *uint64, hol
 		}
 		sub.pending = append(frames, sub.pending...)
 		sub.seqs = append(seqs, sub.seqs...)
+	}
+	if pe, can := codec.(PendingEncoder); can && (after == nil || !ok) {
+		for _, r := range h.sess.Interactions() {
+			if f := pe.EncodePending(h.id, r); f.Data != nil {
+				sub.open = append(sub.open, f)
+			}
+		}
 	}
 	res := Subscribed{Seq: max(cur, sub.after), Resumed: after != nil && ok, TooOld: after != nil && !ok}
 	if hold != nil && hold.add(heldSub{h, c, sub}) {

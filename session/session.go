@@ -190,7 +190,8 @@ type Session struct {
 	confirmAll  bool               // s.mu
 	savedGrants interaction.Grants // settingsMu
 	toolNames   []string           // enabled tools, nil for all (s.mu)
-	tools       []tool.Tool        // every tool the session has
+	tools       []tool.Tool        // every tool the session has (s.mu once sources are added)
+	sources     []*toolSource      // sources of tools added after New (s.mu)
 
 	// detach: Close is stopping the run. What the stop makes of the tool
 	// calls in progress is not recorded, so that they wait for a person
@@ -573,6 +574,14 @@ func (s *Session) Close() error {
 	s.broker.Close("session closed")
 	s.mu.Lock()
 	f := s.file
+	sources := s.sources
+	s.sources = nil
 	s.mu.Unlock()
+	for _, src := range sources {
+		src.unwatch()
+		if src.stop != nil {
+			src.stop()
+		}
+	}
 	return f.Close()
 }

@@ -91,7 +91,10 @@ func (s *Session) loadSettings(f *transcript.File) {
 // order; a name recorded by another build may be gone.
 func (s *Session) knownTools(names []string) []string {
 	out := []string{}
-	for _, t := range s.tools {
+	s.mu.Lock()
+	all := s.tools
+	s.mu.Unlock()
+	for _, t := range all {
 		if n := t.Spec().Name; slices.Contains(names, n) {
 			out = append(out, n)
 		}
@@ -112,6 +115,29 @@ func (s *Session) appendSetting(customType string, v any) error {
 		return fmt.Errorf("recording %s: %w", customType, err)
 	}
 	return nil
+}
+
+// SaveCustom records v as a custom entry of customType: a setting a face
+// keeps with the session (its file), read back with Custom when the
+// session is opened again. customType should name the face or feature
+// ("agentd.mcp"); the latest entry of a type is in force.
+func (s *Session) SaveCustom(customType string, v any) error {
+	return s.appendSetting(customType, v)
+}
+
+// Custom returns the data of the latest custom entry of customType in the
+// session's file, anywhere in its tree.
+func (s *Session) Custom(customType string) (json.RawMessage, bool) {
+	s.mu.Lock()
+	f := s.file
+	s.mu.Unlock()
+	entries := f.Entries()
+	for i := len(entries) - 1; i >= 0; i-- {
+		if e := &entries[i]; e.Type == transcript.TypeCustom && !e.Opaque() && e.CustomType == customType {
+			return e.Data, true
+		}
+	}
+	return nil, false
 }
 
 // ConfirmAll reports whether every tool call waits for a person.
@@ -184,8 +210,11 @@ func (s *Session) saveGrants() error {
 // AvailableTools names every tool the session has, the ones a client may
 // enable with SetTools, in the order the model is shown them.
 func (s *Session) AvailableTools() []string {
-	out := make([]string, len(s.tools))
-	for i, t := range s.tools {
+	s.mu.Lock()
+	all := s.tools
+	s.mu.Unlock()
+	out := make([]string, len(all))
+	for i, t := range all {
 		out[i] = t.Spec().Name
 	}
 	return out
@@ -236,11 +265,12 @@ func (s *Session) SetTools(names []string) error {
 func (s *Session) applyTools() {
 	s.mu.Lock()
 	names := s.toolNames
+	all := s.tools
 	s.mu.Unlock()
-	tools := s.tools
+	tools := all
 	if names != nil {
 		tools = make([]tool.Tool, 0, len(names))
-		for _, t := range s.tools {
+		for _, t := range all {
 			if slices.Contains(names, t.Spec().Name) {
 				tools = append(tools, t)
 			}

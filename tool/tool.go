@@ -51,3 +51,13 @@ func Errorf(format string, args ...any) Result {
 func TextResult(text string, details any) Result {
 	return Result{Content: []llm.Content{llm.Text(text)}, Details: details}
 }
+
+// Unavailable is a source of tools that gives none, and why: an MCP
+// server that failed to start. Clients list it beside the tools, so a
+// person sees what is missing and the cause.
+type Unavailable struct {
+	// Source names it: "mcp:<server>" for an MCP server.
+	Source string `json:"source"`
+	// Error is the cause, written for a person, naming the source.
+	Error string `json:"error"`
+}

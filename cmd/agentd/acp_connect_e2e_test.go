@@ -299,12 +299,29 @@ func TestACPConnectBridgesToServe(t *testing.T) {
 	if !strings.Contains(fmt.Sprint(list["sessions"]), sid) {
 		t.Fatalf("session/list: %v", list)
 	}
+	// The browser's prompt waits for an approval when the second editor
+	// loads the session: the editor is asked, and its answer runs the call.
+	w.send(svM{"type": "prompt", "id": "pending-at-load", "sessionId": sid, "message": "CMD:echo pending-at-load"})
+	atAsk, _ := w.waitFor(w.mark(), "the approval of the browser's call", func(f svFrame) bool {
+		return f.isEvent(sid, "extension_ui_request") && strings.Contains(f.raw, "echo pending-at-load")
+	})
 	ed2 := startACPProc(t, e, "--connect", url)
+	ed2.answer = acpChose("allow_once")
 	ed2.call("initialize", map[string]any{"protocolVersion": 1, "clientCapabilities": map[string]any{}})
 	ed2.call("session/load", map[string]any{"sessionId": sid, "cwd": e.cwd, "mcpServers": []any{}})
 	us = ed2.takeUpdates()
 	if !strings.Contains(acpUpdateText(us, "user_message_chunk"), "hello over the bridge") || acpCallEnd(us) == nil {
 		t.Fatalf("session/load replay: %v", us)
+	}
+	if tc, _ := ed2.awaitAsk()["toolCall"].(map[string]any); tc["title"] != "echo pending-at-load" {
+		t.Fatalf("the loading editor was asked about %v, want the pending call", tc)
+	}
+	_, te := w.waitFor(atAsk, "the end of the browser's call", func(f svFrame) bool { return f.isEvent(sid, "tool_execution_end") })
+	if !strings.Contains(te.raw, `"text":"pending-at-load`) {
+		t.Fatalf("the call approved by the loading editor: %s", te)
+	}
+	if r := w.response("pending-at-load"); !strings.Contains(r.raw, `"success":true`) {
+		t.Fatalf("the browser's prompt: %s", r)
 	}
 	ed2.stopped(t)
 

@@ -235,6 +235,21 @@ func TestWebUIConversation(t *testing.T) {
 		p.shot("end")
 	})
 
+	t.Run("thinking streams into its box", func(t *testing.T) {
+		e.tweak("think it over", func(s *llmtest.Script) { s.Thinking = []string{"weighing ", "the options"} })
+		release := e.proxy.holdAfter("think it over", 2)
+		p := wuOpen(t, browser, s)
+		p.newConversation("thinking")
+		p.send("think it over")
+		p.until("the thinking streaming in an open box", `(document.querySelector('.streaming details.thinking[open] .thinking-text')?.textContent || '').startsWith('weighing')`)
+		if body := wuEval[string](p, `document.querySelector('.streaming .stream-text').textContent`); body != "" {
+			p.fail("the streamed answer's text is %q while the model thinks, want empty", body)
+		}
+		close(release)
+		p.until("the answer", shows("Hello from mock! You said: think it over"))
+		p.until("the answer's thinking", `[...document.querySelectorAll('.msg-assistant details.thinking .thinking-text')].some(e => e.textContent === 'weighing the options')`)
+	})
+
 	t.Run("approvals", func(t *testing.T) {
 		p := wuOpen(t, browser, s)
 		p.newConversation("approvals")

@@ -617,7 +617,7 @@ function startStream() {
   const body = el('div', 'body stream-text');
   d.append(el('span', 'role', 'assistant'), body);
   $('messages').append(d);
-  ui.stream = { el: d, body, first: true };
+  ui.stream = { el: d, body, first: true, think: null };
 }
 
 function appendStream(token) {
@@ -629,9 +629,40 @@ function appendStream(token) {
     ui.sentAt = 0;
   }
   s.first = false;
-  s.body.append(document.createTextNode(token));
+  // Thinking streams between <thinking> tags, as the finished message
+  // shows it; it goes into an open thinking box until its end tag.
+  let rest = token;
+  while (rest) {
+    if (!s.think) {
+      const i = rest.indexOf(thinkOpen);
+      if (i < 0) {
+        s.body.append(document.createTextNode(rest));
+        break;
+      }
+      if (i > 0) s.body.append(document.createTextNode(rest.slice(0, i)));
+      const det = el('details', 'thinking');
+      det.open = true;
+      s.think = el('div', 'thinking-text');
+      det.append(el('summary', '', 'thinking'), s.think);
+      s.el.insertBefore(det, s.body);
+      rest = rest.slice(i + thinkOpen.length);
+    } else {
+      const j = rest.indexOf(thinkClose);
+      if (j < 0) {
+        s.think.append(document.createTextNode(rest));
+        break;
+      }
+      s.think.append(document.createTextNode(rest.slice(0, j)));
+      s.think.parentElement.open = false;
+      s.think = null;
+      rest = rest.slice(j + thinkClose.length).replace(/^\n+/, '');
+    }
+  }
   scrollDown();
 }
+
+const thinkOpen = '<thinking>\n';
+const thinkClose = '\n</thinking>';
 
 // endStream removes the streamed text, which the message that follows
 // replaces; it returns how long its first token took after Send.

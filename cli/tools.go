@@ -1,0 +1,115 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/agentd-dev/agentd/config"
+	"github.com/agentd-dev/agentd/engine"
+	"github.com/agentd-dev/agentd/sandbox"
+	"github.com/agentd-dev/agentd/tool"
+)
+
+// runTools is `agentd tools`: the tools a session in this directory
+// gets, the built-in ones and the MCP servers' of --mcp-config and the
+// project's .agentd/mcp.json, and each server that failed to start with
+// its cause. The servers are started to list them, and stopped.
+func (m *Main) runTools(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
+	var f rpcFlags
+	fs.StringVar(&f.tools, "tools", "", "comma-separated built-in tools to enable (default all: "+strings.Join(tool.BuiltinNames, ",")+")")
+	fs.BoolVar(&f.noTools, "no-tools", false, "enable no built-in tools")
+	fs.StringVar(&f.mcpConfig, "mcp-config", "", "MCP servers as tool sources: a JSON file {\"mcpServers\": {name: {command, args, env, cwd} | {url, headers}}}; the project's .agentd/mcp.json is added")
+	asJSON := fs.Bool("json", false, "print {\"tools\": [{name, description}], \"unavailable\": [{source, error}]}, as pi-server's get_tools answers")
+	if err := parse(cfg, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+	}
+	names, err := pickTools(f)
+	if err != nil {
+		return usageError{err}
+	}
+	if names == nil {
+		names = []string{}
+	}
+	log := m.logger(cfg)
+	cwd, st, ms, err := m.environment(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	model, level, err := pickModel(ms, st.Get(), f)
+	if err != nil {
+		return err
+	}
+	f.bounds.Sandbox.Mode = string(sandbox.FullAccess)
+	eng, err := m.engine(cfg, ms, st.Get(), engineChoices{model: model, thinking: level, bounds: f.bounds, log: log})
+	if err != nil {
+		return err
+	}
+	set, err := m.startMCP(ctx, f.mcpConfig, cwd, log)
+	if err != nil {
+		return err
+	}
+	sess, err := eng.Session(engine.Spec{Cwd: cwd, Tools: names})
+	if err != nil {
+		if set != nil {
+			set.Close()
+		}
+		return err
+	}
+	defer sess.Close()
+	if set != nil {
+		sess.AddToolSource(set, set.Close)
+	}
+	type entry struct {
+		Name        string `json:"name"`
+		Description string `json:"description"`
+	}
+	out := struct {
+		Tools       []entry            `json:"tools"`
+		Unavailable []tool.Unavailable `json:"unavailable"`
+	}{Tools: []entry{}, Unavailable: sess.UnavailableTools()}
+	for _, t := range sess.Agent().Config().Tools {
+		sp := t.Spec()
+		out.Tools = append(out.Tools, entry{sp.Name, sp.Description})
+	}
+	if *asJSON {
+		b, err := json.MarshalIndent(out, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(m.stdout, "%s\n", b)
+	} else {
+		tw := tabwriter.NewWriter(m.stdout, 0, 4, 2, ' ', 0)
+		for _, t := range out.Tools {
+			// The first sentence: the table is for reading, --json has it all.
+			desc, _, _ := strings.Cut(t.Description, "\n")
+			if i := strings.Index(desc, ". "); i >= 0 {
+				desc = desc[:i+1]
+			}
+			fmt.Fprintf(tw, "%s\t%s\n", t.Name, desc)
+		}
+		_ = tw.Flush()
+		for _, u := range out.Unavailable {
+			fmt.Fprintf(m.stdout, "unavailable: %s\n", u.Error)
+		}
+	}
+	if n := len(out.Unavailable); n > 0 {
+		// Listed above; the exit status says something is missing.
+		return errors.New(plural(n, "MCP server") + " failed to start (see above)")
+	}
+	return nil
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}

@@ -1,0 +1,99 @@
+package mcp
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// A server that adds a tool and says its list changed: the Set fetches
+// the list again (two to a page, so every page) and tells its watchers,
+// and the new tool can be called.
+func TestToolListChanged(t *testing.T) {
+	srv := testServer()
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil)
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	set := New(Options{CallTimeout: 5 * time.Second}).Open(context.Background(), []ServerConfig{{Name: "web", URL: hs.URL}}, t.TempDir())
+	defer set.Close()
+	if err := set.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(set.Tools()); n != 6 {
+		t.Fatalf("%d tools at start", n)
+	}
+	changed := make(chan struct{}, 8)
+	stop := set.Watch(func() { changed <- struct{}{} })
+	defer stop()
+	srv.AddTool(&sdk.Tool{Name: "added", Description: "added later", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "new tool"}}}, nil
+		})
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watcher was not told of the change")
+	}
+	ts := byName(set.Tools())
+	if len(ts) != 7 || ts["web__added"] == nil || ts["web__added"].Spec().Description != "added later" {
+		t.Fatalf("after the change: %v", ts)
+	}
+	if r := call(t, ts["web__added"], `{}`); r.IsError || text(r) != "new tool" {
+		t.Fatalf("calling the new tool: %v %q", r.IsError, text(r))
+	}
+	srv.RemoveTools("added", "hang")
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watcher was not told of the removal")
+	}
+	if ts := byName(set.Tools()); len(ts) != 5 || ts["web__added"] != nil || ts["web__hang"] != nil {
+		t.Fatalf("after the removal: %v", ts)
+	}
+}
+
+// A server that cannot start is in the Set as an error naming it and
+// the cause; the others serve.
+func TestServersThatFailToStart(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + ln.Addr().String() + "/mcp"
+	ln.Close()
+	exits := stdioServer(t)
+	exits.Name, exits.Env = "exits", map[string]string{"AGENTD_MCP_TEST_SERVER": "exit"}
+	tests := []struct {
+		cfg  ServerConfig
+		want []string
+	}{
+		{ServerConfig{Name: "badcmd", Command: "/nonexistent/mcp-server"}, []string{"MCP server badcmd failed to start", "/nonexistent/mcp-server", "no such file"}},
+		{exits, []string{"MCP server exits failed to start", "exit status 3", "no configuration for this server"}},
+		{ServerConfig{Name: "refused", URL: refused}, []string{"MCP server refused failed to start", "connection refused"}},
+		{ServerConfig{Name: "neither"}, []string{"MCP server neither failed to start", "needs a command or a url"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cfg.Name, func(t *testing.T) {
+			set := New(Options{StartTimeout: 10 * time.Second}).Open(context.Background(), []ServerConfig{tt.cfg, stdioServer(t)}, t.TempDir())
+			defer set.Close()
+			un := set.Unavailable()
+			if len(un) != 1 || un[0].Source != "mcp:"+tt.cfg.Name {
+				t.Fatalf("unavailable %+v", un)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(un[0].Error, w) || !strings.Contains(set.Err().Error(), w) {
+					t.Errorf("%q does not say %q", un[0].Error, w)
+				}
+			}
+			if n := len(set.Tools()); n != 6 {
+				t.Fatalf("%d tools from the server that works", n)
+			}
+		})
+	}
+}
