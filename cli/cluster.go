@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agentd-dev/agentd/cluster"
-	"github.com/agentd-dev/agentd/cluster/embeddednats"
 	"github.com/agentd-dev/agentd/config"
 	"github.com/agentd-dev/agentd/server"
 )
@@ -21,8 +20,8 @@ import (
 // clusterNode is serve's membership in a cluster: the NATS server it runs
 // (with --cluster embedded) and its node.
 type clusterNode struct {
-	node *cluster.Node
-	nats *embeddednats.Server
+	node     *cluster.Node
+	stopNATS func() // nil without an embedded server
 }
 
 // joinCluster starts the embedded NATS server when asked to and joins the
@@ -31,20 +30,19 @@ func joinCluster(ctx context.Context, cc config.Cluster, stateDir string, log *s
 	cn := &clusterNode{}
 	url := strings.Join(cc.URLs, ",")
 	if cc.Embedded {
-		ns, err := embeddednats.Start(embeddednats.Config{StoreDir: filepath.Join(stateDir, "nats"), Listen: cc.Listen,
-			ServerName: cc.NodeID, Logger: log})
+		u, stop, err := startEmbeddedNATS(filepath.Join(stateDir, "nats"), cc, log)
 		if err != nil {
 			return nil, fmt.Errorf("--cluster embedded: %w", err)
 		}
-		cn.nats, url = ns, ns.ClientURL()
+		cn.stopNATS, url = stop, u
 		log.Info("embedded NATS listening", "url", url)
 	}
 	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	node, err := cluster.Join(jctx, cluster.Config{NodeID: cc.NodeID, URL: url, LeaseTTL: cc.LeaseTTL, Replicas: cc.Replicas, Logger: log})
 	if err != nil {
-		if cn.nats != nil {
-			cn.nats.Shutdown()
+		if cn.stopNATS != nil {
+			cn.stopNATS()
 		}
 		return nil, fmt.Errorf("--cluster %s: %w", cc.Spec, err)
 	}
@@ -59,8 +57,8 @@ func (cn *clusterNode) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = cn.node.Drain(ctx)
-	if cn.nats != nil {
-		cn.nats.Shutdown()
+	if cn.stopNATS != nil {
+		cn.stopNATS()
 	}
 }
 
