@@ -1060,14 +1060,17 @@ func (cs *clusterState) decode(id string, e cluster.Event) (session.Event, bool)
 }
 
 // feedFor returns the follow of session id shared by this node's
-// subscribers, starting one after seq when there is none.
+// subscribers, starting one after seq when there is none. The follow is
+// started without cs.mu held (it reads the stream), so routing never
+// waits on it.
 func (cs *clusterState) feedFor(id string, after uint64) (*Hosted, error) {
 	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if h := cs.feeds[id]; h != nil {
+	h := cs.feeds[id]
+	cs.mu.Unlock()
+	if h != nil {
 		return h, nil
 	}
-	h := &Hosted{srv: cs.s, id: id, subs: map[*Client]*subscription{}, gone: make(chan struct{})}
+	h = &Hosted{srv: cs.s, id: id, subs: map[*Client]*subscription{}, gone: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
 	defer cancel()
 	f, err := cs.node.Follow(ctx, id, after, func(e cluster.Event) {
@@ -1079,7 +1082,19 @@ func (cs *clusterState) feedFor(id string, after uint64) (*Hosted, error) {
 		return nil, err
 	}
 	h.feed = &feed{follow: f}
+	cs.mu.Lock()
+	if other := cs.feeds[id]; other != nil {
+		cs.mu.Unlock()
+		f.Stop() // another subscriber started one meanwhile
+		return other, nil
+	}
+	if cs.ctx.Err() != nil {
+		cs.mu.Unlock()
+		f.Stop()
+		return nil, errors.New("the server is shutting down")
+	}
 	cs.feeds[id] = h
+	cs.mu.Unlock()
 	return h, nil
 }
 
