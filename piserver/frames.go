@@ -166,6 +166,11 @@ func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
 	if f.Data == nil || a == nil || a.Type != agent.EventMessageUpdate || a.Update == nil {
 		return f
 	}
+	// A stream's updates come many a second: they may wait a moment for
+	// company, so that several go out in one write. The message's end,
+	// and every event that is not an update, go at once and take them
+	// along.
+	f.Linger = server.StreamLinger
 	switch u := a.Update; u.Type {
 	case llm.EventTextDelta, llm.EventThinkingDelta, llm.EventToolCallDelta:
 		f.Key = sessionID + "\x00" + string(u.Type) + "\x00" + strconv.Itoa(u.ContentIndex)
