@@ -178,14 +178,14 @@ func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
 			return f
 		}
 		// The delta format reads no partial message, so the frame can be
-		// made later, from copies.
+		// made later, from copies. The closure takes what it needs and no
+		// more: capturing ev or u would move them to the heap for every
+		// delta, merged or not.
 		f.Text = u.Delta
-		merged := *u
-		seq := ev.Seq
+		seq, typ, kind, index := ev.Seq, ev.Type, u.Type, u.ContentIndex
 		f.Merge = func(text string) []byte {
-			m := merged
-			m.Delta = text
-			return cd.frame(sessionID, session.Event{Seq: seq, Type: ev.Type, Agent: &agent.Event{Type: agent.EventMessageUpdate, Update: &m}})
+			m := llm.Event{Type: kind, ContentIndex: index, Delta: text}
+			return cd.frame(sessionID, session.Event{Seq: seq, Type: typ, Agent: &agent.Event{Type: agent.EventMessageUpdate, Update: &m}})
 		}
 	}
 	return f

@@ -3,6 +3,7 @@ package piserver
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -548,5 +549,28 @@ func TestStreamUpdatesLinger(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkEncodeDelta is the encoding of one stream delta, as fanOut does
+// it once per event: the frame and what its queue needs to merge it.
+func BenchmarkEncodeDelta(b *testing.B) {
+	for _, delta := range []bool{false, true} {
+		b.Run(fmt.Sprintf("delta=%v", delta), func(b *testing.B) {
+			cd := &codec{delta: delta}
+			msg := &llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{{Type: llm.ContentText, Text: strings.Repeat("w42 ", 100)}}}
+			ev := session.Event{Seq: 1234, Type: session.EventType(agent.EventMessageUpdate), Agent: &agent.Event{Type: agent.EventMessageUpdate, Message: msg,
+				Update: &llm.Event{Type: llm.EventTextDelta, Delta: "w42 "}}}
+			b.ReportAllocs()
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			for b.Loop() {
+				if f := cd.Encode("bench-000123", ev); f.Data == nil {
+					b.Fatal("no frame")
+				}
+			}
+			runtime.ReadMemStats(&m1)
+			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/float64(b.N), "allocs/event")
+		})
 	}
 }
