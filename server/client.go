@@ -148,6 +148,11 @@ type Client struct {
 // state rather than history.
 const mergeAfter = 64 << 10
 
+// keepQueue is the most slots an emptied queue keeps for the next frames;
+// a larger one, grown by a burst, is let go, so an idle client holds
+// little.
+const keepQueue = 32
+
 // lingerBytes is how much lingering frames may gather before they go at
 // once: half the WebSocket write buffer, one write(2) however many frames.
 const lingerBytes = 32 << 10
@@ -437,7 +442,15 @@ func (c *Client) writeLoop(transport string) {
 			size += q.size
 			c.queue[i] = queued{}
 		}
-		c.queue = c.queue[i:]
+		if i < len(c.queue) {
+			c.queue = c.queue[i:]
+		} else if cap(c.queue) <= keepQueue {
+			// Emptied: the next frames reuse the array (its slots are
+			// cleared) rather than grow a new one, batch after batch.
+			c.queue = c.queue[:0]
+		} else {
+			c.queue = nil
+		}
 		// What a full batch left behind has waited long enough.
 		c.urgent = len(c.queue) > 0
 		c.flushAt, c.shortest = time.Time{}, 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -309,6 +310,53 @@ func BenchmarkBroadcast(b *testing.B) {
 			b.StopTimer()
 			frames := float64(b.N) * float64(len(clients))
 			b.ReportMetric(float64(writes.Load())/frames, "writes/frame")
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/frames, "cpu-ns/frame")
+		})
+	}
+}
+
+// BenchmarkStreamLinger is a stream's deltas to 50 clients, a delta each
+// per op and an op per millisecond (a fast model), with each Linger:
+// writes per frame fall as frames wait for company. It reports writes,
+// heap allocations and the process's CPU time per frame delivered.
+func BenchmarkStreamLinger(b *testing.B) {
+	for _, linger := range []time.Duration{0, 2 * time.Millisecond, StreamLinger, 10 * time.Millisecond} {
+		b.Run(fmt.Sprintf("linger=%s", linger), func(b *testing.B) {
+			s := newEnv(b).start(b, Limits{})
+			devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer devnull.Close()
+			var writes atomic.Int64
+			clients := make([]*Client, 50)
+			for i := range clients {
+				if clients[i], err = s.Attach(&nullLink{f: devnull, writes: &writes}, ClientOptions{Face: "bench", Transport: "test"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			frame := []byte(`{"type":"event","sessionId":"bench-000123","seq":1234,"event":{"type":"message_update","assistantMessageEvent":{"type":"text_delta","contentIndex":0,"delta":"w42 "}}}`)
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			cpu0 := cpuTime(b)
+			b.ResetTimer()
+			for range b.N {
+				for _, c := range clients {
+					c.SendFrame(Frame{Data: frame, Linger: linger})
+				}
+				time.Sleep(time.Millisecond)
+			}
+			for _, c := range clients {
+				c.Close(Close{})
+			}
+			for _, c := range clients {
+				<-c.Done()
+			}
+			b.StopTimer()
+			runtime.ReadMemStats(&m1)
+			frames := float64(b.N) * float64(len(clients))
+			b.ReportMetric(float64(writes.Load())/frames, "writes/frame")
+			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/frames, "allocs/frame")
 			b.ReportMetric(float64(cpuTime(b)-cpu0)/frames, "cpu-ns/frame")
 		})
 	}
