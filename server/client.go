@@ -121,6 +121,7 @@ type Client struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
 	queue    []queued
+	box      *[]queued    // where queue's array goes back to the server's spares
 	queued   atomic.Int64 // bytes in queue, read by the budget without mu
 	closing  bool
 	cl       Close
@@ -148,10 +149,13 @@ type Client struct {
 // state rather than history.
 const mergeAfter = 64 << 10
 
-// keepQueue is the most slots an emptied queue keeps for the next frames;
-// a larger one, grown by a burst, is let go, so an idle client holds
-// little.
-const keepQueue = 32
+// spareQueue is the size of a new queue array: what a client that keeps
+// up has waiting at a time.
+const spareQueue = 16
+
+// maxSpareQueue bounds the arrays kept as spares: one grown by a client
+// that fell far behind is let go.
+const maxSpareQueue = 1024
 
 // lingerBytes is how much lingering frames may gather before they go at
 // once: half the WebSocket write buffer, one write(2) however many frames.
@@ -244,6 +248,7 @@ func (c *Client) SendFrame(f Frame) {
 			if c.queue[i].key == f.Key {
 				delta -= int64(c.queue[i].size)
 				c.queue = append(c.queue[:i], c.queue[i+1:]...)
+				c.queue[:len(c.queue)+1][len(c.queue)] = queued{} // the vacated slot pins nothing
 				c.merged.Add(1)
 				break
 			}
@@ -273,6 +278,10 @@ func (c *Client) SendFrame(f Frame) {
 			c.cutLocked(fmt.Sprintf("Client too slow: more than %d bytes waiting to be sent", limit))
 			c.mu.Unlock()
 			return
+		}
+		if c.box == nil {
+			c.box = c.srv.budget.spare()
+			c.queue = (*c.box)[:0]
 		}
 		c.queue = append(c.queue, queued{data: f.Data, key: f.Key, first: f.Text, size: len(f.Data)})
 	}
@@ -314,7 +323,7 @@ func (c *Client) cutLocked(reason string) bool {
 	// deadline, and an operator wants to know which clients fell behind.
 	c.srv.log.Warn("connection cut off", "face", c.face, "reason", reason)
 	c.srv.budget.release(c.queued.Swap(0))
-	c.queue = nil
+	c.releaseQueueLocked()
 	c.wakeLocked()
 	return true
 }
@@ -329,6 +338,17 @@ func (c *Client) wakeLocked() {
 		default:
 		}
 	}
+}
+
+// releaseQueueLocked empties the queue and gives its array back to the
+// spares; c.mu is held.
+func (c *Client) releaseQueueLocked() {
+	if c.box != nil {
+		clear(c.queue)
+		*c.box = c.queue[:0]
+		c.srv.budget.keep(c.box)
+	}
+	c.queue, c.box = nil, nil
 }
 
 // cut is cutLocked for a caller without the lock.
@@ -444,12 +464,13 @@ func (c *Client) writeLoop(transport string) {
 		}
 		if i < len(c.queue) {
 			c.queue = c.queue[i:]
-		} else if cap(c.queue) <= keepQueue {
-			// Emptied: the next frames reuse the array (its slots are
-			// cleared) rather than grow a new one, batch after batch.
-			c.queue = c.queue[:0]
 		} else {
-			c.queue = nil
+			// Emptied (its slots are cleared): the array goes back to
+			// the spares, for the next frames of this client or another,
+			// rather than a new one grown batch after batch; an idle
+			// client holds none.
+			c.queue = c.queue[:0]
+			c.releaseQueueLocked()
 		}
 		// What a full batch left behind has waited long enough.
 		c.urgent = len(c.queue) > 0
@@ -462,7 +483,7 @@ func (c *Client) writeLoop(transport string) {
 				c.closing, c.dropped = true, true
 				c.srv.budget.release(c.queued.Swap(0))
 			}
-			c.queue = nil
+			c.releaseQueueLocked()
 			c.mu.Unlock()
 			c.link.Close(Close{Kind: CloseOverloaded, Reason: "write failed"})
 			return
@@ -505,9 +526,30 @@ func (c *Client) forget(id string) {
 // has its own limit too; the budget is what keeps many slow clients, each
 // within its own limit, from adding up to more than the server can hold.
 // Over budget, the clients furthest behind are cut off first.
+//
+// It keeps the spare queue arrays too, as what waits for clients: a
+// client's queue is emptied at every write, and under load it would
+// otherwise grow a new array from nothing each time.
 type budget struct {
-	max   int64
-	total atomic.Int64
+	max    int64
+	total  atomic.Int64
+	spares sync.Pool // of *[]queued, empty
+}
+
+// spare is an empty queue array, a new one if no spare is left.
+func (b *budget) spare() *[]queued {
+	if q, ok := b.spares.Get().(*[]queued); ok {
+		return q
+	}
+	q := make([]queued, 0, spareQueue)
+	return &q
+}
+
+// keep takes back an emptied queue array.
+func (b *budget) keep(q *[]queued) {
+	if cap(*q) <= maxSpareQueue {
+		b.spares.Put(q)
+	}
 }
 
 func (b *budget) charge(s *Server, n int64) {

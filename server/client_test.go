@@ -295,6 +295,8 @@ func BenchmarkBroadcast(b *testing.B) {
 				}
 			}
 			frame := []byte(`{"type":"command_finished","data":{"commandId":"bench-000123.g0.0","commandType":"get_state","sessionId":"bench-000123","dependsOn":[],"success":true}}`)
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
 			cpu0 := cpuTime(b)
 			b.ResetTimer()
 			for range b.N {
@@ -308,8 +310,10 @@ func BenchmarkBroadcast(b *testing.B) {
 				<-c.Done()
 			}
 			b.StopTimer()
+			runtime.ReadMemStats(&m1)
 			frames := float64(b.N) * float64(len(clients))
 			b.ReportMetric(float64(writes.Load())/frames, "writes/frame")
+			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/frames, "allocs/frame")
 			b.ReportMetric(float64(cpuTime(b)-cpu0)/frames, "cpu-ns/frame")
 		})
 	}
