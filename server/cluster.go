@@ -60,8 +60,9 @@ type clusterState struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	member   *cluster.Membership
-	stopNode func()
+	member        *cluster.Membership
+	stopNode      func()
+	stopBroadcast func() // ends onNotice
 
 	mu         sync.Mutex
 	forwarders map[string]*forwarder // by session id
@@ -95,17 +96,66 @@ func (cs *clusterState) start() error {
 		return err
 	}
 	cs.stopNode = stop
+	if cs.stopBroadcast, err = cs.node.ListenBroadcast(cs.onNotice); err != nil {
+		stop()
+		return err
+	}
 	actx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
 	defer cancel()
 	m, err := cs.node.Announce(actx)
 	if err != nil {
 		stop()
+		cs.stopBroadcast()
 		return err
 	}
 	cs.member = m
 	cs.wg.Add(1)
 	go cs.watch()
 	return nil
+}
+
+// notice is what a node tells the clients of every other node: a
+// pipeline lifecycle event (Event) or a face's broadcast frame (Face,
+// Frame). Via is the node a command came from, whose clients heard of it
+// from that node's own forwarding.
+type notice struct {
+	From  string          `json:"from"`
+	Via   string          `json:"via,omitempty"`
+	Event *pipeline.Event `json:"event,omitempty"`
+	Face  string          `json:"face,omitempty"`
+	Frame json.RawMessage `json:"frame,omitempty"`
+}
+
+// relay tells the other nodes' clients what this node's clients are told.
+// A notice lost on the way costs a client a notice, never state.
+func (cs *clusterState) relay(n notice) {
+	n.From = cs.node.ID()
+	b, err := json.Marshal(n)
+	if err == nil {
+		err = cs.node.Broadcast(b)
+	}
+	if err != nil {
+		cs.s.log.Debug("cluster: a notice for the other nodes' clients was not sent", "err", err)
+	}
+}
+
+// onNotice passes another node's notice to this node's clients. It runs
+// on the NATS connection's delivery goroutine and only queues.
+func (cs *clusterState) onNotice(b []byte) {
+	var n notice
+	if json.Unmarshal(b, &n) != nil {
+		return
+	}
+	if self := cs.node.ID(); n.From == self || n.Via == self {
+		return
+	}
+	switch {
+	case n.Event != nil:
+		n.Event.Origin = nil // another node's client: no connection here
+		cs.s.emitLifecycle(*n.Event)
+	case n.Face != "" && json.Valid(n.Frame):
+		cs.s.broadcastHere(n.Face, n.Frame)
+	}
 }
 
 // envelope is a command on its way between nodes. pipeline.Command is
@@ -1239,6 +1289,9 @@ func (cs *clusterState) handOver(ctx context.Context) {
 func (cs *clusterState) stop() {
 	if cs.stopNode != nil {
 		cs.stopNode()
+	}
+	if cs.stopBroadcast != nil {
+		cs.stopBroadcast()
 	}
 	// Commands this node passed on (for its own clients, or for another
 	// node's while its sessions moved) get their answers before it stops.

@@ -315,7 +315,7 @@ func (s *Server) Start() error {
 	p, err := pipeline.New(pipeline.Options{
 		Registry:          s.reg,
 		Journal:           s.cfg.Journal,
-		Emit:              s.emitLifecycle,
+		Emit:              s.emitPipelineEvent,
 		IdempotencyTTL:    s.lim.IdempotencyTTL,
 		DependencyTimeout: s.lim.DependencyTimeout,
 		ClassTimeouts: map[pipeline.Class]time.Duration{
@@ -501,7 +501,29 @@ func (s *Server) ClientCount() int {
 // Broadcast sends a frame to every client of a face: the same bytes,
 // one queue append each.
 func (s *Server) Broadcast(face string, f []byte) {
+	s.broadcastHere(face, f)
+	if s.cl != nil {
+		s.cl.relay(notice{Face: face, Frame: f})
+	}
+}
+
+// broadcastHere is Broadcast to this node's clients only.
+func (s *Server) broadcastHere(face string, f []byte) {
 	s.EachClient(face, func(c *Client) { c.Send(f) })
+}
+
+// emitPipelineEvent is a lifecycle event of this node's pipeline: its
+// listeners get it, and in a cluster so do the clients of every other
+// node, as one server's clients would.
+func (s *Server) emitPipelineEvent(ev pipeline.Event) {
+	s.emitLifecycle(ev)
+	if s.cl != nil {
+		via := ""
+		if r, ok := ev.Origin.(*Remote); ok {
+			via = r.Node
+		}
+		s.cl.relay(notice{Via: via, Event: &ev})
+	}
 }
 
 // furthestBehind is the client with the most bytes queued, nil when none

@@ -112,6 +112,10 @@ func TestClusterCommandsAndEventsAcrossNodes(t *testing.T) {
 	nodes := clStart(t, e, "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`))
 	sid := clSessionOn("B", "A", "B", "C")
 
+	// A client of C that watches nothing hears what one server's clients
+	// would: the session created through A and the lifecycle of A's
+	// client's commands, once each.
+	w := nodes["C"].dial("w")
 	a := nodes["A"].dial("a")
 	svCreate(a, sid)
 	if st := clStatus(t, nodes["B"]); st.Leases != 1 {
@@ -184,6 +188,16 @@ func TestClusterCommandsAndEventsAcrossNodes(t *testing.T) {
 		}
 	}
 	svEq(t, "resumed seqs", rs, want)
+
+	w.waitFor(0, "session_created on another node's client", func(f svFrame) bool {
+		return f.typ() == "session_created" && strings.Contains(f.raw, sid)
+	})
+	svWaitUntil(t, "the prompt's lifecycle on another node's client", func() bool { return len(w.lifecycle("p1")) >= 3 })
+	var phases []string
+	for _, f := range w.lifecycle("p1") {
+		phases = append(phases, f.typ())
+	}
+	svEq(t, "the lifecycle of A's client's prompt seen by C's client", phases, []string{"command_accepted", "command_started", "command_finished"})
 
 	// Reads from any node answer from the owner.
 	st := c.must("get_state", svM{"id": "c-state", "sessionId": sid})

@@ -1,0 +1,45 @@
+package cluster
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// broadcastSubject carries what every node tells every other node's
+// clients: notices of the command lifecycle and of sessions created or
+// deleted, which one server would send all of its clients.
+const broadcastSubject = "agentd.broadcast"
+
+// Broadcast sends payload to the ListenBroadcast handler of every node,
+// this one's included. It is core NATS, at most once: for notices a
+// client may miss (it can ask again), never for state.
+func (n *Node) Broadcast(payload []byte) error {
+	if err := n.nc.Publish(broadcastSubject, payload); err != nil {
+		return fmt.Errorf("cluster: broadcast: %w", err)
+	}
+	return nil
+}
+
+// ListenBroadcast calls h with each payload any node broadcasts, on the
+// connection's delivery goroutine (h must not block), until stop.
+func (n *Node) ListenBroadcast(h func(payload []byte)) (stop func(), err error) {
+	sub, err := n.nc.Subscribe(broadcastSubject, func(m *nats.Msg) { h(m.Data) })
+	if err != nil {
+		return nil, fmt.Errorf("cluster: listening to broadcasts: %w", err)
+	}
+	if err := n.nc.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("cluster: listening to broadcasts: %w", err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if sub.Unsubscribe() == nil {
+				_ = n.nc.FlushTimeout(time.Second)
+			}
+		})
+	}, nil
+}
