@@ -172,6 +172,27 @@ func (m *Main) startMCP(ctx context.Context, path, cwd string, log *slog.Logger)
 	return set, nil
 }
 
+// mcpSession is a session of eng for spec with the MCP servers of the
+// configuration at path and of the project at cwd as a tool source, stopped
+// with the session.
+func (m *Main) mcpSession(ctx context.Context, eng *engine.Engine, spec engine.Spec, path, cwd string, log *slog.Logger) (*session.Session, error) {
+	set, err := m.startMCP(ctx, path, cwd, log)
+	if err != nil {
+		return nil, err
+	}
+	sess, err := eng.Session(spec)
+	if err != nil {
+		if set != nil {
+			set.Close()
+		}
+		return nil, err
+	}
+	if set != nil {
+		sess.AddToolSource(set, set.Close)
+	}
+	return sess, nil
+}
+
 // acpSessions builds the ACP face's sessions on the engine.
 type acpSessions struct {
 	eng   *engine.Engine

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -111,4 +113,31 @@ func clusterMetrics(reg *prometheus.Registry, srv *server.Server) error {
 		}
 	}
 	return nil
+}
+
+// sessionOfRequest is the session an HTTP request names: a REST
+// conversation or a per-session WebSocket; "" for none.
+func sessionOfRequest(r *http.Request) string {
+	for _, prefix := range []string{"/api/v2/conversations/", "/api/conversations/", "/api/v1/ws/sessions/", "/api/v1/ws/conversions/"} {
+		if rest, ok := strings.CutPrefix(r.URL.Path, prefix); ok {
+			id, _, _ := strings.Cut(rest, "/")
+			return id
+		}
+	}
+	return ""
+}
+
+// advertised is the address other nodes reach this one's clients at: the
+// listener's, with the host name in place of an unspecified address.
+func advertised(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
+	}
+	return net.JoinHostPort(host, port)
 }

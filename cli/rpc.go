@@ -117,21 +117,11 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	if tools == nil {
 		tools = []string{}
 	}
-	set, err := m.startMCP(ctx, f.mcpConfig, cwd, log)
+	sess, err := m.mcpSession(ctx, eng, engine.Spec{Cwd: cwd, SessionsDir: sessDir, Open: open, Tools: tools}, f.mcpConfig, cwd, log)
 	if err != nil {
-		return err
-	}
-	sess, err := eng.Session(engine.Spec{Cwd: cwd, SessionsDir: sessDir, Open: open, Tools: tools})
-	if err != nil {
-		if set != nil {
-			set.Close()
-		}
 		return err
 	}
 	defer sess.Close()
-	if set != nil {
-		sess.AddToolSource(set, set.Close)
-	}
 	srv := pirpc.New(pirpc.Options{Session: sess, Models: ms, Settings: st, MaxLineBytes: f.maxLineBytes,
 		Delta: f.streamFormat == "delta", Cwd: cwd, ExportsDir: filepath.Join(cfg.DataDir, "exports"), Logger: log})
 	return srv.Run(ctx, m.stdin, m.stdout)

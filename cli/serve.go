@@ -258,7 +258,15 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if cn != nil {
 		inner = clusterHealth(srv, mux)
 	}
-	handler := server.GuardHost(server.HostPolicy{Listen: ln.Addr().String(), Allowed: sc.AllowedHosts}, rest.Handler(inner))
+	// On a cluster node, a request naming a session another node runs is
+	// passed on to that node (ClusterProxy is rest.Handler itself alone).
+	faces := srv.ClusterProxy(sessionOfRequest, rest.Handler(inner))
+	if cn != nil {
+		if err := srv.AdvertiseHTTP(ctx, advertised(ln.Addr())); err != nil {
+			log.Warn("cluster: announcing this node's address", "err", err)
+		}
+	}
+	handler := server.GuardHost(server.HostPolicy{Listen: ln.Addr().String(), Allowed: sc.AllowedHosts}, faces)
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()

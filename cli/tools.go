@@ -52,21 +52,11 @@ func (m *Main) runTools(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err != nil {
 		return err
 	}
-	set, err := m.startMCP(ctx, f.mcpConfig, cwd, log)
+	sess, err := m.mcpSession(ctx, eng, engine.Spec{Cwd: cwd, Tools: names}, f.mcpConfig, cwd, log)
 	if err != nil {
-		return err
-	}
-	sess, err := eng.Session(engine.Spec{Cwd: cwd, Tools: names})
-	if err != nil {
-		if set != nil {
-			set.Close()
-		}
 		return err
 	}
 	defer sess.Close()
-	if set != nil {
-		sess.AddToolSource(set, set.Close)
-	}
 	type entry struct {
 		Name        string `json:"name"`
 		Description string `json:"description"`

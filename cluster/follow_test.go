@@ -164,10 +164,20 @@ func TestMembership(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return fmt.Sprint(m, all)
+		leaving := map[string]bool{}
+		for id, info := range all {
+			leaving[id] = info.Leaving
+		}
+		return fmt.Sprint(m, leaving)
 	}
 	if got := members(); got != "[a b] map[a:false b:false]" {
 		t.Fatalf("both announced: %s", got)
+	}
+	if err := mb.Advertise(ctx, "127.0.0.1:3142"); err != nil {
+		t.Fatal(err)
+	}
+	if all, err := a.Nodes(ctx); err != nil || all["b"].Addr != "127.0.0.1:3142" {
+		t.Fatalf("b's address: %+v, %v", all, err)
 	}
 	if err := mb.Leave(ctx); err != nil {
 		t.Fatal(err)

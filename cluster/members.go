@@ -156,6 +156,7 @@ type Membership struct {
 	done    chan struct{}
 	once    sync.Once
 	leaving atomic.Bool
+	addr    atomic.Pointer[string]
 }
 
 type memberRecord struct {
@@ -163,6 +164,15 @@ type memberRecord struct {
 	// Leaving: the node is handing its sessions over; nothing new is
 	// placed on it, but it still answers what it was sent.
 	Leaving bool `json:"leaving,omitempty"`
+	// Addr is where the node serves its clients (host:port), for a node
+	// that passes a client's request on to it.
+	Addr string `json:"addr,omitempty"`
+}
+
+// NodeInfo is what a live node announces.
+type NodeInfo struct {
+	Leaving bool
+	Addr    string
 }
 
 // Announce makes this node a member: Members on any node lists it from
@@ -200,7 +210,11 @@ func (n *Node) nodeBucket(ctx context.Context) (jetstream.KeyValue, error) {
 }
 
 func (m *Membership) put(ctx context.Context) error {
-	b, _ := json.Marshal(memberRecord{Expires: time.Now().Add(m.n.cfg.LeaseTTL).UnixMilli(), Leaving: m.leaving.Load()})
+	rec := memberRecord{Expires: time.Now().Add(m.n.cfg.LeaseTTL).UnixMilli(), Leaving: m.leaving.Load()}
+	if a := m.addr.Load(); a != nil {
+		rec.Addr = *a
+	}
+	b, _ := json.Marshal(rec)
 	if _, err := m.kv.Put(ctx, m.n.cfg.NodeID, b); err != nil {
 		return fmt.Errorf("cluster: announcing node %s: %w", m.n.cfg.NodeID, err)
 	}
@@ -227,6 +241,12 @@ func (m *Membership) renew(ctx context.Context) {
 		}
 		cancel()
 	}
+}
+
+// Advertise announces where the node serves its clients (host:port).
+func (m *Membership) Advertise(ctx context.Context, addr string) error {
+	m.addr.Store(&addr)
+	return m.put(ctx)
 }
 
 // Leave says the node is leaving: Members no longer lists it, so nothing
@@ -262,8 +282,8 @@ func (n *Node) Members(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var out []string
-	for id, leaving := range all {
-		if !leaving {
+	for id, info := range all {
+		if !info.Leaving {
 			out = append(out, id)
 		}
 	}
@@ -271,8 +291,8 @@ func (n *Node) Members(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// Nodes lists every live node, leaving or not (the value says).
-func (n *Node) Nodes(ctx context.Context) (map[string]bool, error) {
+// Nodes lists every live node, leaving or not.
+func (n *Node) Nodes(ctx context.Context) (map[string]NodeInfo, error) {
 	kv, err := n.nodeBucket(ctx)
 	if err != nil {
 		return nil, err
@@ -286,7 +306,7 @@ func (n *Node) Nodes(ctx context.Context) (map[string]bool, error) {
 		keys = append(keys, k)
 	}
 	now := time.Now().UnixMilli()
-	out := map[string]bool{}
+	out := map[string]NodeInfo{}
 	for _, k := range keys {
 		e, err := kv.Get(ctx, k)
 		if err != nil {
@@ -294,7 +314,7 @@ func (n *Node) Nodes(ctx context.Context) (map[string]bool, error) {
 		}
 		var r memberRecord
 		if json.Unmarshal(e.Value(), &r) == nil && r.Expires > now {
-			out[k] = r.Leaving
+			out[k] = NodeInfo{Leaving: r.Leaving, Addr: r.Addr}
 		}
 	}
 	return out, nil

@@ -355,6 +355,9 @@ func progressUpdate(sessionID string, seq uint64, u *llm.Event) server.Frame {
 		Key:   sessionID + kind + strconv.Itoa(u.ContentIndex),
 		Text:  u.Delta,
 		Merge: func(text string) []byte { return progressFrame(seq, text) },
+		// A few fragments go out in one write; the end of the message
+		// takes them along at once.
+		Linger: server.StreamLinger,
 	}
 }
 

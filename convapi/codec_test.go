@@ -40,30 +40,38 @@ func (l *slowLink) Write(_ context.Context, frames [][]byte) error {
 
 func (l *slowLink) Close(server.Close) {}
 
+// codecLayer is a started layer with the REST face over a faux model
+// that streams a chunk a millisecond.
+func codecLayer(t *testing.T) (*faux.Provider, *server.Server, *Server) {
+	t.Helper()
+	root := t.TempDir()
+	fp := faux.New(faux.Options{ChunkDelay: time.Millisecond})
+	layer, err := server.New(server.Config{
+		Builder: builder(func(spec engine.Spec) (*session.Session, error) {
+			return session.New(session.Config{Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open, Model: faux.Model(),
+				Stream: fp.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq})
+		}),
+		Cwd: root, SessionsDir: filepath.Join(root, "sessions"), StateDir: filepath.Join(root, "state"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	face, err := New(layer, Options{Models: fixedModels{faux.Model()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := layer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return fp, layer, face
+}
+
 // A client that falls behind a streaming answer gets its text fragments
 // joined (one generation_progress for many), still in order, with the
 // newest seq, and the same text in the end as a client that keeps up.
 func TestLaggingClientGetsTokensJoined(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		root := t.TempDir()
-		fp := faux.New(faux.Options{ChunkDelay: time.Millisecond})
-		layer, err := server.New(server.Config{
-			Builder: builder(func(spec engine.Spec) (*session.Session, error) {
-				return session.New(session.Config{Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open, Model: faux.Model(),
-					Stream: fp.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq})
-			}),
-			Cwd: root, SessionsDir: filepath.Join(root, "sessions"), StateDir: filepath.Join(root, "state"),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		face, err := New(layer, Options{Models: fixedModels{faux.Model()}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := layer.Start(); err != nil {
-			t.Fatal(err)
-		}
+		fp, layer, face := codecLayer(t)
 		defer layer.Close()
 		h, err := layer.Create(context.Background(), server.CreateRequest{ID: "lag"})
 		if err != nil {
@@ -174,25 +182,7 @@ func TestAttachmentsIdleCleanup(t *testing.T) {
 // the finished message's content does.
 func TestThinkingStreamsAsTaggedTokens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		root := t.TempDir()
-		fp := faux.New(faux.Options{ChunkDelay: time.Millisecond})
-		layer, err := server.New(server.Config{
-			Builder: builder(func(spec engine.Spec) (*session.Session, error) {
-				return session.New(session.Config{Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open, Model: faux.Model(),
-					Stream: fp.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq})
-			}),
-			Cwd: root, SessionsDir: filepath.Join(root, "sessions"), StateDir: filepath.Join(root, "state"),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		face, err := New(layer, Options{Models: fixedModels{faux.Model()}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := layer.Start(); err != nil {
-			t.Fatal(err)
-		}
+		fp, layer, face := codecLayer(t)
 		defer layer.Close()
 		h, err := layer.Create(context.Background(), server.CreateRequest{ID: "think"})
 		if err != nil {

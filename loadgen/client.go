@@ -147,17 +147,17 @@ func (c *client) read(ctx context.Context) {
 		c.lastFrame = now
 		c.frames.Add(1)
 		c.bytes.Add(int64(len(data)))
-		typ := gjson.GetBytes(data, "type").String()
+		typ := frameType(data)
 		if first {
 			first = false
-			if typ == "server_ready" {
+			if string(typ) == "server_ready" {
 				close(c.ready)
 				continue
 			}
 			c.faults.add("first frame not server_ready", fmt.Sprintf("session %s: first frame is %q, not server_ready", c.sid, typ))
 			close(c.ready) // let the session go on; the fault is counted
 		}
-		switch typ {
+		switch string(typ) {
 		case "response":
 			c.deliver(now, data)
 		case "event":
@@ -371,6 +371,20 @@ func readMessage(conn *websocket.Conn, buf *bytes.Buffer) error {
 	buf.Reset()
 	_, err = buf.ReadFrom(r)
 	return err
+}
+
+// frameType is a frame's "type". agentd writes it first, and under a
+// global lifecycle broadcast most frames are read for nothing else: a
+// frame that starts so is not parsed, any other is.
+func frameType(data []byte) []byte {
+	const head = `{"type":"`
+	if len(data) > len(head) && string(data[:len(head)]) == head {
+		rest := data[len(head):]
+		if i := bytes.IndexByte(rest, '"'); i >= 0 && bytes.IndexByte(rest[:i], '\\') < 0 {
+			return rest[:i]
+		}
+	}
+	return []byte(gjson.GetBytes(data, "type").String())
 }
 
 func prefix(b []byte, n int) string {

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -283,6 +284,76 @@ func TestMockTimesEachPrompt(t *testing.T) {
 	}
 	if n := mk.requestCount(); n != 1 {
 		t.Errorf("requests %d, want 1", n)
+	}
+}
+
+// The mock records its first answer and replays it to every request that
+// comes after or meanwhile: the same bytes, each chunk read on its own
+// (flushed), as llmtest wrote them; with a plan, answers differ, and
+// every request is llmtest's.
+func TestMockReplaysItsAnswer(t *testing.T) {
+	for _, steps := range []int{0, 2} {
+		t.Run(fmt.Sprintf("plan steps %d", steps), func(t *testing.T) {
+			mk, err := startMock(5, steps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := mk.close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			// Its own transport, whose idle connections are closed before
+			// the mock: one dialed but never used would hold up its
+			// shutdown.
+			hc := &http.Client{Transport: &http.Transport{}}
+			defer hc.CloseIdleConnections()
+			const body = `{"model":"mock-model","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
+			answer := func() []string {
+				resp, err := hc.Post(mk.openAIURL()+"/chat/completions", "application/json", strings.NewReader(body))
+				if err != nil {
+					t.Error(err)
+					return nil
+				}
+				defer resp.Body.Close()
+				var chunks []string
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := resp.Body.Read(buf)
+					if n > 0 {
+						chunks = append(chunks, string(buf[:n]))
+					}
+					if err != nil {
+						return chunks
+					}
+				}
+			}
+			answers := make([][]string, 6)
+			answers[0] = answer()
+			var wg sync.WaitGroup
+			for i := 1; i < len(answers); i++ {
+				wg.Go(func() { answers[i] = answer() })
+			}
+			wg.Wait()
+			if want := strings.Join(answers[0], ""); !strings.Contains(want, `"content":"w04 "`) || !strings.Contains(want, "[DONE]") {
+				t.Fatalf("first answer:\n%s", want)
+			}
+			if got := mk.requestCount(); got != len(answers) {
+				t.Errorf("requests %d, want %d", got, len(answers))
+			}
+			for i, a := range answers[1:] {
+				if strings.Join(a, "") != strings.Join(answers[0], "") {
+					t.Errorf("answer %d differs from the first:\n%s\nfirst:\n%s", i+1, strings.Join(a, ""), strings.Join(answers[0], ""))
+				}
+			}
+			if replayed := mk.replay != nil; replayed != (steps == 0) {
+				t.Fatalf("replayed %v with %d plan steps", replayed, steps)
+			}
+			// Each of the 5 text chunks is flushed on its own.
+			if mk.replay != nil && len(mk.replay.parts) < 5 {
+				t.Errorf("the answer is replayed in %d flushes: %q", len(mk.replay.parts), mk.replay.parts)
+			}
+		})
 	}
 }
 

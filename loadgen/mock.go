@@ -43,6 +43,44 @@ type mock struct {
 	took     map[string]time.Duration // by prompt tag; summed over retries
 	byTag    map[string]int           // requests, by prompt tag
 	requests int
+	// replay, when set, is llmtest's answer recorded once: every request
+	// gets the same answer (without a plan), and encoding 2,000 chunks
+	// with encoding/json per request made the mock cost more CPU than
+	// the server it feeds, on the machine both share. The server still
+	// gets each chunk in a flush of its own, as from llmtest.
+	replay    *recorded
+	same      bool          // every request has the same answer: record it
+	recording chan struct{} // closed when the first answer is recorded
+}
+
+// recorded is the answer to replay, if there is one; first says the
+// caller is to record it. Requests that come while the first answer is
+// being recorded wait for it.
+func (m *mock) recorded() (rec *recorded, first bool) {
+	m.mu.Lock()
+	if !m.same {
+		m.mu.Unlock()
+		return nil, false
+	}
+	if m.recording == nil {
+		m.recording = make(chan struct{})
+		m.mu.Unlock()
+		return nil, true
+	}
+	wait := m.recording
+	m.mu.Unlock()
+	<-wait
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.replay, false
+}
+
+// recorded is an answer as llmtest wrote it: its header and the bytes
+// between flushes.
+type recorded struct {
+	header http.Header
+	status int
+	parts  [][]byte
 }
 
 // startMock listens on a free loopback port. Every answer is the same
@@ -53,7 +91,8 @@ type mock struct {
 // plan moves.
 func startMock(chunks, planSteps int) (*mock, error) {
 	script := textScript(chunks)
-	m := &mock{llm: llmtest.NewUnstarted(), answer: strings.Join(script.Text, ""), took: map[string]time.Duration{}, byTag: map[string]int{}, served: make(chan struct{})}
+	m := &mock{llm: llmtest.NewUnstarted(), answer: strings.Join(script.Text, ""), took: map[string]time.Duration{}, byTag: map[string]int{}, served: make(chan struct{}),
+		same: planSteps == 0}
 	// The unstarted llmtest server is only a handler here; its own
 	// listener is never served, and closing it is all Close does.
 	if planSteps > 0 {
@@ -83,7 +122,8 @@ func textScript(chunks int) llmtest.Script {
 	for i := range text {
 		text[i] = fmt.Sprintf("w%02d ", i%100)
 	}
-	return llmtest.Script{Text: text, Usage: &llmtest.Usage{Input: 42, Output: int64(chunks)}}
+	// One response id for all: the answers are replayed byte for byte.
+	return llmtest.Script{Text: text, Usage: &llmtest.Usage{Input: 42, Output: int64(chunks)}, ResponseID: "chatcmpl-bench"}
 }
 
 // planScript is the answer to r in a run that works through a plan of
@@ -140,7 +180,22 @@ func (m *mock) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	m.llm.ServeHTTP(w, r)
+	if rec, first := m.recorded(); rec != nil {
+		rec.play(w)
+	} else if first {
+		rw := &recorder{w: w, rc: http.NewResponseController(w)}
+		m.llm.ServeHTTP(rw, r)
+		rw.end()
+		m.mu.Lock()
+		if rw.status == http.StatusOK {
+			m.replay = &recorded{header: w.Header().Clone(), status: rw.status, parts: rw.parts}
+		}
+		close(m.recording)
+		m.same = m.replay != nil
+		m.mu.Unlock()
+	} else {
+		m.llm.ServeHTTP(w, r)
+	}
 	took := time.Since(start)
 	tag := lastTag(body)
 	m.mu.Lock()
@@ -201,4 +256,64 @@ func (m *mock) close() error {
 		err = nil
 	}
 	return err
+}
+
+// play writes the recorded answer, flushing where llmtest flushed.
+func (rec *recorded) play(w http.ResponseWriter) {
+	h := w.Header()
+	for k, v := range rec.header {
+		h[k] = v
+	}
+	w.WriteHeader(rec.status)
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	for _, p := range rec.parts {
+		if _, err := w.Write(p); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+	}
+}
+
+// recorder passes an answer through to the client and keeps a copy of it,
+// part by part between flushes.
+type recorder struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	status  int
+	pending []byte
+	parts   [][]byte
+}
+
+func (r *recorder) Header() http.Header { return r.w.Header() }
+
+func (r *recorder) WriteHeader(code int) {
+	r.status = code
+	r.w.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	r.pending = append(r.pending, b...)
+	return r.w.Write(b)
+}
+
+// FlushError is what http.ResponseController calls.
+func (r *recorder) FlushError() error {
+	r.end()
+	return r.rc.Flush()
+}
+
+// end closes the part being written.
+func (r *recorder) end() {
+	if len(r.pending) > 0 {
+		r.parts = append(r.parts, r.pending)
+		r.pending = nil
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/coder/websocket"
+	"github.com/tidwall/gjson"
 )
 
 // BenchmarkClientRead reads small messages (a lifecycle frame's size)
@@ -49,6 +50,47 @@ func BenchmarkClientRead(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/msg")
+		})
+	}
+}
+
+// frameType reads agentd's frames without parsing them, and any other
+// frame by parsing it.
+func TestFrameType(t *testing.T) {
+	tests := []struct{ frame, want string }{
+		{`{"type":"command_accepted","data":{"commandId":"c1"}}`, "command_accepted"},
+		{`{"id":"c1","type":"response","command":"get_state"}`, "response"},
+		{`{ "type" : "event" }`, "event"},
+		{`{"type":"a\"b","x":1}`, `a"b`},
+		{`{"type":""}`, ""},
+		{`{"data":{}}`, ""},
+		{`not json`, ""},
+	}
+	for _, tt := range tests {
+		if got := string(frameType([]byte(tt.frame))); got != tt.want {
+			t.Errorf("frameType(%s) = %q, want %q", tt.frame, got, tt.want)
+		}
+	}
+}
+
+// BenchmarkFrameType is what a client pays to tell a lifecycle frame's
+// type: gjson's parse, as the clients did, or frameType.
+func BenchmarkFrameType(b *testing.B) {
+	frame := []byte(`{"type":"command_finished","data":{"commandId":"bench-000123.g0.0","commandType":"get_state","sessionId":"bench-000123","dependsOn":[],"success":true}}`)
+	for _, mode := range []string{"gjson", "frameType"} {
+		b.Run(mode, func(b *testing.B) {
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				if mode == "gjson" {
+					n += len(gjson.GetBytes(frame, "type").String())
+				} else {
+					n += len(frameType(frame))
+				}
+			}
+			if n == 0 {
+				b.Fatal("no type")
+			}
 		})
 	}
 }

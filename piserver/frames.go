@@ -166,6 +166,11 @@ func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
 	if f.Data == nil || a == nil || a.Type != agent.EventMessageUpdate || a.Update == nil {
 		return f
 	}
+	// A stream's updates come many a second: they may wait a moment for
+	// company, so that several go out in one write. The message's end,
+	// and every event that is not an update, go at once and take them
+	// along.
+	f.Linger = server.StreamLinger
 	switch u := a.Update; u.Type {
 	case llm.EventTextDelta, llm.EventThinkingDelta, llm.EventToolCallDelta:
 		f.Key = sessionID + "\x00" + string(u.Type) + "\x00" + strconv.Itoa(u.ContentIndex)
@@ -173,14 +178,14 @@ func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
 			return f
 		}
 		// The delta format reads no partial message, so the frame can be
-		// made later, from copies.
+		// made later, from copies. The closure takes what it needs and no
+		// more: capturing ev or u would move them to the heap for every
+		// delta, merged or not.
 		f.Text = u.Delta
-		merged := *u
-		seq := ev.Seq
+		seq, typ, kind, index := ev.Seq, ev.Type, u.Type, u.ContentIndex
 		f.Merge = func(text string) []byte {
-			m := merged
-			m.Delta = text
-			return cd.frame(sessionID, session.Event{Seq: seq, Type: ev.Type, Agent: &agent.Event{Type: agent.EventMessageUpdate, Update: &m}})
+			m := llm.Event{Type: kind, ContentIndex: index, Delta: text}
+			return cd.frame(sessionID, session.Event{Seq: seq, Type: typ, Agent: &agent.Event{Type: agent.EventMessageUpdate, Update: &m}})
 		}
 	}
 	return f

@@ -3,14 +3,18 @@ package piserver
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/interaction"
+	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/pipeline"
+	"github.com/agentd-dev/agentd/server"
 	"github.com/agentd-dev/agentd/session"
 )
 
@@ -509,6 +513,64 @@ func TestEventFrame(t *testing.T) {
 			if !json.Valid(got) {
 				t.Errorf("eventFrame is not JSON: %s", got)
 			}
+		})
+	}
+}
+
+// A stream's updates may wait StreamLinger for company, in both formats;
+// the message's end, tool events and the rest go at once.
+func TestStreamUpdatesLinger(t *testing.T) {
+	msg := &llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{{Type: llm.ContentText, Text: "hi"}}}
+	update := func(typ llm.EventType) session.Event {
+		return session.Event{Seq: 3, Type: session.EventType(agent.EventMessageUpdate), Agent: &agent.Event{Type: agent.EventMessageUpdate, Message: msg,
+			Update: &llm.Event{Type: typ, ContentIndex: 0, Delta: "hi"}}}
+	}
+	tests := []struct {
+		name string
+		ev   session.Event
+		want time.Duration
+	}{
+		{"text delta", update(llm.EventTextDelta), server.StreamLinger},
+		{"thinking delta", update(llm.EventThinkingDelta), server.StreamLinger},
+		{"text start", update(llm.EventTextStart), server.StreamLinger},
+		{"message end", session.Event{Seq: 4, Type: session.EventType(agent.EventMessageEnd), Agent: &agent.Event{Type: agent.EventMessageEnd, Message: msg}}, 0},
+		{"tool start", session.Event{Seq: 5, Type: session.EventType(agent.EventToolExecutionStart), Agent: &agent.Event{Type: agent.EventToolExecutionStart, ToolCallID: "t1", ToolName: "bash"}}, 0},
+	}
+	for _, delta := range []bool{false, true} {
+		cd := &codec{delta: delta}
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%s delta=%v", tt.name, delta), func(t *testing.T) {
+				f := cd.Encode("s1", tt.ev)
+				if f.Data == nil {
+					t.Fatal("no frame")
+				}
+				if f.Linger != tt.want {
+					t.Errorf("Linger %s, want %s", f.Linger, tt.want)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkEncodeDelta is the encoding of one stream delta, as fanOut does
+// it once per event: the frame and what its queue needs to merge it.
+func BenchmarkEncodeDelta(b *testing.B) {
+	for _, delta := range []bool{false, true} {
+		b.Run(fmt.Sprintf("delta=%v", delta), func(b *testing.B) {
+			cd := &codec{delta: delta}
+			msg := &llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{{Type: llm.ContentText, Text: strings.Repeat("w42 ", 100)}}}
+			ev := session.Event{Seq: 1234, Type: session.EventType(agent.EventMessageUpdate), Agent: &agent.Event{Type: agent.EventMessageUpdate, Message: msg,
+				Update: &llm.Event{Type: llm.EventTextDelta, Delta: "w42 "}}}
+			b.ReportAllocs()
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			for b.Loop() {
+				if f := cd.Encode("bench-000123", ev); f.Data == nil {
+					b.Fatal("no frame")
+				}
+			}
+			runtime.ReadMemStats(&m1)
+			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/float64(b.N), "allocs/event")
 		})
 	}
 }

@@ -93,7 +93,7 @@ func (s *Server) onLifecycle(ev pipeline.Event) {
 		case pc == nil || !(pc.ownLifecycle || pc.who.Scoped):
 			// Another client's command: it may wait a little for company
 			// in the queue (one write for many), never be dropped.
-			c.SendFrame(server.Frame{Data: f, Lazy: true})
+			c.SendFrame(server.Frame{Data: f, Linger: server.BroadcastLinger})
 		}
 	})
 }

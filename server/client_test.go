@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -142,7 +143,7 @@ func (l *batchLink) written() string {
 	return strings.Join(parts, " ")
 }
 
-// Lazy frames wait up to lazyDelay for company and then go out in one
+// Lazy frames wait up to BroadcastLinger for company and then go out in one
 // write; a frame that is not lazy takes the waiting ones along at once, in
 // their order; closing sends what waits.
 func TestLazyFramesWaitForCompany(t *testing.T) {
@@ -160,22 +161,96 @@ func TestLazyFramesWaitForCompany(t *testing.T) {
 				t.Fatalf("%s: written %s, want %s", when, got, want)
 			}
 		}
-		c.SendFrame(Frame{Data: []byte("l1"), Lazy: true})
-		time.Sleep(lazyDelay / 2)
-		c.SendFrame(Frame{Data: []byte("l2"), Lazy: true})
-		check("before lazyDelay", "")
-		time.Sleep(lazyDelay / 2)
-		check("at lazyDelay", "[l1 l2]")
+		c.SendFrame(Frame{Data: []byte("l1"), Linger: BroadcastLinger})
+		time.Sleep(BroadcastLinger / 2)
+		c.SendFrame(Frame{Data: []byte("l2"), Linger: BroadcastLinger})
+		check("before BroadcastLinger", "")
+		time.Sleep(BroadcastLinger / 2)
+		check("at BroadcastLinger", "[l1 l2]")
 
-		c.SendFrame(Frame{Data: []byte("l3"), Lazy: true})
+		c.SendFrame(Frame{Data: []byte("l3"), Linger: BroadcastLinger})
 		c.Send([]byte("now"))
 		check("after a frame that is not lazy", "[l1 l2] [l3 now]")
 
-		c.SendFrame(Frame{Data: []byte("l5"), Lazy: true})
+		c.SendFrame(Frame{Data: []byte("l5"), Linger: BroadcastLinger})
 		c.Close(Close{})
 		<-c.Done()
 		check("after Close", "[l1 l2] [l3 now] [l5]")
 	})
+}
+
+// A stream's deltas wait at most StreamLinger, counted from the first of
+// them, and go out in one write in their order; a frame without Linger
+// takes the waiting ones along at once; a delta queued behind a broadcast
+// frame brings the broadcast's send forward to its own, shorter linger.
+func TestStreamDeltasLingerBriefly(t *testing.T) {
+	step := StreamLinger / 5
+	tests := []struct {
+		name string
+		run  func(t *testing.T, c *Client, l *batchLink)
+		want string // what was written in the end, batch by batch
+	}{{
+		name: "deltas go out together within the linger",
+		run: func(t *testing.T, c *Client, l *batchLink) {
+			for _, d := range []string{"d1", "d2", "d3"} {
+				c.SendFrame(Frame{Data: []byte(d), Linger: StreamLinger})
+				time.Sleep(step)
+			}
+			// 3 steps in: nothing yet. At StreamLinger after d1, all.
+			time.Sleep(StreamLinger - 3*step - time.Nanosecond)
+			synctest.Wait()
+			if got := l.written(); got != "" {
+				t.Fatalf("before the linger: written %s", got)
+			}
+			time.Sleep(time.Nanosecond)
+		},
+		want: "[d1 d2 d3]",
+	}, {
+		name: "a frame without linger takes the deltas along at once",
+		run: func(t *testing.T, c *Client, l *batchLink) {
+			c.SendFrame(Frame{Data: []byte("d1"), Linger: StreamLinger})
+			c.SendFrame(Frame{Data: []byte("d2"), Linger: StreamLinger})
+			c.Send([]byte("end"))
+		},
+		want: "[d1 d2 end]",
+	}, {
+		name: "a delta brings a waiting broadcast frame forward",
+		run: func(t *testing.T, c *Client, l *batchLink) {
+			c.SendFrame(Frame{Data: []byte("b1"), Linger: BroadcastLinger})
+			time.Sleep(step)
+			c.SendFrame(Frame{Data: []byte("d1"), Linger: StreamLinger})
+			time.Sleep(StreamLinger)
+		},
+		want: "[b1 d1]",
+	}, {
+		name: "the next deltas start a new linger",
+		run: func(t *testing.T, c *Client, l *batchLink) {
+			c.SendFrame(Frame{Data: []byte("d1"), Linger: StreamLinger})
+			time.Sleep(StreamLinger + step)
+			c.SendFrame(Frame{Data: []byte("d2"), Linger: StreamLinger})
+			time.Sleep(StreamLinger)
+		},
+		want: "[d1] [d2]",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newEnv(t).start(t, Limits{})
+				l := &batchLink{}
+				c, err := s.Attach(l, ClientOptions{Face: "test", Transport: "test"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tt.run(t, c, l)
+				synctest.Wait()
+				if got := l.written(); got != tt.want {
+					t.Fatalf("written %s, want %s", got, tt.want)
+				}
+				c.Close(Close{})
+				<-c.Done()
+			})
+		})
+	}
 }
 
 // nullLink makes one write(2) to /dev/null per batch, as a socket would,
@@ -199,13 +274,13 @@ func (l *nullLink) Write(_ context.Context, frames [][]byte) error {
 func (l *nullLink) Close(Close) {}
 
 // BenchmarkBroadcast is the global lifecycle broadcast: each op is one
-// frame queued for each of 200 clients, sent eagerly (as before lazy
-// frames) or lazily, at a pace the writers keep up with (as commands
+// frame queued for each of 200 clients, sent at once or with
+// BroadcastLinger, at a pace the writers keep up with (as commands
 // come), so that eager frames go out one write each. It reports writes
 // and the process's CPU time per frame delivered.
 func BenchmarkBroadcast(b *testing.B) {
-	for _, lazy := range []bool{false, true} {
-		b.Run(fmt.Sprintf("lazy=%v", lazy), func(b *testing.B) {
+	for _, linger := range []time.Duration{0, BroadcastLinger} {
+		b.Run(fmt.Sprintf("linger=%s", linger), func(b *testing.B) {
 			s := newEnv(b).start(b, Limits{})
 			devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 			if err != nil {
@@ -220,10 +295,12 @@ func BenchmarkBroadcast(b *testing.B) {
 				}
 			}
 			frame := []byte(`{"type":"command_finished","data":{"commandId":"bench-000123.g0.0","commandType":"get_state","sessionId":"bench-000123","dependsOn":[],"success":true}}`)
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
 			cpu0 := cpuTime(b)
 			b.ResetTimer()
 			for range b.N {
-				s.EachClient("bench", func(c *Client) { c.SendFrame(Frame{Data: frame, Lazy: lazy}) })
+				s.EachClient("bench", func(c *Client) { c.SendFrame(Frame{Data: frame, Linger: linger}) })
 				time.Sleep(time.Millisecond)
 			}
 			for _, c := range clients {
@@ -233,8 +310,57 @@ func BenchmarkBroadcast(b *testing.B) {
 				<-c.Done()
 			}
 			b.StopTimer()
+			runtime.ReadMemStats(&m1)
 			frames := float64(b.N) * float64(len(clients))
 			b.ReportMetric(float64(writes.Load())/frames, "writes/frame")
+			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/frames, "allocs/frame")
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/frames, "cpu-ns/frame")
+		})
+	}
+}
+
+// BenchmarkStreamLinger is a stream's deltas to 50 clients, a delta each
+// per op and an op per millisecond (a fast model), with each Linger:
+// writes per frame fall as frames wait for company. It reports writes,
+// heap allocations and the process's CPU time per frame delivered.
+func BenchmarkStreamLinger(b *testing.B) {
+	for _, linger := range []time.Duration{0, 2 * time.Millisecond, StreamLinger, 10 * time.Millisecond} {
+		b.Run(fmt.Sprintf("linger=%s", linger), func(b *testing.B) {
+			s := newEnv(b).start(b, Limits{})
+			devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer devnull.Close()
+			var writes atomic.Int64
+			clients := make([]*Client, 50)
+			for i := range clients {
+				if clients[i], err = s.Attach(&nullLink{f: devnull, writes: &writes}, ClientOptions{Face: "bench", Transport: "test"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			frame := []byte(`{"type":"event","sessionId":"bench-000123","seq":1234,"event":{"type":"message_update","assistantMessageEvent":{"type":"text_delta","contentIndex":0,"delta":"w42 "}}}`)
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			cpu0 := cpuTime(b)
+			b.ResetTimer()
+			for range b.N {
+				for _, c := range clients {
+					c.SendFrame(Frame{Data: frame, Linger: linger})
+				}
+				time.Sleep(time.Millisecond)
+			}
+			for _, c := range clients {
+				c.Close(Close{})
+			}
+			for _, c := range clients {
+				<-c.Done()
+			}
+			b.StopTimer()
+			runtime.ReadMemStats(&m1)
+			frames := float64(b.N) * float64(len(clients))
+			b.ReportMetric(float64(writes.Load())/frames, "writes/frame")
+			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/frames, "allocs/frame")
 			b.ReportMetric(float64(cpuTime(b)-cpu0)/frames, "cpu-ns/frame")
 		})
 	}

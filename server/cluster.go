@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -74,13 +75,16 @@ type clusterState struct {
 	forwarded atomic.Int64
 	received  atomic.Int64
 	takeovers atomic.Int64
+
+	// httpTransport carries requests passed on to other nodes (ClusterProxy).
+	httpTransport *http.Transport
 }
 
 func newClusterState(s *Server, node *cluster.Node) *clusterState {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &clusterState{s: s, node: node, ctx: ctx, cancel: cancel,
 		forwarders: map[string]*forwarder{}, inflight: map[*inflight]struct{}{}, feeds: map[string]*Hosted{},
-		owners: map[string]ownerSeen{}}
+		owners: map[string]ownerSeen{}, httpTransport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}}
 }
 
 // start serves this node's address and announces it, so other nodes can
@@ -264,18 +268,22 @@ func (cs *clusterState) dispatch(it forwardItem) {
 		cs.runHere(it)
 		return
 	}
-	dest, err := cs.destination(id)
+	dest, orphan, err := cs.destination(id)
 	if err != nil {
 		cs.fail(it, fault.Wrap(fault.Unavailable, err, "The cluster cannot tell which node runs session "+id+": "+err.Error()))
 		return
 	}
 	if dest == cs.node.ID() || dest == "" {
-		// Take a session that lost its owner over before its command runs
-		// (its records may only be written by the lease's holder); an id
-		// the cluster does not know is left to the command (a create).
-		ctx, cancel := context.WithTimeout(cs.ctx, 30*time.Second)
-		_, _ = cs.s.Session(ctx, id)
-		cancel()
+		if orphan {
+			// Take a session that lost its owner over before its command
+			// runs: its records may only be written by the lease's holder.
+			// (A new id is left to the command, a create, which a face
+			// may have announced with Expect: looking it up here would
+			// wait for that very command.)
+			ctx, cancel := context.WithTimeout(cs.ctx, 30*time.Second)
+			_, _ = cs.s.Session(ctx, id)
+			cancel()
+		}
 		cs.runHere(it)
 		return
 	}
@@ -293,21 +301,24 @@ type ownerSeen struct {
 }
 
 // destination is the node that runs session id: its lease's live holder,
-// else its home among the live nodes. An owner read less than a third of
-// a lease TTL ago is used again: a node that no longer runs the session
-// passes the command on, and one that is gone is forgotten.
-func (cs *clusterState) destination(id string) (string, error) {
+// else its home among the live nodes; for a session the cluster does not
+// know (a create), this node unless SpreadSessions. orphan says the
+// session exists and nobody runs it: the destination takes it over. An
+// owner read less than a third of a lease TTL ago is used again: a node
+// that no longer runs the session passes the command on, and one that is
+// gone is forgotten.
+func (cs *clusterState) destination(id string) (dest string, orphan bool, err error) {
 	cs.mu.Lock()
 	seen, ok := cs.owners[id]
 	cs.mu.Unlock()
 	if ok && time.Since(seen.at) < cs.node.LeaseTTL()/3 {
-		return seen.node, nil
+		return seen.node, false, nil
 	}
 	ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
 	defer cancel()
 	owner, live, held, err := cs.node.LeaseOwner(ctx, id)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if held && live {
 		cs.mu.Lock()
@@ -316,25 +327,23 @@ func (cs *clusterState) destination(id string) (string, error) {
 		}
 		cs.owners[id] = ownerSeen{node: owner, at: time.Now()}
 		cs.mu.Unlock()
-		return owner, nil
+		return owner, false, nil
 	}
-	if !cs.s.cfg.SpreadSessions {
-		// A session the cluster does not know is new: it lives where it
-		// is created, so a client that stays on one node never waits on
-		// another.
-		rec, found, err := cs.node.GetSession(ctx, id)
-		if err != nil {
-			return "", err
-		}
-		if !found || rec.Deleted {
-			return cs.node.ID(), nil
-		}
+	rec, found, err := cs.node.GetSession(ctx, id)
+	if err != nil {
+		return "", false, err
+	}
+	exists := found && !rec.Deleted
+	if !exists && !cs.s.cfg.SpreadSessions {
+		// New: it lives where it is created, so a client that stays on
+		// one node never waits on another.
+		return cs.node.ID(), false, nil
 	}
 	members, err := cs.liveMembers(ctx)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	return placeSession(id, members), nil
+	return placeSession(id, members), exists, nil
 }
 
 // placeSession picks the home of a session among the live nodes by
@@ -1051,14 +1060,17 @@ func (cs *clusterState) decode(id string, e cluster.Event) (session.Event, bool)
 }
 
 // feedFor returns the follow of session id shared by this node's
-// subscribers, starting one after seq when there is none.
+// subscribers, starting one after seq when there is none. The follow is
+// started without cs.mu held (it reads the stream), so routing never
+// waits on it.
 func (cs *clusterState) feedFor(id string, after uint64) (*Hosted, error) {
 	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if h := cs.feeds[id]; h != nil {
+	h := cs.feeds[id]
+	cs.mu.Unlock()
+	if h != nil {
 		return h, nil
 	}
-	h := &Hosted{srv: cs.s, id: id, subs: map[*Client]*subscription{}, gone: make(chan struct{})}
+	h = &Hosted{srv: cs.s, id: id, subs: map[*Client]*subscription{}, gone: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
 	defer cancel()
 	f, err := cs.node.Follow(ctx, id, after, func(e cluster.Event) {
@@ -1070,7 +1082,19 @@ func (cs *clusterState) feedFor(id string, after uint64) (*Hosted, error) {
 		return nil, err
 	}
 	h.feed = &feed{follow: f}
+	cs.mu.Lock()
+	if other := cs.feeds[id]; other != nil {
+		cs.mu.Unlock()
+		f.Stop() // another subscriber started one meanwhile
+		return other, nil
+	}
+	if cs.ctx.Err() != nil {
+		cs.mu.Unlock()
+		f.Stop()
+		return nil, errors.New("the server is shutting down")
+	}
 	cs.feeds[id] = h
+	cs.mu.Unlock()
 	return h, nil
 }
 
@@ -1236,6 +1260,7 @@ func (cs *clusterState) stop() {
 	}
 	cs.cancel()
 	cs.wg.Wait()
+	cs.httpTransport.CloseIdleConnections()
 	cs.mu.Lock()
 	feeds := cs.feeds
 	cs.feeds = map[string]*Hosted{}

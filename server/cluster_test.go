@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -341,6 +342,41 @@ func BenchmarkClusterCommand(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/command")
+		})
+	}
+}
+
+// BenchmarkClusterCommandsParallel is BenchmarkClusterCommand with 64
+// sessions commanded at once: commands per second through the owner
+// (local) and through the other node (forwarded).
+func BenchmarkClusterCommandsParallel(b *testing.B) {
+	nodes := startCluster(b, "a", "b")
+	var ids []string
+	for i := 0; len(ids) < 64; i++ {
+		id := "p" + strconv.Itoa(i)
+		if placeSession(id, []string{"a", "b"}) != "b" {
+			continue
+		}
+		if r := submit(b, nodes["b"], pipeline.Command{Type: "t.create", SessionID: id}); r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		ids = append(ids, id)
+	}
+	for _, bc := range []struct{ name, node string }{{"local", "b"}, {"forwarded", "a"}} {
+		b.Run(bc.name, func(b *testing.B) {
+			n := nodes[bc.node]
+			var next atomic.Int64
+			b.SetParallelism(32) // 64 goroutines on 2 cores
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					id := ids[int(next.Add(1))%len(ids)]
+					if r := submit(b, n, pipeline.Command{Type: "t.where", SessionID: id}); r.Err != nil {
+						b.Error(r.Err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commands/s")
 		})
 	}
 }

@@ -225,7 +225,7 @@ func (h *Hosted) fanOut(ev session.Event) {
 		codec Codec
 		frame Frame
 	}
-	var cache []encoded
+	cache := make([]encoded, 0, 2) // on the stack: an allocation per event otherwise
 	for c, sub := range h.subs {
 		var f Frame
 		found := false

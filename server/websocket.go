@@ -31,6 +31,9 @@ type WebSocket struct {
 	wmu       sync.Mutex // one writer at a time: batches, pongs, pings, close
 	closeSent bool
 	bufs      *WriteBuffers
+	// hdr is where a frame header is made, under wmu: the library's
+	// WriteHeader allocates one per message.
+	hdr [ws.MaxHeaderSize]byte
 
 	inMessage bool // a fragmented message is being read
 	lastPong  atomic.Int64
@@ -220,7 +223,7 @@ func (c *WebSocket) WriteText(msgs [][]byte) error {
 	}
 	return c.withBuffer(func(bw *bufio.Writer) error {
 		for _, m := range msgs {
-			if err := ws.WriteHeader(bw, ws.Header{Fin: true, OpCode: ws.OpText, Length: int64(len(m))}); err != nil {
+			if err := ws.WriteHeaderBuffer(bw, ws.Header{Fin: true, OpCode: ws.OpText, Length: int64(len(m))}, c.hdr[:]); err != nil {
 				return err
 			}
 			if _, err := bw.Write(m); err != nil {
@@ -246,7 +249,7 @@ func (c *WebSocket) writeControlLocked(op ws.OpCode, payload []byte) error {
 		return err
 	}
 	return c.withBuffer(func(bw *bufio.Writer) error {
-		if err := ws.WriteHeader(bw, ws.Header{Fin: true, OpCode: op, Length: int64(len(payload))}); err != nil {
+		if err := ws.WriteHeaderBuffer(bw, ws.Header{Fin: true, OpCode: op, Length: int64(len(payload))}, c.hdr[:]); err != nil {
 			return err
 		}
 		_, err := bw.Write(payload)

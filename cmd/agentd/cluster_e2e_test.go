@@ -36,10 +36,15 @@ func clFreeAddr(t *testing.T) string {
 // sees all three as members.
 func clStart(t *testing.T, e *e2eEnv, extra ...string) clNodes {
 	t.Helper()
-	natsAddr := clFreeAddr(t)
 	// --cluster-spread: a session created through one node may live on
-	// another, which these tests need.
-	common := append([]string{"--cluster-lease-ttl", "1s", "--cluster-spread"}, extra...)
+	// another, which most of these tests need.
+	return clStartWith(t, e, append([]string{"--cluster-spread"}, extra...)...)
+}
+
+func clStartWith(t *testing.T, e *e2eEnv, extra ...string) clNodes {
+	t.Helper()
+	natsAddr := clFreeAddr(t)
+	common := append([]string{"--cluster-lease-ttl", "1s"}, extra...)
 	nodes := clNodes{}
 	nodes["A"] = svStart(t, e, append([]string{"--data-dir", filepath.Join(e.root, "node-A"), "--node-id", "A",
 		"--cluster", "embedded", "--cluster-listen", natsAddr}, common...)...)
@@ -398,5 +403,60 @@ func TestClusterStaleOwnerIsFenced(t *testing.T) {
 		if strings.Contains(f.raw, "stale-write\\n") {
 			t.Errorf("B's client received the stale owner's event: %s", f)
 		}
+	}
+}
+
+// The faces that look a session up directly work on every node: a REST
+// client's reads, steps and event stream through nodes A and C, and a
+// per-session WebSocket through A, for a conversation node B runs (the
+// request is passed on to B).
+func TestClusterRESTAndSessionWSOnAnyNode(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	nodes := clStart(t, e)
+	id := clSessionOn("B", "A", "B", "C")
+
+	sid := rsOK(t, nodes["B"], "PUT", rsConvPath(id), map[string]any{}).str("session_id")
+	if got := rsOK(t, nodes["A"], "GET", rsConvPath(id), nil); !strings.Contains(got.body, id) {
+		t.Fatalf("GET through A: %s", got)
+	}
+	st := rsOpen(t, nodes["C"], rsConvPath(id)+"/events?session_id="+sid)
+	st.waitType(0, "connected")
+	ws := swConnect(t, nodes["A"], swSchema(t, nodes["A"]), id, swDial{})
+	ws.subscribe(id, nil)
+	wsFrom := ws.mark()
+
+	rsOK(t, nodes["A"], "POST", rsConvPath(id), map[string]any{"role": "user", "content": "hello cluster"})
+	from := st.mark()
+	rsOK(t, nodes["C"], "POST", rsConvPath(id)+"/step", map[string]any{"session_id": sid})
+	_, done := st.waitType(from, "generation_complete")
+	if msg, _ := done.m["message"].(map[string]any); !strings.Contains(fmt.Sprint(msg["content"]), "You said: hello cluster") {
+		t.Fatalf("generation_complete through C = %s", done.raw)
+	}
+	st.waitType(from, "run_ended")
+	ws.waitFor(wsFrom, "the run's end on the per-session WebSocket through A", swIsState("completed"))
+	if st := clStatus(t, nodes["B"]); st.Leases != 1 {
+		t.Errorf("node B holds %d leases, want the conversation's", st.Leases)
+	}
+}
+
+// By default a session lives on the node that created it: a client of A
+// creates and prompts with no hop, and a client of C watches it.
+func TestClusterCreatesOnTheNodeAsked(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	nodes := clStartWith(t, e)
+	const sid = "made-on-a"
+	a := nodes["A"].dial("a")
+	svCreate(a, sid) // with an id: pi-server announces it (Expect) before the create runs
+	c := nodes["C"].dial("c")
+	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	svPrompt(a, sid, "hello from A")
+	end := c.waitEvent(sid, "agent_end")
+	if !strings.Contains(end.raw, "You said: hello from A") {
+		t.Errorf("agent_end through C: %s", end)
+	}
+	if st := clStatus(t, nodes["A"]); st.Leases != 1 || st.Forwarded != 0 {
+		t.Errorf("node A: %+v, want the session's lease and nothing forwarded", st)
 	}
 }

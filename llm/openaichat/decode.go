@@ -107,7 +107,8 @@ func (d *decoder) chunk(b *llm.Builder, errorEvent bool, data []byte) error {
 			return err
 		}
 	}
-	var choice, usage, errv gjson.Result
+	var choice streamChoice
+	var usage, errv gjson.Result
 	gjson.Parse(string(data)).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "id":
@@ -118,7 +119,7 @@ func (d *decoder) chunk(b *llm.Builder, errorEvent bool, data []byte) error {
 				b.SetResponseID(strings.Clone(v.Str))
 			}
 		case "choices":
-			choice = firstChoice(v)
+			choice = firstStreamChoice(v)
 		case "usage":
 			usage = v
 		case "error":
@@ -135,7 +136,7 @@ func (d *decoder) chunk(b *llm.Builder, errorEvent bool, data []byte) error {
 		// object: its data is all there is to show.
 		return llm.StreamError("", string(data))
 	}
-	if choice.Exists() && !b.Finished() {
+	if choice.found && !b.Finished() {
 		if err := d.choice(b, choice); err != nil {
 			return err
 		}
@@ -200,17 +201,43 @@ func firstChoice(choices gjson.Result) gjson.Result {
 	return first
 }
 
-func (d *decoder) choice(b *llm.Builder, c gjson.Result) error {
-	var delta, finish gjson.Result
-	c.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "delta":
-			delta = v
-		case "finish_reason":
-			finish = v
+// streamChoice is what a chunk's choice brings.
+type streamChoice struct {
+	delta, finish gjson.Result
+	found         bool
+}
+
+// firstStreamChoice is firstChoice for a chunk, reading each choice once:
+// its index, delta and finish_reason in one pass (a chunk is decoded for
+// every token, and each pass over it costs).
+func firstStreamChoice(choices gjson.Result) streamChoice {
+	var first streamChoice
+	choices.ForEach(func(_, c gjson.Result) bool {
+		var sc streamChoice
+		zero := true
+		c.ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "index":
+				zero = v.Int() == 0
+			case "delta":
+				sc.delta = v
+			case "finish_reason":
+				sc.finish = v
+			}
+			return true
+		})
+		if zero {
+			sc.found = true
+			first = sc
+			return false
 		}
 		return true
 	})
+	return first
+}
+
+func (d *decoder) choice(b *llm.Builder, c streamChoice) error {
+	delta, finish := c.delta, c.finish
 	if delta.IsObject() {
 		d.delta(b, delta)
 	}
