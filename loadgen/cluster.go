@@ -28,6 +28,10 @@ type ClusterReport struct {
 	// phase; ForwardedFraction is that over the commands answered.
 	Forwarded         int64   `json:"forwarded"`
 	ForwardedFraction float64 `json:"forwarded_fraction"`
+	// LoadTakeovers is how many sessions changed owner during the load
+	// phase, with every node alive: leases not renewed in time (the
+	// nodes' /healthz takeovers). Each may fail the commands in flight.
+	LoadTakeovers int64 `json:"load_takeovers"`
 	// Leases is how many sessions each node owned after the load, by
 	// node id.
 	Leases map[string]int `json:"leases"`
@@ -264,22 +268,22 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	}
 	log.Info("sessions created", "took", rep.Setup.Round(time.Millisecond))
 
-	forwarded := func() int64 {
-		var f int64
+	// The nodes' counters together: commands forwarded, takeovers.
+	totals := func() (fwd, took int64) {
 		for _, n := range nodes {
 			st, err := clusterStatus(ctx, hc, n.srv.addr)
 			if err != nil {
 				log.Warn("cluster status", "node", n.id, "err", err)
 				continue
 			}
-			f += st.Forwarded
+			fwd, took = fwd+st.Forwarded, took+st.Takeovers
 		}
-		return f
+		return fwd, took
 	}
 
 	// The load, as on one node.
 	frames0, bytes0, events0 := countFrames(clients)
-	fwd0 := forwarded()
+	fwd0, took0 := totals()
 	cpu0 := make([]cpuMark, len(nodes))
 	var cpuErr error
 	for i, n := range nodes {
@@ -327,7 +331,8 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	if err := ctx.Err(); err != nil {
 		return rep, fmt.Errorf("load phase: %w", err)
 	}
-	cr.Forwarded = forwarded() - fwd0
+	fwd1, took1 := totals()
+	cr.Forwarded, cr.LoadTakeovers = fwd1-fwd0, took1-took0
 	if m, err := rss(); err == nil {
 		rep.RSSAfter, rep.RSSPeak = m.RSS, m.Peak
 	}
@@ -511,6 +516,7 @@ var clusterRows = []tableRow{
 	{"  commands forwarded (of answered)", clusterVal(func(c *ClusterReport) string {
 		return fmt.Sprintf("%d (%.0f %%)", c.Forwarded, 100*c.ForwardedFraction)
 	})},
+	{"  takeovers during the load", clusterVal(func(c *ClusterReport) string { return strconv.FormatInt(c.LoadTakeovers, 10) })},
 	{"  node killed (its sessions)", clusterVal(func(c *ClusterReport) string { return fmt.Sprintf("%s (%d)", c.Killed, c.KilledSessions) })},
 	{"  takeover: all / p50", clusterVal(func(c *ClusterReport) string {
 		return fmt.Sprintf("%s / %s (%d answered)", fmtDur(c.Takeover), fmtDur(c.TakeoverP50), c.TakenOver)
