@@ -45,6 +45,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	watchers := fs.Int("watchers", 0, "with --face session-ws: watcher connections, spread evenly over the N sessions (default 10 per session); with --face rest: SSE clients per conversation besides its driver (default 10)")
 	planSteps := fs.Int("plan-steps", 0, "the mock works through a plan of this many steps in every run, with a todo tool call per step, so a run has this many turns plus 2 (default 3 with --face session-ws, else 0: one turn)")
 	timeout := fs.Duration("command-timeout", 2*time.Minute, "longest wait for one command's response")
+	clusterNodes := fs.Int("cluster-nodes", 0, "run this many agentd serve nodes as a cluster (the first with embedded NATS, all with --cluster-spread), connect the sessions to them round-robin, and after the load kill -9 one and time its sessions' takeover (e.g. 3; --face pi only)")
 	loadTimeout := fs.Duration("load-timeout", 10*time.Minute, "longest load phase per N: commands still waiting then are errors (load timeout), the rest are reported as not run")
 	if err := parse(cfg, fs, args); err != nil {
 		return err
@@ -104,6 +105,9 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if *readDelay < 0 || *idleWait < 0 || *settle < 0 || *idleSessions < 0 || *timeout <= 0 || *loadTimeout <= 0 {
 		return usageError{fmt.Errorf("--read-delay, --idle-wait, --settle and --idle-sessions must not be negative, --command-timeout and --load-timeout must be positive")}
 	}
+	if *clusterNodes < 0 || *clusterNodes == 1 || (*clusterNodes > 1 && *face != "pi") {
+		return usageError{fmt.Errorf("--cluster-nodes %d: want 2 or more, with --face pi", *clusterNodes)}
+	}
 	st := *settle
 	if st == 0 {
 		st = -1 // Options: 0 is the default, negative is none
@@ -128,7 +132,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		o := loadgen.Options{Binary: *binary, Sessions: n, Rounds: *rounds, Chunks: *chunks, GetStates: g,
 			StreamFormat: *format, ReadDelay: *readDelay, IdleWait: *idleWait, Baseline: *baseline, Settle: st, IdleSessions: *idleSessions,
 			CommandTimeout: *timeout, LoadTimeout: *loadTimeout, Logger: log, ServerArgs: strings.Fields(*serverFlags), OwnLifecycle: *ownLifecycle,
-			Watchers: watchersFor(*face, *watchers, n), PlanSteps: *planSteps}
+			Watchers: watchersFor(*face, *watchers, n), PlanSteps: *planSteps, ClusterNodes: *clusterNodes}
 		if *face == "rest" {
 			o.REST, o.SSEWatchers = true, *watchers
 		}

@@ -112,6 +112,13 @@ type Options struct {
 	// SSEWatchers is, with REST, how many event streams each
 	// conversation has besides its driver's (see RESTReport).
 	SSEWatchers int
+	// ClusterNodes, when above 1, runs that many `agentd serve` nodes as
+	// a cluster (the first with the embedded NATS server, all with
+	// --cluster-spread) and spreads the sessions' connections over them
+	// round-robin; the report then has a Cluster part with the takeover
+	// after one node is killed (see ClusterReport). The pi face only:
+	// not with REST, Watchers, IdleSessions, IdleWait or Baseline.
+	ClusterNodes int
 	// ServerArgs are extra `agentd serve` flags, after the bench's own.
 	ServerArgs []string
 	// ServerLog, if set, gets a copy of the server's stderr.
@@ -170,6 +177,9 @@ func (o Options) withDefaults() (Options, error) {
 	case "", "full", "delta":
 	default:
 		return o, fmt.Errorf("stream format %q: want full or delta", o.StreamFormat)
+	}
+	if o.ClusterNodes > 1 && (o.REST || o.Watchers > 0 || o.IdleSessions > 0 || o.IdleWait > 0 || o.Baseline) {
+		return o, fmt.Errorf("cluster nodes %d: only the pi face's load, without watchers, REST, idle sessions, idle wait or baseline", o.ClusterNodes)
 	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 30 * time.Second
@@ -297,6 +307,12 @@ type Report struct {
 	// unless Options.REST); the figures above are its drivers'.
 	REST *RESTReport `json:"rest,omitempty"`
 
+	// Cluster is what a run against several nodes measured besides
+	// (nil unless Options.ClusterNodes); there the RSS figures are the
+	// nodes' together, LoadCPU.Server their CPU together, and
+	// Shutdown the surviving nodes' after the takeover.
+	Cluster *ClusterReport `json:"cluster,omitempty"`
+
 	// Baseline is coder/websocket's own rate in the same run (nil
 	// unless asked for); BaselineFraction is EventsPerSec over its
 	// MessagesPerSec, SessionEventsFraction SessionEventsPerSec over it.
@@ -402,6 +418,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	if o.REST {
 		return runREST(ctx, o)
+	}
+	if o.ClusterNodes > 1 {
+		return runCluster(ctx, o)
 	}
 	rep := Report{Sessions: o.Sessions, Rounds: o.Rounds, Chunks: o.Chunks, GetStates: o.GetStates,
 		StreamFormat: o.StreamFormat, ReadDelay: o.ReadDelay, OwnLifecycle: o.OwnLifecycle, IdleWait: o.IdleWait,
@@ -833,6 +852,12 @@ func writeEnv(dir, baseURL string) (benchEnv, error) {
 // o.DialConcurrency at a time. A session that fails is counted and left
 // nil.
 func connectAll(ctx context.Context, o Options, hc *http.Client, url string, co *clientOptions) []*client {
+	return connectAllTo(ctx, o, hc, func(int) string { return url }, func(i int) string { return fmt.Sprintf("bench-%06d", i) }, co)
+}
+
+// connectAllTo is connectAll with session i named name(i) and its
+// connection to url(i).
+func connectAllTo(ctx context.Context, o Options, hc *http.Client, url, name func(i int) string, co *clientOptions) []*client {
 	probs := co.faults
 	clients := make([]*client, o.Sessions)
 	sem := make(chan struct{}, o.DialConcurrency)
@@ -846,8 +871,8 @@ func connectAll(ctx context.Context, o Options, hc *http.Client, url string, co 
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			sid := fmt.Sprintf("bench-%06d", i)
-			c, err := dial(ctx, hc, url, sid, co)
+			sid := name(i)
+			c, err := dial(ctx, hc, url(i), sid, co)
 			if err != nil {
 				probs.add("connect", fmt.Sprintf("session %s: %v", sid, err))
 				return
@@ -1078,6 +1103,9 @@ func WriteTable(w io.Writer, reps []Report) error {
 	}
 	if slices.ContainsFunc(reps, func(r Report) bool { return r.REST != nil }) {
 		rows = append(rows, restRows...)
+	}
+	if slices.ContainsFunc(reps, func(r Report) bool { return r.Cluster != nil }) {
+		rows = append(rows, clusterRows...)
 	}
 	if !slices.ContainsFunc(reps, func(r Report) bool { return r.REST == nil }) {
 		rows = slices.DeleteFunc(rows, func(row tableRow) bool { return piOnlyRows[row.name] })
