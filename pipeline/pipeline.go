@@ -456,6 +456,12 @@ func (f *flight) expires(p *Pipeline, now time.Time) time.Time {
 	return now.Add(max(p.ttl, p.retention))
 }
 
+// Handler is the handler registered for a command type.
+func (p *Pipeline) Handler(typ string) (Handler, bool) {
+	h, ok := p.reg[typ]
+	return h, ok
+}
+
 func (p *Pipeline) validate(cmd Command) (Handler, *Error) {
 	if cmd.Type == "" {
 		return Handler{}, Errorf(CodeInvalid, "Validation failed: type is required")

@@ -496,11 +496,13 @@ func (cs *clusterState) send(it forwardItem, dest string) {
 		cs.mu.Unlock()
 		var gone *cluster.NodeGoneError
 		switch {
-		case errors.As(err, &gone):
-			// The node is gone and never got the command: nothing ran, so
-			// it is safe to route it again, once the node's lease on the
-			// session has expired and another node can take it over (a
-			// crashed node's lease outlives it by up to a TTL).
+		case errors.As(err, &gone), err != nil && errors.Is(cause, errNodeStopped) && cs.safeAgain(it.cmd):
+			// The node is gone and never got the command, or got one that
+			// changes nothing a second run would change again (a read, an
+			// answer to a question the new owner asks again): route it
+			// again, once the node's lease on the session has expired and
+			// another node can take it over (a crashed node's lease
+			// outlives it by up to a TTL).
 			cs.forgetMembers()
 			ttl := cs.node.LeaseTTL()
 			if it.gone.IsZero() {
@@ -547,6 +549,17 @@ func (cs *clusterState) send(it forwardItem, dest string) {
 		}
 		cs.finish(it, r.Resp)
 	})
+}
+
+// safeAgain reports whether cmd may be run again after the node it was
+// sent to died without answering: one that does not mutate the session
+// (pipeline.Handler.Mutating) leaves nothing a second run would repeat.
+func (cs *clusterState) safeAgain(cmd pipeline.Command) bool {
+	if cs.s.pipe == nil {
+		return false
+	}
+	h, ok := cs.s.pipe.Handler(cmd.Type)
+	return ok && !h.Mutating
 }
 
 func (cs *clusterState) fail(it forwardItem, e *fault.Error) {
