@@ -174,6 +174,11 @@ type envelope struct {
 type reply struct {
 	Resp pipeline.Response `json:"resp"`
 	Sub  *remoteSub        `json:"sub,omitempty"`
+	// Seq is the session's last event when the owner answered: the
+	// client's node hands the answer on once its feed of the session has
+	// delivered that far, so a client reads a prompt's answer after the
+	// run's events, as from one server.
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 type remoteSub struct {
@@ -547,7 +552,27 @@ func (cs *clusterState) send(it forwardItem, dest string) {
 				}
 			}
 		}
-		cs.finish(it, r.Resp)
+		h := cs.feedHosted(it.cmd.SessionID)
+		if r.Seq == 0 || h == nil || h.feed.delivered(r.Seq) {
+			cs.finish(it, r.Resp)
+			return
+		}
+		// This node's clients watch the session through its feed, which
+		// has not delivered the events the answer follows yet: the answer
+		// waits for them (never blocking other answers), within a bound.
+		cs.wg.Add(1)
+		go func() {
+			defer cs.wg.Done()
+			t := time.NewTimer(feedCatchUp)
+			defer t.Stop()
+			select {
+			case <-h.feed.reached(r.Seq):
+			case <-h.feed.follow.Done():
+			case <-t.C:
+			case <-cs.ctx.Done():
+			}
+			cs.finish(it, r.Resp)
+		}()
 	})
 }
 
@@ -636,7 +661,14 @@ func (cs *clusterState) runHere(it forwardItem) {
 		r.mu.Lock()
 		sub := r.sub
 		r.mu.Unlock()
-		b, err := json.Marshal(reply{Resp: resp, Sub: sub})
+		var seq uint64
+		cs.s.mu.RLock()
+		h := cs.s.sessions[it.cmd.SessionID]
+		cs.s.mu.RUnlock()
+		if h != nil {
+			seq = h.sess.Seq()
+		}
+		b, err := json.Marshal(reply{Resp: resp, Sub: sub, Seq: seq})
 		it.reply(b, err)
 	})
 }
@@ -1057,6 +1089,57 @@ func (cs *clusterState) unhost(h *Hosted, deleted bool) {
 // feed is the follow of a session owned by another node.
 type feed struct {
 	follow *cluster.Follow
+
+	mu      sync.Mutex
+	seq     uint64 // the last event delivered
+	waiters []feedWaiter
+}
+
+type feedWaiter struct {
+	seq  uint64
+	done chan struct{}
+}
+
+// feedCatchUp bounds how long an answer waits for its events to arrive
+// through the stream.
+const feedCatchUp = 5 * time.Second
+
+// advance records that the feed delivered seq.
+func (fd *feed) advance(seq uint64) {
+	fd.mu.Lock()
+	defer fd.mu.Unlock()
+	if seq > fd.seq {
+		fd.seq = seq
+	}
+	kept := fd.waiters[:0]
+	for _, w := range fd.waiters {
+		if w.seq <= fd.seq {
+			close(w.done)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(fd.waiters[len(kept):])
+	fd.waiters = kept
+}
+
+func (fd *feed) delivered(seq uint64) bool {
+	fd.mu.Lock()
+	defer fd.mu.Unlock()
+	return fd.seq >= seq
+}
+
+// reached is closed once the feed has delivered seq.
+func (fd *feed) reached(seq uint64) <-chan struct{} {
+	fd.mu.Lock()
+	defer fd.mu.Unlock()
+	done := make(chan struct{})
+	if fd.seq >= seq {
+		close(done)
+		return done
+	}
+	fd.waiters = append(fd.waiters, feedWaiter{seq: seq, done: done})
+	return done
 }
 
 // subscribeRemote makes c watch session id, owned by another node, from
@@ -1134,17 +1217,20 @@ func (cs *clusterState) feedFor(id string, after uint64) (*Hosted, error) {
 		return h, nil
 	}
 	h = &Hosted{srv: cs.s, id: id, subs: map[*Client]*subscription{}, gone: make(chan struct{})}
+	fd := &feed{seq: after}
 	ctx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
 	defer cancel()
 	f, err := cs.node.Follow(ctx, id, after, func(e cluster.Event) {
 		if ev, ok := cs.decode(id, e); ok {
 			h.fanOut(ev)
 		}
+		fd.advance(e.Seq)
 	})
 	if err != nil {
 		return nil, err
 	}
-	h.feed = &feed{follow: f}
+	fd.follow = f
+	h.feed = fd
 	cs.mu.Lock()
 	if other := cs.feeds[id]; other != nil {
 		cs.mu.Unlock()
