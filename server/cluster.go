@@ -413,11 +413,22 @@ func placeSession(id string, nodes []string) string {
 		h.Write([]byte(n))
 		h.Write([]byte{0})
 		h.Write([]byte(id))
-		if sc := h.Sum64(); best == "" || sc > bestScore {
+		if sc := mix64(h.Sum64()); best == "" || sc > bestScore {
 			best, bestScore = n, sc
 		}
 	}
 	return best
+}
+
+// mix64 spreads FNV's bits (splitmix64's finalizer): FNV-1a alone barely
+// changes its high bits for ids that differ only at the end, which put
+// bench-000000 to bench-000029 all on one of three nodes.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // PlaceSession is the node a session nobody owns goes to among nodes

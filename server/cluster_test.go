@@ -380,3 +380,29 @@ func BenchmarkClusterCommandsParallel(b *testing.B) {
 		})
 	}
 }
+
+// Sessions spread evenly over the nodes, also ids that differ only in
+// their last digits, and a node leaving moves only its own sessions.
+func TestPlaceSessionSpreads(t *testing.T) {
+	nodes := []string{"n1", "n2", "n3"}
+	for _, format := range []string{"bench-%06d", "%06d-bench", "session-%d"} {
+		count := map[string]int{}
+		moved := 0
+		for i := range 3000 {
+			id := fmt.Sprintf(format, i)
+			home := PlaceSession(id, nodes)
+			count[home]++
+			if after := PlaceSession(id, []string{"n1", "n3"}); home != "n2" && after != home {
+				moved++
+			}
+		}
+		for _, n := range nodes {
+			if c := count[n]; c < 850 || c > 1150 {
+				t.Errorf("%s: node %s is home to %d of 3,000 sessions, want about 1,000 (%v)", format, n, c, count)
+			}
+		}
+		if moved != 0 {
+			t.Errorf("%s: %d sessions of the remaining nodes moved when n2 left", format, moved)
+		}
+	}
+}
