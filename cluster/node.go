@@ -328,18 +328,44 @@ func (n *Node) renewLoop(ctx context.Context) {
 		if n.renewPaused.Load() {
 			continue
 		}
-		for _, l := range n.Leases() {
-			if ctx.Err() != nil {
-				return
-			}
-			rctx, cancel := context.WithTimeout(ctx, every)
-			err := l.Renew(rctx)
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				n.log.Warn("cluster: lease renewal failed", "session", l.sessionID, "epoch", l.epoch, "err", err)
-			}
-		}
+		n.renewAll(ctx, every)
 	}
+}
+
+// renewers bounds the renewals in flight at once: one at a time, a
+// node whose renewals slowed to milliseconds under load (JetStream's
+// disk, a busy machine) got round to its thousandth lease after the
+// lease had run out.
+const renewers = 32
+
+// renewAll renews every lease this node holds, renewers at a time, and
+// returns when all have been tried.
+func (n *Node) renewAll(ctx context.Context, every time.Duration) {
+	leases := n.Leases()
+	next := make(chan *Lease)
+	var wg sync.WaitGroup
+	for range min(renewers, len(leases)) {
+		wg.Go(func() {
+			for l := range next {
+				rctx, cancel := context.WithTimeout(ctx, every)
+				err := l.Renew(rctx)
+				cancel()
+				// A lease released meanwhile (a session unloaded, handed
+				// over on SIGTERM) is not a failure.
+				if err != nil && ctx.Err() == nil && !errors.Is(err, ErrReleased) {
+					n.log.Warn("cluster: lease renewal failed", "session", l.sessionID, "epoch", l.epoch, "err", err)
+				}
+			}
+		})
+	}
+	for _, l := range leases {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- l
+	}
+	close(next)
+	wg.Wait()
 }
 
 func (n *Node) track(l *Lease) error {
