@@ -1360,6 +1360,9 @@ func (cs *clusterState) checkNodes() {
 			continue // its home node takes it over
 		}
 		if _, err := cs.s.Session(ctx, id); err != nil {
+			if ctx.Err() != nil || fault.CodeOf(err) == fault.ShuttingDown {
+				return // stopping: not a failure of the takeover
+			}
 			cs.s.log.Warn("cluster: taking over a followed session", "session", id, "err", err)
 		}
 	}
