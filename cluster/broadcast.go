@@ -26,13 +26,19 @@ func (n *Node) Broadcast(payload []byte) error {
 // ListenBroadcast calls h with each payload any node broadcasts, on the
 // connection's delivery goroutine (h must not block), until stop.
 func (n *Node) ListenBroadcast(h func(payload []byte)) (stop func(), err error) {
-	sub, err := n.nc.Subscribe(broadcastSubject, func(m *nats.Msg) { h(m.Data) })
+	return n.listen(broadcastSubject, "listening to broadcasts", func(m *nats.Msg) { h(m.Data) })
+}
+
+// listen subscribes h to subject, flushed so that it is in place when
+// listen returns; stop unsubscribes it, once.
+func (n *Node) listen(subject, what string, h nats.MsgHandler) (stop func(), err error) {
+	sub, err := n.nc.Subscribe(subject, h)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: listening to broadcasts: %w", err)
+		return nil, fmt.Errorf("cluster: %s: %w", what, err)
 	}
 	if err := n.nc.Flush(); err != nil {
 		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("cluster: listening to broadcasts: %w", err)
+		return nil, fmt.Errorf("cluster: %s: %w", what, err)
 	}
 	var once sync.Once
 	return func() {

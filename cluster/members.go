@@ -95,24 +95,9 @@ func (e *NodeGoneError) Error() string {
 // the returned stop is called; stop waits until the server no longer
 // routes requests here. ctx is handed to h for every request.
 func (n *Node) ServeNode(ctx context.Context, h AsyncHandler) (stop func(), err error) {
-	sub, err := n.nc.Subscribe(nodePrefix+n.cfg.NodeID, func(m *nats.Msg) {
+	return n.listen(nodePrefix+n.cfg.NodeID, "serving node "+n.cfg.NodeID, func(m *nats.Msg) {
 		h(ctx, m.Data, n.replier(m, "node", 0))
 	})
-	if err != nil {
-		return nil, fmt.Errorf("cluster: serving node %s: %w", n.cfg.NodeID, err)
-	}
-	if err := n.nc.Flush(); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("cluster: serving node %s: %w", n.cfg.NodeID, err)
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			if sub.Unsubscribe() == nil {
-				_ = n.nc.FlushTimeout(time.Second)
-			}
-		})
-	}, nil
 }
 
 // RequestNode sends a request to one node (ServeNode) and returns its

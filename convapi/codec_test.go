@@ -66,6 +66,20 @@ func codecLayer(t *testing.T) (*faux.Provider, *server.Server, *Server) {
 	return fp, layer, face
 }
 
+// runOnce has session h answer a user message and waits for the run's end.
+func runOnce(t *testing.T, h *server.Hosted) {
+	t.Helper()
+	if err := h.Session().Append(inputMessage("user", "go", timeZero)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Session().Step(session.StepOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Session().Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A client that falls behind a streaming answer gets its text fragments
 // joined (one generation_progress for many), still in order, with the
 // newest seq, and the same text in the end as a client that keeps up.
@@ -87,15 +101,7 @@ func TestLaggingClientGetsTokensJoined(t *testing.T) {
 		}
 		words := strings.Repeat("lorem ipsum dolor sit amet ", 800)
 		fp.Push(faux.Response{Text: words})
-		if err := h.Session().Append(inputMessage("user", "go", timeZero)); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.Session().Step(session.StepOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.Session().Wait(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		runOnce(t, h)
 		time.Sleep(time.Minute)
 		synctest.Wait()
 
@@ -195,15 +201,7 @@ func TestThinkingStreamsAsTaggedTokens(t *testing.T) {
 		}
 		layer.Subscribe(c, h, face.codec, nil, nil)
 		fp.Push(faux.Response{Thinking: "first this, then that", Text: "the answer"})
-		if err := h.Session().Append(inputMessage("user", "go", timeZero)); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.Session().Step(session.StepOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.Session().Wait(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		runOnce(t, h)
 		time.Sleep(time.Second)
 		synctest.Wait()
 

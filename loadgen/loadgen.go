@@ -407,6 +407,49 @@ type sessionResult struct {
 	failed  int // commands sent that got no response
 }
 
+// summarize fills rep's counts, latencies and rates from the sessions'
+// results and their clients, after the load.
+func summarize(rep *Report, results []sessionResult, clients []*client, mk *mock, probs *tally) {
+	var lat, added, mockT, gets []time.Duration
+	failed := 0
+	for _, r := range results {
+		rep.Commands += r.done
+		rep.Prompts += len(r.prompts)
+		failed += r.failed
+		gets = append(gets, r.gets...)
+		for _, p := range r.prompts {
+			lat = append(lat, p.latency)
+			m, ok := mk.time(p.tag)
+			if !ok {
+				probs.add("prompt without model request", "the mock got no request for prompt "+p.tag)
+				continue
+			}
+			mockT = append(mockT, m)
+			added = append(added, p.latency-m)
+		}
+	}
+	rep.NotRun = rep.Planned - rep.Commands - failed
+	for _, c := range clients {
+		if c == nil {
+			continue
+		}
+		if c.shutdown.Load() {
+			rep.ShutdownNotices++
+		}
+		rep.LateResponses += int(c.late.Load())
+		rep.AnswersChecked += c.answers.Load()
+	}
+	rep.PromptP50, rep.PromptP99 = percentile(lat, 50), percentile(lat, 99)
+	rep.MockP50, rep.MockP99 = percentile(mockT, 50), percentile(mockT, 99)
+	rep.AddedP50, rep.AddedP99 = percentile(added, 50), percentile(added, 99)
+	rep.GetStateP50, rep.GetStateP99 = percentile(gets, 50), percentile(gets, 99)
+	if s := rep.Duration.Seconds(); s > 0 {
+		rep.CommandsPerSec = float64(rep.Commands) / s
+		rep.EventsPerSec = float64(rep.Frames) / s
+		rep.SessionEventsPerSec = float64(rep.SessionEvents) / s
+	}
+}
+
 // Run starts a mock model and `agentd serve`, drives o.Sessions sessions
 // and reports. It returns an error only when the run itself could not be
 // set up (no server, no mock); problems under load are counted in the
@@ -638,44 +681,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep.ServerWarnings, rep.ServerWarningSamples = srv.log.problemLines()
 	rep.ModelRequests = mk.requestCount()
 
-	var lat, added, mockT, gets []time.Duration
-	failed := 0
-	for _, r := range results {
-		rep.Commands += r.done
-		rep.Prompts += len(r.prompts)
-		failed += r.failed
-		gets = append(gets, r.gets...)
-		for _, p := range r.prompts {
-			lat = append(lat, p.latency)
-			m, ok := mk.time(p.tag)
-			if !ok {
-				probs.add("prompt without model request", "the mock got no request for prompt "+p.tag)
-				continue
-			}
-			mockT = append(mockT, m)
-			added = append(added, p.latency-m)
-		}
-	}
-	rep.NotRun = rep.Planned - rep.Commands - failed
-	for _, c := range clients {
-		if c == nil {
-			continue
-		}
-		if c.shutdown.Load() {
-			rep.ShutdownNotices++
-		}
-		rep.LateResponses += int(c.late.Load())
-		rep.AnswersChecked += c.answers.Load()
-	}
-	rep.PromptP50, rep.PromptP99 = percentile(lat, 50), percentile(lat, 99)
-	rep.MockP50, rep.MockP99 = percentile(mockT, 50), percentile(mockT, 99)
-	rep.AddedP50, rep.AddedP99 = percentile(added, 50), percentile(added, 99)
-	rep.GetStateP50, rep.GetStateP99 = percentile(gets, 50), percentile(gets, 99)
-	if s := rep.Duration.Seconds(); s > 0 {
-		rep.CommandsPerSec = float64(rep.Commands) / s
-		rep.EventsPerSec = float64(rep.Frames) / s
-		rep.SessionEventsPerSec = float64(rep.SessionEvents) / s
-	}
+	summarize(&rep, results, clients, mk, &probs)
 	rep.Errors, rep.ErrorKinds, rep.ErrorSamples = probs.result()
 
 	// Last, with agentd gone: the library alone, shaped like the load
