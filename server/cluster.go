@@ -677,7 +677,14 @@ func (cs *clusterState) runHere(it forwardItem) {
 		h := cs.s.sessions[it.cmd.SessionID]
 		cs.s.mu.RUnlock()
 		if h != nil {
-			seq = h.sess.Seq()
+			// The last event, if there is one since the session opened
+			// here: a session taken over starts its seq above the last one
+			// published, and no event carries that seq for a feed to reach.
+			if last := h.sess.Seq(); last > 0 {
+				if evs, ok := h.sess.EventsSince(last - 1); ok && len(evs) > 0 {
+					seq = last
+				}
+			}
 		}
 		b, err := json.Marshal(reply{Resp: resp, Sub: sub, Seq: seq})
 		it.reply(b, err)
