@@ -580,6 +580,10 @@ func (cs *clusterState) send(it forwardItem, dest string) {
 			case <-h.feed.reached(r.Seq):
 			case <-h.feed.follow.Done():
 			case <-t.C:
+				h.feed.mu.Lock()
+				got := h.feed.seq
+				h.feed.mu.Unlock()
+				cs.s.log.Warn("cluster: an answer's events did not arrive through the stream in time", "session", it.cmd.SessionID, "command", it.cmd.Type, "want", r.Seq, "delivered", got)
 			case <-cs.ctx.Done():
 			}
 			cs.finish(it, r.Resp)
@@ -924,6 +928,9 @@ func (cs *clusterState) host(ctx context.Context, h *Hosted, l *cluster.Lease, f
 	}); err != nil {
 		cs.s.log.Warn("cluster: serving a session's commands", "session", h.id, "err", err)
 	}
+	// Events the session emitted while it opened (a run the previous
+	// owner left ends as interrupted) go out now, not with the next one.
+	hc.kick <- struct{}{}
 	cs.wg.Add(1)
 	go cs.publish(h, hc, first)
 	return nil
