@@ -71,7 +71,12 @@ func New(srv *server.Server, opt Options) (*Server, error) {
 		return nil, err
 	}
 	srv.OnLifecycle(s.onLifecycle)
-	srv.OnShutdown(func(drain time.Duration) { srv.Broadcast(face, shutdownFrame(drain)) })
+	srv.OnShutdown(func(drain time.Duration) {
+		// This server's clients only: in a cluster the other nodes go on
+		// (Broadcast would tell their clients too).
+		f := shutdownFrame(drain)
+		srv.EachClient(face, func(c *server.Client) { c.Send(f) })
+	})
 	return s, nil
 }
 

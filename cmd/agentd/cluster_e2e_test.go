@@ -328,6 +328,14 @@ func TestClusterDrainHandsSessionsOver(t *testing.T) {
 	}
 	clCheckSeqs(t, "client of C", clSeqs(c, sid))
 	clCheckSeqs(t, "client of A", clSeqs(a, sid))
+	// Only B's clients were told B shuts down: the cluster goes on.
+	for _, cl := range []*svConn{a, c} {
+		for _, f := range cl.snapshot() {
+			if f.typ() == "server_shutdown" {
+				t.Errorf("a client of another node was told of B's shutdown: %s", f)
+			}
+		}
+	}
 	msgs := c.must("get_messages", svM{"id": "c-msgs", "sessionId": sid})
 	for _, want := range []string{"drained-run", "on-the-new-owner"} {
 		if !strings.Contains(msgs.raw, want) {
