@@ -482,3 +482,26 @@ func TestClusterCreatesOnTheNodeAsked(t *testing.T) {
 		t.Errorf("node A: %+v, want the session's lease and nothing forwarded", st)
 	}
 }
+
+// A conversation created over REST through a node that is not its home
+// lives on its home; the session_id handle the create answered with works
+// through any node.
+func TestClusterRESTCreateThroughAnotherNode(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	nodes := clStart(t, e)
+	id := clSessionOn("B", "A", "B", "C")
+
+	sid := rsOK(t, nodes["A"], "PUT", rsConvPath(id), map[string]any{}).str("session_id")
+	st := rsOpen(t, nodes["C"], rsConvPath(id)+"/events?session_id="+sid)
+	st.waitType(0, "connected")
+	rsOK(t, nodes["A"], "POST", rsConvPath(id), map[string]any{"role": "user", "content": "created off home"})
+	from := st.mark()
+	rsOK(t, nodes["C"], "POST", rsConvPath(id)+"/step", map[string]any{"session_id": sid})
+	if _, done := st.waitType(from, "generation_complete"); !strings.Contains(done.raw, "You said: created off home") {
+		t.Fatalf("generation_complete through C = %s", done.raw)
+	}
+	if st := clStatus(t, nodes["B"]); st.Leases != 1 {
+		t.Errorf("node B, the conversation's home, holds %d leases, want 1", st.Leases)
+	}
+}
