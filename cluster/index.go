@@ -38,6 +38,9 @@ type SessionRecord struct {
 	// Sandbox is the stricter sandbox mode a client chose for the
 	// session's tools; "" is the server's.
 	Sandbox string `json:"sandbox,omitempty"`
+	// Epoch is the lease epoch of the owner that last wrote the record
+	// (Lease.UpdateSession); an owner with an older lease may not write.
+	Epoch uint64 `json:"epoch,omitempty"`
 
 	// Revision is the bucket revision the record was read at or written
 	// as; UpdateSession uses it to detect a concurrent change.
@@ -84,6 +87,23 @@ func decodeSession(e jetstream.KeyValueEntry) (SessionRecord, error) {
 	}
 	rec.ID, rec.Revision = e.Key(), e.Revision()
 	return rec, nil
+}
+
+// UpdateSession is Node.UpdateSession fenced by the lease: it refuses
+// with *StaleError when the record was written under a later lease, so a
+// stale owner cannot overwrite what the new owner recorded, and it marks
+// the record with this lease's epoch.
+func (l *Lease) UpdateSession(ctx context.Context, fn func(*SessionRecord) error) (SessionRecord, error) {
+	return l.node.UpdateSession(ctx, l.sessionID, func(r *SessionRecord) error {
+		if r.Epoch > l.epoch {
+			return &StaleError{SessionID: l.sessionID, Epoch: l.epoch, CurrentEpoch: r.Epoch, Reason: "the session's index record was written under a later lease"}
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+		r.Epoch = l.epoch
+		return nil
+	})
 }
 
 // UpdateSession changes a session's record with fn (given a zero record

@@ -173,3 +173,32 @@ func TestPurgeSession(t *testing.T) {
 		t.Fatalf("LastSeq after a purge: %d, %v", seq, err)
 	}
 }
+
+// A stale owner cannot overwrite the index record a later owner wrote.
+func TestIndexRecordFencedByLease(t *testing.T) {
+	ns := nodes(t, "a", "b")
+	a, b := ns[0], ns[1]
+	ctx := ctxT(t)
+	la, err := a.Acquire(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := la.UpdateSession(ctx, func(r *SessionRecord) error { r.File = "a.jsonl"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	lb := takeover(ctx, t, a, b, "s1")
+	if _, err := lb.UpdateSession(ctx, func(r *SessionRecord) error { r.File = "b.jsonl"; return nil }); err != nil {
+		t.Fatalf("the new owner's update: %v", err)
+	}
+	var stale *StaleError
+	if _, err := la.UpdateSession(ctx, func(r *SessionRecord) error { r.Deleted = true; return nil }); !errors.As(err, &stale) || stale.CurrentEpoch != lb.Epoch() {
+		t.Fatalf("the stale owner's update: %v, want a StaleError naming epoch %d", err, lb.Epoch())
+	}
+	rec, _, err := b.GetSession(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.File != "b.jsonl" || rec.Deleted || rec.Epoch != lb.Epoch() {
+		t.Fatalf("record after the stale write: %+v", rec)
+	}
+}

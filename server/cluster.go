@@ -918,7 +918,7 @@ func (cs *clusterState) host(ctx context.Context, h *Hosted, l *cluster.Lease, f
 		}
 		cs.s.pipe.Adopt(recs)
 	}
-	if err := cs.record(ctx, h, false); err != nil {
+	if err := cs.record(ctx, h, l, false); err != nil {
 		return err
 	}
 	hc := &hosted{lease: l, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
@@ -936,14 +936,15 @@ func (cs *clusterState) host(ctx context.Context, h *Hosted, l *cluster.Lease, f
 	return nil
 }
 
-// record writes the session's entry in the cluster's index.
-func (cs *clusterState) record(ctx context.Context, h *Hosted, deleted bool) error {
+// record writes the session's entry in the cluster's index, fenced by
+// its lease: a stale owner cannot overwrite what a later one wrote.
+func (cs *clusterState) record(ctx context.Context, h *Hosted, l *cluster.Lease, deleted bool) error {
 	prev, _ := cs.s.index.get(h.id)
 	created := prev.Created
 	if created.IsZero() {
 		created = h.created
 	}
-	_, err := cs.node.UpdateSession(ctx, h.id, func(r *cluster.SessionRecord) error {
+	_, err := l.UpdateSession(ctx, func(r *cluster.SessionRecord) error {
 		if r.Deleted && !deleted {
 			*r = cluster.SessionRecord{Revision: r.Revision} // the id was freed: a new session
 		}
@@ -1009,7 +1010,7 @@ func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 		case <-hc.kick:
 			if hc.file.Swap(false) {
 				ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
-				if err := cs.record(ctx, h, false); err != nil {
+				if err := cs.record(ctx, h, hc.lease, false); err != nil {
 					cs.s.log.Warn("cluster: recording a session's new file", "session", h.id, "err", err)
 				}
 				cancel()
@@ -1099,7 +1100,7 @@ func (cs *clusterState) unhost(h *Hosted, deleted bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if deleted {
-			if err := cs.record(ctx, h, true); err != nil {
+			if err := cs.record(ctx, h, hc.lease, true); err != nil {
 				cs.s.log.Warn("cluster: recording a deleted session", "session", h.id, "err", err)
 			}
 		}
