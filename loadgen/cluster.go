@@ -291,19 +291,8 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 			cpuErr = err
 		}
 	}
-	start = time.Now()
-	results := make([]sessionResult, len(clients))
-	lctx, cancelLoad := context.WithTimeout(ctx, o.LoadTimeout)
-	var wg sync.WaitGroup
-	for i, c := range clients {
-		if c == nil {
-			continue
-		}
-		wg.Go(func() { results[i] = drive(lctx, o, c, &probs) })
-	}
-	wg.Wait()
-	cancelLoad()
-	rep.Duration = time.Since(start)
+	var results []sessionResult
+	results, rep.Duration = driveAll(ctx, o, clients, &probs)
 	frames1, bytes1, events1 := countFrames(clients)
 	// One machine: the first node's mark has the machine's and the
 	// bench's times; the servers' are the nodes' together.

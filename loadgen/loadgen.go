@@ -407,6 +407,48 @@ type sessionResult struct {
 	failed  int // commands sent that got no response
 }
 
+// driveAll drives every connected session at once, the whole load
+// bounded by o.LoadTimeout, and returns what each measured and how long
+// the load took.
+func driveAll(ctx context.Context, o Options, clients []*client, probs *tally) ([]sessionResult, time.Duration) {
+	start := time.Now()
+	results := make([]sessionResult, len(clients))
+	lctx, cancel := context.WithTimeout(ctx, o.LoadTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		if c != nil {
+			wg.Go(func() { results[i] = drive(lctx, o, c, probs) })
+		}
+	}
+	wg.Wait()
+	return results, time.Since(start)
+}
+
+// endLoad closes the load phase of the server with pid: rep gets its CPU
+// times since cpu0 (when they could be read; cpuErr is why not) and its
+// memory after the load, which it returns.
+func endLoad(ctx context.Context, pid int, cpu0 cpuMark, cpuErr error, rep *Report, log *slog.Logger) (memory, error) {
+	if cpuErr == nil {
+		var cpu1 cpuMark
+		if cpu1, cpuErr = readCPU(pid); cpuErr == nil {
+			rep.LoadCPU = cpu1.since(cpu0)
+		}
+	}
+	if cpuErr != nil {
+		log.Warn("cpu times", "err", cpuErr)
+	}
+	if err := ctx.Err(); err != nil {
+		return memory{}, fmt.Errorf("load phase: %w", err)
+	}
+	after, err := readMemory(pid)
+	if err != nil {
+		return memory{}, err
+	}
+	rep.RSSAfter, rep.RSSPeak = after.RSS, after.Peak
+	return after, nil
+}
+
 // summarize fills rep's counts, latencies and rates from the sessions'
 // results and their clients, after the load.
 func summarize(rep *Report, results []sessionResult, clients []*client, mk *mock, probs *tally) {
@@ -592,38 +634,14 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	frames0, bytes0, events0 := countFrames(clients)
 	watch0 := markWatchers(watchers)
 	cpu0, cpuErr := readCPU(srv.pid())
-	start = time.Now()
-	results := make([]sessionResult, len(clients))
-	lctx, cancelLoad := context.WithTimeout(ctx, o.LoadTimeout)
-	var wg sync.WaitGroup
-	for i, c := range clients {
-		if c == nil {
-			continue
-		}
-		wg.Go(func() { results[i] = drive(lctx, o, c, &probs) })
-	}
-	wg.Wait()
-	cancelLoad()
-	rep.Duration = time.Since(start)
+	var results []sessionResult
+	results, rep.Duration = driveAll(ctx, o, clients, &probs)
 	frames1, bytes1, events1 := countFrames(clients)
 	watch1 := markWatchers(watchers)
-	if cpuErr == nil {
-		var cpu1 cpuMark
-		if cpu1, cpuErr = readCPU(srv.pid()); cpuErr == nil {
-			rep.LoadCPU = cpu1.since(cpu0)
-		}
-	}
-	if cpuErr != nil {
-		log.Warn("cpu times", "err", cpuErr)
-	}
-	if err := ctx.Err(); err != nil {
-		return rep, fmt.Errorf("load phase: %w", err)
-	}
-	after, err := readMemory(srv.pid())
+	after, err := endLoad(ctx, srv.pid(), cpu0, cpuErr, &rep, log)
 	if err != nil {
 		return rep, err
 	}
-	rep.RSSAfter, rep.RSSPeak = after.RSS, after.Peak
 	rep.Frames, rep.Bytes, rep.SessionEvents = frames1-frames0, bytes1-bytes0, events1-events0
 	log.Info("load done", "took", rep.Duration.Round(time.Millisecond), "rss", after.RSS, "peak", after.Peak)
 

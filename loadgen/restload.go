@@ -244,23 +244,10 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 	wg.Wait()
 	cancelLoad()
 	rep.Duration = time.Since(start)
-	if cpuErr == nil {
-		var cpu1 cpuMark
-		if cpu1, cpuErr = readCPU(srv.pid()); cpuErr == nil {
-			rep.LoadCPU = cpu1.since(cpu0)
-		}
-	}
-	if cpuErr != nil {
-		log.Warn("cpu times", "err", cpuErr)
-	}
-	if err := ctx.Err(); err != nil {
-		return rep, fmt.Errorf("load phase: %w", err)
-	}
-	after, err := readMemory(srv.pid())
+	after, err := endLoad(ctx, srv.pid(), cpu0, cpuErr, &rep, log)
 	if err != nil {
 		return rep, err
 	}
-	rep.RSSAfter, rep.RSSPeak = after.RSS, after.Peak
 	d1 := markStreams(drivers(convs))
 	rep.Frames, rep.Bytes = d1.events()-d0.events(), d1.bytes-d0.bytes
 	log.Info("load done", "took", rep.Duration.Round(time.Millisecond), "rss", after.RSS, "peak", after.Peak)
