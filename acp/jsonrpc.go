@@ -104,29 +104,9 @@ func (c *conn) serve(ctx context.Context, in io.Reader, w io.Writer, atEnd func(
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	lines := make(chan []byte)
-	readErr := make(chan error, 1)
-	go func() {
-		lr := piwire.NewLineReader(in, c.maxLine)
-		for {
-			line, err := lr.Next()
-			if errors.Is(err, piwire.ErrLineTooLong) {
-				c.reply(nullID, nil, &Error{Code: CodeParseError, Message: fmt.Sprintf("Parse error: line exceeds the maximum size of %d bytes", c.maxLine)})
-				continue
-			}
-			if err != nil {
-				readErr <- err
-				return
-			}
-			cp := append([]byte(nil), line...)
-			select {
-			case lines <- cp:
-			case <-ctx.Done():
-				readErr <- ctx.Err()
-				return
-			}
-		}
-	}()
+	lines, readErr := piwire.ReadLines(ctx, in, c.maxLine, func() {
+		c.reply(nullID, nil, &Error{Code: CodeParseError, Message: fmt.Sprintf("Parse error: line exceeds the maximum size of %d bytes", c.maxLine)})
+	})
 	var err error
 loop:
 	for {

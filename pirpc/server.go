@@ -99,29 +99,9 @@ func (srv *Server) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	unsubscribe := srv.s.Subscribe(srv.onEvent)
 	defer unsubscribe()
 
-	lines := make(chan []byte)
-	readErr := make(chan error, 1)
-	go func() {
-		lr := piwire.NewLineReader(in, srv.opt.MaxLineBytes)
-		for {
-			line, err := lr.Next()
-			if errors.Is(err, piwire.ErrLineTooLong) {
-				srv.out.Write(piwire.Marshal(failure(nil, "parse", fmt.Sprintf("Failed to parse command: line exceeds the maximum size of %d bytes", srv.opt.MaxLineBytes))))
-				continue
-			}
-			if err != nil {
-				readErr <- err
-				return
-			}
-			cp := append([]byte(nil), line...)
-			select {
-			case lines <- cp:
-			case <-srv.ctx.Done():
-				readErr <- srv.ctx.Err()
-				return
-			}
-		}
-	}()
+	lines, readErr := piwire.ReadLines(srv.ctx, in, srv.opt.MaxLineBytes, func() {
+		srv.out.Write(piwire.Marshal(failure(nil, "parse", fmt.Sprintf("Failed to parse command: line exceeds the maximum size of %d bytes", srv.opt.MaxLineBytes))))
+	})
 	var err error
 loop:
 	for {

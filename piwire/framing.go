@@ -2,6 +2,7 @@ package piwire
 
 import (
 	"bufio"
+	"context"
 	"bytes"
 	"errors"
 	"io"
@@ -74,4 +75,37 @@ func (l *LineReader) Next() ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// ReadLines reads records of at most max bytes from r on a goroutine of
+// its own and sends a copy of each on lines; a longer record is skipped
+// and reported to tooLong (on that goroutine). readErr gets why reading
+// ended: r's error (io.EOF at the end), or ctx's once ctx ends. The
+// goroutine stays blocked in r's Read until r ends: stdin cannot be
+// interrupted, so its owner is the process.
+func ReadLines(ctx context.Context, r io.Reader, max int, tooLong func()) (lines <-chan []byte, readErr <-chan error) {
+	out := make(chan []byte)
+	errc := make(chan error, 1)
+	go func() {
+		lr := NewLineReader(r, max)
+		for {
+			line, err := lr.Next()
+			if errors.Is(err, ErrLineTooLong) {
+				tooLong()
+				continue
+			}
+			if err != nil {
+				errc <- err
+				return
+			}
+			cp := append([]byte(nil), line...)
+			select {
+			case out <- cp:
+			case <-ctx.Done():
+				errc <- ctx.Err()
+				return
+			}
+		}
+	}()
+	return out, errc
 }
