@@ -2,8 +2,8 @@ package piwire
 
 import (
 	"bufio"
-	"context"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 )
