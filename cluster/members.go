@@ -208,24 +208,13 @@ func (m *Membership) put(ctx context.Context) error {
 
 func (m *Membership) renew(ctx context.Context) {
 	defer close(m.done)
-	every := m.n.cfg.LeaseTTL / 3
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if m.n.renewPaused.Load() {
-			continue
-		}
+	m.n.everyThirdTTL(ctx, func(every time.Duration) {
 		pctx, cancel := context.WithTimeout(ctx, every)
+		defer cancel()
 		if err := m.put(pctx); err != nil && ctx.Err() == nil {
 			m.n.log.Warn("cluster: renewing membership", "err", err)
 		}
-		cancel()
-	}
+	})
 }
 
 // Advertise announces where the node serves its clients (host:port).

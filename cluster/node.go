@@ -316,6 +316,13 @@ func (n *Node) Lease(sessionID string) *Lease {
 // node lock held, so whatever watches Done may call back into the node.
 func (n *Node) renewLoop(ctx context.Context) {
 	defer close(n.renewDone)
+	n.everyThirdTTL(ctx, func(every time.Duration) { n.renewAll(ctx, every) })
+}
+
+// everyThirdTTL calls fn every LeaseTTL/3, the interval of every renewal
+// a node makes, until ctx ends; not while renewals are paused (a test
+// freezing a node).
+func (n *Node) everyThirdTTL(ctx context.Context, fn func(every time.Duration)) {
 	every := n.cfg.LeaseTTL / 3
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -325,10 +332,9 @@ func (n *Node) renewLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if n.renewPaused.Load() {
-			continue
+		if !n.renewPaused.Load() {
+			fn(every)
 		}
-		n.renewAll(ctx, every)
 	}
 }
 

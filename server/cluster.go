@@ -1302,12 +1302,7 @@ func (cs *clusterState) unwatched(h *Hosted) {
 // seq, which starts a new one.
 func (cs *clusterState) feedBroke(h *Hosted) {
 	cs.s.log.Warn("cluster: following a session stopped", "session", h.id, "err", h.feed.follow.Err())
-	h.subMu.Lock()
-	subs := h.subs
-	h.subs = map[*Client]*subscription{}
-	h.subMu.Unlock()
-	for c := range subs {
-		c.forget(h.id)
+	for _, c := range h.dropSubscribers() {
 		c.Close(Close{Kind: CloseOverloaded, Reason: "Lost the session's event stream; reconnect and resume from the last seq you saw"})
 	}
 }

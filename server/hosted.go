@@ -611,13 +611,7 @@ func (s *Server) unload(h *Hosted, deleted bool) error {
 	}
 	h.deleted.Store(deleted)
 	close(h.gone)
-	h.subMu.Lock()
-	subs := h.subs
-	h.subs = map[*Client]*subscription{}
-	h.subMu.Unlock()
-	for c := range subs {
-		c.forget(h.id)
-	}
+	h.dropSubscribers()
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.SetSessions(n)
 	}
@@ -634,6 +628,21 @@ func (s *Server) unload(h *Hosted, deleted bool) error {
 		err = errors.Join(err, ierr)
 	}
 	return err
+}
+
+// dropSubscribers ends every subscription to h and returns the clients
+// that had one.
+func (h *Hosted) dropSubscribers() []*Client {
+	h.subMu.Lock()
+	subs := h.subs
+	h.subs = map[*Client]*subscription{}
+	h.subMu.Unlock()
+	out := make([]*Client, 0, len(subs))
+	for c := range subs {
+		c.forget(h.id)
+		out = append(out, c)
+	}
+	return out
 }
 
 // evictIdleAfter is how long a session must have been left alone before
