@@ -29,38 +29,6 @@ const nodePrefix = "agentd.node."
 // not hold up one that would end it (an abort, an approval).
 type AsyncHandler func(ctx context.Context, payload []byte, reply func([]byte, error))
 
-// ServeAsync is Serve with answers that may come later than the handler's
-// return: commands for the session reach h in arrival order, and each is
-// answered when it is done. Serving stops when the lease ends.
-func (n *Node) ServeAsync(sessionID string, h AsyncHandler) error {
-	l := n.Lease(sessionID)
-	if l == nil {
-		return &NotOwnerError{SessionID: sessionID, Node: n.cfg.NodeID}
-	}
-	l.mu.Lock()
-	if l.ended {
-		l.mu.Unlock()
-		return &NotOwnerError{SessionID: sessionID, Node: n.cfg.NodeID}
-	}
-	if l.sub != nil {
-		l.mu.Unlock()
-		return fmt.Errorf("cluster: session %s is already served on node %s", sessionID, n.cfg.NodeID)
-	}
-	sub, err := n.nc.Subscribe(cmdPrefix+sessionID, func(m *nats.Msg) {
-		h(l.ctx, m.Data, n.replier(m, sessionID, l.epoch))
-	})
-	if err != nil {
-		l.mu.Unlock()
-		return fmt.Errorf("cluster: serving session %s: %w", sessionID, err)
-	}
-	l.sub = sub
-	l.mu.Unlock()
-	if err := n.nc.Flush(); err != nil {
-		return fmt.Errorf("cluster: serving session %s: %w", sessionID, err)
-	}
-	return nil
-}
-
 // replier answers m once.
 func (n *Node) replier(m *nats.Msg, what string, epoch uint64) func([]byte, error) {
 	var once sync.Once

@@ -900,8 +900,8 @@ type hosted struct {
 }
 
 // host starts serving a session opened here under lease: its record in
-// the cluster's index, its command subject, and the publisher of its
-// events. A session that was not just created (adopt) first takes over
+// the cluster's index and the publisher of its events (commands reach
+// it through the node's subject, serveNode). A session that was not just created (adopt) first takes over
 // the outcomes of its commands from the cluster's journal: a command
 // replayed by id returns its stored outcome, one that was running on the
 // previous owner answers interrupted.
@@ -923,11 +923,6 @@ func (cs *clusterState) host(ctx context.Context, h *Hosted, l *cluster.Lease, f
 	}
 	hc := &hosted{lease: l, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	h.cl = hc
-	if err := cs.node.ServeAsync(h.id, func(_ context.Context, payload []byte, answer func([]byte, error)) {
-		cs.serveNode(cs.ctx, payload, answer)
-	}); err != nil {
-		cs.s.log.Warn("cluster: serving a session's commands", "session", h.id, "err", err)
-	}
 	// Events the session emitted while it opened (a run the previous
 	// owner left ends as interrupted) go out now, not with the next one.
 	hc.kick <- struct{}{}
