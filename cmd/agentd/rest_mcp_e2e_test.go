@@ -45,7 +45,9 @@ func TestRESTConversationMCPAfterKill9(t *testing.T) {
 	if m, _ := cfg.m["mcp"].(map[string]any); m == nil || !strings.Contains(cfg.body, `"name":"tiny"`) {
 		t.Fatalf("the mcp section after the restart: %s", cfg)
 	}
-	e.tweak("call the tiny tool", func(sc *llmtest.Script) { *sc = e2eToolScript("tiny__echo", map[string]string{"text": "after the crash"}) })
+	e.tweak("call the tiny tool", func(sc *llmtest.Script) {
+		*sc = e2eToolScript("tiny__echo", map[string]string{"text": "after the crash"})
+	})
 	st := rsOpen(t, s2, rsConvPath(id)+"/events")
 	_, conn := st.waitType(0, "connected")
 	rsOK(t, s2, "POST", rsConvPath(id), map[string]any{"role": "user", "content": "call the tiny tool"})
