@@ -19,6 +19,7 @@ require (
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/sony/gobreaker/v2 v2.4.0
 	github.com/tidwall/gjson v1.20.0
+	github.com/valyala/fastjson v1.6.10
 	go.uber.org/goleak v1.3.0
 )
 

@@ -6,9 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 
-	"github.com/tidwall/gjson"
+	"github.com/valyala/fastjson"
 
 	"github.com/agentd-dev/agentd/llm"
 )
@@ -61,6 +60,7 @@ type decoder struct {
 	kind  blockKind
 	cur   int // content index of the open block, -1 when none
 	tools []toolState
+	json  fastjson.Parser // reused for every chunk
 }
 
 // Next implements llm.Decoder: it reads one event-stream event.
@@ -98,36 +98,37 @@ func isDone(data []byte) bool {
 	return len(data) >= 6 && string(data[:6]) == "[DONE]"
 }
 
-// chunk decodes one chat.completion.chunk. The JSON is converted to a
-// string once; gjson then hands out the values as substrings of it, and
-// what outlives the chunk (ids, names, deltas) is copied out of it.
+// chunk decodes one chat.completion.chunk. The parser copies the chunk
+// into a buffer of its own that the next chunk reuses, so everything kept
+// beyond this call (ids, names, deltas) is copied out as a string, and
+// nothing a client or the event log holds keeps a chunk alive.
 func (d *decoder) chunk(b *llm.Builder, errorEvent bool, data []byte) error {
-	if !gjson.ValidBytes(data) {
-		if err := syntaxError(data); err != nil {
-			return err
-		}
+	root, err := d.json.ParseBytes(data)
+	if err != nil {
+		return malformed(data, err)
 	}
 	var choice streamChoice
-	var usage, errv gjson.Result
-	gjson.Parse(string(data)).ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "id":
-			if !d.gotID && v.Type == gjson.String && v.Str != "" {
-				d.gotID = true
-				// Cloned: the message outlives the chunk the id is a
-				// slice of.
-				b.SetResponseID(strings.Clone(v.Str))
+	var usage, errv *fastjson.Value
+	if o, _ := root.Object(); o != nil {
+		o.Visit(func(k []byte, v *fastjson.Value) {
+			switch string(k) {
+			case "id":
+				if !d.gotID {
+					if id := stringOf(v); len(id) > 0 {
+						d.gotID = true
+						b.SetResponseID(string(id))
+					}
+				}
+			case "choices":
+				choice = firstStreamChoice(v)
+			case "usage":
+				usage = v
+			case "error":
+				errv = v
 			}
-		case "choices":
-			choice = firstStreamChoice(v)
-		case "usage":
-			usage = v
-		case "error":
-			errv = v
-		}
-		return true
-	})
-	if errv.Exists() && errv.Type != gjson.Null {
+		})
+	}
+	if errv != nil && errv.Type() != fastjson.TypeNull {
 		msg, typ := errorValue(errv)
 		return llm.StreamError(typ, msg)
 	}
@@ -144,7 +145,7 @@ func (d *decoder) chunk(b *llm.Builder, errorEvent bool, data []byte) error {
 	// Servers differ in where usage comes: OpenAI in a last chunk without
 	// choices, others on the finish chunk or (cumulatively) on every
 	// chunk. The last one seen wins.
-	if usage.IsObject() {
+	if usage != nil && usage.Type() == fastjson.TypeObject {
 		b.SetUsage(parseUsage(usage))
 	}
 	return nil
@@ -154,95 +155,112 @@ func (d *decoder) chunk(b *llm.Builder, errorEvent bool, data []byte) error {
 // ignored "stream": true, as if it had been streamed in one chunk each:
 // choices[0].message stands where a delta would be.
 func (d *decoder) completion(b *llm.Builder, body []byte) error {
-	root := gjson.Parse(string(body))
-	if id := root.Get("id"); id.Type == gjson.String && id.Str != "" {
-		b.SetResponseID(strings.Clone(id.Str))
+	root, err := d.json.ParseBytes(body)
+	if err != nil {
+		return malformed(body, err)
+	}
+	if id := stringOf(root.Get("id")); len(id) > 0 {
+		b.SetResponseID(string(id))
 	}
 	choice := firstChoice(root.Get("choices"))
-	if msg := choice.Get("message"); msg.IsObject() {
+	if msg := choice.Get("message"); msg != nil && msg.Type() == fastjson.TypeObject {
 		d.delta(b, msg)
 	}
-	if u := root.Get("usage"); u.IsObject() {
+	if u := root.Get("usage"); u != nil && u.Type() == fastjson.TypeObject {
 		b.SetUsage(parseUsage(u))
 	}
-	reason := choice.Get("finish_reason").String()
+	reason := string(stringOf(choice.Get("finish_reason")))
 	if reason == "" {
 		reason = "stop"
 	}
 	return d.finishReason(b, reason)
 }
 
-// syntaxError reports why data is not JSON, as an error wrapping
-// *json.SyntaxError so the stream calls it a malformed chunk.
-func syntaxError(data []byte) error {
+// malformed reports why data is not JSON. Where encoding/json agrees, the
+// error wraps its *json.SyntaxError, which the stream calls a malformed
+// chunk; the parser's own words stand where it alone refuses (nesting
+// deeper than it goes).
+func malformed(data []byte, cause error) error {
 	var v any
 	err := json.Unmarshal(data, &v)
-	if err == nil {
-		return nil
-	}
 	if len(data) > 120 {
 		data = append(data[:120:120], "…"...)
+	}
+	if err == nil {
+		err = cause
 	}
 	return fmt.Errorf("chunk %q: %w", data, err)
 }
 
+// stringOf returns v's text when v is a JSON string, nil otherwise (absent,
+// null, another type). The bytes live in the parser's buffer: they are
+// valid until the next chunk, and copied by whoever keeps them.
+func stringOf(v *fastjson.Value) []byte {
+	if v == nil || v.Type() != fastjson.TypeString {
+		return nil
+	}
+	s, _ := v.StringBytes()
+	return s
+}
+
+// intOf returns v as an integer when it is a JSON number (a fraction is
+// cut off, as some servers write token counts as 12.0), else 0.
+func intOf(v *fastjson.Value) int64 {
+	if v == nil || v.Type() != fastjson.TypeNumber {
+		return 0
+	}
+	if n, err := v.Int64(); err == nil {
+		return n
+	}
+	f, _ := v.Float64()
+	return int64(f)
+}
+
+// isZeroIndex reports whether a choice is the first: its index is 0, or
+// it has none (servers that send no index).
+func isZeroIndex(c *fastjson.Value) bool {
+	idx := c.Get("index")
+	return idx == nil || intOf(idx) == 0
+}
+
 // firstChoice returns the choice with index 0 (or the first, from servers
 // that send no index); other choices only exist when n > 1 is requested,
-// which agentd never does.
-func firstChoice(choices gjson.Result) gjson.Result {
-	var first gjson.Result
-	choices.ForEach(func(_, c gjson.Result) bool {
-		if idx := c.Get("index"); !idx.Exists() || idx.Int() == 0 {
-			first = c
-			return false
+// which agentd never does. It returns nil when there is none.
+func firstChoice(choices *fastjson.Value) *fastjson.Value {
+	if choices == nil || choices.Type() != fastjson.TypeArray {
+		return nil
+	}
+	a, _ := choices.Array()
+	for _, c := range a {
+		if c.Type() == fastjson.TypeObject && isZeroIndex(c) {
+			return c
 		}
-		return true
-	})
-	return first
+	}
+	return nil
 }
 
 // streamChoice is what a chunk's choice brings.
 type streamChoice struct {
-	delta, finish gjson.Result
+	delta, finish *fastjson.Value
 	found         bool
 }
 
-// firstStreamChoice is firstChoice for a chunk, reading each choice once:
-// its index, delta and finish_reason in one pass (a chunk is decoded for
-// every token, and each pass over it costs).
-func firstStreamChoice(choices gjson.Result) streamChoice {
-	var first streamChoice
-	choices.ForEach(func(_, c gjson.Result) bool {
-		var sc streamChoice
-		zero := true
-		c.ForEach(func(k, v gjson.Result) bool {
-			switch k.Str {
-			case "index":
-				zero = v.Int() == 0
-			case "delta":
-				sc.delta = v
-			case "finish_reason":
-				sc.finish = v
-			}
-			return true
-		})
-		if zero {
-			sc.found = true
-			first = sc
-			return false
-		}
-		return true
-	})
-	return first
+// firstStreamChoice is firstChoice for a chunk, with the two fields a
+// chunk's choice carries.
+func firstStreamChoice(choices *fastjson.Value) streamChoice {
+	c := firstChoice(choices)
+	if c == nil {
+		return streamChoice{}
+	}
+	return streamChoice{delta: c.Get("delta"), finish: c.Get("finish_reason"), found: true}
 }
 
 func (d *decoder) choice(b *llm.Builder, c streamChoice) error {
-	delta, finish := c.delta, c.finish
-	if delta.IsObject() {
-		d.delta(b, delta)
+	if c.delta != nil && c.delta.Type() == fastjson.TypeObject {
+		d.delta(b, c.delta)
 	}
-	if finish.Type == gjson.String && finish.Str != "" {
-		return d.finishReason(b, finish.Str)
+	if reason := stringOf(c.finish); len(reason) > 0 {
+		return d.finishReason(b, string(reason))
 	}
 	return nil
 }
@@ -251,60 +269,50 @@ func (d *decoder) choice(b *llm.Builder, c streamChoice) error {
 // sends reasoning and content in one chunk has finished reasoning), then
 // text, a refusal (shown as text), tool calls, and OpenRouter's encrypted
 // reasoning details.
-func (d *decoder) delta(b *llm.Builder, v gjson.Result) {
-	var content, refusal, toolCalls, details, reasoning gjson.Result
+func (d *decoder) delta(b *llm.Builder, v *fastjson.Value) {
+	var content, refusal, reasoning []byte
+	var toolCalls, details *fastjson.Value
 	var field string
 	rank := 4
-	v.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
+	o, _ := v.Object()
+	o.Visit(func(k []byte, v *fastjson.Value) {
+		switch string(k) {
 		case "content":
-			content = v
+			content = stringOf(v)
 		case "refusal":
-			refusal = v
+			refusal = stringOf(v)
 		case "tool_calls":
 			toolCalls = v
 		case "reasoning_details":
 			details = v
 		case fieldReasoningContent, fieldReasoning, fieldReasoningText:
-			if v.Type != gjson.String || v.Str == "" {
+			s := stringOf(v)
+			if len(s) == 0 {
 				break
 			}
-			if r, f := reasoningRank(k.Str); r < rank {
-				rank, field, reasoning = r, f, v
+			if r, f := reasoningRank(string(k)); r < rank {
+				rank, field, reasoning = r, f, s
 			}
 		}
-		return true
 	})
 	if field != "" {
-		d.thinking(b, field, own(reasoning))
+		d.thinking(b, field, string(reasoning))
 	}
-	if content.Type == gjson.String && content.Str != "" {
-		d.text(b, own(content))
+	if len(content) > 0 {
+		d.text(b, string(content))
 	}
-	if refusal.Type == gjson.String && refusal.Str != "" {
-		d.text(b, own(refusal))
+	if len(refusal) > 0 {
+		d.text(b, string(refusal))
 	}
-	if toolCalls.IsArray() {
-		toolCalls.ForEach(func(_, tc gjson.Result) bool {
+	if toolCalls != nil && toolCalls.Type() == fastjson.TypeArray {
+		calls, _ := toolCalls.Array()
+		for _, tc := range calls {
 			d.toolCall(b, tc)
-			return true
-		})
+		}
 	}
-	if details.IsArray() {
+	if details != nil && details.Type() == fastjson.TypeArray {
 		d.reasoningDetails(b, details)
 	}
-}
-
-// own returns the string value v as a string of its own. gjson hands out
-// a value without escapes as a slice of the chunk, which would keep the
-// whole chunk alive for as long as anyone keeps the delta (an event log,
-// a client's queue); a value with escapes it has already unescaped into
-// new memory, always shorter than the quoted original minus its quotes.
-func own(v gjson.Result) string {
-	if len(v.Raw) == len(v.Str)+2 {
-		return strings.Clone(v.Str)
-	}
-	return v.Str
 }
 
 // reasoningRank orders the reasoning fields and returns the constant for
@@ -350,60 +358,45 @@ func (d *decoder) thinking(b *llm.Builder, field, s string) {
 // unless it brings a new id), reuse one index for different calls (a new
 // id starts a new call), send no id (one is generated, and replaced if the
 // id arrives later), or send the arguments whole, even as a JSON object.
-func (d *decoder) toolCall(b *llm.Builder, tc gjson.Result) {
+func (d *decoder) toolCall(b *llm.Builder, tc *fastjson.Value) {
 	idx := int64(-1)
-	var id, name, args string
-	tc.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "index":
-			if v.Type == gjson.Number {
-				idx = v.Int()
-			}
-		case "id":
-			if v.Type == gjson.String {
-				id = v.Str
-			}
-		case "function":
-			v.ForEach(func(k, v gjson.Result) bool {
-				switch k.Str {
-				case "name":
-					if v.Type == gjson.String {
-						name = v.Str
-					}
-				case "arguments":
-					switch {
-					case v.Type == gjson.String:
-						args = own(v)
-					case v.IsObject():
-						args = strings.Clone(v.Raw)
-					}
-				}
-				return true
-			})
+	var name []byte
+	var args string
+	if i := tc.Get("index"); i != nil && i.Type() == fastjson.TypeNumber {
+		idx = intOf(i)
+	}
+	id := stringOf(tc.Get("id"))
+	if fn := tc.Get("function"); fn != nil {
+		name = stringOf(fn.Get("name"))
+		switch a := fn.Get("arguments"); {
+		case a == nil:
+		case a.Type() == fastjson.TypeString:
+			args = string(stringOf(a))
+		case a.Type() == fastjson.TypeObject:
+			args = string(a.MarshalTo(nil))
 		}
-		return true
-	})
+	}
 	t := d.lookupTool(idx)
-	if t == nil || (id != "" && !t.generated && id != t.id) {
+	if t == nil || (len(id) > 0 && !t.generated && string(id) != t.id) {
 		d.endBlock(b)
-		// id and name are cloned where they are kept: the message
-		// outlives the chunks they are slices of.
-		st := toolState{wire: idx, id: strings.Clone(id), named: name != ""}
-		if id == "" {
+		// id and name are copied where they are kept: the parser's
+		// buffer they are slices of is reused by the next chunk.
+		st := toolState{wire: idx, id: string(id), named: len(name) > 0}
+		if len(id) == 0 {
 			st.id, st.generated = newCallID(), true
 		}
-		st.content = b.ToolCallStart(st.id, strings.Clone(name))
+		st.content = b.ToolCallStart(st.id, string(name))
 		d.tools = append(d.tools, st)
 		d.kind, d.cur = toolBlock, st.content
 		t = &d.tools[len(d.tools)-1]
 	} else {
-		if id != "" && t.generated {
-			t.id, t.generated = strings.Clone(id), false
+		if len(id) > 0 && t.generated {
+			t.id, t.generated = string(id), false
 			b.SetToolCallID(t.content, t.id, "")
 		}
-		if name != "" && !t.named {
+		if len(name) > 0 && !t.named {
 			t.named = true
-			b.SetToolCallID(t.content, "", strings.Clone(name))
+			b.SetToolCallID(t.content, "", string(name))
 		}
 	}
 	if args != "" {
@@ -434,19 +427,19 @@ func newCallID() string {
 // reasoningDetails keeps OpenRouter's encrypted reasoning (Gemini through
 // OpenRouter needs it back with the tool call it belongs to) as the tool
 // call's thought signature, as pi does.
-func (d *decoder) reasoningDetails(b *llm.Builder, details gjson.Result) {
-	details.ForEach(func(_, det gjson.Result) bool {
-		if det.Get("type").Str != "reasoning.encrypted" || det.Get("data").Str == "" {
-			return true
+func (d *decoder) reasoningDetails(b *llm.Builder, details *fastjson.Value) {
+	list, _ := details.Array()
+	for _, det := range list {
+		if string(stringOf(det.Get("type"))) != "reasoning.encrypted" || len(stringOf(det.Get("data"))) == 0 {
+			continue
 		}
-		id := det.Get("id").Str
+		id := stringOf(det.Get("id"))
 		for i := range d.tools {
-			if id != "" && d.tools[i].id == id {
-				b.SetThoughtSignature(d.tools[i].content, strings.Clone(det.Raw))
+			if len(id) > 0 && d.tools[i].id == string(id) {
+				b.SetThoughtSignature(d.tools[i].content, string(det.MarshalTo(nil)))
 			}
 		}
-		return true
-	})
+	}
 }
 
 // finishReason maps finish_reason. Besides OpenAI's values it accepts the
@@ -484,16 +477,16 @@ func (d *decoder) finish(b *llm.Builder, reason llm.StopReason) {
 // parseUsage maps the usage object. prompt_tokens includes cached (and,
 // where reported, cache-written) tokens; llm.Usage counts them apart.
 // completion_tokens already includes reasoning tokens.
-func parseUsage(u gjson.Result) llm.Usage {
-	prompt := u.Get("prompt_tokens").Int()
-	cached := u.Get("prompt_tokens_details.cached_tokens").Int()
+func parseUsage(u *fastjson.Value) llm.Usage {
+	prompt := intOf(u.Get("prompt_tokens"))
+	cached := intOf(u.Get("prompt_tokens_details", "cached_tokens"))
 	if cached == 0 {
-		cached = u.Get("prompt_cache_hit_tokens").Int() // DeepSeek
+		cached = intOf(u.Get("prompt_cache_hit_tokens")) // DeepSeek
 	}
-	written := u.Get("prompt_tokens_details.cache_write_tokens").Int()
+	written := intOf(u.Get("prompt_tokens_details", "cache_write_tokens"))
 	input := prompt - cached - written
 	if input < 0 {
 		input = 0
 	}
-	return llm.Usage{Input: input, Output: u.Get("completion_tokens").Int(), CacheRead: cached, CacheWrite: written}
+	return llm.Usage{Input: input, Output: intOf(u.Get("completion_tokens")), CacheRead: cached, CacheWrite: written}
 }

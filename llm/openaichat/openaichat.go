@@ -32,7 +32,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/tidwall/gjson"
+	"github.com/valyala/fastjson"
 
 	"github.com/agentd-dev/agentd/llm"
 )
@@ -151,11 +151,14 @@ func (d *decoder) openWhole(r io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("openai-completions: reading the answer: %w", err)
 	}
-	if e := gjson.GetBytes(body, "error"); e.Exists() && e.Type != gjson.Null {
-		msg, typ := errorValue(e)
-		return llm.StreamError(typ, msg)
+	root, err := d.json.ParseBytes(body)
+	if err == nil {
+		if e := root.Get("error"); e != nil && e.Type() != fastjson.TypeNull {
+			msg, typ := errorValue(e)
+			return llm.StreamError(typ, msg)
+		}
 	}
-	if !gjson.ValidBytes(body) || !gjson.GetBytes(body, "choices").IsArray() {
+	if err != nil || root.Get("choices") == nil || root.Get("choices").Type() != fastjson.TypeArray {
 		return &llm.Error{Kind: llm.ErrStream, Message: "openai-completions: the provider answered with JSON that is neither a completion nor an error"}
 	}
 	d.whole = body
@@ -196,7 +199,9 @@ func errorBody(body []byte) (msg, typ string) {
 	if len(body) == 0 {
 		return "", ""
 	}
-	if !gjson.ValidBytes(body) {
+	var p fastjson.Parser
+	root, err := p.ParseBytes(body)
+	if err != nil {
 		s := string(body)
 		if strings.HasPrefix(s, "<") { // an HTML error page from a proxy
 			return "", ""
@@ -206,17 +211,16 @@ func errorBody(body []byte) (msg, typ string) {
 		}
 		return s, ""
 	}
-	root := gjson.ParseBytes(body)
-	if e := root.Get("error"); e.Exists() && e.Type != gjson.Null {
+	if e := root.Get("error"); e != nil && e.Type() != fastjson.TypeNull {
 		if msg, typ = errorValue(e); msg != "" {
 			return msg, typ
 		}
 	}
-	if m := root.Get("message"); m.Type == gjson.String {
-		return m.Str, root.Get("type").String()
+	if m := root.Get("message"); m != nil && m.Type() == fastjson.TypeString {
+		return string(stringOf(m)), text(root.Get("type"))
 	}
-	if m := root.Get("detail"); m.Type == gjson.String {
-		return m.Str, ""
+	if m := root.Get("detail"); m != nil && m.Type() == fastjson.TypeString {
+		return string(stringOf(m)), ""
 	}
 	return "", typ
 }
@@ -226,20 +230,32 @@ func errorBody(body []byte) (msg, typ string) {
 // which pi appends too), or a bare string. The code is preferred as the
 // type because OpenAI puts the specific reason there
 // (context_length_exceeded, rate_limit_exceeded) under a generic type.
-func errorValue(e gjson.Result) (msg, typ string) {
-	if e.Type == gjson.String {
-		return e.Str, ""
+func errorValue(e *fastjson.Value) (msg, typ string) {
+	if e.Type() == fastjson.TypeString {
+		return string(stringOf(e)), ""
 	}
-	msg = e.Get("message").String()
-	if c := e.Get("code"); c.Type == gjson.String && c.Str != "" {
-		typ = c.Str
+	msg = text(e.Get("message"))
+	if c := stringOf(e.Get("code")); len(c) > 0 {
+		typ = string(c)
 	} else {
-		typ = e.Get("type").String()
+		typ = text(e.Get("type"))
 	}
-	if raw := e.Get("metadata.raw"); raw.Type == gjson.String && raw.Str != "" && raw.Str != msg {
-		msg += "\n" + raw.Str
+	if raw := string(stringOf(e.Get("metadata", "raw"))); raw != "" && raw != msg {
+		msg += "\n" + raw
 	}
 	return msg, typ
+}
+
+// text returns a value as text, as it would be shown: a string's own
+// text, another value's JSON (a numeric code), nothing for null or absent.
+func text(v *fastjson.Value) string {
+	if v == nil || v.Type() == fastjson.TypeNull {
+		return ""
+	}
+	if v.Type() == fastjson.TypeString {
+		return string(stringOf(v))
+	}
+	return string(v.MarshalTo(nil))
 }
 
 func isJSON(contentType string) bool {
