@@ -191,7 +191,7 @@ func (cd *codec) agentEvent(sessionID string, ev session.Event, a *agent.Event) 
 			Data: appendEvent(nil, ev.Seq, ToolOutputEvent{Type: "tool_output", ToolID: toolID(a.ToolCallID), Output: out}),
 			// Each update carries the whole output so far: the newest
 			// supersedes the one queued before it.
-			Key: sessionID + "\x00tool\x00" + a.ToolCallID,
+			Key: server.FrameKey{Scope: sessionID, Name: "tool\x00" + a.ToolCallID},
 		}
 	case agent.EventToolExecutionEnd:
 		if a.Result != nil && refused(a.Result.Details) {
@@ -332,16 +332,12 @@ func progressUpdate(sessionID string, seq uint64, u *llm.Event) server.Frame {
 	if u == nil {
 		return server.Frame{}
 	}
-	var kind string
 	switch u.Type {
 	case llm.EventThinkingStart:
 		return server.Frame{Data: progressFrame(seq, thinkingOpen)}
 	case llm.EventThinkingEnd:
 		return server.Frame{Data: progressFrame(seq, thinkingClose)}
-	case llm.EventTextDelta:
-		kind = "\x00text\x00"
-	case llm.EventThinkingDelta:
-		kind = "\x00thinking\x00"
+	case llm.EventTextDelta, llm.EventThinkingDelta:
 	default:
 		return server.Frame{}
 	}
@@ -352,14 +348,18 @@ func progressUpdate(sessionID string, seq uint64, u *llm.Event) server.Frame {
 		Data: progressFrame(seq, u.Delta),
 		// Consecutive fragments of one block join into one for a client
 		// that has fallen behind.
-		Key:   sessionID + kind + strconv.Itoa(u.ContentIndex),
+		Key:   server.FrameKey{Scope: sessionID, Name: string(u.Type), Index: u.ContentIndex},
+		Seq:   seq,
 		Text:  u.Delta,
-		Merge: func(text string) []byte { return progressFrame(seq, text) },
+		Merge: mergeProgress,
 		// A few fragments go out in one write; the end of the message
 		// takes them along at once.
 		Linger: server.StreamLinger,
 	}
 }
+
+// mergeProgress is Frame.Merge for generation_progress.
+func mergeProgress(_ server.FrameKey, seq uint64, text string) []byte { return progressFrame(seq, text) }
 
 // progressFrame is generation_progress, encoded by hand: it is most of
 // what a stream carries.

@@ -92,6 +92,19 @@ func TestSlowReaderGetsTheLatestState(t *testing.T) {
 					if sa, sb := stream(events(wa, "s1")), stream(events(wb, "s1")); strings.Join(sa, " ") != strings.Join(sb, " ") {
 						t.Errorf("streams differ:\nfast %v\nslow %v", sa, sb)
 					}
+					// A merged frame carries the seq of the newest delta in
+					// it, so a client resuming from it misses nothing and
+					// gets nothing twice.
+					if la, lb := lastDeltaSeq(events(wa, "s1")), lastDeltaSeq(events(wb, "s1")); la != lb || la == 0 {
+						t.Errorf("the last delta's seq: fast %d, slow %d", la, lb)
+					}
+					var prev uint64
+					for _, w := range events(wb, "s1") {
+						if w.seq() <= prev {
+							t.Fatalf("the slow client's seqs go %d then %d", prev, w.seq())
+						}
+						prev = w.seq()
+					}
 				} else if la, lb := lastPartial(events(wa, "s1")), lastPartial(events(wb, "s1")); la != lb || la == "" {
 					t.Errorf("the last message_update's message differs: fast %.80q, slow %.80q", la, lb)
 				}
@@ -146,4 +159,14 @@ func lastPartial(ws []wire) string {
 		}
 	}
 	return ""
+}
+
+// lastDeltaSeq is the seq of the last delta-format message_update.
+func lastDeltaSeq(ws []wire) uint64 {
+	for i := len(ws) - 1; i >= 0; i-- {
+		if ws[i].eventType() == "message_update" {
+			return ws[i].seq()
+		}
+	}
+	return 0
 }

@@ -173,22 +173,23 @@ func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
 	f.Linger = server.StreamLinger
 	switch u := a.Update; u.Type {
 	case llm.EventTextDelta, llm.EventThinkingDelta, llm.EventToolCallDelta:
-		f.Key = sessionID + "\x00" + string(u.Type) + "\x00" + strconv.Itoa(u.ContentIndex)
+		f.Key = server.FrameKey{Scope: sessionID, Name: string(u.Type), Index: u.ContentIndex}
 		if !cd.delta {
 			return f
 		}
 		// The delta format reads no partial message, so the frame can be
-		// made later, from copies. The closure takes what it needs and no
-		// more: capturing ev or u would move them to the heap for every
-		// delta, merged or not.
-		f.Text = u.Delta
-		seq, typ, kind, index := ev.Seq, ev.Type, u.Type, u.ContentIndex
-		f.Merge = func(text string) []byte {
-			m := llm.Event{Type: kind, ContentIndex: index, Delta: text}
-			return cd.frame(sessionID, session.Event{Seq: seq, Type: typ, Agent: &agent.Event{Type: agent.EventMessageUpdate, Update: &m}})
-		}
+		// made later, from the key and the joined text.
+		f.Seq, f.Text, f.Merge = ev.Seq, u.Delta, mergeDelta
 	}
 	return f
+}
+
+// mergeDelta is Frame.Merge for a delta-format message_update: the key
+// holds the session, the kind of delta and the content block.
+func mergeDelta(k server.FrameKey, seq uint64, text string) []byte {
+	u := llm.Event{Type: llm.EventType(k.Name), ContentIndex: k.Index, Delta: text}
+	ev := session.Event{Seq: seq, Type: session.EventType(agent.EventMessageUpdate), Agent: &agent.Event{Type: agent.EventMessageUpdate, Update: &u}}
+	return (&codec{delta: true}).frame(k.Scope, ev)
 }
 
 // EncodePending is the extension_ui_request of a question asked before
@@ -235,7 +236,7 @@ func (cd *codec) frame(sessionID string, ev session.Event) []byte {
 	default:
 		// pi's events, the most frequent by far, are encoded straight into
 		// the envelope.
-		b := envelope(sessionID, ev.Seq, 256)
+		b := envelope(sessionID, ev.Seq, cd.room(ev))
 		n := len(b)
 		// AppendEvent returns nil, or b unchanged, for an event pi has no
 		// form for.
@@ -250,6 +251,17 @@ func (cd *codec) frame(sessionID string, ev session.Event) []byte {
 	b := envelope(sessionID, ev.Seq, len(inner)+1)
 	b = append(b, inner...)
 	return append(b, '}')
+}
+
+// room guesses how many bytes an event's encoding takes, so its frame is
+// made in one allocation of about its size. A delta in the delta format,
+// the frame sent most by far, is about 100 bytes besides its text; a
+// wrong guess costs one more allocation as the frame grows.
+func (cd *codec) room(ev session.Event) int {
+	if a := ev.Agent; cd.delta && a != nil && a.Type == agent.EventMessageUpdate && a.Update != nil {
+		return 112 + len(a.Update.Delta)
+	}
+	return 256
 }
 
 // envelope starts an event frame: {"type":"event","sessionId":…,"seq":…,"event":

@@ -56,13 +56,16 @@ type Frame struct {
 	Data []byte
 	// Key names what the frame continues, such as the deltas of one
 	// content block of one message of one session.
-	Key string
+	Key FrameKey
+	// Seq is the event's seq, for Merge.
+	Seq uint64
 	// Text is the part that accumulates (a delta), with Merge.
 	Text string
-	// Merge encodes this frame with text in place of its Text. It may run
-	// later, on the client's writer goroutine: it must not read live
-	// state (a partial message).
-	Merge func(text string) []byte
+	// Merge encodes the frame of the event seq with text in place of its
+	// Text. It runs later, on the client's writer goroutine, so it reads
+	// nothing but its arguments: key says which block. A function, not a
+	// closure over the event, so that a delta costs no allocation for it.
+	Merge func(key FrameKey, seq uint64, text string) []byte
 	// Replace makes the frame take the place of any frame with its Key
 	// still waiting anywhere in the queue, however far behind the client
 	// is: the waiting one is dropped and this one goes at the end. For a
@@ -79,6 +82,15 @@ type Frame struct {
 	// and is never dropped; the next frame without Linger takes it along
 	// at once. 0 sends at once.
 	Linger time.Duration
+}
+
+// FrameKey names what a frame continues (Frame.Key); the zero key is
+// none. A struct rather than one string, so that naming a delta's block
+// costs nothing.
+type FrameKey struct {
+	Scope string // whose: a session's id
+	Name  string // what in it: a kind of delta, a tool call
+	Index int    // which of them: a content block's index
 }
 
 // How long a frame may wait for company (Frame.Linger). Each is a trade of
@@ -167,10 +179,11 @@ const lingerBytes = 32 << 10
 // frame of them, size estimates its bytes meanwhile.
 type queued struct {
 	data   []byte
-	key    string
+	key    FrameKey
+	seq    uint64 // of the newest frame merged in
 	first  string // the text of an unmerged frame
 	text   []byte // the joined text, once merged
-	encode func(string) []byte
+	encode func(FrameKey, uint64, string) []byte
 	size   int
 }
 
@@ -244,7 +257,7 @@ func (c *Client) SendFrame(f Frame) {
 		return
 	}
 	delta := int64(len(f.Data))
-	if f.Replace && f.Key != "" {
+	if f.Replace && f.Key != (FrameKey{}) {
 		for i := len(c.queue) - 1; i >= 0; i-- {
 			if c.queue[i].key == f.Key {
 				delta -= int64(c.queue[i].size)
@@ -256,7 +269,7 @@ func (c *Client) SendFrame(f Frame) {
 		}
 	}
 	n := len(c.queue)
-	if f.Key != "" && n > 0 && c.queue[n-1].key == f.Key && c.queued.Load() >= mergeAfter {
+	if f.Key != (FrameKey{}) && n > 0 && c.queue[n-1].key == f.Key && c.queued.Load() >= mergeAfter {
 		tail := &c.queue[n-1]
 		old := tail.size
 		if f.Merge == nil {
@@ -268,7 +281,7 @@ func (c *Client) SendFrame(f Frame) {
 				tail.first = ""
 			}
 			tail.text = append(tail.text, f.Text...)
-			tail.encode = f.Merge
+			tail.encode, tail.seq = f.Merge, f.Seq
 			tail.size = len(f.Data) - len(f.Text) + len(tail.text)
 		}
 		delta = int64(tail.size - old)
@@ -457,7 +470,7 @@ func (c *Client) writeLoop(transport string) {
 		for ; i < len(c.queue) && i < maxBatchFrames && (i == 0 || size+c.queue[i].size <= maxBatchBytes); i++ {
 			q := c.queue[i]
 			if q.data == nil {
-				q.data = q.encode(string(q.text))
+				q.data = q.encode(q.key, q.seq, string(q.text))
 			}
 			batch = append(batch, q.data)
 			size += q.size

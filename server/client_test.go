@@ -67,11 +67,11 @@ func TestReplaceMoreAndFaceQueueLimit(t *testing.T) {
 	// The writer takes the first frame and blocks on it.
 	c.Send([]byte("first"))
 	time.Sleep(20 * time.Millisecond)
-	c.SendFrame(Frame{Data: []byte("p1"), Key: "progress", Replace: true})
+	c.SendFrame(Frame{Data: []byte("p1"), Key: FrameKey{Name: "progress"}, Replace: true})
 	c.SendFrame(Frame{Data: []byte("critical-1"), More: [][]byte{[]byte("critical-1b")}})
-	c.SendFrame(Frame{Data: []byte("p2"), Key: "progress", Replace: true})
+	c.SendFrame(Frame{Data: []byte("p2"), Key: FrameKey{Name: "progress"}, Replace: true})
 	c.Send([]byte("critical-2"))
-	c.SendFrame(Frame{Data: []byte("p3"), Key: "progress", Replace: true})
+	c.SendFrame(Frame{Data: []byte("p3"), Key: FrameKey{Name: "progress"}, Replace: true})
 	close(l.open)
 	deadline := time.Now().Add(5 * time.Second)
 	want := "first critical-1 critical-1b critical-2 p3"

@@ -1199,7 +1199,7 @@ func (cs *clusterState) subscribeRemote(c *Client, id string, codec Codec, after
 			continue
 		}
 		if f := codec.Encode(id, ev); f.Data != nil {
-			f.Key, f.Merge = "", nil
+			f.Key, f.Merge = FrameKey{}, nil
 			frames = append(frames, f)
 			seqs = append(seqs, ev.Seq)
 		}

@@ -156,7 +156,7 @@ func (s *Server) Subscribe(c *Client, h *Hosted, codec Codec, after *uint64, hol
 			// A replay is every event after the cursor, each as it was:
 			// replayed frames are never merged.
 			if f := codec.Encode(h.id, ev); f.Data != nil {
-				f.Key, f.Merge = "", nil
+				f.Key, f.Merge = FrameKey{}, nil
 				frames = append(frames, f)
 				seqs = append(seqs, ev.Seq)
 			}

@@ -219,7 +219,7 @@ func (w *watch) publishProgress() {
 		w.mu.Lock()
 		seq := w.lastSeq
 		w.mu.Unlock()
-		return server.Frame{Data: encode(w.progress(seq, w.f.opt.Now())), Key: "progress", Replace: true}
+		return server.Frame{Data: encode(w.progress(seq, w.f.opt.Now())), Key: server.FrameKey{Name: "progress"}, Replace: true}
 	})
 	w.lastRev.Store(rev)
 }
