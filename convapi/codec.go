@@ -359,7 +359,9 @@ func progressUpdate(sessionID string, seq uint64, u *llm.Event) server.Frame {
 }
 
 // mergeProgress is Frame.Merge for generation_progress.
-func mergeProgress(_ server.FrameKey, seq uint64, text string) []byte { return progressFrame(seq, text) }
+func mergeProgress(_ server.FrameKey, seq uint64, text string) []byte {
+	return progressFrame(seq, text)
+}
 
 // progressFrame is generation_progress, encoded by hand: it is most of
 // what a stream carries.
