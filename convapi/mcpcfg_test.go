@@ -165,6 +165,7 @@ func TestConversationMCPAutoStartFalse(t *testing.T) {
 	if cfg := fx.ok("GET", "/api/v2/conversations/lazy/config", nil); !slices.Contains(toolsOf(cfg), "web__echo") {
 		t.Fatalf("after the first run: %s", cfg)
 	}
+	fx.create("lazy2", map[string]any{"config": map[string]any{"mcp": map[string]any{"auto_start": false, "servers": []any{map[string]any{"name": "web", "url": url}}}}})
 	// Absent: started with the conversation.
 	fx.create("eager", map[string]any{"config": map[string]any{"mcp": map[string]any{"servers": []any{map[string]any{"name": "web", "url": url}}}}})
 	if cfg := fx.ok("GET", "/api/v2/conversations/eager/config", nil); !slices.Contains(toolsOf(cfg), "web__echo") || cfg.m["mcp"].(map[string]any)["auto_start"] != true {
@@ -181,6 +182,12 @@ func TestConversationMCPAutoStartFalse(t *testing.T) {
 	if got := fx2.callTool("lazy", "web__echo", `{"text":"after the restart"}`); !strings.Contains(got, "mcp echo: after the restart") {
 		t.Fatalf("the tool's result after the restart: %q", got)
 	}
+	// A PATCH whose chat.tools names their tools starts them too.
+	fx2.ok("PATCH", "/api/v2/conversations/lazy2/config", map[string]any{"chat": chatTools("web__echo")})
+	if got := toolsOf(fx2.ok("GET", "/api/v2/conversations/lazy2/config", nil)); !slices.Equal(got, []string{"web__echo"}) {
+		t.Fatalf("lazy2's tools after naming the server's: %v", got)
+	}
+	wantErrStart(t, fx2.do("PATCH", "/api/v2/conversations/lazy2/config", map[string]any{"chat": chatTools("web__nope")}), http.StatusBadRequest, "Tool 'web__nope' not found")
 }
 
 // The values of a conversation's MCP env and headers are answered as a
