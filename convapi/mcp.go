@@ -61,7 +61,7 @@ type convMCP struct {
 
 	// health records a server that failed to start, as long as the
 	// conversation has it; nil without a health registry.
-	health func(issue string) (clear func())
+	health func(issue string) func()
 	id     string
 
 	mu        sync.Mutex
