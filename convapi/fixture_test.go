@@ -30,7 +30,15 @@ import (
 
 // Every goroutine of the face (stream handlers, client writers, pipeline
 // lanes, runs) must be gone once a test has shut its server down.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The test binary is also an MCP server over stdio (envMCPServer) when
+// started with envServerVar set.
+func TestMain(m *testing.M) {
+	if os.Getenv(envServerVar) == "1" {
+		envMCPServer()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // wait bounds every wait for an event or a response; it only fires when
 // something is broken.

@@ -405,6 +405,9 @@ func (s *Server) decodeCreate(o object) (createPayload, error) {
 			if pl.MCP, err = s.decodeMCP(cfg, "mcp"); err != nil {
 				return pl, errorf(http.StatusBadRequest, "config."+err.(*apiError).msg)
 			}
+			if err := keepSecrets(pl.MCP, nil, "config.mcp"); err != nil {
+				return pl, err
+			}
 		}
 	}
 	prompt, _, err := o.str("prompt")
@@ -535,18 +538,46 @@ func (s *Server) runCreate(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	id := c.cmd.SessionID
+	// chat.tools may name tools of the MCP servers the request gives:
+	// set once the servers are there (createMCP).
+	tools := p.Tools
+	if p.MCP != nil {
+		p.Tools = nil
+	}
 	h, err := s.make(ctx, id, p)
 	if err != nil {
 		return nil, err
 	}
 	if p.MCP != nil {
-		if err := s.saveMCP(ctx, h, p.MCP); err != nil {
+		if err := s.createMCP(ctx, h, p.MCP, tools); err != nil {
+			if derr := s.srv.Delete(ctx, id); derr != nil {
+				s.srv.Logger().Warn("removing a conversation that failed to set up", "session", id, "err", derr)
+			}
 			return nil, err
 		}
 	}
 	at := s.att.create(id)
 	s.att.update(at.id, func(a *attachment) { a.autoAlways, a.autoNext = p.AutoAlways, p.AutoNext })
 	return CreatedResponse{Status: "ok", ConversationID: id, SessionID: at.id}, nil
+}
+
+// createMCP gives a new conversation the MCP servers of cfg, then the
+// tools of chat.tools (nil: all), which may be theirs.
+func (s *Server) createMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig, tools *[]string) error {
+	change := s.prepareMCP(ctx, h, cfg)
+	defer change.abandon()
+	if tools != nil {
+		if err := s.checkToolNames(ctx, h.Session(), *tools, change); err != nil {
+			return err
+		}
+	}
+	if err := change.commit(s, h); err != nil {
+		return err
+	}
+	if tools != nil {
+		return h.Session().SetTools(*tools)
+	}
+	return nil
 }
 
 // make creates conversation id and sets it up; one that fails to set up
@@ -1250,7 +1281,7 @@ func (s *Server) configOf(h *server.Hosted) ConversationConfig {
 	cfg := ConversationConfig{Chat: ChatConfig{Name: sess.Name(), Model: modelName(sess.Model()), Tools: sess.ToolNames(),
 		Thinking: string(sess.Thinking()), ToolFormat: "tool", Stream: true, Interactive: true, Workspace: h.Cwd(),
 		ConfirmAll: &confirm, AutoConfirm: autoConfirmOf(sess.Grants())}, Env: map[string]any{}, Unavailable: sess.UnavailableTools()}
-	cfg.MCP = mcpOf(sess)
+	cfg.MCP = redacted(mcpOf(sess))
 	return cfg
 }
 
@@ -1327,7 +1358,11 @@ func (s *Server) patchConfig(w http.ResponseWriter, r *http.Request, p params) e
 		return err
 	}
 	if pl.Tools != nil {
-		if err := checkTools(h.Session(), *pl.Tools); err != nil {
+		// Tools of the conversation's MCP servers, or of those the
+		// request gives, are checked in the lane, once the servers run.
+		cur := mcpOf(h.Session())
+		mayBeMCP := func(n string) bool { return pl.MCP.mayOffer(n) || cur.mayOffer(n) }
+		if err := checkTools(h.Session(), slices.DeleteFunc(slices.Clone(*pl.Tools), mayBeMCP)); err != nil {
 			return err
 		}
 	}
@@ -1354,6 +1389,20 @@ func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 		}
 		return err
 	}
+	// New MCP servers are opened and chat.tools checked against their
+	// tools before anything changes: a refused request changes nothing.
+	if p.MCP != nil {
+		if err := keepSecrets(p.MCP, mcpOf(sess), "mcp"); err != nil {
+			return nil, err
+		}
+	}
+	change := s.prepareMCP(ctx, c.h, p.MCP)
+	defer change.abandon()
+	if p.Tools != nil {
+		if err := s.checkToolNames(ctx, sess, *p.Tools, change); err != nil {
+			return nil, err
+		}
+	}
 	if p.Model != nil {
 		m, err := s.findModel(*p.Model)
 		if err != nil {
@@ -1372,6 +1421,9 @@ func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 			return nil, busy(err)
 		}
 	}
+	if err := change.commit(s, c.h); err != nil {
+		return nil, busy(err)
+	}
 	if p.Tools != nil {
 		if err := sess.SetTools(*p.Tools); err != nil {
 			return nil, busy(err)
@@ -1384,11 +1436,6 @@ func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 	}
 	if p.ConfirmAll != nil {
 		if err := sess.SetConfirmAll(*p.ConfirmAll); err != nil {
-			return nil, busy(err)
-		}
-	}
-	if p.MCP != nil {
-		if err := s.saveMCP(ctx, c.h, p.MCP); err != nil {
 			return nil, busy(err)
 		}
 	}

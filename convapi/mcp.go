@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/agentd-dev/agentd/mcp"
@@ -15,24 +17,109 @@ import (
 // MCPStarter starts a conversation's own MCP servers; *mcp.Manager is
 // one.
 type MCPStarter interface {
+	// Open starts the servers now.
 	Open(ctx context.Context, servers []mcp.ServerConfig, cwd string) *mcp.Set
+	// OpenLazy starts them when the Set's Start is called (auto_start
+	// false: the conversation's first run).
+	OpenLazy(servers []mcp.ServerConfig, cwd string) *mcp.Set
 }
 
 // customMCP is the custom entry in which a conversation's MCP
 // configuration is kept in its file: GET config reads it there, and the
 // conversation has its servers again when it loads after an unload or a
-// restart.
+// restart. It holds the env and headers values as given: the servers
+// need them when they start again.
 const customMCP = "agentd.mcp"
 
-// mcpServers take the running MCP servers away from the conversations
-// that have some, by session; an entry goes when its session closes.
+// SecretPlaceholder stands for each value of a conversation's MCP env
+// and headers in what the API answers (GET and PATCH config), so that
+// the values reach neither clients nor the command journal, which keeps
+// answers. Sent back in a PATCH for a server's key, it keeps the value
+// stored for that key.
+const SecretPlaceholder = "********"
+
+// mcpServers are the conversations' running MCP servers, by session; an
+// entry goes when its session closes or gets others.
 type mcpServers struct {
 	mu sync.Mutex
 	m  map[*session.Session]*mcpEntry
 }
 
-// mcpEntry is what takes one conversation's servers away again.
-type mcpEntry struct{ remove func() }
+// mcpEntry is one conversation's servers and what takes them away again.
+type mcpEntry struct {
+	servers *convMCP
+	remove  func()
+}
+
+// convMCP is one conversation's MCP servers as its tool source. Those
+// of a configuration with auto_start false start at the conversation's
+// first run (Prepare) or when a request names their tools; the others
+// when they are opened.
+type convMCP struct {
+	*mcp.Set
+	names []string // the servers, enabled ones only
+
+	// health records a server that failed to start, as long as the
+	// conversation has it; nil without a health registry.
+	health func(issue string) func()
+	id     string
+
+	mu        sync.Mutex
+	attached  bool // the conversation's servers now (health is theirs)
+	noted     bool
+	stopped   bool
+	unhealthy []func()
+}
+
+// Prepare starts the servers of an auto_start false configuration for
+// the run that needs their tools; see session.Preparer.
+func (c *convMCP) Prepare(ctx context.Context) { c.start(ctx) }
+
+// start starts the servers if they have not been, and records those that
+// failed in health once they are the conversation's.
+func (c *convMCP) start(ctx context.Context) {
+	c.Start(ctx)
+	c.note()
+}
+
+func (c *convMCP) note() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.attached || c.noted || c.stopped || !c.Started() || c.health == nil {
+		return
+	}
+	c.noted = true
+	for _, u := range c.Unavailable() {
+		c.unhealthy = append(c.unhealthy, c.health("Session "+c.id+": "+u.Error))
+	}
+}
+
+// close stops the servers and clears their health issues.
+func (c *convMCP) close() {
+	if c == nil {
+		return
+	}
+	c.Close()
+	c.mu.Lock()
+	c.stopped = true
+	fns := c.unhealthy
+	c.unhealthy = nil
+	c.mu.Unlock()
+	for _, f := range fns {
+		f()
+	}
+}
+
+// offers reports whether name may be a tool of one of the servers:
+// <server>__<tool>.
+func (c *convMCP) offers(name string) bool {
+	for _, n := range c.names {
+		if strings.HasPrefix(name, mcp.ToolName(n, "")) {
+			return true
+		}
+	}
+	return false
+}
 
 // mcpOf is the MCP section a conversation was given, from its file.
 func mcpOf(sess *session.Session) *MCPConfig {
@@ -45,6 +132,20 @@ func mcpOf(sess *session.Session) *MCPConfig {
 		return nil
 	}
 	return &cfg
+}
+
+// mayOffer reports whether name may be a tool of one of cfg's servers
+// (<server>__<tool>); nil cfg has none.
+func (cfg *MCPConfig) mayOffer(name string) bool {
+	if cfg == nil {
+		return false
+	}
+	for _, sc := range cfg.Servers {
+		if strings.HasPrefix(name, mcp.ToolName(sc.Name, "")) {
+			return true
+		}
+	}
+	return false
 }
 
 // decodeMCP reads gptme's mcp section: {enabled?, auto_start?,
@@ -61,15 +162,16 @@ func (s *Server) decodeMCP(raw object, field string) (*MCPConfig, error) {
 	if err := o.only("enabled", "auto_start", "servers"); err != nil {
 		return nil, bad("%s: %s", field, err.(*apiError).msg)
 	}
-	cfg := &MCPConfig{Enabled: true, Servers: []MCPServerConfig{}}
-	var err error
+	cfg := &MCPConfig{Enabled: true, AutoStart: true, Servers: []MCPServerConfig{}}
 	if v, ok, e := o.boolean("enabled"); e != nil {
 		return nil, bad("%s.enabled must be a boolean", field)
 	} else if ok {
 		cfg.Enabled = v
 	}
-	if cfg.AutoStart, _, err = o.boolean("auto_start"); err != nil {
+	if v, ok, e := o.boolean("auto_start"); e != nil {
 		return nil, bad("%s.auto_start must be a boolean", field)
+	} else if ok {
+		cfg.AutoStart = v
 	}
 	var items []object
 	if o.present("servers") && (unmarshalInto(o["servers"], &items) != nil) {
@@ -139,19 +241,79 @@ func (s *Server) decodeMCP(raw object, field string) (*MCPConfig, error) {
 	return cfg, nil
 }
 
-// saveMCP gives the conversation the MCP servers of cfg (setMCP) and
-// records them in its file.
-func (s *Server) saveMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig) error {
-	if err := h.Session().SaveCustom(customMCP, cfg); err != nil {
-		return err
+// redacted is cfg as the API answers it: each env and headers value is
+// SecretPlaceholder.
+func redacted(cfg *MCPConfig) *MCPConfig {
+	if cfg == nil {
+		return nil
 	}
-	s.setMCP(ctx, h, cfg)
+	out := *cfg
+	out.Servers = make([]MCPServerConfig, len(cfg.Servers))
+	hide := func(m map[string]string) map[string]string {
+		if m == nil {
+			return nil
+		}
+		h := make(map[string]string, len(m))
+		for k := range m {
+			h[k] = SecretPlaceholder
+		}
+		return h
+	}
+	for i, sc := range cfg.Servers {
+		sc.Env, sc.Headers = hide(sc.Env), hide(sc.Headers)
+		out.Servers[i] = sc
+	}
+	return &out
+}
+
+// keepSecrets puts in place of each SecretPlaceholder of cfg the value
+// old (the section the conversation has; nil for none) stores for that
+// server and key: a client that read the section, changed it and sends
+// it back keeps its secrets. A value goes only where it went before: an
+// env value to the same command, a header to the same url. A placeholder
+// with no such value is a 400 naming it. field is the section's name in
+// the request.
+func keepSecrets(cfg, old *MCPConfig, field string) error {
+	stored := map[string]MCPServerConfig{}
+	if old != nil {
+		for _, sc := range old.Servers {
+			stored[sc.Name] = sc
+		}
+	}
+	for i, sc := range cfg.Servers {
+		prev, had := stored[sc.Name]
+		for _, m := range []struct {
+			key        string
+			vals, from map[string]string
+			same       bool
+			target     string
+		}{
+			{"env", sc.Env, prev.Env, prev.Command == sc.Command, "command"},
+			{"headers", sc.Headers, prev.Headers, prev.URL == sc.URL, "url"},
+		} {
+			for k, v := range m.vals {
+				if v != SecretPlaceholder {
+					continue
+				}
+				at := fmt.Sprintf("%s.servers[%d].%s.%s", field, i, m.key, k)
+				prevVal, ok := m.from[k]
+				switch {
+				case !had || !ok:
+					return errorf(http.StatusBadRequest, fmt.Sprintf("%s: %q stands for the value the conversation has, and server %s has none for %s; send the value", at, SecretPlaceholder, clip(sc.Name, 100), clip(k, 100)))
+				case !m.same:
+					return errorf(http.StatusBadRequest, fmt.Sprintf("%s: %q keeps the value the conversation has only for the same %s, and server %s's %s changed; send the value again", at, SecretPlaceholder, m.target, clip(sc.Name, 100), m.target))
+				}
+				m.vals[k] = prevVal
+			}
+		}
+	}
 	return nil
 }
 
-// restoreMCP starts the MCP servers a conversation was given before it
-// was unloaded or the server restarted. Sessions of other faces have
-// none recorded.
+// restoreMCP gives a conversation the MCP servers it was given before it
+// was unloaded or the server restarted: started now, or at its first run
+// when its configuration says auto_start false. Sessions of other faces
+// have none recorded.
 func (s *Server) restoreMCP(h *server.Hosted) {
 	if s.opt.MCP == nil {
 		return
@@ -164,15 +326,51 @@ func (s *Server) restoreMCP(h *server.Hosted) {
 		s.srv.Logger().Warn("unreadable MCP configuration in the conversation's file; it starts without its MCP servers", "session", h.ID())
 		return
 	}
-	s.setMCP(s.srv.Context(), h, cfg)
+	s.useMCP(h, s.openMCP(s.srv.Context(), h, cfg))
 }
 
-// setMCP gives the conversation the MCP servers of cfg, in place of those
-// it had: started now for it alone, stopped when it closes or gets
-// others. A server that fails to start is in the configuration's
-// unavailable list and in health while the conversation has it; the
-// conversation works without it.
-func (s *Server) setMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig) {
+// openMCP makes the MCP servers of cfg for the conversation, without
+// giving them to it yet (useMCP does): started now, unless cfg says
+// auto_start false. A server that fails to start is in the servers'
+// unavailable list; the conversation works without it. nil when cfg
+// starts no server.
+func (s *Server) openMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig) *convMCP {
+	var servers []mcp.ServerConfig
+	var names []string
+	for _, sc := range cfg.Servers {
+		if cfg.Enabled && sc.Enabled {
+			servers = append(servers, mcp.ServerConfig{Name: sc.Name, Command: sc.Command, Args: sc.Args, Env: sc.Env, URL: sc.URL, Headers: sc.Headers})
+			names = append(names, sc.Name)
+		}
+	}
+	if len(servers) == 0 || s.opt.MCP == nil {
+		return nil
+	}
+	c := &convMCP{names: names, id: h.ID()}
+	if hl := s.srv.Health(); hl != nil {
+		c.health = hl.Add
+	}
+	if cfg.AutoStart {
+		c.Set = s.opt.MCP.Open(ctx, servers, h.Cwd())
+	} else {
+		c.Set = s.opt.MCP.OpenLazy(servers, h.Cwd())
+	}
+	return c
+}
+
+// currentMCP is the conversation's MCP servers now, nil when it has none.
+func (s *Server) currentMCP(sess *session.Session) *convMCP {
+	s.mcp.mu.Lock()
+	defer s.mcp.mu.Unlock()
+	if e := s.mcp.m[sess]; e != nil {
+		return e.servers
+	}
+	return nil
+}
+
+// useMCP gives the conversation the servers c (from openMCP; nil for
+// none) in place of those it had, which stop. They stop when it closes.
+func (s *Server) useMCP(h *server.Hosted, c *convMCP) {
 	sess := h.Session()
 	var remove func()
 	s.mcp.mu.Lock()
@@ -184,36 +382,24 @@ func (s *Server) setMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig) {
 	if remove != nil {
 		remove()
 	}
-	var servers []mcp.ServerConfig
-	for _, sc := range cfg.Servers {
-		if cfg.Enabled && sc.Enabled {
-			servers = append(servers, mcp.ServerConfig{Name: sc.Name, Command: sc.Command, Args: sc.Args, Env: sc.Env, URL: sc.URL, Headers: sc.Headers})
-		}
-	}
-	if len(servers) == 0 || s.opt.MCP == nil {
+	if c == nil {
 		return
 	}
-	set := s.opt.MCP.Open(ctx, servers, h.Cwd())
-	var unhealthy []func()
-	if hl := s.srv.Health(); hl != nil {
-		for _, u := range set.Unavailable() {
-			unhealthy = append(unhealthy, hl.Add("Session "+h.ID()+": "+u.Error))
-		}
-	}
+	c.mu.Lock()
+	c.attached = true
+	c.mu.Unlock()
+	c.note()
 	// In the map before the source is added: a session that closes at
 	// once takes its entry with it.
-	entry := &mcpEntry{}
+	entry := &mcpEntry{servers: c}
 	s.mcp.mu.Lock()
 	if s.mcp.m == nil {
 		s.mcp.m = map[*session.Session]*mcpEntry{}
 	}
 	s.mcp.m[sess] = entry
 	s.mcp.mu.Unlock()
-	remove = sess.AddToolSource(set, func() {
-		set.Close()
-		for _, f := range unhealthy {
-			f()
-		}
+	remove = sess.AddToolSource(c, func() {
+		c.close()
 		s.mcp.mu.Lock()
 		if s.mcp.m[sess] == entry {
 			delete(s.mcp.m, sess)
@@ -223,4 +409,96 @@ func (s *Server) setMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig) {
 	s.mcp.mu.Lock()
 	entry.remove = remove
 	s.mcp.mu.Unlock()
+}
+
+// mcpChange is a new mcp section being applied to a conversation: its
+// servers are opened (and, for auto_start, started) before anything of
+// the conversation changes, so that chat.tools in the same request can
+// name their tools and a request refused leaves the conversation as it
+// was.
+type mcpChange struct {
+	cfg  *MCPConfig
+	next *convMCP
+	done bool
+}
+
+// prepareMCP opens the servers of cfg for the conversation; cfg's
+// placeholders have been resolved. nil cfg: no change.
+func (s *Server) prepareMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig) *mcpChange {
+	if cfg == nil {
+		return nil
+	}
+	return &mcpChange{cfg: cfg, next: s.openMCP(ctx, h, cfg)}
+}
+
+// commit records the section in the conversation's file and gives it the
+// new servers.
+func (m *mcpChange) commit(s *Server, h *server.Hosted) error {
+	if m == nil {
+		return nil
+	}
+	if err := h.Session().SaveCustom(customMCP, m.cfg); err != nil {
+		return err
+	}
+	m.done = true
+	s.useMCP(h, m.next)
+	return nil
+}
+
+// abandon stops the servers of a change that was not committed.
+func (m *mcpChange) abandon() {
+	if m != nil && !m.done {
+		m.done = true
+		m.next.close()
+	}
+}
+
+// checkToolNames checks a chat.tools list against the tools the
+// conversation will have: its own, and its MCP servers' (those of
+// change, when the request gives new ones). Servers that have not
+// started (auto_start false) start when the list names one of them, so
+// that their tools are known. A name nobody offers is a 400 naming it,
+// with the servers that failed to start and why.
+func (s *Server) checkToolNames(ctx context.Context, sess *session.Session, names []string, change *mcpChange) error {
+	cur := s.currentMCP(sess)
+	src := cur
+	if change != nil {
+		src = change.next
+	}
+	missing := func() ([]string, []string) {
+		have := sess.AvailableTools()
+		if change != nil && cur != nil {
+			// The servers being replaced: their tools go.
+			for _, t := range cur.Tools() {
+				have = slices.DeleteFunc(have, func(n string) bool { return n == t.Spec().Name })
+			}
+		}
+		if change != nil && src != nil {
+			for _, t := range src.Tools() {
+				have = append(have, t.Spec().Name)
+			}
+		}
+		var out []string
+		for _, n := range names {
+			if !slices.Contains(have, n) {
+				out = append(out, n)
+			}
+		}
+		return out, have
+	}
+	out, have := missing()
+	if len(out) > 0 && src != nil && !src.Started() && slices.ContainsFunc(out, src.offers) {
+		src.start(ctx)
+		out, have = missing()
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("Tool '%s' not found (this conversation's tools: %s)", clip(out[0], 100), strings.Join(have, ", "))
+	if src != nil {
+		for _, u := range src.Unavailable() {
+			msg += "; " + u.Error
+		}
+	}
+	return errorf(http.StatusBadRequest, msg)
 }

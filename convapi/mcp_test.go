@@ -18,6 +18,12 @@ import (
 // mcpHTTPServer is an MCP server over streamable HTTP on 127.0.0.1 with
 // an echo tool.
 func mcpHTTPServer(t *testing.T) string {
+	return mcpHTTPServerSeen(t, nil)
+}
+
+// mcpHTTPServerSeen is mcpHTTPServer telling seen of each HTTP request
+// it gets.
+func mcpHTTPServerSeen(t *testing.T, seen func(*http.Request)) string {
 	srv := sdk.NewServer(&sdk.Implementation{Name: "t", Version: "1"}, nil)
 	srv.AddTool(&sdk.Tool{Name: "echo", Description: "echoes", InputSchema: map[string]any{"type": "object"}},
 		func(_ context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
@@ -25,7 +31,13 @@ func mcpHTTPServer(t *testing.T) string {
 			_ = json.Unmarshal(r.Params.Arguments, &a)
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "mcp echo: " + a.Text}}}, nil
 		})
-	ts := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil))
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if seen != nil {
+			seen(r)
+		}
+		h.ServeHTTP(w, r)
+	}))
 	t.Cleanup(func() {
 		// A client's event stream would keep Close waiting.
 		ts.CloseClientConnections()
@@ -60,7 +72,7 @@ func TestConversationMCPServers(t *testing.T) {
 	m := cfg.m["mcp"].(map[string]any)
 	servers := m["servers"].([]any)
 	if m["enabled"] != true || len(servers) != 3 || servers[0].(map[string]any)["url"] != url ||
-		servers[1].(map[string]any)["env"].(map[string]any)["K"] != "V" || servers[2].(map[string]any)["enabled"] != false {
+		servers[1].(map[string]any)["env"].(map[string]any)["K"] != SecretPlaceholder || servers[2].(map[string]any)["enabled"] != false {
 		t.Fatalf("mcp echoed: %s", cfg)
 	}
 	un, _ := cfg.m["unavailable"].([]any)

@@ -189,8 +189,9 @@ type ConversationConfig struct {
 type MCPConfig struct {
 	// Enabled: false starts none of the servers (absent is true).
 	Enabled bool `json:"enabled"`
-	// AutoStart is accepted and echoed; the servers always start with
-	// the conversation.
+	// AutoStart: true (or absent) starts the servers when the
+	// conversation is created or loaded; false starts them when first
+	// needed: at its first run, or when chat.tools names their tools.
 	AutoStart bool              `json:"auto_start"`
 	Servers   []MCPServerConfig `json:"servers"`
 }
@@ -200,9 +201,11 @@ type MCPConfig struct {
 type MCPServerConfig struct {
 	Name string `json:"name"`
 	// Enabled: false keeps the entry without starting it (absent is true).
-	Enabled bool              `json:"enabled"`
-	Command string            `json:"command,omitempty"`
-	Args    []string          `json:"args,omitempty"`
+	Enabled bool     `json:"enabled"`
+	Command string   `json:"command,omitempty"`
+	Args    []string `json:"args,omitempty"`
+	// Env and Headers values are answered as SecretPlaceholder, which a
+	// PATCH may send back to keep a value.
 	Env     map[string]string `json:"env,omitempty"`
 	URL     string            `json:"url,omitempty"`
 	Headers map[string]string `json:"headers,omitempty"`

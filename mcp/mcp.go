@@ -174,26 +174,72 @@ func (m *Manager) Start(ctx context.Context, servers []ServerConfig, cwd string)
 // in the Set as a StartError, in Err and Unavailable, and the others
 // serve. Close the Set to stop them all.
 func (m *Manager) Open(ctx context.Context, servers []ServerConfig, cwd string) *Set {
+	set := m.OpenLazy(servers, cwd)
+	set.Start(ctx)
+	return set
+}
+
+// OpenLazy is Open without starting anything: the Set has no tools until
+// Start, which the owner calls when it first needs them (a conversation
+// whose configuration says auto_start false, at its first run). Close
+// stops what was started, if anything.
+func (m *Manager) OpenLazy(servers []ServerConfig, cwd string) *Set {
 	set := &Set{watchers: map[int]func(){}}
 	set.ctx, set.cancel = context.WithCancel(context.Background())
 	for _, cfg := range servers {
 		if cfg.Cwd == "" {
 			cfg.Cwd = cwd
 		}
-		s := &server{m: m, set: set, cfg: cfg, changed: make(chan struct{}, 1)}
-		set.servers = append(set.servers, s)
-		if err := cfg.check(); err != nil {
-			s.startErr = &StartError{Server: cfg.Name, Err: err}
-			continue
-		}
-		if err := s.start(ctx); err != nil {
-			s.startErr = &StartError{Server: cfg.Name, Err: err}
-			s.close()
-			continue
-		}
-		set.wg.Go(s.follow)
+		set.servers = append(set.servers, &server{m: m, set: set, cfg: cfg, changed: make(chan struct{}, 1)})
 	}
 	return set
+}
+
+// Start starts the Set's servers, once: a later call, or one while
+// another is under way, waits for the first and does nothing more. A
+// server that fails is left out as in Open. Close aborts a Start under
+// way. The watchers are told when tools came with it.
+func (set *Set) Start(ctx context.Context) {
+	set.startMu.Lock()
+	defer set.startMu.Unlock()
+	set.mu.Lock()
+	done := set.started || set.closed
+	set.started = true
+	set.mu.Unlock()
+	if done {
+		return
+	}
+	// Close cancels set.ctx: a start it would wait for ends at once.
+	ctx, cancel := context.WithCancel(ctx)
+	defer context.AfterFunc(set.ctx, cancel)()
+	defer cancel()
+	var up bool
+	for _, s := range set.servers {
+		err := s.cfg.check()
+		if err == nil {
+			if err = s.start(ctx); err != nil {
+				s.close()
+			}
+		}
+		if err != nil {
+			set.mu.Lock()
+			s.startErr = &StartError{Server: s.cfg.Name, Err: err}
+			set.mu.Unlock()
+			continue
+		}
+		up = true
+		set.wg.Go(s.follow)
+	}
+	if up {
+		set.notify()
+	}
+}
+
+// Started reports whether Start was called (by Open or the owner).
+func (set *Set) Started() bool {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	return set.started
 }
 
 // StartError is an MCP server that could not be started: the session
@@ -218,9 +264,12 @@ type Set struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // the servers' followers
 
+	startMu sync.Mutex // held by Start while it starts the servers
+
 	mu       sync.Mutex
 	watchers map[int]func()
 	next     int
+	started  bool
 	closed   bool
 }
 
@@ -237,6 +286,8 @@ func (set *Set) Tools() []tool.Tool {
 
 // Err names every server that failed to start and why; nil when all run.
 func (set *Set) Err() error {
+	set.mu.Lock()
+	defer set.mu.Unlock()
 	var errs []error
 	for _, s := range set.servers {
 		if s.startErr != nil {
@@ -248,6 +299,8 @@ func (set *Set) Err() error {
 
 // Unavailable are the servers that failed to start, each with its cause.
 func (set *Set) Unavailable() []tool.Unavailable {
+	set.mu.Lock()
+	defer set.mu.Unlock()
 	var out []tool.Unavailable
 	for _, s := range set.servers {
 		if s.startErr != nil {
@@ -296,10 +349,17 @@ func (set *Set) Close() {
 	set.closed = true
 	set.mu.Unlock()
 	set.cancel()
+	// A Start under way sees the cancel and returns; one after this
+	// finds the Set closed.
+	set.startMu.Lock()
+	defer set.startMu.Unlock()
 	set.wg.Wait()
 	var wg sync.WaitGroup
 	for _, s := range set.servers {
-		if s.startErr == nil {
+		set.mu.Lock()
+		failed := s.startErr != nil
+		set.mu.Unlock()
+		if !failed {
 			wg.Go(s.close)
 		}
 	}
@@ -312,7 +372,7 @@ type server struct {
 	m        *Manager
 	set      *Set
 	cfg      ServerConfig
-	startErr error         // set once, in Open
+	startErr error         // set once, in Start (set.mu)
 	changed  chan struct{} // a list change to fetch (one is enough)
 
 	mu       sync.Mutex

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,5 +96,52 @@ func TestServersThatFailToStart(t *testing.T) {
 				t.Fatalf("%d tools from the server that works", n)
 			}
 		})
+	}
+}
+
+// A lazy Set runs nothing until Start: no request reaches the server
+// before, Start brings the tools and tells the watchers, a second Start
+// does nothing, and a Set closed before Start never starts.
+func TestOpenLazy(t *testing.T) {
+	var requests atomic.Int64
+	srv := testServer()
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		h.ServeHTTP(w, r)
+	}))
+	defer hs.Close()
+	m := New(Options{CallTimeout: 5 * time.Second})
+	set := m.OpenLazy([]ServerConfig{{Name: "web", URL: hs.URL}}, t.TempDir())
+	defer set.Close()
+	changed := make(chan struct{}, 8)
+	defer set.Watch(func() { changed <- struct{}{} })()
+	if n := len(set.Tools()); n != 0 || set.Started() || set.Err() != nil || requests.Load() != 0 {
+		t.Fatalf("before Start: %d tools, started %v, err %v, %d requests", n, set.Started(), set.Err(), requests.Load())
+	}
+	set.Start(context.Background())
+	if n := len(set.Tools()); n != 6 || !set.Started() {
+		t.Fatalf("after Start: %d tools, started %v (%v)", n, set.Started(), set.Err())
+	}
+	select {
+	case <-changed:
+	default:
+		t.Fatal("the watchers were not told of the tools Start brought")
+	}
+	before := requests.Load()
+	set.Start(context.Background())
+	if requests.Load() != before || len(changed) != 0 {
+		t.Fatal("a second Start started the servers again")
+	}
+	if r := call(t, byName(set.Tools())["web__echo"], `{"text":"lazy"}`); r.IsError {
+		t.Fatalf("calling a tool of the started Set: %q", text(r))
+	}
+
+	closed := m.OpenLazy([]ServerConfig{{Name: "web", URL: hs.URL}}, t.TempDir())
+	closed.Close()
+	before = requests.Load()
+	closed.Start(context.Background())
+	if requests.Load() != before || len(closed.Tools()) != 0 {
+		t.Fatal("a closed Set started its servers")
 	}
 }

@@ -280,6 +280,7 @@ func (s *Session) AbortRetry() {
 // errors, compaction when the context overflowed or passed the
 // threshold. It returns the outcome.
 func (s *Session) run(ctx context.Context, start func(context.Context) ([]*llm.Message, error)) Outcome {
+	s.prepareSources(ctx)
 	added, err := start(ctx)
 	if err != nil {
 		s.log.Error("agent run", "err", err)

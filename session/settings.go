@@ -66,7 +66,11 @@ func (s *Session) loadSettings(f *transcript.File) {
 		case CustomTools:
 			var d toolsData
 			if err = json.Unmarshal(e.Data, &d); err == nil && !d.All {
-				tools = s.knownTools(d.Tools)
+				// Kept as recorded, not cut to the tools there are now:
+				// a tool source added after loading (a conversation's
+				// MCP servers) brings the rest. ToolNames and the agent
+				// see only the tools the session has.
+				tools = append([]string{}, d.Tools...)
 			}
 		default:
 			continue
@@ -228,7 +232,7 @@ func (s *Session) ToolNames() []string {
 	if names == nil {
 		return s.AvailableTools()
 	}
-	return slices.Clone(names)
+	return s.knownTools(names)
 }
 
 // SetTools enables the named tools of the session and disables the

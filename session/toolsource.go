@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"slices"
 
 	"github.com/agentd-dev/agentd/tool"
@@ -19,6 +20,29 @@ type ToolSource interface {
 	// Unavailable are the parts of the source that give no tools, and
 	// why (an MCP server that failed to start).
 	Unavailable() []tool.Unavailable
+}
+
+// A Preparer is a ToolSource that gets its tools only when a run needs
+// them (MCP servers that start at a conversation's first run rather than
+// when it loads). The session prepares each before every run, ahead of
+// the first model request; Prepare returns at once once the tools are
+// there, and tells the source's watchers when it brought new ones. ctx
+// ends when the run is aborted.
+type Preparer interface {
+	Prepare(ctx context.Context)
+}
+
+// prepareSources prepares the sources that are Preparers, for the run
+// that is starting.
+func (s *Session) prepareSources(ctx context.Context) {
+	s.mu.Lock()
+	sources := slices.Clone(s.sources)
+	s.mu.Unlock()
+	for _, ts := range sources {
+		if p, ok := ts.src.(Preparer); ok {
+			p.Prepare(ctx)
+		}
+	}
 }
 
 type toolSource struct {

@@ -6,14 +6,17 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentd-dev/agentd/interaction"
+	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/llm/llmtest"
 	"github.com/agentd-dev/agentd/mcp"
 	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/tool"
 )
 
 // toolNames are the tools a model request offered.
@@ -91,5 +94,96 @@ func TestToolSourceChangesReachTheModel(t *testing.T) {
 	// their goroutines).
 	if err := h.s.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// lateSource is a tool source whose tools come when it is prepared, as
+// a conversation's MCP servers with auto_start false.
+type lateSource struct {
+	mu       sync.Mutex
+	tools    []tool.Tool
+	watch    func()
+	prepared int
+	ctxOK    bool
+}
+
+func (l *lateSource) Tools() []tool.Tool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tools
+}
+
+func (l *lateSource) Watch(changed func()) func() {
+	l.mu.Lock()
+	l.watch = changed
+	l.mu.Unlock()
+	return func() {}
+}
+
+func (*lateSource) Unavailable() []tool.Unavailable { return nil }
+
+func (l *lateSource) Prepare(ctx context.Context) {
+	l.mu.Lock()
+	l.prepared++
+	l.ctxOK = ctx.Err() == nil
+	first := l.tools == nil
+	if first {
+		l.tools = []tool.Tool{lateTool{}}
+	}
+	watch := l.watch
+	l.mu.Unlock()
+	if first {
+		watch()
+	}
+}
+
+type lateTool struct{}
+
+func (lateTool) Spec() llm.Tool {
+	return llm.Tool{Name: "late__tool", Description: "comes when prepared", Parameters: []byte(`{"type":"object"}`)}
+}
+
+func (lateTool) Execute(context.Context, tool.Call, func(tool.Result)) tool.Result {
+	return tool.Result{Content: []llm.Content{llm.Text("late")}}
+}
+
+// A source that is a Preparer is prepared at the start of every run,
+// before the model request, so the first run is offered the tools it
+// brings; a recorded tool list naming them holds across a reload, though
+// the tools come only once the source is added and prepared again.
+func TestPreparerBeforeTheRun(t *testing.T) {
+	h := newHarness(t, nil)
+	h.srv.Handle(echoModel)
+	src := &lateSource{}
+	h.s.AddToolSource(src, nil)
+	if slices.Contains(h.s.AvailableTools(), "late__tool") {
+		t.Fatal("the tool is there before the source was prepared")
+	}
+	h.prompt("first")
+	h.wait()
+	if got := toolNames(h.srv.LastRequest(t)); !slices.Contains(got, "late__tool") {
+		t.Fatalf("the first run was offered %v", got)
+	}
+	h.prompt("second")
+	h.wait()
+	src.mu.Lock()
+	prepared, ctxOK := src.prepared, src.ctxOK
+	src.mu.Unlock()
+	if prepared != 2 || !ctxOK {
+		t.Fatalf("prepared %d times (a live context: %v), want once per run", prepared, ctxOK)
+	}
+	if err := h.s.SetTools([]string{"read", "late__tool"}); err != nil {
+		t.Fatal(err)
+	}
+
+	h2 := reopenCopy(t, h)
+	if got := h2.s.ToolNames(); !slices.Equal(got, []string{"read"}) {
+		t.Fatalf("enabled after the reload, before the source: %v", got)
+	}
+	h2.s.AddToolSource(&lateSource{}, nil)
+	h2.prompt("after the reload")
+	h2.wait()
+	if got := toolNames(h.srv.LastRequest(t)); !slices.Equal(got, []string{"read", "late__tool"}) {
+		t.Fatalf("offered after the reload: %v", got)
 	}
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -57,4 +59,82 @@ func TestRESTConversationMCPAfterKill9(t *testing.T) {
 	svWaitUntil(t, "the MCP tool's answer in the conversation", func() bool {
 		return strings.Contains(rsOK(t, s2, "GET", rsConvPath(id), nil).body, "tiny echo: after the crash")
 	})
+}
+
+// A conversation's MCP servers with auto_start false outlive kill -9 as
+// such: after the restart they are not started when the conversation
+// loads, only at its first run, and then with the env values given. Those
+// values never appear in an answer (a placeholder does) and so in no file
+// of the server's but the session file, which needs them to start the
+// servers again, even for a PATCH sent with an Idempotency-Key (whose
+// answer is journaled).
+func TestRESTConversationMCPAutoStartAndSecretsAfterKill9(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	server := filepath.Join(e.root, "mcpserver")
+	if out, err := exec.Command("go", "build", "-o", server, "./testdata/acp/mcpserver").CombinedOutput(); err != nil {
+		t.Fatalf("building the MCP server: %v\n%s", err, out)
+	}
+	const secret = "e2e-s3cret-token-9921"
+	pidFile := filepath.Join(e.root, "tiny.pid")
+	s := svStart(t, e)
+	id := "mcp-lazy"
+	rsOK(t, s, "PUT", rsConvPath(id), map[string]any{})
+	r := rsOK(t, s, "PATCH", rsConvPath(id)+"/config", map[string]any{"mcp": map[string]any{"auto_start": false, "servers": []any{
+		map[string]any{"name": "tiny", "command": server, "args": []string{pidFile}, "env": map[string]string{"TOKEN": secret}}}}},
+		"Idempotency-Key", "mcp-lazy-patch")
+	if strings.Contains(r.body, secret) || !strings.Contains(r.body, `"TOKEN":"********"`) {
+		t.Fatalf("the PATCH answer: %s", r)
+	}
+	started := func() bool { _, err := os.Stat(pidFile); return err == nil }
+	if started() {
+		t.Fatal("the server started with auto_start false before the first run")
+	}
+	// Only the session file holds the value.
+	holders := func() []string {
+		var out []string
+		err := filepath.WalkDir(e.data, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			if strings.Contains(string(b), secret) {
+				out = append(out, strings.TrimPrefix(p, e.data))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if h := holders(); len(h) != 1 || !strings.HasPrefix(h[0], "/sessions/") || !strings.HasSuffix(h[0], ".jsonl") {
+		t.Fatalf("files holding the secret value: %v", h)
+	}
+	s.kill9()
+
+	s2 := s.restart()
+	cfg := rsOK(t, s2, "GET", rsConvPath(id)+"/config", nil)
+	if m, _ := cfg.m["mcp"].(map[string]any); m == nil || m["auto_start"] != false || strings.Contains(cfg.body, secret) || !strings.Contains(cfg.body, `"TOKEN":"********"`) {
+		t.Fatalf("the mcp section after the restart: %s", cfg)
+	}
+	if started() {
+		t.Fatal("the server started when the conversation loaded after the restart")
+	}
+	e.tweak("read the token", func(sc *llmtest.Script) { *sc = e2eToolScript("tiny__env", map[string]string{"name": "TOKEN"}) })
+	st := rsOpen(t, s2, rsConvPath(id)+"/events")
+	_, conn := st.waitType(0, "connected")
+	rsOK(t, s2, "POST", rsConvPath(id), map[string]any{"role": "user", "content": "read the token"})
+	from := st.mark()
+	rsOK(t, s2, "POST", rsConvPath(id)+"/step", map[string]any{"session_id": conn.str("session_id"), "auto_confirm": true})
+	st.waitType(from, "tool_complete")
+	svWaitUntil(t, "the MCP tool's answer in the conversation", func() bool {
+		return strings.Contains(rsOK(t, s2, "GET", rsConvPath(id), nil).body, "tiny env: TOKEN="+secret)
+	})
+	if !started() {
+		t.Fatal("the tool answered, but the server never wrote its pid file")
+	}
 }

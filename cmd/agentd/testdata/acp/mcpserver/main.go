@@ -1,6 +1,8 @@
 // Command mcpserver is a tiny MCP server over stdio for agentd's
-// end-to-end tests: "echo" answers with its text and the server's pid
-// file, "crash" exits in the middle of the call.
+// end-to-end tests: "echo" answers with its text, "env" with the value
+// of an environment variable the server was given, "crash" exits in the
+// middle of the call. Its first argument, if any, is a file it writes
+// its pid to when it starts.
 package main
 
 import (
@@ -25,6 +27,13 @@ func main() {
 		var a struct{ Text string }
 		_ = json.Unmarshal(r.Params.Arguments, &a)
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "tiny echo: " + a.Text}}}, nil
+	})
+	s.AddTool(&mcp.Tool{Name: "env", Description: "The value of an environment variable.", InputSchema: map[string]any{
+		"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}}, "required": []string{"name"},
+	}}, func(_ context.Context, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var a struct{ Name string }
+		_ = json.Unmarshal(r.Params.Arguments, &a)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "tiny env: " + a.Name + "=" + os.Getenv(a.Name)}}}, nil
 	})
 	s.AddTool(&mcp.Tool{Name: "crash", Description: "Exit mid-call.", InputSchema: map[string]any{"type": "object"}},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
