@@ -16,6 +16,7 @@ import (
 	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/server"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/transcript"
@@ -336,6 +337,7 @@ type createPayload struct {
 	AutoAlways bool           `json:"autoAlways,omitempty"`
 	AutoNext   int            `json:"autoNext,omitempty"`
 	MCP        *MCPConfig     `json:"mcp,omitempty"`
+	Sandbox    string         `json:"sandbox,omitempty"`
 }
 
 type inputPayload struct {
@@ -465,6 +467,9 @@ func (s *Server) readChat(cfg object, pl *createPayload) error {
 		}
 		pl.Thinking = v
 	}
+	if pl.Sandbox, err = s.readSandbox(chat); err != nil {
+		return err
+	}
 	ws, _, err := chat.str("workspace")
 	if err != nil {
 		return err
@@ -479,6 +484,23 @@ func (s *Server) readChat(cfg object, pl *createPayload) error {
 		pl.Cwd = ws
 	}
 	return nil
+}
+
+// readSandbox reads chat.sandbox (agentd), refused by the layer's rule
+// and in its words, which every face shares: a wrong type is an unknown
+// mode too, so the client learns the modes it may send.
+func (s *Server) readSandbox(chat object) (string, error) {
+	v, ok, err := chat.str("sandbox")
+	if err != nil {
+		v, ok = string(chat["sandbox"]), true
+	}
+	if !ok {
+		return "", nil
+	}
+	if err := s.srv.CheckSandbox(clip(v, 64)); err != nil {
+		return "", err
+	}
+	return v, nil
 }
 
 // inputOf reads a message a client adds ({role, content, timestamp?,
@@ -552,7 +574,7 @@ func (s *Server) runCreate(ctx context.Context, c *call) (any, error) {
 // make creates conversation id and sets it up; one that fails to set up
 // is removed again.
 func (s *Server) make(ctx context.Context, id string, p createPayload) (*server.Hosted, error) {
-	h, err := s.srv.Create(ctx, server.CreateRequest{ID: id, Cwd: p.Cwd, Who: principalOf(ctx)})
+	h, err := s.srv.Create(ctx, server.CreateRequest{ID: id, Cwd: p.Cwd, Who: principalOf(ctx), Sandbox: sandbox.Mode(p.Sandbox)})
 	if err != nil {
 		if fault.CodeOf(err) == fault.Conflict {
 			return nil, errorf(http.StatusConflict, "Conversation already exists: "+id)
@@ -1249,7 +1271,8 @@ func (s *Server) configOf(h *server.Hosted) ConversationConfig {
 	confirm := sess.ConfirmAll()
 	cfg := ConversationConfig{Chat: ChatConfig{Name: sess.Name(), Model: modelName(sess.Model()), Tools: sess.ToolNames(),
 		Thinking: string(sess.Thinking()), ToolFormat: "tool", Stream: true, Interactive: true, Workspace: h.Cwd(),
-		ConfirmAll: &confirm, AutoConfirm: autoConfirmOf(sess.Grants())}, Env: map[string]any{}, Unavailable: sess.UnavailableTools()}
+		ConfirmAll: &confirm, AutoConfirm: autoConfirmOf(sess.Grants()), Sandbox: string(h.Sandbox())},
+		Env: map[string]any{}, Unavailable: sess.UnavailableTools()}
 	cfg.MCP = mcpOf(sess)
 	return cfg
 }
@@ -1279,6 +1302,7 @@ func (s *Server) patchConfig(w http.ResponseWriter, r *http.Request, p params) e
 		return err
 	}
 	var pl configPayload
+	var mode string
 	chat, ok, err := o.obj("chat", "'chat' must be an object")
 	if err != nil {
 		return err
@@ -1316,6 +1340,9 @@ func (s *Server) patchConfig(w http.ResponseWriter, r *http.Request, p params) e
 		} else if ok {
 			pl.ConfirmAll = &v
 		}
+		if mode, err = s.readSandbox(chat); err != nil {
+			return err
+		}
 	}
 	if o.present("mcp") {
 		if pl.MCP, err = s.decodeMCP(o, "mcp"); err != nil {
@@ -1325,6 +1352,11 @@ func (s *Server) patchConfig(w http.ResponseWriter, r *http.Request, p params) e
 	h, err := s.conversation(r.Context(), p.conv)
 	if err != nil {
 		return err
+	}
+	if mode != "" && mode != string(h.Sandbox()) {
+		// The tools were built in their mode; a config sent back as GET
+		// answered it is fine, a new mode is not.
+		return errorf(http.StatusBadRequest, "sandbox cannot change: this conversation's tools run in "+string(h.Sandbox())+"; create a conversation to choose another mode")
 	}
 	if pl.Tools != nil {
 		if err := checkTools(h.Session(), *pl.Tools); err != nil {
@@ -1678,7 +1710,8 @@ func (s *Server) runFork(ctx context.Context, c *call) (any, error) {
 		return nil, fmt.Errorf("copying the conversation: %w", err)
 	}
 	id := server.NewID()
-	h, err := s.srv.Load(ctx, server.LoadRequest{ID: id, Path: path, Who: principalOf(ctx)})
+	// The fork's tools run in the mode its source's do.
+	h, err := s.srv.Load(ctx, server.LoadRequest{ID: id, Path: path, Who: principalOf(ctx), Sandbox: c.h.Sandbox()})
 	if err != nil {
 		return nil, err
 	}
