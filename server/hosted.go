@@ -356,12 +356,10 @@ func (s *Server) Load(ctx context.Context, r LoadRequest) (*Hosted, error) {
 			id = known
 		}
 	}
-	if mode == "" && wasKnown && known != id {
-		// The file of a session that chose a mode keeps it under
-		// another id too: loading it again must not lift it.
-		if e, ok := s.index.get(known); ok {
-			mode = sandbox.Mode(e.Sandbox)
-		}
+	if e, ok := s.index.get(known); wasKnown && ok && e.Sandbox != "" && (mode == "" || sandbox.Mode(e.Sandbox).Stricter(mode)) {
+		// The file of a session that chose a mode keeps it, under
+		// another id too: loading it again never lifts it.
+		mode = sandbox.Mode(e.Sandbox)
 	}
 	cwd := info.Cwd
 	if st, err := os.Stat(cwd); cwd == "" || err != nil || !st.IsDir() {

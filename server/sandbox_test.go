@@ -122,6 +122,14 @@ func TestSandboxChoice(t *testing.T) {
 	if h.Sandbox() != sandbox.ReadOnly || b.lastMode() != sandbox.ReadOnly {
 		t.Errorf("the read-only file loaded as ro-copy: Sandbox() = %q, built with %q", h.Sandbox(), b.lastMode())
 	}
+	if err := s.Delete(ctx, "ro-copy"); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := s.Load(ctx, LoadRequest{ID: "ro-asks-more", Path: files["ro"], Sandbox: sandbox.WorkspaceWrite}); err != nil {
+		t.Fatal(err)
+	} else if h.Sandbox() != sandbox.ReadOnly {
+		t.Errorf("the read-only file loaded asking for workspace-write runs in %q", h.Sandbox())
+	}
 	if _, err := s.Load(ctx, LoadRequest{ID: "def-loose", Path: files["def"], Sandbox: sandbox.FullAccess}); fault.CodeOf(err) != fault.Invalid ||
 		!strings.HasPrefix(err.Error(), "Sandbox mode full-access is not allowed") {
 		t.Errorf("Load with a looser mode: %v", err)
