@@ -146,7 +146,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		Auth:         auth,
 		Tokens:       srvTokens,
 		ReturnMemory: true,
-		Builder:      builder, Cwd: cwd, SessionsDir: sessionsDir, AllowedDirs: sc.AllowSessionDirs,
+		Builder:      builder, Sandbox: eng.SandboxMode(), Cwd: cwd, SessionsDir: sessionsDir, AllowedDirs: sc.AllowSessionDirs,
 		Home: cfg.Getenv("HOME"), StateDir: stateDir, Journal: journal,
 		ExportsDir: filepath.Join(cfg.DataDir, "exports"), Protected: []string{filepath.Join(stateDir, "journal.jsonl")},
 		Breakers: breakers, Health: hl, Metrics: metrics, Logger: log,

@@ -23,6 +23,7 @@ import (
 	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/llm/faux"
+	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/server"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/tool"
@@ -85,6 +86,9 @@ type fixtureOptions struct {
 	stepWait   time.Duration
 	mcp        MCPStarter // the conversations' own MCP servers
 	logSize    int
+	// sandbox is the server's mode; the fixture's sessions get the write
+	// check of the mode they run in (no Landlock: bash is not confined).
+	sandbox sandbox.Mode
 	// root is where sessions, state and the cwd live; "" makes one. A
 	// second fixture on the same root is the server after a restart.
 	root string
@@ -104,6 +108,11 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	layer, err := server.New(server.Config{
 		Builder: builder(func(spec engine.Spec) (*session.Session, error) {
 			env := tool.Env{Cwd: spec.Cwd, TempDir: root, Scope: tool.NewScope()}
+			if m, err := sandbox.Choose(o.sandbox, string(spec.Sandbox)); err != nil {
+				return nil, err
+			} else if m != sandbox.FullAccess {
+				env.Sandbox = sandbox.NewBox(sandbox.Policy{Mode: m, Writable: []string{spec.Cwd, root}}, "")
+			}
 			return session.New(session.Config{
 				Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open, Model: faux.Model(),
 				Stream: fx.faux.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,
@@ -111,6 +120,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 			})
 		}),
 		Cwd: fx.cwd, SessionsDir: filepath.Join(root, "sessions"), StateDir: state, Limits: o.limits, Tokens: o.tokens,
+		Sandbox: o.sandbox,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/server"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/transcript"
@@ -336,6 +337,7 @@ type createPayload struct {
 	AutoAlways bool           `json:"autoAlways,omitempty"`
 	AutoNext   int            `json:"autoNext,omitempty"`
 	MCP        *MCPConfig     `json:"mcp,omitempty"`
+	Sandbox    string         `json:"sandbox,omitempty"`
 }
 
 type inputPayload struct {
@@ -468,6 +470,9 @@ func (s *Server) readChat(cfg object, pl *createPayload) error {
 		}
 		pl.Thinking = v
 	}
+	if pl.Sandbox, err = s.readSandbox(chat); err != nil {
+		return err
+	}
 	ws, _, err := chat.str("workspace")
 	if err != nil {
 		return err
@@ -482,6 +487,23 @@ func (s *Server) readChat(cfg object, pl *createPayload) error {
 		pl.Cwd = ws
 	}
 	return nil
+}
+
+// readSandbox reads chat.sandbox (agentd), refused by the layer's rule
+// and in its words, which every face shares: a wrong type is an unknown
+// mode too, so the client learns the modes it may send.
+func (s *Server) readSandbox(chat object) (string, error) {
+	v, ok, err := chat.str("sandbox")
+	if err != nil {
+		v, ok = string(chat["sandbox"]), true
+	}
+	if !ok {
+		return "", nil
+	}
+	if err := s.srv.CheckSandbox(clip(v, 64)); err != nil {
+		return "", err
+	}
+	return v, nil
 }
 
 // inputOf reads a message a client adds ({role, content, timestamp?,
@@ -583,7 +605,7 @@ func (s *Server) createMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig
 // make creates conversation id and sets it up; one that fails to set up
 // is removed again.
 func (s *Server) make(ctx context.Context, id string, p createPayload) (*server.Hosted, error) {
-	h, err := s.srv.Create(ctx, server.CreateRequest{ID: id, Cwd: p.Cwd, Who: principalOf(ctx)})
+	h, err := s.srv.Create(ctx, server.CreateRequest{ID: id, Cwd: p.Cwd, Who: principalOf(ctx), Sandbox: sandbox.Mode(p.Sandbox)})
 	if err != nil {
 		if fault.CodeOf(err) == fault.Conflict {
 			return nil, errorf(http.StatusConflict, "Conversation already exists: "+id)
@@ -1280,7 +1302,8 @@ func (s *Server) configOf(h *server.Hosted) ConversationConfig {
 	confirm := sess.ConfirmAll()
 	cfg := ConversationConfig{Chat: ChatConfig{Name: sess.Name(), Model: modelName(sess.Model()), Tools: sess.ToolNames(),
 		Thinking: string(sess.Thinking()), ToolFormat: "tool", Stream: true, Interactive: true, Workspace: h.Cwd(),
-		ConfirmAll: &confirm, AutoConfirm: autoConfirmOf(sess.Grants())}, Env: map[string]any{}, Unavailable: sess.UnavailableTools()}
+		ConfirmAll: &confirm, AutoConfirm: autoConfirmOf(sess.Grants()), Sandbox: string(h.Sandbox())},
+		Env: map[string]any{}, Unavailable: sess.UnavailableTools()}
 	cfg.MCP = redacted(mcpOf(sess))
 	return cfg
 }
@@ -1310,6 +1333,7 @@ func (s *Server) patchConfig(w http.ResponseWriter, r *http.Request, p params) e
 		return err
 	}
 	var pl configPayload
+	var mode string
 	chat, ok, err := o.obj("chat", "'chat' must be an object")
 	if err != nil {
 		return err
@@ -1347,6 +1371,9 @@ func (s *Server) patchConfig(w http.ResponseWriter, r *http.Request, p params) e
 		} else if ok {
 			pl.ConfirmAll = &v
 		}
+		if mode, err = s.readSandbox(chat); err != nil {
+			return err
+		}
 	}
 	if o.present("mcp") {
 		if pl.MCP, err = s.decodeMCP(o, "mcp"); err != nil {
@@ -1356,6 +1383,11 @@ func (s *Server) patchConfig(w http.ResponseWriter, r *http.Request, p params) e
 	h, err := s.conversation(r.Context(), p.conv)
 	if err != nil {
 		return err
+	}
+	if mode != "" && mode != string(h.Sandbox()) {
+		// The tools were built in their mode; a config sent back as GET
+		// answered it is fine, a new mode is not.
+		return errorf(http.StatusBadRequest, "sandbox cannot change: this conversation's tools run in "+string(h.Sandbox())+"; create a conversation to choose another mode")
 	}
 	if pl.Tools != nil {
 		// Tools of the conversation's MCP servers, or of those the
@@ -1725,7 +1757,8 @@ func (s *Server) runFork(ctx context.Context, c *call) (any, error) {
 		return nil, fmt.Errorf("copying the conversation: %w", err)
 	}
 	id := server.NewID()
-	h, err := s.srv.Load(ctx, server.LoadRequest{ID: id, Path: path, Who: principalOf(ctx)})
+	// The fork's tools run in the mode its source's do.
+	h, err := s.srv.Load(ctx, server.LoadRequest{ID: id, Path: path, Who: principalOf(ctx), Sandbox: c.h.Sandbox()})
 	if err != nil {
 		return nil, err
 	}

@@ -226,6 +226,10 @@ type ChatConfig struct {
 	ConfirmAll *bool `json:"confirm_all,omitempty"`
 	// AutoConfirm are the grants given in advance (agentd).
 	AutoConfirm *AutoConfirm `json:"auto_confirm,omitempty"`
+	// Sandbox is what the conversation's tools may touch (agentd): chosen
+	// when it is created, the server's mode or a stricter one, and fixed
+	// from then on.
+	Sandbox string `json:"sandbox,omitempty" jsonschema:"enum=read-only,enum=workspace-write,enum=full-access,description=agentd: the server's mode or a stricter one; set on PUT only"`
 }
 
 // AutoConfirm are the approvals a conversation has given in advance.

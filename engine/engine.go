@@ -224,13 +224,11 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 	if names == nil {
 		names = tool.BuiltinNames
 	}
-	if spec.Sandbox != "" {
-		if _, err := sandbox.ParseMode(string(spec.Sandbox)); err != nil {
-			return nil, fault.Errorf(fault.Invalid, "Unknown sandbox mode %q: want read-only, workspace-write or full-access", spec.Sandbox)
-		}
-		if base := e.SandboxMode(); base.Stricter(spec.Sandbox) {
-			return nil, fault.Errorf(fault.Forbidden, "Sandbox mode %s is not allowed: this server runs tools in %s, and a session may only choose a stricter mode", spec.Sandbox, base)
-		}
+	// The server checks a client's choice before it gets here; this is
+	// the same rule again for any other caller, since an unknown mode
+	// must never reach sandboxPolicy.
+	if _, err := sandbox.Choose(e.SandboxMode(), string(spec.Sandbox)); err != nil {
+		return nil, fault.Wrap(fault.Invalid, err, err.Error())
 	}
 	env := e.ToolEnv(spec.Cwd)
 	// Commands a person runs directly (the protocol's bash) are theirs:

@@ -62,6 +62,62 @@ func (m Mode) rank() int {
 // Stricter reports whether m allows less than other.
 func (m Mode) Stricter(other Mode) bool { return m.rank() < other.rank() }
 
+// Choose is the mode of a session whose client asks for want on a server
+// that runs tools in base: "" is base; base or a stricter mode is granted;
+// a looser or unknown mode is refused with a *ChoiceError. Every face
+// that lets a client choose goes through this one rule.
+func Choose(base Mode, want string) (Mode, error) {
+	if base == "" {
+		base = FullAccess
+	}
+	if want == "" {
+		return base, nil
+	}
+	m, err := ParseMode(want)
+	if err != nil || base.Stricter(m) {
+		return "", &ChoiceError{Want: want, Base: base, Known: err == nil}
+	}
+	return m, nil
+}
+
+// ChoiceError refuses a mode a client asked for.
+type ChoiceError struct {
+	// Want is what was asked for.
+	Want string
+	// Base is the server's mode, the loosest a session may have.
+	Base Mode
+	// Known says Want is a mode, only looser than Base.
+	Known bool
+}
+
+// Allowed are the modes a session may choose, from the strictest.
+func (e *ChoiceError) Allowed() []Mode {
+	var out []Mode
+	for _, m := range Modes {
+		if !e.Base.Stricter(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (e *ChoiceError) Error() string {
+	names := make([]string, 0, len(Modes))
+	for _, m := range e.Allowed() {
+		names = append(names, string(m))
+	}
+	allowed := names[0]
+	if n := len(names); n > 1 {
+		allowed = strings.Join(names[:n-1], ", ") + " or " + names[n-1]
+	}
+	// The client learns what it may send instead; a looser mode also
+	// learns why, since it is a valid mode on another server.
+	if e.Known {
+		return fmt.Sprintf("Sandbox mode %s is not allowed: this server runs tools in %s, and a session may only choose that or a stricter mode; sandbox must be %s", e.Want, e.Base, allowed)
+	}
+	return fmt.Sprintf("Unknown sandbox mode %q: sandbox must be %s", e.Want, allowed)
+}
+
 // Policy is what the processes of one command may do.
 type Policy struct {
 	Mode Mode

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -109,6 +110,40 @@ func TestRealPathAndAllowsWrite(t *testing.T) {
 func TestStricter(t *testing.T) {
 	if !ReadOnly.Stricter(WorkspaceWrite) || !WorkspaceWrite.Stricter(FullAccess) || FullAccess.Stricter(ReadOnly) || WorkspaceWrite.Stricter(WorkspaceWrite) {
 		t.Fatal("modes out of order")
+	}
+}
+
+func TestChoose(t *testing.T) {
+	tests := []struct {
+		base    Mode
+		want    string
+		got     Mode
+		refusal string
+	}{
+		{WorkspaceWrite, "", WorkspaceWrite, ""},
+		{WorkspaceWrite, "read-only", ReadOnly, ""},
+		{WorkspaceWrite, "workspace-write", WorkspaceWrite, ""},
+		{WorkspaceWrite, "full-access", "", "Sandbox mode full-access is not allowed: this server runs tools in workspace-write, and a session may only choose that or a stricter mode; sandbox must be read-only or workspace-write"},
+		{WorkspaceWrite, "none", "", `Unknown sandbox mode "none": sandbox must be read-only or workspace-write`},
+		{WorkspaceWrite, "Read-Only", "", `Unknown sandbox mode "Read-Only": sandbox must be read-only or workspace-write`},
+		{ReadOnly, "workspace-write", "", "Sandbox mode workspace-write is not allowed: this server runs tools in read-only, and a session may only choose that or a stricter mode; sandbox must be read-only"},
+		{FullAccess, "x", "", `Unknown sandbox mode "x": sandbox must be read-only, workspace-write or full-access`},
+		{"", "full-access", FullAccess, ""},
+		{"", "", FullAccess, ""},
+	}
+	for _, tc := range tests {
+		got, err := Choose(tc.base, tc.want)
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+			var ce *ChoiceError
+			if !errors.As(err, &ce) {
+				t.Errorf("Choose(%s, %q): %T, want a *ChoiceError", tc.base, tc.want, err)
+			}
+		}
+		if got != tc.got || msg != tc.refusal {
+			t.Errorf("Choose(%s, %q) = %q, %q; want %q, %q", tc.base, tc.want, got, msg, tc.got, tc.refusal)
+		}
 	}
 }
 

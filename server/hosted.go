@@ -31,6 +31,7 @@ type Hosted struct {
 	created time.Time
 	cwd     string
 	owner   string
+	sandbox sandbox.Mode // what its tools run in
 	file    transcript.FileID
 	unsub   func()
 	lastCmd atomic.Int64 // unix ms of the last command, for zombie detection
@@ -62,6 +63,10 @@ func (h *Hosted) Session() *session.Session { return h.sess }
 
 // Cwd is the session's working directory.
 func (h *Hosted) Cwd() string { return h.cwd }
+
+// Sandbox is the mode the session's tools run in: the one its client
+// chose, else the server's.
+func (h *Hosted) Sandbox() sandbox.Mode { return h.sandbox }
 
 // Owner is the subject of the authenticated client that created (or
 // first loaded) the session; "" when none was authenticated.
@@ -247,10 +252,30 @@ type CreateRequest struct {
 	Cwd string
 	// Who is the client asking; its subject becomes the owner.
 	Who Principal
-	// Sandbox is a mode stricter than the server's for this session's
-	// tools; "" is the server's. It is kept in the index, so the session
-	// keeps it when it is loaded again after a restart.
+	// Sandbox is the mode the client chose for this session's tools:
+	// the server's or a stricter one (sandbox.Choose); "" is the
+	// server's. It is kept in the index, so the session keeps it when it
+	// is loaded again after a restart.
 	Sandbox sandbox.Mode
+}
+
+// SandboxMode is the mode sessions run tools in unless a client chooses
+// a stricter one.
+func (s *Server) SandboxMode() sandbox.Mode {
+	if s.cfg.Sandbox == "" {
+		return sandbox.FullAccess
+	}
+	return s.cfg.Sandbox
+}
+
+// CheckSandbox applies the one rule for a client's choice of mode, for
+// every face: "" or a mode no looser than the server's, else an invalid
+// request whose message names the field and the modes allowed.
+func (s *Server) CheckSandbox(want string) error {
+	if _, err := sandbox.Choose(s.SandboxMode(), want); err != nil {
+		return fault.Wrap(fault.Invalid, err, err.Error())
+	}
+	return nil
 }
 
 // Create makes a new session.
@@ -265,6 +290,9 @@ func (s *Server) Create(ctx context.Context, r CreateRequest) (*Hosted, error) {
 	if cwd == "" {
 		cwd = s.cfg.Cwd
 	} else if err := CheckCwd(cwd); err != nil {
+		return nil, err
+	}
+	if err := s.CheckSandbox(string(r.Sandbox)); err != nil {
 		return nil, err
 	}
 	if e, ok := s.index.get(id); ok && !e.Deleted && e.File != "" {
@@ -291,6 +319,11 @@ type LoadRequest struct {
 	// the session had one on this server before, and a session it may
 	// not see is not loaded for it.
 	Who Principal
+	// Sandbox is the mode for its tools, as CreateRequest's; "" keeps
+	// the mode the file had on this server (the server's when none). A
+	// copy of a session (a fork) passes its source's, so copying never
+	// loosens what a client chose.
+	Sandbox sandbox.Mode
 }
 
 // Load loads a stored session file.
@@ -311,12 +344,22 @@ func (s *Server) Load(ctx context.Context, r LoadRequest) (*Hosted, error) {
 	if err != nil {
 		return nil, fault.Wrap(fault.Invalid, err, "Failed to load session from "+r.Path+": not a session file")
 	}
+	if err := s.CheckSandbox(string(r.Sandbox)); err != nil {
+		return nil, err
+	}
+	mode := r.Sandbox
 	id := r.ID
+	known, wasKnown := s.index.idOf(path)
 	if id == "" {
 		id = info.ID
-		if known, ok := s.index.idOf(path); ok {
+		if wasKnown {
 			id = known
 		}
+	}
+	if e, ok := s.index.get(known); wasKnown && ok && e.Sandbox != "" && (mode == "" || sandbox.Mode(e.Sandbox).Stricter(mode)) {
+		// The file of a session that chose a mode keeps it, under
+		// another id too: loading it again never lifts it.
+		mode = sandbox.Mode(e.Sandbox)
 	}
 	cwd := info.Cwd
 	if st, err := os.Stat(cwd); cwd == "" || err != nil || !st.IsDir() {
@@ -325,7 +368,7 @@ func (s *Server) Load(ctx context.Context, r LoadRequest) (*Hosted, error) {
 	if e, ok := s.index.get(id); ok && e.Owner != "" && !r.Who.MaySee(id, e.Owner) {
 		return nil, fault.Errorf(fault.Forbidden, "Failed to load session from %s: it belongs to another user", r.Path)
 	}
-	h, err := s.open(ctx, id, cwd, path, r.Who.Subject, "", false)
+	h, err := s.open(ctx, id, cwd, path, r.Who.Subject, mode, false)
 	if err != nil {
 		if fe := fault.As(err); fe != nil {
 			return nil, fe
@@ -424,8 +467,15 @@ func (s *Server) openAs(ctx context.Context, id, cwd, file, owner string, mode s
 		// A session loaded again keeps the sandbox it was created with.
 		mode = sandbox.Mode(prev.Sandbox)
 	}
+	run := mode
+	if base := s.SandboxMode(); !fresh && base.Stricter(mode) {
+		// The server was restarted stricter than the mode this session
+		// chose: the server's mode binds it now, and it still loads. The
+		// index keeps the choice.
+		run = ""
+	}
 	sess, err := s.cfg.Builder.Session(engine.Spec{
-		Cwd: cwd, SessionsDir: s.cfg.SessionsDir, Open: file, FirstSeq: first, Sandbox: mode,
+		Cwd: cwd, SessionsDir: s.cfg.SessionsDir, Open: file, FirstSeq: first, Sandbox: run,
 		ReserveSeq: func(next uint64) uint64 { return s.reserveSeq(id, next) }, TranscriptOptions: topts,
 	})
 	if err == nil && file == "" {
@@ -447,7 +497,8 @@ func (s *Server) openAs(ctx context.Context, id, cwd, file, owner string, mode s
 	if !fresh && prev.Owner != "" && !prev.Deleted {
 		owner = prev.Owner
 	}
-	h := &Hosted{srv: s, id: id, sess: sess, created: time.Now(), cwd: cwd, owner: owner, file: fid, subs: map[*Client]*subscription{}, started: map[string]time.Time{}}
+	effective, _ := sandbox.Choose(s.SandboxMode(), string(run)) // checked by the Builder
+	h := &Hosted{srv: s, id: id, sess: sess, created: time.Now(), cwd: cwd, owner: owner, sandbox: effective, file: fid, subs: map[*Client]*subscription{}, started: map[string]time.Time{}}
 	h.lastCmd.Store(time.Now().UnixMilli())
 	h.track = newTracker(sess)
 	h.gone = make(chan struct{})

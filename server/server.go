@@ -37,6 +37,7 @@ import (
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/pipeline"
+	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
 )
 
@@ -128,6 +129,10 @@ func (l *Limits) fill() {
 // Config configures a Server.
 type Config struct {
 	Builder Builder
+	// Sandbox is the mode the Builder's sessions run tools in when a
+	// client chooses none (engine.Engine.SandboxMode); "" is full-access.
+	// A client may choose it or a stricter one (sandbox.Choose).
+	Sandbox sandbox.Mode
 	// Cwd is the working directory of sessions created without one.
 	Cwd string
 	// SessionsDir is where sessions are stored; load_session accepts files

@@ -187,7 +187,7 @@ func TestSandboxServeREST(t *testing.T) {
 
 // A client may choose a stricter sandbox for its session with
 // create_session's sandbox field, never a looser one; the session keeps
-// it when it is loaded again after a restart.
+// it when it is loaded again after kill -9 and a restart.
 func TestSandboxServePerSession(t *testing.T) {
 	t.Parallel()
 	if s := sandbox.Probe(); s.Err != nil {
@@ -197,9 +197,9 @@ func TestSandboxServePerSession(t *testing.T) {
 	s := svStart(t, e)
 	A := s.dial("A")
 	svWantErr(t, A.call(svM{"id": "c0", "type": "create_session", "sessionId": "loose", "sandbox": "full-access"}),
-		"Sandbox mode full-access is not allowed: this server runs tools in workspace-write, and a session may only choose a stricter mode")
+		"Sandbox mode full-access is not allowed: this server runs tools in workspace-write, and a session may only choose that or a stricter mode; sandbox must be read-only or workspace-write")
 	svWantErr(t, A.call(svM{"id": "c1", "type": "create_session", "sessionId": "bad", "sandbox": "none"}),
-		`Unknown sandbox mode "none": want read-only, workspace-write or full-access`)
+		`Unknown sandbox mode "none": sandbox must be read-only or workspace-write`)
 	A.must("create_session", svM{"sessionId": "ro", "sandbox": "read-only"})
 	// refusedInCwd runs a write in the workspace and reports whether the
 	// sandbox refused it (read-only asks the person, who says no).
@@ -218,12 +218,17 @@ func TestSandboxServePerSession(t *testing.T) {
 	if !refusedInCwd(A, "before") {
 		t.Fatal("read-only session wrote in its workspace")
 	}
-	s.sigterm()
-	svEq(t, "exit", s.waitExit(), 0)
+	// kill -9: nothing is written on the way out, so the mode must have
+	// been durable from the create on.
+	s.kill9()
 	s = s.restart()
 	B := s.dial("B")
 	B.must("switch_session", svM{"sessionId": "ro"})
 	if !refusedInCwd(B, "after") {
-		t.Fatal("after a restart the session lost its read-only sandbox")
+		t.Fatal("after kill -9 and a restart the session lost its read-only sandbox")
+	}
+	// The other faces see the mode too.
+	if got := rsSandboxOf(rsOK(t, s, "GET", rsConvPath("ro")+"/config", nil)); got != "read-only" {
+		t.Fatalf("the REST face reports the pi-server session's sandbox as %q", got)
 	}
 }
