@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,6 +47,12 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		return usageError{err}
 	}
 	log := m.logger(cfg)
+	// The collector's settings belong to the process, which serve owns
+	// while it runs; it gives them back when it returns.
+	defer debug.SetGCPercent(debug.SetGCPercent(sc.GCPercent))
+	if sc.MemoryLimit > 0 {
+		defer debug.SetMemoryLimit(debug.SetMemoryLimit(int64(sc.MemoryLimit)))
+	}
 	cwd, st, ms, err := m.environment(ctx, cfg, log)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package config
 
 import (
 	"flag"
+	"io"
 	"strings"
 	"testing"
 )
@@ -68,6 +69,64 @@ func TestServeSandboxFallback(t *testing.T) {
 			}
 			if got := s.Engine.Sandbox.Fallback; got != tt.want {
 				t.Fatalf("fallback %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// The collector's settings come from --gc-percent and --memory-limit, or
+// $GOGC when no flag is given; bad values are refused naming the flag or
+// the variable.
+func TestServeGC(t *testing.T) {
+	tests := []struct {
+		name    string
+		gogc    string
+		args    []string
+		percent int
+		limit   ByteSize
+		want    string // error substring, "" for none
+	}{
+		{name: "defaults", percent: DefaultGCPercent},
+		{name: "GOGC", gogc: "150", percent: 150},
+		{name: "GOGC off", gogc: "off", percent: -1},
+		{name: "flag wins", gogc: "150", args: []string{"--gc-percent", "400"}, percent: 400},
+		{name: "flag off", args: []string{"--gc-percent", "OFF"}, percent: -1},
+		{name: "limit MiB", args: []string{"--memory-limit", "512MiB"}, percent: DefaultGCPercent, limit: 512 << 20},
+		{name: "limit bytes", args: []string{"--memory-limit", "1000000"}, percent: DefaultGCPercent, limit: 1000000},
+		{name: "limit GiB", args: []string{"--memory-limit", "2 GiB"}, percent: DefaultGCPercent, limit: 2 << 30},
+		{name: "bad GOGC", gogc: "lots", want: `GOGC="lots": want a percentage`},
+		{name: "negative GOGC", gogc: "-5", want: `GOGC="-5"`},
+		{name: "bad flag", args: []string{"--gc-percent", "2x"}, want: `invalid value "2x" for flag -gc-percent`},
+		{name: "bad unit", args: []string{"--memory-limit", "5GB"}, want: `"5GB": want a size such as 512MiB`},
+		{name: "negative limit", args: []string{"--memory-limit", "-1MiB"}, want: `"-1MiB"`},
+		{name: "overflow", args: []string{"--memory-limit", "9999999999TiB"}, want: `"9999999999TiB"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := ServeDefaults(func(k string) string {
+				if k == "GOGC" {
+					return tt.gogc
+				}
+				return ""
+			})
+			fs := flag.NewFlagSet("t", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			s.Register(fs)
+			err := fs.Parse(tt.args)
+			if err == nil {
+				err = s.Check()
+			}
+			if tt.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("error %v, want %q", err, tt.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.GCPercent != tt.percent || s.MemoryLimit != tt.limit {
+				t.Fatalf("gc %d limit %d, want %d %d", s.GCPercent, s.MemoryLimit, tt.percent, tt.limit)
 			}
 		})
 	}

@@ -2197,3 +2197,32 @@ func TestServeDeleteDuringPrompt(t *testing.T) {
 	r = a.call(svM{"id": "after", "type": "get_state", "sessionId": "d"})
 	svEq(t, "get_state after delete", svAt(r.m, "error"), "Session d not found")
 }
+
+// serve runs the collector as configured: its own default, $GOGC, or the
+// flags, which win; /metrics shows what the runtime runs with.
+func TestServeGCSettings(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		want []string
+	}{
+		{"default", nil, nil, []string{"go_gc_gogc_percent 200\n"}},
+		{"GOGC", []string{"GOGC=150"}, nil, []string{"go_gc_gogc_percent 150\n"}},
+		{"flags", []string{"GOGC=150"}, []string{"--gc-percent", "123", "--memory-limit", "1GiB"},
+			[]string{"go_gc_gogc_percent 123\n", "go_gc_gomemlimit_bytes 1.073741824e+09\n"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := svLaunch(t, e2eNewEnv(t, e2eOpts{}), svOpts{env: tt.env}, tt.args...)
+			_, _, body := svHTTPGet(t, s, "/metrics")
+			for _, w := range tt.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("/metrics lacks %q", w)
+				}
+			}
+		})
+	}
+}
