@@ -34,15 +34,7 @@ func (e *env) startWithTokens(t *testing.T) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Builder: fauxBuilder{e.faux}, Cwd: e.cwd, SessionsDir: e.sessions, StateDir: e.state, Tokens: v})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return e.startConfig(t, Config{Tokens: v})
 }
 
 func TestIdentify(t *testing.T) {

@@ -42,15 +42,7 @@ func (b *modeBuilder) lastMode() sandbox.Mode {
 
 func (e *env) startMode(t *testing.T, b *modeBuilder) *Server {
 	t.Helper()
-	s, err := New(Config{Builder: b, Sandbox: b.base, Cwd: e.cwd, SessionsDir: e.sessions, StateDir: e.state})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return e.startConfig(t, Config{Builder: b, Sandbox: b.base})
 }
 
 // A client's choice of mode is checked by the layer for every face, kept

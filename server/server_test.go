@@ -50,7 +50,18 @@ func newEnv(t testing.TB) *env {
 
 func (e *env) start(t testing.TB, lim Limits) *Server {
 	t.Helper()
-	s, err := New(Config{Builder: fauxBuilder{e.faux}, Cwd: e.cwd, SessionsDir: e.sessions, StateDir: e.state, Limits: lim})
+	return e.startConfig(t, Config{Limits: lim})
+}
+
+// startConfig starts a server of c in e's directories, with e's faux
+// model unless c names a builder.
+func (e *env) startConfig(t testing.TB, c Config) *Server {
+	t.Helper()
+	if c.Builder == nil {
+		c.Builder = fauxBuilder{e.faux}
+	}
+	c.Cwd, c.SessionsDir, c.StateDir = e.cwd, e.sessions, e.state
+	s, err := New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
