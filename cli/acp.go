@@ -4,15 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/agentd-dev/agentd/acp"
 	"github.com/agentd-dev/agentd/config"
 	"github.com/agentd-dev/agentd/engine"
-	"github.com/agentd-dev/agentd/mcp"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
 )
@@ -21,7 +17,8 @@ import (
 // stdout for an editor, on the same engine and sessions directory as
 // `agentd rpc`.
 func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
-	var f rpcFlags
+	var f localFlags
+	var maxLineBytes int
 	fs.StringVar(&f.provider, "provider", "", "model provider (with --model as a bare id)")
 	fs.StringVar(&f.model, "model", "", "model as provider/id[:thinking], or an id with --provider")
 	fs.StringVar(&f.thinking, "thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
@@ -29,10 +26,9 @@ func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	fs.StringVar(&f.sessionDir, "session-dir", "", "directory for session files (default <data-dir>/sessions)")
 	fs.StringVar(&f.tools, "tools", "", "comma-separated built-in tools to enable (default all)")
 	fs.BoolVar(&f.noTools, "no-tools", false, "enable no built-in tools")
-	fs.IntVar(&f.maxLineBytes, "max-line-bytes", 10<<20, "largest message accepted on stdin")
+	fs.IntVar(&maxLineBytes, "max-line-bytes", 10<<20, "largest message accepted on stdin")
 	fs.StringVar(&f.policy, "policy", cfg.Getenv("AGENTD_POLICY"), "permission policy file (JSON rules: allow / ask / deny by tool and argument); \"ask\" becomes session/request_permission (env AGENTD_POLICY)")
-	var mcpConfig string
-	fs.StringVar(&mcpConfig, "mcp-config", "", "MCP servers for every session: a JSON file {\"mcpServers\": {name: {command, args, env, cwd} | {url, headers}}}; a project's .agentd/mcp.json and the editor's mcpServers are added")
+	fs.StringVar(&f.mcpConfig, "mcp-config", "", "MCP servers for every session: a JSON file {\"mcpServers\": {name: {command, args, env, cwd} | {url, headers}}}; a project's .agentd/mcp.json and the editor's mcpServers are added")
 	var connect, token string
 	fs.StringVar(&connect, "connect", "", "bridge to a running `agentd serve` at this pi-server WebSocket URL (ws://host:port/): its sessions, tools and policy are used, so an editor and a browser watch and drive the same session")
 	fs.StringVar(&token, "token", cfg.Getenv("AGENTD_TOKEN"), "with --connect, the server's token (env AGENTD_TOKEN)")
@@ -53,10 +49,9 @@ func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	if err := f.bounds.Check(); err != nil {
 		return usageError{err}
 	}
-	if f.maxLineBytes < 1024 {
-		return usageError{fmt.Errorf("--max-line-bytes %d: must be at least 1024", f.maxLineBytes)}
+	if maxLineBytes < 1024 {
+		return usageError{fmt.Errorf("--max-line-bytes %d: must be at least 1024", maxLineBytes)}
 	}
-	log := m.logger(cfg)
 	if connect != "" {
 		// These shape sessions run here; bridged, the server's own apply,
 		// and a policy that silently did nothing would be worse than none.
@@ -70,48 +65,27 @@ func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 		if len(here) > 0 {
 			return usageError{fmt.Errorf("%s: with --connect the sessions are agentd serve's, with its own settings; give them to agentd serve (--policy, --mcp-config ...)", strings.Join(here, ", "))}
 		}
-		return m.acpConnect(ctx, cfg, connect, token, f.maxLineBytes)
+		return m.acpConnect(ctx, cfg, connect, token, maxLineBytes)
 	}
-	_, st, ms, err := m.environment(ctx, cfg, log)
+	h, err := m.openLocal(ctx, cfg, f)
 	if err != nil {
 		return err
 	}
-	model, level, err := pickModel(ms, st.Get(), f)
+	defer h.Close()
+	eng, err := h.engine()
 	if err != nil {
 		return err
 	}
-	tools, err := pickTools(f)
-	if err != nil {
-		return usageError{err}
-	}
-	if tools == nil {
-		tools = []string{}
-	}
-	policy, err := loadPolicy(f.policy)
-	if err != nil {
-		return err
-	}
-	sessionsDir := f.sessionDir
-	if sessionsDir == "" {
-		sessionsDir = filepath.Join(cfg.DataDir, "sessions")
-	}
-	if f.noSession {
-		sessionsDir = ""
-	}
-	eng, err := m.engine(cfg, ms, st.Get(), engineChoices{model: model, thinking: level, policy: policy,
-		interactionTimeout: cfg.ApprovalTimeout, bounds: f.bounds, log: log})
-	if err != nil {
-		return err
-	}
-	servers, err := loadMCPConfig(mcpConfig)
+	// The face starts the servers for each session, with the project's
+	// and the editor's.
+	servers, err := loadMCPConfig(f.mcpConfig)
 	if err != nil {
 		return err
 	}
 	a := acp.New(acp.Options{
-		Sessions:    acpSessions{eng: eng, dir: sessionsDir, tools: tools},
-		SessionsDir: sessionsDir, Version: version(), MaxLineBytes: f.maxLineBytes, Logger: log,
-		MCP:        mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log}),
-		MCPServers: servers,
+		Sessions:    acpSessions{eng: eng, dir: h.saveDir, tools: h.tools},
+		SessionsDir: h.saveDir, Version: version(), MaxLineBytes: maxLineBytes, Logger: h.log,
+		MCP: mcpManager(h.log), MCPServers: servers,
 	})
 	return a.Run(ctx, m.stdin, m.stdout)
 }
@@ -131,66 +105,6 @@ func (m *Main) acpConnect(ctx context.Context, cfg *config.Config, url, token st
 	log.Info("agentd acp bridged to agentd serve", "url", url)
 	a := acp.New(acp.Options{Remote: r, Version: version(), MaxLineBytes: maxLine, Logger: log})
 	return a.Run(ctx, m.stdin, m.stdout)
-}
-
-// loadMCPConfig reads a --mcp-config file; "" is none.
-func loadMCPConfig(path string) ([]mcp.ServerConfig, error) {
-	if path == "" {
-		return nil, nil
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("--mcp-config: %w", err)}
-	}
-	servers, err := mcp.ParseConfig(data)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("--mcp-config %s: %w", path, err)}
-	}
-	return servers, nil
-}
-
-// startMCP starts the MCP servers of a --mcp-config file and of the
-// project in cwd for a one-session command; nil when there are none. A
-// server that fails to start is logged, and named by the Set.
-func (m *Main) startMCP(ctx context.Context, path, cwd string, log *slog.Logger) (*mcp.Set, error) {
-	servers, err := loadMCPConfig(path)
-	if err != nil {
-		return nil, err
-	}
-	project, err := mcp.LoadProject(cwd)
-	if err != nil {
-		log.Warn("project MCP configuration", "err", err)
-	}
-	all := mcp.Merge(servers, project)
-	if len(all) == 0 {
-		return nil, nil
-	}
-	set := mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log}).Open(ctx, all, cwd)
-	if err := set.Err(); err != nil {
-		log.Warn("MCP servers", "err", err)
-	}
-	return set, nil
-}
-
-// mcpSession is a session of eng for spec with the MCP servers of the
-// configuration at path and of the project at cwd as a tool source, stopped
-// with the session.
-func (m *Main) mcpSession(ctx context.Context, eng *engine.Engine, spec engine.Spec, path, cwd string, log *slog.Logger) (*session.Session, error) {
-	set, err := m.startMCP(ctx, path, cwd, log)
-	if err != nil {
-		return nil, err
-	}
-	sess, err := eng.Session(spec)
-	if err != nil {
-		if set != nil {
-			set.Close()
-		}
-		return nil, err
-	}
-	if set != nil {
-		sess.AddToolSource(set, set.Close)
-	}
-	return sess, nil
 }
 
 // acpSessions builds the ACP face's sessions on the engine.

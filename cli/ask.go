@@ -38,7 +38,7 @@ func (m *Main) runAsk(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	}
 	var toolNames []string
 	if *tools != "" {
-		names, err := pickTools(rpcFlags{tools: *tools})
+		names, err := pickTools(localFlags{tools: *tools})
 		switch {
 		case err != nil:
 			return usageError{err}

@@ -57,7 +57,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err != nil {
 		return err
 	}
-	model, level, err := pickModel(ms, st.Get(), rpcFlags{model: sc.Model})
+	model, level, err := pickModel(ms, st.Get(), localFlags{model: sc.Model})
 	if err != nil {
 		return err
 	}

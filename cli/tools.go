@@ -20,7 +20,7 @@ import (
 // project's .agentd/mcp.json, and each server that failed to start with
 // its cause. The servers are started to list them, and stopped.
 func (m *Main) runTools(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
-	var f rpcFlags
+	var f localFlags
 	fs.StringVar(&f.tools, "tools", "", "comma-separated built-in tools to enable (default all: "+strings.Join(tool.BuiltinNames, ",")+")")
 	fs.BoolVar(&f.noTools, "no-tools", false, "enable no built-in tools")
 	fs.StringVar(&f.mcpConfig, "mcp-config", "", "MCP servers as tool sources: a JSON file {\"mcpServers\": {name: {command, args, env, cwd} | {url, headers}}}; the project's .agentd/mcp.json is added")
@@ -31,32 +31,22 @@ func (m *Main) runTools(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
 	}
-	names, err := pickTools(f)
-	if err != nil {
+	// Before anything is read: a mistaken --tools is all a listing says.
+	if _, err := pickTools(f); err != nil {
 		return usageError{err}
 	}
-	if names == nil {
-		names = []string{}
-	}
-	log := m.logger(cfg)
-	cwd, st, ms, err := m.environment(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	model, level, err := pickModel(ms, st.Get(), f)
-	if err != nil {
-		return err
-	}
+	// Nothing runs: the sandbox cannot matter, and full access never
+	// refuses to start.
 	f.bounds.Sandbox.Mode = string(sandbox.FullAccess)
-	eng, err := m.engine(cfg, ms, st.Get(), engineChoices{model: model, thinking: level, bounds: f.bounds, log: log})
+	h, err := m.openLocal(ctx, cfg, f)
 	if err != nil {
 		return err
 	}
-	sess, err := m.mcpSession(ctx, eng, engine.Spec{Cwd: cwd, Tools: names}, f.mcpConfig, cwd, log)
+	defer h.Close()
+	sess, err := h.session(ctx, engine.Spec{Cwd: h.cwd, Tools: h.tools})
 	if err != nil {
 		return err
 	}
-	defer sess.Close()
 	type entry struct {
 		Name        string `json:"name"`
 		Description string `json:"description"`

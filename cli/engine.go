@@ -1,0 +1,77 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/agentd-dev/agentd/config"
+	"github.com/agentd-dev/agentd/engine"
+	"github.com/agentd-dev/agentd/health"
+	"github.com/agentd-dev/agentd/interaction"
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/sandbox"
+	"github.com/agentd-dev/agentd/settings"
+)
+
+// engineChoices are what a command decided for its sessions.
+type engineChoices struct {
+	bounds             config.Engine
+	model              *llm.Model
+	thinking           llm.ThinkingLevel
+	policy             interaction.Policy
+	interactionTimeout time.Duration
+	eventLogSize       int
+	breakers           *health.Breakers
+	log                *slog.Logger
+}
+
+// engine assembles the engine every session-hosting command uses.
+func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Settings, c engineChoices) (*engine.Engine, error) {
+	log := c.log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	policy, err := sandboxPolicy(c.bounds.Sandbox, sandbox.Probe(), log)
+	if err != nil {
+		return nil, err
+	}
+	environ := os.Environ()
+	if policy.Confined() {
+		// Keys and the server token stay out of confined tools' reach.
+		environ = sandbox.Scrub(environ)
+	}
+	return engine.New(engine.Options{
+		Sandbox: policy, SandboxExe: "/proc/self/exe",
+		Models: ms, Breakers: c.breakers, Model: c.model, Thinking: c.thinking, Saved: saved,
+		Policy: c.policy, InteractionTimeout: c.interactionTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
+		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: environ, Supervisor: supervisor(),
+		EventLogSize: c.eventLogSize, EventLogBytes: c.bounds.EventLogBytes,
+		MaxTurns: c.bounds.MaxTurns, MaxToolFailures: c.bounds.MaxToolFailures,
+		MaxQueued: c.bounds.MaxQueuedMessages, MaxQueuedBytes: c.bounds.MaxQueuedMessageBytes, BashTimeout: c.bounds.BashTimeout,
+		Logger: c.log,
+	})
+}
+
+// sandboxPolicy is the policy the tools run under, checked against what
+// the kernel can enforce: where it cannot, agentd refuses to start, or,
+// if the configuration says so, runs the tools unconfined and says so
+// loudly. It never pretends to confine.
+func sandboxPolicy(sc config.Sandbox, support sandbox.Support, log *slog.Logger) (sandbox.Policy, error) {
+	p := sc.Policy()
+	if err := support.Enforces(p); err != nil {
+		if sc.Fallback != config.SandboxUnconfined {
+			return p, fmt.Errorf("cannot confine tools in %s mode: %w (use --sandbox full-access to run without a sandbox, or --sandbox-fallback unconfined to do so whenever the kernel cannot confine)", p.Mode, err)
+		}
+		log.Warn("TOOLS ARE NOT SANDBOXED: the kernel cannot enforce the configured mode; running with full access (--sandbox-fallback unconfined)",
+			"mode", p.Mode, "reason", err.Error())
+		return sandbox.Policy{Mode: sandbox.FullAccess, Network: true}, nil
+	}
+	if p.Confined() {
+		log.Info("tools sandboxed", "mode", p.Mode, "network", p.Network, "kernel", support.String())
+	} else {
+		log.Info("tools run with full access (no sandbox)")
+	}
+	return p, nil
+}

@@ -1,0 +1,299 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/agentd-dev/agentd/config"
+	"github.com/agentd-dev/agentd/engine"
+	"github.com/agentd-dev/agentd/interaction"
+	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/llm/faux"
+	"github.com/agentd-dev/agentd/mcp"
+	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/settings"
+	"github.com/agentd-dev/agentd/tool"
+)
+
+// localFlags are the flags of the commands that host sessions on this
+// machine for one client (rpc, acp) or one listing (tools), where they
+// mean the same. Each command registers those it takes, with its own
+// words and defaults.
+type localFlags struct {
+	provider, model, thinking string
+	noSession                 bool
+	sessionDir                string
+	tools                     string
+	noTools                   bool
+	policy                    string
+	mcpConfig                 string
+	bounds                    config.Engine
+}
+
+// localHost is what a command hosting sessions on this machine needs
+// before its own part: the working directory, the saved settings and the
+// models, where session files go, the built-in tools, and the choices
+// (model, thinking level, permission policy, sandbox and bounds) its
+// engine is built with. Close closes the session opened with session,
+// which stops that session's MCP servers and waits for them.
+type localHost struct {
+	m   *Main
+	cfg *config.Config
+	log *slog.Logger
+
+	cwd      string
+	settings *settings.Store
+	models   *engine.Models
+	// sessionsDir is where the data directory keeps session files;
+	// saveDir is where new sessions are written, "" with --no-session.
+	sessionsDir, saveDir string
+	// tools are the built-in tools to enable: empty, not nil, for none.
+	tools     []string
+	mcpConfig string
+	choices   engineChoices
+
+	sess *session.Session
+}
+
+// openLocal reads what f and the configuration name, in the order their
+// mistakes are reported: settings and models, the model, the tools, the
+// policy. Nothing is started yet: the engine and the session come after
+// the command's own checks.
+func (m *Main) openLocal(ctx context.Context, cfg *config.Config, f localFlags) (*localHost, error) {
+	log := m.logger(cfg)
+	cwd, st, ms, err := m.environment(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	model, level, err := pickModel(ms, st.Get(), f)
+	if err != nil {
+		return nil, err
+	}
+	tools, err := pickTools(f)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if tools == nil {
+		tools = []string{}
+	}
+	policy, err := loadPolicy(f.policy)
+	if err != nil {
+		return nil, err
+	}
+	h := &localHost{m: m, cfg: cfg, log: log, cwd: cwd, settings: st, models: ms,
+		sessionsDir: f.sessionDir, tools: tools, mcpConfig: f.mcpConfig,
+		choices: engineChoices{model: model, thinking: level, policy: policy,
+			interactionTimeout: cfg.ApprovalTimeout, bounds: f.bounds, log: log}}
+	if h.sessionsDir == "" {
+		h.sessionsDir = filepath.Join(cfg.DataDir, "sessions")
+	}
+	if !f.noSession {
+		h.saveDir = h.sessionsDir
+	}
+	return h, nil
+}
+
+// engine builds the engine of the host's sessions, under the sandbox
+// its bounds ask for (or refuses to, see sandboxPolicy).
+func (h *localHost) engine() (*engine.Engine, error) {
+	return h.m.engine(h.cfg, h.models, h.settings.Get(), h.choices)
+}
+
+// session opens the host's one session, with the MCP servers of
+// --mcp-config and of the project in the working directory as tool
+// sources; Close closes it.
+func (h *localHost) session(ctx context.Context, spec engine.Spec) (*session.Session, error) {
+	eng, err := h.engine()
+	if err != nil {
+		return nil, err
+	}
+	set, err := h.startMCP(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sess, err := eng.Session(spec)
+	if err != nil {
+		if set != nil {
+			set.Close()
+		}
+		return nil, err
+	}
+	if set != nil {
+		// The session stops the servers when it closes.
+		sess.AddToolSource(set, set.Close)
+	}
+	h.sess = sess
+	return sess, nil
+}
+
+// startMCP starts the MCP servers of --mcp-config and of the project in
+// the working directory; nil when there are none. A server that fails to
+// start is logged, and named by the Set.
+func (h *localHost) startMCP(ctx context.Context) (*mcp.Set, error) {
+	servers, err := loadMCPConfig(h.mcpConfig)
+	if err != nil {
+		return nil, err
+	}
+	project, err := mcp.LoadProject(h.cwd)
+	if err != nil {
+		h.log.Warn("project MCP configuration", "err", err)
+	}
+	all := mcp.Merge(servers, project)
+	if len(all) == 0 {
+		return nil, nil
+	}
+	set := mcpManager(h.log).Open(ctx, all, h.cwd)
+	if err := set.Err(); err != nil {
+		h.log.Warn("MCP servers", "err", err)
+	}
+	return set, nil
+}
+
+// Close closes the session opened with session, if any, and with it its
+// MCP servers and sandbox helpers.
+func (h *localHost) Close() {
+	if h.sess != nil {
+		_ = h.sess.Close()
+	}
+}
+
+// environment is what every session-hosting command starts from: the
+// working directory, the saved settings and the models. Problems in
+// models.json are logged and the rest is used.
+func (m *Main) environment(ctx context.Context, cfg *config.Config, log *slog.Logger) (string, *settings.Store, *engine.Models, error) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("working directory: %w", err)
+	}
+	removeStaleSpill(log)
+	st, err := settings.Open(filepath.Join(cfg.ConfigDir, "settings.json"))
+	if err != nil {
+		return "", nil, nil, err
+	}
+	ms, err := m.loadModels(ctx, cfg)
+	if err != nil {
+		log.Warn("model configuration", "err", err)
+		if ms == nil {
+			return "", nil, nil, err
+		}
+	}
+	return cwd, st, ms, nil
+}
+
+// loadPolicy reads the --policy file; "" is the default (allow all).
+func loadPolicy(path string) (interaction.Policy, error) {
+	if path == "" {
+		return interaction.Policy{}, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return interaction.Policy{}, usageError{fmt.Errorf("--policy: %w", err)}
+	}
+	p, err := interaction.ParsePolicy(data)
+	if err != nil {
+		return interaction.Policy{}, usageError{fmt.Errorf("--policy %s: %w", path, err)}
+	}
+	return p, nil
+}
+
+// loadMCPConfig reads a --mcp-config file; "" is none.
+func loadMCPConfig(path string) ([]mcp.ServerConfig, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--mcp-config: %w", err)}
+	}
+	servers, err := mcp.ParseConfig(data)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--mcp-config %s: %w", path, err)}
+	}
+	return servers, nil
+}
+
+// mcpManager starts MCP servers with agentd's environment, logging to log.
+func mcpManager(log *slog.Logger) *mcp.Manager {
+	return mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log})
+}
+
+// pickModel chooses the session's model: the flags, else the saved
+// default, else the first available of the preferred models, else the
+// offline echo model.
+func pickModel(ms *engine.Models, s settings.Settings, f localFlags) (*llm.Model, llm.ThinkingLevel, error) {
+	var level llm.ThinkingLevel
+	if f.thinking != "" {
+		l, err := llm.ParseThinkingLevel(f.thinking)
+		if err != nil {
+			return nil, "", usageError{err}
+		}
+		level = l
+	} else if s.DefaultThinkingLevel != "" {
+		if l, err := llm.ParseThinkingLevel(s.DefaultThinkingLevel); err == nil {
+			level = l
+		}
+	}
+	spec := f.model
+	if spec != "" && f.provider != "" && !strings.HasPrefix(spec, f.provider+"/") {
+		spec = f.provider + "/" + spec
+	}
+	if spec == "" && s.DefaultProvider != "" && s.DefaultModel != "" {
+		if e, ok := ms.Registry.Find(s.DefaultProvider, s.DefaultModel); ok && e.Available {
+			spec = s.DefaultProvider + "/" + s.DefaultModel
+		}
+	}
+	if spec == "" {
+		for _, p := range preferredDefaults {
+			prov, id, _ := strings.Cut(p, "/")
+			if e, ok := ms.Registry.Find(prov, id); ok && e.Available {
+				spec = p
+				break
+			}
+		}
+	}
+	if spec == "" {
+		spec = faux.ProviderName + "/" + faux.ModelID
+	}
+	m, specLevel, err := ms.Registry.Resolve(spec)
+	if err != nil {
+		return nil, "", err
+	}
+	if specLevel != "" && f.thinking == "" {
+		level = specLevel
+	}
+	if level == "" {
+		level = llm.ThinkingOff
+	}
+	return m, m.ClampThinking(level), nil
+}
+
+// pickTools is the built-in tools --tools and --no-tools enable; nil
+// for none.
+func pickTools(f localFlags) ([]string, error) {
+	if f.noTools {
+		return nil, nil
+	}
+	if f.tools == "" {
+		return tool.BuiltinNames, nil
+	}
+	var out []string
+	for _, n := range strings.Split(f.tools, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		known := false
+		for _, b := range tool.BuiltinNames {
+			known = known || b == n
+		}
+		if !known {
+			return nil, fmt.Errorf("--tools: unknown tool %q (known: %s)", n, strings.Join(tool.BuiltinNames, ", "))
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
