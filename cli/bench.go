@@ -47,11 +47,8 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	timeout := fs.Duration("command-timeout", 2*time.Minute, "longest wait for one command's response")
 	clusterNodes := fs.Int("cluster-nodes", 0, "run this many agentd serve nodes as a cluster (the first with embedded NATS, all with --cluster-spread), connect the sessions to them round-robin, and after the load kill -9 one and time its sessions' takeover (e.g. 3; --face pi only)")
 	loadTimeout := fs.Duration("load-timeout", 10*time.Minute, "longest load phase per N: commands still waiting then are errors (load timeout), the rest are reported as not run")
-	if err := parse(cfg, fs, args); err != nil {
+	if err := parseFlagsOnly(cfg, fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
 	}
 	ns, err := parseSessions(*sessions)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/agentd-dev/agentd/config"
@@ -164,6 +165,18 @@ func parse(cfg *config.Config, fs *flag.FlagSet, args []string) error {
 	}
 	if err := cfg.Check(); err != nil {
 		return usageError{err}
+	}
+	return nil
+}
+
+// parseFlagsOnly is parse for a command that takes no arguments but
+// flags.
+func parseFlagsOnly(cfg *config.Config, fs *flag.FlagSet, args []string) error {
+	if err := parse(cfg, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
 	}
 	return nil
 }

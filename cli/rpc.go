@@ -43,11 +43,8 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	// unless asked for.
 	f.bounds.Sandbox.Mode = string(sandbox.FullAccess)
 	f.bounds.Register(fs)
-	if err := parse(cfg, fs, args); err != nil {
+	if err := parseFlagsOnly(cfg, fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
 	}
 	if err := f.bounds.Check(); err != nil {
 		return usageError{err}

@@ -37,11 +37,8 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	sc := config.ServeDefaults(cfg.Getenv)
 	sc.Register(fs)
 	cfg.RegisterApprovalTimeout(fs, "ui-timeout")
-	if err := parse(cfg, fs, args); err != nil {
+	if err := parseFlagsOnly(cfg, fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
 	}
 	if err := sc.Check(); err != nil {
 		return usageError{err}

@@ -25,11 +25,8 @@ func (m *Main) runTools(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	fs.BoolVar(&f.noTools, "no-tools", false, "enable no built-in tools")
 	fs.StringVar(&f.mcpConfig, "mcp-config", "", "MCP servers as tool sources: a JSON file {\"mcpServers\": {name: {command, args, env, cwd} | {url, headers}}}; the project's .agentd/mcp.json is added")
 	asJSON := fs.Bool("json", false, "print {\"tools\": [{name, description}], \"unavailable\": [{source, error}]}, as pi-server's get_tools answers")
-	if err := parse(cfg, fs, args); err != nil {
+	if err := parseFlagsOnly(cfg, fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
 	}
 	// Before anything is read: a mistaken --tools is all a listing says.
 	if _, err := pickTools(f); err != nil {
