@@ -38,8 +38,7 @@ type localFlags struct {
 // before its own part: the working directory, the saved settings and the
 // models, where session files go, the built-in tools, and the choices
 // (model, thinking level, permission policy, sandbox and bounds) its
-// engine is built with. Close closes the session opened with session,
-// which stops that session's MCP servers and waits for them.
+// engine is built with. Close closes the session opened with session.
 type localHost struct {
 	m   *Main
 	cfg *config.Config
@@ -153,8 +152,8 @@ func (h *localHost) startMCP(ctx context.Context) (*mcp.Set, error) {
 	return set, nil
 }
 
-// Close closes the session opened with session, if any, and with it its
-// MCP servers and sandbox helpers.
+// Close closes the session opened with session, if any: it ends the
+// session's run and commands and stops its MCP servers, waiting for them.
 func (h *localHost) Close() {
 	if h.sess != nil {
 		_ = h.sess.Close()
