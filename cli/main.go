@@ -78,7 +78,7 @@ func commands() []command {
 		{"tools", "list the tools a session here gets (built-in and MCP servers'), and servers that failed to start", (*Main).runTools},
 		{"rpc", "speak pi's RPC protocol on stdin/stdout (a drop-in for pi --mode rpc)", (*Main).runRPC},
 		{"acp", "speak the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim)", (*Main).runACP},
-		{"serve", "serve many sessions over the pi-server protocol (WebSocket, or --stdio)", (*Main).runServe},
+		{"serve", "serve many sessions: pi-server protocol, REST + SSE API, per-session WebSocket and web UI on one port (or pi-server on --stdio)", (*Main).runServe},
 		{"bench", "measure agentd serve: N sessions over WebSocket against a mock model", (*Main).runBench},
 		{"token", "print a random token for agentd serve --token", (*Main).runToken},
 		{"version", "print the version", (*Main).runVersion},

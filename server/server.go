@@ -521,7 +521,9 @@ func (s *Server) broadcastHere(face string, f []byte) {
 // listeners get it, and in a cluster so do the clients of every other
 // node, as one server's clients would.
 func (s *Server) emitPipelineEvent(ev pipeline.Event) {
-	s.emitLifecycle(ev)
+	if s.cl == nil || !s.cl.announcedBefore(ev) {
+		s.emitLifecycle(ev)
+	}
 	if s.cl != nil {
 		via := ""
 		if r, ok := ev.Origin.(*Remote); ok {

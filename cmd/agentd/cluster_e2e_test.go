@@ -243,6 +243,9 @@ func TestClusterTakeoverAfterNodeDies(t *testing.T) {
 	approver := nodes["C"].dial("approver")
 	approver.send(svM{"id": "ans", "type": "extension_ui_response", "sessionId": sid, "requestId": rid,
 		"response": svM{"method": "select", "value": "Allow"}})
+	// So does a read sent through A, the node that takes the session over:
+	// it goes to B, finds it gone, and runs on A once A holds the lease.
+	a.send(svM{"id": "state-after", "type": "get_state", "sessionId": sid})
 	// A node following the session (A and C both do, for their clients)
 	// takes it over once B's lease has expired, without a command.
 	svWaitUntil(t, "another node takes the session over", func() bool {
@@ -258,6 +261,22 @@ func TestClusterTakeoverAfterNodeDies(t *testing.T) {
 	// The approval was pending again on the new owner, under the same
 	// id, and the answer sent from a fourth connection settled it.
 	svWantOK(t, approver.response("ans"))
+	svWantOK(t, a.response("state-after"))
+	// Both were sent to B, found it gone and were routed again until the
+	// takeover, to another node (the answer) or to their own (the read):
+	// their clients are still told of each once, as of one command.
+	for _, c := range []struct {
+		conn *svConn
+		id   string
+	}{{approver, "ans"}, {a, "state-after"}} {
+		var phases []string
+		for _, f := range c.conn.lifecycle(c.id) {
+			phases = append(phases, f.typ())
+		}
+		if got, want := strings.Join(phases, " "), "command_accepted command_started command_finished"; got != want {
+			t.Errorf("lifecycle of %s, routed again: %s, want %s", c.id, got, want)
+		}
+	}
 	te := c.waitEvent(sid, "tool_execution_end")
 	if !strings.Contains(te.raw, "after-takeover") {
 		t.Errorf("the approved tool did not run on the new owner: %s", te)
