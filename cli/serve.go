@@ -277,8 +277,9 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if sc.SessionWSOff != "" {
 		log.Warn("per-session WebSocket off", "why", sc.SessionWSOff)
 	}
-	log.Info("agentd serve listening", "addr", ln.Addr().String(), "ui", "http://"+ln.Addr().String()+"/", "url", "ws://"+ln.Addr().String()+"/", "api", "http://"+ln.Addr().String()+"/api/v2",
-		"model", model.Provider+"/"+model.ID, "data", cfg.DataDir, "auth", sc.Token != "")
+	reach := reachable(ln.Addr())
+	log.Info("agentd serve listening", "addr", ln.Addr().String(), "ui", "http://"+reach+"/", "url", "ws://"+reach+"/", "api", "http://"+reach+"/api/v2",
+		"model", model.Provider+"/"+model.ID, "data", cfg.DataDir, "auth", authOf(sc))
 
 	select {
 	case <-ctx.Done():
@@ -402,4 +403,32 @@ func (m *Main) runToken(_ context.Context, cfg *config.Config, fs *flag.FlagSet,
 	}
 	fmt.Fprintln(m.stdout, server.NewToken())
 	return nil
+}
+
+// reachable is where this machine reaches a listener: a wildcard address
+// ([::], 0.0.0.0) is no place to browse to, its loopback is.
+func reachable(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return a.String()
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(tcp.Port))
+}
+
+// authOf names what clients must present, for the startup log.
+func authOf(sc config.Serve) string {
+	var what []string
+	if sc.Token != "" {
+		what = append(what, "token")
+	}
+	if sc.JWTSecretFile != "" || sc.JWTKeys != "" {
+		what = append(what, "jwt")
+	}
+	if sc.AuthCommand != "" {
+		what = append(what, "command")
+	}
+	if len(what) == 0 {
+		return "none"
+	}
+	return strings.Join(what, "+")
 }
