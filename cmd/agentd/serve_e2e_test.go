@@ -1825,8 +1825,13 @@ func TestServeAfterSeqResume(t *testing.T) {
 		svEq(t, "resumed", svAt(r.m, "data", "resumed"), true)
 		svWantOK(t, A.response("long"))
 		A.cursor, C.cursor = 0, 0
-		A.waitEvent(sid, "agent_end")
-		C.waitEvent(sid, "agent_end")
+		// The run's last event is the state_changed to idle after
+		// agent_end; both wait for it, or C may be compared one event
+		// short of A.
+		for _, c := range []*svConn{A, C} {
+			c.waitEvent(sid, "agent_end")
+			c.waitEvent(sid, "state_changed")
+		}
 		want, got := svSeqsAfter(A.events(sid), from), svSeqs(C.events(sid))
 		if !slices.Equal(got, want) {
 			t.Errorf("resumed at seq %v during a stream: C got seqs %v\nwant %v", from, got, want)
