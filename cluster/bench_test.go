@@ -2,11 +2,14 @@ package cluster
 
 import (
 	"context"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentd-dev/agentd/cluster/embeddednats"
+	"github.com/agentd-dev/agentd/pipeline"
 )
 
 func benchNodes(b *testing.B) (*Node, *Node) {
@@ -28,19 +31,23 @@ func benchNodes(b *testing.B) (*Node, *Node) {
 	return ns[0], ns[1]
 }
 
-// BenchmarkRequest is a command from one node to a session owned by another.
-func BenchmarkRequest(b *testing.B) {
+// BenchmarkSendNode is a request from one node to another (ServeNode)
+// and its answer, one at a time: the round trip a command for a session
+// owned elsewhere makes.
+func BenchmarkSendNode(b *testing.B) {
 	owner, client := benchNodes(b)
 	ctx := b.Context()
-	if _, err := owner.Acquire(ctx, "s1"); err != nil {
+	stop, err := owner.ServeNode(ctx, func(_ context.Context, p []byte, reply func([]byte, error)) { reply(p, nil) })
+	if err != nil {
 		b.Fatal(err)
 	}
-	if err := owner.Serve("s1", func(_ context.Context, p []byte) ([]byte, error) { return p, nil }); err != nil {
-		b.Fatal(err)
-	}
+	defer stop()
 	payload := []byte(`{"type":"prompt","message":"hi"}`)
+	errs := make(chan error, 1)
+	done := func(_ []byte, err error) { errs <- err }
 	for b.Loop() {
-		if _, err := client.Request(ctx, "s1", payload); err != nil {
+		client.SendNode(ctx, owner.ID(), payload, done)
+		if err := <-errs; err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -158,5 +165,93 @@ func BenchmarkTakeover1000(b *testing.B) {
 		b.StopTimer()
 		taker.Close()
 		e.Shutdown()
+	}
+}
+
+// BenchmarkTakeoverState takes over sessions that have state, reading it
+// as the serve wiring does when it claims one (server.clusterState.claim
+// and the journal adoption after it): the lease, the last event's seq,
+// the transcript restored to a file, and the command journal, each read
+// ending with its fence. Each session has a transcript of a header and
+// 20 entries and a journal of 5 commands (10 records); a session with a
+// transcript and no journal is in the "no-journal" case. It reports the
+// time per session taken over.
+func BenchmarkTakeoverState(b *testing.B) {
+	const sessions = 100
+	for _, bc := range []struct {
+		name     string
+		entries  int
+		commands int
+	}{
+		{"typical", 20, 5},
+		{"no-journal", 20, 0},
+		{"fresh", 0, 0},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			entry := []byte(`{"type":"message","message":"` + strings.Repeat("x", 400) + `"}` + "\n")
+			header := []byte(`{"type":"session","version":3,"id":"s"}` + "\n")
+			b.StopTimer()
+			var perSession time.Duration
+			for range b.N {
+				owner, taker := benchNodes(b)
+				ctx := b.Context()
+				ids := make([]string, sessions)
+				for i := range ids {
+					ids[i] = "s" + strconv.Itoa(i)
+					l, err := owner.Acquire(ctx, ids[i])
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := owner.Publish(ctx, ids[i], 1, []byte("event")); err != nil {
+						b.Fatal(err)
+					}
+					mirror := l.TranscriptMirror()
+					if err := mirror(header); err != nil {
+						b.Fatal(err)
+					}
+					for range bc.entries {
+						if err := mirror(entry); err != nil {
+							b.Fatal(err)
+						}
+					}
+					j := owner.Journal()
+					for c := range bc.commands {
+						r := pipeline.Record{Op: pipeline.OpBegin, Command: "set_name", ID: "c" + strconv.Itoa(c),
+							Scope: "session:" + ids[i], At: time.Now(), Expires: time.Now().Add(time.Hour)}
+						if err := j.Append(r); err != nil {
+							b.Fatal(err)
+						}
+						r.Op = pipeline.OpFinish
+						r.Response = &pipeline.Response{ID: r.ID, Command: r.Command, Success: true}
+						if err := j.Append(r); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				if err := owner.Drain(ctx); err != nil {
+					b.Fatal(err)
+				}
+				dir := b.TempDir()
+				b.StartTimer()
+				start := time.Now()
+				for _, id := range ids {
+					if _, err := taker.Acquire(ctx, id); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := taker.LastSeq(ctx, id); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := taker.RestoreTranscript(ctx, id, filepath.Join(dir, id+".jsonl")); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := taker.JournalFor(ctx, id); err != nil {
+						b.Fatal(err)
+					}
+				}
+				perSession += time.Since(start) / sessions
+				b.StopTimer()
+			}
+			b.ReportMetric(float64(perSession.Microseconds())/float64(b.N), "µs/session")
+		})
 	}
 }

@@ -134,8 +134,18 @@ func TestLeaseBadSessionID(t *testing.T) {
 		if _, err := a.Acquire(ctx, id); err == nil || !strings.Contains(err.Error(), "session id") {
 			t.Errorf("Acquire(%q): %v, want an error naming the session id", id, err)
 		}
-		if _, err := a.Request(ctx, id, nil); err == nil {
-			t.Errorf("Request(%q) succeeded", id)
+		// Ids reach NATS subjects: one that is not a single token must
+		// never be sent.
+		if _, err := a.Replay(ctx, id, 0); err == nil || !strings.Contains(err.Error(), "session id") {
+			t.Errorf("Replay(%q): %v, want an error naming the session id", id, err)
+		}
+		if _, _, _, err := a.LeaseOwner(ctx, id); err == nil || !strings.Contains(err.Error(), "session id") {
+			t.Errorf("LeaseOwner(%q): %v, want an error naming the session id", id, err)
+		}
+		done := make(chan error, 1)
+		a.SendNode(ctx, id, nil, func(_ []byte, err error) { done <- err })
+		if err := <-done; err == nil {
+			t.Errorf("SendNode to node %q succeeded", id)
 		}
 	}
 }
@@ -149,32 +159,37 @@ func TestTakeoverAfterOwnerStopsRenewing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Serve("s1", func(context.Context, []byte) ([]byte, error) { return []byte("a"), nil }); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := a.Publish(ctx, "s1", 1, []byte("from a")); err != nil {
 		t.Fatal(err)
+	}
+	if owner, live, ok, err := c.LeaseOwner(ctx, "s1"); err != nil || owner != "a" || !live || !ok {
+		t.Fatalf("LeaseOwner while a renews: %q live %v held %v, %v; want a, live", owner, live, ok, err)
 	}
 
 	// a freezes: it keeps its connection and believes it owns s1, but no
 	// longer renews.
 	a.renewPaused.Store(true)
 	frozen := time.Now()
-	var lb *Lease
+	// Commands are routed by what LeaseOwner reads: a lease nobody renews
+	// is reported not live once it runs out (the router then places the
+	// session on a live node), and can be taken over from then on.
 	deadline := time.Now().Add(10 * testTTL)
 	for {
-		lb, err = b.Takeover(ctx, "s1")
-		if err == nil {
+		owner, live, ok, err := c.LeaseOwner(ctx, "s1")
+		if err != nil || owner != "a" || !ok {
+			t.Fatalf("LeaseOwner after a froze: %q held %v, %v; want a's lease", owner, ok, err)
+		}
+		if !live {
 			break
 		}
-		var held *HeldError
-		if !errors.As(err, &held) {
-			t.Fatalf("Takeover: %v", err)
-		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no takeover %s after the owner stopped renewing: %v", 10*testTTL, err)
+			t.Fatalf("a's lease still live %s after a stopped renewing it", 10*testTTL)
 		}
 		time.Sleep(testTTL / 10)
+	}
+	lb, err := b.Takeover(ctx, "s1")
+	if err != nil {
+		t.Fatalf("Takeover of a lease reported expired: %v", err)
 	}
 	took := time.Since(frozen)
 	t.Logf("takeover %s after the owner stopped renewing (TTL %s)", took.Round(time.Millisecond), testTTL)
@@ -207,16 +222,13 @@ func TestTakeoverAfterOwnerStopsRenewing(t *testing.T) {
 		t.Fatalf("stale owner's Publish: %v, want NotOwnerError", err)
 	}
 
-	// Commands now reach the new owner only: the old one stopped serving
-	// when it learnt it lost the lease.
-	if _, err := c.Request(ctx, "s1", nil); !errors.As(err, new(*NoOwnerError)) {
-		t.Fatalf("Request before the new owner serves: %v, want NoOwnerError", err)
+	// The old owner no longer acts for the session, and the router sends
+	// its commands to the new one.
+	if a.Lease("s1") != nil || len(a.Leases()) != 0 {
+		t.Fatalf("the stale owner still tracks its lease: %v", a.Leases())
 	}
-	if err := b.Serve("s1", func(context.Context, []byte) ([]byte, error) { return []byte("b"), nil }); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := c.Request(ctx, "s1", nil); err != nil || string(got) != "b" {
-		t.Fatalf("Request after takeover: %q, %v; want b", got, err)
+	if owner, live, ok, err := c.LeaseOwner(ctx, "s1"); err != nil || owner != "b" || !live || !ok {
+		t.Fatalf("LeaseOwner after the takeover: %q live %v held %v, %v; want b, live", owner, live, ok, err)
 	}
 
 	// The new owner continues the session's events where they stopped.
@@ -381,96 +393,106 @@ func TestStreamFencesStaleOwner(t *testing.T) {
 	})
 }
 
-func TestRequestRouting(t *testing.T) {
+// TestLeaseOwner reads leases as the router does to pick a session's
+// node: nobody (the session goes to its home node), a live owner, and
+// nobody again at once after a release, not a TTL later.
+func TestLeaseOwner(t *testing.T) {
 	ns := nodes(t, "a", "b")
 	a, b := ns[0], ns[1]
 	ctx := ctxT(t)
-
-	var notOwner *NotOwnerError
-	if err := a.Serve("s1", nil); !errors.As(err, &notOwner) {
-		t.Fatalf("Serve without the lease: %v, want NotOwnerError", err)
-	}
 	la, err := a.Acquire(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = a.Serve("s1", func(ctx context.Context, p []byte) ([]byte, error) {
-		if string(p) == "fail" {
-			return nil, errors.New("the tool is not allowed")
+	type owner struct {
+		node     string
+		live, ok bool
+	}
+	check := func(name, id string, want owner) {
+		t.Helper()
+		node, live, ok, err := b.LeaseOwner(ctx, id)
+		if got := (owner{node, live, ok}); err != nil || got != want {
+			t.Errorf("%s: LeaseOwner(%s) = %+v, %v; want %+v", name, id, got, err, want)
 		}
-		return append([]byte("a got "), p...), nil
+	}
+	check("nobody ever owned it", "s2", owner{})
+	check("held", "s1", owner{"a", true, true})
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("released", "s1", owner{})
+}
+
+// TestSendNodeAnswers covers what a request sent with SendNode comes
+// back with: the handler's answer from another node or from the sender
+// itself, the handler's failure, a node nobody serves (answered by NATS
+// at once, not by a timeout) and a node that never answers.
+func TestSendNodeAnswers(t *testing.T) {
+	ns := nodes(t, "a", "b")
+	a, b := ns[0], ns[1]
+	ctx := ctxT(t)
+	stop, err := a.ServeNode(ctx, func(_ context.Context, p []byte, reply func([]byte, error)) {
+		switch string(p) {
+		case "fail":
+			reply(nil, errors.New("the tool is not allowed"))
+		case "hang":
+			// Never answered: the sender's deadline ends the wait.
+		default:
+			reply(append([]byte("a got "), p...), nil)
+		}
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Serve("s1", nil); err == nil {
-		t.Fatal("a second Serve on one lease succeeded")
-	}
+	t.Cleanup(stop)
 
 	tests := []struct {
 		name    string
 		from    *Node
-		session string
+		to      string
 		payload string
 		want    string
 		check   func(error) bool
 	}{
-		{"from another node", b, "s1", "hi", "a got hi", nil},
-		{"from the owner", a, "s1", "me", "a got me", nil},
-		{"handler error", b, "s1", "fail", "", func(err error) bool {
+		{"from another node", b, "a", "hi", "a got hi", nil},
+		{"from the node itself", a, "a", "me", "a got me", nil},
+		{"handler error", b, "a", "fail", "", func(err error) bool {
 			var re *RemoteError
 			return errors.As(err, &re) && re.Node == "a" && re.Message == "the tool is not allowed"
 		}},
-		{"nobody owns it", b, "s2", "hi", "", func(err error) bool {
-			var no *NoOwnerError
-			return errors.As(err, &no) && no.SessionID == "s2"
+		{"nobody serves the node", b, "c", "hi", "", func(err error) bool {
+			var gone *NodeGoneError
+			return errors.As(err, &gone) && gone.Node == "c"
+		}},
+		{"no answer in time", b, "a", "hang", "", func(err error) bool {
+			return errors.Is(err, context.DeadlineExceeded)
 		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			defer cancel()
+			type answer struct {
+				out []byte
+				err error
+			}
+			done := make(chan answer, 1)
 			start := time.Now()
-			got, err := tc.from.Request(ctx, tc.session, []byte(tc.payload))
+			tc.from.SendNode(rctx, tc.to, []byte(tc.payload), func(out []byte, err error) { done <- answer{out, err} })
+			got := <-done
 			if tc.check != nil {
-				if !tc.check(err) {
-					t.Fatalf("error %v (%T) is not the one expected", err, err)
-				}
-				// No responders is answered by the server, not by a timeout.
-				if time.Since(start) > time.Second {
-					t.Errorf("failing took %s", time.Since(start))
+				if !tc.check(got.err) {
+					t.Fatalf("error %v (%T) is not the one expected", got.err, got.err)
 				}
 				return
 			}
-			if err != nil || string(got) != tc.want {
-				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			if got.err != nil || string(got.out) != tc.want {
+				t.Fatalf("got %q, %v; want %q", got.out, got.err, tc.want)
+			}
+			if time.Since(start) > 400*time.Millisecond {
+				t.Errorf("answering took %s", time.Since(start))
 			}
 		})
-	}
-
-	if err := la.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Request(ctx, "s1", []byte("hi")); !errors.As(err, new(*NoOwnerError)) {
-		t.Fatalf("Request after release: %v, want NoOwnerError", err)
-	}
-}
-
-func TestRequestTimeout(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
-	if _, err := a.Acquire(ctx, "s1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Serve("s1", func(ctx context.Context, _ []byte) ([]byte, error) {
-		<-ctx.Done() // until the lease ends (a.Close in cleanup)
-		return nil, ctx.Err()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	if _, err := b.Request(rctx, "s1", nil); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Request to a stuck owner: %v, want DeadlineExceeded", err)
 	}
 }
 
@@ -637,18 +659,28 @@ func TestTwoClusteredServers(t *testing.T) {
 	if _, err := b.Acquire(ctx, "s1"); !errors.As(err, new(*HeldError)) {
 		t.Fatalf("Acquire across servers: %v, want HeldError", err)
 	}
-	if err := a.Serve("s1", func(_ context.Context, p []byte) ([]byte, error) { return p, nil }); err != nil {
+	stop, err := a.ServeNode(ctx, func(_ context.Context, p []byte, reply func([]byte, error)) { reply(p, nil) })
+	if err != nil {
 		t.Fatal(err)
 	}
-	// Interest crosses the route asynchronously.
+	defer stop()
+	// Interest crosses the route asynchronously: until it has, the other
+	// server answers that nobody serves node a.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		got, err := b.Request(ctx, "s1", []byte("ping"))
-		if err == nil && string(got) == "ping" {
+		done := make(chan error, 1)
+		b.SendNode(ctx, "a", []byte("ping"), func(got []byte, err error) {
+			if err == nil && string(got) != "ping" {
+				err = fmt.Errorf("answer %q", got)
+			}
+			done <- err
+		})
+		err := <-done
+		if err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("Request across servers: %q, %v", got, err)
+			t.Fatalf("SendNode across servers: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -109,8 +108,6 @@ type Lease struct {
 	mu       sync.Mutex
 	rev      uint64    // the bucket revision of our latest write
 	deadline time.Time // past it (monotonic clock) the lease may be someone else's
-	sub      *nats.Subscription
-	ended    bool
 }
 
 // SessionID is the session this lease owns.
@@ -370,26 +367,9 @@ func (l *Lease) lose(reason, owner string, cur uint64) error {
 	return err
 }
 
-// end stops tracking and serving the lease and closes Done; the first
-// cause wins. Nothing here calls out while holding a lock.
+// end stops tracking the lease and closes Done; the first cause wins (the
+// context keeps it).
 func (l *Lease) end(cause error) {
-	l.mu.Lock()
-	if l.ended {
-		l.mu.Unlock()
-		return
-	}
-	l.ended = true
-	sub := l.sub
-	l.sub = nil
-	l.mu.Unlock()
 	l.node.untrack(l)
-	if sub != nil {
-		// Flush so that once end returns the server has stopped routing
-		// the session's commands here: a request sent after that gets "no
-		// responders" at once instead of waiting on a node that ignores it.
-		if sub.Unsubscribe() == nil {
-			_ = l.node.nc.FlushTimeout(time.Second)
-		}
-	}
 	l.cancel(cause)
 }

@@ -30,22 +30,19 @@ const nodePrefix = "agentd.node."
 type AsyncHandler func(ctx context.Context, payload []byte, reply func([]byte, error))
 
 // replier answers m once.
-func (n *Node) replier(m *nats.Msg, what string, epoch uint64) func([]byte, error) {
+func (n *Node) replier(m *nats.Msg) func([]byte, error) {
 	var once sync.Once
 	return func(out []byte, err error) {
 		once.Do(func() {
 			reply := nats.NewMsg(m.Reply)
 			reply.Header.Set(hdrNode, n.cfg.NodeID)
-			if epoch != 0 {
-				reply.Header.Set(hdrEpoch, strconv.FormatUint(epoch, 10))
-			}
 			if err != nil {
 				reply.Header.Set(hdrError, err.Error())
 			} else {
 				reply.Data = out
 			}
 			if err := m.RespondMsg(reply); err != nil {
-				n.log.Warn("cluster: replying to a command", "for", what, "err", err)
+				n.log.Warn("cluster: replying to a request", "err", err)
 			}
 		})
 	}
@@ -59,41 +56,24 @@ func (e *NodeGoneError) Error() string {
 	return fmt.Sprintf("cluster: node %s is not answering (it left the cluster or stopped)", e.Node)
 }
 
-// ServeNode answers requests addressed to this node (RequestNode) until
-// the returned stop is called; stop waits until the server no longer
-// routes requests here. ctx is handed to h for every request.
-func (n *Node) ServeNode(ctx context.Context, h AsyncHandler) (stop func(), err error) {
-	return n.listen(nodePrefix+n.cfg.NodeID, "serving node "+n.cfg.NodeID, func(m *nats.Msg) {
-		h(ctx, m.Data, n.replier(m, "node", 0))
-	})
+// RemoteError is a request's failure as the handler of the node it was
+// sent to reported it.
+type RemoteError struct {
+	Node    string
+	Message string
 }
 
-// RequestNode sends a request to one node (ServeNode) and returns its
-// answer: *NodeGoneError when nobody serves that node, *RemoteError with
-// the handler's message. Without a deadline on ctx, Config.RequestTimeout
-// bounds it.
-func (n *Node) RequestNode(ctx context.Context, nodeID string, payload []byte) ([]byte, error) {
-	if err := checkSessionID(nodeID); err != nil {
-		return nil, err
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, n.cfg.RequestTimeout)
-		defer cancel()
-	}
-	m, err := n.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: nodePrefix + nodeID, Data: payload})
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		return nil, &NodeGoneError{Node: nodeID}
-	case errors.Is(err, context.DeadlineExceeded):
-		return nil, fmt.Errorf("cluster: node %s did not answer in time: %w", nodeID, err)
-	case err != nil:
-		return nil, fmt.Errorf("cluster: sending a request to node %s: %w", nodeID, err)
-	}
-	if msg := m.Header.Get(hdrError); msg != "" {
-		return nil, &RemoteError{Node: nodeID, Message: msg}
-	}
-	return m.Data, nil
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("cluster: node %s: %s", e.Node, e.Message)
+}
+
+// ServeNode answers requests addressed to this node (SendNode) until the
+// returned stop is called; stop waits until the server no longer routes
+// requests here. ctx is handed to h for every request.
+func (n *Node) ServeNode(ctx context.Context, h AsyncHandler) (stop func(), err error) {
+	return n.listen(nodePrefix+n.cfg.NodeID, "serving node "+n.cfg.NodeID, func(m *nats.Msg) {
+		h(ctx, m.Data, n.replier(m))
+	})
 }
 
 // Connected reports whether the node's NATS connection is up.
@@ -286,8 +266,8 @@ func (n *Node) LeaseOwner(ctx context.Context, sessionID string) (node string, l
 // done is called exactly once, on another goroutine, with the answer or
 // the failure (*NodeGoneError when nobody serves that node, *RemoteError,
 // or ctx's error when it ends first). Requests sent by one caller, one
-// after another, reach the node in that order, which RequestNode from
-// several goroutines would not promise. The answers come back on one
+// after another, reach the node in that order, which a blocking request
+// per goroutine would not promise. The answers come back on one
 // subscription per node, shared by every request.
 func (n *Node) SendNode(ctx context.Context, nodeID string, payload []byte, done func([]byte, error)) {
 	if err := checkSessionID(nodeID); err != nil {

@@ -1,9 +1,9 @@
 // Package cluster is the foundation for running agentd as several nodes on
 // NATS JetStream: which node owns a session (leases in a KV bucket, with an
 // epoch to fence a stale owner's writes), how a command reaches the owner
-// (request/reply on a per-session subject) and how a session's events are
-// kept so a client of any node can resume by seq (a stream with dedupe by
-// message id). Package embeddednats runs the NATS server in the process
+// (request/reply on the owning node's subject) and how a session's events
+// are kept so a client of any node can resume by seq (a stream with dedupe
+// by message id). Package embeddednats runs the NATS server in the process
 // when there is no external one.
 //
 // Nothing here reads the environment or knows about sessions beyond their
@@ -32,8 +32,7 @@ const (
 	// EventStream is the stream keeping every session's events.
 	EventStream = "AGENTD_EVENTS"
 
-	cmdPrefix = "agentd.cmd."
-	evPrefix  = "agentd.ev."
+	evPrefix = "agentd.ev."
 )
 
 // Config is everything a Node needs; the serve wiring fills it from flags.
@@ -50,8 +49,8 @@ type Config struct {
 	// node's sessions stay unowned. Renewal runs every LeaseTTL/3. Zero
 	// means 10s.
 	LeaseTTL time.Duration
-	// RequestTimeout bounds Request when its context has no deadline.
-	// Zero means 10s.
+	// RequestTimeout bounds each transcript mirror write and journal
+	// append; a journal Load gets four times as long. Zero means 10s.
 	RequestTimeout time.Duration
 	// Replicas is how many copies JetStream keeps of leases and events;
 	// 1 for a single server, 3 for a production cluster. Zero means 1.
@@ -91,7 +90,11 @@ type Node struct {
 	// its leases to another node while it still thinks it owns them.
 	renewPaused atomic.Bool
 
-	sendReplies nodeReplies // answers to SendNode (members.go)
+	sendReplies nodeReplies   // answers to SendNode (members.go)
+	direct      directReplies // answers to direct gets (directget.go)
+	// consumerReads counts the reads that went on with a consumer after
+	// direct gets (directget.go), so a test can tell the fast path works.
+	consumerReads atomic.Int64
 }
 
 var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
@@ -243,11 +246,11 @@ func (n *Node) ID() string { return n.cfg.NodeID }
 func (n *Node) LeaseTTL() time.Duration { return n.cfg.LeaseTTL }
 
 // Close leaves the cluster abruptly, as a crash would: renewal stops, every
-// lease ends locally with ErrNodeClosed (its Done closes, its commands stop
-// being served) but stays in the bucket until it expires, so another node
-// takes the sessions over after LeaseTTL. Use Drain to hand them over at
-// once. Close waits for the renewal goroutine and for command handlers in
-// flight to return.
+// lease ends locally with ErrNodeClosed (its Done closes) but stays in the
+// bucket until it expires, so another node takes the sessions over after
+// LeaseTTL. Use Drain to hand them over at once. Close waits for the
+// renewal goroutine and for the handlers of requests in flight (ServeNode)
+// to return.
 func (n *Node) Close() error {
 	n.mu.Lock()
 	if n.closed {

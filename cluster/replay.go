@@ -17,7 +17,8 @@ const replayBatch = 256
 // order, as the stream holds them when Replay starts: what a client that
 // saw afterSeq needs to resume, on whichever node it reconnected to.
 // Events published while Replay runs are left for the next call (or a live
-// subscription) so it always ends. An event whose seq does not exceed one
+// subscription) so it always ends. It reads with batched direct gets, and
+// an ordered consumer where those cannot finish (directget.go). An event whose seq does not exceed one
 // already returned is skipped, so a client never sees a seq twice or go
 // back.
 func (n *Node) Replay(ctx context.Context, sessionID string, afterSeq uint64) ([]Event, error) {
@@ -43,6 +44,22 @@ func (n *Node) Replay(ctx context.Context, sessionID string, afterSeq uint64) ([
 	if err != nil {
 		return nil, fmt.Errorf("cluster: replaying session %s: %w", sessionID, err)
 	}
+	r := replay{sessionID: sessionID, last: last.Sequence, maxSeq: afterSeq}
+	start, done, err := n.readDirect(ctx, EventStream, subject, start, last.Sequence, func(m subjectMsg) error {
+		ev, err := parseEvent(subject, m.hdr, m.pos, m.data)
+		if err != nil {
+			return err
+		}
+		r.add(ev)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: replaying session %s: %w", sessionID, err)
+	}
+	if done {
+		return r.out, nil
+	}
+	n.consumerReads.Add(1)
 	cons, err := n.js.OrderedConsumer(ctx, EventStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{subject},
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
@@ -60,8 +77,6 @@ func (n *Node) Replay(ctx context.Context, sessionID string, afterSeq uint64) ([
 			_ = n.js.DeleteConsumer(dctx, EventStream, info.Name)
 		}
 	}()
-
-	r := replay{sessionID: sessionID, last: last.Sequence, maxSeq: afterSeq}
 	for {
 		done, err := r.fetch(ctx, cons)
 		if err != nil {
@@ -80,6 +95,14 @@ type replay struct {
 	maxSeq    uint64 // highest session seq returned (or the cursor)
 	out       []Event
 	retries   int
+}
+
+// add keeps ev unless its seq does not exceed one already kept.
+func (r *replay) add(ev Event) {
+	if ev.Seq > r.maxSeq {
+		r.out = append(r.out, ev)
+		r.maxSeq = ev.Seq
+	}
 }
 
 // fetch reads one batch; done says the replay is complete. The fetch has
@@ -108,10 +131,7 @@ func (r *replay) fetch(ctx context.Context, cons jetstream.Consumer) (done bool,
 		if err != nil {
 			return false, err
 		}
-		if ev.Seq > r.maxSeq {
-			r.out = append(r.out, ev)
-			r.maxSeq = ev.Seq
-		}
+		r.add(ev)
 		if md.Sequence.Stream >= r.last {
 			return true, nil
 		}

@@ -11,40 +11,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Headers on command replies and events.
+// Headers on replies to SendNode and on events.
 const (
 	hdrError = "Agentd-Error"
 	hdrNode  = "Agentd-Node"
 	hdrEpoch = "Agentd-Epoch"
 	hdrSeq   = "Agentd-Seq"
 )
-
-// Handler answers one command for a session this node owns. ctx is the
-// lease's context: it is cancelled when the lease ends. Commands for one
-// session reach the handler one at a time, in arrival order. A returned
-// error reaches the requester as a *RemoteError with its text.
-type Handler func(ctx context.Context, payload []byte) ([]byte, error)
-
-// NoOwnerError says no node answered for a session: nobody owns it, or its
-// owner is gone and the lease has not been taken over yet.
-type NoOwnerError struct {
-	SessionID string
-}
-
-func (e *NoOwnerError) Error() string {
-	return fmt.Sprintf("cluster: no node is serving session %s (it is not owned, or its owner is gone and it has not been taken over yet)", e.SessionID)
-}
-
-// RemoteError is a command's failure as the owner's handler reported it.
-type RemoteError struct {
-	SessionID string
-	Node      string
-	Message   string
-}
-
-func (e *RemoteError) Error() string {
-	return fmt.Sprintf("cluster: node %s, session %s: %s", e.Node, e.SessionID, e.Message)
-}
 
 // NotOwnerError says this node may not act for a session: it holds no live
 // lease on it.
@@ -55,85 +28,6 @@ type NotOwnerError struct {
 
 func (e *NotOwnerError) Error() string {
 	return fmt.Sprintf("cluster: node %s does not own session %s", e.Node, e.SessionID)
-}
-
-// Serve answers commands for a session on this node, which must hold its
-// lease. Serving stops by itself when the lease ends, so a node that lost
-// a session stops answering for it. There is one server per session: the
-// subject has no queue group, and a second Serve on the same lease fails.
-func (n *Node) Serve(sessionID string, h Handler) error {
-	if err := n.subscribe(sessionID, h); err != nil {
-		return err
-	}
-	// Wait until the server has the subscription, so a Request sent right
-	// after Serve returns finds it.
-	if err := n.nc.Flush(); err != nil {
-		return fmt.Errorf("cluster: serving session %s: %w", sessionID, err)
-	}
-	return nil
-}
-
-func (n *Node) subscribe(sessionID string, h Handler) error {
-	l := n.Lease(sessionID)
-	if l == nil {
-		return &NotOwnerError{SessionID: sessionID, Node: n.cfg.NodeID}
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ended {
-		return &NotOwnerError{SessionID: sessionID, Node: n.cfg.NodeID}
-	}
-	if l.sub != nil {
-		return fmt.Errorf("cluster: session %s is already served on node %s", sessionID, n.cfg.NodeID)
-	}
-	sub, err := n.nc.Subscribe(cmdPrefix+sessionID, func(m *nats.Msg) {
-		reply := nats.NewMsg(m.Reply)
-		reply.Header.Set(hdrNode, n.cfg.NodeID)
-		reply.Header.Set(hdrEpoch, strconv.FormatUint(l.epoch, 10))
-		out, err := h(l.ctx, m.Data)
-		if err != nil {
-			reply.Header.Set(hdrError, err.Error())
-		} else {
-			reply.Data = out
-		}
-		if err := m.RespondMsg(reply); err != nil {
-			n.log.Warn("cluster: replying to a command", "session", sessionID, "err", err)
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("cluster: serving session %s: %w", sessionID, err)
-	}
-	l.sub = sub
-	return nil
-}
-
-// Request sends a command to the session's owner, whichever node that is,
-// and returns its reply. It fails with *NoOwnerError when nobody serves the
-// session, *RemoteError when the owner's handler failed, and an error
-// wrapping context.DeadlineExceeded when the owner did not answer in time
-// (Config.RequestTimeout unless ctx has a deadline).
-func (n *Node) Request(ctx context.Context, sessionID string, payload []byte) ([]byte, error) {
-	if err := checkSessionID(sessionID); err != nil {
-		return nil, err
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, n.cfg.RequestTimeout)
-		defer cancel()
-	}
-	m, err := n.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: cmdPrefix + sessionID, Data: payload})
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		return nil, &NoOwnerError{SessionID: sessionID}
-	case errors.Is(err, context.DeadlineExceeded):
-		return nil, fmt.Errorf("cluster: the owner of session %s did not answer in time: %w", sessionID, err)
-	case err != nil:
-		return nil, fmt.Errorf("cluster: sending a command to session %s: %w", sessionID, err)
-	}
-	if msg := m.Header.Get(hdrError); msg != "" {
-		return nil, &RemoteError{SessionID: sessionID, Node: m.Header.Get(hdrNode), Message: msg}
-	}
-	return m.Data, nil
 }
 
 // Event is one session event as kept in the stream.

@@ -78,6 +78,11 @@ type store struct {
 	part    int // bytes of data per message
 	// maxWrite is MaxTranscriptWrite; a test lowers it.
 	maxWrite int
+	// directBatch is how many messages a direct get asks for at once, and
+	// directRequests how many such requests a read makes before it goes
+	// on with a consumer: 0 for no limit, -1 for none (directget.go).
+	// Tests change them to read through both, and through the handover.
+	directBatch, directRequests int
 }
 
 func (n *Node) ensureStore(ctx context.Context) error {
@@ -136,7 +141,7 @@ func (n *Node) ensureStore(ctx context.Context) error {
 	if mp := int(n.nc.MaxPayload()); mp > 0 && mp < part {
 		part = mp
 	}
-	n.st = store{state: state, journal: journal, index: index, part: part - partHeadroom, maxWrite: MaxTranscriptWrite}
+	n.st = store{state: state, journal: journal, index: index, part: part - partHeadroom, maxWrite: MaxTranscriptWrite, directBatch: directBatch}
 	return nil
 }
 
@@ -311,13 +316,23 @@ type subjectMsg struct {
 }
 
 // readSubject calls fn with each message on subject, oldest first, up to
-// stream position upTo. Like Replay it uses an ordered consumer that it
-// deletes when done, and each fetch has its own context, drained before
-// returning, so nothing of the client library outlives the call.
+// stream position upTo. It reads with batched direct gets and, where
+// those cannot finish (directget.go), goes on with an ordered consumer
+// that it deletes when done; each fetch has its own context, drained
+// before returning, so nothing of the client library outlives the call.
 func (n *Node) readSubject(ctx context.Context, stream, subject string, upTo uint64, fn func(subjectMsg) error) error {
+	from, done, err := n.readDirect(ctx, stream, subject, 1, upTo, fn)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", subject, err)
+	}
+	if done {
+		return nil
+	}
+	n.consumerReads.Add(1)
 	cons, err := n.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{subject},
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       from,
 		InactiveThreshold: 30 * time.Second,
 	})
 	if err != nil {

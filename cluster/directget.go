@@ -1,0 +1,192 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Reading a subject's messages with batched direct gets instead of an
+// ordered consumer. A consumer costs its creation, a fetch and its
+// deletion, about a millisecond against a local server whatever it then
+// reads (and in a clustered JetStream its creation goes through the
+// stream's leader); a node taking a session over read two subjects that
+// way, its transcript and its journal, about half of what the takeover
+// took (BenchmarkTakeoverState). A batched direct get returns up to a
+// batch of a subject's messages from a stream position in one request,
+// answered by any replica.
+//
+// It is only a fast path: whenever its answer cannot be trusted to be
+// complete (a server that does not batch direct gets, which answers with
+// one message and no pending count; a replica that has not stored the
+// messages up to the position asked for yet; a message of the answer
+// missing; no answer) the caller goes on with a consumer from the first
+// message not delivered. The request goes to the default JetStream API
+// prefix, as jetstream.New(nc) uses it.
+
+const (
+	// directBatch is how many messages one request asks for.
+	directBatch = 256
+	// directMaxBytes bounds one answer, well under the client's pending
+	// limit for a subscription (64 MiB), above which messages would be
+	// dropped; the server stops after the message that crosses it.
+	directMaxBytes = 8 << 20
+	// directWait bounds the wait for each message of an answer.
+	directWait = 5 * time.Second
+
+	hdrStatus     = "Status"
+	hdrNumPending = "Nats-Num-Pending"
+	hdrSequence   = "Nats-Sequence"
+	hdrLastSeq    = "Nats-Last-Sequence"
+	statusEOB     = "204"
+)
+
+type directGetRequest struct {
+	Seq      uint64 `json:"seq"`
+	NextFor  string `json:"next_by_subj"`
+	Batch    int    `json:"batch"`
+	MaxBytes int    `json:"max_bytes"`
+}
+
+// readDirect calls fn with each message on subject from stream position
+// from up to upTo, oldest first. done says it reached upTo; otherwise
+// next is the first position not delivered, where the caller continues
+// with a consumer. err is fn's error or ctx's.
+func (n *Node) readDirect(ctx context.Context, stream, subject string, from, upTo uint64, fn func(subjectMsg) error) (next uint64, done bool, err error) {
+	next = from
+	batch, requests := n.st.directBatch, n.st.directRequests
+	for r := 0; requests == 0 || r < requests; r++ {
+		more, err := n.getBatch(ctx, stream, subject, &next, upTo, batch, fn)
+		if err != nil || next > upTo {
+			return next, err == nil, err
+		}
+		if !more {
+			return next, false, nil
+		}
+	}
+	return next, false, nil
+}
+
+// getBatch makes one request from *next and delivers its answer,
+// advancing *next. more says the answer was complete and the subject has
+// messages after it: another request may go on.
+func (n *Node) getBatch(ctx context.Context, stream, subject string, next *uint64, upTo uint64, batch int, fn func(subjectMsg) error) (more bool, err error) {
+	req, _ := json.Marshal(directGetRequest{Seq: *next, NextFor: subject, Batch: batch, MaxBytes: directMaxBytes})
+	d := &n.direct
+	if err := d.start(n); err != nil {
+		return false, nil
+	}
+	ch, token := d.wait(batch)
+	defer d.drop(token)
+	if err := n.nc.PublishRequest("$JS.API.DIRECT.GET."+stream, d.inbox+token, req); err != nil {
+		return false, nil
+	}
+	var prev uint64 // the answer's previous message; each one names it
+	t := time.NewTimer(directWait)
+	defer t.Stop()
+	for {
+		var m *nats.Msg
+		select {
+		case m = <-ch:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-t.C:
+			return false, nil
+		case <-n.ncClosed:
+			return false, nil
+		}
+		t.Reset(directWait)
+		if status := m.Header.Get(hdrStatus); status != "" {
+			// The end of the answer (204), or no message at or after
+			// *next (404): the subject ends before upTo on this replica.
+			if status != statusEOB {
+				return false, nil
+			}
+			pending, err := strconv.ParseUint(m.Header.Get(hdrNumPending), 10, 64)
+			return err == nil && pending > 0, nil
+		}
+		if m.Header.Get(hdrNumPending) == "" {
+			return false, nil // a server without batched gets: one message, not the batch
+		}
+		pos, err := strconv.ParseUint(m.Header.Get(hdrSequence), 10, 64)
+		if err != nil || pos < *next || m.Header.Get(hdrLastSeq) != strconv.FormatUint(prev, 10) {
+			return false, nil // not the answer expected, or a message of it lost
+		}
+		prev = pos
+		if pos > upTo {
+			// Nothing left up to upTo: removed meanwhile (age, purge), as
+			// a consumer would find.
+			*next = upTo + 1
+			return false, nil
+		}
+		if err := fn(subjectMsg{pos: pos, hdr: m.Header, data: m.Data}); err != nil {
+			return false, err
+		}
+		*next = pos + 1
+		if pos == upTo {
+			return false, nil
+		}
+	}
+}
+
+// directReplies hands the messages answering direct gets, which arrive on
+// one subscription per node (made on first use), to the reads waiting for
+// them, by the last token of the subject. A subscription per read cost
+// more than the read itself.
+type directReplies struct {
+	once  sync.Once
+	err   error
+	inbox string // ends with '.'
+
+	mu      sync.Mutex
+	next    uint64
+	waiting map[string]chan *nats.Msg
+}
+
+func (d *directReplies) start(n *Node) error {
+	d.once.Do(func() {
+		d.waiting = map[string]chan *nats.Msg{}
+		d.inbox = n.nc.NewRespInbox() + "."
+		_, d.err = n.nc.Subscribe(d.inbox+"*", d.deliver)
+	})
+	return d.err
+}
+
+// wait registers a read whose answer has at most batch messages and its
+// end.
+func (d *directReplies) wait(batch int) (chan *nats.Msg, string) {
+	ch := make(chan *nats.Msg, batch+1)
+	d.mu.Lock()
+	d.next++
+	token := strconv.FormatUint(d.next, 36)
+	d.waiting[token] = ch
+	d.mu.Unlock()
+	return ch, token
+}
+
+func (d *directReplies) drop(token string) {
+	d.mu.Lock()
+	delete(d.waiting, token)
+	d.mu.Unlock()
+}
+
+// deliver never blocks the subscription: a message that does not fit
+// (never, for an answer the size asked for) is dropped, and the read
+// notices the gap in the answer's sequence and gives up.
+func (d *directReplies) deliver(m *nats.Msg) {
+	token := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	d.mu.Lock()
+	ch := d.waiting[token]
+	d.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- m:
+		default:
+		}
+	}
+}
