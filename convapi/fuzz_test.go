@@ -3,6 +3,7 @@ package convapi
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http/httptest"
 	"reflect"
@@ -10,7 +11,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/llm/faux"
+	"github.com/agentd-dev/agentd/mcp"
+	"github.com/agentd-dev/agentd/sandbox"
+	"github.com/agentd-dev/agentd/server"
+	"github.com/agentd-dev/agentd/session"
 )
 
 // The request body decoders take whatever a client sends. Whatever it
@@ -26,9 +32,21 @@ import (
 // the fuzzer also reaches the 413.
 const fuzzLimit = 4096
 
-// fuzzFace is a face with only what the decoders use: the models.
-func fuzzFace() *Server {
-	return &Server{opt: Options{Models: fixedModels{faux.Model()}, DefaultModel: faux.Model()}}
+// fuzzFace is a face with only what the decoders use: the models, a
+// layer whose sandbox mode is workspace-write (chat.sandbox is checked
+// against it) and an MCP manager (without one, every mcp section with a
+// server is refused, and the fuzzer would never get past that). Neither
+// starts anything: the decoders only read their settings.
+func fuzzFace(f *testing.F) *Server {
+	layer, err := server.New(server.Config{
+		Builder: builder(func(engine.Spec) (*session.Session, error) { return nil, errors.New("the decoders build no session") }),
+		Sandbox: sandbox.WorkspaceWrite,
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = layer.Close() })
+	return &Server{srv: layer, opt: Options{Models: fixedModels{faux.Model()}, DefaultModel: faux.Model(), MCP: mcp.New(mcp.Options{})}}
 }
 
 // readFuzzBody reads body as a handler does. ok is false when reading
@@ -106,7 +124,7 @@ func FuzzDecodeCreate(f *testing.F) {
 		`{"auto_confirm":true,"config":{"chat":{"stream":true,"interactive":false}}}`,
 		`{"prompt":"hello","config":{"env":{}}}`,
 	)
-	s := fuzzFace()
+	s := fuzzFace(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		o, ok := readFuzzBody(t, body, "")
 		if !ok {
@@ -155,7 +173,7 @@ func FuzzDecodeStep(f *testing.F) {
 		`{"session_id":"  "}`,
 		`{"auto_confirm":-1}`,
 	)
-	s := fuzzFace()
+	s := fuzzFace(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		o, ok := readFuzzBody(t, body, "")
 		if !ok {

@@ -1332,53 +1332,9 @@ func (s *Server) patchConfig(w http.ResponseWriter, r *http.Request, p params) e
 	if err != nil {
 		return err
 	}
-	var pl configPayload
-	var mode string
-	chat, ok, err := o.obj("chat", "'chat' must be an object")
+	pl, mode, err := s.decodeConfig(o)
 	if err != nil {
 		return err
-	}
-	if ok {
-		if m, ok, err := chat.str("model"); err != nil {
-			return errorf(http.StatusBadRequest, "model must be a string (provider/id, as GET /api/v2/models lists them)")
-		} else if ok && m != "" {
-			if _, err := s.findModel(m); err != nil {
-				return err
-			}
-			pl.Model = &m
-		}
-		if tools, ok, err := chat.strings("tools"); err != nil {
-			return err
-		} else if ok {
-			pl.Tools = &tools
-		}
-		if v, ok, err := chat.str("thinking"); err != nil {
-			return err
-		} else if ok {
-			if _, err := llm.ParseThinkingLevel(v); err != nil {
-				return errorf(http.StatusBadRequest, "thinking: "+err.Error())
-			}
-			pl.Thinking = &v
-		}
-		if v, ok, err := chat.str("name"); err != nil {
-			return err
-		} else if ok && strings.TrimSpace(v) != "" {
-			v = strings.TrimSpace(v)
-			pl.Name = &v
-		}
-		if v, ok, err := chat.boolean("confirm_all"); err != nil {
-			return err
-		} else if ok {
-			pl.ConfirmAll = &v
-		}
-		if mode, err = s.readSandbox(chat); err != nil {
-			return err
-		}
-	}
-	if o.present("mcp") {
-		if pl.MCP, err = s.decodeMCP(o, "mcp"); err != nil {
-			return err
-		}
 	}
 	h, err := s.conversation(r.Context(), p.conv)
 	if err != nil {
@@ -1404,6 +1360,60 @@ func (s *Server) patchConfig(w http.ResponseWriter, r *http.Request, p params) e
 	}
 	writeRaw(w, http.StatusOK, sub.data)
 	return nil
+}
+
+// decodeConfig reads the body of PATCH .../config: chat's model, tools,
+// thinking, name, confirm_all and sandbox, and the mcp section. mode is
+// chat.sandbox ("" when absent), which the caller checks against the
+// conversation's.
+func (s *Server) decodeConfig(o object) (pl configPayload, mode string, err error) {
+	chat, ok, err := o.obj("chat", "'chat' must be an object")
+	if err != nil {
+		return pl, "", err
+	}
+	if ok {
+		if m, ok, err := chat.str("model"); err != nil {
+			return pl, "", errorf(http.StatusBadRequest, "model must be a string (provider/id, as GET /api/v2/models lists them)")
+		} else if ok && m != "" {
+			if _, err := s.findModel(m); err != nil {
+				return pl, "", err
+			}
+			pl.Model = &m
+		}
+		if tools, ok, err := chat.strings("tools"); err != nil {
+			return pl, "", err
+		} else if ok {
+			pl.Tools = &tools
+		}
+		if v, ok, err := chat.str("thinking"); err != nil {
+			return pl, "", err
+		} else if ok {
+			if _, err := llm.ParseThinkingLevel(v); err != nil {
+				return pl, "", errorf(http.StatusBadRequest, "thinking: "+err.Error())
+			}
+			pl.Thinking = &v
+		}
+		if v, ok, err := chat.str("name"); err != nil {
+			return pl, "", err
+		} else if ok && strings.TrimSpace(v) != "" {
+			v = strings.TrimSpace(v)
+			pl.Name = &v
+		}
+		if v, ok, err := chat.boolean("confirm_all"); err != nil {
+			return pl, "", err
+		} else if ok {
+			pl.ConfirmAll = &v
+		}
+		if mode, err = s.readSandbox(chat); err != nil {
+			return pl, "", err
+		}
+	}
+	if o.present("mcp") {
+		if pl.MCP, err = s.decodeMCP(o, "mcp"); err != nil {
+			return pl, "", err
+		}
+	}
+	return pl, mode, nil
 }
 
 func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
