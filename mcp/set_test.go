@@ -145,3 +145,29 @@ func TestOpenLazy(t *testing.T) {
 		t.Fatal("a closed Set started its servers")
 	}
 }
+
+// A Start whose caller gives up (a run aborted while the servers of an
+// auto_start false conversation start, a client that hung up on the
+// PATCH naming their tools) leaves the servers to the next Start: they
+// are not failed for good with the caller's context error.
+func TestStartCancelledByItsCallerIsTriedAgain(t *testing.T) {
+	srv := testServer()
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil)
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	set := New(Options{CallTimeout: 5 * time.Second}).OpenLazy([]ServerConfig{{Name: "web", URL: hs.URL}, stdioServer(t)}, t.TempDir())
+	defer set.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	set.Start(ctx)
+	if set.Started() || len(set.Unavailable()) != 0 {
+		t.Fatalf("after a cancelled Start: started %v, unavailable %+v", set.Started(), set.Unavailable())
+	}
+	set.Start(context.Background())
+	if n := len(set.Tools()); n != 12 || !set.Started() || set.Err() != nil {
+		t.Fatalf("after Start again: %d tools, started %v, err %v", n, set.Started(), set.Err())
+	}
+	if r := call(t, byName(set.Tools())["web__echo"], `{"text":"again"}`); r.IsError {
+		t.Fatalf("calling a tool of the Set started again: %q", text(r))
+	}
+}
