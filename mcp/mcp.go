@@ -203,20 +203,29 @@ func (m *Manager) OpenLazy(servers []ServerConfig, cwd string) *Set {
 // gave up on are the next Start's, not failed for good with the
 // caller's context error.
 func (set *Set) Start(ctx context.Context) {
+	// The watchers are told with nothing held: one may call back in.
+	if set.start(ctx) {
+		set.notify()
+	}
+}
+
+// start is Start but telling the watchers; it reports whether a server
+// came up.
+func (set *Set) start(ctx context.Context) (up bool) {
 	set.startMu.Lock()
 	defer set.startMu.Unlock()
 	set.mu.Lock()
 	done := set.started || set.closed
 	set.mu.Unlock()
 	if done {
-		return
+		return false
 	}
 	caller := ctx
 	// Close cancels set.ctx: a start it would wait for ends at once.
 	ctx, cancel := context.WithCancel(ctx)
 	defer context.AfterFunc(set.ctx, cancel)()
 	defer cancel()
-	var up, later bool
+	var later bool
 	for _, s := range set.servers {
 		if s.running {
 			continue
@@ -245,9 +254,7 @@ func (set *Set) Start(ctx context.Context) {
 	set.mu.Lock()
 	set.started = !later
 	set.mu.Unlock()
-	if up {
-		set.notify()
-	}
+	return up
 }
 
 // Started reports whether a Start (by Open or the owner) went through

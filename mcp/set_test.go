@@ -171,3 +171,28 @@ func TestStartCancelledByItsCallerIsTriedAgain(t *testing.T) {
 		t.Fatalf("calling a tool of the Set started again: %q", text(r))
 	}
 }
+
+// Start tells the watchers once it holds nothing: a watcher may call
+// back into the Set, even close it, without waiting on the Start that
+// called it.
+func TestWatcherMayCloseTheSetStartTells(t *testing.T) {
+	srv := testServer()
+	hs := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil))
+	set := New(Options{CallTimeout: 5 * time.Second}).OpenLazy([]ServerConfig{{Name: "web", URL: hs.URL}}, t.TempDir())
+	unwatch := set.Watch(set.Close)
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		set.Start(context.Background())
+	}()
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		// Nothing deferred: closing the Set, or the server it holds a
+		// session with, would wait as the watcher does.
+		t.Fatal("Start still waits for a watcher that closes the Set")
+	}
+	unwatch()
+	set.Close()
+	hs.Close()
+}
