@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -77,13 +75,14 @@ func (n *Node) readDirect(ctx context.Context, stream, subject string, from, upT
 // messages after it: another request may go on.
 func (n *Node) getBatch(ctx context.Context, stream, subject string, next *uint64, upTo uint64, batch int, fn func(subjectMsg) error) (more bool, err error) {
 	req, _ := json.Marshal(directGetRequest{Seq: *next, NextFor: subject, Batch: batch, MaxBytes: directMaxBytes})
-	d := &n.direct
-	if err := d.start(n); err != nil {
+	replies, inbox, _, err := n.replies(&n.direct)
+	if err != nil {
 		return false, nil
 	}
-	ch, token := d.wait(batch)
-	defer d.drop(token)
-	if err := n.nc.PublishRequest("$JS.API.DIRECT.GET."+stream, d.inbox+token, req); err != nil {
+	// The batch and the end of the answer.
+	ch, token := replies.wait(batch + 1)
+	defer replies.drop(token)
+	if err := n.nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox+token, req); err != nil {
 		return false, nil
 	}
 	var prev uint64 // the answer's previous message; each one names it
@@ -130,63 +129,6 @@ func (n *Node) getBatch(ctx context.Context, stream, subject string, next *uint6
 		*next = pos + 1
 		if pos == upTo {
 			return false, nil
-		}
-	}
-}
-
-// directReplies hands the messages answering direct gets, which arrive on
-// one subscription per node (made on first use), to the reads waiting for
-// them, by the last token of the subject. A subscription per read cost
-// more than the read itself.
-type directReplies struct {
-	once  sync.Once
-	err   error
-	inbox string // ends with '.'
-
-	mu      sync.Mutex
-	next    uint64
-	waiting map[string]chan *nats.Msg
-}
-
-func (d *directReplies) start(n *Node) error {
-	d.once.Do(func() {
-		d.waiting = map[string]chan *nats.Msg{}
-		d.inbox = n.nc.NewRespInbox() + "."
-		_, d.err = n.nc.Subscribe(d.inbox+"*", d.deliver)
-	})
-	return d.err
-}
-
-// wait registers a read whose answer has at most batch messages and its
-// end.
-func (d *directReplies) wait(batch int) (chan *nats.Msg, string) {
-	ch := make(chan *nats.Msg, batch+1)
-	d.mu.Lock()
-	d.next++
-	token := strconv.FormatUint(d.next, 36)
-	d.waiting[token] = ch
-	d.mu.Unlock()
-	return ch, token
-}
-
-func (d *directReplies) drop(token string) {
-	d.mu.Lock()
-	delete(d.waiting, token)
-	d.mu.Unlock()
-}
-
-// deliver never blocks the subscription: a message that does not fit
-// (never, for an answer the size asked for) is dropped, and the read
-// notices the gap in the answer's sequence and gives up.
-func (d *directReplies) deliver(m *nats.Msg) {
-	token := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-	d.mu.Lock()
-	ch := d.waiting[token]
-	d.mu.Unlock()
-	if ch != nil {
-		select {
-		case ch <- m:
-		default:
 		}
 	}
 }

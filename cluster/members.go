@@ -274,21 +274,21 @@ func (n *Node) SendNode(ctx context.Context, nodeID string, payload []byte, done
 		go done(nil, err)
 		return
 	}
-	replies, inbox, cancel, err := n.replies()
+	replies, inbox, cancel, err := n.replies(&n.sendReplies)
 	if err != nil {
 		go done(nil, fmt.Errorf("cluster: sending a request to node %s: %w", nodeID, err))
 		return
 	}
-	ch, token := replies.wait()
+	ch, token := replies.wait(1)
 	if err := n.nc.PublishMsg(&nats.Msg{Subject: nodePrefix + nodeID, Reply: inbox + token, Data: payload}); err != nil {
 		replies.drop(token)
 		go done(nil, fmt.Errorf("cluster: sending a request to node %s: %w", nodeID, err))
 		return
 	}
 	go func() {
+		defer replies.drop(token)
 		select {
 		case <-ctx.Done():
-			replies.drop(token)
 			done(nil, fmt.Errorf("cluster: node %s did not answer: %w", nodeID, context.Cause(ctx)))
 		case <-cancel:
 			done(nil, fmt.Errorf("cluster: node %s did not answer: %w", nodeID, ErrNodeClosed))
@@ -305,16 +305,20 @@ func (n *Node) SendNode(ctx context.Context, nodeID string, payload []byte, done
 	}()
 }
 
-// replyMux hands the answers arriving on a node's reply subscription to
-// the requests waiting for them, by the last token of the subject.
+// replyMux hands the messages arriving on one of a node's reply
+// subscriptions to the requests waiting for them, by the last token of
+// the subject: SendNode's answers, and the answers to direct gets
+// (directget.go). A subscription per request cost more than a request.
 type replyMux struct {
 	mu      sync.Mutex
 	next    uint64
 	waiting map[string]chan *nats.Msg
 }
 
-func (r *replyMux) wait() (chan *nats.Msg, string) {
-	ch := make(chan *nats.Msg, 1)
+// wait registers a request whose answer is at most n messages; drop
+// forgets it again.
+func (r *replyMux) wait(n int) (chan *nats.Msg, string) {
+	ch := make(chan *nats.Msg, n)
 	r.mu.Lock()
 	r.next++
 	token := strconv.FormatUint(r.next, 36)
@@ -329,18 +333,23 @@ func (r *replyMux) drop(token string) {
 	r.mu.Unlock()
 }
 
+// deliver never blocks the subscription: a message that does not fit
+// (never, for an answer of the size asked for) is dropped, which a direct
+// get notices as a gap in its answer's sequence.
 func (r *replyMux) deliver(m *nats.Msg) {
 	token := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 	r.mu.Lock()
 	ch := r.waiting[token]
-	delete(r.waiting, token)
 	r.mu.Unlock()
 	if ch != nil {
-		ch <- m
+		select {
+		case ch <- m:
+		default:
+		}
 	}
 }
 
-// nodeReplies is the node's reply subscription, made on first use.
+// nodeReplies is one reply subscription of the node, made on first use.
 type nodeReplies struct {
 	once   sync.Once
 	mux    *replyMux
@@ -349,8 +358,8 @@ type nodeReplies struct {
 	err    error
 }
 
-func (n *Node) replies() (*replyMux, string, <-chan struct{}, error) {
-	r := &n.sendReplies
+// replies is r's subscription, made now if it was not yet.
+func (n *Node) replies(r *nodeReplies) (*replyMux, string, <-chan struct{}, error) {
 	r.once.Do(func() {
 		r.mux = &replyMux{waiting: map[string]chan *nats.Msg{}}
 		r.inbox = n.nc.NewRespInbox() + "."

@@ -90,8 +90,8 @@ type Node struct {
 	// its leases to another node while it still thinks it owns them.
 	renewPaused atomic.Bool
 
-	sendReplies nodeReplies   // answers to SendNode (members.go)
-	direct      directReplies // answers to direct gets (directget.go)
+	sendReplies nodeReplies // answers to SendNode (members.go)
+	direct      nodeReplies // answers to direct gets (directget.go)
 	// consumerReads counts the reads that went on with a consumer after
 	// direct gets (directget.go), so a test can tell the fast path works.
 	consumerReads atomic.Int64

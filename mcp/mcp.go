@@ -198,28 +198,48 @@ func (m *Manager) OpenLazy(servers []ServerConfig, cwd string) *Set {
 // Start starts the Set's servers, once: a later call, or one while
 // another is under way, waits for the first and does nothing more. A
 // server that fails is left out as in Open. Close aborts a Start under
-// way. The watchers are told when tools came with it.
+// way. The watchers are told when tools came with it. A Start whose own
+// ctx ends first has not started what it did not get to: the servers it
+// gave up on are the next Start's, not failed for good with the
+// caller's context error.
 func (set *Set) Start(ctx context.Context) {
+	// The watchers are told with nothing held: one may call back in.
+	if set.start(ctx) {
+		set.notify()
+	}
+}
+
+// start is Start but telling the watchers; it reports whether a server
+// came up.
+func (set *Set) start(ctx context.Context) (up bool) {
 	set.startMu.Lock()
 	defer set.startMu.Unlock()
 	set.mu.Lock()
 	done := set.started || set.closed
-	set.started = true
 	set.mu.Unlock()
 	if done {
-		return
+		return false
 	}
+	caller := ctx
 	// Close cancels set.ctx: a start it would wait for ends at once.
 	ctx, cancel := context.WithCancel(ctx)
 	defer context.AfterFunc(set.ctx, cancel)()
 	defer cancel()
-	var up bool
+	var later bool
 	for _, s := range set.servers {
+		if s.running {
+			continue
+		}
 		err := s.cfg.check()
 		if err == nil {
 			if err = s.start(ctx); err != nil {
 				s.close()
 			}
+		}
+		if err != nil && caller.Err() != nil && set.ctx.Err() == nil {
+			s.reopen()
+			later = true
+			continue
 		}
 		if err != nil {
 			set.mu.Lock()
@@ -227,15 +247,19 @@ func (set *Set) Start(ctx context.Context) {
 			set.mu.Unlock()
 			continue
 		}
+		s.running = true
 		up = true
 		set.wg.Go(s.follow)
 	}
-	if up {
-		set.notify()
-	}
+	set.mu.Lock()
+	set.started = !later
+	set.mu.Unlock()
+	return up
 }
 
-// Started reports whether Start was called (by Open or the owner).
+// Started reports whether a Start (by Open or the owner) went through
+// the servers: each runs or failed. One whose caller gave up first does
+// not count.
 func (set *Set) Started() bool {
 	set.mu.Lock()
 	defer set.mu.Unlock()
@@ -373,6 +397,7 @@ type server struct {
 	set      *Set
 	cfg      ServerConfig
 	startErr error         // set once, in Start (set.mu)
+	running  bool          // started by a Start (startMu)
 	changed  chan struct{} // a list change to fetch (one is enough)
 
 	mu       sync.Mutex
@@ -626,6 +651,15 @@ func (s *server) close() {
 		_ = cs.Close()
 	}
 	s.killGroup()
+}
+
+// reopen undoes close for a server whose start its caller gave up:
+// the next Start starts it afresh.
+func (s *server) reopen() {
+	s.mu.Lock()
+	s.closed = false
+	s.proc = nil // its group was killed; never signal that id again
+	s.mu.Unlock()
 }
 
 // killGroup ends whatever the server's command left running.

@@ -145,3 +145,54 @@ func TestOpenLazy(t *testing.T) {
 		t.Fatal("a closed Set started its servers")
 	}
 }
+
+// A Start whose caller gives up (a run aborted while the servers of an
+// auto_start false conversation start, a client that hung up on the
+// PATCH naming their tools) leaves the servers to the next Start: they
+// are not failed for good with the caller's context error.
+func TestStartCancelledByItsCallerIsTriedAgain(t *testing.T) {
+	srv := testServer()
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil)
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	set := New(Options{CallTimeout: 5 * time.Second}).OpenLazy([]ServerConfig{{Name: "web", URL: hs.URL}, stdioServer(t)}, t.TempDir())
+	defer set.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	set.Start(ctx)
+	if set.Started() || len(set.Unavailable()) != 0 {
+		t.Fatalf("after a cancelled Start: started %v, unavailable %+v", set.Started(), set.Unavailable())
+	}
+	set.Start(context.Background())
+	if n := len(set.Tools()); n != 12 || !set.Started() || set.Err() != nil {
+		t.Fatalf("after Start again: %d tools, started %v, err %v", n, set.Started(), set.Err())
+	}
+	if r := call(t, byName(set.Tools())["web__echo"], `{"text":"again"}`); r.IsError {
+		t.Fatalf("calling a tool of the Set started again: %q", text(r))
+	}
+}
+
+// Start tells the watchers once it holds nothing: a watcher may call
+// back into the Set, even close it, without waiting on the Start that
+// called it.
+func TestWatcherMayCloseTheSetStartTells(t *testing.T) {
+	srv := testServer()
+	hs := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil))
+	set := New(Options{CallTimeout: 5 * time.Second}).OpenLazy([]ServerConfig{{Name: "web", URL: hs.URL}}, t.TempDir())
+	unwatch := set.Watch(set.Close)
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		set.Start(context.Background())
+	}()
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		// Nothing deferred: closing the Set, or the server it holds a
+		// session with, would wait as the watcher does.
+		t.Fatal("Start still waits for a watcher that closes the Set")
+	}
+	unwatch()
+	set.Close()
+	hs.Close()
+}
