@@ -572,7 +572,7 @@ func (s *Server) runCreate(ctx context.Context, c *call) (any, error) {
 	}
 	if p.MCP != nil {
 		if err := s.createMCP(ctx, h, p.MCP, tools); err != nil {
-			if derr := s.srv.Delete(ctx, id); derr != nil {
+			if derr := s.srv.Delete(context.WithoutCancel(ctx), id); derr != nil { // the client may be gone; the half-made conversation must go anyway
 				s.srv.Logger().Warn("removing a conversation that failed to set up", "session", id, "err", derr)
 			}
 			return nil, err
@@ -613,7 +613,7 @@ func (s *Server) make(ctx context.Context, id string, p createPayload) (*server.
 		return nil, err
 	}
 	if err := s.setUp(h, p); err != nil {
-		if derr := s.srv.Delete(ctx, id); derr != nil {
+		if derr := s.srv.Delete(context.WithoutCancel(ctx), id); derr != nil { // the client may be gone; the half-made conversation must go anyway
 			s.srv.Logger().Warn("removing a conversation that failed to set up", "session", id, "err", derr)
 		}
 		return nil, err
@@ -1789,7 +1789,7 @@ func (s *Server) runFork(ctx context.Context, c *call) (any, error) {
 		return sess.SetName(fmt.Sprintf("Fork of %s @ msg %d", name, p.After+1))
 	}()
 	if err != nil {
-		if derr := s.srv.Delete(ctx, id); derr != nil {
+		if derr := s.srv.Delete(context.WithoutCancel(ctx), id); derr != nil { // the client may be gone; the half-made conversation must go anyway
 			s.srv.Logger().Warn("removing a fork that failed", "session", id, "err", derr)
 		}
 		return nil, err

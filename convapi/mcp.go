@@ -90,7 +90,11 @@ func (c *convMCP) note() {
 	}
 	c.noted = true
 	for _, u := range c.Unavailable() {
-		c.unhealthy = append(c.unhealthy, c.health("Session "+c.id+": "+u.Error))
+		// Health is read by every client, whoever owns the conversation:
+		// it names the server, not the cause, which may quote what the
+		// server printed (its own secrets). The conversation's config,
+		// which only its owner reads, has the cause.
+		c.unhealthy = append(c.unhealthy, c.health("Session "+c.id+": "+u.Source+" did not start; the conversation's config says why"))
 	}
 }
 

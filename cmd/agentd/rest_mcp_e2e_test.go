@@ -138,3 +138,27 @@ func TestRESTConversationMCPAutoStartAndSecretsAfterKill9(t *testing.T) {
 		t.Fatal("the tool answered, but the server never wrote its pid file")
 	}
 }
+
+// A conversation's MCP server that fails to start is a health issue
+// that names it but not its cause: health_check answers every client,
+// and the cause quotes what the server printed, which may be a secret of
+// its env. The conversation's own config keeps the cause.
+func TestRESTConversationMCPFailureInHealth(t *testing.T) {
+	t.Parallel()
+	s := svStart(t, e2eNewEnv(t, e2eOpts{}))
+	id := "mcp-fails"
+	rsOK(t, s, "PUT", rsConvPath(id), map[string]any{"config": map[string]any{"chat": map[string]any{},
+		"mcp": map[string]any{"servers": []any{map[string]any{"name": "leaky", "command": "sh",
+			"args": []string{"-c", `echo "bad key $KEY" >&2; exit 3`}, "env": map[string]string{"KEY": "s3cret-value"}}}}}})
+	if cfg := rsOK(t, s, "GET", rsConvPath(id)+"/config", nil); !strings.Contains(cfg.body, "s3cret-value") || !strings.Contains(cfg.body, "unavailable") {
+		t.Errorf("the owner's config lacks the cause: %s", e2eClip(cfg.body, 1500))
+	}
+	h := s.dial("A").call(svM{"id": "h", "type": "health_check"})
+	issues := svJSON(svAt(h.m, "data", "issues"))
+	if !strings.Contains(issues, "Session "+id+": mcp:leaky did not start") {
+		t.Errorf("health_check issues do not name the server: %s", issues)
+	}
+	if strings.Contains(issues, "s3cret") || strings.Contains(issues, "bad key") {
+		t.Errorf("health_check quotes what the server printed: %s", issues)
+	}
+}
