@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -97,33 +96,22 @@ func TestLocalSessionCommandErrors(t *testing.T) {
 			case "settings":
 				writeFile(t, filepath.Join(home, ".agentd", "settings.json"), "[")
 			}
-			cmd := exec.Command(agentdBin, tt.args...)
-			cmd.Dir = cwd
-			cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "TMPDIR=" + root}
-			var out, errb bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			err := cmd.Run()
-			code := 0
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			stderr := strings.ToLower(errb.String())
-			if code != tt.code || out.Len() != 0 {
-				t.Fatalf("exit %d (want %d)\nstdout: %s\nstderr: %s", code, tt.code, out.String(), errb.String())
+			r := runIn(t, cwd, home, []string{"TMPDIR=" + root}, "", tt.args...)
+			stderr := strings.ToLower(r.stderr)
+			if r.code != tt.code || r.stdout != "" {
+				t.Fatalf("exit %d (want %d)\nstdout: %s\nstderr: %s", r.code, tt.code, r.stdout, r.stderr)
 			}
 			rest := stderr
 			for _, w := range tt.want {
 				i := strings.Index(rest, strings.ToLower(w))
 				if i < 0 {
-					t.Fatalf("stderr does not say %q (in this order: %q):\n%s", w, tt.want, errb.String())
+					t.Fatalf("stderr does not say %q (in this order: %q):\n%s", w, tt.want, r.stderr)
 				}
 				rest = rest[i+len(w):]
 			}
 			for _, n := range tt.never {
 				if strings.Contains(stderr, strings.ToLower(n)) {
-					t.Fatalf("stderr says %q:\n%s", n, errb.String())
+					t.Fatalf("stderr says %q:\n%s", n, r.stderr)
 				}
 			}
 		})

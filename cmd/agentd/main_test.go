@@ -41,7 +41,14 @@ type result struct {
 // run starts the built agentd with a clean environment rooted in home.
 func run(t *testing.T, home string, env []string, stdin string, args ...string) result {
 	t.Helper()
+	return runIn(t, "", home, env, stdin, args...)
+}
+
+// runIn is run in the working directory dir ("" for the test's own).
+func runIn(t *testing.T, dir, home string, env []string, stdin string, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(agentdBin, args...)
+	cmd.Dir = dir
 	cmd.Env = append([]string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}, env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
