@@ -279,42 +279,12 @@ func (l *nullLink) Close(Close) {}
 // come), so that eager frames go out one write each. It reports writes
 // and the process's CPU time per frame delivered.
 func BenchmarkBroadcast(b *testing.B) {
+	frame := []byte(`{"type":"command_finished","data":{"commandId":"bench-000123.g0.0","commandType":"get_state","sessionId":"bench-000123","dependsOn":[],"success":true}}`)
 	for _, linger := range []time.Duration{0, BroadcastLinger} {
 		b.Run(fmt.Sprintf("linger=%s", linger), func(b *testing.B) {
-			s := newEnv(b).start(b, Limits{})
-			devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer devnull.Close()
-			var writes atomic.Int64
-			clients := make([]*Client, 200)
-			for i := range clients {
-				if clients[i], err = s.Attach(&nullLink{f: devnull, writes: &writes}, ClientOptions{Face: "bench", Transport: "test"}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			frame := []byte(`{"type":"command_finished","data":{"commandId":"bench-000123.g0.0","commandType":"get_state","sessionId":"bench-000123","dependsOn":[],"success":true}}`)
-			var m0, m1 runtime.MemStats
-			runtime.ReadMemStats(&m0)
-			cpu0 := cpuTime(b)
-			b.ResetTimer()
-			for range b.N {
+			benchFrames(b, 200, func(s *Server, _ []*Client) {
 				s.EachClient("bench", func(c *Client) { c.SendFrame(Frame{Data: frame, Linger: linger}) })
-				time.Sleep(time.Millisecond)
-			}
-			for _, c := range clients {
-				c.Close(Close{})
-			}
-			for _, c := range clients {
-				<-c.Done()
-			}
-			b.StopTimer()
-			runtime.ReadMemStats(&m1)
-			frames := float64(b.N) * float64(len(clients))
-			b.ReportMetric(float64(writes.Load())/frames, "writes/frame")
-			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/frames, "allocs/frame")
-			b.ReportMetric(float64(cpuTime(b)-cpu0)/frames, "cpu-ns/frame")
+			})
 		})
 	}
 }
@@ -324,46 +294,56 @@ func BenchmarkBroadcast(b *testing.B) {
 // writes per frame fall as frames wait for company. It reports writes,
 // heap allocations and the process's CPU time per frame delivered.
 func BenchmarkStreamLinger(b *testing.B) {
+	frame := []byte(`{"type":"event","sessionId":"bench-000123","seq":1234,"event":{"type":"message_update","assistantMessageEvent":{"type":"text_delta","contentIndex":0,"delta":"w42 "}}}`)
 	for _, linger := range []time.Duration{0, 2 * time.Millisecond, StreamLinger, 10 * time.Millisecond} {
 		b.Run(fmt.Sprintf("linger=%s", linger), func(b *testing.B) {
-			s := newEnv(b).start(b, Limits{})
-			devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer devnull.Close()
-			var writes atomic.Int64
-			clients := make([]*Client, 50)
-			for i := range clients {
-				if clients[i], err = s.Attach(&nullLink{f: devnull, writes: &writes}, ClientOptions{Face: "bench", Transport: "test"}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			frame := []byte(`{"type":"event","sessionId":"bench-000123","seq":1234,"event":{"type":"message_update","assistantMessageEvent":{"type":"text_delta","contentIndex":0,"delta":"w42 "}}}`)
-			var m0, m1 runtime.MemStats
-			runtime.ReadMemStats(&m0)
-			cpu0 := cpuTime(b)
-			b.ResetTimer()
-			for range b.N {
+			benchFrames(b, 50, func(_ *Server, clients []*Client) {
 				for _, c := range clients {
 					c.SendFrame(Frame{Data: frame, Linger: linger})
 				}
-				time.Sleep(time.Millisecond)
-			}
-			for _, c := range clients {
-				c.Close(Close{})
-			}
-			for _, c := range clients {
-				<-c.Done()
-			}
-			b.StopTimer()
-			runtime.ReadMemStats(&m1)
-			frames := float64(b.N) * float64(len(clients))
-			b.ReportMetric(float64(writes.Load())/frames, "writes/frame")
-			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/frames, "allocs/frame")
-			b.ReportMetric(float64(cpuTime(b)-cpu0)/frames, "cpu-ns/frame")
+			})
 		})
 	}
+}
+
+// benchFrames attaches n clients writing to /dev/null and calls send once
+// per op, an op a millisecond; send queues one frame for each client. It
+// reports writes, heap allocations and the process's CPU time per frame
+// delivered.
+func benchFrames(b *testing.B, n int, send func(s *Server, clients []*Client)) {
+	s := newEnv(b).start(b, Limits{})
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer devnull.Close()
+	var writes atomic.Int64
+	clients := make([]*Client, n)
+	for i := range clients {
+		if clients[i], err = s.Attach(&nullLink{f: devnull, writes: &writes}, ClientOptions{Face: "bench", Transport: "test"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	cpu0 := cpuTime(b)
+	b.ResetTimer()
+	for range b.N {
+		send(s, clients)
+		time.Sleep(time.Millisecond)
+	}
+	for _, c := range clients {
+		c.Close(Close{})
+	}
+	for _, c := range clients {
+		<-c.Done()
+	}
+	b.StopTimer()
+	runtime.ReadMemStats(&m1)
+	frames := float64(b.N) * float64(len(clients))
+	b.ReportMetric(float64(writes.Load())/frames, "writes/frame")
+	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/frames, "allocs/frame")
+	b.ReportMetric(float64(cpuTime(b)-cpu0)/frames, "cpu-ns/frame")
 }
 
 // cpuTime is the CPU time the process has used, user and system.
