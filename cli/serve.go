@@ -118,7 +118,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		return err
 	}
 	if len(mcpServers) > 0 {
-		set := mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log}).Open(ctx, mcpServers, cwd)
+		set := mcpManager(log).Open(ctx, mcpServers, cwd)
 		if err := set.Err(); err != nil {
 			// Sessions work without the servers that failed; health says so.
 			log.Warn("MCP servers", "err", err)
@@ -197,7 +197,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		// token with pi-server's WebSocket.
 		rest, err = convapi.New(srv, convapi.Options{Models: ms, DefaultModel: model, Version: version(), Token: sc.Token,
 			OriginPatterns: sc.AllowOrigins, SessionIdle: sc.RESTSessionIdle,
-			MCP: mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log})})
+			MCP: mcpManager(log)})
 		if err != nil {
 			return err
 		}
