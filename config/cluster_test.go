@@ -1,7 +1,6 @@
 package config
 
 import (
-	"flag"
 	"os"
 	"reflect"
 	"strings"
@@ -62,20 +61,8 @@ func TestServeCluster(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := ServeDefaults(func(k string) string { return tt.env[k] })
-			fs := flag.NewFlagSet("t", flag.ContinueOnError)
-			s.Register(fs)
-			if err := fs.Parse(tt.args); err != nil {
-				t.Fatal(err)
-			}
-			err := s.Check()
-			switch {
-			case tt.want == "" && err != nil:
-				t.Fatalf("unexpected error %v", err)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Fatalf("error %v, want %q", err, tt.want)
-			}
-			if tt.want != "" {
+			s, err := parseServe(tt.env, tt.args)
+			if wantError(t, err, tt.want) {
 				return
 			}
 			if s.Cluster.Enabled() != tt.enabled {

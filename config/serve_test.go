@@ -24,19 +24,8 @@ func TestServePprofAddr(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			s := ServeDefaults(func(string) string { return "" })
-			fs := flag.NewFlagSet("t", flag.ContinueOnError)
-			s.Register(fs)
-			if err := fs.Parse(tt.args); err != nil {
-				t.Fatal(err)
-			}
-			err := s.Check()
-			switch {
-			case tt.want == "" && err != nil:
-				t.Fatalf("unexpected error %v", err)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Fatalf("error %v, want %q", err, tt.want)
-			}
+			_, err := parseServe(nil, tt.args)
+			wantError(t, err, tt.want)
 		})
 	}
 }
@@ -58,13 +47,8 @@ func TestServeSandboxFallback(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			s := ServeDefaults(func(string) string { return "" })
-			fs := flag.NewFlagSet("t", flag.ContinueOnError)
-			s.Register(fs)
-			if err := fs.Parse(tt.args); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Check(); err != nil {
+			s, err := parseServe(nil, tt.args)
+			if err != nil {
 				t.Fatal(err)
 			}
 			if got := s.Engine.Sandbox.Fallback; got != tt.want {
@@ -103,31 +87,40 @@ func TestServeGC(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := ServeDefaults(func(k string) string {
-				if k == "GOGC" {
-					return tt.gogc
-				}
-				return ""
-			})
-			fs := flag.NewFlagSet("t", flag.ContinueOnError)
-			fs.SetOutput(io.Discard)
-			s.Register(fs)
-			err := fs.Parse(tt.args)
-			if err == nil {
-				err = s.Check()
-			}
-			if tt.want != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.want) {
-					t.Fatalf("error %v, want %q", err, tt.want)
-				}
+			s, err := parseServe(map[string]string{"GOGC": tt.gogc}, tt.args)
+			if wantError(t, err, tt.want) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if s.GCPercent != tt.percent || s.MemoryLimit != tt.limit {
 				t.Fatalf("gc %d limit %d, want %d %d", s.GCPercent, s.MemoryLimit, tt.percent, tt.limit)
 			}
 		})
 	}
+}
+
+// parseServe is the serve settings args and env give, with the error
+// parsing or checking them gave.
+func parseServe(env map[string]string, args []string) (Serve, error) {
+	s := ServeDefaults(func(k string) string { return env[k] })
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	s.Register(fs)
+	if err := fs.Parse(args); err != nil {
+		return s, err
+	}
+	return s, s.Check()
+}
+
+// wantError fails t unless err holds want, or is nil when want is "". It
+// reports whether an error was wanted: then the settings are not worth
+// checking further.
+func wantError(t *testing.T, err error, want string) bool {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("unexpected error %v", err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Fatalf("error %v, want %q", err, want)
+	}
+	return want != ""
 }
