@@ -66,15 +66,28 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func TestLeaseAcquireRenewRelease(t *testing.T) {
+// pair starts nodes a and b on one server, with a context the test's
+// waits are bounded by.
+func pair(t *testing.T) (a, b *Node, ctx context.Context) {
+	t.Helper()
 	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
+	return ns[0], ns[1], ctxT(t)
+}
 
-	la, err := a.Acquire(ctx, "s1")
+// acquire takes id's lease on n, failing the test if it cannot.
+func acquire(ctx context.Context, t *testing.T, n *Node, id string) *Lease {
+	t.Helper()
+	l, err := n.Acquire(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l
+}
+
+func TestLeaseAcquireRenewRelease(t *testing.T) {
+	a, b, ctx := pair(t)
+
+	la := acquire(ctx, t, a, "s1")
 	if la.Epoch() == 0 || la.SessionID() != "s1" || la.Err() != nil {
 		t.Fatalf("lease: epoch %d session %q err %v", la.Epoch(), la.SessionID(), la.Err())
 	}
@@ -155,10 +168,7 @@ func TestTakeoverAfterOwnerStopsRenewing(t *testing.T) {
 	a, b, c := ns[0], ns[1], ns[2]
 	ctx := ctxT(t)
 
-	la, err := a.Acquire(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := acquire(ctx, t, a, "s1")
 	if _, err := a.Publish(ctx, "s1", 1, []byte("from a")); err != nil {
 		t.Fatal(err)
 	}
@@ -252,14 +262,9 @@ func TestTakeoverAfterOwnerStopsRenewing(t *testing.T) {
 // TestValidReadsTheBucket changes the bucket under an owner whose lease
 // has not run out locally: only reading the bucket can tell it lost.
 func TestValidReadsTheBucket(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
+	a, b, ctx := pair(t)
 	a.renewPaused.Store(true) // so only Valid can notice
-	la, err := a.Acquire(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := acquire(ctx, t, a, "s1")
 	if err := la.Valid(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -279,13 +284,8 @@ func TestValidReadsTheBucket(t *testing.T) {
 // takeover forced by an operator would) and checks that the renewal
 // goroutine, not a caller, finds out and ends the lease.
 func TestRenewalReportsLostLease(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
-	la, err := a.Acquire(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b, ctx := pair(t)
+	la := acquire(ctx, t, a, "s1")
 	if _, err := b.kv.Put(ctx, "s1", b.value(0, time.Now())); err != nil {
 		t.Fatal(err)
 	}
@@ -326,10 +326,7 @@ func TestStreamFencesStaleOwner(t *testing.T) {
 	t.Run("new owner published first", func(t *testing.T) {
 		ns := nodes(t, "a", "b")
 		a, b := ns[0], ns[1]
-		la, err := a.Acquire(ctx, "s1")
-		if err != nil {
-			t.Fatal(err)
-		}
+		la := acquire(ctx, t, a, "s1")
 		if _, err := a.Publish(ctx, "s1", 1, []byte("a1")); err != nil {
 			t.Fatal(err)
 		}
@@ -360,10 +357,7 @@ func TestStreamFencesStaleOwner(t *testing.T) {
 	t.Run("old owner published first", func(t *testing.T) {
 		ns := nodes(t, "a", "b")
 		a, b := ns[0], ns[1]
-		la, err := a.Acquire(ctx, "s1")
-		if err != nil {
-			t.Fatal(err)
-		}
+		la := acquire(ctx, t, a, "s1")
 		lb := forceTakeover(ctx, t, a, b, "s1")
 		// a writes before b's first event: the stream has nothing newer to
 		// refuse it with, so it stays, and b must not reuse its seq (the
@@ -397,13 +391,8 @@ func TestStreamFencesStaleOwner(t *testing.T) {
 // node: nobody (the session goes to its home node), a live owner, and
 // nobody again at once after a release, not a TTL later.
 func TestLeaseOwner(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
-	la, err := a.Acquire(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b, ctx := pair(t)
+	la := acquire(ctx, t, a, "s1")
 	type owner struct {
 		node     string
 		live, ok bool
@@ -428,9 +417,7 @@ func TestLeaseOwner(t *testing.T) {
 // itself, the handler's failure, a node nobody serves (answered by NATS
 // at once, not by a timeout) and a node that never answers.
 func TestSendNodeAnswers(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
+	a, b, ctx := pair(t)
 	stop, err := a.ServeNode(ctx, func(_ context.Context, p []byte, reply func([]byte, error)) {
 		switch string(p) {
 		case "fail":
@@ -506,16 +493,9 @@ func eventKeys(evs []Event) []string {
 }
 
 func TestEventsReplay(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
-	la, err := a.Acquire(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Acquire(ctx, "other"); err != nil {
-		t.Fatal(err)
-	}
+	a, b, ctx := pair(t)
+	la := acquire(ctx, t, a, "s1")
+	acquire(ctx, t, a, "other")
 	const n = 40
 	for seq := uint64(1); seq <= n; seq++ {
 		if dup, err := a.Publish(ctx, "s1", seq, []byte("e"+strconv.FormatUint(seq, 10))); err != nil || dup {
@@ -570,9 +550,7 @@ func TestEventsReplay(t *testing.T) {
 }
 
 func TestDrainHandsSessionsOver(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
+	a, b, ctx := pair(t)
 	var leases []*Lease
 	for _, id := range []string{"s1", "s2", "s3"} {
 		l, err := a.Acquire(ctx, id)
@@ -599,13 +577,8 @@ func TestDrainHandsSessionsOver(t *testing.T) {
 }
 
 func TestCloseEndsLeasesWithoutReleasing(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
-	la, err := a.Acquire(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b, ctx := pair(t)
+	la := acquire(ctx, t, a, "s1")
 	a.Close()
 	if !errors.Is(la.Err(), ErrNodeClosed) {
 		t.Fatalf("lease after Close: %v, want ErrNodeClosed", la.Err())
@@ -654,9 +627,7 @@ func TestTwoClusteredServers(t *testing.T) {
 	b := join(t, srvs[1].ClientURL(), "b")
 	ctx := ctxT(t)
 
-	if _, err := a.Acquire(ctx, "s1"); err != nil {
-		t.Fatal(err)
-	}
+	acquire(ctx, t, a, "s1")
 	if _, err := b.Acquire(ctx, "s1"); !errors.As(err, new(*HeldError)) {
 		t.Fatalf("Acquire across servers: %v, want HeldError", err)
 	}
@@ -702,10 +673,7 @@ func TestTwoClusteredServers(t *testing.T) {
 func TestPublishRetryAfterLostAck(t *testing.T) {
 	a := nodes(t, "a")[0]
 	ctx := ctxT(t)
-	la, err := a.Acquire(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := acquire(ctx, t, a, "s1")
 	if _, err := a.Publish(ctx, "s1", 1, []byte("e1")); err != nil {
 		t.Fatal(err)
 	}

@@ -20,16 +20,9 @@ import (
 // gets). Each must return the same, and the fast path must not have
 // quietly fallen back.
 func TestReadPaths(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
-	la, err := a.Acquire(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Acquire(ctx, "other"); err != nil {
-		t.Fatal(err)
-	}
+	a, b, ctx := pair(t)
+	la := acquire(ctx, t, a, "s1")
+	acquire(ctx, t, a, "other")
 	part := a.st.part
 	mirror := func(b []byte) error {
 		a.st.part = 48 // so a line goes in several parts

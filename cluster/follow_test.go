@@ -64,9 +64,7 @@ func TestFollow(t *testing.T) {
 	ns := nodes(t, "a", "b", "c")
 	a, b, c := ns[0], ns[1], ns[2]
 	ctx := ctxT(t)
-	if _, err := a.Acquire(ctx, "s1"); err != nil {
-		t.Fatal(err)
-	}
+	acquire(ctx, t, a, "s1")
 	publish := func(n *Node, from, to uint64) {
 		t.Helper()
 		for seq := from; seq <= to; seq++ {
@@ -129,9 +127,7 @@ func TestFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Stop()
-	if _, err := b.Acquire(ctx, "fresh"); err != nil {
-		t.Fatal(err)
-	}
+	acquire(ctx, t, b, "fresh")
 	if _, err := b.Publish(ctx, "fresh", 1, []byte("first")); err != nil {
 		t.Fatal(err)
 	}
@@ -144,9 +140,7 @@ func TestFollow(t *testing.T) {
 // placed on it) but not out of Nodes (it still answers); Remove and a
 // stopped renewal's expiry take it out of both.
 func TestMembership(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
+	a, b, ctx := pair(t)
 	ma, err := a.Announce(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -205,9 +199,7 @@ func TestMembership(t *testing.T) {
 // SendNode delivers one caller's requests in order and answers each when
 // its handler does, in any order; a node nobody serves is NodeGoneError.
 func TestSendNode(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
+	a, b, ctx := pair(t)
 	var mu sync.Mutex
 	var order []string
 	held := make(chan func([]byte, error), 1)

@@ -12,9 +12,7 @@ import (
 )
 
 func TestSessionIndex(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
+	a, b, ctx := pair(t)
 	t0 := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
 
 	if _, found, err := a.GetSession(ctx, "s1"); err != nil || found {
@@ -127,13 +125,8 @@ func TestSessionIndexBadInput(t *testing.T) {
 // TestPurgeSession removes a session's whole state, and only once nobody
 // owns it.
 func TestPurgeSession(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
-	la, err := a.Acquire(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b, ctx := pair(t)
+	la := acquire(ctx, t, a, "s1")
 	path := filepath.Join(t.TempDir(), "s1.jsonl")
 	f, err := transcript.CreateAt(path, "/p", transcript.WithMirror(la.TranscriptMirror()))
 	if err != nil {
@@ -176,13 +169,8 @@ func TestPurgeSession(t *testing.T) {
 
 // A stale owner cannot overwrite the index record a later owner wrote.
 func TestIndexRecordFencedByLease(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
-	la, err := a.Acquire(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b, ctx := pair(t)
+	la := acquire(ctx, t, a, "s1")
 	if _, err := la.UpdateSession(ctx, func(r *SessionRecord) error { r.File = "a.jsonl"; return nil }); err != nil {
 		t.Fatal(err)
 	}

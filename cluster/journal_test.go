@@ -67,9 +67,7 @@ func TestJournalTakeoverReplay(t *testing.T) {
 	}
 	defer pb.Close()
 
-	if _, err := a.Acquire(ctx, "s1"); err != nil {
-		t.Fatal(err)
-	}
+	acquire(ctx, t, a, "s1")
 	setName := pipeline.Command{Type: "set_name", ID: "c1", SessionID: "s1", Payload: json.RawMessage(`{"name":"renamed"}`)}
 	if r := pa.Do(setName); !r.Success {
 		t.Fatalf("set_name on a: %+v", r)
@@ -197,9 +195,7 @@ func TestJournalNodeRecordsSurviveRestart(t *testing.T) {
 }
 
 func TestJournalOwnership(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
+	a, b, ctx := pair(t)
 	now := time.Now()
 	rec := func(id, scope string) pipeline.Record {
 		return pipeline.Record{Op: pipeline.OpFinish, Command: "set_name", ID: id, Scope: scope, Fingerprint: "f",
@@ -211,9 +207,7 @@ func TestJournalOwnership(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A session another node owns: refused.
-	if _, err := b.Acquire(ctx, "owned"); err != nil {
-		t.Fatal(err)
-	}
+	acquire(ctx, t, b, "owned")
 	var notOwner *NotOwnerError
 	if err := a.Journal().Append(rec("c2", "session:owned")); !errors.As(err, &notOwner) {
 		t.Fatalf("a record for b's session from a: %v, want NotOwnerError", err)
@@ -261,12 +255,8 @@ func TestJournalOwnership(t *testing.T) {
 // without noticing is refused by the stream once the new owner has read
 // the journal; what it wrote before that is in the new owner's read.
 func TestJournalStreamFencesStaleOwner(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
-	if _, err := a.Acquire(ctx, "s1"); err != nil {
-		t.Fatal(err)
-	}
+	a, b, ctx := pair(t)
+	acquire(ctx, t, a, "s1")
 	now := time.Now()
 	rec := func(id string) pipeline.Record {
 		return pipeline.Record{Op: pipeline.OpFinish, Command: "set_name", ID: id, Scope: "session:s1", Fingerprint: "f",

@@ -75,10 +75,7 @@ func TestTranscriptTakeoverRestoresFile(t *testing.T) {
 	a, b, c := ns[0], ns[1], ns[2]
 	ctx := ctxT(t)
 
-	la, err := a.Acquire(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := acquire(ctx, t, a, "s1")
 	pathA := filepath.Join(t.TempDir(), "a", "s1.jsonl")
 	fa, err := transcript.CreateAt(pathA, "/work/project", transcript.WithMirror(la.TranscriptMirror()))
 	if err != nil {
@@ -200,13 +197,8 @@ func TestTranscriptTakeoverRestoresFile(t *testing.T) {
 // by the stream once the new owner has read the transcript, before the new
 // owner appended anything.
 func TestTranscriptStreamFencesStaleOwner(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
-	la, err := a.Acquire(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b, ctx := pair(t)
+	la := acquire(ctx, t, a, "s1")
 	path := filepath.Join(t.TempDir(), "s1.jsonl")
 	fa, err := transcript.CreateAt(path, "/p", transcript.WithMirror(la.TranscriptMirror()))
 	if err != nil {
@@ -256,10 +248,7 @@ func TestRestoreTranscriptNotFound(t *testing.T) {
 func TestTranscriptIncompleteWriteLeftOut(t *testing.T) {
 	a := nodes(t, "a")[0]
 	ctx := ctxT(t)
-	la, err := a.Acquire(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := acquire(ctx, t, a, "s1")
 	header := `{"type":"session","version":3,"id":"x","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/"}` + "\n"
 	mirror := la.TranscriptMirror()
 	if err := mirror([]byte(header)); err != nil {
@@ -301,10 +290,7 @@ func TestTranscriptBadInput(t *testing.T) {
 		t.Errorf("RestoreTranscript with no path: %v", err)
 	}
 
-	la, err := a.Acquire(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := acquire(ctx, t, a, "s1")
 	a.st.maxWrite = 3 * a.st.part // so the test need not allocate MaxTranscriptWrite
 	var tooLarge *TooLargeError
 	if err := la.TranscriptMirror()(make([]byte, a.st.maxWrite+1)); !errors.As(err, &tooLarge) || tooLarge.SessionID != "s1" {
@@ -329,9 +315,7 @@ func TestTranscriptBadInput(t *testing.T) {
 // TestSeedTranscript mirrors a file that existed before the cluster: a
 // restore gives it back, and appends through the mirror follow it.
 func TestSeedTranscript(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
+	a, b, ctx := pair(t)
 	path := filepath.Join(t.TempDir(), "old.jsonl")
 	f, err := transcript.CreateAt(path, "/p")
 	if err != nil {
@@ -341,10 +325,7 @@ func TestSeedTranscript(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	la, err := a.Acquire(ctx, "old")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := acquire(ctx, t, a, "old")
 	if err := la.SeedTranscript(ctx, path); err != nil {
 		t.Fatal(err)
 	}
@@ -370,13 +351,8 @@ func TestSeedTranscript(t *testing.T) {
 // file (switch_session, fork, clone) sends that file whole; a restore
 // gives it, and the stream keeps only it.
 func TestTranscriptSwitchReplacesStream(t *testing.T) {
-	ns := nodes(t, "a", "b")
-	a, b := ns[0], ns[1]
-	ctx := ctxT(t)
-	la, err := a.Acquire(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b, ctx := pair(t)
+	la := acquire(ctx, t, a, "s1")
 	dir := t.TempDir()
 	first, err := transcript.CreateAt(filepath.Join(dir, "first.jsonl"), "/p", transcript.WithMirror(la.TranscriptMirror()))
 	if err != nil {
