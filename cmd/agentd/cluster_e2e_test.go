@@ -447,30 +447,45 @@ func TestClusterStaleOwnerIsFenced(t *testing.T) {
 	}
 }
 
+// clRESTConv starts a cluster and creates over REST, through node via, a
+// conversation whose home is B, with its event stream open through C.
+func clRESTConv(t *testing.T, via string) (nodes clNodes, id, sid string, st *rsStream) {
+	t.Helper()
+	nodes = clStart(t, e2eNewEnv(t, e2eOpts{}))
+	id = clSessionOn("B", "A", "B", "C")
+	sid = rsOK(t, nodes[via], "PUT", rsConvPath(id), map[string]any{}).str("session_id")
+	st = rsOpen(t, nodes["C"], rsConvPath(id)+"/events?session_id="+sid)
+	st.waitType(0, "connected")
+	return nodes, id, sid, st
+}
+
+// clRESTStep posts content as the user's through A, steps the
+// conversation through C, and waits on st for the step's
+// generation_complete; from is where st stood before the step.
+func clRESTStep(t *testing.T, nodes clNodes, id, sid string, st *rsStream, content string) (from int, done rsEvent) {
+	t.Helper()
+	rsOK(t, nodes["A"], "POST", rsConvPath(id), map[string]any{"role": "user", "content": content})
+	from = st.mark()
+	rsOK(t, nodes["C"], "POST", rsConvPath(id)+"/step", map[string]any{"session_id": sid})
+	_, done = st.waitType(from, "generation_complete")
+	return from, done
+}
+
 // The faces that look a session up directly work on every node: a REST
 // client's reads, steps and event stream through nodes A and C, and a
 // per-session WebSocket through A, for a conversation node B runs (the
 // request is passed on to B).
 func TestClusterRESTAndSessionWSOnAnyNode(t *testing.T) {
 	t.Parallel()
-	e := e2eNewEnv(t, e2eOpts{})
-	nodes := clStart(t, e)
-	id := clSessionOn("B", "A", "B", "C")
-
-	sid := rsOK(t, nodes["B"], "PUT", rsConvPath(id), map[string]any{}).str("session_id")
+	nodes, id, sid, st := clRESTConv(t, "B")
 	if got := rsOK(t, nodes["A"], "GET", rsConvPath(id), nil); !strings.Contains(got.body, id) {
 		t.Fatalf("GET through A: %s", got)
 	}
-	st := rsOpen(t, nodes["C"], rsConvPath(id)+"/events?session_id="+sid)
-	st.waitType(0, "connected")
 	ws := swConnect(t, nodes["A"], swSchema(t, nodes["A"]), id, swDial{})
 	ws.subscribe(id, nil)
 	wsFrom := ws.mark()
 
-	rsOK(t, nodes["A"], "POST", rsConvPath(id), map[string]any{"role": "user", "content": "hello cluster"})
-	from := st.mark()
-	rsOK(t, nodes["C"], "POST", rsConvPath(id)+"/step", map[string]any{"session_id": sid})
-	_, done := st.waitType(from, "generation_complete")
+	from, done := clRESTStep(t, nodes, id, sid, st, "hello cluster")
 	if msg, _ := done.m["message"].(map[string]any); !strings.Contains(fmt.Sprint(msg["content"]), "You said: hello cluster") {
 		t.Fatalf("generation_complete through C = %s", done.raw)
 	}
@@ -507,17 +522,8 @@ func TestClusterCreatesOnTheNodeAsked(t *testing.T) {
 // through any node.
 func TestClusterRESTCreateThroughAnotherNode(t *testing.T) {
 	t.Parallel()
-	e := e2eNewEnv(t, e2eOpts{})
-	nodes := clStart(t, e)
-	id := clSessionOn("B", "A", "B", "C")
-
-	sid := rsOK(t, nodes["A"], "PUT", rsConvPath(id), map[string]any{}).str("session_id")
-	st := rsOpen(t, nodes["C"], rsConvPath(id)+"/events?session_id="+sid)
-	st.waitType(0, "connected")
-	rsOK(t, nodes["A"], "POST", rsConvPath(id), map[string]any{"role": "user", "content": "created off home"})
-	from := st.mark()
-	rsOK(t, nodes["C"], "POST", rsConvPath(id)+"/step", map[string]any{"session_id": sid})
-	if _, done := st.waitType(from, "generation_complete"); !strings.Contains(done.raw, "You said: created off home") {
+	nodes, id, sid, st := clRESTConv(t, "A")
+	if _, done := clRESTStep(t, nodes, id, sid, st, "created off home"); !strings.Contains(done.raw, "You said: created off home") {
 		t.Fatalf("generation_complete through C = %s", done.raw)
 	}
 	if st := clStatus(t, nodes["B"]); st.Leases != 1 {
