@@ -34,7 +34,7 @@ import (
 //     that node; the answer comes back as the pipeline's Response, as if
 //     the command had run here. A session nobody owns goes to its home
 //     node: the live node that rendezvous hashing of the session id picks
-//     (see placeSession), which takes it over. A new session is created
+//     (see PlaceSession), which takes it over. A new session is created
 //     on the node the command was sent to (with SpreadSessions, at its
 //     home).
 //   - Subscriptions. A client of a node that does not host the session is
@@ -408,14 +408,15 @@ func (cs *clusterState) destination(id string) (dest string, orphan bool, err er
 	if err != nil {
 		return "", false, err
 	}
-	return placeSession(id, members), exists, nil
+	return PlaceSession(id, members), exists, nil
 }
 
-// placeSession picks the home of a session among the live nodes by
+// PlaceSession picks the home of a session among the live nodes by
 // rendezvous hashing: every node computes the same answer from the same
 // list, sessions spread evenly, and when a node leaves only its own
-// sessions move.
-func placeSession(id string, nodes []string) string {
+// sessions move. It is exported for tests and operators who want to know
+// where a new session with a given id will live.
+func PlaceSession(id string, nodes []string) string {
 	var best string
 	var bestScore uint64
 	for _, n := range nodes {
@@ -440,11 +441,6 @@ func mix64(x uint64) uint64 {
 	x *= 0x94d049bb133111eb
 	return x ^ x>>31
 }
-
-// PlaceSession is the node a session nobody owns goes to among nodes
-// (see placeSession): for tests and operators who want to know where a
-// new session with a given id will live.
-func PlaceSession(id string, nodes []string) string { return placeSession(id, nodes) }
 
 // liveMembers is the list of live nodes, read at most every lease TTL/3.
 func (cs *clusterState) liveMembers(ctx context.Context) ([]string, error) {
@@ -1383,12 +1379,11 @@ func (cs *clusterState) checkNodes() {
 		fl.cancel(errNodeStopped)
 	}
 	for _, id := range followed {
-		owner, alive, held, err := cs.node.LeaseOwner(ctx, id)
+		_, alive, held, err := cs.node.LeaseOwner(ctx, id)
 		if err != nil || (held && alive) {
 			continue
 		}
-		_ = owner
-		if placeSession(id, members) != cs.node.ID() {
+		if PlaceSession(id, members) != cs.node.ID() {
 			continue // its home node takes it over
 		}
 		if _, err := cs.s.Session(ctx, id); err != nil {

@@ -215,7 +215,7 @@ func submit(t testing.TB, n *testNode, cmd pipeline.Command) pipeline.Response {
 
 func sessionOn(want string, nodes ...string) string {
 	for i := 0; ; i++ {
-		if id := "s" + strconv.Itoa(i); placeSession(id, nodes) == want {
+		if id := "s" + strconv.Itoa(i); PlaceSession(id, nodes) == want {
 			return id
 		}
 	}
@@ -354,7 +354,7 @@ func BenchmarkClusterCommandsParallel(b *testing.B) {
 	var ids []string
 	for i := 0; len(ids) < 64; i++ {
 		id := "p" + strconv.Itoa(i)
-		if placeSession(id, []string{"a", "b"}) != "b" {
+		if PlaceSession(id, []string{"a", "b"}) != "b" {
 			continue
 		}
 		if r := submit(b, nodes["b"], pipeline.Command{Type: "t.create", SessionID: id}); r.Err != nil {
