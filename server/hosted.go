@@ -444,22 +444,26 @@ func (s *Server) openAs(ctx context.Context, id, cwd, file, owner string, mode s
 	prev, _ := s.index.get(id)
 	first := prev.Seq // never backwards for an id, even a reused one
 	var lease *cluster.Lease
+	// unreserve gives back the id, and the lease if one was taken, when
+	// the open fails.
+	unreserve := func(err error) (*Hosted, error) {
+		s.mu.Lock()
+		delete(s.sessions, id)
+		s.mu.Unlock()
+		if lease != nil {
+			_ = lease.Release(context.WithoutCancel(ctx))
+		}
+		return nil, err
+	}
 	var topts []transcript.Option
 	if s.cl != nil {
 		var err error
 		if lease, first, topts, err = s.cl.claim(ctx, id, first, file, restore); err != nil {
-			s.mu.Lock()
-			delete(s.sessions, id)
-			s.mu.Unlock()
-			return nil, err
+			return unreserve(err)
 		}
 		if restore {
 			if fid, err = transcript.FileIDOf(file); err != nil {
-				s.mu.Lock()
-				delete(s.sessions, id)
-				s.mu.Unlock()
-				_ = lease.Release(context.WithoutCancel(ctx))
-				return nil, fault.Wrap(fault.Internal, err, "Session "+id+": its restored transcript cannot be read: "+err.Error())
+				return unreserve(fault.Wrap(fault.Internal, err, "Session "+id+": its restored transcript cannot be read: "+err.Error()))
 			}
 		}
 	}
@@ -486,13 +490,7 @@ func (s *Server) openAs(ctx context.Context, id, cwd, file, owner string, mode s
 		}
 	}
 	if err != nil {
-		s.mu.Lock()
-		delete(s.sessions, id)
-		s.mu.Unlock()
-		if lease != nil {
-			_ = lease.Release(context.WithoutCancel(ctx))
-		}
-		return nil, err
+		return unreserve(err)
 	}
 	if !fresh && prev.Owner != "" && !prev.Deleted {
 		owner = prev.Owner
@@ -512,11 +510,7 @@ func (s *Server) openAs(ctx context.Context, id, cwd, file, owner string, mode s
 	if lease != nil {
 		if err := s.cl.host(ctx, h, lease, first, !fresh); err != nil {
 			_ = sess.Close()
-			s.mu.Lock()
-			delete(s.sessions, id)
-			s.mu.Unlock()
-			_ = lease.Release(context.WithoutCancel(ctx))
-			return nil, err
+			return unreserve(err)
 		}
 	}
 	s.mu.Lock()
