@@ -17,6 +17,7 @@ import (
 	"github.com/agentd-dev/agentd/cluster"
 	"github.com/agentd-dev/agentd/config"
 	"github.com/agentd-dev/agentd/server"
+	"github.com/agentd-dev/agentd/sessionws"
 )
 
 // clusterNode is serve's membership in a cluster: the NATS server it runs
@@ -118,7 +119,7 @@ func clusterMetrics(reg *prometheus.Registry, srv *server.Server) error {
 // sessionOfRequest is the session an HTTP request names: a REST
 // conversation or a per-session WebSocket; "" for none.
 func sessionOfRequest(r *http.Request) string {
-	for _, prefix := range []string{"/api/v2/conversations/", "/api/conversations/", "/api/v1/ws/sessions/", "/api/v1/ws/conversions/"} {
+	for _, prefix := range []string{"/api/v2/conversations/", "/api/conversations/", sessionws.SessionsPath, sessionws.ConversionsPath} {
 		if rest, ok := strings.CutPrefix(r.URL.Path, prefix); ok {
 			id, _, _ := strings.Cut(rest, "/")
 			return id
