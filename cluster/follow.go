@@ -29,7 +29,7 @@ type Follow struct {
 // call Stop. ctx bounds the setup; the follow runs until Stop, until the
 // node closes, or until the stream cannot be read (Err says why).
 func (n *Node) Follow(ctx context.Context, sessionID string, afterSeq uint64, deliver func(Event)) (*Follow, error) {
-	if err := checkSessionID(sessionID); err != nil {
+	if err := CheckSessionID(sessionID); err != nil {
 		return nil, err
 	}
 	subject := evPrefix + sessionID

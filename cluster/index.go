@@ -50,7 +50,7 @@ type SessionRecord struct {
 // PutSession writes a session's record, replacing any, and returns its
 // new revision.
 func (n *Node) PutSession(ctx context.Context, rec SessionRecord) (uint64, error) {
-	if err := checkSessionID(rec.ID); err != nil {
+	if err := CheckSessionID(rec.ID); err != nil {
 		return 0, err
 	}
 	b, err := json.Marshal(&rec)
@@ -66,7 +66,7 @@ func (n *Node) PutSession(ctx context.Context, rec SessionRecord) (uint64, error
 
 // GetSession reads a session's record; found is false if there is none.
 func (n *Node) GetSession(ctx context.Context, id string) (rec SessionRecord, found bool, err error) {
-	if err := checkSessionID(id); err != nil {
+	if err := CheckSessionID(id); err != nil {
 		return SessionRecord{}, false, err
 	}
 	e, err := n.st.index.Get(ctx, id)
@@ -111,7 +111,7 @@ func (l *Lease) UpdateSession(ctx context.Context, fn func(*SessionRecord) error
 // meanwhile, reading and calling fn again if someone did. An error from fn
 // is returned as is and nothing is written.
 func (n *Node) UpdateSession(ctx context.Context, id string, fn func(*SessionRecord) error) (SessionRecord, error) {
-	if err := checkSessionID(id); err != nil {
+	if err := CheckSessionID(id); err != nil {
 		return SessionRecord{}, err
 	}
 	for {
@@ -192,7 +192,7 @@ func (n *Node) ListSessions(ctx context.Context) ([]SessionRecord, error) {
 // and journal stay (as a single server leaves the file); PurgeSession
 // removes them too. Deleting a record that does not exist is not an error.
 func (n *Node) DeleteSession(ctx context.Context, id string) error {
-	if err := checkSessionID(id); err != nil {
+	if err := CheckSessionID(id); err != nil {
 		return err
 	}
 	if err := n.st.index.Delete(ctx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -205,7 +205,7 @@ func (n *Node) DeleteSession(ctx context.Context, id string) error {
 // index record, transcript, journal and events. The session must have no
 // owner: a lease on it, live or expired, fails with *HeldError.
 func (n *Node) PurgeSession(ctx context.Context, id string) error {
-	if err := checkSessionID(id); err != nil {
+	if err := CheckSessionID(id); err != nil {
 		return err
 	}
 	e, err := n.kv.Get(ctx, id)

@@ -109,7 +109,7 @@ func (j *journal) Load() ([]pipeline.Record, error) {
 // write is refused. The interrupted commands are then written back as
 // finished, so a later takeover reports them as already recovered.
 func (n *Node) JournalFor(ctx context.Context, sessionID string) ([]pipeline.Record, error) {
-	if err := checkSessionID(sessionID); err != nil {
+	if err := CheckSessionID(sessionID); err != nil {
 		return nil, err
 	}
 	subject := journalPrefix + sessionID
@@ -161,7 +161,7 @@ func (n *Node) JournalFor(ctx context.Context, sessionID string) ([]pipeline.Rec
 // the node's server-level records.
 func sessionOf(scope string) (string, bool) {
 	id, ok := strings.CutPrefix(scope, "session:")
-	return id, ok && checkSessionID(id) == nil
+	return id, ok && CheckSessionID(id) == nil
 }
 
 func (n *Node) appendSessionRecord(ctx context.Context, sessionID string, data []byte) error {

@@ -211,7 +211,7 @@ func (n *Node) Takeover(ctx context.Context, sessionID string) (*Lease, error) {
 }
 
 func (n *Node) checkAcquire(sessionID string) error {
-	if err := checkSessionID(sessionID); err != nil {
+	if err := CheckSessionID(sessionID); err != nil {
 		return err
 	}
 	n.mu.Lock()

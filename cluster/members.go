@@ -245,7 +245,7 @@ func (n *Node) Nodes(ctx context.Context) (map[string]NodeInfo, error) {
 // LeaseOwner reads who holds a session's lease: the node and whether the
 // lease is live (not past its expiry). ok is false when nobody holds it.
 func (n *Node) LeaseOwner(ctx context.Context, sessionID string) (node string, live, ok bool, err error) {
-	if err := checkSessionID(sessionID); err != nil {
+	if err := CheckSessionID(sessionID); err != nil {
 		return "", false, false, err
 	}
 	e, err := n.kv.Get(ctx, sessionID)
@@ -270,7 +270,7 @@ func (n *Node) LeaseOwner(ctx context.Context, sessionID string) (node string, l
 // per goroutine would not promise. The answers come back on one
 // subscription per node, shared by every request.
 func (n *Node) SendNode(ctx context.Context, nodeID string, payload []byte, done func([]byte, error)) {
-	if err := checkSessionID(nodeID); err != nil {
+	if err := CheckSessionID(nodeID); err != nil {
 		go done(nil, err)
 		return
 	}
@@ -369,7 +369,3 @@ func (n *Node) replies(r *nodeReplies) (*replyMux, string, <-chan struct{}, erro
 	})
 	return r.mux, r.inbox, r.closed, r.err
 }
-
-// CheckSessionID tells whether id can name a session in a cluster: it
-// must be usable as a NATS subject token (letters, digits, '-' and '_').
-func CheckSessionID(id string) error { return checkSessionID(id) }

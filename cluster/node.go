@@ -99,7 +99,9 @@ type Node struct {
 
 var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
 
-func checkSessionID(id string) error {
+// CheckSessionID tells whether id can name a session in a cluster: it
+// must be usable as a NATS subject token (letters, digits, '-' and '_').
+func CheckSessionID(id string) error {
 	if !sessionIDPattern.MatchString(id) {
 		return fmt.Errorf("cluster: session id %q is not usable as a NATS subject token (letters, digits, '-' and '_', at most 200)", id)
 	}
@@ -115,7 +117,7 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.NodeID == "" {
 		return nil, errors.New("cluster: a node id is required")
 	}
-	if err := checkSessionID(cfg.NodeID); err != nil {
+	if err := CheckSessionID(cfg.NodeID); err != nil {
 		return nil, fmt.Errorf("cluster: node id %q must use letters, digits, '-' and '_' only", cfg.NodeID)
 	}
 	if cfg.URL == "" {

@@ -22,7 +22,7 @@ const replayBatch = 256
 // already returned is skipped, so a client never sees a seq twice or go
 // back.
 func (n *Node) Replay(ctx context.Context, sessionID string, afterSeq uint64) ([]Event, error) {
-	if err := checkSessionID(sessionID); err != nil {
+	if err := CheckSessionID(sessionID); err != nil {
 		return nil, err
 	}
 	subject := evPrefix + sessionID

@@ -172,7 +172,7 @@ func isWrongLastSeq(err error) bool {
 // LastSeq is the seq of the session's latest event in the stream, 0 if it
 // has none: where a new owner continues numbering after a takeover.
 func (n *Node) LastSeq(ctx context.Context, sessionID string) (uint64, error) {
-	if err := checkSessionID(sessionID); err != nil {
+	if err := CheckSessionID(sessionID); err != nil {
 		return 0, err
 	}
 	m, err := n.events.GetLastMsgForSubject(ctx, evPrefix+sessionID)

@@ -130,7 +130,7 @@ func (l *Lease) SeedTranscript(ctx context.Context, path string) error {
 // (if it wrote while the transcript was read, the read starts again). The
 // lease's TranscriptMirror then appends after what was read.
 func (n *Node) RestoreTranscript(ctx context.Context, sessionID, path string) (found bool, err error) {
-	if err := checkSessionID(sessionID); err != nil {
+	if err := CheckSessionID(sessionID); err != nil {
 		return false, err
 	}
 	if path == "" {
