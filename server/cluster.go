@@ -752,8 +752,16 @@ func (cs *clusterState) claim(ctx context.Context, id string, first uint64, file
 	case err != nil:
 		return nil, 0, nil, fault.Wrap(fault.Unavailable, err, "Session "+id+" could not be claimed in the cluster: "+err.Error())
 	}
+	// A claim that fails lets the lease go even when it failed because
+	// its caller gave up: else the session stays locked until the lease
+	// runs out.
+	release := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = l.Release(rctx)
+	}
 	fail := func(msg string, err error) (*cluster.Lease, uint64, []transcript.Option, error) {
-		_ = l.Release(ctx)
+		release()
 		return nil, 0, nil, fault.Wrap(fault.Unavailable, err, "Session "+id+": "+msg+": "+err.Error())
 	}
 	last, err := cs.node.LastSeq(ctx, id)
@@ -771,7 +779,7 @@ func (cs *clusterState) claim(ctx context.Context, id string, first uint64, file
 		}
 		if !found {
 			if _, serr := os.Stat(file); serr != nil {
-				_ = l.Release(ctx)
+				release()
 				return nil, 0, nil, fault.Errorf(fault.NotFound, "Session %s not found (the cluster holds no transcript for it)", id)
 			}
 			if err := l.SeedTranscript(ctx, file); err != nil {
