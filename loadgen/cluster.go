@@ -247,15 +247,7 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	// cluster-route's dispatch, for the session it is to create.)
 	name := func(i int) string { return fmt.Sprintf("%06d-bench", i) }
 	clients := connectAllTo(ctx, o, hc, func(i int) string { return "ws://" + nodes[awayFrom(name(i), ids, i)].srv.addr + "/" + q }, name, co)
-	defer func() {
-		var wg sync.WaitGroup
-		for _, c := range clients {
-			if c != nil {
-				wg.Go(c.close)
-			}
-		}
-		wg.Wait()
-	}()
+	defer closeAll(clients)
 	rep.Setup = time.Since(start)
 	if err := ctx.Err(); err != nil {
 		return rep, fmt.Errorf("connecting sessions: %w", err)
@@ -381,7 +373,8 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	rep.ModelRequests = mk.requestCount()
 	rep.SendBudgetCuts = -1
 
-	summarize(&rep, results, clients, mk, &probs)
+	summarize(&rep, results, mk, &probs)
+	countClients(&rep, clients)
 	if rep.Commands > 0 {
 		cr.ForwardedFraction = float64(cr.Forwarded) / float64(rep.Commands)
 	}

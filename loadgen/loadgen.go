@@ -450,8 +450,8 @@ func endLoad(ctx context.Context, pid int, cpu0 cpuMark, cpuErr error, rep *Repo
 }
 
 // summarize fills rep's counts, latencies and rates from the sessions'
-// results and their clients, after the load.
-func summarize(rep *Report, results []sessionResult, clients []*client, mk *mock, probs *tally) {
+// results, after the load; every bench (WebSocket, cluster, REST) shares it.
+func summarize(rep *Report, results []sessionResult, mk *mock, probs *tally) {
 	var lat, added, mockT, gets []time.Duration
 	failed := 0
 	for _, r := range results {
@@ -471,6 +471,20 @@ func summarize(rep *Report, results []sessionResult, clients []*client, mk *mock
 		}
 	}
 	rep.NotRun = rep.Planned - rep.Commands - failed
+	rep.PromptP50, rep.PromptP99 = percentile(lat, 50), percentile(lat, 99)
+	rep.MockP50, rep.MockP99 = percentile(mockT, 50), percentile(mockT, 99)
+	rep.AddedP50, rep.AddedP99 = percentile(added, 50), percentile(added, 99)
+	rep.GetStateP50, rep.GetStateP99 = percentile(gets, 50), percentile(gets, 99)
+	if s := rep.Duration.Seconds(); s > 0 {
+		rep.CommandsPerSec = float64(rep.Commands) / s
+		rep.EventsPerSec = float64(rep.Frames) / s
+		rep.SessionEventsPerSec = float64(rep.SessionEvents) / s
+	}
+}
+
+// countClients adds what the WebSocket clients saw themselves: shutdown
+// notices, late responses, answers checked.
+func countClients(rep *Report, clients []*client) {
 	for _, c := range clients {
 		if c == nil {
 			continue
@@ -481,15 +495,17 @@ func summarize(rep *Report, results []sessionResult, clients []*client, mk *mock
 		rep.LateResponses += int(c.late.Load())
 		rep.AnswersChecked += c.answers.Load()
 	}
-	rep.PromptP50, rep.PromptP99 = percentile(lat, 50), percentile(lat, 99)
-	rep.MockP50, rep.MockP99 = percentile(mockT, 50), percentile(mockT, 99)
-	rep.AddedP50, rep.AddedP99 = percentile(added, 50), percentile(added, 99)
-	rep.GetStateP50, rep.GetStateP99 = percentile(gets, 50), percentile(gets, 99)
-	if s := rep.Duration.Seconds(); s > 0 {
-		rep.CommandsPerSec = float64(rep.Commands) / s
-		rep.EventsPerSec = float64(rep.Frames) / s
-		rep.SessionEventsPerSec = float64(rep.SessionEvents) / s
+}
+
+// closeAll closes every client that connected, together, and waits.
+func closeAll(clients []*client) {
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		if c != nil {
+			wg.Go(c.close)
+		}
 	}
+	wg.Wait()
 }
 
 // Run starts a mock model and `agentd serve`, drives o.Sessions sessions
@@ -576,15 +592,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	co := &clientOptions{timeout: o.CommandTimeout, readDelay: o.ReadDelay, answer: mk.answer,
 		delta: o.StreamFormat == "delta", faults: &probs}
 	clients := connectAll(ctx, o, hc, url, co)
-	defer func() {
-		var wg sync.WaitGroup
-		for _, c := range clients {
-			if c != nil {
-				wg.Go(c.close)
-			}
-		}
-		wg.Wait()
-	}()
+	defer closeAll(clients)
 	rep.Setup = time.Since(start)
 	if err := ctx.Err(); err != nil {
 		return rep, fmt.Errorf("connecting sessions: %w", err)
@@ -699,7 +707,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep.ServerWarnings, rep.ServerWarningSamples = srv.log.problemLines()
 	rep.ModelRequests = mk.requestCount()
 
-	summarize(&rep, results, clients, mk, &probs)
+	summarize(&rep, results, mk, &probs)
+	countClients(&rep, clients)
 	rep.Errors, rep.ErrorKinds, rep.ErrorSamples = probs.result()
 
 	// Last, with agentd gone: the library alone, shaped like the load

@@ -297,35 +297,11 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 	rep.ServerWarnings, rep.ServerWarningSamples = srv.log.problemLines()
 	rep.ModelRequests = mk.requestCount()
 
-	var lat, added, mockT []time.Duration
-	failed := 0
-	for _, r := range results {
-		rep.Commands += r.done
-		rep.Prompts += len(r.prompts)
-		failed += r.failed
-		for _, p := range r.prompts {
-			lat = append(lat, p.latency)
-			m, ok := mk.time(p.tag)
-			if !ok {
-				probs.add("prompt without model request", "the mock got no request for prompt "+p.tag)
-				continue
-			}
-			mockT = append(mockT, m)
-			added = append(added, p.latency-m)
-		}
-	}
-	rep.NotRun = rep.Planned - rep.Commands - failed
+	summarize(&rep, results, mk, &probs)
 	for _, c := range convs {
 		if c != nil {
 			rep.AnswersChecked += c.driver.answers.Load()
 		}
-	}
-	rep.PromptP50, rep.PromptP99 = percentile(lat, 50), percentile(lat, 99)
-	rep.MockP50, rep.MockP99 = percentile(mockT, 50), percentile(mockT, 99)
-	rep.AddedP50, rep.AddedP99 = percentile(added, 50), percentile(added, 99)
-	if s := rep.Duration.Seconds(); s > 0 {
-		rep.CommandsPerSec = float64(rep.Commands) / s
-		rep.EventsPerSec = float64(rep.Frames) / s
 	}
 	rep.Errors, rep.ErrorKinds, rep.ErrorSamples = probs.result()
 	rr.Duplicated, rr.OutOfOrder = int64(rep.ErrorKinds["sse event twice"]), int64(rep.ErrorKinds["sse event out of order"])
