@@ -191,9 +191,6 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	rep := Report{Sessions: o.Sessions, Rounds: o.Rounds, Chunks: o.Chunks, GetStates: o.GetStates,
 		StreamFormat: o.StreamFormat, ReadDelay: o.ReadDelay, OwnLifecycle: o.OwnLifecycle,
 		Planned: o.Sessions * o.Rounds * (1 + o.GetStates), Cluster: &ClusterReport{Nodes: o.ClusterNodes}}
-	if rep.StreamFormat == "" {
-		rep.StreamFormat = "full"
-	}
 	cr := rep.Cluster
 	log := o.Logger.With("sessions", o.Sessions, "nodes", o.ClusterNodes)
 	dir, mk, nodes, err := launchCluster(ctx, o, o.Sessions+20, log)

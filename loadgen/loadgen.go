@@ -174,7 +174,9 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("watchers %d: want at least one per session (%d), or none", o.Watchers, o.Sessions)
 	}
 	switch o.StreamFormat {
-	case "", "full", "delta":
+	case "":
+		o.StreamFormat = "full" // serve's default, named in the report
+	case "full", "delta":
 	default:
 		return o, fmt.Errorf("stream format %q: want full or delta", o.StreamFormat)
 	}
@@ -526,9 +528,6 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep := Report{Sessions: o.Sessions, Rounds: o.Rounds, Chunks: o.Chunks, GetStates: o.GetStates,
 		StreamFormat: o.StreamFormat, ReadDelay: o.ReadDelay, OwnLifecycle: o.OwnLifecycle, IdleWait: o.IdleWait,
 		Planned: o.Sessions * o.Rounds * (1 + o.GetStates)}
-	if rep.StreamFormat == "" {
-		rep.StreamFormat = "full"
-	}
 	log := o.Logger.With("sessions", o.Sessions)
 
 	var interval time.Duration

@@ -116,9 +116,6 @@ type restConv struct {
 func runREST(ctx context.Context, o Options) (Report, error) {
 	rep := Report{Sessions: o.Sessions, Rounds: o.Rounds, Chunks: o.Chunks, StreamFormat: o.StreamFormat, IdleWait: o.IdleWait,
 		Planned: o.Sessions * o.Rounds, OwnLifecycle: true}
-	if rep.StreamFormat == "" {
-		rep.StreamFormat = "full"
-	}
 	rr := &RESTReport{WatchersPerConversation: o.SSEWatchers, Watchers: o.Sessions * o.SSEWatchers, ReadDelay: o.ReadDelay}
 	rep.REST = rr
 	log := o.Logger.With("sessions", o.Sessions, "face", "rest")
