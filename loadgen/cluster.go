@@ -281,7 +281,7 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 		}
 	}
 	var results []sessionResult
-	results, rep.Duration = driveAll(ctx, o, clients, &probs)
+	results, rep.Duration = driveAll(ctx, o, clients, driveClients(o, &probs))
 	frames1, bytes1, events1 := countFrames(clients)
 	// One machine: the first node's mark has the machine's and the
 	// bench's times; the servers' are the nodes' together.

@@ -409,22 +409,28 @@ type sessionResult struct {
 	failed  int // commands sent that got no response
 }
 
-// driveAll drives every connected session at once, the whole load
-// bounded by o.LoadTimeout, and returns what each measured and how long
-// the load took.
-func driveAll(ctx context.Context, o Options, clients []*client, probs *tally) ([]sessionResult, time.Duration) {
+// driveAll drives every session that connected (a nil one did not) at
+// once with drive, the whole load bounded by o.LoadTimeout, and returns
+// what each measured and how long the load took. Every bench drives
+// through it: a WebSocket client or a REST conversation.
+func driveAll[C any](ctx context.Context, o Options, sessions []*C, drive func(context.Context, *C) sessionResult) ([]sessionResult, time.Duration) {
 	start := time.Now()
-	results := make([]sessionResult, len(clients))
+	results := make([]sessionResult, len(sessions))
 	lctx, cancel := context.WithTimeout(ctx, o.LoadTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	for i, c := range clients {
+	for i, c := range sessions {
 		if c != nil {
-			wg.Go(func() { results[i] = drive(lctx, o, c, probs) })
+			wg.Go(func() { results[i] = drive(lctx, c) })
 		}
 	}
 	wg.Wait()
 	return results, time.Since(start)
+}
+
+// driveClients is drive for driveAll.
+func driveClients(o Options, probs *tally) func(context.Context, *client) sessionResult {
+	return func(ctx context.Context, c *client) sessionResult { return drive(ctx, o, c, probs) }
 }
 
 // endLoad closes the load phase of the server with pid: rep gets its CPU
@@ -642,7 +648,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	watch0 := markWatchers(watchers)
 	cpu0, cpuErr := readCPU(srv.pid())
 	var results []sessionResult
-	results, rep.Duration = driveAll(ctx, o, clients, &probs)
+	results, rep.Duration = driveAll(ctx, o, clients, driveClients(o, &probs))
 	frames1, bytes1, events1 := countFrames(clients)
 	watch1 := markWatchers(watchers)
 	after, err := endLoad(ctx, srv.pid(), cpu0, cpuErr, &rep, log)

@@ -229,18 +229,10 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 	w0, wire0 := markStreams(watchers), wire.Load()
 	d0 := markStreams(drivers(convs))
 	cpu0, cpuErr := readCPU(srv.pid())
-	start = time.Now()
-	results := make([]sessionResult, len(convs))
-	lctx, cancelLoad := context.WithTimeout(ctx, o.LoadTimeout)
-	var wg sync.WaitGroup
-	for i, c := range convs {
-		if c != nil {
-			wg.Go(func() { results[i] = driveConversation(lctx, o, hc, api, c, &probs) })
-		}
-	}
-	wg.Wait()
-	cancelLoad()
-	rep.Duration = time.Since(start)
+	var results []sessionResult
+	results, rep.Duration = driveAll(ctx, o, convs, func(ctx context.Context, c *restConv) sessionResult {
+		return driveConversation(ctx, o, hc, api, c, &probs)
+	})
 	after, err := endLoad(ctx, srv.pid(), cpu0, cpuErr, &rep, log)
 	if err != nil {
 		return rep, err
