@@ -23,17 +23,11 @@ func rsBuildMCPServer(t *testing.T, e *e2eEnv) string {
 	return server
 }
 
-// rsRunTool sends prompt to conversation id, runs one step with tools
-// confirmed, waits for the tool to complete and then for want in the
-// conversation.
+// rsRunTool runs prompt in conversation id (rsStepTool) and waits for
+// want in the conversation: the MCP tool's answer.
 func rsRunTool(t *testing.T, s *svServer, id, prompt, want string) {
 	t.Helper()
-	st := rsOpen(t, s, rsConvPath(id)+"/events")
-	_, conn := st.waitType(0, "connected")
-	rsOK(t, s, "POST", rsConvPath(id), map[string]any{"role": "user", "content": prompt})
-	from := st.mark()
-	rsOK(t, s, "POST", rsConvPath(id)+"/step", map[string]any{"session_id": conn.str("session_id"), "auto_confirm": true})
-	st.waitType(from, "tool_complete")
+	rsStepTool(t, s, id, prompt)
 	svWaitUntil(t, "the MCP tool's answer in the conversation", func() bool {
 		return strings.Contains(rsOK(t, s, "GET", rsConvPath(id), nil).body, want)
 	})
