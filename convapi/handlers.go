@@ -572,9 +572,7 @@ func (s *Server) runCreate(ctx context.Context, c *call) (any, error) {
 	}
 	if p.MCP != nil {
 		if err := s.createMCP(ctx, h, p.MCP, tools); err != nil {
-			if derr := s.srv.Delete(context.WithoutCancel(ctx), id); derr != nil { // the client may be gone; the half-made conversation must go anyway
-				s.srv.Logger().Warn("removing a conversation that failed to set up", "session", id, "err", derr)
-			}
+			s.discard(ctx, id, "a conversation that failed to set up")
 			return nil, err
 		}
 	}
@@ -602,6 +600,15 @@ func (s *Server) createMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig
 	return nil
 }
 
+// discard removes conversation id, which failed to be made (what says
+// which, for the log). The client may be gone: the half-made
+// conversation must go anyway, so ctx's cancellation does not reach it.
+func (s *Server) discard(ctx context.Context, id, what string) {
+	if err := s.srv.Delete(context.WithoutCancel(ctx), id); err != nil {
+		s.srv.Logger().Warn("removing "+what, "session", id, "err", err)
+	}
+}
+
 // make creates conversation id and sets it up; one that fails to set up
 // is removed again.
 func (s *Server) make(ctx context.Context, id string, p createPayload) (*server.Hosted, error) {
@@ -613,9 +620,7 @@ func (s *Server) make(ctx context.Context, id string, p createPayload) (*server.
 		return nil, err
 	}
 	if err := s.setUp(h, p); err != nil {
-		if derr := s.srv.Delete(context.WithoutCancel(ctx), id); derr != nil { // the client may be gone; the half-made conversation must go anyway
-			s.srv.Logger().Warn("removing a conversation that failed to set up", "session", id, "err", derr)
-		}
+		s.discard(ctx, id, "a conversation that failed to set up")
 		return nil, err
 	}
 	return h, nil
@@ -1789,9 +1794,7 @@ func (s *Server) runFork(ctx context.Context, c *call) (any, error) {
 		return sess.SetName(fmt.Sprintf("Fork of %s @ msg %d", name, p.After+1))
 	}()
 	if err != nil {
-		if derr := s.srv.Delete(context.WithoutCancel(ctx), id); derr != nil { // the client may be gone; the half-made conversation must go anyway
-			s.srv.Logger().Warn("removing a fork that failed", "session", id, "err", derr)
-		}
+		s.discard(ctx, id, "a fork that failed")
 		return nil, err
 	}
 	at := s.att.create(id)

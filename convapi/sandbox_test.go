@@ -105,6 +105,8 @@ func TestConversationReadOnlyRefusesWrites(t *testing.T) {
 			t.Errorf("%s: the write's result is %s, want one containing %q", id, res.raw, want)
 		}
 		st.next("generation_complete")
+		// The run ends after its last message: a fork waits for that.
+		st.next("run_ended")
 		if _, err := os.Stat(filepath.Join(fx.cwd, name)); !os.IsNotExist(err) {
 			t.Errorf("%s: a read-only conversation wrote %s (stat: %v)", id, name, err)
 		}

@@ -191,9 +191,6 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	rep := Report{Sessions: o.Sessions, Rounds: o.Rounds, Chunks: o.Chunks, GetStates: o.GetStates,
 		StreamFormat: o.StreamFormat, ReadDelay: o.ReadDelay, OwnLifecycle: o.OwnLifecycle,
 		Planned: o.Sessions * o.Rounds * (1 + o.GetStates), Cluster: &ClusterReport{Nodes: o.ClusterNodes}}
-	if rep.StreamFormat == "" {
-		rep.StreamFormat = "full"
-	}
 	cr := rep.Cluster
 	log := o.Logger.With("sessions", o.Sessions, "nodes", o.ClusterNodes)
 	dir, mk, nodes, err := launchCluster(ctx, o, o.Sessions+20, log)
@@ -247,15 +244,7 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	// cluster-route's dispatch, for the session it is to create.)
 	name := func(i int) string { return fmt.Sprintf("%06d-bench", i) }
 	clients := connectAllTo(ctx, o, hc, func(i int) string { return "ws://" + nodes[awayFrom(name(i), ids, i)].srv.addr + "/" + q }, name, co)
-	defer func() {
-		var wg sync.WaitGroup
-		for _, c := range clients {
-			if c != nil {
-				wg.Go(c.close)
-			}
-		}
-		wg.Wait()
-	}()
+	defer closeAll(clients)
 	rep.Setup = time.Since(start)
 	if err := ctx.Err(); err != nil {
 		return rep, fmt.Errorf("connecting sessions: %w", err)
@@ -292,7 +281,7 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 		}
 	}
 	var results []sessionResult
-	results, rep.Duration = driveAll(ctx, o, clients, &probs)
+	results, rep.Duration = driveAll(ctx, o, clients, driveClients(o, &probs))
 	frames1, bytes1, events1 := countFrames(clients)
 	// One machine: the first node's mark has the machine's and the
 	// bench's times; the servers' are the nodes' together.
@@ -381,7 +370,8 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	rep.ModelRequests = mk.requestCount()
 	rep.SendBudgetCuts = -1
 
-	summarize(&rep, results, clients, mk, &probs)
+	summarize(&rep, results, mk, &probs)
+	countClients(&rep, clients)
 	if rep.Commands > 0 {
 		cr.ForwardedFraction = float64(cr.Forwarded) / float64(rep.Commands)
 	}

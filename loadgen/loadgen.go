@@ -174,7 +174,9 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("watchers %d: want at least one per session (%d), or none", o.Watchers, o.Sessions)
 	}
 	switch o.StreamFormat {
-	case "", "full", "delta":
+	case "":
+		o.StreamFormat = "full" // serve's default, named in the report
+	case "full", "delta":
 	default:
 		return o, fmt.Errorf("stream format %q: want full or delta", o.StreamFormat)
 	}
@@ -407,22 +409,28 @@ type sessionResult struct {
 	failed  int // commands sent that got no response
 }
 
-// driveAll drives every connected session at once, the whole load
-// bounded by o.LoadTimeout, and returns what each measured and how long
-// the load took.
-func driveAll(ctx context.Context, o Options, clients []*client, probs *tally) ([]sessionResult, time.Duration) {
+// driveAll drives every session that connected (a nil one did not) at
+// once with drive, the whole load bounded by o.LoadTimeout, and returns
+// what each measured and how long the load took. Every bench drives
+// through it: a WebSocket client or a REST conversation.
+func driveAll[C any](ctx context.Context, o Options, sessions []*C, drive func(context.Context, *C) sessionResult) ([]sessionResult, time.Duration) {
 	start := time.Now()
-	results := make([]sessionResult, len(clients))
+	results := make([]sessionResult, len(sessions))
 	lctx, cancel := context.WithTimeout(ctx, o.LoadTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	for i, c := range clients {
+	for i, c := range sessions {
 		if c != nil {
-			wg.Go(func() { results[i] = drive(lctx, o, c, probs) })
+			wg.Go(func() { results[i] = drive(lctx, c) })
 		}
 	}
 	wg.Wait()
 	return results, time.Since(start)
+}
+
+// driveClients is drive for driveAll.
+func driveClients(o Options, probs *tally) func(context.Context, *client) sessionResult {
+	return func(ctx context.Context, c *client) sessionResult { return drive(ctx, o, c, probs) }
 }
 
 // endLoad closes the load phase of the server with pid: rep gets its CPU
@@ -450,8 +458,8 @@ func endLoad(ctx context.Context, pid int, cpu0 cpuMark, cpuErr error, rep *Repo
 }
 
 // summarize fills rep's counts, latencies and rates from the sessions'
-// results and their clients, after the load.
-func summarize(rep *Report, results []sessionResult, clients []*client, mk *mock, probs *tally) {
+// results, after the load; every bench (WebSocket, cluster, REST) shares it.
+func summarize(rep *Report, results []sessionResult, mk *mock, probs *tally) {
 	var lat, added, mockT, gets []time.Duration
 	failed := 0
 	for _, r := range results {
@@ -471,6 +479,20 @@ func summarize(rep *Report, results []sessionResult, clients []*client, mk *mock
 		}
 	}
 	rep.NotRun = rep.Planned - rep.Commands - failed
+	rep.PromptP50, rep.PromptP99 = percentile(lat, 50), percentile(lat, 99)
+	rep.MockP50, rep.MockP99 = percentile(mockT, 50), percentile(mockT, 99)
+	rep.AddedP50, rep.AddedP99 = percentile(added, 50), percentile(added, 99)
+	rep.GetStateP50, rep.GetStateP99 = percentile(gets, 50), percentile(gets, 99)
+	if s := rep.Duration.Seconds(); s > 0 {
+		rep.CommandsPerSec = float64(rep.Commands) / s
+		rep.EventsPerSec = float64(rep.Frames) / s
+		rep.SessionEventsPerSec = float64(rep.SessionEvents) / s
+	}
+}
+
+// countClients adds what the WebSocket clients saw themselves: shutdown
+// notices, late responses, answers checked.
+func countClients(rep *Report, clients []*client) {
 	for _, c := range clients {
 		if c == nil {
 			continue
@@ -481,15 +503,17 @@ func summarize(rep *Report, results []sessionResult, clients []*client, mk *mock
 		rep.LateResponses += int(c.late.Load())
 		rep.AnswersChecked += c.answers.Load()
 	}
-	rep.PromptP50, rep.PromptP99 = percentile(lat, 50), percentile(lat, 99)
-	rep.MockP50, rep.MockP99 = percentile(mockT, 50), percentile(mockT, 99)
-	rep.AddedP50, rep.AddedP99 = percentile(added, 50), percentile(added, 99)
-	rep.GetStateP50, rep.GetStateP99 = percentile(gets, 50), percentile(gets, 99)
-	if s := rep.Duration.Seconds(); s > 0 {
-		rep.CommandsPerSec = float64(rep.Commands) / s
-		rep.EventsPerSec = float64(rep.Frames) / s
-		rep.SessionEventsPerSec = float64(rep.SessionEvents) / s
+}
+
+// closeAll closes every client that connected, together, and waits.
+func closeAll(clients []*client) {
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		if c != nil {
+			wg.Go(c.close)
+		}
 	}
+	wg.Wait()
 }
 
 // Run starts a mock model and `agentd serve`, drives o.Sessions sessions
@@ -510,9 +534,6 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep := Report{Sessions: o.Sessions, Rounds: o.Rounds, Chunks: o.Chunks, GetStates: o.GetStates,
 		StreamFormat: o.StreamFormat, ReadDelay: o.ReadDelay, OwnLifecycle: o.OwnLifecycle, IdleWait: o.IdleWait,
 		Planned: o.Sessions * o.Rounds * (1 + o.GetStates)}
-	if rep.StreamFormat == "" {
-		rep.StreamFormat = "full"
-	}
 	log := o.Logger.With("sessions", o.Sessions)
 
 	var interval time.Duration
@@ -576,15 +597,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	co := &clientOptions{timeout: o.CommandTimeout, readDelay: o.ReadDelay, answer: mk.answer,
 		delta: o.StreamFormat == "delta", faults: &probs}
 	clients := connectAll(ctx, o, hc, url, co)
-	defer func() {
-		var wg sync.WaitGroup
-		for _, c := range clients {
-			if c != nil {
-				wg.Go(c.close)
-			}
-		}
-		wg.Wait()
-	}()
+	defer closeAll(clients)
 	rep.Setup = time.Since(start)
 	if err := ctx.Err(); err != nil {
 		return rep, fmt.Errorf("connecting sessions: %w", err)
@@ -635,7 +648,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	watch0 := markWatchers(watchers)
 	cpu0, cpuErr := readCPU(srv.pid())
 	var results []sessionResult
-	results, rep.Duration = driveAll(ctx, o, clients, &probs)
+	results, rep.Duration = driveAll(ctx, o, clients, driveClients(o, &probs))
 	frames1, bytes1, events1 := countFrames(clients)
 	watch1 := markWatchers(watchers)
 	after, err := endLoad(ctx, srv.pid(), cpu0, cpuErr, &rep, log)
@@ -699,7 +712,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep.ServerWarnings, rep.ServerWarningSamples = srv.log.problemLines()
 	rep.ModelRequests = mk.requestCount()
 
-	summarize(&rep, results, clients, mk, &probs)
+	summarize(&rep, results, mk, &probs)
+	countClients(&rep, clients)
 	rep.Errors, rep.ErrorKinds, rep.ErrorSamples = probs.result()
 
 	// Last, with agentd gone: the library alone, shaped like the load

@@ -249,20 +249,12 @@ func BenchmarkIdleSessions(b *testing.B) {
 // TestMockTimesEachPrompt checks the mock streams the scripted chunks and
 // charges its time to the newest prompt tag in the request.
 func TestMockTimesEachPrompt(t *testing.T) {
-	mk, err := startMock(3, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := mk.close(); err != nil {
-			t.Error(err)
-		}
-	}()
+	mk, hc := testMock(t, 3, 0)
 	body := `{"model":"mock-model","stream":true,"stream_options":{"include_usage":true},"messages":[` +
 		`{"role":"user","content":"old ` + tagOpen + `s/0` + tagClose + `"},` +
 		`{"role":"assistant","content":"word0 word1 word2 "},` +
 		`{"role":"user","content":"new ` + tagOpen + `s/1` + tagClose + `"}]}`
-	resp, err := http.Post(mk.openAIURL()+"/chat/completions", "application/json", strings.NewReader(body))
+	resp, err := hc.Post(mk.openAIURL()+"/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,20 +286,7 @@ func TestMockTimesEachPrompt(t *testing.T) {
 func TestMockReplaysItsAnswer(t *testing.T) {
 	for _, steps := range []int{0, 2} {
 		t.Run(fmt.Sprintf("plan steps %d", steps), func(t *testing.T) {
-			mk, err := startMock(5, steps)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := mk.close(); err != nil {
-					t.Error(err)
-				}
-			}()
-			// Its own transport, whose idle connections are closed before
-			// the mock: one dialed but never used would hold up its
-			// shutdown.
-			hc := &http.Client{Transport: &http.Transport{}}
-			defer hc.CloseIdleConnections()
+			mk, hc := testMock(t, 5, steps)
 			const body = `{"model":"mock-model","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
 			answer := func() []string {
 				resp, err := hc.Post(mk.openAIURL()+"/chat/completions", "application/json", strings.NewReader(body))

@@ -187,7 +187,8 @@ func (m *mock) serve(w http.ResponseWriter, r *http.Request) {
 		m.llm.ServeHTTP(rw, r)
 		rw.end()
 		m.mu.Lock()
-		if rw.status == http.StatusOK {
+		// An answer cut short (its client went away) is not the answer.
+		if rw.status == http.StatusOK && rw.err == nil && r.Context().Err() == nil {
 			m.replay = &recorded{header: w.Header().Clone(), status: rw.status, parts: rw.parts}
 		}
 		close(m.recording)
@@ -287,6 +288,7 @@ type recorder struct {
 	status  int
 	pending []byte
 	parts   [][]byte
+	err     error // the first write or flush that failed
 }
 
 func (r *recorder) Header() http.Header { return r.w.Header() }
@@ -301,13 +303,21 @@ func (r *recorder) Write(b []byte) (int, error) {
 		r.status = http.StatusOK
 	}
 	r.pending = append(r.pending, b...)
-	return r.w.Write(b)
+	n, err := r.w.Write(b)
+	if err != nil && r.err == nil {
+		r.err = err
+	}
+	return n, err
 }
 
 // FlushError is what http.ResponseController calls.
 func (r *recorder) FlushError() error {
 	r.end()
-	return r.rc.Flush()
+	err := r.rc.Flush()
+	if err != nil && r.err == nil {
+		r.err = err
+	}
+	return err
 }
 
 // end closes the part being written.

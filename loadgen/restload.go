@@ -116,9 +116,6 @@ type restConv struct {
 func runREST(ctx context.Context, o Options) (Report, error) {
 	rep := Report{Sessions: o.Sessions, Rounds: o.Rounds, Chunks: o.Chunks, StreamFormat: o.StreamFormat, IdleWait: o.IdleWait,
 		Planned: o.Sessions * o.Rounds, OwnLifecycle: true}
-	if rep.StreamFormat == "" {
-		rep.StreamFormat = "full"
-	}
 	rr := &RESTReport{WatchersPerConversation: o.SSEWatchers, Watchers: o.Sessions * o.SSEWatchers, ReadDelay: o.ReadDelay}
 	rep.REST = rr
 	log := o.Logger.With("sessions", o.Sessions, "face", "rest")
@@ -232,18 +229,10 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 	w0, wire0 := markStreams(watchers), wire.Load()
 	d0 := markStreams(drivers(convs))
 	cpu0, cpuErr := readCPU(srv.pid())
-	start = time.Now()
-	results := make([]sessionResult, len(convs))
-	lctx, cancelLoad := context.WithTimeout(ctx, o.LoadTimeout)
-	var wg sync.WaitGroup
-	for i, c := range convs {
-		if c != nil {
-			wg.Go(func() { results[i] = driveConversation(lctx, o, hc, api, c, &probs) })
-		}
-	}
-	wg.Wait()
-	cancelLoad()
-	rep.Duration = time.Since(start)
+	var results []sessionResult
+	results, rep.Duration = driveAll(ctx, o, convs, func(ctx context.Context, c *restConv) sessionResult {
+		return driveConversation(ctx, o, hc, api, c, &probs)
+	})
 	after, err := endLoad(ctx, srv.pid(), cpu0, cpuErr, &rep, log)
 	if err != nil {
 		return rep, err
@@ -297,35 +286,11 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 	rep.ServerWarnings, rep.ServerWarningSamples = srv.log.problemLines()
 	rep.ModelRequests = mk.requestCount()
 
-	var lat, added, mockT []time.Duration
-	failed := 0
-	for _, r := range results {
-		rep.Commands += r.done
-		rep.Prompts += len(r.prompts)
-		failed += r.failed
-		for _, p := range r.prompts {
-			lat = append(lat, p.latency)
-			m, ok := mk.time(p.tag)
-			if !ok {
-				probs.add("prompt without model request", "the mock got no request for prompt "+p.tag)
-				continue
-			}
-			mockT = append(mockT, m)
-			added = append(added, p.latency-m)
-		}
-	}
-	rep.NotRun = rep.Planned - rep.Commands - failed
+	summarize(&rep, results, mk, &probs)
 	for _, c := range convs {
 		if c != nil {
 			rep.AnswersChecked += c.driver.answers.Load()
 		}
-	}
-	rep.PromptP50, rep.PromptP99 = percentile(lat, 50), percentile(lat, 99)
-	rep.MockP50, rep.MockP99 = percentile(mockT, 50), percentile(mockT, 99)
-	rep.AddedP50, rep.AddedP99 = percentile(added, 50), percentile(added, 99)
-	if s := rep.Duration.Seconds(); s > 0 {
-		rep.CommandsPerSec = float64(rep.Commands) / s
-		rep.EventsPerSec = float64(rep.Frames) / s
 	}
 	rep.Errors, rep.ErrorKinds, rep.ErrorSamples = probs.result()
 	rr.Duplicated, rr.OutOfOrder = int64(rep.ErrorKinds["sse event twice"]), int64(rep.ErrorKinds["sse event out of order"])

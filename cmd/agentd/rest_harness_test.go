@@ -103,6 +103,20 @@ type rsStream struct {
 	changed chan struct{}
 }
 
+// rsStepTool sends prompt to conversation id on its event stream, runs
+// one step with tools confirmed and waits until the model's tool call
+// completed; it returns the stream and where the step's events begin.
+func rsStepTool(t *testing.T, s *svServer, id, prompt string) (*rsStream, int) {
+	t.Helper()
+	st := rsOpen(t, s, rsConvPath(id)+"/events")
+	_, conn := st.waitType(0, "connected")
+	rsOK(t, s, "POST", rsConvPath(id), map[string]any{"role": "user", "content": prompt})
+	from := st.mark()
+	rsOK(t, s, "POST", rsConvPath(id)+"/step", map[string]any{"session_id": conn.str("session_id"), "auto_confirm": true})
+	st.waitType(from, "tool_complete")
+	return st, from
+}
+
 // rsOpen opens GET path as an event stream; hdr are header pairs.
 func rsOpen(t *testing.T, s *svServer, path string, hdr ...string) *rsStream {
 	t.Helper()

@@ -12,16 +12,34 @@ import (
 	"github.com/agentd-dev/agentd/llm/llmtest"
 )
 
+// rsBuildMCPServer builds the test MCP server into e's root and returns
+// its path.
+func rsBuildMCPServer(t *testing.T, e *e2eEnv) string {
+	t.Helper()
+	server := filepath.Join(e.root, "mcpserver")
+	if out, err := exec.Command("go", "build", "-o", server, "./testdata/acp/mcpserver").CombinedOutput(); err != nil {
+		t.Fatalf("building the MCP server: %v\n%s", err, out)
+	}
+	return server
+}
+
+// rsRunTool runs prompt in conversation id (rsStepTool) and waits for
+// want in the conversation: the MCP tool's answer.
+func rsRunTool(t *testing.T, s *svServer, id, prompt, want string) {
+	t.Helper()
+	rsStepTool(t, s, id, prompt)
+	svWaitUntil(t, "the MCP tool's answer in the conversation", func() bool {
+		return strings.Contains(rsOK(t, s, "GET", rsConvPath(id), nil).body, want)
+	})
+}
+
 // A REST conversation's own MCP servers outlive kill -9: after the
 // restart its config names them, their tools are offered, and a call
 // reaches the server started again.
 func TestRESTConversationMCPAfterKill9(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	server := filepath.Join(e.root, "mcpserver")
-	if out, err := exec.Command("go", "build", "-o", server, "./testdata/acp/mcpserver").CombinedOutput(); err != nil {
-		t.Fatalf("building the MCP server: %v\n%s", err, out)
-	}
+	server := rsBuildMCPServer(t, e)
 	s := svStart(t, e)
 	id := "mcp-kill9"
 	rsOK(t, s, "PUT", rsConvPath(id), map[string]any{"config": map[string]any{"chat": map[string]any{},
@@ -50,15 +68,7 @@ func TestRESTConversationMCPAfterKill9(t *testing.T) {
 	e.tweak("call the tiny tool", func(sc *llmtest.Script) {
 		*sc = e2eToolScript("tiny__echo", map[string]string{"text": "after the crash"})
 	})
-	st := rsOpen(t, s2, rsConvPath(id)+"/events")
-	_, conn := st.waitType(0, "connected")
-	rsOK(t, s2, "POST", rsConvPath(id), map[string]any{"role": "user", "content": "call the tiny tool"})
-	from := st.mark()
-	rsOK(t, s2, "POST", rsConvPath(id)+"/step", map[string]any{"session_id": conn.str("session_id"), "auto_confirm": true})
-	st.waitType(from, "tool_complete")
-	svWaitUntil(t, "the MCP tool's answer in the conversation", func() bool {
-		return strings.Contains(rsOK(t, s2, "GET", rsConvPath(id), nil).body, "tiny echo: after the crash")
-	})
+	rsRunTool(t, s2, id, "call the tiny tool", "tiny echo: after the crash")
 }
 
 // A conversation's MCP servers with auto_start false outlive kill -9 as
@@ -71,10 +81,7 @@ func TestRESTConversationMCPAfterKill9(t *testing.T) {
 func TestRESTConversationMCPAutoStartAndSecretsAfterKill9(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	server := filepath.Join(e.root, "mcpserver")
-	if out, err := exec.Command("go", "build", "-o", server, "./testdata/acp/mcpserver").CombinedOutput(); err != nil {
-		t.Fatalf("building the MCP server: %v\n%s", err, out)
-	}
+	server := rsBuildMCPServer(t, e)
 	const secret = "e2e-s3cret-token-9921"
 	pidFile := filepath.Join(e.root, "tiny.pid")
 	s := svStart(t, e)
@@ -125,15 +132,7 @@ func TestRESTConversationMCPAutoStartAndSecretsAfterKill9(t *testing.T) {
 		t.Fatal("the server started when the conversation loaded after the restart")
 	}
 	e.tweak("read the token", func(sc *llmtest.Script) { *sc = e2eToolScript("tiny__env", map[string]string{"name": "TOKEN"}) })
-	st := rsOpen(t, s2, rsConvPath(id)+"/events")
-	_, conn := st.waitType(0, "connected")
-	rsOK(t, s2, "POST", rsConvPath(id), map[string]any{"role": "user", "content": "read the token"})
-	from := st.mark()
-	rsOK(t, s2, "POST", rsConvPath(id)+"/step", map[string]any{"session_id": conn.str("session_id"), "auto_confirm": true})
-	st.waitType(from, "tool_complete")
-	svWaitUntil(t, "the MCP tool's answer in the conversation", func() bool {
-		return strings.Contains(rsOK(t, s2, "GET", rsConvPath(id), nil).body, "tiny env: TOKEN="+secret)
-	})
+	rsRunTool(t, s2, id, "read the token", "tiny env: TOKEN="+secret)
 	if !started() {
 		t.Fatal("the tool answered, but the server never wrote its pid file")
 	}

@@ -86,13 +86,8 @@ func TestRESTConversationSandbox(t *testing.T) {
 			a, _ := json.Marshal(map[string]string{"path": name, "content": "should not exist"})
 			*sc = llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: callID, Name: "write", Args: []string{string(a)}}}}
 		})
-		st := rsOpen(t, sv, rsConvPath(id)+"/events")
+		st, from := rsStepTool(t, sv, id, prompt)
 		defer st.close()
-		_, conn := st.waitType(0, "connected")
-		rsOK(t, sv, "POST", rsConvPath(id), map[string]any{"role": "user", "content": prompt})
-		from := st.mark()
-		rsOK(t, sv, "POST", rsConvPath(id)+"/step", map[string]any{"session_id": conn.str("session_id"), "auto_confirm": true})
-		st.waitType(from, "tool_complete")
 		st.waitType(from, "run_ended")
 		want := "Cannot write " + name + ": the sandbox (read-only: no writes anywhere; no network) does not allow it."
 		svWaitUntil(t, "the sandbox's refusal as the write's result", func() bool {
