@@ -238,10 +238,7 @@ func acpToolMs(t *testing.T, s acpStep) float64 {
 func TestACPMCPServerAsToolSource(t *testing.T) {
 	acpNodeModules(t)
 	e := e2eNewEnv(t, e2eOpts{})
-	server := filepath.Join(e.root, "mcpserver")
-	if out, err := exec.Command("go", "build", "-o", server, "./testdata/acp/mcpserver").CombinedOutput(); err != nil {
-		t.Fatalf("building the MCP server: %v\n%s", err, out)
-	}
+	server := testMCPServer(t)
 	pidFile := filepath.Join(e.root, "mcp.pid")
 	echo := func(text string) func(*llmtest.Script) {
 		return func(s *llmtest.Script) {
@@ -311,10 +308,7 @@ func TestACPMCPServerAsToolSource(t *testing.T) {
 // .agentd/mcp.json, merged by name.
 func TestRPCMCPConfig(t *testing.T) {
 	e := e2eNewEnv(t, e2eOpts{})
-	server := filepath.Join(e.root, "mcpserver")
-	if out, err := exec.Command("go", "build", "-o", server, "./testdata/acp/mcpserver").CombinedOutput(); err != nil {
-		t.Fatalf("building the MCP server: %v\n%s", err, out)
-	}
+	server := testMCPServer(t)
 	cfg := filepath.Join(e.root, "mcp.json")
 	if err := os.WriteFile(cfg, []byte(`{"mcpServers":{"tiny":{"command":"`+server+`"}}}`), 0o600); err != nil {
 		t.Fatal(err)

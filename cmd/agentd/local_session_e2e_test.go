@@ -130,10 +130,7 @@ func writeFile(t *testing.T, path, content string) {
 func TestLocalSessionMCPServersEnd(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	server := filepath.Join(e.root, "mcpserver")
-	if out, err := exec.Command("go", "build", "-o", server, "./testdata/acp/mcpserver").CombinedOutput(); err != nil {
-		t.Fatalf("building the MCP server: %v\n%s", err, out)
-	}
+	server := testMCPServer(t)
 	// The server leaves a child in its process group that outlives it
 	// unless agentd ends the group.
 	config := func(name string) (path, serverPid, childPid string) {

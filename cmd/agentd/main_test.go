@@ -8,19 +8,44 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/agentd-dev/agentd/llm/llmtest"
 )
 
-// agentdBin is the binary under test, built once by TestMain.
-var agentdBin string
+// agentdBin is the binary under test, built once by TestMain in
+// buildDir.
+var agentdBin, buildDir string
+
+var mcpServerOnce struct {
+	sync.Once
+	bin string
+	err error
+	out []byte
+}
+
+// testMCPServer is the test MCP server (testdata/acp/mcpserver), built
+// once for the whole run.
+func testMCPServer(t *testing.T) string {
+	t.Helper()
+	o := &mcpServerOnce
+	o.Do(func() {
+		o.bin = filepath.Join(buildDir, "mcpserver")
+		o.out, o.err = exec.Command("go", "build", "-o", o.bin, "./testdata/acp/mcpserver").CombinedOutput()
+	})
+	if o.err != nil {
+		t.Fatalf("building the MCP server: %v\n%s", o.err, o.out)
+	}
+	return o.bin
+}
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "agentd-e2e")
 	if err != nil {
 		panic(err)
 	}
+	buildDir = dir
 	agentdBin = filepath.Join(dir, "agentd")
 	build := exec.Command("go", "build", "-o", agentdBin, ".")
 	build.Stderr = os.Stderr

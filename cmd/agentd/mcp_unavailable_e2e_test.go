@@ -18,11 +18,7 @@ import (
 // and the session works with the server that did start.
 func TestMCPServersThatFailToStart(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	bin := filepath.Join(root, "mcpserver")
-	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/acp/mcpserver").CombinedOutput(); err != nil {
-		t.Fatalf("building the MCP server: %v\n%s", err, out)
-	}
+	bin := testMCPServer(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

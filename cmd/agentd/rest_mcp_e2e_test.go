@@ -3,7 +3,6 @@ package main
 import (
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,17 +10,6 @@ import (
 
 	"github.com/agentd-dev/agentd/llm/llmtest"
 )
-
-// rsBuildMCPServer builds the test MCP server into e's root and returns
-// its path.
-func rsBuildMCPServer(t *testing.T, e *e2eEnv) string {
-	t.Helper()
-	server := filepath.Join(e.root, "mcpserver")
-	if out, err := exec.Command("go", "build", "-o", server, "./testdata/acp/mcpserver").CombinedOutput(); err != nil {
-		t.Fatalf("building the MCP server: %v\n%s", err, out)
-	}
-	return server
-}
 
 // rsRunTool runs prompt in conversation id (rsStepTool) and waits for
 // want in the conversation: the MCP tool's answer.
@@ -39,7 +27,7 @@ func rsRunTool(t *testing.T, s *svServer, id, prompt, want string) {
 func TestRESTConversationMCPAfterKill9(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	server := rsBuildMCPServer(t, e)
+	server := testMCPServer(t)
 	s := svStart(t, e)
 	id := "mcp-kill9"
 	rsOK(t, s, "PUT", rsConvPath(id), map[string]any{"config": map[string]any{"chat": map[string]any{},
@@ -81,7 +69,7 @@ func TestRESTConversationMCPAfterKill9(t *testing.T) {
 func TestRESTConversationMCPAutoStartAndSecretsAfterKill9(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	server := rsBuildMCPServer(t, e)
+	server := testMCPServer(t)
 	const secret = "e2e-s3cret-token-9921"
 	pidFile := filepath.Join(e.root, "tiny.pid")
 	s := svStart(t, e)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,11 +17,7 @@ import (
 // and gets its result, and the server's process ends with agentd serve.
 func TestServeMCPConfig(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	bin := filepath.Join(root, "mcpserver")
-	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/acp/mcpserver").CombinedOutput(); err != nil {
-		t.Fatalf("building the MCP server: %v\n%s", err, out)
-	}
+	bin := testMCPServer(t)
 	// env is a fresh agentd environment with cfg naming the MCP server.
 	env := func(t *testing.T) (e *e2eEnv, cfg, pidFile string) {
 		e = e2eNewEnv(t, e2eOpts{})
