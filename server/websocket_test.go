@@ -21,12 +21,14 @@ func wsServer(t *testing.T, o WebSocketOptions, serve func(*WebSocket)) *httptes
 	t.Helper()
 	var wg sync.WaitGroup
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Counted before the upgrade: once the connection is hijacked,
+		// srv.Close no longer waits for this handler.
+		wg.Add(1)
+		defer wg.Done()
 		c, err := AcceptWebSocket(w, r, o)
 		if err != nil {
 			return
 		}
-		wg.Add(1)
-		defer wg.Done()
 		defer c.Drop()
 		serve(c)
 	}))
