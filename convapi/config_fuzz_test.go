@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -108,7 +109,7 @@ func decodeMCPAgain(t *testing.T, s *Server, body []byte, cfg *MCPConfig) *MCPCo
 
 // wantSecretsKept runs keepSecrets on cfg against old and checks that a
 // placeholder either becomes the value old stores for the same server,
-// key and command or url, or is refused naming where it is; values that
+// key, command or url and args, or is refused naming where it is; values that
 // are not placeholders stay as sent.
 func wantSecretsKept(t *testing.T, body []byte, cfg, old *MCPConfig) {
 	t.Helper()
@@ -139,13 +140,15 @@ func wantSecretsKept(t *testing.T, body []byte, cfg, old *MCPConfig) {
 	}
 	for i, sc := range got.Servers {
 		sent, prev := cfg.Servers[i], stored[sc.Name]
+		// A value follows only a server that runs the same program: same
+		// command or url, same args.
+		same := prev.Command == sc.Command && prev.URL == sc.URL && slices.Equal(prev.Args, sc.Args)
 		for _, m := range []struct {
-			key              string
-			got, sent, prev  map[string]string
-			target, was, now string
+			key             string
+			got, sent, prev map[string]string
 		}{
-			{"env", sc.Env, sent.Env, prev.Env, "command", prev.Command, sc.Command},
-			{"headers", sc.Headers, sent.Headers, prev.Headers, "url", prev.URL, sc.URL},
+			{"env", sc.Env, sent.Env, prev.Env},
+			{"headers", sc.Headers, sent.Headers, prev.Headers},
 		} {
 			if len(m.got) != len(m.sent) {
 				t.Fatalf("body %q: servers[%d].%s has %d values, %d sent", body, i, m.key, len(m.got), len(m.sent))
@@ -156,8 +159,9 @@ func wantSecretsKept(t *testing.T, body []byte, cfg, old *MCPConfig) {
 					t.Fatalf("body %q: servers[%d].%s.%s keeps the placeholder as its value", body, i, m.key, k)
 				case m.sent[k] != SecretPlaceholder && v != m.sent[k]:
 					t.Fatalf("body %q: servers[%d].%s.%s: sent %q, kept %q", body, i, m.key, k, m.sent[k], v)
-				case m.sent[k] == SecretPlaceholder && (v != m.prev[k] || m.was != m.now):
-					t.Fatalf("body %q: servers[%d].%s.%s: the placeholder became %q (stored %q for %s %q, now %q)", body, i, m.key, k, v, m.prev[k], m.target, m.was, m.now)
+				case m.sent[k] == SecretPlaceholder && (v != m.prev[k] || !same):
+					t.Fatalf("body %q: servers[%d].%s.%s: the placeholder became %q (stored %q for %q %q %q %q, now %q %q %q)", body, i, m.key, k, v, m.prev[k],
+						prev.Name, prev.Command, prev.URL, prev.Args, sc.Command, sc.URL, sc.Args)
 				}
 			}
 		}
@@ -269,6 +273,11 @@ func FuzzKeepSecrets(f *testing.F) {
 		{`{"servers":[{"name":"a","url":"http://h","headers":{"K":"v"}}]}`, `{"servers":[{"name":"a","command":"http://h","env":{"K":"********"}}]}`},
 		{`{"servers":[{"name":"a","command":"c","env":{"K":"********"}}]}`, `{"servers":[{"name":"a","command":"c","env":{"K":"********"}}]}`},
 		{`{"servers":[]}`, `{"servers":[{"name":"b","command":"c","env":{"K":"********"}}]}`},
+		// Same command, other args: another program may read the value.
+		{`{"servers":[{"name":"a","command":"python3","args":["srv.py"],"env":{"K":"v"}}]}`, `{"servers":[{"name":"a","command":"python3","args":["-c","print(1)"],"env":{"K":"********"}}]}`},
+		{`{"servers":[{"name":"a","command":"c","args":["x"],"env":{"K":"v"}}]}`, `{"servers":[{"name":"a","command":"c","env":{"K":"********"}}]}`},
+		{`{"servers":[{"name":"a","command":"c","args":["x"],"env":{"K":"v"}}]}`, `{"servers":[{"name":"a","command":"c","args":["x"],"env":{"K":"********"}}]}`},
+		{`{"servers":[{"name":"a","url":"http://h","args":["x"],"headers":{"K":"v"}}]}`, `{"servers":[{"name":"a","url":"http://h","headers":{"K":"********"}}]}`},
 	} {
 		f.Add([]byte(p[0]), []byte(p[1]))
 	}

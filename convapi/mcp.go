@@ -273,10 +273,12 @@ func redacted(cfg *MCPConfig) *MCPConfig {
 // keepSecrets puts in place of each SecretPlaceholder of cfg the value
 // old (the section the conversation has; nil for none) stores for that
 // server and key: a client that read the section, changed it and sends
-// it back keeps its secrets. A value goes only where it went before: an
-// env value to the same command, a header to the same url. A placeholder
-// with no such value is a 400 naming it. field is the section's name in
-// the request.
+// it back keeps its secrets. A value goes only to the program it went to
+// before: same name, same command or url, and the same args, since args
+// can point the same command at another program (a script, an
+// interpreter's -c) that would then read the value. A placeholder with
+// no such value is a 400 naming it. field is the section's name in the
+// request.
 func keepSecrets(cfg, old *MCPConfig, field string) error {
 	stored := map[string]MCPServerConfig{}
 	if old != nil {
@@ -286,14 +288,21 @@ func keepSecrets(cfg, old *MCPConfig, field string) error {
 	}
 	for i, sc := range cfg.Servers {
 		prev, had := stored[sc.Name]
+		changed := ""
+		switch {
+		case prev.Command != sc.Command:
+			changed = "command"
+		case prev.URL != sc.URL:
+			changed = "url"
+		case !slices.Equal(prev.Args, sc.Args):
+			changed = "args"
+		}
 		for _, m := range []struct {
 			key        string
 			vals, from map[string]string
-			same       bool
-			target     string
 		}{
-			{"env", sc.Env, prev.Env, prev.Command == sc.Command, "command"},
-			{"headers", sc.Headers, prev.Headers, prev.URL == sc.URL, "url"},
+			{"env", sc.Env, prev.Env},
+			{"headers", sc.Headers, prev.Headers},
 		} {
 			for k, v := range m.vals {
 				if v != SecretPlaceholder {
@@ -304,8 +313,8 @@ func keepSecrets(cfg, old *MCPConfig, field string) error {
 				switch {
 				case !had || !ok:
 					return errorf(http.StatusBadRequest, fmt.Sprintf("%s: %q stands for the value the conversation has, and server %s has none for %s; send the value", at, SecretPlaceholder, clip(sc.Name, 100), clip(k, 100)))
-				case !m.same:
-					return errorf(http.StatusBadRequest, fmt.Sprintf("%s: %q keeps the value the conversation has only for the same %s, and server %s's %s changed; send the value again", at, SecretPlaceholder, m.target, clip(sc.Name, 100), m.target))
+				case changed != "":
+					return errorf(http.StatusBadRequest, fmt.Sprintf("%s: %q keeps the value the conversation has only for the same command or url and args, and server %s's %s changed; send the value of %s again", at, SecretPlaceholder, clip(sc.Name, 100), changed, clip(k, 100)))
 				}
 				m.vals[k] = prevVal
 			}

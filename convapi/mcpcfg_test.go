@@ -233,7 +233,7 @@ func TestConversationMCPSecrets(t *testing.T) {
 
 	// GET, change, PATCH back: the placeholders keep the values.
 	back := get.m["mcp"].(map[string]any)
-	back["servers"].([]any)[0].(map[string]any)["args"] = []string{"-test.run=none"}
+	back["servers"].([]any)[0].(map[string]any)["env"].(map[string]any)["PLAIN"] = "not a secret"
 	fx.ok("PATCH", "/api/v2/conversations/sec/config", map[string]any{"mcp": back}, "Idempotency-Key", "patch-2")
 	if got := fx.callTool("sec", "sec__env", `{"name":"TOKEN"}`); !strings.Contains(got, "TOKEN="+envSecret) {
 		t.Fatalf("the server's env after a PATCH with the placeholder: %q", got)
@@ -251,6 +251,11 @@ func TestConversationMCPSecrets(t *testing.T) {
 		{"unknown server", map[string]any{"name": "new", "url": url, "headers": map[string]string{"Authorization": SecretPlaceholder}}, "mcp.servers[0].headers.Authorization: "},
 		{"url changed", map[string]any{"name": "web", "url": url + "/other", "headers": map[string]string{"Authorization": SecretPlaceholder}}, "server web's url changed"},
 		{"command changed", map[string]any{"name": "sec", "command": "/bin/true", "env": map[string]string{"TOKEN": SecretPlaceholder}}, "server sec's command changed"},
+		// The same command with other args may be another program (a
+		// script, an interpreter's -c) that prints what it is given.
+		{"args changed", map[string]any{"name": "sec", "command": os.Args[0], "args": []string{"-test.run=none"}, "env": map[string]string{envServerVar: "1", "TOKEN": SecretPlaceholder}},
+			"mcp.servers[0].env.TOKEN: \"********\" keeps the value the conversation has only for the same command or url and args, and server sec's args changed; send the value of TOKEN again"},
+		{"args added to a url server", map[string]any{"name": "web", "url": url, "args": []string{"x"}, "headers": map[string]string{"Authorization": SecretPlaceholder}}, "server web's args changed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
