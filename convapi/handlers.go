@@ -591,9 +591,11 @@ func (s *Server) createMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig
 			return err
 		}
 	}
-	if err := change.commit(s, h); err != nil {
+	// A failure removes the conversation: nothing to put back.
+	if _, err := change.save(s, h); err != nil {
 		return err
 	}
+	change.use(s, h)
 	if tools != nil {
 		return h.Session().SetTools(*tools)
 	}
@@ -1436,10 +1438,12 @@ func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 		}
 		return err
 	}
-	// New MCP servers are opened and chat.tools checked against their
-	// tools before anything changes: a refused request changes nothing.
+	// Everything is checked before anything changes: new MCP servers are
+	// opened and chat.tools checked against their tools, the model and
+	// the thinking level looked up.
+	prevMCP := mcpOf(sess)
 	if p.MCP != nil {
-		if err := keepSecrets(p.MCP, mcpOf(sess), "mcp"); err != nil {
+		if err := keepSecrets(p.MCP, prevMCP, "mcp"); err != nil {
 			return nil, err
 		}
 	}
@@ -1450,44 +1454,117 @@ func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 			return nil, err
 		}
 	}
+	var model *llm.Model
 	if p.Model != nil {
 		m, err := s.findModel(*p.Model)
 		if err != nil {
 			return nil, err
 		}
-		if err := sess.SetModel(m); err != nil {
-			return nil, busy(err)
-		}
+		model = m
 	}
+	var level llm.ThinkingLevel
 	if p.Thinking != nil {
 		l, err := llm.ParseThinkingLevel(*p.Thinking)
 		if err != nil {
 			return nil, errorf(http.StatusBadRequest, "thinking: "+err.Error())
 		}
-		if _, err := sess.SetThinking(l); err != nil {
-			return nil, busy(err)
-		}
+		level = l
 	}
-	if err := change.commit(s, c.h); err != nil {
+	// Then the changes, each recorded in the conversation's file; one
+	// that fails (the file cannot be written) puts back those made before
+	// it, so that a refused request leaves the conversation as it was.
+	// The MCP section goes first: the largest write, and the only one
+	// whose undo restarts nothing.
+	var undo []func()
+	failed := func(err error) (any, error) {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
 		return nil, busy(err)
 	}
-	if p.Tools != nil {
-		if err := sess.SetTools(*p.Tools); err != nil {
-			return nil, busy(err)
+	if change != nil {
+		back, err := change.save(s, c.h)
+		if err != nil {
+			return failed(err)
+		}
+		undo = append(undo, back)
+	}
+	if model != nil || p.Thinking != nil {
+		// Before the calls: a session changes its model and level in
+		// memory even when it fails to record them.
+		undo = append(undo, s.modelUndo(c.h))
+	}
+	if model != nil {
+		if err := sess.SetModel(model); err != nil {
+			return failed(err)
+		}
+	}
+	if p.Thinking != nil {
+		if _, err := sess.SetThinking(level); err != nil {
+			return failed(err)
 		}
 	}
 	if p.Name != nil {
+		old := sess.Name()
 		if err := sess.SetName(*p.Name); err != nil {
-			return nil, busy(err)
+			return failed(err)
 		}
+		undo = append(undo, func() { s.putBack(c.h, "name", sess.SetName(old)) })
 	}
 	if p.ConfirmAll != nil {
+		old := sess.ConfirmAll()
 		if err := sess.SetConfirmAll(*p.ConfirmAll); err != nil {
-			return nil, busy(err)
+			return failed(err)
+		}
+		undo = append(undo, func() { s.putBack(c.h, "confirm_all", sess.SetConfirmAll(old)) })
+	}
+	if change != nil {
+		// The servers the conversation had stop here; nothing after
+		// this but the tools list, whose names were checked above.
+		change.use(s, c.h)
+		undo = append(undo, func() {
+			var again *convMCP
+			if prevMCP != nil {
+				again = s.openMCP(ctx, c.h, prevMCP)
+			}
+			s.useMCP(c.h, again)
+		})
+	}
+	if p.Tools != nil {
+		if err := sess.SetTools(*p.Tools); err != nil {
+			return failed(err)
 		}
 	}
 	cfg := s.configOf(c.h)
 	return ConfigResponse{Status: "ok", Message: "Chat config updated", Config: cfg, Tools: cfg.Chat.Tools}, nil
+}
+
+// modelUndo returns what puts the conversation's model and thinking
+// level back as they are now, in memory whatever happens to the file.
+func (s *Server) modelUndo(h *server.Hosted) func() {
+	sess := h.Session()
+	model, level := sess.Model(), sess.Thinking()
+	return func() {
+		// SetModel and SetThinking change the session before recording
+		// the change: they put the values back even when the file
+		// cannot take them.
+		if sess.Model() != model {
+			s.putBack(h, "model", sess.SetModel(model))
+		}
+		if sess.Thinking() != level {
+			_, err := sess.SetThinking(level)
+			s.putBack(h, "thinking", err)
+		}
+	}
+}
+
+// putBack logs a setting of a refused config change that could not be
+// recorded as put back: the conversation has it back, its file may say
+// otherwise until the next change.
+func (s *Server) putBack(h *server.Hosted, what string, err error) {
+	if err != nil {
+		s.srv.Logger().Warn("recording a setting put back after a refused config change", "session", h.ID(), "setting", what, "err", err)
+	}
 }
 
 // ---- edits ----

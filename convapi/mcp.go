@@ -1,7 +1,9 @@
 package convapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -125,10 +127,16 @@ func (c *convMCP) offers(name string) bool {
 	return false
 }
 
-// mcpOf is the MCP section a conversation was given, from its file.
+// noMCP is the custom entry that records that a conversation has no MCP
+// section: what a refused PATCH puts back when the conversation had none
+// before it.
+var noMCP = json.RawMessage("null")
+
+// mcpOf is the MCP section a conversation was given, from its file; nil
+// for none.
 func mcpOf(sess *session.Session) *MCPConfig {
 	raw, ok := sess.Custom(customMCP)
-	if !ok {
+	if !ok || bytes.Equal(bytes.TrimSpace(raw), noMCP) {
 		return nil
 	}
 	var cfg MCPConfig
@@ -331,7 +339,8 @@ func (s *Server) restoreMCP(h *server.Hosted) {
 	if s.opt.MCP == nil {
 		return
 	}
-	if _, ok := h.Session().Custom(customMCP); !ok {
+	raw, ok := h.Session().Custom(customMCP)
+	if !ok || bytes.Equal(bytes.TrimSpace(raw), noMCP) {
 		return
 	}
 	cfg := mcpOf(h.Session())
@@ -444,18 +453,29 @@ func (s *Server) prepareMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfi
 	return &mcpChange{cfg: cfg, next: s.openMCP(ctx, h, cfg)}
 }
 
-// commit records the section in the conversation's file and gives it the
-// new servers.
-func (m *mcpChange) commit(s *Server, h *server.Hosted) error {
-	if m == nil {
-		return nil
+// save records the section in the conversation's file. It returns what
+// puts the previous section back, for a request that fails after it.
+func (m *mcpChange) save(s *Server, h *server.Hosted) (undo func(), err error) {
+	sess := h.Session()
+	prev, had := sess.Custom(customMCP)
+	if !had {
+		prev = noMCP
 	}
-	if err := h.Session().SaveCustom(customMCP, m.cfg); err != nil {
-		return err
+	if err := sess.SaveCustom(customMCP, m.cfg); err != nil {
+		return nil, err
 	}
+	return func() {
+		if err := sess.SaveCustom(customMCP, prev); err != nil {
+			s.srv.Logger().Error("putting back the MCP section of a refused config change", "session", h.ID(), "err", err)
+		}
+	}, nil
+}
+
+// use gives the conversation the new servers (the section is saved); the
+// ones it had stop.
+func (m *mcpChange) use(s *Server, h *server.Hosted) {
 	m.done = true
 	s.useMCP(h, m.next)
-	return nil
 }
 
 // abandon stops the servers of a change that was not committed.
