@@ -28,7 +28,7 @@ func TestAdopt(t *testing.T) {
 	here := Command{Type: "prompt", ID: "p2", SessionID: "s1"}
 	h.p.Submit(here, nil)
 	<-h.started
-	recs = append(recs, Record{Op: OpFinish, Command: "prompt", ID: "p2", Scope: "session:s1", Fingerprint: fingerprint(here),
+	recs = append(recs, Record{Op: OpFinish, Command: "prompt", ID: "p2", Scope: "session:s1", Fingerprint: Fingerprint(nil, here),
 		Response: &Response{ID: "p2", Command: "prompt", Success: true}, At: time.Now(), Expires: time.Now().Add(time.Hour)})
 	if n := h.p.Adopt(recs); n != 2 {
 		t.Fatalf("Adopt filed %d outcomes, want 2 (r1 and p1; p2 runs here)", n)

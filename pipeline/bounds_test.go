@@ -302,8 +302,8 @@ func TestOpenUnboundedJournal(t *testing.T) {
 		id := fmt.Sprint("c", i)
 		data := padded(1<<20+1000, 1)
 		for _, r := range []Record{
-			{Op: OpBegin, Command: typ, ID: id, Fingerprint: fingerprint(sized(typ, id, 1<<20+1000)), At: time.Now(), Expires: exp},
-			{Op: OpFinish, Command: typ, ID: id, Fingerprint: fingerprint(sized(typ, id, 1<<20+1000)), At: time.Now(), Expires: exp,
+			{Op: OpBegin, Command: typ, ID: id, Fingerprint: Fingerprint(nil, sized(typ, id, 1<<20+1000)), At: time.Now(), Expires: exp},
+			{Op: OpFinish, Command: typ, ID: id, Fingerprint: Fingerprint(nil, sized(typ, id, 1<<20+1000)), At: time.Now(), Expires: exp,
 				Response: &Response{ID: id, Command: typ, Success: true, Data: data}},
 		} {
 			b, _ := json.Marshal(r)

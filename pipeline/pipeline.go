@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -27,6 +28,7 @@ type Pipeline struct {
 	timeouts   map[Class]time.Duration
 	keepRead   int
 	keepData   int
+	fpKey      []byte
 
 	// hard is cancelled when a shutdown's drain deadline passes (or on
 	// Close): running handlers are cancelled, queued commands fail.
@@ -113,6 +115,7 @@ func New(opts Options) (*Pipeline, error) {
 		timeouts:   map[Class]time.Duration{},
 		keepRead:   orDefault(opts.KeepReadBytes, DefaultKeepReadBytes),
 		keepData:   orDefault(opts.KeepDataBytes, DefaultKeepDataBytes),
+		fpKey:      opts.FingerprintKey,
 		lanes:      map[string]*lane{},
 		byID:       map[string]*flight{},
 		byKey:      map[string]*flight{},
@@ -262,7 +265,7 @@ func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 		if cmd.IdempotencyKey != "" {
 			f.keyIdx = f.scope + "\x00" + cmd.IdempotencyKey
 		}
-		f.fp = fingerprint(cmd)
+		f.fp = Fingerprint(p.fpKey, cmd)
 	}
 	now := time.Now()
 
@@ -832,9 +835,16 @@ func (p *Pipeline) Close() error {
 	return nil
 }
 
-// fingerprint is the semantic payload of cmd: everything but id and
-// idempotencyKey, with the payload's JSON canonicalized (spec §8.3).
-func fingerprint(cmd Command) string {
+// Fingerprint is what identifies cmd's request for its idempotency key
+// and its id: everything but id and idempotencyKey, with the payload's
+// JSON canonicalized (spec §8.3), hashed. The journal keeps it next to
+// outcomes for as long as they are replayable, and a payload may hold a
+// secret (an MCP server's env), so with a key the hash is HMAC-SHA256
+// under it: a fingerprint read off the disk cannot be checked against
+// guesses of the secret without the key. nil key: plain SHA-256, for a
+// journal whose fingerprints several processes without a shared key
+// compare.
+func Fingerprint(key []byte, cmd Command) string {
 	var payload any
 	if len(cmd.Payload) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(cmd.Payload))
@@ -850,7 +860,15 @@ func fingerprint(cmd Command) string {
 		V *int     `json:"v"`
 		P any      `json:"p"`
 	}{cmd.Type, cmd.SessionID, cmd.DependsOn, cmd.IfSessionVersion, payload})
-	sum := sha256.Sum256(b)
+	var sum []byte
+	if key != nil {
+		m := hmac.New(sha256.New, key)
+		m.Write(b)
+		sum = m.Sum(nil)
+	} else {
+		s := sha256.Sum256(b)
+		sum = s[:]
+	}
 	return hex.EncodeToString(sum[:16])
 }
 

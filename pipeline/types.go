@@ -259,4 +259,10 @@ type Options struct {
 	KeepReadBytes    int // largest data of a ReadOnly command's outcome kept
 	KeepDataBytes    int // largest data of any other command's outcome kept
 	HistoryEntries   int // lifecycle entries kept for CommandHistory
+
+	// FingerprintKey keys the fingerprints of requests (see Fingerprint)
+	// that the journal keeps. It must be the same for every pipeline
+	// that reads the journal's records, across restarts, or a repeated
+	// request is taken for another one under the same key.
+	FingerprintKey []byte
 }

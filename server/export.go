@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"path/filepath"
 
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/session"
@@ -14,6 +15,9 @@ import (
 func (h *Hosted) ExportHTML(path string, overwrite bool) (string, error) {
 	s := h.srv
 	protected := append([]string{s.index.path}, s.cfg.Protected...)
+	if s.cfg.StateDir != "" {
+		protected = append(protected, filepath.Join(s.cfg.StateDir, fingerprintKeyFile))
+	}
 	for _, o := range s.Sessions() {
 		protected = append(protected, o.sess.File())
 	}

@@ -157,6 +157,12 @@ type Config struct {
 	Health   *health.Health
 	Metrics  *health.Metrics
 	Limits   Limits
+	// FingerprintKey keys the request fingerprints the journal keeps
+	// (pipeline.Fingerprint). nil: a server on its own with a StateDir
+	// makes one there once (fingerprint.key, 0600) and keeps it; a
+	// cluster node, whose journal other nodes read, uses none unless
+	// given the cluster's.
+	FingerprintKey []byte
 	// Auth, when set, decides about each connection besides the token
 	// check (an operator's program: CommandAuthenticator).
 	Auth Authenticator
@@ -252,6 +258,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.index = idx
+	if s.cfg.FingerprintKey == nil && cfg.StateDir != "" && cfg.Cluster == nil {
+		if s.cfg.FingerprintKey, err = fingerprintKey(cfg.StateDir); err != nil {
+			_ = idx.close()
+			return nil, err
+		}
+	}
 	if cfg.Cluster != nil {
 		s.cl = newClusterState(s, cfg.Cluster)
 	}
@@ -320,6 +332,7 @@ func (s *Server) Start() error {
 	p, err := pipeline.New(pipeline.Options{
 		Registry:          s.reg,
 		Journal:           s.cfg.Journal,
+		FingerprintKey:    s.cfg.FingerprintKey,
 		Emit:              s.emitPipelineEvent,
 		IdempotencyTTL:    s.lim.IdempotencyTTL,
 		DependencyTimeout: s.lim.DependencyTimeout,
