@@ -34,6 +34,9 @@ type command struct {
 	bypass  bool
 	timeout time.Duration
 	run     func(ctx context.Context, c *call) (any, error)
+	// keep is what of a successful answer is kept for replays (see
+	// pipeline.Handler.Keep); nil keeps it whole.
+	keep func(data json.RawMessage) json.RawMessage
 }
 
 // call is one command being run.
@@ -72,7 +75,7 @@ func (s *Server) commands() map[string]command {
 		"rest.step":           mutate(s.runStep),
 		"rest.edit":           mutate(s.runEdit),
 		"rest.delete_message": mutate(s.runDeleteMessage),
-		"rest.config":         mutate(s.runConfig),
+		"rest.config":         {class: pipeline.ClassMutate, session: true, mutating: true, run: s.runConfig, keep: keptConfigAnswer},
 		"rest.fork":           {class: pipeline.ClassMutate, session: true, run: s.runFork},
 		"rest.rerun":          mutate(s.runRerun),
 		// Answers and interrupts never wait behind the run they act on.
@@ -116,9 +119,29 @@ func (s *Server) registry() pipeline.Registry {
 		if cmd.bypass {
 			h.Bypass = always
 		}
+		h.Keep = keepable(cmd.keep)
 		reg[name] = h
 	}
 	return reg
+}
+
+// keepable is what the pipeline keeps of an outcome to answer replays,
+// in memory and in the command journal: keep's part of a success, an
+// error's kept message in place of one that quotes what must not be
+// kept.
+func keepable(keep func(json.RawMessage) json.RawMessage) func(pipeline.Response) pipeline.Response {
+	return func(r pipeline.Response) pipeline.Response {
+		if r.Err != nil {
+			var k keptMessage
+			if errors.As(r.Err.Cause, &k) {
+				r.Err = fault.New(r.Err.Code, string(k))
+			}
+		}
+		if r.Success && keep != nil && len(r.Data) > 0 {
+			r.Data = keep(r.Data)
+		}
+		return r
+	}
 }
 
 // asFault turns a handler's error into what the pipeline keeps: a fault
@@ -126,6 +149,9 @@ func (s *Server) registry() pipeline.Registry {
 func asFault(err error) error {
 	var ae *apiError
 	if errors.As(err, &ae) {
+		if ae.kept != "" {
+			return &fault.Error{Code: codeOf(ae.status), Message: ae.msg, Cause: keptMessage(ae.kept)}
+		}
 		return fault.New(codeOf(ae.status), ae.msg)
 	}
 	if fe := fault.As(err); fe != nil {

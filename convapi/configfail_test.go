@@ -86,3 +86,51 @@ func TestConfigPatchAllOrNothing(t *testing.T) {
 		t.Fatalf("the PATCH once the file can be written: %s", got.body)
 	}
 }
+
+// An MCP server that fails to start may print a secret on stderr, which
+// the cause of its failure quotes. The owner's answer to the PATCH says
+// why; what the command journal keeps of it (and a replay after a
+// restart answers) names the server without the cause and holds no env
+// value, for the answer and for a refusal that lists the failed servers.
+func TestConfigAnswerJournaledWithoutSecrets(t *testing.T) {
+	root := t.TempDir()
+	const secret = "stderr-s3cret-5521"
+	fx := newFixture(t, fixtureOptions{root: root, mcp: mcp.New(mcp.Options{}), journal: true})
+	fx.create("loud", nil)
+	const path = "/api/v2/conversations/loud/config"
+	loud := map[string]any{"name": "loud", "command": "/bin/sh", "args": []string{"-c", `echo "my token is $TOKEN" >&2; exit 3`},
+		"env": map[string]string{"TOKEN": secret}}
+	patch := map[string]any{"mcp": map[string]any{"servers": []any{loud}}}
+	live := fx.ok("PATCH", path, patch, "Idempotency-Key", "loud-1")
+	if !strings.Contains(string(live.body), "my token is "+secret) {
+		t.Fatalf("the owner's answer does not say why the server did not start: %s", live.body)
+	}
+	refused := map[string]any{"chat": chatTools("loud__x"), "mcp": map[string]any{"servers": []any{loud}}}
+	r := fx.do("PATCH", path, refused, "Idempotency-Key", "loud-2")
+	if r.status != http.StatusBadRequest || !strings.Contains(r.str("error"), "my token is "+secret) {
+		t.Fatalf("the owner's refusal does not say why the server did not start: %s", r)
+	}
+	fx.stop()
+
+	b, err := os.ReadFile(filepath.Join(root, "state", "journal.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), secret) {
+		t.Fatalf("the journal keeps what the server printed:\n%s", b)
+	}
+	if !strings.Contains(string(b), "mcp:loud did not start") || !strings.Contains(string(b), `"TOKEN":"`+SecretPlaceholder+`"`) {
+		t.Fatalf("the journal does not keep the answers without their secrets:\n%s", b)
+	}
+
+	// Replays after a restart answer what the journal kept.
+	fx = newFixture(t, fixtureOptions{root: root, mcp: mcp.New(mcp.Options{}), journal: true})
+	again := fx.ok("PATCH", path, patch, "Idempotency-Key", "loud-1")
+	if strings.Contains(string(again.body), secret) || !strings.Contains(string(again.body), "mcp:loud did not start") || !strings.Contains(string(again.body), `"status":"ok"`) {
+		t.Fatalf("the replayed answer: %s", again.body)
+	}
+	r = fx.do("PATCH", path, refused, "Idempotency-Key", "loud-2")
+	if r.status != http.StatusBadRequest || strings.Contains(string(r.body), secret) || !strings.HasPrefix(r.str("error"), "Tool 'loud__x' not found") || !strings.Contains(r.str("error"), "mcp:loud did not start") {
+		t.Fatalf("the replayed refusal: %s", r)
+	}
+}

@@ -21,9 +21,18 @@ type apiError struct {
 	// extra are more top-level fields of the error body (step's early
 	// failure carries "status" and "session_id").
 	extra map[string]any
+	// kept, when set, is the message kept for replays (the command
+	// journal) in place of msg, which quotes what must not be kept.
+	kept string
 }
 
 func (e *apiError) Error() string { return e.msg }
+
+// keptMessage rides as the cause of a fault whose message must not be
+// kept for replays: it is the message that is (see keepable).
+type keptMessage string
+
+func (k keptMessage) Error() string { return string(k) }
 
 func errorf(status int, msg string) *apiError { return &apiError{status: status, msg: msg} }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/llm/faux"
+	"github.com/agentd-dev/agentd/pipeline"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/server"
 	"github.com/agentd-dev/agentd/session"
@@ -73,6 +74,9 @@ type fixture struct {
 	ts    *httptest.Server
 	cwd   string
 	root  string
+	// journal is the file journal, closed after the layer; nil without
+	// fixtureOptions.journal.
+	journal *pipeline.FileJournal
 }
 
 type fixtureOptions struct {
@@ -92,6 +96,9 @@ type fixtureOptions struct {
 	// root is where sessions, state and the cwd live; "" makes one. A
 	// second fixture on the same root is the server after a restart.
 	root string
+	// journal keeps the command journal in a file, state/journal.jsonl,
+	// as agentd serve does; otherwise it is in memory.
+	journal bool
 }
 
 func newFixture(t *testing.T, o fixtureOptions) *fixture {
@@ -105,7 +112,18 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 		t.Fatal(err)
 	}
 	state := filepath.Join(root, "state")
-	layer, err := server.New(server.Config{
+	var journal pipeline.Journal
+	if o.journal {
+		if err := os.MkdirAll(state, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		j, err := pipeline.OpenFileJournal(filepath.Join(state, "journal.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fx.journal, journal = j, j
+	}
+	layer, err := server.New(server.Config{Journal: journal,
 		Builder: builder(func(spec engine.Spec) (*session.Session, error) {
 			env := tool.Env{Cwd: spec.Cwd, TempDir: root, Scope: tool.NewScope()}
 			if m, err := sandbox.Choose(o.sandbox, string(spec.Sandbox)); err != nil {
@@ -146,6 +164,9 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 func (fx *fixture) stop() {
 	_ = fx.layer.Close()
 	fx.ts.Close()
+	if fx.journal != nil {
+		_ = fx.journal.Close()
+	}
 }
 
 // slowTool is a tool that reports output while it runs and waits for its

@@ -528,10 +528,43 @@ func (s *Server) checkToolNames(ctx context.Context, sess *session.Session, name
 		return nil
 	}
 	msg := fmt.Sprintf("Tool '%s' not found (this conversation's tools: %s)", clip(out[0], 100), strings.Join(have, ", "))
+	e := errorf(http.StatusBadRequest, msg)
 	if src != nil {
+		// The causes may quote what a server printed (its secrets): the
+		// sender reads them, the journal keeps the servers' names only.
+		var causes, kept []string
 		for _, u := range src.Unavailable() {
-			msg += "; " + u.Error
+			causes = append(causes, u.Error)
+			kept = append(kept, notStarted(u.Source))
+		}
+		if len(causes) > 0 {
+			e.msg = msg + "; " + strings.Join(causes, "; ")
+			e.kept = msg + "; " + strings.Join(kept, "; ")
 		}
 	}
-	return errorf(http.StatusBadRequest, msg)
+	return e
+}
+
+// notStarted is what is kept of an MCP server's start failure for
+// replays: which server, not why (its stderr may quote a secret).
+func notStarted(source string) string {
+	return source + " did not start; the conversation's config says why"
+}
+
+// keptConfigAnswer is what the journal keeps of a config PATCH's answer:
+// every env and headers value a placeholder, and a server that did not
+// start named without the cause, which may quote what it printed. The
+// owner's own answer, and GET config, have the cause.
+func keptConfigAnswer(data json.RawMessage) json.RawMessage {
+	var a ConfigResponse
+	if err := json.Unmarshal(data, &a); err != nil {
+		// Not an answer runConfig makes; keep nothing of it rather than
+		// something unchecked.
+		return json.RawMessage(`{"status":"ok","message":"Chat config updated"}`)
+	}
+	a.Config.MCP = redacted(a.Config.MCP)
+	for i, u := range a.Config.Unavailable {
+		a.Config.Unavailable[i].Error = notStarted(u.Source)
+	}
+	return marshal(a)
 }

@@ -212,7 +212,7 @@ func TestConversationMCPSecrets(t *testing.T) {
 		}
 		return auth[len(auth)-1]
 	}
-	fx := newFixture(t, fixtureOptions{root: root, mcp: mcp.New(mcp.Options{})})
+	fx := newFixture(t, fixtureOptions{root: root, mcp: mcp.New(mcp.Options{}), journal: true})
 	fx.create("sec", nil)
 	servers := []any{envServer("sec", map[string]string{"TOKEN": envSecret}),
 		map[string]any{"name": "web", "url": url, "headers": map[string]string{"Authorization": hdrSecret}}}

@@ -662,6 +662,9 @@ func (p *Pipeline) awaitDeps(f *flight) *Error {
 
 // keepable is what of resp is kept for replay (see the package doc).
 func (p *Pipeline) keepable(h Handler, resp Response) Response {
+	if h.Keep != nil {
+		resp = h.Keep(resp)
+	}
 	limit := p.keepData
 	if h.ReadOnly {
 		limit = p.keepRead

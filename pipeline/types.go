@@ -194,6 +194,12 @@ type Handler struct {
 	// running agent must not wait behind that agent's run).
 	Bypass func(cmd Command) bool
 	Run    func(ctx context.Context, cmd Command) (json.RawMessage, error)
+	// Keep, when set, is what of an outcome is kept to answer replays,
+	// in memory and in the journal; the command's sender gets the
+	// outcome as Run made it. A face drops there what only that answer
+	// may carry (a server's stderr quoting a secret). It may be given an
+	// outcome it already made, read back from the journal.
+	Keep func(Response) Response
 }
 
 // ErrTimeout is the cause of a handler's context when its command timed
