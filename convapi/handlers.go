@@ -1480,7 +1480,12 @@ func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 		for i := len(undo) - 1; i >= 0; i-- {
 			undo[i]()
 		}
-		return nil, busy(err)
+		if fault.As(err) != nil {
+			return nil, busy(err)
+		}
+		// The operator learns why; the client that nothing changed.
+		s.srv.Logger().Error("recording a config change", "session", c.h.ID(), "err", err)
+		return nil, fault.Wrap(fault.Failed, err, "The conversation's file could not record the change, so nothing changed; try again")
 	}
 	if change != nil {
 		back, err := change.save(s, c.h)
