@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentd-dev/agentd/mcp"
+	"github.com/agentd-dev/agentd/pipeline"
 )
 
 // sessionFile is the one session file under root's sessions directory.
@@ -107,6 +108,12 @@ func TestConfigAnswerJournaledWithoutSecrets(t *testing.T) {
 	r := fx.do("PATCH", path, refused, "Idempotency-Key", "loud-2")
 	if r.status != http.StatusBadRequest || !strings.Contains(r.str("error"), "my token is "+secret) {
 		t.Fatalf("the owner's refusal does not say why the server did not start: %s", r)
+	}
+	// The command history, which other clients may read, has the
+	// refusal as the journal keeps it.
+	hist := marshal(fx.layer.Pipeline().CommandHistory(pipeline.HistoryQuery{SessionID: "loud"}))
+	if strings.Contains(string(hist), secret) || !strings.Contains(string(hist), "mcp:loud did not start") {
+		t.Fatalf("the command history: %s", hist)
 	}
 	fx.stop()
 

@@ -795,7 +795,13 @@ func (p *Pipeline) emit(f *flight, t EventType, r *Response) {
 	if r != nil {
 		ev.Success, ev.Err, ev.Replayed, ev.TimedOut, ev.SessionVersion = r.Success, r.Err, r.Replayed, r.TimedOut, r.SessionVersion
 	}
-	p.hist.record(ev, f.fp, f.cmd.ID != "")
+	hev := ev
+	if r != nil && r.Err != nil && f.h.Keep != nil {
+		// The history answers anyone who asks for it: it has the error
+		// as kept for replays, not as its sender read it.
+		hev.Err = f.h.Keep(*r).Err
+	}
+	p.hist.record(hev, f.fp, f.cmd.ID != "")
 	if p.emitFn != nil {
 		p.emitFn(ev)
 	}
