@@ -1563,9 +1563,11 @@ func (s *Server) modelUndo(h *server.Hosted) func() {
 	}
 }
 
-// putBack logs a setting of a refused config change that could not be
-// recorded as put back: the conversation has it back, its file may say
-// otherwise until the next change.
+// putBack logs a setting that could not be recorded as put back after a
+// refused config change: the file failed twice in one request. The model
+// and thinking level are back in memory all the same (the file may say
+// otherwise until the next change); a name or confirmation mode, which
+// changes only once recorded, stays as the request set it.
 func (s *Server) putBack(h *server.Hosted, what string, err error) {
 	if err != nil {
 		s.srv.Logger().Warn("recording a setting put back after a refused config change", "session", h.ID(), "setting", what, "err", err)
