@@ -267,6 +267,13 @@ wait:
 				continue
 			}
 			if since := time.Since(lastUpdate); since >= bashUpdateInterval {
+				// A loaded scheduler may pick this case over a throttle
+				// that has already fired; that throttle would emit a
+				// second update right behind this one.
+				if throttleC != nil {
+					throttle.Stop()
+					throttleC = nil
+				}
 				emit()
 			} else if throttleC == nil {
 				throttle = time.NewTimer(bashUpdateInterval - since)
