@@ -91,7 +91,10 @@ type Node struct {
 	renewPaused atomic.Bool
 
 	sendReplies nodeReplies // answers to SendNode (members.go)
-	direct      nodeReplies // answers to direct gets (directget.go)
+	// calls counts SendNode's requests whose done has not returned yet;
+	// Close waits for them.
+	calls  sync.WaitGroup
+	direct nodeReplies // answers to direct gets (directget.go)
 	// consumerReads counts the reads that went on with a consumer after
 	// direct gets (directget.go), so a test can tell the fast path works.
 	consumerReads atomic.Int64
@@ -251,8 +254,9 @@ func (n *Node) LeaseTTL() time.Duration { return n.cfg.LeaseTTL }
 // lease ends locally with ErrNodeClosed (its Done closes) but stays in the
 // bucket until it expires, so another node takes the sessions over after
 // LeaseTTL. Use Drain to hand them over at once. Close waits for the
-// renewal goroutine and for the handlers of requests in flight (ServeNode)
-// to return.
+// renewal goroutine, for the handlers of requests in flight (ServeNode)
+// to return, and for the requests this node sent (SendNode) to end: each
+// not answered by then ends with ErrNodeClosed.
 func (n *Node) Close() error {
 	n.mu.Lock()
 	if n.closed {
@@ -273,6 +277,8 @@ func (n *Node) Close() error {
 		n.nc.Close()
 	}
 	<-n.ncClosed
+	// The connection is closed, so every request still waiting ends now.
+	n.calls.Wait()
 	return nil
 }
 
