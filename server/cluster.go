@@ -68,6 +68,9 @@ type clusterState struct {
 	mu         sync.Mutex
 	forwarders map[string]*forwarder // by session id
 	inflight   map[*inflight]struct{}
+	// noInflight, made by a wait for the commands in flight (stop), is
+	// closed when the last of them is answered.
+	noInflight chan struct{}
 	feeds      map[string]*Hosted // sessions owned elsewhere, followed for local subscribers
 	members    []string
 	membersAt  time.Time
@@ -485,6 +488,17 @@ type inflight struct {
 	cancel context.CancelCauseFunc
 }
 
+// answered forgets a command in flight that ended.
+func (cs *clusterState) answered(fl *inflight) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	delete(cs.inflight, fl)
+	if len(cs.inflight) == 0 && cs.noInflight != nil {
+		close(cs.noInflight)
+		cs.noInflight = nil
+	}
+}
+
 // errNodeStopped ends the commands in flight on a node that left.
 var errNodeStopped = errors.New("the node running it stopped")
 
@@ -514,9 +528,7 @@ func (cs *clusterState) send(it forwardItem, dest string) {
 		cause := context.Cause(ctx)
 		cancelT()
 		cancel(nil)
-		cs.mu.Lock()
-		delete(cs.inflight, fl)
-		cs.mu.Unlock()
+		cs.answered(fl)
 		var gone *cluster.NodeGoneError
 		switch {
 		case errors.As(err, &gone), err != nil && errors.Is(cause, errNodeStopped) && cs.safeAgain(it.cmd):
@@ -926,6 +938,9 @@ type hosted struct {
 	// file is set when the session moved to another transcript file; the
 	// publisher records it in the cluster's index.
 	file atomic.Bool
+	// next, made by a wait for the session to change (settle), is closed
+	// by its next event.
+	next atomic.Pointer[chan struct{}]
 }
 
 // host starts serving a session opened here under lease: its record in
@@ -1106,6 +1121,22 @@ func (hc *hosted) onEvent() {
 	select {
 	case hc.kick <- struct{}{}:
 	default:
+	}
+	if ch := hc.next.Swap(nil); ch != nil {
+		close(*ch)
+	}
+}
+
+// nextEvent is closed by the session's next event.
+func (hc *hosted) nextEvent() <-chan struct{} {
+	for {
+		if ch := hc.next.Load(); ch != nil {
+			return *ch
+		}
+		ch := make(chan struct{})
+		if hc.next.CompareAndSwap(nil, &ch) {
+			return ch
+		}
 	}
 }
 
@@ -1421,14 +1452,34 @@ func (cs *clusterState) handOver(ctx context.Context) {
 		cancel()
 	}
 	for _, h := range cs.s.Sessions() {
-		for h.sess.Running() && len(h.sess.Interactions()) == 0 && ctx.Err() == nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
+		cs.settle(ctx, h)
 		if err := cs.s.unload(h, false); err != nil {
 			cs.s.log.Warn("cluster: handing a session over", "session", h.id, "err", err)
+		}
+	}
+}
+
+// settle waits until h can be handed over: its run ended, or it waits for
+// a person (its question is asked again by the next owner), or ctx ended.
+// Both changes come with an event of the session, which wakes it.
+func (cs *clusterState) settle(ctx context.Context, h *Hosted) {
+	for {
+		var next <-chan struct{}
+		if h.cl != nil {
+			next = h.cl.nextEvent() // before the check, so no event is missed
+		}
+		if !h.sess.Running() || len(h.sess.Interactions()) > 0 || ctx.Err() != nil {
+			return
+		}
+		if next == nil {
+			// Not published through this node: no event wakes the wait,
+			// so only the run's end ends it.
+			_ = h.sess.Wait(ctx)
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-next:
 		}
 	}
 }
@@ -1443,15 +1494,7 @@ func (cs *clusterState) stop() {
 	}
 	// Commands this node passed on (for its own clients, or for another
 	// node's while its sessions moved) get their answers before it stops.
-	for deadline := time.Now().Add(cs.s.lim.ShutdownTimeout); time.Now().Before(deadline); {
-		cs.mu.Lock()
-		n := len(cs.inflight)
-		cs.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	cs.awaitInflight(cs.s.lim.ShutdownTimeout)
 	if cs.member != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if err := cs.member.Remove(ctx); err != nil {
@@ -1468,6 +1511,27 @@ func (cs *clusterState) stop() {
 	cs.mu.Unlock()
 	for _, h := range feeds {
 		h.feed.follow.Stop()
+	}
+}
+
+// awaitInflight waits until no command this node passed on waits for its
+// answer, or for timeout.
+func (cs *clusterState) awaitInflight(timeout time.Duration) {
+	cs.mu.Lock()
+	if len(cs.inflight) == 0 {
+		cs.mu.Unlock()
+		return
+	}
+	if cs.noInflight == nil {
+		cs.noInflight = make(chan struct{})
+	}
+	idle := cs.noInflight
+	cs.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
 	}
 }
 
