@@ -48,6 +48,10 @@ import (
 // while ownership moves under it.
 const clusterHops = 3
 
+// clusterReadTimeout bounds one read of the cluster's state made for a
+// client's request: a lease, the node list.
+const clusterReadTimeout = 5 * time.Second
+
 // clusterForwardTimeout bounds the wait for a forwarded command that has
 // no timeout of its own; a node that dies is noticed sooner (see
 // checkNodes).
@@ -75,6 +79,8 @@ type clusterState struct {
 	members    []string
 	membersAt  time.Time
 	owners     map[string]ownerSeen // recent lease reads, by session id
+	addrs      map[string]string    // client addresses of the live nodes (ClusterProxy)
+	addrsAt    time.Time
 	draining   bool
 	// announced are commands of this node's clients that were announced
 	// as accepted and started when first forwarded and then ran here: the
@@ -376,25 +382,13 @@ type ownerSeen struct {
 // that no longer runs the session passes the command on, and one that is
 // gone is forgotten.
 func (cs *clusterState) destination(id string) (dest string, orphan bool, err error) {
-	cs.mu.Lock()
-	seen, ok := cs.owners[id]
-	cs.mu.Unlock()
-	if ok && time.Since(seen.at) < cs.node.LeaseTTL()/3 {
-		return seen.node, false, nil
-	}
-	ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
 	defer cancel()
-	owner, live, held, err := cs.node.LeaseOwner(ctx, id)
+	owner, held, err := cs.leaseHolder(ctx, id, false)
 	if err != nil {
 		return "", false, err
 	}
-	if held && live {
-		cs.mu.Lock()
-		if len(cs.owners) > 10000 {
-			clear(cs.owners) // a cache, not a record: bounded crudely
-		}
-		cs.owners[id] = ownerSeen{node: owner, at: time.Now()}
-		cs.mu.Unlock()
+	if held {
 		return owner, false, nil
 	}
 	rec, found, err := cs.node.GetSession(ctx, id)
@@ -412,6 +406,36 @@ func (cs *clusterState) destination(id string) (dest string, orphan bool, err er
 		return "", false, err
 	}
 	return PlaceSession(id, members), exists, nil
+}
+
+// ownersMax bounds the owners cache: a cache, not a record, emptied
+// when it is full.
+const ownersMax = 10000
+
+// leaseHolder is the live holder of session id's lease (held false for
+// none). A holder read less than a third of a lease TTL ago is used
+// again, unless fresh: a node that no longer runs the session passes what
+// it gets on, and one that is gone is forgotten (forgetMembers).
+func (cs *clusterState) leaseHolder(ctx context.Context, id string, fresh bool) (node string, held bool, err error) {
+	if !fresh {
+		cs.mu.Lock()
+		seen, ok := cs.owners[id]
+		cs.mu.Unlock()
+		if ok && time.Since(seen.at) < cs.node.LeaseTTL()/3 {
+			return seen.node, true, nil
+		}
+	}
+	owner, live, held, err := cs.node.LeaseOwner(ctx, id)
+	if err != nil || !held || !live {
+		return "", false, err
+	}
+	cs.mu.Lock()
+	if len(cs.owners) >= ownersMax {
+		clear(cs.owners)
+	}
+	cs.owners[id] = ownerSeen{node: owner, at: time.Now()}
+	cs.mu.Unlock()
+	return owner, true, nil
 }
 
 // PlaceSession picks the home of a session among the live nodes by
@@ -478,6 +502,7 @@ func (cs *clusterState) liveMembers(ctx context.Context) ([]string, error) {
 func (cs *clusterState) forgetMembers() {
 	cs.mu.Lock()
 	cs.membersAt = time.Time{}
+	cs.addrsAt = time.Time{}
 	clear(cs.owners)
 	cs.mu.Unlock()
 }
