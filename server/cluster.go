@@ -429,13 +429,18 @@ func (cs *clusterState) leaseHolder(ctx context.Context, id string, fresh bool) 
 	if err != nil || !held || !live {
 		return "", false, err
 	}
+	cs.rememberOwner(id, owner)
+	return owner, true, nil
+}
+
+// rememberOwner caches the owner of session id.
+func (cs *clusterState) rememberOwner(id, owner string) {
 	cs.mu.Lock()
+	defer cs.mu.Unlock()
 	if len(cs.owners) >= ownersMax {
 		clear(cs.owners)
 	}
 	cs.owners[id] = ownerSeen{node: owner, at: time.Now()}
-	cs.mu.Unlock()
-	return owner, true, nil
 }
 
 // PlaceSession picks the home of a session among the live nodes by
@@ -618,17 +623,8 @@ func (cs *clusterState) send(it forwardItem, dest string) {
 		cs.wg.Add(1)
 		go func() {
 			defer cs.wg.Done()
-			t := time.NewTimer(feedCatchUp)
-			defer t.Stop()
-			select {
-			case <-h.feed.reached(r.Seq):
-			case <-h.feed.follow.Done():
-			case <-t.C:
-				h.feed.mu.Lock()
-				got := h.feed.seq
-				h.feed.mu.Unlock()
+			if late, got := h.feed.catchUp(cs.ctx, r.Seq, h.feed.follow.Done()); late {
 				cs.s.log.Warn("cluster: an answer's events did not arrive through the stream in time", "session", it.cmd.SessionID, "command", it.cmd.Type, "want", r.Seq, "delivered", got)
-			case <-cs.ctx.Done():
 			}
 			cs.finish(it, r.Resp)
 		}()
@@ -1248,6 +1244,25 @@ func (fd *feed) reached(seq uint64) <-chan struct{} {
 	}
 	fd.waiters = append(fd.waiters, feedWaiter{seq: seq, done: done})
 	return done
+}
+
+// catchUp waits until the feed has delivered seq, within feedCatchUp; it
+// ends sooner when stopped closes (the feed's follow ended) or ctx ends.
+// late says the bound passed first, delivered what the feed had
+// delivered by then.
+func (fd *feed) catchUp(ctx context.Context, seq uint64, stopped <-chan struct{}) (late bool, delivered uint64) {
+	t := time.NewTimer(feedCatchUp)
+	defer t.Stop()
+	select {
+	case <-fd.reached(seq):
+	case <-stopped:
+	case <-ctx.Done():
+	case <-t.C:
+		fd.mu.Lock()
+		defer fd.mu.Unlock()
+		return true, fd.seq
+	}
+	return false, 0
 }
 
 // subscribeRemote makes c watch session id, owned by another node, from
