@@ -48,9 +48,27 @@ import (
 // while ownership moves under it.
 const clusterHops = 3
 
-// clusterReadTimeout bounds one read of the cluster's state made for a
-// client's request: a lease, the node list.
-const clusterReadTimeout = 5 * time.Second
+// Bounds on what a node asks of the cluster, each a request or a few to
+// JetStream; they end sooner with the node (or the caller's context).
+const (
+	// clusterReadTimeout bounds one read or small write of the cluster's
+	// state: a lease's holder, a session's index record, the node list,
+	// a seq reservation, a release, the node's leaving.
+	clusterReadTimeout = 5 * time.Second
+	// clusterOpenTimeout bounds what opening a session takes in the
+	// cluster: claiming its lease (with its transcript to restore or
+	// seed), hosting it (its record, its journal), its node's first
+	// announcement, a remote subscriber's replay and follow.
+	clusterOpenTimeout = 10 * time.Second
+	// clusterPublishTimeout bounds one event's publication to the stream.
+	clusterPublishTimeout = 10 * time.Second
+	// clusterTakeoverTimeout bounds taking over a session whose owner is
+	// gone before a command for it runs.
+	clusterTakeoverTimeout = 30 * time.Second
+	// clusterRemoveTimeout bounds deleting the node's membership record
+	// as it stops; a record left behind expires within a lease TTL.
+	clusterRemoveTimeout = 2 * time.Second
+)
 
 // clusterForwardTimeout bounds the wait for a forwarded command that has
 // no timeout of its own; a node that dies is noticed sooner (see
@@ -115,7 +133,7 @@ func (cs *clusterState) start() error {
 		stop()
 		return err
 	}
-	actx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
+	actx, cancel := context.WithTimeout(cs.ctx, clusterOpenTimeout)
 	defer cancel()
 	m, err := cs.node.Announce(actx)
 	if err != nil {
@@ -354,7 +372,7 @@ func (cs *clusterState) dispatch(it forwardItem) {
 			// (A new id is left to the command, a create, which a face
 			// may have announced with Expect: looking it up here would
 			// wait for that very command.)
-			ctx, cancel := context.WithTimeout(cs.ctx, 30*time.Second)
+			ctx, cancel := context.WithTimeout(cs.ctx, clusterTakeoverTimeout)
 			_, _ = cs.s.Session(ctx, id)
 			cancel()
 		}
@@ -761,7 +779,7 @@ func (cs *clusterState) claim(ctx context.Context, id string, first uint64, file
 	if ctx == nil || ctx.Err() != nil {
 		ctx = cs.ctx
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, clusterOpenTimeout)
 	defer cancel()
 	if cs.isDraining() {
 		return nil, 0, nil, fault.Errorf(fault.Unavailable, "Session %s cannot be opened on node %s: the node is leaving the cluster; try again", id, cs.node.ID())
@@ -789,7 +807,7 @@ func (cs *clusterState) claim(ctx context.Context, id string, first uint64, file
 	// its caller gave up: else the session stays locked until the lease
 	// runs out.
 	release := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clusterReadTimeout)
 		defer cancel()
 		_ = l.Release(rctx)
 	}
@@ -841,7 +859,7 @@ func (cs *clusterState) lookup(ctx context.Context, id string, e indexEntry, ok 
 	if cluster.CheckSessionID(id) != nil {
 		return e, ok, false, nil // not a cluster session: local only
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, clusterReadTimeout)
 	defer cancel()
 	rec, found, err := cs.node.GetSession(ctx, id)
 	if err != nil {
@@ -876,7 +894,7 @@ func (cs *clusterState) lookup(ctx context.Context, id string, e indexEntry, ok 
 // to limit, so that a node taking it over numbers after every event its
 // owner may have shown a client, published or not.
 func (cs *clusterState) reserve(id string, limit uint64) {
-	ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
 	defer cancel()
 	if _, err := cs.node.UpdateSession(ctx, id, func(r *cluster.SessionRecord) error {
 		r.LastSeq = max(r.LastSeq, limit)
@@ -891,7 +909,7 @@ func (cs *clusterState) free(ctx context.Context, id string) error {
 	if cluster.CheckSessionID(id) != nil {
 		return fault.Errorf(fault.Invalid, "Validation failed: sessionId: in a cluster, a session id may hold only letters, digits, '-' and '_'")
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, clusterReadTimeout)
 	defer cancel()
 	rec, found, err := cs.node.GetSession(ctx, id)
 	if err != nil {
@@ -907,7 +925,7 @@ func (cs *clusterState) free(ctx context.Context, id string) error {
 // host) the cluster's other sessions, as its index has them: every node
 // lists every session. A session the cluster deleted is left out.
 func (cs *clusterState) known(local []Known) []Known {
-	ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
 	defer cancel()
 	recs, err := cs.node.ListSessions(ctx)
 	if err != nil {
@@ -944,7 +962,7 @@ func (cs *clusterState) visible(id string, p Principal) bool {
 	if cluster.CheckSessionID(id) != nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
 	defer cancel()
 	rec, found, err := cs.node.GetSession(ctx, id)
 	return err == nil && found && !rec.Deleted && p.MaySee(id, rec.Owner)
@@ -974,7 +992,7 @@ func (cs *clusterState) host(ctx context.Context, h *Hosted, l *cluster.Lease, f
 	if ctx == nil || ctx.Err() != nil {
 		ctx = cs.ctx
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, clusterOpenTimeout)
 	defer cancel()
 	if adopt && cs.s.pipe != nil {
 		recs, err := cs.node.JournalFor(ctx, h.id)
@@ -1047,7 +1065,7 @@ func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 				last = ev.Seq
 				continue
 			}
-			ctx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
+			ctx, cancel := context.WithTimeout(cs.ctx, clusterPublishTimeout)
 			_, err = cs.node.Publish(ctx, h.id, ev.Seq, b)
 			cancel()
 			var taken *cluster.SeqTakenError
@@ -1069,7 +1087,7 @@ func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 		select {
 		case <-hc.kick:
 			if hc.file.Swap(false) {
-				ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
+				ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
 				if err := cs.record(ctx, h, hc.lease, false); err != nil {
 					cs.s.log.Warn("cluster: recording a session's new file", "session", h.id, "err", err)
 				}
@@ -1173,7 +1191,7 @@ func (cs *clusterState) unhost(h *Hosted, deleted bool) {
 	close(hc.stop)
 	<-hc.done
 	if hc.lease.Err() == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), clusterReadTimeout)
 		defer cancel()
 		if deleted {
 			if err := cs.record(ctx, h, hc.lease, true); err != nil {
@@ -1279,7 +1297,7 @@ func (cs *clusterState) subscribeRemote(c *Client, id string, codec Codec, after
 	h.subs[c] = sub
 	h.subMu.Unlock()
 	c.watch(id)
-	ctx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(cs.ctx, clusterOpenTimeout)
 	missed, err := cs.node.Replay(ctx, id, *after)
 	cancel()
 	if err != nil {
@@ -1341,7 +1359,7 @@ func (cs *clusterState) feedFor(id string, after uint64) (*Hosted, error) {
 	}
 	h = &Hosted{srv: cs.s, id: id, subs: map[*Client]*subscription{}, gone: make(chan struct{})}
 	fd := &feed{seq: after}
-	ctx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(cs.ctx, clusterOpenTimeout)
 	defer cancel()
 	f, err := cs.node.Follow(ctx, id, after, func(e cluster.Event) {
 		if ev, ok := cs.decode(id, e); ok {
@@ -1485,7 +1503,7 @@ func (cs *clusterState) handOver(ctx context.Context) {
 	cs.membersAt = time.Time{}
 	cs.mu.Unlock()
 	if cs.member != nil {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		lctx, cancel := context.WithTimeout(ctx, clusterReadTimeout)
 		if err := cs.member.Leave(lctx); err != nil {
 			cs.s.log.Warn("cluster: leaving", "err", err)
 		}
@@ -1536,7 +1554,7 @@ func (cs *clusterState) stop() {
 	// node's while its sessions moved) get their answers before it stops.
 	cs.awaitInflight(cs.s.lim.ShutdownTimeout)
 	if cs.member != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), clusterRemoveTimeout)
 		if err := cs.member.Remove(ctx); err != nil {
 			cs.member.Stop() // a crash-like end: the record expires
 		}
