@@ -108,14 +108,14 @@ func (cs *clusterState) ownerAddr(ctx context.Context, id string, fresh bool) st
 }
 
 // nodeAddr is the client address node announced, from the node list read
-// at most every third of a lease TTL, or again when node is not on it (it
-// just joined).
+// at most every third of a lease TTL, or again when the list had none for
+// it (it just joined, or had not advertised its address yet).
 func (cs *clusterState) nodeAddr(ctx context.Context, node string) string {
 	cs.mu.Lock()
-	addr, ok := cs.addrs[node]
+	addr := cs.addrs[node]
 	recent := time.Since(cs.addrsAt) < cs.node.LeaseTTL()/3
 	cs.mu.Unlock()
-	if ok && recent {
+	if addr != "" && recent {
 		return addr
 	}
 	nodes, err := cs.node.Nodes(ctx)

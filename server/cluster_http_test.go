@@ -62,15 +62,18 @@ func TestClusterProxy(t *testing.T) {
 		name   string
 		at, id string
 		cached string // the owner the node at has in its cache for id
+		noAddr string // a node the node list last read at had no address for
 		want   string // the node that served it, and how many passed it on
 	}{
-		{"hosted here", "b", onB, "", "b 0"},
-		{"owned elsewhere", "a", onB, "", "b 1"},
-		{"no session named", "a", "", "", "a 0"},
-		{"nobody owns it", "a", free, "", "a 0"},
+		{"hosted here", "b", onB, "", "", "b 0"},
+		{"owned elsewhere", "a", onB, "", "", "b 1"},
+		{"no session named", "a", "", "", "", "a 0"},
+		{"nobody owns it", "a", free, "", "", "a 0"},
 		// c does not run it, reads the lease and finds nobody: served there.
-		{"cached owner", "a", free, "c", "c 1"},
-		{"stale cached owner", "a", onB, "c", "b 2"},
+		{"cached owner", "a", free, "c", "", "c 1"},
+		{"stale cached owner", "a", onB, "c", "", "b 2"},
+		// b had not advertised its address when a last read the list.
+		{"address not known yet", "a", onB, "", "b", "b 1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,6 +82,11 @@ func TestClusterProxy(t *testing.T) {
 			if tc.cached != "" {
 				cs.mu.Lock()
 				cs.owners[tc.id] = ownerSeen{node: tc.cached, at: time.Now()}
+				cs.mu.Unlock()
+			}
+			if tc.noAddr != "" {
+				cs.mu.Lock()
+				cs.addrs, cs.addrsAt = map[string]string{tc.noAddr: ""}, time.Now()
 				cs.mu.Unlock()
 			}
 			if got := get(t, urls[tc.at]+"/s/"+tc.id); got != tc.want {
