@@ -20,6 +20,13 @@ import (
 	"github.com/agentd-dev/agentd/sessionws"
 )
 
+// joinTimeout bounds joining the cluster at start, which waits while a
+// clustered JetStream elects its leader.
+const joinTimeout = 30 * time.Second
+
+// leaveTimeout bounds releasing what the server did not hand over.
+const leaveTimeout = 5 * time.Second
+
 // clusterNode is serve's membership in a cluster: the NATS server it runs
 // (with --cluster embedded) and its node.
 type clusterNode struct {
@@ -40,7 +47,7 @@ func joinCluster(ctx context.Context, cc config.Cluster, stateDir string, log *s
 		cn.stopNATS, url = stop, u
 		log.Info("embedded NATS listening", "url", url)
 	}
-	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	jctx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
 	node, err := cluster.Join(jctx, cluster.Config{NodeID: cc.NodeID, URL: url, LeaseTTL: cc.LeaseTTL, Replicas: cc.Replicas, Logger: log})
 	if err != nil {
@@ -57,7 +64,7 @@ func joinCluster(ctx context.Context, cc config.Cluster, stateDir string, log *s
 // leave releases what the server did not hand over (it handed its
 // sessions over in Shutdown) and stops NATS last.
 func (cn *clusterNode) leave() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 	defer cancel()
 	_ = cn.node.Drain(ctx)
 	if cn.stopNATS != nil {

@@ -35,7 +35,7 @@ const (
 	// dropped; the server stops after the message that crosses it.
 	directMaxBytes = 8 << 20
 	// directWait bounds the wait for each message of an answer.
-	directWait = 5 * time.Second
+	directWait = fetchWait
 
 	hdrStatus     = "Status"
 	hdrNumPending = "Nats-Num-Pending"

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -245,5 +246,38 @@ func TestSendNode(t *testing.T) {
 	var gone *NodeGoneError
 	if err := <-done; !errors.As(err, &gone) {
 		t.Errorf("a request to a node nobody serves: %v, want NodeGoneError", err)
+	}
+}
+
+// Close ends the requests a node has in flight and returns only once
+// their done has returned, so nothing SendNode started outlives the node;
+// a request sent after Close fails at once with ErrNodeClosed.
+func TestSendNodeClose(t *testing.T) {
+	a, b, ctx := pair(t)
+	// b never answers: only Close ends the request.
+	stop, err := b.ServeNode(ctx, func(context.Context, []byte, func([]byte, error)) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	var finished atomic.Bool
+	ended := make(chan error, 1)
+	a.SendNode(context.Background(), "b", []byte("x"), func(_ []byte, err error) {
+		// Still busy when Close would return if it did not wait.
+		time.Sleep(50 * time.Millisecond)
+		ended <- err
+		finished.Store(true)
+	})
+	a.Close()
+	if !finished.Load() {
+		t.Fatal("Close returned while a request's done was still running")
+	}
+	if err := <-ended; !errors.Is(err, ErrNodeClosed) {
+		t.Errorf("the request in flight ended with %v, want ErrNodeClosed", err)
+	}
+	after := make(chan error, 1)
+	a.SendNode(ctx, "b", []byte("y"), func(_ []byte, err error) { after <- err })
+	if err := <-after; !errors.Is(err, ErrNodeClosed) {
+		t.Errorf("a request sent after Close: %v, want ErrNodeClosed", err)
 	}
 }

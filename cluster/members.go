@@ -265,27 +265,49 @@ func (n *Node) LeaseOwner(ctx context.Context, sessionID string) (node string, l
 // SendNode sends a request to one node (ServeNode) and returns at once;
 // done is called exactly once, on another goroutine, with the answer or
 // the failure (*NodeGoneError when nobody serves that node, *RemoteError,
-// or ctx's error when it ends first). Requests sent by one caller, one
-// after another, reach the node in that order, which a blocking request
-// per goroutine would not promise. The answers come back on one
-// subscription per node, shared by every request.
+// ErrNodeClosed when this node closes first, or ctx's error when it ends
+// first). Requests sent by one caller, one after another, reach the node
+// in that order, which a blocking request per goroutine would not
+// promise. The answers come back on one subscription per node, shared by
+// every request.
+//
+// The node owns the wait: Close ends it and returns only once done has
+// returned, so done must not call Close. On a node already closed, done
+// is called with ErrNodeClosed before SendNode returns.
 func (n *Node) SendNode(ctx context.Context, nodeID string, payload []byte, done func([]byte, error)) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		done(nil, fmt.Errorf("cluster: sending a request to node %s: %w", nodeID, ErrNodeClosed))
+		return
+	}
+	// Added under the lock that Close takes before it waits, so every Add
+	// comes before the Wait.
+	n.calls.Add(1)
+	n.mu.Unlock()
+	fail := func(err error) {
+		go func() {
+			defer n.calls.Done()
+			done(nil, err)
+		}()
+	}
 	if err := CheckSessionID(nodeID); err != nil {
-		go done(nil, err)
+		fail(err)
 		return
 	}
 	replies, inbox, cancel, err := n.replies(&n.sendReplies)
 	if err != nil {
-		go done(nil, fmt.Errorf("cluster: sending a request to node %s: %w", nodeID, err))
+		fail(fmt.Errorf("cluster: sending a request to node %s: %w", nodeID, err))
 		return
 	}
 	ch, token := replies.wait(1)
 	if err := n.nc.PublishMsg(&nats.Msg{Subject: nodePrefix + nodeID, Reply: inbox + token, Data: payload}); err != nil {
 		replies.drop(token)
-		go done(nil, fmt.Errorf("cluster: sending a request to node %s: %w", nodeID, err))
+		fail(fmt.Errorf("cluster: sending a request to node %s: %w", nodeID, err))
 		return
 	}
 	go func() {
+		defer n.calls.Done()
 		defer replies.drop(token)
 		select {
 		case <-ctx.Done():

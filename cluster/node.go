@@ -35,6 +35,33 @@ const (
 	evPrefix = "agentd.ev."
 )
 
+// Defaults for what a Config leaves zero.
+const (
+	// DefaultLeaseTTL is Config.LeaseTTL's default.
+	DefaultLeaseTTL = 10 * time.Second
+	// DefaultRequestTimeout is Config.RequestTimeout's default.
+	DefaultRequestTimeout = 10 * time.Second
+)
+
+// Bounds on the node's own talk with JetStream.
+const (
+	// setupAttempt bounds one try at creating the buckets and streams; a
+	// request sent while JetStream has no leader gets no answer at all.
+	setupAttempt = 2 * time.Second
+	// setupRetry is the pause between those tries.
+	setupRetry = 100 * time.Millisecond
+	// dedupeWindow is how long a stream remembers a message id, so a
+	// write retried within it is stored once.
+	dedupeWindow = 2 * time.Minute
+	// fetchWait bounds one fetch from a consumer (and directWait one
+	// direct get's message).
+	fetchWait = 5 * time.Second
+	// consumerIdle is how long the server keeps a consumer nobody reads,
+	// in case its deletion (bounded by consumerDelete) does not arrive.
+	consumerIdle   = 30 * time.Second
+	consumerDelete = time.Second
+)
+
 // Config is everything a Node needs; the serve wiring fills it from flags.
 type Config struct {
 	// NodeID names this node in leases and event headers; required and
@@ -47,10 +74,11 @@ type Config struct {
 	URL string
 	// LeaseTTL is how long a lease lasts without renewal, so how long a dead
 	// node's sessions stay unowned. Renewal runs every LeaseTTL/3. Zero
-	// means 10s.
+	// means DefaultLeaseTTL.
 	LeaseTTL time.Duration
 	// RequestTimeout bounds each transcript mirror write and journal
-	// append; a journal Load gets four times as long. Zero means 10s.
+	// append; a journal Load gets four times as long. Zero means
+	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
 	// Replicas is how many copies JetStream keeps of leases and events;
 	// 1 for a single server, 3 for a production cluster. Zero means 1.
@@ -91,18 +119,26 @@ type Node struct {
 	renewPaused atomic.Bool
 
 	sendReplies nodeReplies // answers to SendNode (members.go)
-	direct      nodeReplies // answers to direct gets (directget.go)
+	// calls counts SendNode's requests whose done has not returned yet;
+	// Close waits for them.
+	calls  sync.WaitGroup
+	direct nodeReplies // answers to direct gets (directget.go)
 	// consumerReads counts the reads that went on with a consumer after
 	// direct gets (directget.go), so a test can tell the fast path works.
 	consumerReads atomic.Int64
 }
 
-var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
 
-// CheckSessionID tells whether id can name a session in a cluster: it
-// must be usable as a NATS subject token (letters, digits, '-' and '_').
+// ValidID reports whether id can name a session or a node in a cluster:
+// it is part of NATS subjects, so it must be one subject token, of
+// letters, digits, '-' and '_' only, at most 200 of them.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// CheckSessionID tells whether id can name a session in a cluster (see
+// ValidID).
 func CheckSessionID(id string) error {
-	if !sessionIDPattern.MatchString(id) {
+	if !ValidID(id) {
 		return fmt.Errorf("cluster: session id %q is not usable as a NATS subject token (letters, digits, '-' and '_', at most 200)", id)
 	}
 	return nil
@@ -124,10 +160,10 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, errors.New("cluster: a NATS URL is required")
 	}
 	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = 10 * time.Second
+		cfg.LeaseTTL = DefaultLeaseTTL
 	}
 	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = 10 * time.Second
+		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 	if cfg.Replicas <= 0 {
 		cfg.Replicas = 1
@@ -192,13 +228,13 @@ func (n *Node) setup(ctx context.Context) error {
 		Storage:     jetstream.FileStorage,
 		Replicas:    n.cfg.Replicas,
 		MaxAge:      n.cfg.EventMaxAge,
-		Duplicates:  2 * time.Minute,
+		Duplicates:  dedupeWindow,
 		AllowDirect: true,
 	}
 	for {
 		// Bound each attempt: a request sent while JetStream has no leader
 		// gets no answer at all, and would otherwise wait for all of ctx.
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		actx, cancel := context.WithTimeout(ctx, setupAttempt)
 		err = n.ensure(actx, kvCfg, evCfg)
 		cancel()
 		if err == nil {
@@ -208,7 +244,7 @@ func (n *Node) setup(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("cluster: creating the lease bucket and streams: %w (gave up: %w)", err, context.Cause(ctx))
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(setupRetry):
 		}
 	}
 }
@@ -251,8 +287,9 @@ func (n *Node) LeaseTTL() time.Duration { return n.cfg.LeaseTTL }
 // lease ends locally with ErrNodeClosed (its Done closes) but stays in the
 // bucket until it expires, so another node takes the sessions over after
 // LeaseTTL. Use Drain to hand them over at once. Close waits for the
-// renewal goroutine and for the handlers of requests in flight (ServeNode)
-// to return.
+// renewal goroutine, for the handlers of requests in flight (ServeNode)
+// to return, and for the requests this node sent (SendNode) to end: each
+// not answered by then ends with ErrNodeClosed.
 func (n *Node) Close() error {
 	n.mu.Lock()
 	if n.closed {
@@ -273,6 +310,8 @@ func (n *Node) Close() error {
 		n.nc.Close()
 	}
 	<-n.ncClosed
+	// The connection is closed, so every request still waiting ends now.
+	n.calls.Wait()
 	return nil
 }
 

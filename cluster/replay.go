@@ -64,14 +64,14 @@ func (n *Node) Replay(ctx context.Context, sessionID string, afterSeq uint64) ([
 		FilterSubjects:    []string{subject},
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       start,
-		InactiveThreshold: 30 * time.Second,
+		InactiveThreshold: consumerIdle,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: replaying session %s: %w", sessionID, err)
 	}
 	defer func() {
 		// Best effort: the server drops an idle one after InactiveThreshold.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), consumerDelete)
 		defer cancel()
 		if info := cons.CachedInfo(); info != nil {
 			_ = n.js.DeleteConsumer(dctx, EventStream, info.Name)
@@ -109,7 +109,7 @@ func (r *replay) add(ev Event) {
 // its own context, cancelled and drained before returning, so the client
 // library's fetch goroutine never outlives the call.
 func (r *replay) fetch(ctx context.Context, cons jetstream.Consumer) (done bool, err error) {
-	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	fctx, cancel := context.WithTimeout(ctx, fetchWait)
 	batch, err := cons.Fetch(replayBatch, jetstream.FetchContext(fctx))
 	if err != nil {
 		cancel()

@@ -97,7 +97,7 @@ func (n *Node) ensureStore(ctx context.Context) error {
 		Storage:     jetstream.FileStorage,
 		Replicas:    n.cfg.Replicas,
 		MaxMsgSize:  MaxStateMsg,
-		Duplicates:  2 * time.Minute,
+		Duplicates:  dedupeWindow,
 		AllowDirect: true,
 	})
 	if err != nil {
@@ -115,7 +115,7 @@ func (n *Node) ensureStore(ctx context.Context) error {
 		// a pipeline keeps, and room for fences; older ones would be
 		// dropped by Recover anyway.
 		MaxMsgsPerSubject: 2*2000 + 64,
-		Duplicates:        2 * time.Minute,
+		Duplicates:        dedupeWindow,
 		AllowDirect:       true,
 	})
 	if err != nil {
@@ -333,13 +333,13 @@ func (n *Node) readSubject(ctx context.Context, stream, subject string, upTo uin
 		FilterSubjects:    []string{subject},
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       from,
-		InactiveThreshold: 30 * time.Second,
+		InactiveThreshold: consumerIdle,
 	})
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", subject, err)
 	}
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), consumerDelete)
 		defer cancel()
 		if info := cons.CachedInfo(); info != nil {
 			_ = n.js.DeleteConsumer(dctx, stream, info.Name)
@@ -368,7 +368,7 @@ func (n *Node) readSubject(ctx context.Context, stream, subject string, upTo uin
 }
 
 func fetchSubject(ctx context.Context, cons jetstream.Consumer, upTo uint64, fn func(subjectMsg) error) (done bool, got int, err error) {
-	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	fctx, cancel := context.WithTimeout(ctx, fetchWait)
 	batch, err := cons.Fetch(64, jetstream.FetchContext(fctx))
 	if err != nil {
 		cancel()

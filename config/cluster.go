@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentd-dev/agentd/cluster"
 )
 
 // Cluster is how `agentd serve` joins a cluster of nodes on NATS
@@ -48,7 +50,7 @@ type Cluster struct {
 
 // ClusterDefaults reads the environment's cluster settings.
 func ClusterDefaults(getenv func(string) string) Cluster {
-	return Cluster{Spec: getenv("AGENTD_CLUSTER"), NodeID: getenv("AGENTD_NODE_ID"), Listen: "127.0.0.1:4222", LeaseTTL: 10 * time.Second, Replicas: 1}
+	return Cluster{Spec: getenv("AGENTD_CLUSTER"), NodeID: getenv("AGENTD_NODE_ID"), Listen: "127.0.0.1:4222", LeaseTTL: cluster.DefaultLeaseTTL, Replicas: 1}
 }
 
 // Register adds the cluster flags.
@@ -63,8 +65,6 @@ func (c *Cluster) Register(fs *flag.FlagSet) {
 
 // Enabled reports whether serve runs as a cluster node.
 func (c *Cluster) Enabled() bool { return c.Spec != "" }
-
-var nodeIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
 
 // check validates the cluster settings and fills what they imply.
 func (c *Cluster) check(port int, stdio bool) []error {
@@ -103,7 +103,7 @@ func (c *Cluster) check(port int, stdio bool) []error {
 	if c.NodeID == "" {
 		c.NodeID = defaultNodeID(port)
 	}
-	if !nodeIDRe.MatchString(c.NodeID) {
+	if !cluster.ValidID(c.NodeID) {
 		errs = append(errs, fmt.Errorf("--node-id %q: use letters, digits, '-' and '_' only (at most 200)", c.NodeID))
 	}
 	if c.Replicas < 1 || c.Replicas > 5 {
@@ -118,7 +118,7 @@ func (c *Cluster) check(port int, stdio bool) []error {
 var nodeIDStrip = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
 
 // defaultNodeID is <hostname>-<port>, with anything a NATS subject token
-// cannot hold replaced.
+// cannot hold replaced (what cluster.ValidID allows).
 func defaultNodeID(port int) string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {

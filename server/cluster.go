@@ -48,6 +48,28 @@ import (
 // while ownership moves under it.
 const clusterHops = 3
 
+// Bounds on what a node asks of the cluster, each a request or a few to
+// JetStream; they end sooner with the node (or the caller's context).
+const (
+	// clusterReadTimeout bounds one read or small write of the cluster's
+	// state: a lease's holder, a session's index record, the node list,
+	// a seq reservation, a release, the node's leaving.
+	clusterReadTimeout = 5 * time.Second
+	// clusterOpenTimeout bounds what opening a session takes in the
+	// cluster: claiming its lease (with its transcript to restore or
+	// seed), hosting it (its record, its journal), its node's first
+	// announcement, a remote subscriber's replay and follow.
+	clusterOpenTimeout = 10 * time.Second
+	// clusterPublishTimeout bounds one event's publication to the stream.
+	clusterPublishTimeout = 10 * time.Second
+	// clusterTakeoverTimeout bounds taking over a session whose owner is
+	// gone before a command for it runs.
+	clusterTakeoverTimeout = 30 * time.Second
+	// clusterRemoveTimeout bounds deleting the node's membership record
+	// as it stops; a record left behind expires within a lease TTL.
+	clusterRemoveTimeout = 2 * time.Second
+)
+
 // clusterForwardTimeout bounds the wait for a forwarded command that has
 // no timeout of its own; a node that dies is noticed sooner (see
 // checkNodes).
@@ -68,10 +90,15 @@ type clusterState struct {
 	mu         sync.Mutex
 	forwarders map[string]*forwarder // by session id
 	inflight   map[*inflight]struct{}
+	// noInflight, made by a wait for the commands in flight (stop), is
+	// closed when the last of them is answered.
+	noInflight chan struct{}
 	feeds      map[string]*Hosted // sessions owned elsewhere, followed for local subscribers
 	members    []string
 	membersAt  time.Time
 	owners     map[string]ownerSeen // recent lease reads, by session id
+	addrs      map[string]string    // client addresses of the live nodes (ClusterProxy)
+	addrsAt    time.Time
 	draining   bool
 	// announced are commands of this node's clients that were announced
 	// as accepted and started when first forwarded and then ran here: the
@@ -106,7 +133,7 @@ func (cs *clusterState) start() error {
 		stop()
 		return err
 	}
-	actx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
+	actx, cancel := context.WithTimeout(cs.ctx, clusterOpenTimeout)
 	defer cancel()
 	m, err := cs.node.Announce(actx)
 	if err != nil {
@@ -345,7 +372,7 @@ func (cs *clusterState) dispatch(it forwardItem) {
 			// (A new id is left to the command, a create, which a face
 			// may have announced with Expect: looking it up here would
 			// wait for that very command.)
-			ctx, cancel := context.WithTimeout(cs.ctx, 30*time.Second)
+			ctx, cancel := context.WithTimeout(cs.ctx, clusterTakeoverTimeout)
 			_, _ = cs.s.Session(ctx, id)
 			cancel()
 		}
@@ -373,25 +400,13 @@ type ownerSeen struct {
 // that no longer runs the session passes the command on, and one that is
 // gone is forgotten.
 func (cs *clusterState) destination(id string) (dest string, orphan bool, err error) {
-	cs.mu.Lock()
-	seen, ok := cs.owners[id]
-	cs.mu.Unlock()
-	if ok && time.Since(seen.at) < cs.node.LeaseTTL()/3 {
-		return seen.node, false, nil
-	}
-	ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
 	defer cancel()
-	owner, live, held, err := cs.node.LeaseOwner(ctx, id)
+	owner, held, err := cs.leaseHolder(ctx, id, false)
 	if err != nil {
 		return "", false, err
 	}
-	if held && live {
-		cs.mu.Lock()
-		if len(cs.owners) > 10000 {
-			clear(cs.owners) // a cache, not a record: bounded crudely
-		}
-		cs.owners[id] = ownerSeen{node: owner, at: time.Now()}
-		cs.mu.Unlock()
+	if held {
 		return owner, false, nil
 	}
 	rec, found, err := cs.node.GetSession(ctx, id)
@@ -409,6 +424,41 @@ func (cs *clusterState) destination(id string) (dest string, orphan bool, err er
 		return "", false, err
 	}
 	return PlaceSession(id, members), exists, nil
+}
+
+// ownersMax bounds the owners cache: a cache, not a record, emptied
+// when it is full.
+const ownersMax = 10000
+
+// leaseHolder is the live holder of session id's lease (held false for
+// none). A holder read less than a third of a lease TTL ago is used
+// again, unless fresh: a node that no longer runs the session passes what
+// it gets on, and one that is gone is forgotten (forgetMembers).
+func (cs *clusterState) leaseHolder(ctx context.Context, id string, fresh bool) (node string, held bool, err error) {
+	if !fresh {
+		cs.mu.Lock()
+		seen, ok := cs.owners[id]
+		cs.mu.Unlock()
+		if ok && time.Since(seen.at) < cs.node.LeaseTTL()/3 {
+			return seen.node, true, nil
+		}
+	}
+	owner, live, held, err := cs.node.LeaseOwner(ctx, id)
+	if err != nil || !held || !live {
+		return "", false, err
+	}
+	cs.rememberOwner(id, owner)
+	return owner, true, nil
+}
+
+// rememberOwner caches the owner of session id.
+func (cs *clusterState) rememberOwner(id, owner string) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if len(cs.owners) >= ownersMax {
+		clear(cs.owners)
+	}
+	cs.owners[id] = ownerSeen{node: owner, at: time.Now()}
 }
 
 // PlaceSession picks the home of a session among the live nodes by
@@ -475,6 +525,7 @@ func (cs *clusterState) liveMembers(ctx context.Context) ([]string, error) {
 func (cs *clusterState) forgetMembers() {
 	cs.mu.Lock()
 	cs.membersAt = time.Time{}
+	cs.addrsAt = time.Time{}
 	clear(cs.owners)
 	cs.mu.Unlock()
 }
@@ -483,6 +534,17 @@ func (cs *clusterState) forgetMembers() {
 type inflight struct {
 	node   string
 	cancel context.CancelCauseFunc
+}
+
+// answered forgets a command in flight that ended.
+func (cs *clusterState) answered(fl *inflight) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	delete(cs.inflight, fl)
+	if len(cs.inflight) == 0 && cs.noInflight != nil {
+		close(cs.noInflight)
+		cs.noInflight = nil
+	}
 }
 
 // errNodeStopped ends the commands in flight on a node that left.
@@ -514,9 +576,7 @@ func (cs *clusterState) send(it forwardItem, dest string) {
 		cause := context.Cause(ctx)
 		cancelT()
 		cancel(nil)
-		cs.mu.Lock()
-		delete(cs.inflight, fl)
-		cs.mu.Unlock()
+		cs.answered(fl)
 		var gone *cluster.NodeGoneError
 		switch {
 		case errors.As(err, &gone), err != nil && errors.Is(cause, errNodeStopped) && cs.safeAgain(it.cmd):
@@ -581,17 +641,8 @@ func (cs *clusterState) send(it forwardItem, dest string) {
 		cs.wg.Add(1)
 		go func() {
 			defer cs.wg.Done()
-			t := time.NewTimer(feedCatchUp)
-			defer t.Stop()
-			select {
-			case <-h.feed.reached(r.Seq):
-			case <-h.feed.follow.Done():
-			case <-t.C:
-				h.feed.mu.Lock()
-				got := h.feed.seq
-				h.feed.mu.Unlock()
+			if late, got := h.feed.catchUp(cs.ctx, r.Seq, h.feed.follow.Done()); late {
 				cs.s.log.Warn("cluster: an answer's events did not arrive through the stream in time", "session", it.cmd.SessionID, "command", it.cmd.Type, "want", r.Seq, "delivered", got)
-			case <-cs.ctx.Done():
 			}
 			cs.finish(it, r.Resp)
 		}()
@@ -728,7 +779,7 @@ func (cs *clusterState) claim(ctx context.Context, id string, first uint64, file
 	if ctx == nil || ctx.Err() != nil {
 		ctx = cs.ctx
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, clusterOpenTimeout)
 	defer cancel()
 	if cs.isDraining() {
 		return nil, 0, nil, fault.Errorf(fault.Unavailable, "Session %s cannot be opened on node %s: the node is leaving the cluster; try again", id, cs.node.ID())
@@ -756,7 +807,7 @@ func (cs *clusterState) claim(ctx context.Context, id string, first uint64, file
 	// its caller gave up: else the session stays locked until the lease
 	// runs out.
 	release := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clusterReadTimeout)
 		defer cancel()
 		_ = l.Release(rctx)
 	}
@@ -808,7 +859,7 @@ func (cs *clusterState) lookup(ctx context.Context, id string, e indexEntry, ok 
 	if cluster.CheckSessionID(id) != nil {
 		return e, ok, false, nil // not a cluster session: local only
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, clusterReadTimeout)
 	defer cancel()
 	rec, found, err := cs.node.GetSession(ctx, id)
 	if err != nil {
@@ -843,7 +894,7 @@ func (cs *clusterState) lookup(ctx context.Context, id string, e indexEntry, ok 
 // to limit, so that a node taking it over numbers after every event its
 // owner may have shown a client, published or not.
 func (cs *clusterState) reserve(id string, limit uint64) {
-	ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
 	defer cancel()
 	if _, err := cs.node.UpdateSession(ctx, id, func(r *cluster.SessionRecord) error {
 		r.LastSeq = max(r.LastSeq, limit)
@@ -858,7 +909,7 @@ func (cs *clusterState) free(ctx context.Context, id string) error {
 	if cluster.CheckSessionID(id) != nil {
 		return fault.Errorf(fault.Invalid, "Validation failed: sessionId: in a cluster, a session id may hold only letters, digits, '-' and '_'")
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, clusterReadTimeout)
 	defer cancel()
 	rec, found, err := cs.node.GetSession(ctx, id)
 	if err != nil {
@@ -874,7 +925,7 @@ func (cs *clusterState) free(ctx context.Context, id string) error {
 // host) the cluster's other sessions, as its index has them: every node
 // lists every session. A session the cluster deleted is left out.
 func (cs *clusterState) known(local []Known) []Known {
-	ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
 	defer cancel()
 	recs, err := cs.node.ListSessions(ctx)
 	if err != nil {
@@ -911,7 +962,7 @@ func (cs *clusterState) visible(id string, p Principal) bool {
 	if cluster.CheckSessionID(id) != nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
 	defer cancel()
 	rec, found, err := cs.node.GetSession(ctx, id)
 	return err == nil && found && !rec.Deleted && p.MaySee(id, rec.Owner)
@@ -926,6 +977,9 @@ type hosted struct {
 	// file is set when the session moved to another transcript file; the
 	// publisher records it in the cluster's index.
 	file atomic.Bool
+	// next, made by a wait for the session to change (settle), is closed
+	// by its next event.
+	next atomic.Pointer[chan struct{}]
 }
 
 // host starts serving a session opened here under lease: its record in
@@ -938,7 +992,7 @@ func (cs *clusterState) host(ctx context.Context, h *Hosted, l *cluster.Lease, f
 	if ctx == nil || ctx.Err() != nil {
 		ctx = cs.ctx
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, clusterOpenTimeout)
 	defer cancel()
 	if adopt && cs.s.pipe != nil {
 		recs, err := cs.node.JournalFor(ctx, h.id)
@@ -1011,7 +1065,7 @@ func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 				last = ev.Seq
 				continue
 			}
-			ctx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
+			ctx, cancel := context.WithTimeout(cs.ctx, clusterPublishTimeout)
 			_, err = cs.node.Publish(ctx, h.id, ev.Seq, b)
 			cancel()
 			var taken *cluster.SeqTakenError
@@ -1033,7 +1087,7 @@ func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 		select {
 		case <-hc.kick:
 			if hc.file.Swap(false) {
-				ctx, cancel := context.WithTimeout(cs.ctx, 5*time.Second)
+				ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
 				if err := cs.record(ctx, h, hc.lease, false); err != nil {
 					cs.s.log.Warn("cluster: recording a session's new file", "session", h.id, "err", err)
 				}
@@ -1107,6 +1161,22 @@ func (hc *hosted) onEvent() {
 	case hc.kick <- struct{}{}:
 	default:
 	}
+	if ch := hc.next.Swap(nil); ch != nil {
+		close(*ch)
+	}
+}
+
+// nextEvent is closed by the session's next event.
+func (hc *hosted) nextEvent() <-chan struct{} {
+	for {
+		if ch := hc.next.Load(); ch != nil {
+			return *ch
+		}
+		ch := make(chan struct{})
+		if hc.next.CompareAndSwap(nil, &ch) {
+			return ch
+		}
+	}
 }
 
 // unhost stops publishing a session that is being unloaded (after the
@@ -1121,7 +1191,7 @@ func (cs *clusterState) unhost(h *Hosted, deleted bool) {
 	close(hc.stop)
 	<-hc.done
 	if hc.lease.Err() == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), clusterReadTimeout)
 		defer cancel()
 		if deleted {
 			if err := cs.record(ctx, h, hc.lease, true); err != nil {
@@ -1194,6 +1264,25 @@ func (fd *feed) reached(seq uint64) <-chan struct{} {
 	return done
 }
 
+// catchUp waits until the feed has delivered seq, within feedCatchUp; it
+// ends sooner when stopped closes (the feed's follow ended) or ctx ends.
+// late says the bound passed first, delivered what the feed had
+// delivered by then.
+func (fd *feed) catchUp(ctx context.Context, seq uint64, stopped <-chan struct{}) (late bool, delivered uint64) {
+	t := time.NewTimer(feedCatchUp)
+	defer t.Stop()
+	select {
+	case <-fd.reached(seq):
+	case <-stopped:
+	case <-ctx.Done():
+	case <-t.C:
+		fd.mu.Lock()
+		defer fd.mu.Unlock()
+		return true, fd.seq
+	}
+	return false, 0
+}
+
 // subscribeRemote makes c watch session id, owned by another node, from
 // the stream: the events after *after (all of them the stream has), then
 // the live ones.
@@ -1208,7 +1297,7 @@ func (cs *clusterState) subscribeRemote(c *Client, id string, codec Codec, after
 	h.subs[c] = sub
 	h.subMu.Unlock()
 	c.watch(id)
-	ctx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(cs.ctx, clusterOpenTimeout)
 	missed, err := cs.node.Replay(ctx, id, *after)
 	cancel()
 	if err != nil {
@@ -1270,7 +1359,7 @@ func (cs *clusterState) feedFor(id string, after uint64) (*Hosted, error) {
 	}
 	h = &Hosted{srv: cs.s, id: id, subs: map[*Client]*subscription{}, gone: make(chan struct{})}
 	fd := &feed{seq: after}
-	ctx, cancel := context.WithTimeout(cs.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(cs.ctx, clusterOpenTimeout)
 	defer cancel()
 	f, err := cs.node.Follow(ctx, id, after, func(e cluster.Event) {
 		if ev, ok := cs.decode(id, e); ok {
@@ -1414,21 +1503,41 @@ func (cs *clusterState) handOver(ctx context.Context) {
 	cs.membersAt = time.Time{}
 	cs.mu.Unlock()
 	if cs.member != nil {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		lctx, cancel := context.WithTimeout(ctx, clusterReadTimeout)
 		if err := cs.member.Leave(lctx); err != nil {
 			cs.s.log.Warn("cluster: leaving", "err", err)
 		}
 		cancel()
 	}
 	for _, h := range cs.s.Sessions() {
-		for h.sess.Running() && len(h.sess.Interactions()) == 0 && ctx.Err() == nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
+		cs.settle(ctx, h)
 		if err := cs.s.unload(h, false); err != nil {
 			cs.s.log.Warn("cluster: handing a session over", "session", h.id, "err", err)
+		}
+	}
+}
+
+// settle waits until h can be handed over: its run ended, or it waits for
+// a person (its question is asked again by the next owner), or ctx ended.
+// Both changes come with an event of the session, which wakes it.
+func (cs *clusterState) settle(ctx context.Context, h *Hosted) {
+	for {
+		var next <-chan struct{}
+		if h.cl != nil {
+			next = h.cl.nextEvent() // before the check, so no event is missed
+		}
+		if !h.sess.Running() || len(h.sess.Interactions()) > 0 || ctx.Err() != nil {
+			return
+		}
+		if next == nil {
+			// Not published through this node: no event wakes the wait,
+			// so only the run's end ends it.
+			_ = h.sess.Wait(ctx)
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-next:
 		}
 	}
 }
@@ -1443,17 +1552,9 @@ func (cs *clusterState) stop() {
 	}
 	// Commands this node passed on (for its own clients, or for another
 	// node's while its sessions moved) get their answers before it stops.
-	for deadline := time.Now().Add(cs.s.lim.ShutdownTimeout); time.Now().Before(deadline); {
-		cs.mu.Lock()
-		n := len(cs.inflight)
-		cs.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	cs.awaitInflight(cs.s.lim.ShutdownTimeout)
 	if cs.member != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), clusterRemoveTimeout)
 		if err := cs.member.Remove(ctx); err != nil {
 			cs.member.Stop() // a crash-like end: the record expires
 		}
@@ -1468,6 +1569,27 @@ func (cs *clusterState) stop() {
 	cs.mu.Unlock()
 	for _, h := range feeds {
 		h.feed.follow.Stop()
+	}
+}
+
+// awaitInflight waits until no command this node passed on waits for its
+// answer, or for timeout.
+func (cs *clusterState) awaitInflight(timeout time.Duration) {
+	cs.mu.Lock()
+	if len(cs.inflight) == 0 {
+		cs.mu.Unlock()
+		return
+	}
+	if cs.noInflight == nil {
+		cs.noInflight = make(chan struct{})
+	}
+	idle := cs.noInflight
+	cs.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
 	}
 }
 

@@ -30,56 +30,104 @@ func (s *Server) AdvertiseHTTP(ctx context.Context, addr string) error {
 // answers on every node. WebSocket upgrades and streamed responses pass
 // through; the client's credentials go along unchanged. Without a cluster
 // it is next.
+//
+// The owner is looked up as commands' is, from the owners cache; a node
+// that gets a request passed on by a stale entry, for a session it does
+// not run, reads the lease again and passes it on once more.
 func (s *Server) ClusterProxy(sessionOf func(*http.Request) string, next http.Handler) http.Handler {
 	cs := s.cl
 	if cs == nil {
 		return next
 	}
+	// One proxy for every node: the target travels in the request's
+	// context, so nothing is built per request.
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			t := pr.In.Context().Value(proxyTargetKey{}).(proxyTarget)
+			pr.SetURL(&url.URL{Scheme: "http", Host: t.addr})
+			pr.Out.Host = t.addr
+			pr.Out.Header.Add(hdrProxied, cs.node.ID())
+			pr.SetXForwarded()
+		},
+		Transport:     cs.httpTransport,
+		FlushInterval: -1, // event streams go out as they come
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			t := r.Context().Value(proxyTargetKey{}).(proxyTarget)
+			s.log.Warn("cluster: passing a request on", "session", t.id, "to", t.addr, "err", err)
+			// The node may be gone: the next request looks its sessions up again.
+			cs.forgetMembers()
+			http.Error(w, "The node running session "+t.id+" did not answer; try again", http.StatusBadGateway)
+		},
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := sessionOf(r)
-		if id == "" || r.Header.Get(hdrProxied) != "" || cs.hostsOrMakes(id) {
+		hops := len(r.Header.Values(hdrProxied))
+		if id == "" || hops >= proxyHops || cs.hostsOrMakes(id) {
 			next.ServeHTTP(w, r)
 			return
 		}
-		addr := cs.ownerAddr(r.Context(), id)
+		addr := cs.ownerAddr(r.Context(), id, hops > 0)
 		if addr == "" {
 			next.ServeHTTP(w, r) // nobody else runs it: served (or taken over) here
 			return
 		}
-		proxy := &httputil.ReverseProxy{
-			Rewrite: func(pr *httputil.ProxyRequest) {
-				pr.SetURL(&url.URL{Scheme: "http", Host: addr})
-				pr.Out.Host = addr
-				pr.Out.Header.Set(hdrProxied, cs.node.ID())
-				pr.SetXForwarded()
-			},
-			Transport:     cs.httpTransport,
-			FlushInterval: -1, // event streams go out as they come
-			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-				s.log.Warn("cluster: passing a request on", "session", id, "to", addr, "err", err)
-				http.Error(w, "The node running session "+id+" did not answer; try again", http.StatusBadGateway)
-			},
-		}
-		proxy.ServeHTTP(w, r)
+		proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), proxyTargetKey{}, proxyTarget{id: id, addr: addr})))
 	})
 }
 
+// proxyHops bounds how many nodes pass one request on: the first by its
+// owners cache, the second (when the first's entry was stale) by a fresh
+// read of the lease.
+const proxyHops = 2
+
+type proxyTargetKey struct{}
+
+// proxyTarget is where ClusterProxy passes a request on.
+type proxyTarget struct{ id, addr string }
+
 // ownerAddr is the client address of the live node, other than this one,
-// that runs session id; "" when there is none.
-func (cs *clusterState) ownerAddr(ctx context.Context, id string) string {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+// that runs session id; "" when there is none. The owner comes from the
+// owners cache unless fresh, the address from the node list read at most
+// every third of a lease TTL.
+func (cs *clusterState) ownerAddr(ctx context.Context, id string, fresh bool) string {
+	ctx, cancel := context.WithTimeout(ctx, clusterReadTimeout)
 	defer cancel()
-	owner, live, held, err := cs.node.LeaseOwner(ctx, id)
-	if err != nil || !held || !live || owner == cs.node.ID() {
+	owner, held, err := cs.leaseHolder(ctx, id, fresh)
+	if err == nil && held && owner == cs.node.ID() && !fresh {
+		// This node does not run it (the caller asked): the entry is stale.
+		owner, held, err = cs.leaseHolder(ctx, id, true)
+	}
+	if err != nil || !held || owner == cs.node.ID() {
 		return ""
+	}
+	addr := cs.nodeAddr(ctx, owner)
+	if h, _, err := net.SplitHostPort(addr); err != nil || h == "" {
+		return ""
+	}
+	return addr
+}
+
+// nodeAddr is the client address node announced, from the node list read
+// at most every third of a lease TTL, or again when the list had none for
+// it (it just joined, or had not advertised its address yet).
+func (cs *clusterState) nodeAddr(ctx context.Context, node string) string {
+	cs.mu.Lock()
+	addr := cs.addrs[node]
+	recent := time.Since(cs.addrsAt) < cs.node.LeaseTTL()/3
+	cs.mu.Unlock()
+	if addr != "" && recent {
+		return addr
 	}
 	nodes, err := cs.node.Nodes(ctx)
 	if err != nil {
 		return ""
 	}
-	addr := nodes[owner].Addr
-	if h, _, err := net.SplitHostPort(addr); err != nil || h == "" {
-		return ""
+	addrs := make(map[string]string, len(nodes))
+	for id, info := range nodes {
+		addrs[id] = info.Addr
 	}
-	return addr
+	cs.mu.Lock()
+	cs.addrs, cs.addrsAt = addrs, time.Now()
+	cs.mu.Unlock()
+	return addrs[node]
 }

@@ -1,0 +1,213 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agentd-dev/agentd/cluster"
+	"github.com/agentd-dev/agentd/cluster/embeddednats"
+	"github.com/agentd-dev/agentd/engine"
+	"github.com/agentd-dev/agentd/llm/faux"
+	"github.com/agentd-dev/agentd/server"
+	"github.com/agentd-dev/agentd/session"
+)
+
+// fauxBuilder makes sessions of the offline model.
+type fauxBuilder struct{ p *faux.Provider }
+
+func (b fauxBuilder) Session(spec engine.Spec) (*session.Session, error) {
+	return session.New(session.Config{
+		Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open, Model: faux.Model(), Stream: b.p.Stream,
+		FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq, TranscriptOptions: spec.TranscriptOptions,
+	})
+}
+
+// testServer is a started server; with clustered, node n1 of a cluster on
+// an embedded NATS server.
+func testServer(t *testing.T, clustered bool) *server.Server {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := server.Config{Builder: fauxBuilder{faux.New(faux.Options{})}, Cwd: dir,
+		SessionsDir: filepath.Join(dir, "sessions"), StateDir: filepath.Join(dir, "state")}
+	if clustered {
+		ns, err := embeddednats.Start(embeddednats.Config{StoreDir: filepath.Join(dir, "nats")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(ns.Shutdown)
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		node, err := cluster.Join(ctx, cluster.Config{NodeID: "n1", URL: ns.ClientURL(), LeaseTTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = node.Close() })
+		cfg.Cluster, cfg.Journal = node, node.Journal()
+	}
+	srv, err := server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return srv
+}
+
+// GET /healthz answers the liveness status and the cluster's state
+// (null without a cluster); everything else goes to the next handler.
+func TestClusterHealth(t *testing.T) {
+	servers := map[bool]*server.Server{false: testServer(t, false), true: testServer(t, true)}
+	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("next")) })
+	tests := []struct {
+		name      string
+		clustered bool
+		method    string
+		path      string
+		next      bool
+		node      string // the cluster's node in the answer; "" for null
+	}{
+		{"clustered", true, http.MethodGet, "/healthz", false, "n1"},
+		{"not clustered", false, http.MethodGet, "/healthz", false, ""},
+		{"another method", true, http.MethodPost, "/healthz", true, ""},
+		{"another path", true, http.MethodGet, "/healthz/x", true, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			clusterHealth(servers[tc.clustered], next).ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+			if tc.next {
+				if rec.Body.String() != "next" {
+					t.Fatalf("answered %q, want it passed on", rec.Body)
+				}
+				return
+			}
+			if ct, cc := rec.Header().Get("Content-Type"), rec.Header().Get("Cache-Control"); ct != "application/json" || cc != "no-store" {
+				t.Errorf("Content-Type %q, Cache-Control %q", ct, cc)
+			}
+			var got struct {
+				Status  string                `json:"status"`
+				Cluster *server.ClusterStatus `json:"cluster"`
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+				t.Fatalf("%v: %s", err, rec.Body)
+			}
+			if got.Status != "ok" {
+				t.Errorf("status %q", got.Status)
+			}
+			switch {
+			case tc.node == "" && got.Cluster != nil:
+				t.Errorf("cluster %+v, want null", got.Cluster)
+			case tc.node != "" && (got.Cluster == nil || got.Cluster.Node != tc.node || !got.Cluster.Connected):
+				t.Errorf("cluster %+v, want node %s connected", got.Cluster, tc.node)
+			}
+		})
+	}
+}
+
+// The cluster's gauges and counters read the server's ClusterStatus, 0
+// without a cluster; registering them twice fails.
+func TestClusterMetrics(t *testing.T) {
+	tests := []struct {
+		name      string
+		clustered bool
+		want      map[string]float64
+	}{
+		{"clustered", true, map[string]float64{"agentd_cluster_connected": 1, "agentd_cluster_leases": 0, "agentd_cluster_forwarded_commands_total": 0}},
+		{"not clustered", false, map[string]float64{"agentd_cluster_connected": 0, "agentd_cluster_members": 0, "agentd_cluster_takeovers_total": 0}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := testServer(t, tc.clustered)
+			reg := prometheus.NewRegistry()
+			if err := clusterMetrics(reg, srv); err != nil {
+				t.Fatal(err)
+			}
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]float64{}
+			for _, mf := range mfs {
+				m := mf.GetMetric()[0]
+				switch {
+				case m.GetGauge() != nil:
+					got[mf.GetName()] = m.GetGauge().GetValue()
+				case m.GetCounter() != nil:
+					got[mf.GetName()] = m.GetCounter().GetValue()
+				}
+			}
+			if len(got) != 7 {
+				t.Errorf("%d metrics %v, want 7", len(got), got)
+			}
+			for name, v := range tc.want {
+				if g, ok := got[name]; !ok || g != v {
+					t.Errorf("%s = %v (present %v), want %v", name, g, ok, v)
+				}
+			}
+			if err := clusterMetrics(reg, srv); err == nil {
+				t.Error("registering the metrics twice succeeded")
+			}
+		})
+	}
+}
+
+// The address a node advertises is its listener's, with the host name for
+// an address that listens everywhere.
+func TestAdvertised(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		addr net.Addr
+		want string
+	}{
+		{"IPv4 loopback", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}, "127.0.0.1:8080"},
+		{"IPv6 loopback", &net.TCPAddr{IP: net.IPv6loopback, Port: 9}, "[::1]:9"},
+		{"IPv4 any", &net.TCPAddr{IP: net.IPv4zero, Port: 80}, net.JoinHostPort(host, "80")},
+		{"IPv6 any", &net.TCPAddr{IP: net.IPv6unspecified, Port: 4000}, net.JoinHostPort(host, "4000")},
+		{"no host", &net.TCPAddr{Port: 4000}, net.JoinHostPort("", "4000")},
+		{"not host:port", &net.UnixAddr{Name: "/run/agentd.sock", Net: "unix"}, "/run/agentd.sock"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := advertised(tc.addr); got != tc.want {
+				t.Errorf("advertised(%v) = %q, want %q", tc.addr, got, tc.want)
+			}
+		})
+	}
+}
+
+// The session an HTTP request names: the REST face's conversations (both
+// prefixes) and the per-session WebSockets; nothing else.
+func TestSessionOfRequest(t *testing.T) {
+	tests := []struct{ path, want string }{
+		{"/api/v2/conversations/s1", "s1"},
+		{"/api/v2/conversations/s1/events", "s1"},
+		{"/api/conversations/s2/messages", "s2"},
+		{"/api/v1/ws/sessions/s3", "s3"},
+		{"/api/v1/ws/conversions/s4", "s4"},
+		{"/api/v2/conversations", ""},
+		{"/api/v2/conversations/", ""},
+		{"/api/v2/sessions/s1", ""},
+		{"/healthz", ""},
+		{"/", ""},
+	}
+	for _, tc := range tests {
+		if got := sessionOfRequest(httptest.NewRequest(http.MethodGet, tc.path, nil)); got != tc.want {
+			t.Errorf("sessionOfRequest(%s) = %q, want %q", tc.path, got, tc.want)
+		}
+	}
+}
