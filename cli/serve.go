@@ -83,8 +83,14 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	// A cluster keeps the outcomes of a session's commands in JetStream,
 	// where the node taking the session over finds them.
 	var journal pipeline.Journal
+	var fingerprintKey []byte
 	if cn != nil {
 		journal = cn.node.Journal()
+		// Shared by the nodes, so that the node taking a session over
+		// recognises a request the last owner journaled.
+		if fingerprintKey, err = cn.node.FingerprintKey(ctx); err != nil {
+			return err
+		}
 	} else {
 		fj, err := pipeline.OpenFileJournal(filepath.Join(stateDir, "journal.jsonl"))
 		if err != nil {
@@ -151,7 +157,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		Tokens:       srvTokens,
 		ReturnMemory: true,
 		Builder:      builder, Sandbox: eng.SandboxMode(), Cwd: cwd, SessionsDir: sessionsDir, AllowedDirs: sc.AllowSessionDirs,
-		Home: cfg.Getenv("HOME"), StateDir: stateDir, Journal: journal,
+		Home: cfg.Getenv("HOME"), StateDir: stateDir, Journal: journal, FingerprintKey: fingerprintKey,
 		ExportsDir: filepath.Join(cfg.DataDir, "exports"), Protected: []string{filepath.Join(stateDir, "journal.jsonl")},
 		Breakers: breakers, Health: hl, Metrics: metrics, Logger: log,
 		Limits: server.Limits{

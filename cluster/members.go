@@ -126,20 +126,7 @@ func (n *Node) Announce(ctx context.Context) (*Membership, error) {
 }
 
 func (n *Node) nodeBucket(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := n.js.KeyValue(ctx, NodeBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = n.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: NodeBucket, Description: "agentd live nodes", History: 1,
-			Storage: jetstream.FileStorage, Replicas: n.cfg.Replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = n.js.KeyValue(ctx, NodeBucket)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("cluster: node bucket %s: %w", NodeBucket, err)
-	}
-	return kv, nil
+	return n.keyValue(ctx, jetstream.KeyValueConfig{Bucket: NodeBucket, Description: "agentd live nodes", History: 1})
 }
 
 func (m *Membership) put(ctx context.Context) error {

@@ -121,21 +121,9 @@ func (n *Node) ensureStore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	index, err := n.js.KeyValue(ctx, SessionBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		index, err = n.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      SessionBucket,
-			Description: "agentd session index",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    n.cfg.Replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			index, err = n.js.KeyValue(ctx, SessionBucket)
-		}
-	}
+	index, err := n.keyValue(ctx, jetstream.KeyValueConfig{Bucket: SessionBucket, Description: "agentd session index", History: 1})
 	if err != nil {
-		return fmt.Errorf("session bucket %s: %w", SessionBucket, err)
+		return err
 	}
 	part := MaxStateMsg
 	if mp := int(n.nc.MaxPayload()); mp > 0 && mp < part {

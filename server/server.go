@@ -160,8 +160,8 @@ type Config struct {
 	// FingerprintKey keys the request fingerprints the journal keeps
 	// (pipeline.Fingerprint). nil: a server on its own with a StateDir
 	// makes one there once (fingerprint.key, 0600) and keeps it; a
-	// cluster node, whose journal other nodes read, uses none unless
-	// given the cluster's.
+	// cluster node, whose journal other nodes read, must be given the
+	// cluster's (cluster.Node.FingerprintKey) and uses none without.
 	FingerprintKey []byte
 	// Auth, when set, decides about each connection besides the token
 	// check (an operator's program: CommandAuthenticator).

@@ -1,0 +1,72 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// KeyBucket is the KV bucket of secrets every node of a cluster shares.
+const KeyBucket = "AGENTD_KEYS"
+
+// fingerprintKeyName is the key, in KeyBucket, of the command journal's
+// fingerprint key.
+const fingerprintKeyName = "journal-fingerprint"
+
+// FingerprintKeyBytes is the length of the journal's fingerprint key: as
+// long as HMAC-SHA256's output.
+const FingerprintKeyBytes = 32
+
+// FingerprintKey is the key of the command journal's request
+// fingerprints (pipeline.Fingerprint), the same on every node: the node
+// that takes a session over must fingerprint a repeated request as the
+// node that journaled it did. The first node to ask makes it; the
+// others, and every later start, read it.
+func (n *Node) FingerprintKey(ctx context.Context) ([]byte, error) {
+	kv, err := n.keyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: KeyBucket, Description: "agentd cluster-wide keys", History: 1,
+	})
+	if err != nil {
+		return nil, err
+	}
+	key := make([]byte, FingerprintKeyBytes)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("cluster: making the journal's fingerprint key: %w", err)
+	}
+	if _, err := kv.Create(ctx, fingerprintKeyName, key); err == nil {
+		return key, nil
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, fmt.Errorf("cluster: storing the journal's fingerprint key: %w", err)
+	}
+	e, err := kv.Get(ctx, fingerprintKeyName)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: reading the journal's fingerprint key: %w", err)
+	}
+	if len(e.Value()) != FingerprintKeyBytes {
+		// Replacing it would make every journaled request look like
+		// another one; an operator decides.
+		return nil, fmt.Errorf("cluster: the journal's fingerprint key in bucket %s is damaged (%d bytes, want %d); delete key %s there to make a new one, which makes idempotency keys of earlier requests unusable",
+			KeyBucket, len(e.Value()), FingerprintKeyBytes, fingerprintKeyName)
+	}
+	return e.Value(), nil
+}
+
+// keyValue opens the KV bucket of cfg, making it (file storage, the
+// cluster's replicas) if no node has yet.
+func (n *Node) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := n.js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		cfg.Storage, cfg.Replicas = jetstream.FileStorage, n.cfg.Replicas
+		kv, err = n.js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = n.js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster: bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
+}
