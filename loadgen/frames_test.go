@@ -1,0 +1,101 @@
+package loadgen
+
+import (
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/agentd-dev/agentd/jsonfield"
+)
+
+// TestResponseOutlivesTheBuffer checks a response handed to its command
+// holds its own copies: the reader reads the next frame into the same
+// buffer and parses it with the same parser right after.
+func TestResponseOutlivesTheBuffer(t *testing.T) {
+	var probs tally
+	c := &client{faults: &probs, pending: map[string]chan reply{}, abandoned: map[string]struct{}{}}
+	ch := make(chan reply, 1)
+	c.pending["c1"] = ch
+	buf := []byte(`{"id":"c1","type":"response","success":false,"error":"first error","data":{"sessionId":"s-one"}}`)
+	typ, v := c.frameType(buf)
+	if string(typ) != "response" {
+		t.Fatalf("type %q", typ)
+	}
+	c.deliver(time.Now(), buf, v)
+	r := <-ch
+	next := []byte(`{"id":"c2","type":"response","success":true,"error":"XXXXXXXXXXXX","data":{"sessionId":"s-two"}}`)
+	if len(next) != len(buf) {
+		t.Fatalf("frames of %d and %d bytes", len(buf), len(next))
+	}
+	copy(buf, next)
+	if _, v := c.frameType(buf); v == nil {
+		t.Fatal("next frame not parsed")
+	}
+	if r.err != "first error" || r.success || jsonfield.String(r.get("sessionId")) != "s-one" {
+		t.Errorf("reply after the next frame: err %q, success %t, sessionId %q", r.err, r.success, jsonfield.String(r.get("sessionId")))
+	}
+}
+
+// TestEventOddFrames checks how the reader takes session events that are
+// odd: fields of another type read as before (a seq as a string is a
+// number, a number as a sessionId its text), escapes and lone surrogates
+// decode alike in deltas and the final text, a content that is one block
+// is a list of it, a seq beyond int64 is a gap; a frame that is not JSON
+// has no session and no seq.
+func TestEventOddFrames(t *testing.T) {
+	tests := []struct {
+		name   string
+		sid    string
+		frames []string
+		want   map[string]int
+	}{
+		{"seq as a string", "s", []string{
+			`{"type":"event","sessionId":"s","seq":1,"event":{"type":"agent_start"}}`,
+			`{"type":"event","sessionId":"s","seq":"2","event":{"type":"agent_start"}}`,
+		}, nil},
+		{"seq beyond int64", "s", []string{
+			`{"type":"event","sessionId":"s","seq":1,"event":{"type":"agent_start"}}`,
+			`{"type":"event","sessionId":"s","seq":123456789012345678901234567890,"event":{"type":"agent_start"}}`,
+		}, map[string]int{"event seq gap": 1}},
+		{"seq a fraction", "s", []string{
+			`{"type":"event","sessionId":"s","seq":1,"event":{"type":"agent_start"}}`,
+			`{"type":"event","sessionId":"s","seq":2.9,"event":{"type":"agent_start"}}`,
+		}, nil},
+		{"sessionId a number", "5", []string{
+			`{"type":"event","sessionId":5,"seq":1,"event":{"type":"agent_start"}}`,
+		}, nil},
+		{"sessionId missing", "s", []string{
+			`{"type":"event","seq":1,"event":{"type":"agent_start"}}`,
+		}, map[string]int{"event of another session": 1}},
+		{"escapes", "s", []string{
+			`{"type":"event","sessionId":"s","seq":1,"event":{"type":"message_start","message":{"role":"assistant","content":[]}}}`,
+			`{"type":"event","sessionId":"s","seq":2,"event":{"type":"message_update","assistantMessageEvent":{"type":"text_delta","contentIndex":0,"delta":"a\"b\\c\u00e9 \ud83d\ude00 \ud800"}}}`,
+			`{"type":"event","sessionId":"s","seq":3,"event":{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"a\"b\\c\u00e9 \ud83d\ude00 \ufffd"}]}}}`,
+		}, nil},
+		{"content one block", "s", []string{
+			`{"type":"event","sessionId":"s","seq":1,"event":{"type":"message_start","message":{"role":"assistant","content":[]}}}`,
+			`{"type":"event","sessionId":"s","seq":2,"event":{"type":"message_update","assistantMessageEvent":{"type":"text_delta","contentIndex":0,"delta":"a\"b\\c\u00e9 \ud83d\ude00 \ud800"}}}`,
+			`{"type":"event","sessionId":"s","seq":3,"event":{"type":"message_end","message":{"role":"assistant","content":{"type":"text","text":"a\"b\\c\u00e9 \ud83d\ude00 \ufffd"}}}}`,
+		}, nil},
+		{"not JSON", "s", []string{
+			`{"type":"event","sessionId":"s","seq":1,"event":{"type":"agent_start"}}`,
+			`{"type":"event","sessionId":"s","seq":2,`,
+		}, map[string]int{"event of another session": 1, "event seq gap": 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var faults tally
+			c := &client{sid: tt.sid, opt: &clientOptions{answer: "a\"b\\cé 😀 \ufffd", delta: true}, faults: &faults}
+			for _, f := range tt.frames {
+				c.event([]byte(f))
+			}
+			n, kinds, samples := faults.result()
+			if len(kinds) == 0 {
+				kinds = nil
+			}
+			if !maps.Equal(kinds, tt.want) {
+				t.Errorf("%d faults %v %q, want %v", n, kinds, samples, tt.want)
+			}
+		})
+	}
+}
