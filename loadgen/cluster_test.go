@@ -25,7 +25,7 @@ func TestRunCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var log strings.Builder
-	rep, err := Run(ctx, Options{Binary: agentdBin, Sessions: 6, Rounds: 2, Chunks: 5, ClusterNodes: 3,
+	rep, err := Run(ctx, Options{Binary: agentdBin, Sessions: 6, Rounds: 2, Chunks: 5, ClusterNodes: 3, Settle: 100 * time.Millisecond,
 		CommandTimeout: 30 * time.Second, ServerArgs: []string{"--cluster-lease-ttl", "1s"}, ServerLog: &syncWriter{w: &log}})
 	if err != nil {
 		t.Fatalf("Run: %v\nserver stderr:\n%s", err, log.String())
