@@ -90,6 +90,7 @@ type client struct {
 	lastFrame  time.Time        // reader only: when the last frame came, to tell a stalled stream from a cut one
 	streamed   strings.Builder  // reader only: the text deltas of the assistant message being streamed
 	json       jsonfield.Parser // reader only: every frame read is parsed with it
+	head       []byte           // reader only: parseEvent's copy of a frame's head
 }
 
 // dial connects to url and waits for server_ready. ctx bounds the dial
@@ -197,7 +198,7 @@ func (c *client) event(data []byte) {
 		c.events.Add(1)
 		return
 	}
-	v, _ := c.json.Parse(data) // nil if it is not JSON: every field is missing
+	v := c.parseEvent(data)
 	ev := v.Get("event")
 	ame := ev.Get("assistantMessageEvent")
 	sid, evType, ameType := jsonfield.String(v.Get("sessionId")), jsonfield.String(ev.Get("type")), jsonfield.String(ame.Get("type"))
@@ -228,17 +229,42 @@ func (c *client) event(data []byte) {
 		c.streamed.Reset()
 	case "message_update":
 		if ameType == "text_delta" {
-			// Straight from the parser's buffer: the builder copies.
-			if d := ame.Get("delta"); d != nil && d.Type() == fastjson.TypeString {
-				c.streamed.Write(d.GetStringBytes())
-			} else {
-				c.streamed.WriteString(jsonfield.String(d))
-			}
+			writeText(&c.streamed, ame.Get("delta"))
 		}
 	case "message_end":
 		c.checkAnswer(ev.Get("message"))
 	}
 }
+
+// parseEvent parses a session event frame; nil if it is not JSON (every
+// field is then missing). A full-format message_update carries the
+// partial message twice after the fields event reads, in agentd's
+// layout: {"type":"event","sessionId":…,"seq":…,"event":{"type":…,
+// "assistantMessageEvent":{"type":…,"contentIndex":…,"delta":…,
+// "partial":…},"message":…}}. Of such a frame only the head before
+// "partial" is parsed, closed with }}}: a parse that succeeds cut it at
+// that depth (the key cannot occur inside a string, whose quotes are
+// escaped), and if every field event reads of it is there, those are
+// the frame's own first ones. Any other frame is parsed whole.
+func (c *client) parseEvent(data []byte) *fastjson.Value {
+	head := data[:min(len(data), maxEventHead)]
+	if i := bytes.Index(head, []byte(`,"partial":`)); i > 0 {
+		c.head = append(append(c.head[:0], data[:i]...), "}}}"...)
+		if v, err := c.json.Parse(c.head); err == nil {
+			ame := v.Get("event", "assistantMessageEvent")
+			if jsonfield.String(v.Get("event", "type")) == "message_update" && v.Get("sessionId") != nil && v.Get("seq") != nil &&
+				ame.Get("type") != nil && ame.Get("delta") != nil {
+				return v
+			}
+		}
+	}
+	v, _ := c.json.Parse(data)
+	return v
+}
+
+// maxEventHead is how far parseEvent looks for "partial": a delta merged
+// for a client that fell behind may be longer, and is parsed whole.
+const maxEventHead = 1 << 10
 
 // checkAnswer compares the message of an assistant message_end with the
 // mock's answer.
@@ -250,7 +276,7 @@ func (c *client) checkAnswer(m *fastjson.Value) {
 	var text strings.Builder
 	for _, b := range list(m.Get("content")) {
 		if jsonfield.String(b.Get("type")) == "text" {
-			text.WriteString(jsonfield.String(b.Get("text")))
+			writeText(&text, b.Get("text"))
 		}
 	}
 	if got := text.String(); got != c.opt.answer {
@@ -432,6 +458,16 @@ func frameTypeWith(p *jsonfield.Parser, data []byte) ([]byte, *fastjson.Value) {
 		return nil, nil
 	}
 	return []byte(jsonfield.String(v.Get("type"))), v
+}
+
+// writeText adds jsonfield.String(v) to b, a string straight from the
+// parser's buffer: the builder copies it anyway.
+func writeText(b *strings.Builder, v *fastjson.Value) {
+	if jsonfield.IsString(v) {
+		b.Write(v.GetStringBytes())
+		return
+	}
+	b.WriteString(jsonfield.String(v))
 }
 
 // list is v as a list: an array's elements, nothing for null or a

@@ -1,9 +1,13 @@
 package loadgen
 
 import (
+	"fmt"
 	"maps"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/valyala/fastjson"
 
 	"github.com/agentd-dev/agentd/jsonfield"
 )
@@ -97,5 +101,58 @@ func TestEventOddFrames(t *testing.T) {
 				t.Errorf("%d faults %v %q, want %v", n, kinds, samples, tt.want)
 			}
 		})
+	}
+}
+
+// TestParseEventHead checks that a full-format message_update parsed only
+// up to its "partial" reads as the whole frame does, and that frames of
+// another shape, where the head would not, are parsed whole.
+func TestParseEventHead(t *testing.T) {
+	msg := benchMessage(50)
+	long := strings.Repeat("x", maxEventHead)
+	frames := []string{
+		// agentd's layout: the head is enough.
+		`{"type":"event","sessionId":"s","seq":7,"event":{"type":"message_update","assistantMessageEvent":{"type":"text_delta","contentIndex":0,"delta":"a\"b\\c,\"partial\":\u00e9 \ud800","partial":` + msg + `},"message":` + msg + `}}`,
+		// The delta's text holds the key's bytes escaped: not a cut.
+		`{"type":"event","sessionId":"s","seq":7,"event":{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"x\",\"partial\":1","partial":` + msg + `}}}`,
+		// No delta before "partial": parsed whole.
+		`{"type":"event","sessionId":"s","seq":7,"event":{"type":"message_update","assistantMessageEvent":{"type":"text_end","contentIndex":0,"partial":` + msg + `,"delta":"late"}}}`,
+		// The session after the event: parsed whole.
+		`{"type":"event","seq":7,"event":{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"d","partial":` + msg + `}},"sessionId":"late"}`,
+		// "partial" at another depth.
+		`{"type":"event","sessionId":"s","seq":7,"event":{"type":"message_update","partial":1,"assistantMessageEvent":{"type":"text_delta","delta":"d"}}}`,
+		`{"type":"event","sessionId":"s","seq":7,"event":{"type":"message_update","x":{"y":{"z":1,"partial":2}},"assistantMessageEvent":{"type":"text_delta","delta":"d"}}}`,
+		// Another event type with the same shape is parsed whole.
+		`{"type":"event","sessionId":"s","seq":7,"event":{"type":"message_end","assistantMessageEvent":{"type":"text_delta","delta":"d","partial":1},"message":` + msg + `}}`,
+		// A merged delta longer than the head looked at.
+		`{"type":"event","sessionId":"s","seq":7,"event":{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"` + long + `","partial":` + msg + `}}}`,
+		// Duplicate keys: the first counts, as in the whole frame.
+		`{"type":"event","sessionId":"s","sessionId":"t","seq":7,"seq":8,"event":{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"1","delta":"2","partial":{}}}}`,
+	}
+	read := func(v *fastjson.Value) string {
+		ame := v.Get("event", "assistantMessageEvent")
+		return fmt.Sprintf("%q %d %q %q %q", jsonfield.String(v.Get("sessionId")), jsonfield.Int(v.Get("seq")), jsonfield.String(v.Get("event", "type")),
+			jsonfield.String(ame.Get("type")), jsonfield.String(ame.Get("delta")))
+	}
+	var c client
+	var whole jsonfield.Parser
+	for i, f := range frames {
+		got := read(c.parseEvent([]byte(f)))
+		v, _ := whole.Parse([]byte(f))
+		if want := read(v); got != want {
+			t.Errorf("frame %d: read %s, the whole frame reads %s", i, got, want)
+		}
+	}
+	// The first frame is the one the head is for.
+	c.head = nil
+	c.parseEvent([]byte(frames[0]))
+	if len(c.head) == 0 || len(c.head) > 300 {
+		t.Errorf("agentd's frame parsed from a head of %d bytes", len(c.head))
+	}
+	// What follows the head is not looked at (as gjson did not): a frame
+	// cut after it reads as its head.
+	cut := `{"type":"event","sessionId":"s","seq":7,"event":{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"d","partial":{`
+	if got, want := read(c.parseEvent([]byte(cut))), `"s" 7 "message_update" "text_delta" "d"`; got != want {
+		t.Errorf("a frame cut after its head reads %s, want %s", got, want)
 	}
 }
