@@ -432,20 +432,9 @@ func readMessage(conn *websocket.Conn, buf *bytes.Buffer) error {
 
 // frameType is a frame's "type". agentd writes it first, and under a
 // global lifecycle broadcast most frames are read for nothing else: a
-// frame that starts so is not parsed, any other is.
-func frameType(data []byte) []byte {
-	var p jsonfield.Parser
-	typ, _ := frameTypeWith(&p, data)
-	return typ
-}
-
-// frameType is frameType with the reader's parser; v is the frame
-// parsed if it had to be, else nil.
-func (c *client) frameType(data []byte) ([]byte, *fastjson.Value) {
-	return frameTypeWith(&c.json, data)
-}
-
-func frameTypeWith(p *jsonfield.Parser, data []byte) ([]byte, *fastjson.Value) {
+// frame that starts so is not parsed, any other is, with the reader's
+// parser; v is the frame parsed if it had to be, else nil.
+func (c *client) frameType(data []byte) (typ []byte, v *fastjson.Value) {
 	const head = `{"type":"`
 	if len(data) > len(head) && string(data[:len(head)]) == head {
 		rest := data[len(head):]
@@ -453,7 +442,7 @@ func frameTypeWith(p *jsonfield.Parser, data []byte) ([]byte, *fastjson.Value) {
 			return rest[:i], nil
 		}
 	}
-	v, err := p.Parse(data)
+	v, err := c.json.Parse(data)
 	if err != nil {
 		return nil, nil
 	}

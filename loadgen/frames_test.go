@@ -12,6 +12,13 @@ import (
 	"github.com/agentd-dev/agentd/jsonfield"
 )
 
+// frameType is a frame's type as a client's reader tells it.
+func frameType(data []byte) []byte {
+	var c client
+	typ, _ := c.frameType(data)
+	return typ
+}
+
 // TestResponseOutlivesTheBuffer checks a response handed to its command
 // holds its own copies: the reader reads the next frame into the same
 // buffer and parses it with the same parser right after.
