@@ -5,8 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tidwall/gjson"
-
+	"github.com/agentd-dev/agentd/jsonfield"
 	"github.com/agentd-dev/agentd/llm"
 )
 
@@ -35,6 +34,7 @@ func (f *fileOps) addDetails(d *Details) {
 }
 
 func (f *fileOps) addMessages(msgs []*llm.Message) {
+	var parser jsonfield.Parser
 	for _, m := range msgs {
 		if m.Role != llm.RoleAssistant {
 			continue
@@ -53,9 +53,14 @@ func (f *fileOps) addMessages(msgs []*llm.Message) {
 			default:
 				continue
 			}
-			p := gjson.GetBytes(c.Arguments, "path")
-			if p.Type == gjson.String && p.Str != "" {
-				f.add(set, p.Str)
+			// Arguments are a valid object (llm repairs or refuses any
+			// other); one that is not names no file.
+			args, err := parser.Parse(c.Arguments)
+			if err != nil {
+				continue
+			}
+			if p := jsonfield.StringOnly(args.Get("path")); p != "" {
+				f.add(set, p)
 			}
 		}
 	}

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/tidwall/gjson"
+	"github.com/valyala/fastjson"
+
+	"github.com/agentd-dev/agentd/jsonfield"
 )
 
 // reply is a response frame as the waiting command sees it.
@@ -20,8 +22,22 @@ type reply struct {
 	at      time.Time // when the reader got the frame: excludes the waiter's scheduling
 	success bool
 	err     string
-	data    gjson.Result
-	lost    error // the connection ended before the response came
+	frame   []byte // a copy of the response frame if it has data, for get
+	lost    error  // the connection ended before the response came
+}
+
+// get is the response's data, or the field of it at keys; nil if there
+// is none.
+func (r reply) get(keys ...string) *fastjson.Value {
+	if r.frame == nil {
+		return nil
+	}
+	var p jsonfield.Parser
+	v, err := p.Parse(r.frame)
+	if err != nil {
+		return nil
+	}
+	return v.Get(append([]string{"data"}, keys...)...)
 }
 
 // clientOptions are what every connection of a run shares.
@@ -70,9 +86,11 @@ type client struct {
 	ready      chan struct{} // closed on server_ready
 	readerDone chan struct{}
 	stopReader context.CancelFunc
-	lastSeq    int64           // reader only
-	lastFrame  time.Time       // reader only: when the last frame came, to tell a stalled stream from a cut one
-	streamed   strings.Builder // reader only: the text deltas of the assistant message being streamed
+	lastSeq    int64            // reader only
+	lastFrame  time.Time        // reader only: when the last frame came, to tell a stalled stream from a cut one
+	streamed   strings.Builder  // reader only: the text deltas of the assistant message being streamed
+	json       jsonfield.Parser // reader only: every frame read is parsed with it
+	head       []byte           // reader only: parseEvent's copy of a frame's head
 }
 
 // dial connects to url and waits for server_ready. ctx bounds the dial
@@ -116,7 +134,7 @@ func (c *client) read(ctx context.Context) {
 	// the server they measure.
 	stop := context.AfterFunc(ctx, func() { _ = c.conn.CloseNow() })
 	defer stop()
-	var buf bytes.Buffer // reused: frames are parsed (gjson copies what it returns) before the next read
+	var buf bytes.Buffer // reused: what is kept of a frame is copied out of it before the next read
 	first := true
 	var pause *time.Timer
 	if c.opt.readDelay > 0 {
@@ -147,7 +165,7 @@ func (c *client) read(ctx context.Context) {
 		c.lastFrame = now
 		c.frames.Add(1)
 		c.bytes.Add(int64(len(data)))
-		typ := frameType(data)
+		typ, v := c.frameType(data)
 		if first {
 			first = false
 			if string(typ) == "server_ready" {
@@ -159,9 +177,9 @@ func (c *client) read(ctx context.Context) {
 		}
 		switch string(typ) {
 		case "response":
-			c.deliver(now, data)
+			c.deliver(now, data, v)
 		case "event":
-			c.event(data)
+			c.event(data) // agentd's event frames start with their type: never parsed yet
 		case "server_shutdown":
 			c.shutdown.Store(true)
 		case "command_accepted", "command_started", "command_finished", "session_created", "session_deleted", "server_ready":
@@ -176,24 +194,25 @@ func (c *client) read(ctx context.Context) {
 // assistant message must end with the mock's answer (in the delta format
 // its deltas must add up to it too), however slowly this client reads.
 func (c *client) event(data []byte) {
-	// The paths are in the frame's order, so the scan stops early in a
-	// full-format message_update carrying the whole message.
-	r := gjson.GetManyBytes(data, "sessionId", "seq", "event.type", "event.assistantMessageEvent.type", "event.assistantMessageEvent.delta")
 	if c.sid == "" { // the bench's own connection: its sessions are idle
 		c.events.Add(1)
 		return
 	}
-	if r[0].String() != c.sid {
-		c.faults.add("event of another session", fmt.Sprintf("event of session %q on the connection of %q", r[0].String(), c.sid))
+	v := c.parseEvent(data)
+	ev := v.Get("event")
+	ame := ev.Get("assistantMessageEvent")
+	sid, evType, ameType := jsonfield.String(v.Get("sessionId")), jsonfield.String(ev.Get("type")), jsonfield.String(ame.Get("type"))
+	if sid != c.sid {
+		c.faults.add("event of another session", fmt.Sprintf("event of session %q on the connection of %q", sid, c.sid))
 	}
-	seq := r[1].Int()
+	seq := jsonfield.Int(v.Get("seq"))
 	// A client that fell behind gets the deltas of one content block
 	// merged into one frame with the newest seq: a gap closed by a delta
 	// is that (the text check below proves nothing was lost); any other
 	// gap is a lost event.
-	merged := r[2].String() == "message_update" && strings.HasSuffix(r[3].String(), "_delta")
+	merged := evType == "message_update" && strings.HasSuffix(ameType, "_delta")
 	if c.lastSeq != 0 && (seq <= c.lastSeq || (seq != c.lastSeq+1 && !merged)) {
-		c.faults.add("event seq gap", fmt.Sprintf("session %s: event seq %d after %d", r[0].String(), seq, c.lastSeq))
+		c.faults.add("event seq gap", fmt.Sprintf("session %s: event seq %d after %d", sid, seq, c.lastSeq))
 	}
 	// A merged frame delivers every event it stands for.
 	if seq != c.lastSeq+1 && merged && c.lastSeq != 0 && seq > c.lastSeq {
@@ -203,31 +222,61 @@ func (c *client) event(data []byte) {
 		c.events.Add(1)
 	}
 	c.lastSeq = seq
-	switch r[2].String() {
+	switch evType {
 	case "agent_end":
 		c.agentEnds.Add(1)
 	case "message_start":
 		c.streamed.Reset()
 	case "message_update":
-		if r[3].String() == "text_delta" {
-			c.streamed.WriteString(r[4].String())
+		if ameType == "text_delta" {
+			writeText(&c.streamed, ame.Get("delta"))
 		}
 	case "message_end":
-		c.checkAnswer(data)
+		c.checkAnswer(ev.Get("message"))
 	}
 }
 
-// checkAnswer compares an assistant message_end with the mock's answer.
-func (c *client) checkAnswer(data []byte) {
-	m := gjson.GetBytes(data, "event.message")
-	if m.Get("role").String() != "assistant" {
+// parseEvent parses a session event frame; nil if it is not JSON (every
+// field is then missing). A full-format message_update carries the
+// partial message twice after the fields event reads, in agentd's
+// layout: {"type":"event","sessionId":…,"seq":…,"event":{"type":…,
+// "assistantMessageEvent":{"type":…,"contentIndex":…,"delta":…,
+// "partial":…},"message":…}}. Of such a frame only the head before
+// "partial" is parsed, closed with }}}: a parse that succeeds cut it at
+// that depth (the key cannot occur inside a string, whose quotes are
+// escaped), and if every field event reads of it is there, those are
+// the frame's own first ones. Any other frame is parsed whole.
+func (c *client) parseEvent(data []byte) *fastjson.Value {
+	head := data[:min(len(data), maxEventHead)]
+	if i := bytes.Index(head, []byte(`,"partial":`)); i > 0 {
+		c.head = append(append(c.head[:0], data[:i]...), "}}}"...)
+		if v, err := c.json.Parse(c.head); err == nil {
+			ame := v.Get("event", "assistantMessageEvent")
+			if jsonfield.String(v.Get("event", "type")) == "message_update" && v.Get("sessionId") != nil && v.Get("seq") != nil &&
+				ame.Get("type") != nil && ame.Get("delta") != nil {
+				return v
+			}
+		}
+	}
+	v, _ := c.json.Parse(data)
+	return v
+}
+
+// maxEventHead is how far parseEvent looks for "partial": a delta merged
+// for a client that fell behind may be longer, and is parsed whole.
+const maxEventHead = 1 << 10
+
+// checkAnswer compares the message of an assistant message_end with the
+// mock's answer.
+func (c *client) checkAnswer(m *fastjson.Value) {
+	if jsonfield.String(m.Get("role")) != "assistant" {
 		return
 	}
 	c.answers.Add(1)
 	var text strings.Builder
-	for _, b := range m.Get("content").Array() {
-		if b.Get("type").String() == "text" {
-			text.WriteString(b.Get("text").String())
+	for _, b := range list(m.Get("content")) {
+		if jsonfield.String(b.Get("type")) == "text" {
+			writeText(&text, b.Get("text"))
 		}
 	}
 	if got := text.String(); got != c.opt.answer {
@@ -241,9 +290,13 @@ func (c *client) checkAnswer(data []byte) {
 	c.streamed.Reset()
 }
 
-func (c *client) deliver(at time.Time, data []byte) {
-	r := gjson.GetManyBytes(data, "id", "success", "error", "data")
-	id := r[0].String()
+// deliver hands a response to its command. v is data parsed, or nil if
+// it is still to be parsed.
+func (c *client) deliver(at time.Time, data []byte, v *fastjson.Value) {
+	if v == nil {
+		v, _ = c.json.Parse(data)
+	}
+	id := jsonfield.String(v.Get("id"))
 	c.mu.Lock()
 	ch := c.pending[id]
 	delete(c.pending, id)
@@ -259,7 +312,11 @@ func (c *client) deliver(at time.Time, data []byte) {
 		c.faults.add("unmatched response", "response to no pending command: "+prefix(data, 200))
 		return
 	}
-	ch <- reply{at: at, success: r[1].Bool(), err: r[2].String(), data: r[3]}
+	r := reply{at: at, success: jsonfield.Bool(v.Get("success")), err: jsonfield.String(v.Get("error"))}
+	if v.Get("data") != nil {
+		r.frame = bytes.Clone(data) // the buffer is the next frame's
+	}
+	ch <- r
 }
 
 // die records why the reader stopped and fails every waiting command.
@@ -375,16 +432,43 @@ func readMessage(conn *websocket.Conn, buf *bytes.Buffer) error {
 
 // frameType is a frame's "type". agentd writes it first, and under a
 // global lifecycle broadcast most frames are read for nothing else: a
-// frame that starts so is not parsed, any other is.
-func frameType(data []byte) []byte {
+// frame that starts so is not parsed, any other is, with the reader's
+// parser; v is the frame parsed if it had to be, else nil.
+func (c *client) frameType(data []byte) (typ []byte, v *fastjson.Value) {
 	const head = `{"type":"`
 	if len(data) > len(head) && string(data[:len(head)]) == head {
 		rest := data[len(head):]
 		if i := bytes.IndexByte(rest, '"'); i >= 0 && bytes.IndexByte(rest[:i], '\\') < 0 {
-			return rest[:i]
+			return rest[:i], nil
 		}
 	}
-	return []byte(gjson.GetBytes(data, "type").String())
+	v, err := c.json.Parse(data)
+	if err != nil {
+		return nil, nil
+	}
+	return []byte(jsonfield.String(v.Get("type"))), v
+}
+
+// writeText adds jsonfield.String(v) to b, a string straight from the
+// parser's buffer: the builder copies it anyway.
+func writeText(b *strings.Builder, v *fastjson.Value) {
+	if jsonfield.IsString(v) {
+		b.Write(v.GetStringBytes())
+		return
+	}
+	b.WriteString(jsonfield.String(v))
+}
+
+// list is v as a list: an array's elements, nothing for null or a
+// missing v, else v alone.
+func list(v *fastjson.Value) []*fastjson.Value {
+	switch {
+	case v == nil || v.Type() == fastjson.TypeNull:
+		return nil
+	case v.Type() == fastjson.TypeArray:
+		return v.GetArray()
+	}
+	return []*fastjson.Value{v}
 }
 
 func prefix(b []byte, n int) string {

@@ -32,9 +32,15 @@ type ClusterReport struct {
 	// phase, with every node alive: leases not renewed in time (the
 	// nodes' /healthz takeovers). Each may fail the commands in flight.
 	LoadTakeovers int64 `json:"load_takeovers"`
-	// Leases is how many sessions each node owned after the load, by
-	// node id.
+	// Leases is how many of the load's sessions each node owned after
+	// the load, by node id (the bench's own first session on each node
+	// not counted).
 	Leases map[string]int `json:"leases"`
+
+	// RSSErrors says which memory readings failed, one line each
+	// (reading, node, error): the RSS figures that needed them are left
+	// at 0. Each is also logged as a warning.
+	RSSErrors []string `json:"rss_errors,omitempty"`
 
 	// The takeover: after the load, node Killed (never the first, which
 	// runs the NATS server) is killed with SIGKILL, and each of the
@@ -202,28 +208,28 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	for i, n := range nodes {
 		ids[i] = n.id
 	}
-	rss := func() (m memory, err error) {
-		for _, n := range nodes {
-			select {
-			case <-n.srv.exited:
-				continue
-			default:
-			}
-			nm, err := readMemory(n.srv.pid())
-			if err != nil {
-				return m, err
-			}
-			m.RSS, m.Peak = m.RSS+nm.RSS, m.Peak+nm.Peak
-		}
-		return m, nil
-	}
-	if m, err := rss(); err == nil {
+	mem := &nodesMemory{nodes: nodes, log: log, failed: &cr.RSSErrors}
+	if m, ok := mem.read(ctx, "baseline", o.Settle); ok {
 		rep.RSSBaseline = m.RSS
 	}
 
 	probs := tally{log: log}
 	hc := &http.Client{Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
+
+	// As on one node, the bench's own connections create a first
+	// session on each node, so that no figure per session carries a
+	// node's one-time initialisation, and the sessions' RSS is measured
+	// from the reading after them.
+	firstOn, closeOwn, err := firstSessions(ctx, o, hc, nodes, ids, &probs)
+	defer closeOwn()
+	if err != nil {
+		return rep, err
+	}
+	first, firstOK := mem.read(ctx, "after the first sessions", o.Settle)
+	if firstOK {
+		rep.RSSFirstSession = first.RSS
+	}
 
 	start := time.Now()
 	co := &clientOptions{timeout: o.CommandTimeout, readDelay: o.ReadDelay, answer: mk.answer,
@@ -249,10 +255,11 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	if err := ctx.Err(); err != nil {
 		return rep, fmt.Errorf("connecting sessions: %w", err)
 	}
-	if m, err := rss(); err == nil {
+	if m, ok := mem.read(ctx, "with the sessions", o.Settle); ok {
 		rep.RSSSessions = m.RSS
-		if n := int64(len(clients) - countNil(clients)); n > 0 {
-			rep.RSSPerSession = (m.RSS - rep.RSSBaseline) / n
+		if n := int64(len(clients) - countNil(clients)); n > 0 && firstOK {
+			// Per session that exists: a failed create holds nothing.
+			rep.RSSPerSession = (m.RSS - first.RSS) / n
 		}
 	}
 	log.Info("sessions created", "took", rep.Setup.Round(time.Millisecond))
@@ -311,7 +318,7 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	}
 	fwd1, took1 := totals()
 	cr.Forwarded, cr.LoadTakeovers = fwd1-fwd0, took1-took0
-	if m, err := rss(); err == nil {
+	if m, ok := mem.read(ctx, "after the load", -1); ok {
 		rep.RSSAfter, rep.RSSPeak = m.RSS, m.Peak
 	}
 	rep.Frames, rep.Bytes, rep.SessionEvents = frames1-frames0, bytes1-bytes0, events1-events0
@@ -322,7 +329,7 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	cr.Leases = map[string]int{}
 	for _, n := range nodes {
 		if st, err := clusterStatus(ctx, hc, n.srv.addr); err == nil {
-			cr.Leases[n.id] = st.Leases
+			cr.Leases[n.id] = st.Leases - firstOn[n.id]
 		}
 	}
 	victim := 1
@@ -378,6 +385,92 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	rep.Errors, rep.ErrorKinds, rep.ErrorSamples = probs.result()
 	return rep, nil
 }
+
+// nodesMemory reads the memory of a cluster's running nodes together. A
+// node whose memory cannot be read fails the reading, which is logged as
+// a warning and kept for the report: a figure left at 0 says why.
+type nodesMemory struct {
+	nodes  []clusterNode
+	log    *slog.Logger
+	failed *[]string // ClusterReport.RSSErrors
+}
+
+// read sums the memory of the nodes still running, each read once its
+// RSS held still for settle (settledMemory; negative: at once); ok is
+// false if any could not be read.
+func (nm *nodesMemory) read(ctx context.Context, what string, settle time.Duration) (sum memory, ok bool) {
+	ms := make([]memory, len(nm.nodes))
+	errs := make([]error, len(nm.nodes))
+	var wg sync.WaitGroup
+	for i, n := range nm.nodes {
+		select {
+		case <-n.srv.exited:
+			continue
+		default:
+		}
+		wg.Go(func() { ms[i], errs[i] = settledMemory(ctx, n.srv.pid(), settle) })
+	}
+	wg.Wait()
+	ok = true
+	for i, n := range nm.nodes {
+		if errs[i] != nil {
+			ok = false
+			nm.log.Warn("cannot read a node's memory: the RSS figures that need this reading are left at 0", "reading", what, "node", n.id, "err", errs[i])
+			*nm.failed = append(*nm.failed, fmt.Sprintf("%s: node %s: %v", what, n.id, errs[i]))
+			continue
+		}
+		sum.RSS, sum.Peak = sum.RSS+ms[i].RSS, sum.Peak+ms[i].Peak
+	}
+	return sum, ok
+}
+
+// firstSessions creates a session on each node, through a connection of
+// the bench's own on another node (a create sent to the session's home
+// waits in cluster-route's dispatch). It returns how many it created on
+// each node, by id, and a func closing the connections, to call however
+// it ended.
+func firstSessions(ctx context.Context, o Options, hc *http.Client, nodes []clusterNode, ids []string, probs *tally) (map[string]int, func(), error) {
+	var own []*client
+	closeOwn := func() {
+		for _, c := range own {
+			c.close()
+		}
+	}
+	for _, n := range nodes {
+		c, err := dial(ctx, hc, "ws://"+n.srv.addr+"/?lifecycle=own", "", &clientOptions{timeout: o.CommandTimeout, faults: probs})
+		if err != nil {
+			return nil, closeOwn, fmt.Errorf("the bench's own connection to node %s: %w", n.id, err)
+		}
+		own = append(own, c)
+	}
+	on := map[string]int{}
+	for k := range nodes {
+		sid, ok := firstSessionOn(ids, k)
+		if !ok {
+			return nil, closeOwn, fmt.Errorf("no id of bench-first-0 to -%d is placed on node %s", maxFirstIDs-1, nodes[k].id)
+		}
+		if err := createSession(ctx, own[(k+1)%len(own)], sid, o.CommandTimeout); err != nil {
+			return nil, closeOwn, fmt.Errorf("first session on node %s: %w", nodes[k].id, err)
+		}
+		on[ids[k]]++
+	}
+	return on, closeOwn, nil
+}
+
+// firstSessionOn is the id of the bench's first session on node ids[k]:
+// the first of bench-first-0, -1, ... that the placement puts there.
+func firstSessionOn(ids []string, k int) (string, bool) {
+	for j := range maxFirstIDs {
+		if sid := fmt.Sprintf("bench-first-%d", j); agentd.PlaceSession(sid, ids) == ids[k] {
+			return sid, true
+		}
+	}
+	return "", false
+}
+
+// maxFirstIDs bounds the search of firstSessionOn: the placement spreads
+// ids evenly, so with n nodes one in n is on each.
+const maxFirstIDs = 10000
 
 // awayFrom is the index of the node in ids, other than session sid's
 // home, that its client i connects to: the others in turn.
@@ -468,6 +561,7 @@ var clusterRows = []tableRow{
 		return fmt.Sprintf("%s / %s (%d answered)", fmtDur(c.Takeover), fmtDur(c.TakeoverP50), c.TakenOver)
 	})},
 	{"  commands failed meanwhile", clusterVal(func(c *ClusterReport) string { return strconv.Itoa(c.TakeoverFailed) })},
+	{"  RSS readings failed", clusterVal(func(c *ClusterReport) string { return strconv.Itoa(len(c.RSSErrors)) })},
 }
 
 func clusterVal(f func(c *ClusterReport) string) func(r Report) string {

@@ -1,9 +1,14 @@
 package loadgen
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +25,7 @@ func TestRunCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var log strings.Builder
-	rep, err := Run(ctx, Options{Binary: agentdBin, Sessions: 6, Rounds: 2, Chunks: 5, ClusterNodes: 3,
+	rep, err := Run(ctx, Options{Binary: agentdBin, Sessions: 6, Rounds: 2, Chunks: 5, ClusterNodes: 3, Settle: 100 * time.Millisecond,
 		CommandTimeout: 30 * time.Second, ServerArgs: []string{"--cluster-lease-ttl", "1s"}, ServerLog: &syncWriter{w: &log}})
 	if err != nil {
 		t.Fatalf("Run: %v\nserver stderr:\n%s", err, log.String())
@@ -64,6 +69,62 @@ func TestRunCluster(t *testing.T) {
 	var b strings.Builder
 	if err := WriteTable(&b, []Report{rep}); err != nil || !strings.Contains(b.String(), "takeover: all / p50") {
 		t.Errorf("table: %v\n%s", err, b.String())
+	}
+	// Memory as on one node: every reading made, the sessions' RSS from
+	// the reading after each node's first session.
+	if len(c.RSSErrors) != 0 || rep.RSSBaseline <= 0 || rep.RSSFirstSession <= 0 || rep.RSSSessions <= 0 || rep.RSSAfter <= 0 {
+		t.Errorf("RSS baseline %d, first %d, sessions %d, after %d; failed readings %q", rep.RSSBaseline, rep.RSSFirstSession, rep.RSSSessions, rep.RSSAfter, c.RSSErrors)
+	}
+	if want := (rep.RSSSessions - rep.RSSFirstSession) / 6; rep.RSSPerSession != want {
+		t.Errorf("RSS per session %d, want %d: (sessions %d - first %d) / 6", rep.RSSPerSession, want, rep.RSSSessions, rep.RSSFirstSession)
+	}
+}
+
+// A node whose memory cannot be read (here a process that exited and
+// was not yet waited for: its status has no VmRSS) fails the reading
+// with a warning and a line for the report; the others are still read.
+func TestNodesMemoryUnreadable(t *testing.T) {
+	self, err := os.FindProcess(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readMemory(self.Pid); err != nil {
+		t.Skipf("no memory readings here: %v", err)
+	}
+	gone := exec.Command("true")
+	if err := gone.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer gone.Wait()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := readMemory(gone.Process.Pid); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the exited process's memory is still readable")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	node := func(id string, p *os.Process) clusterNode {
+		return clusterNode{id: id, srv: &server{cmd: &exec.Cmd{Process: p}, exited: make(chan struct{})}}
+	}
+	var logged bytes.Buffer
+	var rssErrors []string
+	nm := &nodesMemory{nodes: []clusterNode{node("n1", self), node("n2", gone.Process)},
+		log: slog.New(slog.NewTextHandler(&logged, nil)), failed: &rssErrors}
+	m, ok := nm.read(context.Background(), "baseline", -1)
+	if ok || m.RSS <= 0 {
+		t.Errorf("read: ok %t, RSS %d; want not ok, n1's RSS", ok, m.RSS)
+	}
+	if len(rssErrors) != 1 || !strings.HasPrefix(rssErrors[0], "baseline: node n2: ") {
+		t.Errorf("failed readings %q, want one of node n2", rssErrors)
+	}
+	if !strings.Contains(logged.String(), "level=WARN") || !strings.Contains(logged.String(), "node=n2") {
+		t.Errorf("log %q, want a warning about n2", logged.String())
+	}
+	b, err := json.Marshal(ClusterReport{RSSErrors: rssErrors})
+	if err != nil || !strings.Contains(string(b), `"rss_errors":["baseline: node n2: `) {
+		t.Errorf("JSON %s (%v), want rss_errors", b, err)
 	}
 }
 

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/agentd-dev/agentd/jsonfield"
 )
 
 // Options says what to run.
@@ -772,12 +774,12 @@ func sendBudgetCuts(ctx context.Context, c *client, timeout time.Duration, log *
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	r, _, err := c.call(cctx, "bench.metrics", map[string]any{"type": "get_metrics"})
-	cuts := r.data.Get("commandsRejected.sendBudget")
-	if err != nil || !r.success || !cuts.Exists() {
+	cuts := r.get("commandsRejected", "sendBudget")
+	if err != nil || !r.success || cuts == nil {
 		log.Warn("get_metrics", "err", err, "error", r.err)
 		return -1
 	}
-	return cuts.Int()
+	return jsonfield.Int(cuts)
 }
 
 // settledMemory reads pid's memory once its RSS has held still for
@@ -923,8 +925,8 @@ func connectAllTo(ctx context.Context, o Options, hc *http.Client, url, name fun
 				probs.add(failureKind(err, ctx.Err() != nil), fmt.Sprintf("session %s: %v", sid, err))
 			case !r.success:
 				probs.add("create_session failed", fmt.Sprintf("create_session %s: %s", sid, r.err))
-			case r.data.Get("sessionId").String() != sid:
-				probs.add("create_session wrong id", fmt.Sprintf("create_session %s: answered sessionId %q", sid, r.data.Get("sessionId").String()))
+			case jsonfield.String(r.get("sessionId")) != sid:
+				probs.add("create_session wrong id", fmt.Sprintf("create_session %s: answered sessionId %q", sid, jsonfield.String(r.get("sessionId"))))
 			default:
 				clients[i] = c
 				return

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidwall/gjson"
+	"github.com/agentd-dev/agentd/jsonfield"
 )
 
 // sseOptions are what every event stream of a REST run shares.
@@ -124,6 +124,7 @@ type sseStream struct {
 	seen     map[eventKey]struct{}
 	text     strings.Builder // the streamed text of the assistant message under way
 	inAnswer bool
+	json     jsonfield.Parser
 }
 
 // openSSE requests url as an event stream and waits for its connected
@@ -254,8 +255,8 @@ func (s *sseStream) read() {
 // event takes one frame: its id (the seq) and its data.
 func (s *sseStream) event(id []byte, hasID bool, data []byte) {
 	s.lastSeen.Store(time.Now().UnixNano())
-	r := gjson.GetManyBytes(data, "type", "token", "message.role", "outcome", "seq", "session_id", "error")
-	typ := r[0].String()
+	v, _ := s.json.Parse(data) // nil if it is not JSON: every field is missing
+	typ := jsonfield.String(v.Get("type"))
 	kind := sseKindOf(typ)
 	s.counts[kind].Add(1)
 	fault := func(kind, msg string) {
@@ -284,7 +285,7 @@ func (s *sseStream) event(id []byte, hasID bool, data []byte) {
 		case <-s.connected:
 			fault("sse connected twice", prefix(data, 120))
 		default:
-			s.attachID, s.startSeq, s.lastSeq = r[5].String(), r[4].Uint(), r[4].Uint()
+			s.attachID, s.startSeq, s.lastSeq = jsonfield.String(v.Get("session_id")), jsonfield.Uint(v.Get("seq")), jsonfield.Uint(v.Get("seq"))
 			close(s.connected)
 		}
 		return
@@ -322,7 +323,7 @@ func (s *sseStream) event(id []byte, hasID bool, data []byte) {
 		s.text.Reset()
 		s.inAnswer = true
 	case "generation_progress":
-		tok := r[1].String()
+		tok := jsonfield.String(v.Get("token"))
 		s.tokens.Add(int64(len(tok)))
 		s.text.WriteString(tok)
 	case "generation_complete":
@@ -338,12 +339,13 @@ func (s *sseStream) event(id []byte, hasID bool, data []byte) {
 		s.inAnswer = false
 	case "run_ended":
 		s.runEnds.Add(1)
-		if out := r[3].String(); out != "completed" {
+		out := jsonfield.String(v.Get("outcome"))
+		if out != "completed" {
 			fault("sse run not completed", fmt.Sprintf("run_ended %q at seq %d", out, seq))
 		}
 		if s.runEnded != nil {
 			select {
-			case s.runEnded <- r[3].String():
+			case s.runEnded <- out:
 			default:
 				fault("sse run_ended not asked for", fmt.Sprintf("seq %d", seq))
 			}

@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/tidwall/gjson"
+
+	"github.com/agentd-dev/agentd/jsonfield"
 )
 
 // watchOptions are what every watcher of a run shares.
@@ -84,6 +85,7 @@ type watcher struct {
 	closedBeforeShutdown bool
 
 	subscribed, initialIn bool // reader only: the subscribe's answer so far
+	json                  jsonfield.Parser
 }
 
 // dialWatcher connects to url, subscribes to sid and waits for the
@@ -132,40 +134,45 @@ func (w *watcher) read(ctx context.Context) {
 			return
 		}
 		w.bytes.Add(int64(len(data)))
-		r := gjson.GetManyBytes(data, "type", "session_id", "seq", "timestamp", "code", "error_type", "message")
-		typ := r[0].String()
-		w.counts[kindOf(typ)].Add(1)
-		if sid := r[1].String(); sid != "" && sid != w.sid {
-			w.opt.faults.add("session-ws message of another session", fmt.Sprintf("watcher of %s: %s of session %q", w.sid, typ, sid))
+		w.message(ctx, data)
+	}
+}
+
+// message takes one message from the server.
+func (w *watcher) message(ctx context.Context, data []byte) {
+	v, _ := w.json.Parse(data) // nil if it is not JSON: every field is missing
+	typ := jsonfield.String(v.Get("type"))
+	w.counts[kindOf(typ)].Add(1)
+	if sid := jsonfield.String(v.Get("session_id")); sid != "" && sid != w.sid {
+		w.opt.faults.add("session-ws message of another session", fmt.Sprintf("watcher of %s: %s of session %q", w.sid, typ, sid))
+	}
+	switch typ {
+	case "subscribed":
+		if w.subscribed {
+			w.opt.faults.add("session-ws subscribed twice", fmt.Sprintf("watcher of %s: a second subscribed", w.sid))
 		}
-		switch typ {
-		case "subscribed":
-			if w.subscribed {
-				w.opt.faults.add("session-ws subscribed twice", fmt.Sprintf("watcher of %s: a second subscribed", w.sid))
-			}
-			w.subscribed = true
-		case "progress_update":
-			w.progressUpdate(r[3].String())
-		case "completed":
-			w.mu.Lock()
-			w.completed = append(w.completed, r[2].Int())
-			w.mu.Unlock()
-		case "ping":
-			wctx, cancel := context.WithTimeout(ctx, w.opt.timeout)
-			err := w.conn.Write(wctx, websocket.MessageText, pong)
-			cancel()
-			if err != nil && !w.ending.Load() {
-				w.opt.faults.add("session-ws pong failed", fmt.Sprintf("watcher of %s: %v", w.sid, err))
-			}
-		case "error":
-			what := r[4].String() // a refused client message
-			if what == "" {
-				what = r[5].String() // a failure of the session
-			}
-			w.opt.faults.add("session-ws error "+what, fmt.Sprintf("watcher of %s: %s", w.sid, prefix(data, 300)))
-		case "":
-			w.opt.faults.add("session-ws message without a type", fmt.Sprintf("watcher of %s: %s", w.sid, prefix(data, 120)))
+		w.subscribed = true
+	case "progress_update":
+		w.progressUpdate(jsonfield.String(v.Get("timestamp")))
+	case "completed":
+		w.mu.Lock()
+		w.completed = append(w.completed, jsonfield.Int(v.Get("seq")))
+		w.mu.Unlock()
+	case "ping":
+		wctx, cancel := context.WithTimeout(ctx, w.opt.timeout)
+		err := w.conn.Write(wctx, websocket.MessageText, pong)
+		cancel()
+		if err != nil && !w.ending.Load() {
+			w.opt.faults.add("session-ws pong failed", fmt.Sprintf("watcher of %s: %v", w.sid, err))
 		}
+	case "error":
+		what := jsonfield.String(v.Get("code")) // a refused client message
+		if what == "" {
+			what = jsonfield.String(v.Get("error_type")) // a failure of the session
+		}
+		w.opt.faults.add("session-ws error "+what, fmt.Sprintf("watcher of %s: %s", w.sid, prefix(data, 300)))
+	case "":
+		w.opt.faults.add("session-ws message without a type", fmt.Sprintf("watcher of %s: %s", w.sid, prefix(data, 120)))
 	}
 }
 

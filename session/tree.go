@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,10 +10,11 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/tidwall/gjson"
+	"github.com/valyala/fastjson"
 
 	"github.com/agentd-dev/agentd/compaction"
 	"github.com/agentd-dev/agentd/fault"
+	"github.com/agentd-dev/agentd/jsonfield"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/transcript"
 )
@@ -116,6 +118,7 @@ func treeNodes(entries []transcript.Entry, maxNodes, maxDepth int) []TreeNode {
 		stack = append(stack, pending{roots[k], 0})
 	}
 	out := make([]TreeNode, 0, min(len(entries), maxNodes))
+	var jp jsonfield.Parser // for the lines of opaque entries and custom data
 	for len(stack) > 0 && len(out) < maxNodes {
 		p := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
@@ -123,7 +126,7 @@ func treeNodes(entries []transcript.Entry, maxNodes, maxDepth int) []TreeNode {
 			continue
 		}
 		e := &entries[p.i]
-		out = append(out, treeNode(e, labels[e.ID]))
+		out = append(out, treeNode(e, labels[e.ID], &jp))
 		kids := children[e.ID]
 		for k := len(kids) - 1; k >= 0; k-- {
 			stack = append(stack, pending{kids[k], p.depth + 1})
@@ -132,16 +135,16 @@ func treeNodes(entries []transcript.Entry, maxNodes, maxDepth int) []TreeNode {
 	return out
 }
 
-func treeNode(e *transcript.Entry, label string) TreeNode {
+func treeNode(e *transcript.Entry, label string, jp *jsonfield.Parser) TreeNode {
 	n := TreeNode{EntryID: e.ID, ParentID: e.ParentID, Type: e.Type, Timestamp: e.Timestamp, Label: label}
 	var p preview
 	if e.Opaque() {
-		n.Role = opaqueText(&p, e)
+		n.Role = opaqueText(&p, e, jp)
 	} else {
 		if e.Type == transcript.TypeMessage && e.Message != nil {
 			n.Role = e.Message.Role
 		}
-		entryText(&p, e)
+		entryText(&p, e, jp)
 	}
 	n.Text = p.finish()
 	if n.Text == "" {
@@ -233,7 +236,7 @@ func (p *preview) finish() string {
 }
 
 // entryText adds to p what a node shows of an entry.
-func entryText(p *preview, e *transcript.Entry) {
+func entryText(p *preview, e *transcript.Entry, jp *jsonfield.Parser) {
 	switch e.Type {
 	case transcript.TypeMessage:
 		m := e.Message
@@ -268,7 +271,7 @@ func entryText(p *preview, e *transcript.Entry) {
 		if e.CustomType != "" {
 			p.add(e.CustomType)
 		} else if e.Data != nil {
-			p.add(dataText(gjson.ParseBytes(e.Data)))
+			p.add(customDataText(e.Data, jp))
 		}
 	case transcript.TypeSessionInfo:
 		p.add(e.Name)
@@ -297,50 +300,85 @@ func labelText(label, target string) string {
 	return label
 }
 
-// dataText shows a custom entry's data: a string as it is, anything else
-// as JSON.
-func dataText(v gjson.Result) string {
+// customDataText shows a custom entry's data: a string as it is,
+// anything else as JSON, as written.
+func customDataText(data json.RawMessage, jp *jsonfield.Parser) string {
+	v, err := jp.Parse(data)
 	switch {
-	case !v.Exists():
+	case err != nil:
 		return ""
-	case v.Type == gjson.String:
-		return v.Str
+	case jsonfield.IsString(v):
+		return jsonfield.StringOnly(v)
 	}
-	return v.Raw
+	return string(data)
+}
+
+// rawField is the value of line's first top-level field key as written
+// (fastjson keeps no text of what it parsed), nil if it has none.
+func rawField(line []byte, key string) json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil
+		}
+		if k == key {
+			return v
+		}
+	}
+	return nil
 }
 
 // opaqueText adds to p what a node shows of an entry agentd keeps but
 // does not interpret, read straight from its line by the same rules, and
-// returns the role of a message entry.
-func opaqueText(p *preview, e *transcript.Entry) llm.Role {
-	line := gjson.ParseBytes(e.Raw())
-	var role llm.Role
-	if r := line.Get("message.role"); e.Type == transcript.TypeMessage && r.Type == gjson.String {
-		role = llm.Role(r.Str)
+// returns the role of a message entry. A field of another type than the
+// rule's is as good as missing.
+func opaqueText(p *preview, e *transcript.Entry, jp *jsonfield.Parser) llm.Role {
+	line, err := jp.Parse(e.Raw())
+	if err != nil {
+		return "" // not seen: the transcript kept only lines that are JSON
 	}
-	blocks := func(v gjson.Result) {
-		if v.Type == gjson.String {
-			p.add(v.Str)
+	var role llm.Role
+	if e.Type == transcript.TypeMessage {
+		role = llm.Role(jsonfield.StringOnly(line.Get("message", "role")))
+	}
+	str := jsonfield.StringOnly
+	blocks := func(v *fastjson.Value) {
+		if v == nil {
 			return
 		}
-		for _, c := range v.Array() {
-			if c.Type == gjson.String {
-				p.add(c.Str)
+		var list []*fastjson.Value
+		switch v.Type() {
+		case fastjson.TypeString:
+			p.add(str(v))
+			return
+		case fastjson.TypeNull:
+			return
+		case fastjson.TypeArray:
+			list = v.GetArray()
+		default:
+			// One block standing alone reads as a list of it.
+			list = []*fastjson.Value{v}
+		}
+		for _, c := range list {
+			if jsonfield.IsString(c) {
+				p.add(str(c))
 				continue
 			}
 			for _, k := range []string{"text", "thinking", "content"} {
-				if f := c.Get(k); f.Type == gjson.String {
-					p.add(f.Str)
+				if f := c.Get(k); jsonfield.IsString(f) {
+					p.add(str(f))
 					break
 				}
 			}
 		}
-	}
-	str := func(v gjson.Result) string {
-		if v.Type == gjson.String {
-			return v.Str
-		}
-		return ""
 	}
 	switch e.Type {
 	case transcript.TypeMessage:
@@ -350,8 +388,8 @@ func opaqueText(p *preview, e *transcript.Entry) llm.Role {
 		}
 		// The first of these that is a string, however empty.
 		for _, k := range []string{"text", "output", "command", "summary"} {
-			if f := m.Get(k); f.Type == gjson.String {
-				p.add(f.Str)
+			if f := m.Get(k); jsonfield.IsString(f) {
+				p.add(str(f))
 				break
 			}
 		}
@@ -372,8 +410,10 @@ func opaqueText(p *preview, e *transcript.Entry) llm.Role {
 	case transcript.TypeCustom:
 		if t := str(line.Get("customType")); t != "" {
 			p.add(t)
-		} else {
-			p.add(dataText(line.Get("data")))
+		} else if d := line.Get("data"); jsonfield.IsString(d) {
+			p.add(str(d))
+		} else if d != nil {
+			p.add(string(rawField(e.Raw(), "data")))
 		}
 	case transcript.TypeSessionInfo:
 		p.add(str(line.Get("name")))
