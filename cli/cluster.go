@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -70,20 +69,6 @@ func (cn *clusterNode) leave() {
 	if cn.stopNATS != nil {
 		cn.stopNATS()
 	}
-}
-
-// clusterHealth answers GET /healthz with the cluster's state besides the
-// liveness status, and passes everything else to next.
-func clusterHealth(srv *server.Server, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet || r.URL.Path != "/healthz" {
-			next.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "cluster": srv.ClusterStatus()})
-	})
 }
 
 // clusterMetrics adds the cluster's gauges to the server's registry.

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -62,57 +61,6 @@ func testServer(t *testing.T, clustered bool) *server.Server {
 	}
 	t.Cleanup(func() { _ = srv.Close() })
 	return srv
-}
-
-// GET /healthz answers the liveness status and the cluster's state
-// (null without a cluster); everything else goes to the next handler.
-func TestClusterHealth(t *testing.T) {
-	servers := map[bool]*server.Server{false: testServer(t, false), true: testServer(t, true)}
-	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("next")) })
-	tests := []struct {
-		name      string
-		clustered bool
-		method    string
-		path      string
-		next      bool
-		node      string // the cluster's node in the answer; "" for null
-	}{
-		{"clustered", true, http.MethodGet, "/healthz", false, "n1"},
-		{"not clustered", false, http.MethodGet, "/healthz", false, ""},
-		{"another method", true, http.MethodPost, "/healthz", true, ""},
-		{"another path", true, http.MethodGet, "/healthz/x", true, ""},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			rec := httptest.NewRecorder()
-			clusterHealth(servers[tc.clustered], next).ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
-			if tc.next {
-				if rec.Body.String() != "next" {
-					t.Fatalf("answered %q, want it passed on", rec.Body)
-				}
-				return
-			}
-			if ct, cc := rec.Header().Get("Content-Type"), rec.Header().Get("Cache-Control"); ct != "application/json" || cc != "no-store" {
-				t.Errorf("Content-Type %q, Cache-Control %q", ct, cc)
-			}
-			var got struct {
-				Status  string                `json:"status"`
-				Cluster *server.ClusterStatus `json:"cluster"`
-			}
-			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
-				t.Fatalf("%v: %s", err, rec.Body)
-			}
-			if got.Status != "ok" {
-				t.Errorf("status %q", got.Status)
-			}
-			switch {
-			case tc.node == "" && got.Cluster != nil:
-				t.Errorf("cluster %+v, want null", got.Cluster)
-			case tc.node != "" && (got.Cluster == nil || got.Cluster.Node != tc.node || !got.Cluster.Connected):
-				t.Errorf("cluster %+v, want node %s connected", got.Cluster, tc.node)
-			}
-		})
-	}
 }
 
 // The cluster's gauges and counters read the server's ClusterStatus, 0

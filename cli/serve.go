@@ -248,7 +248,11 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		return err
 	}
 	defer stopPprof()
-	mux := health.NewMux(hl, metrics)
+	var details []health.Detail
+	if cn != nil {
+		details = append(details, health.Detail{Name: "cluster", Value: func() any { return srv.ClusterStatus() }})
+	}
+	mux := health.NewMux(hl, metrics, details...)
 	// "/" is pi-server's WebSocket; a browser's plain GET of it (and of
 	// /ui/) gets the web UI, itself a client of the REST + SSE API.
 	mux.Handle("/", page.Handler(pi.WebSocketHandler(piserver.WebSocketOptions{Token: sc.Token, OriginPatterns: sc.AllowOrigins})))
@@ -264,13 +268,9 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	// Every request passes the Host check first, whatever face serves it;
 	// the REST + SSE conversation API (/api/v2, and the design document's
 	// /api/conversations) takes its paths before the mux would clean them.
-	var inner http.Handler = mux
-	if cn != nil {
-		inner = clusterHealth(srv, mux)
-	}
 	// On a cluster node, a request naming a session another node runs is
 	// passed on to that node (ClusterProxy is rest.Handler itself alone).
-	faces := srv.ClusterProxy(sessionOfRequest, rest.Handler(inner))
+	faces := srv.ClusterProxy(sessionOfRequest, rest.Handler(mux))
 	if cn != nil {
 		if err := srv.AdvertiseHTTP(ctx, advertised(ln.Addr())); err != nil {
 			log.Warn("cluster: announcing this node's address", "err", err)

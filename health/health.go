@@ -130,17 +130,34 @@ type probeBody struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-func writeProbe(w http.ResponseWriter, code int, body probeBody) {
+func writeProbe(w http.ResponseWriter, code int, body any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-// LivenessHandler answers /healthz: 200 while the process serves HTTP.
-func (h *Health) LivenessHandler() http.Handler {
+// Detail is a named part of the /healthz answer besides its status, read
+// at each request: a cluster node's view of the cluster, say.
+type Detail struct {
+	Name  string
+	Value func() any
+}
+
+// LivenessHandler answers /healthz: 200 while the process serves HTTP,
+// with the details besides the status.
+func (h *Health) LivenessHandler(details ...Detail) http.Handler {
+	if len(details) == 0 {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			writeProbe(w, http.StatusOK, probeBody{Status: "ok"})
+		})
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeProbe(w, http.StatusOK, probeBody{Status: "ok"})
+		body := map[string]any{"status": "ok"}
+		for _, d := range details {
+			body[d.Name] = d.Value()
+		}
+		writeProbe(w, http.StatusOK, body)
 	})
 }
 
@@ -155,13 +172,14 @@ func (h *Health) ReadinessHandler() http.Handler {
 	})
 }
 
-// NewMux serves /metrics (when m is not nil), /healthz and /readyz.
-func NewMux(h *Health, m *Metrics) *http.ServeMux {
+// NewMux serves /metrics (when m is not nil), /healthz (with details)
+// and /readyz.
+func NewMux(h *Health, m *Metrics, details ...Detail) *http.ServeMux {
 	mux := http.NewServeMux()
 	if m != nil {
 		mux.Handle("GET /metrics", m.Handler())
 	}
-	mux.Handle("GET /healthz", h.LivenessHandler())
+	mux.Handle("GET /healthz", h.LivenessHandler(details...))
 	mux.Handle("GET /readyz", h.ReadinessHandler())
 	return mux
 }

@@ -236,3 +236,39 @@ func TestLastingIssue(t *testing.T) {
 		t.Fatal("a lasting issue made the server unready")
 	}
 }
+
+// /healthz carries the details it was given, read at each request, and
+// only the status without any.
+func TestLivenessDetails(t *testing.T) {
+	h := NewHealth(NewBreakers(Options{}, Options{}))
+	n := 0
+	tests := []struct {
+		name    string
+		details []Detail
+		want    []string
+	}{
+		{"none", nil, []string{`{"status":"ok"}` + "\n"}},
+		{"one", []Detail{{Name: "cluster", Value: func() any { n++; return map[string]int{"members": n} }}},
+			[]string{`{"cluster":{"members":1},"status":"ok"}` + "\n", `{"cluster":{"members":2},"status":"ok"}` + "\n"}},
+		{"null", []Detail{{Name: "cluster", Value: func() any { return nil }}}, []string{`{"cluster":null,"status":"ok"}` + "\n"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(NewMux(h, nil, tc.details...))
+			defer srv.Close()
+			for _, want := range tc.want {
+				if code, body := get(t, srv.URL+"/healthz"); code != 200 || body != want {
+					t.Fatalf("/healthz = %d %q, want %q", code, body, want)
+				}
+			}
+			resp, err := http.Post(srv.URL+"/healthz", "text/plain", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMethodNotAllowed {
+				t.Errorf("POST /healthz = %d", resp.StatusCode)
+			}
+		})
+	}
+}
