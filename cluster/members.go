@@ -125,8 +125,24 @@ func (n *Node) Announce(ctx context.Context) (*Membership, error) {
 	return m, nil
 }
 
+// nodeBucket is NodeBucket, looked up (or made) once: the node list is
+// read every lease TTL/3 and for every placement, and the lookup is a
+// JetStream request of its own.
 func (n *Node) nodeBucket(ctx context.Context) (jetstream.KeyValue, error) {
-	return n.keyValue(ctx, jetstream.KeyValueConfig{Bucket: NodeBucket, Description: "agentd live nodes", History: 1})
+	n.mu.Lock()
+	kv := n.nodesKV
+	n.mu.Unlock()
+	if kv != nil {
+		return kv, nil
+	}
+	kv, err := n.keyValue(ctx, jetstream.KeyValueConfig{Bucket: NodeBucket, Description: "agentd live nodes", History: 1})
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	n.nodesKV = kv
+	n.mu.Unlock()
+	return kv, nil
 }
 
 func (m *Membership) put(ctx context.Context) error {
@@ -190,6 +206,12 @@ func (n *Node) Members(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return MembersOf(all), nil
+}
+
+// MembersOf is Members of a list Nodes read: the nodes not leaving, in
+// order.
+func MembersOf(all map[string]NodeInfo) []string {
 	var out []string
 	for id, info := range all {
 		if !info.Leaving {
@@ -197,7 +219,7 @@ func (n *Node) Members(ctx context.Context) ([]string, error) {
 		}
 	}
 	slices.Sort(out)
-	return out, nil
+	return out
 }
 
 // Nodes lists every live node, leaving or not.

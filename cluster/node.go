@@ -105,9 +105,10 @@ type Node struct {
 	events jetstream.Stream
 	st     store // session state: transcripts, journal, index (store.go)
 
-	mu     sync.Mutex
-	leases map[string]*Lease // live leases by session id
-	closed bool
+	mu      sync.Mutex
+	leases  map[string]*Lease // live leases by session id
+	closed  bool
+	nodesKV jetstream.KeyValue // NodeBucket once looked up (nodeBucket)
 
 	stopRenew context.CancelFunc
 	renewDone chan struct{}

@@ -500,13 +500,26 @@ func (cs *clusterState) liveMembers(ctx context.Context) ([]string, error) {
 		cs.mu.Unlock()
 		return m, nil
 	}
-	draining := cs.draining
 	cs.mu.Unlock()
-	m, err := cs.node.Members(ctx)
+	all, err := cs.node.Nodes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if draining {
+	return cs.rememberNodes(all), nil
+}
+
+// rememberNodes keeps a node list just read: its members for
+// liveMembers, which it returns, and its addresses for nodeAddr.
+func (cs *clusterState) rememberNodes(all map[string]cluster.NodeInfo) []string {
+	m := cluster.MembersOf(all)
+	addrs := make(map[string]string, len(all))
+	for id, info := range all {
+		addrs[id] = info.Addr
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.addrs, cs.addrsAt = addrs, time.Now()
+	if cs.draining {
 		// This node left; it must not place anything on itself.
 		out := m[:0:0]
 		for _, n := range m {
@@ -516,10 +529,8 @@ func (cs *clusterState) liveMembers(ctx context.Context) ([]string, error) {
 		}
 		m = out
 	}
-	cs.mu.Lock()
 	cs.members, cs.membersAt = m, time.Now()
-	cs.mu.Unlock()
-	return m, nil
+	return m
 }
 
 func (cs *clusterState) forgetMembers() {
@@ -1441,15 +1452,13 @@ func (cs *clusterState) checkNodes() {
 	ctx, cancel := context.WithTimeout(cs.ctx, cs.node.LeaseTTL())
 	defer cancel()
 	cs.forgetMembers()
-	members, err := cs.liveMembers(ctx)
-	if err != nil {
-		return
-	}
-	// A node that is leaving still answers what it was sent.
+	// A node that is leaving still answers what it was sent: it is
+	// live, though no member.
 	live, err := cs.node.Nodes(ctx)
 	if err != nil {
 		return
 	}
+	members := cs.rememberNodes(live)
 	cs.mu.Lock()
 	var dead []*inflight
 	for fl := range cs.inflight {

@@ -122,12 +122,6 @@ func (cs *clusterState) nodeAddr(ctx context.Context, node string) string {
 	if err != nil {
 		return ""
 	}
-	addrs := make(map[string]string, len(nodes))
-	for id, info := range nodes {
-		addrs[id] = info.Addr
-	}
-	cs.mu.Lock()
-	cs.addrs, cs.addrsAt = addrs, time.Now()
-	cs.mu.Unlock()
-	return addrs[node]
+	cs.rememberNodes(nodes)
+	return nodes[node].Addr
 }
