@@ -13,6 +13,9 @@ type outcome struct {
 	id, key               string
 	idExpires, keyExpires time.Time
 	gone                  bool // filed nowhere any more
+	// journaled is set on an outcome read from a journal, whose
+	// fingerprint may be unkeyed (see Pipeline.answers).
+	journaled bool
 }
 
 // outcomes keeps the answers of identified commands for replay, within a

@@ -167,7 +167,7 @@ func (p *Pipeline) file(recs []Record, now time.Time) int {
 		if r.Response == nil {
 			continue
 		}
-		o := &outcome{fp: r.Fingerprint, resp: p.keepable(p.reg[r.Command], *r.Response)}
+		o := &outcome{fp: r.Fingerprint, resp: p.keepable(p.reg[r.Command], *r.Response), journaled: true}
 		if r.ID != "" && r.Expires.After(now) && p.byID[r.ID] == nil {
 			o.id, o.idExpires = r.ID, r.Expires
 		}
@@ -181,6 +181,18 @@ func (p *Pipeline) file(recs []Record, now time.Time) int {
 		}
 	}
 	return n
+}
+
+// answers reports whether outcome o is the outcome of f's request. One
+// read from a journal may have been fingerprinted before the journal's
+// fingerprints were keyed (an earlier version, or a cluster node before
+// the cluster had its key), unkeyed: a request repeated across that
+// upgrade is replayed, not refused as another one. p.mu is held.
+func (p *Pipeline) answers(o *outcome, f *flight) bool {
+	if o.fp == f.fp {
+		return true
+	}
+	return o.journaled && p.fpKey != nil && o.fp == Fingerprint(nil, f.cmd)
 }
 
 // Adopt takes over outcomes recorded by another process: in a cluster, by
@@ -291,7 +303,7 @@ func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 	)
 	if cmd.ID != "" {
 		if o := p.out.byID(cmd.ID, now); o != nil {
-			if o.fp != f.fp {
+			if !p.answers(o, f) {
 				conflict = errConflictID(cmd.ID, o.resp.Command, cmd.Type)
 			} else {
 				hit = o
@@ -306,7 +318,7 @@ func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 	}
 	if hit == nil && waitFor == nil && conflict == nil && f.keyIdx != "" {
 		if o := p.out.byKey(f.keyIdx, now); o != nil {
-			if o.fp != f.fp {
+			if !p.answers(o, f) {
 				conflict = errConflictKey(cmd.IdempotencyKey, o.resp.Command, cmd.Type)
 			} else {
 				hit = o

@@ -1528,7 +1528,9 @@ func (cs *clusterState) handOver(ctx context.Context) {
 
 // settle waits until h can be handed over: its run ended, or it waits for
 // a person (its question is asked again by the next owner), or ctx ended.
-// Both changes come with an event of the session, which wakes it.
+// A question comes with an event of the session, which wakes the wait; a
+// run's end need not (a navigation ends after its last event), so the
+// wait is the session's own.
 func (cs *clusterState) settle(ctx context.Context, h *Hosted) {
 	for {
 		var next <-chan struct{}
@@ -1544,10 +1546,19 @@ func (cs *clusterState) settle(ctx context.Context, h *Hosted) {
 			_ = h.sess.Wait(ctx)
 			return
 		}
-		select {
-		case <-ctx.Done():
-		case <-next:
-		}
+		wctx, cancel := context.WithCancel(ctx)
+		woken := make(chan struct{})
+		go func() {
+			defer close(woken)
+			select {
+			case <-next:
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
+		_ = h.sess.Wait(wctx)
+		cancel()
+		<-woken
 	}
 }
 

@@ -53,6 +53,12 @@ func (s *Server) ClusterProxy(sessionOf func(*http.Request) string, next http.Ha
 		FlushInterval: -1, // event streams go out as they come
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			t := r.Context().Value(proxyTargetKey{}).(proxyTarget)
+			if r.Context().Err() != nil {
+				// The client left (or the server stops): nobody reads an
+				// answer, and the node said nothing about itself.
+				s.log.Debug("cluster: a request passed on ended with its client", "session", t.id, "to", t.addr, "err", err)
+				return
+			}
 			s.log.Warn("cluster: passing a request on", "session", t.id, "to", t.addr, "err", err)
 			// The node may be gone: the next request looks its sessions up again.
 			cs.forgetMembers()

@@ -110,3 +110,57 @@ func BenchmarkClusterProxy(b *testing.B) {
 		}
 	}
 }
+
+// A client that gives up on a request passed on to another node, before
+// that node answered, says nothing about the node: the owners cache
+// stays as it was (it was emptied, and every session's next request read
+// its lease again).
+func TestClusterProxyClientGone(t *testing.T) {
+	nodes := startClusterSpread(t, false, "a", "b")
+	const id = "on-b"
+	if r := submit(t, nodes["b"], pipeline.Command{Type: "t.create", SessionID: id}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	sessionOf := func(r *http.Request) string { return strings.TrimPrefix(r.URL.Path, "/s/") }
+	arrived := make(chan struct{})
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-r.Context().Done() // answers nothing until the request ends
+	})
+	hb := httptest.NewServer(nodes["b"].srv.ClusterProxy(sessionOf, slow))
+	t.Cleanup(hb.Close)
+	if err := nodes["b"].srv.AdvertiseHTTP(context.Background(), hb.Listener.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	proxy := nodes["a"].srv.ClusterProxy(sessionOf, http.NotFoundHandler())
+	ha := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(served)
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ha.Close)
+	cs := nodes["a"].srv.cl
+	cs.forgetMembers()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ha.URL+"/s/"+id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		<-arrived
+		cancel()
+	}()
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the request was answered: %s", resp.Status)
+	}
+	<-served
+	cs.mu.Lock()
+	seen, ok := cs.owners[id]
+	addrsKnown := !cs.addrsAt.IsZero()
+	cs.mu.Unlock()
+	if !ok || seen.node != "b" || !addrsKnown {
+		t.Errorf("after the client left, a's owners cache has %q (%v) for %s, addresses known %v; want b, kept", seen.node, ok, id, addrsKnown)
+	}
+}

@@ -97,6 +97,63 @@ func TestClusterSettle(t *testing.T) {
 	}
 }
 
+// A session busy with what emits no event as it ends (a navigation
+// summarising the branch it leaves) is handed over when that ends, not
+// when the hand-over's context does.
+func TestClusterSettleQuietEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := faux.New(faux.Options{})
+		dir := t.TempDir()
+		sess, err := session.New(session.Config{Cwd: dir, SessionsDir: dir, Model: faux.Model(), Stream: p.Stream, EventLogSize: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := &Hosted{sess: sess, cl: &hosted{}}
+		unsub := sess.Subscribe(func(session.Event) { h.cl.onEvent() }) // as Hosted.onEvent does
+		defer func() {
+			unsub()
+			_ = sess.Close()
+		}()
+		p.Push(faux.Response{Text: "done"})
+		if err := sess.Prompt(session.UserMessage("hi", nil), session.BehaviorNone); err != nil {
+			t.Fatal(err)
+		}
+		if err := sess.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		var first string
+		for _, n := range sess.Tree().Nodes {
+			if n.Role == "user" {
+				first = n.EntryID
+			}
+		}
+		if first == "" {
+			t.Fatal("no user message in the tree")
+		}
+		const summary = 3005 * time.Millisecond
+		p.Push(faux.Response{Text: "a summary", Delay: summary})
+		navigated := make(chan error, 1)
+		go func() {
+			_, err := sess.NavigateTree(t.Context(), first, session.NavigateOptions{Summarize: true})
+			navigated <- err
+		}()
+		synctest.Wait()
+		if !sess.Running() {
+			t.Fatal("the navigation is not summarising")
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		(&clusterState{}).settle(ctx, h)
+		if got := time.Since(start); got != summary {
+			t.Errorf("handed over after %v, want %v", got, summary)
+		}
+		if err := <-navigated; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // A feed's waiters are released once it delivered their seq, never
 // before, and a seq already delivered is reached at once.
 func TestClusterFeedReached(t *testing.T) {

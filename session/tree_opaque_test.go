@@ -2,12 +2,9 @@ package session_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/llm/faux"
 	"github.com/agentd-dev/agentd/session"
 )
 
@@ -105,37 +102,7 @@ func TestTreeOpaquePreviews(t *testing.T) {
 // not know), each a couple of kilobytes long: their previews are read
 // from the lines.
 func BenchmarkTreeOpaque(b *testing.B) {
-	text := strings.Repeat("some words of a message ", 100)
-	lines := make([]string, 0, session.MaxTreeNodes)
-	for i := range session.MaxTreeNodes {
-		parent := ""
-		if i > 0 {
-			parent = fmt.Sprintf("e%07d", i-1)
-		}
-		if i%500 == 499 {
-			parent = "e0000010"
-		}
-		lines = append(lines, msgLine(fmt.Sprintf("e%07d", i), parent, i%1000,
-			fmt.Sprintf(`{"role":"user","content":[{"type":"text","text":%q},{"type":"video","url":"v"}],"timestamp":1}`, text)))
-	}
-	dir := b.TempDir()
-	head := `{"type":"session","version":3,"id":"0190a000-0000-7000-8000-000000000001","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}`
-	p := filepath.Join(dir, "s.jsonl")
-	if err := os.WriteFile(p, []byte(head+"\n"+strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	pr := faux.New(faux.Options{})
-	s, err := session.New(session.Config{Cwd: dir, Open: p, Model: faux.Model(), Stream: pr.Stream})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if n := len(s.Tree().Nodes); n != session.MaxTreeNodes {
-			b.Fatalf("%d nodes", n)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(session.MaxTreeNodes), "ns/node")
+	benchTree(b, func(text string) string {
+		return fmt.Sprintf(`{"role":"user","content":[{"type":"text","text":%q},{"type":"video","url":"v"}],"timestamp":1}`, text)
+	})
 }

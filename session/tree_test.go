@@ -582,6 +582,13 @@ func TestNavigateTreeRecordsBashRunMeanwhile(t *testing.T) {
 // BenchmarkTree measures get_tree's work on a session of 10,000 entries
 // in a few branches, each message a couple of kilobytes long.
 func BenchmarkTree(b *testing.B) {
+	benchTree(b, func(text string) string { return fmt.Sprintf(`{"role":"user","content":%q,"timestamp":1}`, text) })
+}
+
+// benchTree measures get_tree on a session of session.MaxTreeNodes
+// message entries in a few branches, each message(text) with text a
+// couple of kilobytes long.
+func benchTree(b *testing.B, message func(text string) string) {
 	text := strings.Repeat("some words of a message ", 100)
 	lines := make([]string, 0, session.MaxTreeNodes)
 	for i := range session.MaxTreeNodes {
@@ -592,7 +599,7 @@ func BenchmarkTree(b *testing.B) {
 		if i%500 == 499 {
 			parent = "e0000010" // a new branch off an early entry
 		}
-		lines = append(lines, msgLine(fmt.Sprintf("e%07d", i), parent, i%1000, fmt.Sprintf(`{"role":"user","content":%q,"timestamp":1}`, text)))
+		lines = append(lines, msgLine(fmt.Sprintf("e%07d", i), parent, i%1000, message(text)))
 	}
 	dir := b.TempDir()
 	head := `{"type":"session","version":3,"id":"0190a000-0000-7000-8000-000000000001","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}`
