@@ -66,18 +66,7 @@ func TestClusterSettle(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				p := faux.New(faux.Options{})
-				dir := t.TempDir()
-				sess, err := session.New(session.Config{Cwd: dir, SessionsDir: dir, Model: faux.Model(), Stream: p.Stream, EventLogSize: 64})
-				if err != nil {
-					t.Fatal(err)
-				}
-				h := &Hosted{sess: sess, cl: &hosted{}}
-				unsub := sess.Subscribe(func(session.Event) { h.cl.onEvent() }) // as Hosted.onEvent does
-				defer func() {
-					unsub()
-					_ = sess.Close()
-				}()
+				p, sess, h := settling(t)
 				if tc.run > 0 {
 					p.Push(faux.Response{Text: "done", Delay: tc.run})
 					if err := sess.Prompt(session.UserMessage("hi", nil), session.BehaviorNone); err != nil {
@@ -102,18 +91,7 @@ func TestClusterSettle(t *testing.T) {
 // when the hand-over's context does.
 func TestClusterSettleQuietEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := faux.New(faux.Options{})
-		dir := t.TempDir()
-		sess, err := session.New(session.Config{Cwd: dir, SessionsDir: dir, Model: faux.Model(), Stream: p.Stream, EventLogSize: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := &Hosted{sess: sess, cl: &hosted{}}
-		unsub := sess.Subscribe(func(session.Event) { h.cl.onEvent() }) // as Hosted.onEvent does
-		defer func() {
-			unsub()
-			_ = sess.Close()
-		}()
+		p, sess, h := settling(t)
 		p.Push(faux.Response{Text: "done"})
 		if err := sess.Prompt(session.UserMessage("hi", nil), session.BehaviorNone); err != nil {
 			t.Fatal(err)
@@ -307,4 +285,23 @@ func TestClusterAnnouncedBefore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// settling is a hosted session of the offline model whose events reach
+// its cluster state as Hosted.onEvent passes them; it closes with t.
+func settling(t *testing.T) (*faux.Provider, *session.Session, *Hosted) {
+	t.Helper()
+	p := faux.New(faux.Options{})
+	dir := t.TempDir()
+	sess, err := session.New(session.Config{Cwd: dir, SessionsDir: dir, Model: faux.Model(), Stream: p.Stream, EventLogSize: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &Hosted{sess: sess, cl: &hosted{}}
+	unsub := sess.Subscribe(func(session.Event) { h.cl.onEvent() })
+	t.Cleanup(func() {
+		unsub()
+		_ = sess.Close()
+	})
+	return p, sess, h
 }
