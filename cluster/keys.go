@@ -23,9 +23,15 @@ const FingerprintKeyBytes = 32
 // FingerprintKey is the key of the command journal's request
 // fingerprints (pipeline.Fingerprint), the same on every node: the node
 // that takes a session over must fingerprint a repeated request as the
-// node that journaled it did. The first node to ask makes it; the
-// others, and every later start, read it.
-func (n *Node) FingerprintKey(ctx context.Context) ([]byte, error) {
+// node that journaled it did. The first node to join makes it; the
+// others, and every later start, read it (in Join).
+func (n *Node) FingerprintKey() []byte { return n.fpKey }
+
+// errDamagedKey marks a key that is there but unusable: joining again
+// will not mend it, so Join stops retrying.
+var errDamagedKey = errors.New("damaged")
+
+func (n *Node) fingerprintKey(ctx context.Context) ([]byte, error) {
 	kv, err := n.keyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: KeyBucket, Description: "agentd cluster-wide keys", History: 1,
 	})
@@ -48,8 +54,8 @@ func (n *Node) FingerprintKey(ctx context.Context) ([]byte, error) {
 	if len(e.Value()) != FingerprintKeyBytes {
 		// Replacing it would make every journaled request look like
 		// another one; an operator decides.
-		return nil, fmt.Errorf("cluster: the journal's fingerprint key in bucket %s is damaged (%d bytes, want %d); delete key %s there to make a new one, which makes idempotency keys of earlier requests unusable",
-			KeyBucket, len(e.Value()), FingerprintKeyBytes, fingerprintKeyName)
+		return nil, fmt.Errorf("cluster: the journal's fingerprint key in bucket %s is %w (%d bytes, want %d); delete key %s there to make a new one, which makes idempotency keys of earlier requests unusable",
+			KeyBucket, errDamagedKey, len(e.Value()), FingerprintKeyBytes, fingerprintKeyName)
 	}
 	return e.Value(), nil
 }

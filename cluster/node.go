@@ -109,6 +109,7 @@ type Node struct {
 	leases  map[string]*Lease // live leases by session id
 	closed  bool
 	nodesKV jetstream.KeyValue // NodeBucket once looked up (nodeBucket)
+	fpKey   []byte             // the journal's fingerprint key (keys.go)
 
 	stopRenew context.CancelFunc
 	renewDone chan struct{}
@@ -219,8 +220,6 @@ func (n *Node) setup(ctx context.Context) error {
 		Bucket:      LeaseBucket,
 		Description: "agentd session ownership leases",
 		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    n.cfg.Replicas,
 	}
 	evCfg := jetstream.StreamConfig{
 		Name:        EventStream,
@@ -238,8 +237,8 @@ func (n *Node) setup(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, setupAttempt)
 		err = n.ensure(actx, kvCfg, evCfg)
 		cancel()
-		if err == nil {
-			return nil
+		if err == nil || errors.Is(err, errDamagedKey) {
+			return err
 		}
 		n.log.Debug("cluster: JetStream not ready, retrying", "err", err)
 		select {
@@ -254,15 +253,9 @@ func (n *Node) ensure(ctx context.Context, kvCfg jetstream.KeyValueConfig, evCfg
 	// Another node may have created them with other replica counts or
 	// limits; the first node's settings stand and this one adopts them,
 	// rather than nodes rewriting each other's configuration on every start.
-	kv, err := n.js.KeyValue(ctx, LeaseBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = n.js.CreateKeyValue(ctx, kvCfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = n.js.KeyValue(ctx, LeaseBucket)
-		}
-	}
+	kv, err := n.keyValue(ctx, kvCfg)
 	if err != nil {
-		return fmt.Errorf("lease bucket %s: %w", LeaseBucket, err)
+		return err
 	}
 	st, err := n.js.Stream(ctx, EventStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -275,7 +268,11 @@ func (n *Node) ensure(ctx context.Context, kvCfg jetstream.KeyValueConfig, evCfg
 		return fmt.Errorf("event stream %s: %w", EventStream, err)
 	}
 	n.kv, n.events = kv, st
-	return n.ensureStore(ctx)
+	if err := n.ensureStore(ctx); err != nil {
+		return err
+	}
+	n.fpKey, err = n.fingerprintKey(ctx)
+	return err
 }
 
 // ID is this node's id.
