@@ -758,14 +758,25 @@ func serveArgs(o Options, env benchEnv, conns int) []string {
 func createSession(ctx context.Context, c *client, sid string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	r, _, err := c.call(ctx, "bench.create."+sid, map[string]any{"type": "create_session", "sessionId": sid})
-	switch {
-	case err != nil:
-		return fmt.Errorf("create_session %s: %w", sid, err)
-	case !r.success:
-		return fmt.Errorf("create_session %s failed: %s", sid, r.err)
+	for attempt := 0; ; attempt++ {
+		r, _, err := c.call(ctx, fmt.Sprintf("bench.create.%s.%d", sid, attempt), map[string]any{"type": "create_session", "sessionId": sid})
+		switch {
+		case err != nil:
+			return fmt.Errorf("create_session %s: %w", sid, err)
+		case r.success:
+			return nil
+		case !strings.HasSuffix(r.err, "try again"):
+			return fmt.Errorf("create_session %s failed: %s", sid, r.err)
+		}
+		// Just after a cluster's nodes start, two of them may place a new
+		// id on each other until their node lists agree; the server says
+		// to try again.
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("create_session %s failed: %s", sid, r.err)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	return nil
 }
 
 // sendBudgetCuts asks the server how many clients it cut off for its

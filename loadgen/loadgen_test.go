@@ -586,8 +586,11 @@ func TestReadCPU(t *testing.T) {
 		if m1, err = readCPU(os.Getpid()); err != nil {
 			t.Fatal(err)
 		}
-		// /proc counts in ticks: work until this process's count moved.
-		if m1.server > m0.server && m1.total > m0.total {
+		// /proc counts in ticks, the process's and the machine's each
+		// rounded on its own: work until this process's count moved by a
+		// few, so that one tick of rounding cannot put it past the
+		// machine's.
+		if m1.server-m0.server >= 3*ticks(1) && m1.total > m0.total {
 			break
 		}
 	}
