@@ -5,8 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+
 	"strconv"
 	"sync"
 	"time"
@@ -398,39 +397,4 @@ func fetchSubject(ctx context.Context, cons jetstream.Consumer, upTo uint64, fn 
 		return true, 0, nil
 	}
 	return false, got, nil
-}
-
-// writeFileAtomic puts data at path through a temporary file in the same
-// directory, synced and renamed, so a reader finds the old file or the
-// whole new one, never part of it.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".restore*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
+
+	"github.com/agentd-dev/agentd/atomicfile"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -158,7 +161,10 @@ func (n *Node) RestoreTranscript(ctx context.Context, sessionID, path string) (f
 		if data == nil {
 			return false, nil
 		}
-		if err := writeFileAtomic(path, data); err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return false, fmt.Errorf("cluster: restoring the transcript of session %s to %s: %w", sessionID, path, err)
+		}
+		if err := atomicfile.Write(path, data, true); err != nil {
 			return false, fmt.Errorf("cluster: restoring the transcript of session %s to %s: %w", sessionID, path, err)
 		}
 		return true, nil

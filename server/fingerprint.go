@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/agentd-dev/agentd/atomicfile"
 )
 
 // fingerprintKeyFile is where a server on its own keeps the key of the
@@ -37,29 +39,13 @@ func fingerprintKey(dir string) ([]byte, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("making the journal's fingerprint key: %w", err)
 	}
-	// Written whole under another name and linked into place: a crash
-	// leaves no half key, and of two servers racing on one directory
-	// the first link wins and the other reads it.
-	tmp, err := os.CreateTemp(dir, fingerprintKeyFile+".*")
-	if err != nil {
-		return nil, fmt.Errorf("the journal's fingerprint key: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	_, werr := tmp.WriteString(hex.EncodeToString(key) + "\n")
-	// CreateTemp makes the file 0600; Chmod says so for the reader.
-	if err := errors.Join(werr, tmp.Chmod(0o600), tmp.Sync(), tmp.Close()); err != nil {
-		return nil, fmt.Errorf("the journal's fingerprint key: %w", err)
-	}
-	if err := os.Link(tmp.Name(), path); errors.Is(err, fs.ErrExist) {
+	// Created, never replaced: of two servers racing on one directory
+	// the first wins and the other reads its key.
+	err = atomicfile.Create(path, []byte(hex.EncodeToString(key)+"\n"))
+	if errors.Is(err, fs.ErrExist) {
 		return readFingerprintKey(path)
 	} else if err != nil {
 		return nil, fmt.Errorf("the journal's fingerprint key: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		err = errors.Join(d.Sync(), d.Close())
-		if err != nil {
-			return nil, fmt.Errorf("the journal's fingerprint key: %w", err)
-		}
 	}
 	return key, nil
 }

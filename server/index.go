@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agentd-dev/agentd/atomicfile"
 )
 
 // seqBlock is how many seqs a session reserves at a time: one durable
@@ -82,26 +84,13 @@ func openIndex(dir string) (*index, error) {
 		line, _ := json.Marshal(e)
 		b = append(append(b, line...), '\n')
 	}
-	tmp := x.path + ".tmp"
-	if err := writeSynced(tmp, b); err != nil {
-		return nil, fmt.Errorf("session index: %w", err)
-	}
-	if err := os.Rename(tmp, x.path); err != nil {
+	if err := atomicfile.Write(x.path, b, true); err != nil {
 		return nil, fmt.Errorf("session index: %w", err)
 	}
 	if x.f, err = os.OpenFile(x.path, os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
 		return nil, fmt.Errorf("session index: %w", err)
 	}
 	return x, nil
-}
-
-func writeSynced(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(b)
-	return errors.Join(werr, f.Sync(), f.Close())
 }
 
 // record applies e in memory; x.mu is held or x is private.

@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agentd-dev/agentd/atomicfile"
+
 	"github.com/agentd-dev/agentd/llm"
 )
 
@@ -866,10 +868,10 @@ func (f *File) write(newEntries []*Entry, doSync bool) error {
 				return err
 			}
 		}
-		size, err := writeFileAtomic(f.path, b, f.opts.sync != SyncNever)
-		if err != nil {
+		if err := atomicfile.Write(f.path, b, f.opts.sync != SyncNever); err != nil {
 			return err
 		}
+		size := int64(len(b))
 		if f.fd != nil {
 			f.fd.Close()
 			f.fd = nil
@@ -943,7 +945,7 @@ func (f *File) write(newEntries []*Entry, doSync bool) error {
 	}
 	if creating && f.opts.sync != SyncNever {
 		// Make the new name durable too, or the synced file can vanish.
-		if err := syncDir(filepath.Dir(f.path)); err != nil {
+		if err := atomicfile.SyncDir(filepath.Dir(f.path)); err != nil {
 			f.err = fmt.Errorf("%w: %v", ErrSyncFailed, err)
 			return f.err
 		}
@@ -1013,47 +1015,6 @@ func encodeFile(h *Header, entries []*Entry) ([]byte, error) {
 	return b, nil
 }
 
-// writeFileAtomic writes a whole session file (b, from encodeFile) next to path and renames it
-// into place, so a crash leaves either the old file or the complete new
-// one, never a half-copied session.
-func writeFileAtomic(path string, b []byte, durable bool) (int64, error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return 0, err
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return 0, err
-	}
-	if durable {
-		if err := tmp.Sync(); err != nil {
-			tmp.Close()
-			return 0, err
-		}
-	}
-	if err := tmp.Close(); err != nil {
-		return 0, err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return 0, err
-	}
-	if durable {
-		return int64(len(b)), syncDir(dir)
-	}
-	return int64(len(b)), nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
 // mkdirDurable creates dir (0700: sessions hold whatever the user and
 // their tools said) and syncs the parent of each directory it made.
 func mkdirDurable(dir string) error {
@@ -1071,7 +1032,7 @@ func mkdirDurable(dir string) error {
 		return err
 	}
 	for _, d := range made {
-		_ = syncDir(filepath.Dir(d)) // best effort: the file's own sync matters more
+		_ = atomicfile.SyncDir(filepath.Dir(d)) // best effort: the file's own sync matters more
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/agentd-dev/agentd/atomicfile"
+
 	"github.com/agentd-dev/agentd/llm"
 )
 
@@ -110,11 +112,10 @@ func (f *File) branched(path []*Entry, labels []labelCopy, root string) (*File, 
 			return nil, err
 		}
 	}
-	size, err := writeFileAtomic(nf.path, b, o.sync != SyncNever)
-	if err != nil {
+	if err := atomicfile.Write(nf.path, b, o.sync != SyncNever); err != nil {
 		return nil, err
 	}
-	nf.headerOnDisk, nf.size = true, size
+	nf.headerOnDisk, nf.size = true, int64(len(b))
 	return nf, nil
 }
 
