@@ -59,7 +59,7 @@ func (f *fileOps) addMessages(msgs []*llm.Message) {
 			if err != nil {
 				continue
 			}
-			if p := jsonfield.StringOnly(args.Get("path")); p != "" {
+			if p := jsonfield.String(args.Get("path")); p != "" {
 				f.add(set, p)
 			}
 		}

@@ -205,7 +205,7 @@ func (c *client) event(data []byte) {
 	if sid != c.sid {
 		c.faults.add("event of another session", fmt.Sprintf("event of session %q on the connection of %q", sid, c.sid))
 	}
-	seq := jsonfield.Int(v.Get("seq"))
+	seq := v.GetInt64("seq")
 	// A client that fell behind gets the deltas of one content block
 	// merged into one frame with the newest seq: a gap closed by a delta
 	// is that (the text check below proves nothing was lost); any other
@@ -229,7 +229,7 @@ func (c *client) event(data []byte) {
 		c.streamed.Reset()
 	case "message_update":
 		if ameType == "text_delta" {
-			writeText(&c.streamed, ame.Get("delta"))
+			c.streamed.Write(ame.GetStringBytes("delta")) // the builder copies it
 		}
 	case "message_end":
 		c.checkAnswer(ev.Get("message"))
@@ -274,9 +274,9 @@ func (c *client) checkAnswer(m *fastjson.Value) {
 	}
 	c.answers.Add(1)
 	var text strings.Builder
-	for _, b := range list(m.Get("content")) {
+	for _, b := range m.GetArray("content") {
 		if jsonfield.String(b.Get("type")) == "text" {
-			writeText(&text, b.Get("text"))
+			text.Write(b.GetStringBytes("text"))
 		}
 	}
 	if got := text.String(); got != c.opt.answer {
@@ -312,7 +312,7 @@ func (c *client) deliver(at time.Time, data []byte, v *fastjson.Value) {
 		c.faults.add("unmatched response", "response to no pending command: "+prefix(data, 200))
 		return
 	}
-	r := reply{at: at, success: jsonfield.Bool(v.Get("success")), err: jsonfield.String(v.Get("error"))}
+	r := reply{at: at, success: v.GetBool("success"), err: jsonfield.String(v.Get("error"))}
 	if v.Get("data") != nil {
 		r.frame = bytes.Clone(data) // the buffer is the next frame's
 	}
@@ -447,28 +447,6 @@ func (c *client) frameType(data []byte) (typ []byte, v *fastjson.Value) {
 		return nil, nil
 	}
 	return []byte(jsonfield.String(v.Get("type"))), v
-}
-
-// writeText adds jsonfield.String(v) to b, a string straight from the
-// parser's buffer: the builder copies it anyway.
-func writeText(b *strings.Builder, v *fastjson.Value) {
-	if jsonfield.IsString(v) {
-		b.Write(v.GetStringBytes())
-		return
-	}
-	b.WriteString(jsonfield.String(v))
-}
-
-// list is v as a list: an array's elements, nothing for null or a
-// missing v, else v alone.
-func list(v *fastjson.Value) []*fastjson.Value {
-	switch {
-	case v == nil || v.Type() == fastjson.TypeNull:
-		return nil
-	case v.Type() == fastjson.TypeArray:
-		return v.GetArray()
-	}
-	return []*fastjson.Value{v}
 }
 
 func prefix(b []byte, n int) string {

@@ -48,11 +48,13 @@ func TestResponseOutlivesTheBuffer(t *testing.T) {
 }
 
 // TestEventOddFrames checks how the reader takes session events that are
-// odd: fields of another type read as before (a seq as a string is a
-// number, a number as a sessionId its text), escapes and lone surrogates
-// decode alike in deltas and the final text, a content that is one block
-// is a list of it, a seq beyond int64 is a gap; a frame that is not JSON
-// has no session and no seq.
+// odd. agentd writes a seq as an integer, a sessionId as a string and a
+// message's content as an array: a field of another type is a fault of
+// the server's, counted as the field missing (a seq as a string, a
+// fraction or beyond int64 is a gap, a number as a sessionId another
+// session, a content that is one block no text). Escapes and lone
+// surrogates decode alike in deltas and the final text; a frame that is
+// not JSON has no session and no seq.
 func TestEventOddFrames(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -63,7 +65,7 @@ func TestEventOddFrames(t *testing.T) {
 		{"seq as a string", "s", []string{
 			`{"type":"event","sessionId":"s","seq":1,"event":{"type":"agent_start"}}`,
 			`{"type":"event","sessionId":"s","seq":"2","event":{"type":"agent_start"}}`,
-		}, nil},
+		}, map[string]int{"event seq gap": 1}},
 		{"seq beyond int64", "s", []string{
 			`{"type":"event","sessionId":"s","seq":1,"event":{"type":"agent_start"}}`,
 			`{"type":"event","sessionId":"s","seq":123456789012345678901234567890,"event":{"type":"agent_start"}}`,
@@ -71,10 +73,10 @@ func TestEventOddFrames(t *testing.T) {
 		{"seq a fraction", "s", []string{
 			`{"type":"event","sessionId":"s","seq":1,"event":{"type":"agent_start"}}`,
 			`{"type":"event","sessionId":"s","seq":2.9,"event":{"type":"agent_start"}}`,
-		}, nil},
+		}, map[string]int{"event seq gap": 1}},
 		{"sessionId a number", "5", []string{
 			`{"type":"event","sessionId":5,"seq":1,"event":{"type":"agent_start"}}`,
-		}, nil},
+		}, map[string]int{"event of another session": 1}},
 		{"sessionId missing", "s", []string{
 			`{"type":"event","seq":1,"event":{"type":"agent_start"}}`,
 		}, map[string]int{"event of another session": 1}},
@@ -87,7 +89,7 @@ func TestEventOddFrames(t *testing.T) {
 			`{"type":"event","sessionId":"s","seq":1,"event":{"type":"message_start","message":{"role":"assistant","content":[]}}}`,
 			`{"type":"event","sessionId":"s","seq":2,"event":{"type":"message_update","assistantMessageEvent":{"type":"text_delta","contentIndex":0,"delta":"a\"b\\c\u00e9 \ud83d\ude00 \ud800"}}}`,
 			`{"type":"event","sessionId":"s","seq":3,"event":{"type":"message_end","message":{"role":"assistant","content":{"type":"text","text":"a\"b\\c\u00e9 \ud83d\ude00 \ufffd"}}}}`,
-		}, nil},
+		}, map[string]int{"wrong final message": 1}},
 		{"not JSON", "s", []string{
 			`{"type":"event","sessionId":"s","seq":1,"event":{"type":"agent_start"}}`,
 			`{"type":"event","sessionId":"s","seq":2,`,
@@ -138,7 +140,7 @@ func TestParseEventHead(t *testing.T) {
 	}
 	read := func(v *fastjson.Value) string {
 		ame := v.Get("event", "assistantMessageEvent")
-		return fmt.Sprintf("%q %d %q %q %q", jsonfield.String(v.Get("sessionId")), jsonfield.Int(v.Get("seq")), jsonfield.String(v.Get("event", "type")),
+		return fmt.Sprintf("%q %d %q %q %q", jsonfield.String(v.Get("sessionId")), v.GetInt64("seq"), jsonfield.String(v.Get("event", "type")),
 			jsonfield.String(ame.Get("type")), jsonfield.String(ame.Get("delta")))
 	}
 	var c client

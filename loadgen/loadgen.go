@@ -790,7 +790,7 @@ func sendBudgetCuts(ctx context.Context, c *client, timeout time.Duration, log *
 		log.Warn("get_metrics", "err", err, "error", r.err)
 		return -1
 	}
-	return jsonfield.Int(cuts)
+	return cuts.GetInt64()
 }
 
 // settledMemory reads pid's memory once its RSS has held still for

@@ -285,7 +285,7 @@ func (s *sseStream) event(id []byte, hasID bool, data []byte) {
 		case <-s.connected:
 			fault("sse connected twice", prefix(data, 120))
 		default:
-			s.attachID, s.startSeq, s.lastSeq = jsonfield.String(v.Get("session_id")), jsonfield.Uint(v.Get("seq")), jsonfield.Uint(v.Get("seq"))
+			s.attachID, s.startSeq, s.lastSeq = jsonfield.String(v.Get("session_id")), v.GetUint64("seq"), v.GetUint64("seq")
 			close(s.connected)
 		}
 		return

@@ -156,7 +156,7 @@ func (w *watcher) message(ctx context.Context, data []byte) {
 		w.progressUpdate(jsonfield.String(v.Get("timestamp")))
 	case "completed":
 		w.mu.Lock()
-		w.completed = append(w.completed, jsonfield.Int(v.Get("seq")))
+		w.completed = append(w.completed, v.GetInt64("seq"))
 		w.mu.Unlock()
 	case "ping":
 		wctx, cancel := context.WithTimeout(ctx, w.opt.timeout)

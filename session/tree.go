@@ -308,7 +308,7 @@ func customDataText(data json.RawMessage, jp *jsonfield.Parser) string {
 	case err != nil:
 		return ""
 	case jsonfield.IsString(v):
-		return jsonfield.StringOnly(v)
+		return jsonfield.String(v)
 	}
 	return string(data)
 }
@@ -347,9 +347,9 @@ func opaqueText(p *preview, e *transcript.Entry, jp *jsonfield.Parser) llm.Role 
 	}
 	var role llm.Role
 	if e.Type == transcript.TypeMessage {
-		role = llm.Role(jsonfield.StringOnly(line.Get("message", "role")))
+		role = llm.Role(jsonfield.String(line.Get("message", "role")))
 	}
-	str := jsonfield.StringOnly
+	str := jsonfield.String
 	blocks := func(v *fastjson.Value) {
 		if v == nil {
 			return
