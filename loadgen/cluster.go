@@ -221,7 +221,7 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	// session on each node, so that no figure per session carries a
 	// node's one-time initialisation, and the sessions' RSS is measured
 	// from the reading after them.
-	firstOn, closeOwn, err := firstSessions(ctx, o, hc, nodes, ids, &probs)
+	closeOwn, err := firstSessions(ctx, o, hc, nodes, ids, &probs)
 	defer closeOwn()
 	if err != nil {
 		return rep, err
@@ -329,7 +329,7 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	cr.Leases = map[string]int{}
 	for _, n := range nodes {
 		if st, err := clusterStatus(ctx, hc, n.srv.addr); err == nil {
-			cr.Leases[n.id] = st.Leases - firstOn[n.id]
+			cr.Leases[n.id] = st.Leases - 1 // the bench's first session there
 		}
 	}
 	victim := 1
@@ -426,10 +426,9 @@ func (nm *nodesMemory) read(ctx context.Context, what string, settle time.Durati
 
 // firstSessions creates a session on each node, through a connection of
 // the bench's own on another node (a create sent to the session's home
-// waits in cluster-route's dispatch). It returns how many it created on
-// each node, by id, and a func closing the connections, to call however
-// it ended.
-func firstSessions(ctx context.Context, o Options, hc *http.Client, nodes []clusterNode, ids []string, probs *tally) (map[string]int, func(), error) {
+// waits in cluster-route's dispatch). It returns a func closing the
+// connections, to call however it ended.
+func firstSessions(ctx context.Context, o Options, hc *http.Client, nodes []clusterNode, ids []string, probs *tally) (func(), error) {
 	var own []*client
 	closeOwn := func() {
 		for _, c := range own {
@@ -439,22 +438,20 @@ func firstSessions(ctx context.Context, o Options, hc *http.Client, nodes []clus
 	for _, n := range nodes {
 		c, err := dial(ctx, hc, "ws://"+n.srv.addr+"/?lifecycle=own", "", &clientOptions{timeout: o.CommandTimeout, faults: probs})
 		if err != nil {
-			return nil, closeOwn, fmt.Errorf("the bench's own connection to node %s: %w", n.id, err)
+			return closeOwn, fmt.Errorf("the bench's own connection to node %s: %w", n.id, err)
 		}
 		own = append(own, c)
 	}
-	on := map[string]int{}
 	for k := range nodes {
 		sid, ok := firstSessionOn(ids, k)
 		if !ok {
-			return nil, closeOwn, fmt.Errorf("no id of bench-first-0 to -%d is placed on node %s", maxFirstIDs-1, nodes[k].id)
+			return closeOwn, fmt.Errorf("no id of bench-first-0 to -%d is placed on node %s", maxFirstIDs-1, nodes[k].id)
 		}
 		if err := createSession(ctx, own[(k+1)%len(own)], sid, o.CommandTimeout); err != nil {
-			return nil, closeOwn, fmt.Errorf("first session on node %s: %w", nodes[k].id, err)
+			return closeOwn, fmt.Errorf("first session on node %s: %w", nodes[k].id, err)
 		}
-		on[ids[k]]++
 	}
-	return on, closeOwn, nil
+	return closeOwn, nil
 }
 
 // firstSessionOn is the id of the bench's first session on node ids[k]:
