@@ -36,7 +36,8 @@ import (
 //     node: the live node that rendezvous hashing of the session id picks
 //     (see PlaceSession), which takes it over. A new session is created
 //     on the node the command was sent to (with SpreadSessions, at its
-//     home).
+//     home). A node that another node passed such a command to runs it
+//     itself, so nodes whose member lists disagree do not pass it back.
 //   - Subscriptions. A client of a node that does not host the session is
 //     fed from the stream (a replay from its cursor, then a live follow
 //     shared by the node's subscribers of that session), through the same
@@ -360,7 +361,7 @@ func (cs *clusterState) dispatch(it forwardItem) {
 		cs.runHere(it)
 		return
 	}
-	dest, orphan, err := cs.destination(id)
+	dest, orphan, err := cs.destination(id, it.hops > 0)
 	if err != nil {
 		cs.fail(it, fault.Wrap(fault.Unavailable, err, "The cluster cannot tell which node runs session "+id+": "+err.Error()))
 		return
@@ -399,7 +400,13 @@ type ownerSeen struct {
 // owner read less than a third of a lease TTL ago is used again: a node
 // that no longer runs the session passes the command on, and one that is
 // gone is forgotten.
-func (cs *clusterState) destination(id string) (dest string, orphan bool, err error) {
+//
+// A command another node passed on (passedOn) for a session no lease
+// holds runs here: that node chose this one, and placing it again by this
+// node's member list, which may differ from the sender's just after the
+// cluster starts or a node joins or leaves, could send it back and forth
+// until its hops ran out.
+func (cs *clusterState) destination(id string, passedOn bool) (dest string, orphan bool, err error) {
 	ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
 	defer cancel()
 	owner, held, err := cs.leaseHolder(ctx, id, false)
@@ -414,6 +421,9 @@ func (cs *clusterState) destination(id string) (dest string, orphan bool, err er
 		return "", false, err
 	}
 	exists := found && !rec.Deleted
+	if passedOn && !cs.isDraining() {
+		return cs.node.ID(), exists, nil
+	}
 	if !exists && !cs.s.cfg.SpreadSessions {
 		// New: it lives where it is created, so a client that stays on
 		// one node never waits on another.
