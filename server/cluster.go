@@ -95,12 +95,14 @@ type clusterState struct {
 	// closed when the last of them is answered.
 	noInflight chan struct{}
 	feeds      map[string]*Hosted // sessions owned elsewhere, followed for local subscribers
-	members    []string
-	membersAt  time.Time
-	owners     map[string]ownerSeen // recent lease reads, by session id
-	addrs      map[string]string    // client addresses of the live nodes (ClusterProxy)
-	addrsAt    time.Time
-	draining   bool
+	// nodes is the node list last read (nodeAddr takes addresses from
+	// it), members its members as this node places sessions (liveMembers),
+	// nodesAt when it was read: one snapshot.
+	nodes    map[string]cluster.NodeInfo
+	members  []string
+	nodesAt  time.Time
+	owners   map[string]ownerSeen // recent lease reads, by session id
+	draining bool
 	// announced are commands of this node's clients that were announced
 	// as accepted and started when first forwarded and then ran here: the
 	// pipeline's own command_accepted and command_started are not told to
@@ -505,7 +507,7 @@ func mix64(x uint64) uint64 {
 // liveMembers is the list of live nodes, read at most every lease TTL/3.
 func (cs *clusterState) liveMembers(ctx context.Context) ([]string, error) {
 	cs.mu.Lock()
-	if time.Since(cs.membersAt) < cs.node.LeaseTTL()/3 && len(cs.members) > 0 {
+	if time.Since(cs.nodesAt) < cs.node.LeaseTTL()/3 && len(cs.members) > 0 {
 		m := cs.members
 		cs.mu.Unlock()
 		return m, nil
@@ -522,13 +524,8 @@ func (cs *clusterState) liveMembers(ctx context.Context) ([]string, error) {
 // liveMembers, which it returns, and its addresses for nodeAddr.
 func (cs *clusterState) rememberNodes(all map[string]cluster.NodeInfo) []string {
 	m := cluster.MembersOf(all)
-	addrs := make(map[string]string, len(all))
-	for id, info := range all {
-		addrs[id] = info.Addr
-	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	cs.addrs, cs.addrsAt = addrs, time.Now()
 	if cs.draining {
 		// This node left; it must not place anything on itself.
 		out := m[:0:0]
@@ -539,14 +536,13 @@ func (cs *clusterState) rememberNodes(all map[string]cluster.NodeInfo) []string 
 		}
 		m = out
 	}
-	cs.members, cs.membersAt = m, time.Now()
+	cs.nodes, cs.members, cs.nodesAt = all, m, time.Now()
 	return m
 }
 
 func (cs *clusterState) forgetMembers() {
 	cs.mu.Lock()
-	cs.membersAt = time.Time{}
-	cs.addrsAt = time.Time{}
+	cs.nodesAt = time.Time{}
 	clear(cs.owners)
 	cs.mu.Unlock()
 }
@@ -1519,7 +1515,7 @@ func (cs *clusterState) checkNodes() {
 func (cs *clusterState) handOver(ctx context.Context) {
 	cs.mu.Lock()
 	cs.draining = true
-	cs.membersAt = time.Time{}
+	cs.nodesAt = time.Time{}
 	cs.mu.Unlock()
 	if cs.member != nil {
 		lctx, cancel := context.WithTimeout(ctx, clusterReadTimeout)

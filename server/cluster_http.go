@@ -118,8 +118,8 @@ func (cs *clusterState) ownerAddr(ctx context.Context, id string, fresh bool) st
 // it (it just joined, or had not advertised its address yet).
 func (cs *clusterState) nodeAddr(ctx context.Context, node string) string {
 	cs.mu.Lock()
-	addr := cs.addrs[node]
-	recent := time.Since(cs.addrsAt) < cs.node.LeaseTTL()/3
+	addr := cs.nodes[node].Addr
+	recent := time.Since(cs.nodesAt) < cs.node.LeaseTTL()/3
 	cs.mu.Unlock()
 	if addr != "" && recent {
 		return addr

@@ -13,7 +13,7 @@ import (
 func believeMembers(n *testNode, members ...string) {
 	cs := n.srv.cl
 	cs.mu.Lock()
-	cs.members, cs.membersAt = members, time.Now().Add(time.Hour)
+	cs.members, cs.nodesAt = members, time.Now().Add(time.Hour)
 	cs.mu.Unlock()
 }
 
