@@ -443,15 +443,17 @@ func (cs *clusterState) destination(id string, passedOn bool) (dest string, orph
 const ownersMax = 10000
 
 // leaseHolder is the live holder of session id's lease (held false for
-// none). A holder read less than a third of a lease TTL ago is used
-// again, unless fresh: a node that no longer runs the session passes what
-// it gets on, and one that is gone is forgotten (forgetMembers).
+// none), for a session this node does not run. A holder read less than a
+// third of a lease TTL ago is used again, unless fresh: a node that no
+// longer runs the session passes what it gets on, and one that is gone is
+// forgotten (forgetMembers). A cached holder that is this node is read
+// again: this node let the session go since.
 func (cs *clusterState) leaseHolder(ctx context.Context, id string, fresh bool) (node string, held bool, err error) {
 	if !fresh {
 		cs.mu.Lock()
 		seen, ok := cs.owners[id]
 		cs.mu.Unlock()
-		if ok && time.Since(seen.at) < cs.node.LeaseTTL()/3 {
+		if ok && seen.node != cs.node.ID() && time.Since(seen.at) < cs.node.LeaseTTL()/3 {
 			return seen.node, true, nil
 		}
 	}

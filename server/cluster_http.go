@@ -99,10 +99,6 @@ func (cs *clusterState) ownerAddr(ctx context.Context, id string, fresh bool) st
 	ctx, cancel := context.WithTimeout(ctx, clusterReadTimeout)
 	defer cancel()
 	owner, held, err := cs.leaseHolder(ctx, id, fresh)
-	if err == nil && held && owner == cs.node.ID() && !fresh {
-		// This node does not run it (the caller asked): the entry is stale.
-		owner, held, err = cs.leaseHolder(ctx, id, true)
-	}
 	if err != nil || !held || owner == cs.node.ID() {
 		return ""
 	}

@@ -73,6 +73,8 @@ func TestClusterProxy(t *testing.T) {
 		// c does not run it, reads the lease and finds nobody: served there.
 		{"cached owner", "a", free, "c", "", "c 1"},
 		{"stale cached owner", "a", onB, "c", "", "b 2"},
+		// a let the session go since it cached itself as its owner.
+		{"stale cached self", "a", onB, "a", "", "b 1"},
 		// b had not advertised its address when a last read the list.
 		{"address not known yet", "a", onB, "", "b", "b 1"},
 	}

@@ -55,3 +55,20 @@ func TestClusterPassedOnTakesOver(t *testing.T) {
 		t.Fatalf("t.where through a, which places it on b, which places it on a: %+v %s, want it run on b", r.Err, r.Data)
 	}
 }
+
+// A node whose owners cache still names itself for a session it no longer
+// runs (it let the session go, another node took it) reads the lease
+// again rather than run the command here, where the session cannot be
+// opened.
+func TestClusterStaleSelfOwner(t *testing.T) {
+	nodes := startClusterSpread(t, false, "a", "b")
+	a, b := nodes["a"], nodes["b"]
+	const sid = "on-b"
+	if r := submit(t, b, pipeline.Command{Type: "t.create", SessionID: sid}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	a.srv.cl.rememberOwner(sid, "a")
+	if r := submit(t, a, pipeline.Command{Type: "t.where", SessionID: sid}); r.Err != nil || string(r.Data) != `"b"` {
+		t.Fatalf("t.where through a, whose cache says a runs it: %+v %s, want it run on b", r.Err, r.Data)
+	}
+}
