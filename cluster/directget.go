@@ -42,6 +42,8 @@ const (
 	hdrSequence   = "Nats-Sequence"
 	hdrLastSeq    = "Nats-Last-Sequence"
 	statusEOB     = "204"
+	// statusNoResponders answers a request that nobody serves (SendNode).
+	statusNoResponders = "503"
 )
 
 type directGetRequest struct {

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd-dev/agentd/cluster/embeddednats"
+	"go.uber.org/goleak"
 )
 
 // Every node gets the same key, and a node joining later (as after a
@@ -41,5 +44,33 @@ func TestFingerprintKeyShared(t *testing.T) {
 	}
 	if e, err := kv.Get(ctx, fingerprintKeyName); err != nil || string(e.Value()) != "short" {
 		t.Fatalf("the damaged key was replaced: %v", err)
+	}
+}
+
+// The key is kept with the cluster's state: after every node and the
+// NATS server stopped, the nodes of the restarted cluster read the same
+// key (else requests journaled before could not be recognised again).
+func TestFingerprintKeySurvivesRestart(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	dir := t.TempDir()
+	var keys [2][]byte
+	for i := range keys {
+		srv, err := embeddednats.Start(embeddednats.Config{StoreDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		n, err := Join(ctx, Config{NodeID: "a", URL: srv.ClientURL(), LeaseTTL: testTTL})
+		cancel()
+		if err != nil {
+			srv.Shutdown()
+			t.Fatal(err)
+		}
+		keys[i] = n.FingerprintKey()
+		n.Close()
+		srv.Shutdown()
+	}
+	if len(keys[0]) != FingerprintKeyBytes || !bytes.Equal(keys[0], keys[1]) {
+		t.Fatalf("key before the restart %x, after %x", keys[0], keys[1])
 	}
 }

@@ -325,7 +325,7 @@ func (n *Node) SendNode(ctx context.Context, nodeID string, payload []byte, done
 			done(nil, fmt.Errorf("cluster: node %s did not answer: %w", nodeID, ErrNodeClosed))
 		case m := <-ch:
 			switch {
-			case len(m.Data) == 0 && m.Header.Get("Status") == "503":
+			case len(m.Data) == 0 && m.Header.Get(hdrStatus) == statusNoResponders:
 				done(nil, &NodeGoneError{Node: nodeID})
 			case m.Header.Get(hdrError) != "":
 				done(nil, &RemoteError{Node: nodeID, Message: m.Header.Get(hdrError)})

@@ -257,15 +257,9 @@ func (n *Node) ensure(ctx context.Context, kvCfg jetstream.KeyValueConfig, evCfg
 	if err != nil {
 		return err
 	}
-	st, err := n.js.Stream(ctx, EventStream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		st, err = n.js.CreateStream(ctx, evCfg)
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			st, err = n.js.Stream(ctx, EventStream)
-		}
-	}
+	st, err := n.ensureStream(ctx, evCfg)
 	if err != nil {
-		return fmt.Errorf("event stream %s: %w", EventStream, err)
+		return err
 	}
 	n.kv, n.events = kv, st
 	if err := n.ensureStore(ctx); err != nil {

@@ -36,7 +36,8 @@ import (
 //     node: the live node that rendezvous hashing of the session id picks
 //     (see PlaceSession), which takes it over. A new session is created
 //     on the node the command was sent to (with SpreadSessions, at its
-//     home).
+//     home). A node that another node passed such a command to runs it
+//     itself, so nodes whose member lists disagree do not pass it back.
 //   - Subscriptions. A client of a node that does not host the session is
 //     fed from the stream (a replay from its cursor, then a live follow
 //     shared by the node's subscribers of that session), through the same
@@ -94,12 +95,14 @@ type clusterState struct {
 	// closed when the last of them is answered.
 	noInflight chan struct{}
 	feeds      map[string]*Hosted // sessions owned elsewhere, followed for local subscribers
-	members    []string
-	membersAt  time.Time
-	owners     map[string]ownerSeen // recent lease reads, by session id
-	addrs      map[string]string    // client addresses of the live nodes (ClusterProxy)
-	addrsAt    time.Time
-	draining   bool
+	// nodes is the node list last read (nodeAddr takes addresses from
+	// it), members its members as this node places sessions (liveMembers),
+	// nodesAt when it was read: one snapshot.
+	nodes    map[string]cluster.NodeInfo
+	members  []string
+	nodesAt  time.Time
+	owners   map[string]ownerSeen // recent lease reads, by session id
+	draining bool
 	// announced are commands of this node's clients that were announced
 	// as accepted and started when first forwarded and then ran here: the
 	// pipeline's own command_accepted and command_started are not told to
@@ -360,7 +363,7 @@ func (cs *clusterState) dispatch(it forwardItem) {
 		cs.runHere(it)
 		return
 	}
-	dest, orphan, err := cs.destination(id)
+	dest, orphan, err := cs.destination(id, it.hops > 0)
 	if err != nil {
 		cs.fail(it, fault.Wrap(fault.Unavailable, err, "The cluster cannot tell which node runs session "+id+": "+err.Error()))
 		return
@@ -399,7 +402,13 @@ type ownerSeen struct {
 // owner read less than a third of a lease TTL ago is used again: a node
 // that no longer runs the session passes the command on, and one that is
 // gone is forgotten.
-func (cs *clusterState) destination(id string) (dest string, orphan bool, err error) {
+//
+// A command another node passed on (passedOn) for a session no lease
+// holds runs here: that node chose this one, and placing it again by this
+// node's member list, which may differ from the sender's just after the
+// cluster starts or a node joins or leaves, could send it back and forth
+// until its hops ran out.
+func (cs *clusterState) destination(id string, passedOn bool) (dest string, orphan bool, err error) {
 	ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
 	defer cancel()
 	owner, held, err := cs.leaseHolder(ctx, id, false)
@@ -414,6 +423,9 @@ func (cs *clusterState) destination(id string) (dest string, orphan bool, err er
 		return "", false, err
 	}
 	exists := found && !rec.Deleted
+	if passedOn && !cs.isDraining() {
+		return cs.node.ID(), exists, nil
+	}
 	if !exists && !cs.s.cfg.SpreadSessions {
 		// New: it lives where it is created, so a client that stays on
 		// one node never waits on another.
@@ -431,15 +443,17 @@ func (cs *clusterState) destination(id string) (dest string, orphan bool, err er
 const ownersMax = 10000
 
 // leaseHolder is the live holder of session id's lease (held false for
-// none). A holder read less than a third of a lease TTL ago is used
-// again, unless fresh: a node that no longer runs the session passes what
-// it gets on, and one that is gone is forgotten (forgetMembers).
+// none), for a session this node does not run. A holder read less than a
+// third of a lease TTL ago is used again, unless fresh: a node that no
+// longer runs the session passes what it gets on, and one that is gone is
+// forgotten (forgetMembers). A cached holder that is this node is read
+// again: this node let the session go since.
 func (cs *clusterState) leaseHolder(ctx context.Context, id string, fresh bool) (node string, held bool, err error) {
 	if !fresh {
 		cs.mu.Lock()
 		seen, ok := cs.owners[id]
 		cs.mu.Unlock()
-		if ok && time.Since(seen.at) < cs.node.LeaseTTL()/3 {
+		if ok && seen.node != cs.node.ID() && time.Since(seen.at) < cs.node.LeaseTTL()/3 {
 			return seen.node, true, nil
 		}
 	}
@@ -495,7 +509,7 @@ func mix64(x uint64) uint64 {
 // liveMembers is the list of live nodes, read at most every lease TTL/3.
 func (cs *clusterState) liveMembers(ctx context.Context) ([]string, error) {
 	cs.mu.Lock()
-	if time.Since(cs.membersAt) < cs.node.LeaseTTL()/3 && len(cs.members) > 0 {
+	if time.Since(cs.nodesAt) < cs.node.LeaseTTL()/3 && len(cs.members) > 0 {
 		m := cs.members
 		cs.mu.Unlock()
 		return m, nil
@@ -512,13 +526,8 @@ func (cs *clusterState) liveMembers(ctx context.Context) ([]string, error) {
 // liveMembers, which it returns, and its addresses for nodeAddr.
 func (cs *clusterState) rememberNodes(all map[string]cluster.NodeInfo) []string {
 	m := cluster.MembersOf(all)
-	addrs := make(map[string]string, len(all))
-	for id, info := range all {
-		addrs[id] = info.Addr
-	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	cs.addrs, cs.addrsAt = addrs, time.Now()
 	if cs.draining {
 		// This node left; it must not place anything on itself.
 		out := m[:0:0]
@@ -529,14 +538,13 @@ func (cs *clusterState) rememberNodes(all map[string]cluster.NodeInfo) []string 
 		}
 		m = out
 	}
-	cs.members, cs.membersAt = m, time.Now()
+	cs.nodes, cs.members, cs.nodesAt = all, m, time.Now()
 	return m
 }
 
 func (cs *clusterState) forgetMembers() {
 	cs.mu.Lock()
-	cs.membersAt = time.Time{}
-	cs.addrsAt = time.Time{}
+	cs.nodesAt = time.Time{}
 	clear(cs.owners)
 	cs.mu.Unlock()
 }
@@ -1509,7 +1517,7 @@ func (cs *clusterState) checkNodes() {
 func (cs *clusterState) handOver(ctx context.Context) {
 	cs.mu.Lock()
 	cs.draining = true
-	cs.membersAt = time.Time{}
+	cs.nodesAt = time.Time{}
 	cs.mu.Unlock()
 	if cs.member != nil {
 		lctx, cancel := context.WithTimeout(ctx, clusterReadTimeout)

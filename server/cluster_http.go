@@ -99,10 +99,6 @@ func (cs *clusterState) ownerAddr(ctx context.Context, id string, fresh bool) st
 	ctx, cancel := context.WithTimeout(ctx, clusterReadTimeout)
 	defer cancel()
 	owner, held, err := cs.leaseHolder(ctx, id, fresh)
-	if err == nil && held && owner == cs.node.ID() && !fresh {
-		// This node does not run it (the caller asked): the entry is stale.
-		owner, held, err = cs.leaseHolder(ctx, id, true)
-	}
 	if err != nil || !held || owner == cs.node.ID() {
 		return ""
 	}
@@ -118,8 +114,8 @@ func (cs *clusterState) ownerAddr(ctx context.Context, id string, fresh bool) st
 // it (it just joined, or had not advertised its address yet).
 func (cs *clusterState) nodeAddr(ctx context.Context, node string) string {
 	cs.mu.Lock()
-	addr := cs.addrs[node]
-	recent := time.Since(cs.addrsAt) < cs.node.LeaseTTL()/3
+	addr := cs.nodes[node].Addr
+	recent := time.Since(cs.nodesAt) < cs.node.LeaseTTL()/3
 	cs.mu.Unlock()
 	if addr != "" && recent {
 		return addr

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd-dev/agentd/cluster"
 	"github.com/agentd-dev/agentd/pipeline"
 )
 
@@ -72,6 +73,8 @@ func TestClusterProxy(t *testing.T) {
 		// c does not run it, reads the lease and finds nobody: served there.
 		{"cached owner", "a", free, "c", "", "c 1"},
 		{"stale cached owner", "a", onB, "c", "", "b 2"},
+		// a let the session go since it cached itself as its owner.
+		{"stale cached self", "a", onB, "a", "", "b 1"},
 		// b had not advertised its address when a last read the list.
 		{"address not known yet", "a", onB, "", "b", "b 1"},
 	}
@@ -86,7 +89,7 @@ func TestClusterProxy(t *testing.T) {
 			}
 			if tc.noAddr != "" {
 				cs.mu.Lock()
-				cs.addrs, cs.addrsAt = map[string]string{tc.noAddr: ""}, time.Now()
+				cs.nodes, cs.nodesAt = map[string]cluster.NodeInfo{tc.noAddr: {}}, time.Now()
 				cs.mu.Unlock()
 			}
 			if got := get(t, urls[tc.at]+"/s/"+tc.id); got != tc.want {
@@ -158,7 +161,7 @@ func TestClusterProxyClientGone(t *testing.T) {
 	<-served
 	cs.mu.Lock()
 	seen, ok := cs.owners[id]
-	addrsKnown := !cs.addrsAt.IsZero()
+	addrsKnown := !cs.nodesAt.IsZero()
 	cs.mu.Unlock()
 	if !ok || seen.node != "b" || !addrsKnown {
 		t.Errorf("after the client left, a's owners cache has %q (%v) for %s, addresses known %v; want b, kept", seen.node, ok, id, addrsKnown)
