@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-
 	"strconv"
 	"sync"
 	"time"

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"github.com/agentd-dev/agentd/sandbox"
 	"os"
 	"sort"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"github.com/agentd-dev/agentd/cluster"
 	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/fault"
+	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/transcript"
 )

@@ -1,9 +1,9 @@
 package server
 
 import (
-	"github.com/agentd-dev/agentd/interaction"
 	"sync"
 
+	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/session"
 )
 
