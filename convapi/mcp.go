@@ -60,16 +60,17 @@ type mcpEntry struct {
 type convMCP struct {
 	*mcp.Set
 	names []string // the servers, enabled ones only
+	id    string
 
+	mu sync.Mutex
 	// health records a server that failed to start, as long as the
-	// conversation has it; nil without a health registry.
+	// conversation has it. It is set when the servers become the
+	// conversation's (useMCP): a refused change's servers never are, and
+	// record nothing. nil without a health registry.
 	health func(issue string) func()
-	id     string
-
-	mu        sync.Mutex
-	attached  bool // the conversation's servers now (health is theirs)
+	// noted: the failed servers are recorded, or the servers stopped and
+	// none will be.
 	noted     bool
-	stopped   bool
 	unhealthy []func()
 }
 
@@ -87,7 +88,7 @@ func (c *convMCP) start(ctx context.Context) {
 func (c *convMCP) note() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.attached || c.noted || c.stopped || !c.Started() || c.health == nil {
+	if c.health == nil || c.noted || !c.Started() {
 		return
 	}
 	c.noted = true
@@ -96,7 +97,7 @@ func (c *convMCP) note() {
 		// it names the server, not the cause, which may quote what the
 		// server printed (its own secrets). The conversation's config,
 		// which only its owner reads, has the cause.
-		c.unhealthy = append(c.unhealthy, c.health("Session "+c.id+": "+u.Source+" did not start; the conversation's config says why"))
+		c.unhealthy = append(c.unhealthy, c.health("Session "+c.id+": "+notStarted(u.Source)))
 	}
 }
 
@@ -107,7 +108,7 @@ func (c *convMCP) close() {
 	}
 	c.Close()
 	c.mu.Lock()
-	c.stopped = true
+	c.noted = true
 	fns := c.unhealthy
 	c.unhealthy = nil
 	c.mu.Unlock()
@@ -369,9 +370,6 @@ func (s *Server) openMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig) 
 		return nil
 	}
 	c := &convMCP{names: names, id: h.ID()}
-	if hl := s.srv.Health(); hl != nil {
-		c.health = hl.Add
-	}
 	if cfg.AutoStart {
 		c.Set = s.opt.MCP.Open(ctx, servers, h.Cwd())
 	} else {
@@ -407,10 +405,12 @@ func (s *Server) useMCP(h *server.Hosted, c *convMCP) {
 	if c == nil {
 		return
 	}
-	c.mu.Lock()
-	c.attached = true
-	c.mu.Unlock()
-	c.note()
+	if hl := s.srv.Health(); hl != nil {
+		c.mu.Lock()
+		c.health = hl.Add
+		c.mu.Unlock()
+		c.note()
+	}
 	// In the map before the source is added: a session that closes at
 	// once takes its entry with it.
 	entry := &mcpEntry{servers: c}
