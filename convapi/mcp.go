@@ -130,7 +130,7 @@ func (c *convMCP) offers(name string) bool {
 
 // noMCP is the custom entry that records that a conversation has no MCP
 // section: what a refused PATCH puts back when the conversation had none
-// before it.
+// before it (restoreConfig).
 var noMCP = json.RawMessage("null")
 
 // mcpOf is the MCP section a conversation was given, from its file; nil
@@ -453,22 +453,9 @@ func (s *Server) prepareMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfi
 	return &mcpChange{cfg: cfg, next: s.openMCP(ctx, h, cfg)}
 }
 
-// save records the section in the conversation's file. It returns what
-// puts the previous section back, for a request that fails after it.
-func (m *mcpChange) save(s *Server, h *server.Hosted) (undo func(), err error) {
-	sess := h.Session()
-	prev, had := sess.Custom(customMCP)
-	if !had {
-		prev = noMCP
-	}
-	if err := sess.SaveCustom(customMCP, m.cfg); err != nil {
-		return nil, err
-	}
-	return func() {
-		if err := sess.SaveCustom(customMCP, prev); err != nil {
-			s.srv.Logger().Error("putting back the MCP section of a refused config change", "session", h.ID(), "err", err)
-		}
-	}, nil
+// save records the section in the conversation's file.
+func (m *mcpChange) save(sess *session.Session) error {
+	return sess.SaveCustom(customMCP, m.cfg)
 }
 
 // use gives the conversation the new servers (the section is saved); the
