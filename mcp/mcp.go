@@ -227,7 +227,7 @@ func (set *Set) start(ctx context.Context) (up bool) {
 	defer cancel()
 	var later bool
 	for _, s := range set.servers {
-		if s.running {
+		if s.settled {
 			continue
 		}
 		err := s.cfg.check()
@@ -241,13 +241,13 @@ func (set *Set) start(ctx context.Context) (up bool) {
 			later = true
 			continue
 		}
+		s.settled = true
 		if err != nil {
 			set.mu.Lock()
 			s.startErr = &StartError{Server: s.cfg.Name, Err: err}
 			set.mu.Unlock()
 			continue
 		}
-		s.running = true
 		up = true
 		set.wg.Go(s.follow)
 	}
@@ -397,7 +397,7 @@ type server struct {
 	set      *Set
 	cfg      ServerConfig
 	startErr error         // set once, in Start (set.mu)
-	running  bool          // started by a Start (startMu)
+	settled  bool          // runs, or failed for good, by a Start (startMu)
 	changed  chan struct{} // a list change to fetch (one is enough)
 
 	mu       sync.Mutex
