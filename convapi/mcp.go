@@ -59,8 +59,7 @@ type mcpEntry struct {
 // when they are opened.
 type convMCP struct {
 	*mcp.Set
-	names []string // the servers, enabled ones only
-	id    string
+	id string
 
 	mu sync.Mutex
 	// health records a server that failed to start, as long as the
@@ -115,17 +114,6 @@ func (c *convMCP) close() {
 	for _, f := range fns {
 		f()
 	}
-}
-
-// offers reports whether name may be a tool of one of the servers:
-// <server>__<tool>.
-func (c *convMCP) offers(name string) bool {
-	for _, n := range c.names {
-		if strings.HasPrefix(name, mcp.ToolName(n, "")) {
-			return true
-		}
-	}
-	return false
 }
 
 // noMCP is the custom entry that records that a conversation has no MCP
@@ -359,17 +347,15 @@ func (s *Server) restoreMCP(h *server.Hosted) {
 // starts no server.
 func (s *Server) openMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig) *convMCP {
 	var servers []mcp.ServerConfig
-	var names []string
 	for _, sc := range cfg.Servers {
 		if cfg.Enabled && sc.Enabled {
 			servers = append(servers, mcp.ServerConfig{Name: sc.Name, Command: sc.Command, Args: sc.Args, Env: sc.Env, URL: sc.URL, Headers: sc.Headers})
-			names = append(names, sc.Name)
 		}
 	}
 	if len(servers) == 0 || s.opt.MCP == nil {
 		return nil
 	}
-	c := &convMCP{names: names, id: h.ID()}
+	c := &convMCP{id: h.ID()}
 	if cfg.AutoStart {
 		c.Set = s.opt.MCP.Open(ctx, servers, h.Cwd())
 	} else {
@@ -507,7 +493,7 @@ func (s *Server) checkToolNames(ctx context.Context, sess *session.Session, name
 		return out, have
 	}
 	out, have := missing()
-	if len(out) > 0 && src != nil && !src.Started() && slices.ContainsFunc(out, src.offers) {
+	if len(out) > 0 && src != nil && !src.Started() && slices.ContainsFunc(out, src.Offers) {
 		src.start(ctx)
 		out, have = missing()
 	}

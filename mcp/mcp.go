@@ -257,6 +257,18 @@ func (set *Set) start(ctx context.Context) (up bool) {
 	return up
 }
 
+// Offers reports whether name may be a tool of one of the Set's servers
+// (<server>__<tool>), started or not: what tells the owner of a lazy Set
+// that it must start it to know.
+func (set *Set) Offers(name string) bool {
+	for _, s := range set.servers {
+		if strings.HasPrefix(name, ToolName(s.cfg.Name, "")) {
+			return true
+		}
+	}
+	return false
+}
+
 // Started reports whether a Start (by Open or the owner) went through
 // the servers: each runs or failed. One whose caller gave up first does
 // not count.

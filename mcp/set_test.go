@@ -239,3 +239,17 @@ func closeServer(ts *httptest.Server) {
 	ts.CloseClientConnections()
 	ts.Close()
 }
+
+// Offers names the tools a Set's servers may have before any started.
+func TestSetOffers(t *testing.T) {
+	set := New(Options{}).OpenLazy([]ServerConfig{{Name: "web", URL: "http://127.0.0.1:1/"}, {Name: "my.fs", Command: "/nonexistent"}}, t.TempDir())
+	defer set.Close()
+	for name, want := range map[string]bool{"web__echo": true, "my_fs__read": true, "web_echo": false, "webx__echo": false, "read": false} {
+		if got := set.Offers(name); got != want {
+			t.Errorf("Offers(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if set.Started() {
+		t.Fatal("Offers started the servers")
+	}
+}
