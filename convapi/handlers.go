@@ -1537,7 +1537,8 @@ type configState struct {
 
 func configStateOf(sess *session.Session) configState {
 	entry, _ := sess.Custom(customMCP)
-	return configState{mcpEntry: entry, mcp: mcpOf(sess), model: sess.Model(), thinking: sess.Thinking(),
+	cfg, _ := mcpSection(entry)
+	return configState{mcpEntry: entry, mcp: cfg, model: sess.Model(), thinking: sess.Thinking(),
 		name: sess.Name(), confirmAll: sess.ConfirmAll()}
 }
 

@@ -122,17 +122,24 @@ func (c *convMCP) close() {
 var noMCP = json.RawMessage("null")
 
 // mcpOf is the MCP section a conversation was given, from its file; nil
-// for none.
+// for none, or for one that cannot be read (restoreMCP says so).
 func mcpOf(sess *session.Session) *MCPConfig {
-	raw, ok := sess.Custom(customMCP)
-	if !ok || bytes.Equal(bytes.TrimSpace(raw), noMCP) {
-		return nil
+	raw, _ := sess.Custom(customMCP)
+	cfg, _ := mcpSection(raw)
+	return cfg
+}
+
+// mcpSection reads the MCP section's custom entry raw (nil: none): nil
+// for none, an error for an entry that cannot be read.
+func mcpSection(raw json.RawMessage) (*MCPConfig, error) {
+	if raw == nil || bytes.Equal(bytes.TrimSpace(raw), noMCP) {
+		return nil, nil
 	}
 	var cfg MCPConfig
-	if unmarshalInto(raw, &cfg) != nil {
-		return nil
+	if err := unmarshalInto(raw, &cfg); err != nil {
+		return nil, err
 	}
-	return &cfg
+	return &cfg, nil
 }
 
 // mayOffer reports whether name may be a tool of one of cfg's servers
@@ -328,13 +335,13 @@ func (s *Server) restoreMCP(h *server.Hosted) {
 	if s.opt.MCP == nil {
 		return
 	}
-	raw, ok := h.Session().Custom(customMCP)
-	if !ok || bytes.Equal(bytes.TrimSpace(raw), noMCP) {
+	raw, _ := h.Session().Custom(customMCP)
+	cfg, err := mcpSection(raw)
+	if err != nil {
+		s.srv.Logger().Warn("unreadable MCP configuration in the conversation's file; it starts without its MCP servers", "session", h.ID(), "err", err)
 		return
 	}
-	cfg := mcpOf(h.Session())
 	if cfg == nil {
-		s.srv.Logger().Warn("unreadable MCP configuration in the conversation's file; it starts without its MCP servers", "session", h.ID())
 		return
 	}
 	s.useMCP(h, s.openMCP(s.srv.Context(), h, cfg))
