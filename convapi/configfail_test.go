@@ -86,6 +86,28 @@ func TestConfigPatchAllOrNothing(t *testing.T) {
 	}
 }
 
+// A PATCH of chat settings alone whose first write fails leaves them as
+// they were too: the session takes a new thinking level in memory before
+// it records it, and the refusal puts the old one back there, which GET
+// and the next run read.
+func TestConfigPatchChatSettingsPutBack(t *testing.T) {
+	root := t.TempDir()
+	fx := newFixture(t, fixtureOptions{root: root})
+	fx.create("chat", map[string]any{"config": map[string]any{"chat": map[string]any{"thinking": "low", "name": "Before"}}})
+	fx.stop()
+
+	fx = newFixture(t, fixtureOptions{root: root})
+	const path = "/api/v2/conversations/chat/config"
+	before := fx.ok("GET", path, nil)
+	restore := unwritable(t, sessionFile(t, root))
+	patch := map[string]any{"chat": map[string]any{"thinking": "high", "name": "After", "confirm_all": false}}
+	wantErr(t, fx.do("PATCH", path, patch), http.StatusInternalServerError, "The conversation's file could not record the change, so nothing changed; try again")
+	if after := fx.ok("GET", path, nil); string(after.body) != string(before.body) {
+		t.Fatalf("a refused PATCH changed the config:\nbefore %s\nafter  %s", before.body, after.body)
+	}
+	restore()
+}
+
 // An MCP server that fails to start may print a secret on stderr, which
 // the cause of its failure quotes. The owner's answer to the PATCH says
 // why; what the command journal keeps of it (and a replay after a

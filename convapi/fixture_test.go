@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentd-dev/agentd/engine"
+	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/llm/faux"
 	"github.com/agentd-dev/agentd/pipeline"
@@ -99,6 +100,8 @@ type fixtureOptions struct {
 	// journal keeps the command journal in a file, state/journal.jsonl,
 	// as agentd serve does; otherwise it is in memory.
 	journal bool
+	// health is the server's health registry; nil for none.
+	health *health.Health
 }
 
 func newFixture(t *testing.T, o fixtureOptions) *fixture {
@@ -138,7 +141,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 			})
 		}),
 		Cwd: fx.cwd, SessionsDir: filepath.Join(root, "sessions"), StateDir: state, Limits: o.limits, Tokens: o.tokens,
-		Sandbox: o.sandbox,
+		Sandbox: o.sandbox, Health: o.health,
 	})
 	if err != nil {
 		t.Fatal(err)

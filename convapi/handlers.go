@@ -1,6 +1,7 @@
 package convapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -592,7 +593,7 @@ func (s *Server) createMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig
 		}
 	}
 	// A failure removes the conversation: nothing to put back.
-	if _, err := change.save(s, h); err != nil {
+	if err := change.save(h.Session()); err != nil {
 		return err
 	}
 	change.use(s, h)
@@ -1441,9 +1442,9 @@ func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 	// Everything is checked before anything changes: new MCP servers are
 	// opened and chat.tools checked against their tools, the model and
 	// the thinking level looked up.
-	prevMCP := mcpOf(sess)
+	before := configStateOf(sess)
 	if p.MCP != nil {
-		if err := keepSecrets(p.MCP, prevMCP, "mcp"); err != nil {
+		if err := keepSecrets(p.MCP, before.mcp, "mcp"); err != nil {
 			return nil, err
 		}
 	}
@@ -1471,15 +1472,12 @@ func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 		level = l
 	}
 	// Then the changes, each recorded in the conversation's file; one
-	// that fails (the file cannot be written) puts back those made before
-	// it, so that a refused request leaves the conversation as it was.
-	// The MCP section goes first: the largest write, and the only one
-	// whose undo restarts nothing.
-	var undo []func()
+	// that fails (the file cannot be written) puts back what differs from
+	// before, so that a refused request leaves the conversation as it
+	// was. The MCP section goes first: the largest write, and the only
+	// one whose putting back restarts nothing.
 	failed := func(err error) (any, error) {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
-		}
+		s.restoreConfig(ctx, c.h, before, change != nil && change.done)
 		if fault.As(err) != nil {
 			return nil, busy(err)
 		}
@@ -1488,16 +1486,9 @@ func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 		return nil, fault.Wrap(fault.Failed, err, "The conversation's file could not record the change, so nothing changed; try again")
 	}
 	if change != nil {
-		back, err := change.save(s, c.h)
-		if err != nil {
+		if err := change.save(sess); err != nil {
 			return failed(err)
 		}
-		undo = append(undo, back)
-	}
-	if model != nil || p.Thinking != nil {
-		// Before the calls: a session changes its model and level in
-		// memory even when it fails to record them.
-		undo = append(undo, s.modelUndo(c.h))
 	}
 	if model != nil {
 		if err := sess.SetModel(model); err != nil {
@@ -1510,30 +1501,19 @@ func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 		}
 	}
 	if p.Name != nil {
-		old := sess.Name()
 		if err := sess.SetName(*p.Name); err != nil {
 			return failed(err)
 		}
-		undo = append(undo, func() { s.putBack(c.h, "name", sess.SetName(old)) })
 	}
 	if p.ConfirmAll != nil {
-		old := sess.ConfirmAll()
 		if err := sess.SetConfirmAll(*p.ConfirmAll); err != nil {
 			return failed(err)
 		}
-		undo = append(undo, func() { s.putBack(c.h, "confirm_all", sess.SetConfirmAll(old)) })
 	}
 	if change != nil {
 		// The servers the conversation had stop here; nothing after
 		// this but the tools list, whose names were checked above.
 		change.use(s, c.h)
-		undo = append(undo, func() {
-			var again *convMCP
-			if prevMCP != nil {
-				again = s.openMCP(ctx, c.h, prevMCP)
-			}
-			s.useMCP(c.h, again)
-		})
 	}
 	if p.Tools != nil {
 		if err := sess.SetTools(*p.Tools); err != nil {
@@ -1544,22 +1524,55 @@ func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 	return ConfigResponse{Status: "ok", Message: "Chat config updated", Config: cfg, Tools: cfg.Chat.Tools}, nil
 }
 
-// modelUndo returns what puts the conversation's model and thinking
-// level back as they are now, in memory whatever happens to the file.
-func (s *Server) modelUndo(h *server.Hosted) func() {
+// configState is what a config PATCH may change, as it was before it:
+// what a refused one puts back.
+type configState struct {
+	mcpEntry   json.RawMessage // the MCP section's custom entry; nil for none
+	mcp        *MCPConfig
+	model      *llm.Model
+	thinking   llm.ThinkingLevel
+	name       string
+	confirmAll bool
+}
+
+func configStateOf(sess *session.Session) configState {
+	entry, _ := sess.Custom(customMCP)
+	cfg, _ := mcpSection(entry)
+	return configState{mcpEntry: entry, mcp: cfg, model: sess.Model(), thinking: sess.Thinking(),
+		name: sess.Name(), confirmAll: sess.ConfirmAll()}
+}
+
+// restoreConfig puts back each setting of the conversation that differs
+// from st, and st's MCP servers when the conversation was given others
+// (servers). SetModel and SetThinking change the session before they
+// record the change, so the model and level are compared in memory: they
+// go back even when the file did not take the new ones.
+func (s *Server) restoreConfig(ctx context.Context, h *server.Hosted, st configState, servers bool) {
 	sess := h.Session()
-	model, level := sess.Model(), sess.Thinking()
-	return func() {
-		// SetModel and SetThinking change the session before recording
-		// the change: they put the values back even when the file
-		// cannot take them.
-		if sess.Model() != model {
-			s.putBack(h, "model", sess.SetModel(model))
+	if entry, _ := sess.Custom(customMCP); !bytes.Equal(entry, st.mcpEntry) {
+		prev := st.mcpEntry
+		if prev == nil {
+			prev = noMCP
 		}
-		if sess.Thinking() != level {
-			_, err := sess.SetThinking(level)
-			s.putBack(h, "thinking", err)
+		s.putBack(h, "mcp", sess.SaveCustom(customMCP, prev))
+	}
+	if sess.Model() != st.model {
+		s.putBack(h, "model", sess.SetModel(st.model))
+	}
+	if sess.Thinking() != st.thinking {
+		_, err := sess.SetThinking(st.thinking)
+		s.putBack(h, "thinking", err)
+	}
+	if sess.Name() != st.name {
+		s.putBack(h, "name", sess.SetName(st.name))
+	}
+	s.putBack(h, "confirm_all", sess.SetConfirmAll(st.confirmAll)) // nothing when unchanged
+	if servers {
+		var again *convMCP
+		if st.mcp != nil {
+			again = s.openMCP(ctx, h, st.mcp)
 		}
+		s.useMCP(h, again)
 	}
 }
 

@@ -59,17 +59,17 @@ type mcpEntry struct {
 // when they are opened.
 type convMCP struct {
 	*mcp.Set
-	names []string // the servers, enabled ones only
+	id string
 
+	mu sync.Mutex
 	// health records a server that failed to start, as long as the
-	// conversation has it; nil without a health registry.
+	// conversation has it. It is set when the servers become the
+	// conversation's (useMCP): a refused change's servers never are, and
+	// record nothing. nil without a health registry.
 	health func(issue string) func()
-	id     string
-
-	mu        sync.Mutex
-	attached  bool // the conversation's servers now (health is theirs)
+	// noted: the failed servers are recorded, or the servers stopped and
+	// none will be.
 	noted     bool
-	stopped   bool
 	unhealthy []func()
 }
 
@@ -87,7 +87,7 @@ func (c *convMCP) start(ctx context.Context) {
 func (c *convMCP) note() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.attached || c.noted || c.stopped || !c.Started() || c.health == nil {
+	if c.health == nil || c.noted || !c.Started() {
 		return
 	}
 	c.noted = true
@@ -96,7 +96,7 @@ func (c *convMCP) note() {
 		// it names the server, not the cause, which may quote what the
 		// server printed (its own secrets). The conversation's config,
 		// which only its owner reads, has the cause.
-		c.unhealthy = append(c.unhealthy, c.health("Session "+c.id+": "+u.Source+" did not start; the conversation's config says why"))
+		c.unhealthy = append(c.unhealthy, c.health("Session "+c.id+": "+notStarted(u.Source)))
 	}
 }
 
@@ -107,7 +107,7 @@ func (c *convMCP) close() {
 	}
 	c.Close()
 	c.mu.Lock()
-	c.stopped = true
+	c.noted = true
 	fns := c.unhealthy
 	c.unhealthy = nil
 	c.mu.Unlock()
@@ -116,34 +116,30 @@ func (c *convMCP) close() {
 	}
 }
 
-// offers reports whether name may be a tool of one of the servers:
-// <server>__<tool>.
-func (c *convMCP) offers(name string) bool {
-	for _, n := range c.names {
-		if strings.HasPrefix(name, mcp.ToolName(n, "")) {
-			return true
-		}
-	}
-	return false
-}
-
 // noMCP is the custom entry that records that a conversation has no MCP
 // section: what a refused PATCH puts back when the conversation had none
-// before it.
+// before it (restoreConfig).
 var noMCP = json.RawMessage("null")
 
 // mcpOf is the MCP section a conversation was given, from its file; nil
-// for none.
+// for none, or for one that cannot be read (restoreMCP says so).
 func mcpOf(sess *session.Session) *MCPConfig {
-	raw, ok := sess.Custom(customMCP)
-	if !ok || bytes.Equal(bytes.TrimSpace(raw), noMCP) {
-		return nil
+	raw, _ := sess.Custom(customMCP)
+	cfg, _ := mcpSection(raw)
+	return cfg
+}
+
+// mcpSection reads the MCP section's custom entry raw (nil: none): nil
+// for none, an error for an entry that cannot be read.
+func mcpSection(raw json.RawMessage) (*MCPConfig, error) {
+	if raw == nil || bytes.Equal(bytes.TrimSpace(raw), noMCP) {
+		return nil, nil
 	}
 	var cfg MCPConfig
-	if unmarshalInto(raw, &cfg) != nil {
-		return nil
+	if err := unmarshalInto(raw, &cfg); err != nil {
+		return nil, err
 	}
-	return &cfg
+	return &cfg, nil
 }
 
 // mayOffer reports whether name may be a tool of one of cfg's servers
@@ -339,13 +335,13 @@ func (s *Server) restoreMCP(h *server.Hosted) {
 	if s.opt.MCP == nil {
 		return
 	}
-	raw, ok := h.Session().Custom(customMCP)
-	if !ok || bytes.Equal(bytes.TrimSpace(raw), noMCP) {
+	raw, _ := h.Session().Custom(customMCP)
+	cfg, err := mcpSection(raw)
+	if err != nil {
+		s.srv.Logger().Warn("unreadable MCP configuration in the conversation's file; it starts without its MCP servers", "session", h.ID(), "err", err)
 		return
 	}
-	cfg := mcpOf(h.Session())
 	if cfg == nil {
-		s.srv.Logger().Warn("unreadable MCP configuration in the conversation's file; it starts without its MCP servers", "session", h.ID())
 		return
 	}
 	s.useMCP(h, s.openMCP(s.srv.Context(), h, cfg))
@@ -358,20 +354,15 @@ func (s *Server) restoreMCP(h *server.Hosted) {
 // starts no server.
 func (s *Server) openMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfig) *convMCP {
 	var servers []mcp.ServerConfig
-	var names []string
 	for _, sc := range cfg.Servers {
 		if cfg.Enabled && sc.Enabled {
 			servers = append(servers, mcp.ServerConfig{Name: sc.Name, Command: sc.Command, Args: sc.Args, Env: sc.Env, URL: sc.URL, Headers: sc.Headers})
-			names = append(names, sc.Name)
 		}
 	}
 	if len(servers) == 0 || s.opt.MCP == nil {
 		return nil
 	}
-	c := &convMCP{names: names, id: h.ID()}
-	if hl := s.srv.Health(); hl != nil {
-		c.health = hl.Add
-	}
+	c := &convMCP{id: h.ID()}
 	if cfg.AutoStart {
 		c.Set = s.opt.MCP.Open(ctx, servers, h.Cwd())
 	} else {
@@ -407,10 +398,12 @@ func (s *Server) useMCP(h *server.Hosted, c *convMCP) {
 	if c == nil {
 		return
 	}
-	c.mu.Lock()
-	c.attached = true
-	c.mu.Unlock()
-	c.note()
+	if hl := s.srv.Health(); hl != nil {
+		c.mu.Lock()
+		c.health = hl.Add
+		c.mu.Unlock()
+		c.note()
+	}
 	// In the map before the source is added: a session that closes at
 	// once takes its entry with it.
 	entry := &mcpEntry{servers: c}
@@ -453,22 +446,9 @@ func (s *Server) prepareMCP(ctx context.Context, h *server.Hosted, cfg *MCPConfi
 	return &mcpChange{cfg: cfg, next: s.openMCP(ctx, h, cfg)}
 }
 
-// save records the section in the conversation's file. It returns what
-// puts the previous section back, for a request that fails after it.
-func (m *mcpChange) save(s *Server, h *server.Hosted) (undo func(), err error) {
-	sess := h.Session()
-	prev, had := sess.Custom(customMCP)
-	if !had {
-		prev = noMCP
-	}
-	if err := sess.SaveCustom(customMCP, m.cfg); err != nil {
-		return nil, err
-	}
-	return func() {
-		if err := sess.SaveCustom(customMCP, prev); err != nil {
-			s.srv.Logger().Error("putting back the MCP section of a refused config change", "session", h.ID(), "err", err)
-		}
-	}, nil
+// save records the section in the conversation's file.
+func (m *mcpChange) save(sess *session.Session) error {
+	return sess.SaveCustom(customMCP, m.cfg)
 }
 
 // use gives the conversation the new servers (the section is saved); the
@@ -520,7 +500,7 @@ func (s *Server) checkToolNames(ctx context.Context, sess *session.Session, name
 		return out, have
 	}
 	out, have := missing()
-	if len(out) > 0 && src != nil && !src.Started() && slices.ContainsFunc(out, src.offers) {
+	if len(out) > 0 && src != nil && !src.Started() && slices.ContainsFunc(out, src.Offers) {
 		src.start(ctx)
 		out, have = missing()
 	}

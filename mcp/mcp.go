@@ -227,7 +227,7 @@ func (set *Set) start(ctx context.Context) (up bool) {
 	defer cancel()
 	var later bool
 	for _, s := range set.servers {
-		if s.running {
+		if s.settled {
 			continue
 		}
 		err := s.cfg.check()
@@ -241,13 +241,13 @@ func (set *Set) start(ctx context.Context) (up bool) {
 			later = true
 			continue
 		}
+		s.settled = true
 		if err != nil {
 			set.mu.Lock()
 			s.startErr = &StartError{Server: s.cfg.Name, Err: err}
 			set.mu.Unlock()
 			continue
 		}
-		s.running = true
 		up = true
 		set.wg.Go(s.follow)
 	}
@@ -255,6 +255,18 @@ func (set *Set) start(ctx context.Context) (up bool) {
 	set.started = !later
 	set.mu.Unlock()
 	return up
+}
+
+// Offers reports whether name may be a tool of one of the Set's servers
+// (<server>__<tool>), started or not: what tells the owner of a lazy Set
+// that it must start it to know.
+func (set *Set) Offers(name string) bool {
+	for _, s := range set.servers {
+		if strings.HasPrefix(name, ToolName(s.cfg.Name, "")) {
+			return true
+		}
+	}
+	return false
 }
 
 // Started reports whether a Start (by Open or the owner) went through
@@ -397,7 +409,7 @@ type server struct {
 	set      *Set
 	cfg      ServerConfig
 	startErr error         // set once, in Start (set.mu)
-	running  bool          // started by a Start (startMu)
+	settled  bool          // runs, or failed for good, by a Start (startMu)
 	changed  chan struct{} // a list change to fetch (one is enough)
 
 	mu       sync.Mutex

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -195,4 +196,60 @@ func TestWatcherMayCloseTheSetStartTells(t *testing.T) {
 	unwatch()
 	set.Close()
 	hs.Close()
+}
+
+// A server that failed for good in a Start its caller then gave up stays
+// failed: the next Start starts only the servers the first did not get
+// to, not that one again (which, up on a second try, ran beside its
+// error and was never stopped by Close).
+func TestStartCancelledByItsCallerKeepsFailures(t *testing.T) {
+	srv := testServer()
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil)
+	// flaky exits at its first start and serves at any later one.
+	flaky := stdioServer(t)
+	marker := filepath.Join(t.TempDir(), "tried")
+	flaky.Name, flaky.Args, flaky.Command = "flaky", []string{"-c", `[ -e "$1" ] && exec "$0"; : > "$1"; exit 3`, flaky.Command, marker}, "/bin/sh"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var gaveUp atomic.Bool
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !gaveUp.Swap(true) {
+			cancel() // the caller gives up while this server starts
+			http.Error(w, "gave up", http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer closeServer(web)
+	set := New(Options{CallTimeout: 5 * time.Second}).OpenLazy([]ServerConfig{flaky, {Name: "web", URL: web.URL}}, t.TempDir())
+	defer set.Close()
+	set.Start(ctx)
+	if set.Started() || len(set.Unavailable()) != 1 {
+		t.Fatalf("after a Start whose caller gave up: started %v, unavailable %+v", set.Started(), set.Unavailable())
+	}
+	set.Start(context.Background())
+	un := set.Unavailable()
+	if n := len(set.Tools()); n != 6 || !set.Started() || len(un) != 1 || un[0].Source != "mcp:flaky" {
+		t.Fatalf("after Start again: %d tools, started %v, unavailable %+v", n, set.Started(), un)
+	}
+}
+
+// closeServer closes ts past the event streams its MCP clients keep open.
+func closeServer(ts *httptest.Server) {
+	ts.CloseClientConnections()
+	ts.Close()
+}
+
+// Offers names the tools a Set's servers may have before any started.
+func TestSetOffers(t *testing.T) {
+	set := New(Options{}).OpenLazy([]ServerConfig{{Name: "web", URL: "http://127.0.0.1:1/"}, {Name: "my.fs", Command: "/nonexistent"}}, t.TempDir())
+	defer set.Close()
+	for name, want := range map[string]bool{"web__echo": true, "my_fs__read": true, "web_echo": false, "webx__echo": false, "read": false} {
+		if got := set.Offers(name); got != want {
+			t.Errorf("Offers(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if set.Started() {
+		t.Fatal("Offers started the servers")
+	}
 }

@@ -55,6 +55,7 @@ func TestServeExportHTMLPaths(t *testing.T) {
 	wFile := svStr(c.must("get_state", svM{"sessionId": "w"}).m, "data", "sessionFile")
 	journal := filepath.Join(e.data, "server", "journal.jsonl")
 	index := filepath.Join(e.data, "server", "sessions.jsonl")
+	fpKey := filepath.Join(e.data, "server", "fingerprint.key")
 	existing := filepath.Join(e.cwd, "existing.html")
 	if err := os.WriteFile(existing, []byte("keep me"), 0o600); err != nil {
 		t.Fatal(err)
@@ -69,7 +70,7 @@ func TestServeExportHTMLPaths(t *testing.T) {
 		}
 		return b
 	}
-	journalBefore, indexBefore, wBefore := snapshot(journal), snapshot(index), snapshot(wFile)
+	journalBefore, indexBefore, wBefore, keyBefore := snapshot(journal), snapshot(index), snapshot(wFile), snapshot(fpKey)
 
 	refusals := []struct {
 		name, sid, path string
@@ -81,6 +82,7 @@ func TestServeExportHTMLPaths(t *testing.T) {
 		{"the journal with overwrite", "r", journal, true, "export path " + journal + " is a file agentd keeps"},
 		{"the journal, relative", "r", "data/server/journal.jsonl", true, "is a file agentd keeps"},
 		{"the session index", "r", index, true, "export path " + index + " is a file agentd keeps"},
+		{"the journal's fingerprint key", "r", fpKey, true, "export path " + fpKey + " is a file agentd keeps"},
 		{"another live session's file", "r", wFile, true, "export path " + wFile + " is a file agentd keeps"},
 		{"an existing file", "w", "existing.html", false, "export path " + existing + " exists; send overwrite: true to replace it"},
 		{"a path outside", "w", filepath.Join(outside, "x.html"), false, "is outside the session's working directory"},
@@ -105,6 +107,9 @@ func TestServeExportHTMLPaths(t *testing.T) {
 	}
 	if b := snapshot(index); !bytes.HasPrefix(b, indexBefore) || bytes.Contains(b, []byte("<html")) {
 		t.Errorf("the session index was overwritten: %s", e2eClip(string(b), 200))
+	}
+	if b := snapshot(fpKey); !bytes.Equal(b, keyBefore) {
+		t.Errorf("the fingerprint key changed: %d bytes", len(b))
 	}
 	if b := snapshot(wFile); !bytes.Equal(b, wBefore) {
 		t.Errorf("session w's file changed: %s", e2eClip(string(b), 200))

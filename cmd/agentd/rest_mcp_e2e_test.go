@@ -2,6 +2,7 @@ package main
 
 import (
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -75,9 +76,11 @@ func TestRESTConversationMCPAutoStartAndSecretsAfterKill9(t *testing.T) {
 	s := svStart(t, e)
 	id := "mcp-lazy"
 	rsOK(t, s, "PUT", rsConvPath(id), map[string]any{})
-	r := rsOK(t, s, "PATCH", rsConvPath(id)+"/config", map[string]any{"mcp": map[string]any{"auto_start": false, "servers": []any{
-		map[string]any{"name": "tiny", "command": server, "args": []string{pidFile}, "env": map[string]string{"TOKEN": secret}}}}},
-		"Idempotency-Key", "mcp-lazy-patch")
+	patch := func(token string) map[string]any {
+		return map[string]any{"mcp": map[string]any{"auto_start": false, "servers": []any{
+			map[string]any{"name": "tiny", "command": server, "args": []string{pidFile}, "env": map[string]string{"TOKEN": token}}}}}
+	}
+	r := rsOK(t, s, "PATCH", rsConvPath(id)+"/config", patch(secret), "Idempotency-Key", "mcp-lazy-patch")
 	if strings.Contains(r.body, secret) || !strings.Contains(r.body, `"TOKEN":"********"`) {
 		t.Fatalf("the PATCH answer: %s", r)
 	}
@@ -112,6 +115,15 @@ func TestRESTConversationMCPAutoStartAndSecretsAfterKill9(t *testing.T) {
 	s.kill9()
 
 	s2 := s.restart()
+	// The journaled PATCH outlives the kill under its key, and so does the
+	// key its fingerprint is made with: repeated, it is answered as kept;
+	// another one under the same key is refused.
+	if again := rsOK(t, s2, "PATCH", rsConvPath(id)+"/config", patch(secret), "Idempotency-Key", "mcp-lazy-patch"); again.body != r.body {
+		t.Fatalf("the PATCH repeated after the restart: %s, first %s", again, r)
+	}
+	if other := rsDo(t, s2, "PATCH", rsConvPath(id)+"/config", patch(secret+"x"), "Idempotency-Key", "mcp-lazy-patch"); other.status == http.StatusOK || !strings.Contains(other.str("error"), "Conflicting idempotencyKey 'mcp-lazy-patch'") {
+		t.Fatalf("another PATCH under the key after the restart: %s", other)
+	}
 	cfg := rsOK(t, s2, "GET", rsConvPath(id)+"/config", nil)
 	if m, _ := cfg.m["mcp"].(map[string]any); m == nil || m["auto_start"] != false || strings.Contains(cfg.body, secret) || !strings.Contains(cfg.body, `"TOKEN":"********"`) {
 		t.Fatalf("the mcp section after the restart: %s", cfg)
