@@ -170,10 +170,19 @@ func openSSE(ctx context.Context, hc *http.Client, url, conv, name string, runEn
 		s.close()
 		return nil, fmt.Errorf("no connected event within %s", o.timeout)
 	case <-s.readerDone:
-		t.Stop()
+		timedOut := !t.Stop()
+		select {
+		case <-s.connected:
+			// A short stream can be read to its end before this select
+			// runs; it did connect, and its end is the caller's to judge.
+			if !timedOut {
+				return s, nil
+			}
+		default:
+		}
 		err := s.deadErr()
 		s.close()
-		if rctx.Err() != nil {
+		if timedOut {
 			return nil, fmt.Errorf("no connected event within %s: %w", o.timeout, err)
 		}
 		return nil, fmt.Errorf("stream ended before its connected event: %w", err)
