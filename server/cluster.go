@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -1286,17 +1287,24 @@ func (fd *feed) reached(seq uint64) <-chan struct{} {
 // catchUp waits until the feed has delivered seq, within feedCatchUp; it
 // ends sooner when stopped closes (the feed's follow ended) or ctx ends.
 // late says the bound passed first, delivered what the feed had
-// delivered by then.
+// delivered by then. A wait that ends without its seq leaves no waiter
+// behind: a feed that stalls must not collect one per answer.
 func (fd *feed) catchUp(ctx context.Context, seq uint64, stopped <-chan struct{}) (late bool, delivered uint64) {
 	t := time.NewTimer(feedCatchUp)
 	defer t.Stop()
+	done := fd.reached(seq)
 	select {
-	case <-fd.reached(seq):
+	case <-done:
+		return false, 0
 	case <-stopped:
 	case <-ctx.Done():
 	case <-t.C:
-		fd.mu.Lock()
-		defer fd.mu.Unlock()
+		late = true
+	}
+	fd.mu.Lock()
+	defer fd.mu.Unlock()
+	fd.waiters = slices.DeleteFunc(fd.waiters, func(w feedWaiter) bool { return w.done == done })
+	if late {
 		return true, fd.seq
 	}
 	return false, 0
