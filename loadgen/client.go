@@ -116,6 +116,11 @@ func dial(ctx context.Context, hc *http.Client, url, sid string, o *clientOption
 	case <-c.ready:
 		return c, nil
 	case <-c.readerDone:
+		select {
+		case <-c.ready: // both closed before this select ran
+			return c, nil
+		default:
+		}
 		err := c.deadErr()
 		c.close()
 		return nil, fmt.Errorf("connection closed before server_ready: %w", err)

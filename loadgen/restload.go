@@ -497,7 +497,11 @@ func driveConversation(ctx context.Context, o Options, hc *http.Client, api stri
 			t.Stop()
 		case <-c.driver.readerDone:
 			t.Stop()
-			return fail(round, fmt.Errorf("the driver's stream ended while its run went on: %w", c.driver.deadErr()))
+			select {
+			case <-c.driver.runEnded: // the run ended, then the stream
+			default:
+				return fail(round, fmt.Errorf("the driver's stream ended while its run went on: %w", c.driver.deadErr()))
+			}
 		case <-t.C:
 			return fail(round, fmt.Errorf("no run_ended within %s of the step", o.CommandTimeout))
 		case <-ctx.Done():

@@ -116,6 +116,11 @@ func dialWatcher(ctx context.Context, hc *http.Client, url, sid string, o *watch
 	case <-w.ready:
 		return w, nil
 	case <-w.readerDone:
+		select {
+		case <-w.ready: // both closed before this select ran
+			return w, nil
+		default:
+		}
 		err := w.deadErr()
 		w.close()
 		return nil, fmt.Errorf("connection closed before the subscription was answered: %w", err)
