@@ -221,7 +221,10 @@ func TestClusterFeedCatchUp(t *testing.T) {
 				if late && got != 4 {
 					t.Errorf("delivered %d when late, want 4", got)
 				}
-				if n := len(fd.waiters); n != 0 {
+				fd.mu.Lock()
+				n := len(fd.waiters)
+				fd.mu.Unlock()
+				if n != 0 {
 					t.Errorf("%d waiters left behind", n)
 				}
 			})
