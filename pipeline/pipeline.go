@@ -803,7 +803,8 @@ func (p *Pipeline) emit(f *flight, t EventType, r *Response) {
 		deps = []string{}
 	}
 	ev := Event{Type: t, CommandID: id, Command: f.cmd.Type, SessionID: f.cmd.SessionID, DependsOn: deps,
-		IfSessionVersion: f.cmd.IfSessionVersion, IdempotencyKey: f.cmd.IdempotencyKey, Lane: lane, Origin: f.cmd.Origin}
+		IfSessionVersion: f.cmd.IfSessionVersion, IdempotencyKey: f.cmd.IdempotencyKey, Lane: lane, Origin: f.cmd.Origin,
+		Announced: f.cmd.Announced && (t == CommandAccepted || t == CommandStarted)}
 	if r != nil {
 		ev.Success, ev.Err, ev.Replayed, ev.TimedOut, ev.SessionVersion = r.Success, r.Err, r.Replayed, r.TimedOut, r.SessionVersion
 	}

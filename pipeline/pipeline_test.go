@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -206,6 +207,37 @@ func TestLifecycle(t *testing.T) {
 	h.mu.Unlock()
 	if last.Success || last.Err.Message != "boom" || last.Lane != "server" {
 		t.Fatalf("finished event %+v", last)
+	}
+}
+
+// A command its face announced already has its accepted and started
+// events marked Announced, and nothing else: its finished event, and
+// every event of a command not announced, are unmarked. Announced is not
+// part of the request, so the same command sent again unannounced
+// replays.
+func TestAnnounced(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	h.p.Do(Command{Type: "list_sessions", ID: "told", Announced: true})
+	h.p.Do(Command{Type: "list_sessions", Announced: true})
+	h.p.Do(Command{Type: "list_sessions", ID: "plain"})
+	if r := h.p.Do(Command{Type: "list_sessions", ID: "told"}); !r.Replayed {
+		t.Errorf("the announced command sent again unannounced: %+v, want a replay", r)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var got []string
+	for _, e := range h.events {
+		id := e.CommandID
+		if strings.HasPrefix(id, "anon:") {
+			id = "anon"
+		}
+		if e.Announced {
+			got = append(got, id+" "+string(e.Type))
+		}
+	}
+	want := []string{"told command_accepted", "told command_started", "anon command_accepted", "anon command_started"}
+	if !slices.Equal(got, want) {
+		t.Errorf("events marked announced: %q, want %q", got, want)
 	}
 }
 

@@ -50,6 +50,13 @@ type Command struct {
 	// comparable (a pointer); it is not part of the fingerprint and is not
 	// journaled.
 	Sender any `json:"-"`
+	// Announced says the face has told its clients already that this
+	// command was accepted and started (a cluster node does when it passes
+	// a command on, and the command may come back to run here): its
+	// CommandAccepted and CommandStarted events carry Announced, so the
+	// face does not tell them twice. It is not part of the fingerprint
+	// and is not journaled.
+	Announced bool `json:"-"`
 }
 
 // Response is the outcome of one command. The face maps it to the wire
@@ -146,7 +153,10 @@ type Event struct {
 	IdempotencyKey   string   `json:"idempotencyKey,omitempty"`
 	Lane             string   `json:"lane"`
 	// Origin is the Origin of the command the event is about.
-	Origin         any    `json:"-"`
+	Origin any `json:"-"`
+	// Announced is the command's Announced, on its CommandAccepted and
+	// CommandStarted: the face's clients were told already.
+	Announced      bool   `json:"-"`
 	Success        bool   `json:"success,omitempty"`
 	Err            *Error `json:"error,omitempty"`
 	Replayed       bool   `json:"replayed,omitempty"`

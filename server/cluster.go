@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -104,11 +103,6 @@ type clusterState struct {
 	nodesAt  time.Time
 	owners   map[string]ownerSeen // recent lease reads, by session id
 	draining bool
-	// announced are commands of this node's clients that were announced
-	// as accepted and started when first forwarded and then ran here: the
-	// pipeline's own command_accepted and command_started are not told to
-	// those clients again (see announcedBefore).
-	announced map[announcedKey]struct{}
 
 	forwarded atomic.Int64
 	received  atomic.Int64
@@ -122,7 +116,7 @@ func newClusterState(s *Server, node *cluster.Node) *clusterState {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &clusterState{s: s, node: node, ctx: ctx, cancel: cancel,
 		forwarders: map[string]*forwarder{}, inflight: map[*inflight]struct{}{}, feeds: map[string]*Hosted{},
-		owners: map[string]ownerSeen{}, announced: map[announcedKey]struct{}{}, httpTransport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}}
+		owners: map[string]ownerSeen{}, httpTransport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}}
 }
 
 // start serves this node's address and announces it, so other nodes can
@@ -744,21 +738,10 @@ func (cs *clusterState) serveNode(_ context.Context, payload []byte, answer func
 // runHere puts a routed command through this node's pipeline.
 func (cs *clusterState) runHere(it forwardItem) {
 	if it.reply == nil {
-		respond := it.respond
-		if k, ok := keyOf(it.cmd.Origin, it.cmd.ID); ok && it.announced {
-			cs.mu.Lock()
-			cs.announced[k] = struct{}{}
-			cs.mu.Unlock()
-			// The answer comes after the last lifecycle event, also for a
-			// command the pipeline refuses without any.
-			respond = func(r pipeline.Response) {
-				cs.mu.Lock()
-				delete(cs.announced, k)
-				cs.mu.Unlock()
-				it.respond(r)
-			}
-		}
-		cs.s.submitLocal(it.cmd, respond)
+		// Announced when it was first passed on: the pipeline's own
+		// command_accepted and command_started are not told again.
+		it.cmd.Announced = it.announced
+		cs.s.submitLocal(it.cmd, it.respond)
 		return
 	}
 	// The face's handler looks the session up for r.Who (SessionFor), as
@@ -1656,38 +1639,4 @@ func (s *Server) ClusterStatus() *ClusterStatus {
 	st.Leases = len(cs.node.Leases())
 	st.Forwarded, st.Received, st.Takeovers = cs.forwarded.Load(), cs.received.Load(), cs.takeovers.Load()
 	return st
-}
-
-// announcedKey names a command of one client: its id and its Origin (the
-// face's handle on the command, a pointer on the faces that send
-// lifecycle events).
-type announcedKey struct {
-	origin any
-	id     string
-}
-
-// keyOf is the key of a command whose Origin is a pointer; others (none,
-// or a value that might not be comparable) have none.
-func keyOf(origin any, id string) (announcedKey, bool) {
-	if id == "" || origin == nil || reflect.TypeOf(origin).Kind() != reflect.Pointer {
-		return announcedKey{}, false
-	}
-	return announcedKey{origin: origin, id: id}, true
-}
-
-// announcedBefore reports whether this node's clients already got ev: a
-// command_accepted or command_started of a command announced when it was
-// first forwarded (runHere).
-func (cs *clusterState) announcedBefore(ev pipeline.Event) bool {
-	if ev.Type != pipeline.CommandAccepted && ev.Type != pipeline.CommandStarted {
-		return false
-	}
-	k, ok := keyOf(ev.Origin, ev.CommandID)
-	if !ok {
-		return false
-	}
-	cs.mu.Lock()
-	_, seen := cs.announced[k]
-	cs.mu.Unlock()
-	return seen
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/llm/faux"
-	"github.com/agentd-dev/agentd/pipeline"
 	"github.com/agentd-dev/agentd/session"
 )
 
@@ -252,42 +251,6 @@ func TestClusterOwnersBound(t *testing.T) {
 			cs.rememberOwner("new", "c")
 			if len(cs.owners) != tc.want || cs.owners["new"].node != "c" {
 				t.Errorf("%d entries, new: %+v; want %d with new on c", len(cs.owners), cs.owners["new"], tc.want)
-			}
-		})
-	}
-}
-
-// A command announced to this node's clients when it was first forwarded
-// and then run here is not announced to them again: its command_accepted
-// and command_started are dropped, nothing else is, and only for the
-// client (Origin) and command id recorded.
-func TestClusterAnnouncedBefore(t *testing.T) {
-	type origin struct{ name string }
-	mine, other := &origin{"mine"}, &origin{"other"}
-	cs := &clusterState{announced: map[announcedKey]struct{}{}}
-	k, ok := keyOf(mine, "c1")
-	if !ok {
-		t.Fatal("no key for a pointer origin")
-	}
-	cs.announced[k] = struct{}{}
-	tests := []struct {
-		name string
-		ev   pipeline.Event
-		want bool
-	}{
-		{"accepted", pipeline.Event{Type: pipeline.CommandAccepted, CommandID: "c1", Origin: mine}, true},
-		{"started", pipeline.Event{Type: pipeline.CommandStarted, CommandID: "c1", Origin: mine}, true},
-		{"finished", pipeline.Event{Type: pipeline.CommandFinished, CommandID: "c1", Origin: mine}, false},
-		{"another client", pipeline.Event{Type: pipeline.CommandAccepted, CommandID: "c1", Origin: other}, false},
-		{"another command", pipeline.Event{Type: pipeline.CommandAccepted, CommandID: "c2", Origin: mine}, false},
-		{"no origin", pipeline.Event{Type: pipeline.CommandAccepted, CommandID: "c1"}, false},
-		{"origin not a pointer", pipeline.Event{Type: pipeline.CommandAccepted, CommandID: "c1", Origin: origin{"mine"}}, false},
-		{"no command id", pipeline.Event{Type: pipeline.CommandAccepted, Origin: mine}, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := cs.announcedBefore(tc.ev); got != tc.want {
-				t.Errorf("announcedBefore = %v, want %v", got, tc.want)
 			}
 		})
 	}

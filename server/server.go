@@ -534,7 +534,7 @@ func (s *Server) broadcastHere(face string, f []byte) {
 // listeners get it, and in a cluster so do the clients of every other
 // node, as one server's clients would.
 func (s *Server) emitPipelineEvent(ev pipeline.Event) {
-	if s.cl == nil || !s.cl.announcedBefore(ev) {
+	if !ev.Announced {
 		s.emitLifecycle(ev)
 	}
 	if s.cl != nil {
