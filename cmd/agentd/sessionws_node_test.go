@@ -234,7 +234,7 @@ func (n *swNode) waitType(from int, typ string) (int, swMsg) {
 	n.t.Helper()
 	guard := time.NewTimer(svWait)
 	defer guard.Stop()
-	for {
+	for exited := false; ; {
 		n.mu.Lock()
 		for i := from; i < len(n.lines); i++ {
 			if n.lines[i].typ() == typ {
@@ -245,10 +245,16 @@ func (n *swNode) waitType(from int, typ string) (int, swMsg) {
 		}
 		ch := n.changed
 		n.mu.Unlock()
+		if exited {
+			n.t.Fatalf("the node client exited (%v) before sending %s:\n%s", n.err, typ, n.dump())
+		}
 		select {
 		case <-ch:
 		case <-n.exited:
-			n.t.Fatalf("the node client exited (%v) before sending %s:\n%s", n.err, typ, n.dump())
+			// Its last line may have come in since the look above, and
+			// select picks at random between the two: look once more
+			// (stdout was read to its end before exited closed).
+			exited = true
 		case <-guard.C:
 			n.t.Fatalf("no %s from the node client within %v:\n%s", typ, svWait, n.dump())
 		}
@@ -260,15 +266,20 @@ func (n *swNode) waitStderr(re *regexp.Regexp, count int) {
 	n.t.Helper()
 	guard := time.NewTimer(svWait)
 	defer guard.Stop()
-	for {
+	for exited := false; ; {
 		text, ch := n.stderr.state()
 		if len(re.FindAllString(text, -1)) >= count {
 			return
 		}
+		if exited {
+			n.t.Fatalf("the node client exited (%v) before logging %d× %s:\n%s", n.err, count, re, n.dump())
+		}
 		select {
 		case <-ch:
 		case <-n.exited:
-			n.t.Fatalf("the node client exited (%v) before logging %d× %s:\n%s", n.err, count, re, n.dump())
+			// As in waitType: look once more (cmd.Wait copied all of
+			// stderr before exited closed).
+			exited = true
 		case <-guard.C:
 			n.t.Fatalf("the node client did not log %d× %s within %v:\n%s", count, re, svWait, n.dump())
 		}
@@ -527,5 +538,31 @@ func TestSessionWSSpecClient(t *testing.T) {
 	}
 	if strings.Contains(log, "[error]") {
 		t.Errorf("the client logged errors:\n%s", log)
+	}
+}
+
+// The waits on a Node client see what it wrote last, though it exited
+// right after: its end, seen on the same wake-up as its last output, does
+// not hide that output.
+func TestSWNodeWaitsSeeTheLastOutput(t *testing.T) {
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node is not on PATH")
+	}
+	last := regexp.MustCompile(`(?m)^last written$`)
+	tests := []struct {
+		name string
+		wait func(*swNode)
+	}{
+		{"waitType", func(n *swNode) { n.waitType(0, "last") }},
+		{"waitStderr", func(n *swNode) { n.waitStderr(last, 1) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for range 10 {
+				n := swRunNode(t, "", "print-and-exit.cjs", nil, "2000")
+				tt.wait(n)
+				n.waitExit()
+			}
+		})
 	}
 }
