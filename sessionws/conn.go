@@ -215,9 +215,12 @@ func (c *conn) subscribe(body map[string]any) {
 		a := uint64(v)
 		after = &a
 	}
+	gone := func() {
+		c.fail(closeNotFound, protocolError("session_not_found", "Session "+c.id+" does not exist", nil, c.f.opt.Now()))
+	}
 	select {
 	case <-c.h.Gone():
-		c.fail(closeNotFound, protocolError("session_not_found", "Session "+c.id+" does not exist", nil, c.f.opt.Now()))
+		gone()
 		return
 	default:
 	}
@@ -226,11 +229,16 @@ func (c *conn) subscribe(body map[string]any) {
 	c.mu.Unlock()
 	if w == nil {
 		w = c.f.watchFor(c.h)
-		w.add(c)
+		c.mu.Lock()
+		c.watch = w // released when c closes
+		c.mu.Unlock()
+		if !w.add(c) {
+			// Deleted after the check above, and the watch has told its
+			// connections already: this one would hear nothing.
+			gone()
+			return
+		}
 	}
-	c.mu.Lock()
-	c.watch = w
-	c.mu.Unlock()
 	hold := server.NewHold()
 	res := c.f.srv.Subscribe(c.client, c.h, w, after, hold)
 	now := c.f.opt.Now()

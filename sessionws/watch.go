@@ -35,6 +35,9 @@ type watch struct {
 	resolved      map[string]interaction.ResolvedBy
 	resolvedOrder []string
 	conns         map[*conn]struct{}
+	// deleted is set once gone has told conns the session was deleted: a
+	// connection that comes later must be told by whoever adds it.
+	deleted bool
 }
 
 func newWatch(f *Face, h *server.Hosted) *watch {
@@ -161,10 +164,16 @@ func (w *watch) resolution(id string) (interaction.ResolvedBy, bool) {
 	return by, ok
 }
 
-func (w *watch) add(c *conn) {
+// add makes c one of the watch's connections; false means the session
+// was deleted and its watchers told already, so c was not added.
+func (w *watch) add(c *conn) bool {
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.deleted {
+		return false
+	}
 	w.conns[c] = struct{}{}
-	w.mu.Unlock()
+	return true
 }
 
 func (w *watch) remove(c *conn) {
@@ -232,6 +241,7 @@ func (w *watch) gone() {
 		return
 	}
 	w.mu.Lock()
+	w.deleted = true
 	conns := make([]*conn, 0, len(w.conns))
 	for c := range w.conns {
 		conns = append(conns, c)
