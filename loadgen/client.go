@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -112,21 +113,40 @@ func dial(ctx context.Context, hc *http.Client, url, sid string, o *clientOption
 	c := &client{conn: conn, sid: sid, opt: o, faults: o.faults, pending: map[string]chan reply{}, abandoned: map[string]struct{}{},
 		ready: make(chan struct{}), readerDone: make(chan struct{}), stopReader: stop}
 	go c.read(rctx)
-	select {
-	case <-c.ready:
+	switch err := waitAnswer(dctx, c.ready, c.readerDone); {
+	case err == nil:
 		return c, nil
-	case <-c.readerDone:
-		select {
-		case <-c.ready: // both closed before this select ran
-			return c, nil
-		default:
-		}
+	case errors.Is(err, errReaderEnded):
 		err := c.deadErr()
 		c.close()
 		return nil, fmt.Errorf("connection closed before server_ready: %w", err)
-	case <-dctx.Done():
+	default:
 		c.close()
-		return nil, fmt.Errorf("waiting for server_ready: %w", dctx.Err())
+		return nil, fmt.Errorf("waiting for server_ready: %w", err)
+	}
+}
+
+// errReaderEnded is waitAnswer's error when the reader ended unanswered.
+var errReaderEnded = errors.New("the reader ended before the answer")
+
+// waitAnswer waits for a reader's answer: nil when answered is closed,
+// errReaderEnded when ended is closed first, ctx's error when it ends
+// first. A reader that gets its answer and then ends can close both
+// before the select looks, and select picks at random among ready
+// cases: answered is looked at again, so that such an answer counts.
+func waitAnswer(ctx context.Context, answered, ended <-chan struct{}) error {
+	select {
+	case <-answered:
+		return nil
+	case <-ended:
+		select {
+		case <-answered:
+			return nil
+		default:
+			return errReaderEnded
+		}
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -161,32 +161,26 @@ func openSSE(ctx context.Context, hc *http.Client, url, conv, name string, runEn
 		s.runEnded = make(chan string, runEnds)
 	}
 	go s.read()
-	select {
-	case <-s.connected:
-		if t.Stop() {
-			return s, nil
-		}
+	// No context bounds this wait: the timer does, by cancelling the
+	// request, which ends the reader. A short stream can be read to its
+	// end before the wait looks; it did connect, and its end is the
+	// caller's to judge.
+	err = waitAnswer(context.Background(), s.connected, s.readerDone)
+	timedOut := !t.Stop()
+	switch {
+	case err == nil && !timedOut:
+		return s, nil
+	case err == nil:
 		// The timeout fired as the event came: the request is cancelled.
 		s.close()
 		return nil, fmt.Errorf("no connected event within %s", o.timeout)
-	case <-s.readerDone:
-		timedOut := !t.Stop()
-		select {
-		case <-s.connected:
-			// A short stream can be read to its end before this select
-			// runs; it did connect, and its end is the caller's to judge.
-			if !timedOut {
-				return s, nil
-			}
-		default:
-		}
-		err := s.deadErr()
-		s.close()
-		if timedOut {
-			return nil, fmt.Errorf("no connected event within %s: %w", o.timeout, err)
-		}
-		return nil, fmt.Errorf("stream ended before its connected event: %w", err)
 	}
+	err = s.deadErr()
+	s.close()
+	if timedOut {
+		return nil, fmt.Errorf("no connected event within %s: %w", o.timeout, err)
+	}
+	return nil, fmt.Errorf("stream ended before its connected event: %w", err)
 }
 
 // countingReader counts the bytes read through it.

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -112,21 +113,16 @@ func dialWatcher(ctx context.Context, hc *http.Client, url, sid string, o *watch
 		w.close()
 		return nil, fmt.Errorf("subscribe to %s: %w", sid, err)
 	}
-	select {
-	case <-w.ready:
+	switch err := waitAnswer(dctx, w.ready, w.readerDone); {
+	case err == nil:
 		return w, nil
-	case <-w.readerDone:
-		select {
-		case <-w.ready: // both closed before this select ran
-			return w, nil
-		default:
-		}
+	case errors.Is(err, errReaderEnded):
 		err := w.deadErr()
 		w.close()
 		return nil, fmt.Errorf("connection closed before the subscription was answered: %w", err)
-	case <-dctx.Done():
+	default:
 		w.close()
-		return nil, fmt.Errorf("waiting for subscribed and the first progress_update of %s: %w", sid, dctx.Err())
+		return nil, fmt.Errorf("waiting for subscribed and the first progress_update of %s: %w", sid, err)
 	}
 }
 
