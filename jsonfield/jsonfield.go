@@ -10,6 +10,7 @@ package jsonfield
 import (
 	"bytes"
 	"strconv"
+	"unicode"
 	"unicode/utf16"
 
 	"github.com/valyala/fastjson"
@@ -24,9 +25,10 @@ type Parser struct {
 }
 
 // Parse parses doc, which must be one valid JSON value. A lone surrogate
-// escape (\ud800 not followed by another \u escape) is read as U+FFFD,
-// as encoding/json and gjson read it; fastjson would keep its six
-// characters.
+// escape (\ud800 not followed by the \u escape of a low surrogate) is
+// read as U+FFFD, and what follows it as itself, as encoding/json reads
+// them; fastjson alone would keep its six characters, or take it and
+// the next \u escape for a pair and lose that escape's character.
 func (p *Parser) Parse(doc []byte) (*fastjson.Value, error) {
 	if i := loneSurrogate(doc, 0); i >= 0 {
 		p.scratch = replaceLoneSurrogates(p.scratch[:0], doc, i)
@@ -36,7 +38,7 @@ func (p *Parser) Parse(doc []byte) (*fastjson.Value, error) {
 }
 
 // loneSurrogate returns the index of the first \u escape from from on
-// that fastjson would keep verbatim, or -1. Backslashes occur only in
+// of a surrogate that is not the first half of a pair, or -1. Backslashes occur only in
 // strings, each starting an escape, so walking from one escape to the
 // next never mistakes an escaped backslash for the start of one.
 func loneSurrogate(doc []byte, from int) int {
@@ -55,10 +57,13 @@ func loneSurrogate(doc []byte, from int) int {
 			i += 2
 			continue
 		}
-		// A surrogate followed by any \u escape is decoded as a pair by
-		// both readers (to U+FFFD if it is no pair).
+		// A high surrogate followed by a low one is a pair, which both
+		// readers decode alike. fastjson takes any other surrogate
+		// followed by a \u escape as a pair too, and so loses the second
+		// escape's character; encoding/json keeps it, reading only the
+		// first as U+FFFD: it is lone.
 		if i+12 <= len(doc) && doc[i+6] == '\\' && doc[i+7] == 'u' {
-			if _, ok := hex4(doc, i+8); ok {
+			if r2, ok := hex4(doc, i+8); ok && utf16.DecodeRune(r, r2) != unicode.ReplacementChar {
 				i += 12
 				continue
 			}
