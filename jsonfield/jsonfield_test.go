@@ -1,8 +1,10 @@
 package jsonfield
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestStrings pins what a field reads as, for every kind of value and
@@ -109,4 +111,29 @@ func TestMalformed(t *testing.T) {
 			t.Errorf("%q parsed as %s", doc, v)
 		}
 	}
+}
+
+// FuzzStringMatchesEncodingJSON checks the package's promise on any
+// string literal: valid JSON (in valid UTF-8, which encoding/json would
+// otherwise rewrite) reads as encoding/json reads it, escapes and lone
+// surrogates included.
+func FuzzStringMatchesEncodingJSON(f *testing.F) {
+	for _, s := range []string{`x`, `\ud800`, `\ud800\u0041`, `\ude00\ud83d`, `\ud800\udbff\udfff`, `\\ud800`, `\ud83d\ude00`, `\u00e9\t`} {
+		f.Add(s)
+	}
+	var p Parser
+	f.Fuzz(func(t *testing.T, lit string) {
+		doc := []byte(`{"a":"` + lit + `"}`)
+		var want struct{ A string }
+		if !utf8.Valid(doc) || json.Unmarshal(doc, &want) != nil {
+			return
+		}
+		v, err := p.Parse(doc)
+		if err != nil {
+			t.Fatalf("%s: %v; encoding/json reads it", doc, err)
+		}
+		if got := String(v.Get("a")); got != want.A {
+			t.Errorf("%s: %q, encoding/json %q", doc, got, want.A)
+		}
+	})
 }
