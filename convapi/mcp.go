@@ -149,7 +149,7 @@ func (cfg *MCPConfig) mayOffer(name string) bool {
 		return false
 	}
 	for _, sc := range cfg.Servers {
-		if strings.HasPrefix(name, mcp.ToolName(sc.Name, "")) {
+		if mcp.IsToolOf(sc.Name, name) {
 			return true
 		}
 	}

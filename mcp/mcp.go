@@ -262,7 +262,7 @@ func (set *Set) start(ctx context.Context) (up bool) {
 // that it must start it to know.
 func (set *Set) Offers(name string) bool {
 	for _, s := range set.servers {
-		if strings.HasPrefix(name, ToolName(s.cfg.Name, "")) {
+		if IsToolOf(s.cfg.Name, name) {
 			return true
 		}
 	}
@@ -597,6 +597,13 @@ func ToolName(server, name string) string {
 		n = n[:64]
 	}
 	return n
+}
+
+// IsToolOf reports whether name may be a tool of the MCP server named
+// server: whether it begins as ToolName makes the names of that server's
+// tools begin. It holds before the server started, or if it never does.
+func IsToolOf(server, name string) bool {
+	return strings.HasPrefix(name, ToolName(server, ""))
 }
 
 // session returns the live connection, starting the server again when it

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agentd-dev/agentd/pipeline"
@@ -112,11 +113,20 @@ func TestJournalFingerprintKeyDamaged(t *testing.T) {
 	if err := os.MkdirAll(e.state, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(e.state, fingerprintKeyFile), []byte("short\n"), 0o600); err != nil {
+	path := filepath.Join(e.state, fingerprintKeyFile)
+	if err := os.WriteFile(path, []byte("short\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(Config{Builder: fauxBuilder{e.faux}, Cwd: e.cwd, SessionsDir: e.sessions, StateDir: e.state}); err == nil {
+	_, err := New(Config{Builder: fauxBuilder{e.faux}, Cwd: e.cwd, SessionsDir: e.sessions, StateDir: e.state})
+	if err == nil {
 		t.Fatal("a server started with a damaged key file")
+	}
+	// The operator is told which file and what to do about it.
+	if msg := err.Error(); !strings.Contains(msg, path+" is damaged") || !strings.Contains(msg, "remove it to make a new one") {
+		t.Fatalf("the error does not name the file and the remedy: %v", err)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "short\n" {
+		t.Fatalf("the damaged key file was replaced: %q (%v)", b, err)
 	}
 }
 
