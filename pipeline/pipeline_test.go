@@ -241,6 +241,34 @@ func TestAnnounced(t *testing.T) {
 	}
 }
 
+// A read whose Keep is RunAgain leaves nothing of its answer behind, in
+// memory or in the journal, and the same command sent again runs again.
+func TestRunAgain(t *testing.T) {
+	j := NewMemJournal()
+	runs := 0
+	h := newHarness(t, j, func(o *Options) {
+		o.Registry["secret_read"] = Handler{Class: ClassRead, Lane: LaneServer, ReadOnly: true, Keep: RunAgain,
+			Run: func(context.Context, Command) (json.RawMessage, error) {
+				runs++
+				return json.RawMessage(fmt.Sprintf(`{"cause":"token s3cret","run":%d}`, runs)), nil
+			}}
+	})
+	first := h.p.Do(Command{Type: "secret_read", ID: "r1"})
+	again := h.p.Do(Command{Type: "secret_read", ID: "r1"})
+	if string(first.Data) != `{"cause":"token s3cret","run":1}` || string(again.Data) != `{"cause":"token s3cret","run":2}` {
+		t.Errorf("answers %s then %s; want run 1, then run 2", first.Data, again.Data)
+	}
+	recs, err := j.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.Response != nil && strings.Contains(string(r.Response.Data), "s3cret") {
+			t.Errorf("the journal kept the answer: %+v", r.Response)
+		}
+	}
+}
+
 func TestLaneOrder(t *testing.T) {
 	h := newHarness(t, nil, nil)
 	h.p.Do(Command{Type: "create_session", SessionID: "s"})

@@ -212,6 +212,17 @@ type Handler struct {
 	Keep func(Response) Response
 }
 
+// RunAgain is a Keep for a ReadOnly command whose answer must not be
+// stored, in memory or in the journal (it may quote what a tool source
+// printed, a secret among it): the data is dropped as if too large, so a
+// replay runs the read again and answers as it is now.
+func RunAgain(r Response) Response {
+	if r.Success && len(r.Data) > 0 {
+		r.Data, r.DataDropped = nil, true
+	}
+	return r
+}
+
 // ErrTimeout is the cause of a handler's context when its command timed
 // out (context.Cause), so a handler can tell a timeout from a shutdown.
 var ErrTimeout = errors.New("command timed out")

@@ -37,6 +37,8 @@ type commandSpec struct {
 	bypass   func(pipeline.Command) bool
 	timeout  time.Duration
 	run      func(ctx context.Context, c *call) (any, error)
+	// keep is the handler's pipeline.Handler.Keep.
+	keep func(pipeline.Response) pipeline.Response
 }
 
 // decode reads the fields the command declares, and only those: a field
@@ -207,8 +209,10 @@ func (s *Server) commands() map[string]*commandSpec {
 		"get_available_models":    read(s.availableModels),
 		"get_commands":            read(func(context.Context, *call) (any, error) { return map[string]any{"commands": []any{}}, nil }),
 		"get_skills":              read(func(context.Context, *call) (any, error) { return map[string]any{"skills": []any{}}, nil }),
-		"get_tools":               read(s.tools),
-		"list_session_files":      read(s.sessionFiles),
+		// get_tools names why an MCP server did not start, which may quote
+		// its secret: the answer is not kept, and a replay asks again.
+		"get_tools":          {session: true, class: pipeline.ClassRead, readOnly: true, run: s.tools, keep: pipeline.RunAgain},
+		"list_session_files": read(s.sessionFiles),
 		"extension_ui_response": {session: true, class: pipeline.ClassControl, readOnly: true, run: s.uiResponse,
 			fields: []field{{name: "requestId", kind: kString, required: true, max: 256}, {name: "response", kind: kObject, required: true}}},
 	}
@@ -229,7 +233,7 @@ func (s *Server) registry() pipeline.Registry {
 		}
 		mutating := !spec.readOnly && (spec.session || name == "load_session")
 		reg[name] = pipeline.Handler{
-			Class: spec.class, Lane: lane, Mutating: mutating, Timeout: spec.timeout, Bypass: spec.bypass,
+			Class: spec.class, Lane: lane, Mutating: mutating, Timeout: spec.timeout, Bypass: spec.bypass, Keep: spec.keep,
 			// Reads can be run again on replay instead of keeping a large
 			// answer in the journal.
 			ReadOnly: spec.class == pipeline.ClassRead,

@@ -135,6 +135,22 @@ func TestMCPServersThatFailToStart(t *testing.T) {
 			errs = append(errs, svStr(u, "source")+" "+svStr(u, "error"))
 		}
 		check(t, "get_tools", errs)
+		// The causes may quote what a server printed (its secret): the
+		// journal does not keep the answer, and the same command sent
+		// again is run again, causes and all.
+		journal, err := os.ReadFile(filepath.Join(e.data, "server", "journal.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(journal), svStr(r.m, "id")) || strings.Contains(string(journal), "missing API key") {
+			t.Errorf("the journal does not have get_tools's outcome without its causes:\n%s", journal)
+		}
+		again := c.call(svM{"id": svStr(r.m, "id"), "type": "get_tools", "sessionId": "one"})
+		errs = nil
+		for _, u := range svArr(again.m, "data", "unavailable") {
+			errs = append(errs, svStr(u, "source")+" "+svStr(u, "error"))
+		}
+		check(t, "get_tools sent again", errs)
 		h := c.must("health_check", nil)
 		var issues []string
 		for _, i := range svArr(h.m, "data", "issues") {
