@@ -71,15 +71,18 @@ func (s *Session) SetModel(m *llm.Model) error {
 	}
 	s.mu.Lock()
 	f := s.file
-	s.model = m
 	level := m.ClampThinking(s.thinking)
 	changed := level != s.thinking
-	s.thinking = level
 	s.mu.Unlock()
-	s.agent.Update(func(c *agent.Config) { c.Model, c.Thinking = m, level })
+	// Recorded first: a change the file cannot keep is not made, as for
+	// the other settings, so a refused change leaves nothing to undo.
 	if _, err := f.AppendModelChange(m.Provider, m.ID); err != nil {
 		return fmt.Errorf("recording the model change: %w", err)
 	}
+	s.mu.Lock()
+	s.model, s.thinking = m, level
+	s.mu.Unlock()
+	s.agent.Update(func(c *agent.Config) { c.Model, c.Thinking = m, level })
 	s.emit(Event{Type: EventModelChanged, Model: m})
 	if changed {
 		if _, err := f.AppendThinkingLevelChange(level); err != nil {
@@ -98,7 +101,8 @@ func (s *Session) Thinking() llm.ThinkingLevel {
 }
 
 // SetThinking sets the thinking level, clamped to the model; it returns
-// the level actually in force.
+// the level actually in force (the one before, when the change could not
+// be recorded and so was not made).
 func (s *Session) SetThinking(l llm.ThinkingLevel) (llm.ThinkingLevel, error) {
 	s.mu.Lock()
 	f := s.file
@@ -106,16 +110,18 @@ func (s *Session) SetThinking(l llm.ThinkingLevel) (llm.ThinkingLevel, error) {
 	if l == llm.ThinkingOff {
 		level = llm.ThinkingOff
 	}
-	changed := level != s.thinking
-	s.thinking = level
+	was := s.thinking
 	s.mu.Unlock()
-	if !changed {
+	if level == was {
 		return level, nil // as pi: nothing recorded, no event
 	}
-	s.agent.Update(func(c *agent.Config) { c.Thinking = level })
 	if _, err := f.AppendThinkingLevelChange(level); err != nil {
-		return level, fmt.Errorf("recording the thinking level: %w", err)
+		return was, fmt.Errorf("recording the thinking level: %w", err)
 	}
+	s.mu.Lock()
+	s.thinking = level
+	s.mu.Unlock()
+	s.agent.Update(func(c *agent.Config) { c.Thinking = level })
 	s.emit(Event{Type: EventThinkingLevelChanged, ThinkingLevel: level})
 	return level, nil
 }

@@ -724,3 +724,40 @@ func TestCycleAndExportFile(t *testing.T) {
 		t.Fatalf("export into a missing directory: %v", err)
 	}
 }
+
+// A model or thinking level change the session file cannot record is not
+// made: the session keeps what it had, and says why.
+func TestSettingsChangeNotRecordedIsNotMade(t *testing.T) {
+	h := newHarness(t, func(c *session.Config) { c.Model.Reasoning = true })
+	h.srv.Enqueue(llmtest.Script{Text: []string{"hi"}})
+	h.prompt("first")
+	h.wait()
+	path := h.s.File()
+	cfg := h.cfg
+	cfg.Open = path
+	s, err := session.New(cfg) // loaded: the file is no longer held open
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := os.Rename(path, path+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	// A directory in the file's place: no one, root included, can
+	// append to it.
+	if err := os.Mkdir(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	model, thinking := s.Model(), s.Thinking()
+	other := *model
+	other.ID = "other-model"
+	if err := s.SetModel(&other); err == nil {
+		t.Error("SetModel succeeded with an unwritable session file")
+	}
+	if got, err := s.SetThinking(llm.ThinkingHigh); err == nil || got != thinking {
+		t.Errorf("SetThinking = %q, %v; want %q and an error", got, err, thinking)
+	}
+	if s.Model() != model || s.Thinking() != thinking {
+		t.Errorf("after the refused changes: model %s, thinking %q; want %s, %q", s.Model().ID, s.Thinking(), model.ID, thinking)
+	}
+}
