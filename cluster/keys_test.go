@@ -42,6 +42,11 @@ func TestFingerprintKeyShared(t *testing.T) {
 	if _, err := Join(jctx, Config{NodeID: "c", URL: a.nc.ConnectedUrl(), LeaseTTL: testTTL}); !errors.Is(err, errDamagedKey) {
 		t.Fatalf("join with a damaged key: %v", err)
 	}
+	// (Retried, it would end with the context, its error still wrapping
+	// the damage.)
+	if err := jctx.Err(); err != nil {
+		t.Fatalf("join with a damaged key retried until its context ended: %v", err)
+	}
 	if e, err := kv.Get(ctx, fingerprintKeyName); err != nil || string(e.Value()) != "short" {
 		t.Fatalf("the damaged key was replaced: %v", err)
 	}

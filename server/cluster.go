@@ -980,9 +980,6 @@ type hosted struct {
 	// file is set when the session moved to another transcript file; the
 	// publisher records it in the cluster's index.
 	file atomic.Bool
-	// next, made by a wait for the session to change (settle), is closed
-	// by its next event.
-	next atomic.Pointer[chan struct{}]
 }
 
 // host starts serving a session opened here under lease: its record in
@@ -1163,22 +1160,6 @@ func (hc *hosted) onEvent() {
 	select {
 	case hc.kick <- struct{}{}:
 	default:
-	}
-	if ch := hc.next.Swap(nil); ch != nil {
-		close(*ch)
-	}
-}
-
-// nextEvent is closed by the session's next event.
-func (hc *hosted) nextEvent() <-chan struct{} {
-	for {
-		if ch := hc.next.Load(); ch != nil {
-			return *ch
-		}
-		ch := make(chan struct{})
-		if hc.next.CompareAndSwap(nil, &ch) {
-			return ch
-		}
 	}
 }
 
@@ -1527,37 +1508,25 @@ func (cs *clusterState) handOver(ctx context.Context) {
 
 // settle waits until h can be handed over: its run ended, or it waits for
 // a person (its question is asked again by the next owner), or ctx ended.
-// A question comes with an event of the session, which wakes the wait; a
-// run's end need not (a navigation ends after its last event), so the
-// wait is the session's own.
+// A question comes with an event of the session, which ends the wait for
+// a look again; a run's end need not (a navigation ends after its last
+// event), so the wait is the session's own. The session is subscribed to
+// itself, not through the cluster's publisher: a session the cluster
+// does not host (its id is no cluster id) asks too.
 func (cs *clusterState) settle(ctx context.Context, h *Hosted) {
 	for {
-		var next <-chan struct{}
-		if h.cl != nil {
-			next = h.cl.nextEvent() // before the check, so no event is missed
-		}
-		if !h.sess.Running() || len(h.sess.Interactions()) > 0 || ctx.Err() != nil {
-			return
-		}
-		if next == nil {
-			// Not published through this node: no event wakes the wait,
-			// so only the run's end ends it.
-			_ = h.sess.Wait(ctx)
-			return
-		}
 		wctx, cancel := context.WithCancel(ctx)
-		woken := make(chan struct{})
-		go func() {
-			defer close(woken)
-			select {
-			case <-next:
-				cancel()
-			case <-wctx.Done():
-			}
-		}()
-		_ = h.sess.Wait(wctx)
+		// Before the check, so no event is missed.
+		unsub := h.sess.Subscribe(func(session.Event) { cancel() })
+		busy := h.sess.Running() && len(h.sess.Interactions()) == 0 && ctx.Err() == nil
+		if busy {
+			_ = h.sess.Wait(wctx)
+		}
+		unsub()
 		cancel()
-		<-woken
+		if !busy {
+			return
+		}
 	}
 }
 

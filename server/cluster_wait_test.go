@@ -49,24 +49,35 @@ func TestClusterAwaitInflight(t *testing.T) {
 	}
 }
 
-// A session is handed over the moment its run ends, or when the hand-over's
-// context does, not at the next poll.
+// A session is handed over the moment its run ends, or it waits for a
+// person, or the hand-over's context ends, not at the next poll; a session
+// the cluster does not host as well.
 func TestClusterSettle(t *testing.T) {
 	tests := []struct {
 		name  string
 		run   time.Duration // how long the session's run takes; 0: no run
 		limit time.Duration // the hand-over's context
 		want  time.Duration
+		ask   bool // the run asks a person, after run, and waits
+		local bool // a session the cluster does not host (its id is no cluster id)
 	}{
-		{"idle", 0, time.Minute, 0},
-		{"run ends", 3005 * time.Millisecond, time.Minute, 3005 * time.Millisecond},
-		{"context ends first", 3005 * time.Millisecond, 1001 * time.Millisecond, 1001 * time.Millisecond},
+		{"idle", 0, time.Minute, 0, false, false},
+		{"run ends", 3005 * time.Millisecond, time.Minute, 3005 * time.Millisecond, false, false},
+		{"context ends first", 3005 * time.Millisecond, 1001 * time.Millisecond, 1001 * time.Millisecond, false, false},
+		{"asks a person", 2005 * time.Millisecond, time.Minute, 2005 * time.Millisecond, true, false},
+		{"local session asks a person", 2005 * time.Millisecond, time.Minute, 2005 * time.Millisecond, true, true},
+		{"local session's run ends", 3005 * time.Millisecond, time.Minute, 3005 * time.Millisecond, false, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				p, sess, h := settling(t)
-				if tc.run > 0 {
+				p, sess, h := settling(t, !tc.local)
+				if tc.ask {
+					p.Push(faux.Response{ToolCalls: []faux.ToolCall{{Name: "ask_user", Args: `{"question":"which one?"}`}}, Delay: tc.run})
+					if err := sess.Prompt(session.UserMessage("hi", nil), session.BehaviorNone); err != nil {
+						t.Fatal(err)
+					}
+				} else if tc.run > 0 {
 					p.Push(faux.Response{Text: "done", Delay: tc.run})
 					if err := sess.Prompt(session.UserMessage("hi", nil), session.BehaviorNone); err != nil {
 						t.Fatal(err)
@@ -90,7 +101,7 @@ func TestClusterSettle(t *testing.T) {
 // when the hand-over's context does.
 func TestClusterSettleQuietEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, sess, h := settling(t)
+		p, sess, h := settling(t, true)
 		p.Push(faux.Response{Text: "done"})
 		if err := sess.Prompt(session.UserMessage("hi", nil), session.BehaviorNone); err != nil {
 			t.Fatal(err)
@@ -256,9 +267,9 @@ func TestClusterOwnersBound(t *testing.T) {
 	}
 }
 
-// settling is a hosted session of the offline model whose events reach
-// its cluster state as Hosted.onEvent passes them; it closes with t.
-func settling(t *testing.T) (*faux.Provider, *session.Session, *Hosted) {
+// settling is a session of the offline model, which closes with t; with
+// clustered, one the cluster hosts.
+func settling(t *testing.T, clustered bool) (*faux.Provider, *session.Session, *Hosted) {
 	t.Helper()
 	p := faux.New(faux.Options{})
 	dir := t.TempDir()
@@ -266,11 +277,10 @@ func settling(t *testing.T) (*faux.Provider, *session.Session, *Hosted) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &Hosted{sess: sess, cl: &hosted{}}
-	unsub := sess.Subscribe(func(session.Event) { h.cl.onEvent() })
-	t.Cleanup(func() {
-		unsub()
-		_ = sess.Close()
-	})
+	h := &Hosted{sess: sess}
+	if clustered {
+		h.cl = &hosted{}
+	}
+	t.Cleanup(func() { _ = sess.Close() })
 	return p, sess, h
 }

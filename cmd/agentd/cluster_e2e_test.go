@@ -544,3 +544,41 @@ func TestClusterRESTCreateThroughAnotherNode(t *testing.T) {
 	}
 	clWantHome(t, nodes, "B")
 }
+
+// The journal's fingerprint key (KV bucket AGENTD_KEYS) outlives a kill -9
+// of the whole cluster, here one node with the NATS server inside it: a
+// keyed command repeated after the restart is replayed, and its key with
+// another payload is refused as before. (A key made anew at the restart
+// would take the repeat for another request under the same key.)
+func TestClusterFingerprintKeyAfterKill9(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	s := svStart(t, e, "--data-dir", filepath.Join(e.root, "node-A"), "--node-id", "A",
+		"--cluster", "embedded", "--cluster-listen", clFreeAddr(t), "--cluster-lease-ttl", "1s")
+	a := s.dial("a")
+	svCreate(a, "keyed")
+	named := svM{"id": "n1", "type": "set_session_name", "sessionId": "keyed", "name": "before the crash", "idempotencyKey": "name-key"}
+	first := a.ok(named)
+
+	s.kill9()
+	s = s.restart()
+	b := s.dial("b")
+	// The lease the killed process held names this node, so the
+	// restarted one takes the session for its own and fails its commands
+	// until that lease has expired (a lease TTL); then it takes it over,
+	// with its journal.
+	n := 0
+	svWaitUntil(t, "the restarted node takes the session over", func() bool {
+		n++
+		r := b.call(svM{"id": fmt.Sprintf("state-%d", n), "type": "get_state", "sessionId": "keyed"})
+		ok, _ := r.m["success"].(bool)
+		return ok
+	})
+	named["id"] = "n2"
+	again := b.call(named)
+	if r, _ := again.m["replayed"].(bool); !r {
+		t.Errorf("the keyed command repeated after kill -9: %s, want it replayed (first answer %s)", again, first)
+	}
+	other := b.call(svM{"id": "n3", "type": "set_session_name", "sessionId": "keyed", "name": "another name", "idempotencyKey": "name-key"})
+	svWantErrPrefix(t, other, "Conflicting idempotencyKey 'name-key'")
+}
