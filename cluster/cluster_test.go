@@ -694,3 +694,28 @@ func TestPublishRetryAfterLostAck(t *testing.T) {
 		t.Fatalf("events: %v, %v", eventKeys(evs), err)
 	}
 }
+
+// A node restarted under the same id (its process killed, the new one
+// joining at once) drops the leases its previous process left, so its
+// sessions can be taken over at once instead of a lease TTL later; a
+// lease another node holds stays.
+func TestJoinDropsOwnLeases(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	srv := startServer(t)
+	ctx := ctxT(t)
+	old := join(t, srv.ClientURL(), "a")
+	other := join(t, srv.ClientURL(), "b")
+	acquire(ctx, t, old, "s1")
+	acquire(ctx, t, other, "s2")
+	old.renewPaused.Store(true) // the killed process renews nothing
+	restarted := join(t, srv.ClientURL(), "a")
+	if _, _, held, err := other.LeaseOwner(ctx, "s1"); err != nil || held {
+		t.Errorf("s1 after a restarted: held %v, %v; want its lease gone", held, err)
+	}
+	if _, err := other.Takeover(ctx, "s1"); err != nil {
+		t.Errorf("taking s1 over after a restarted: %v", err)
+	}
+	if owner, live, held, err := restarted.LeaseOwner(ctx, "s2"); err != nil || owner != "b" || !live || !held {
+		t.Errorf("s2 after a restarted: %q live %v held %v, %v; want b's live lease", owner, live, held, err)
+	}
+}

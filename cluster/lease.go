@@ -373,3 +373,49 @@ func (l *Lease) end(cause error) {
 	l.node.untrack(l)
 	l.cancel(cause)
 }
+
+// dropOwnLeases deletes the leases that name this node, which a new
+// process holds none of: they are its previous process's, killed (kill
+// -9, a crash) before it could release them. A node id names one process
+// at a time, so nothing renews them; deleting them at once spares the
+// sessions a lease TTL in which every command for them is refused, and
+// the next command takes each over as after any crash. A lease another
+// node took since is left alone (the delete is fenced by revision). It
+// returns how many it dropped.
+func (n *Node) dropOwnLeases(ctx context.Context) (int, error) {
+	w, err := n.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return 0, fmt.Errorf("cluster: reading the leases: %w", err)
+	}
+	defer w.Stop()
+	var mine []jetstream.KeyValueEntry
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("cluster: reading the leases: %w", context.Cause(ctx))
+		case e, ok := <-w.Updates():
+			if !ok {
+				return 0, errors.New("cluster: reading the leases: the watch ended early")
+			}
+			if e != nil {
+				if r, _, err := decodeEntry(e); err == nil && r.Node == n.cfg.NodeID {
+					mine = append(mine, e)
+				}
+				continue
+			}
+			// Everything present when the watch started has arrived.
+			dropped := 0
+			for _, e := range mine {
+				err := n.kv.Delete(ctx, e.Key(), jetstream.LastRevision(e.Revision()))
+				switch {
+				case err == nil:
+					dropped++
+				case !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists):
+					// A revision mismatch: another node took it meanwhile.
+					return dropped, fmt.Errorf("cluster: dropping the lease of session %s: %w", e.Key(), err)
+				}
+			}
+			return dropped, nil
+		}
+	}
+}

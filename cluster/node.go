@@ -204,6 +204,12 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 		<-ncClosed
 		return nil, err
 	}
+	// Not fatal: left as they are, those leases run out in a TTL.
+	if dropped, err := n.dropOwnLeases(ctx); err != nil {
+		log.Warn("cluster: the leases of this node's previous process stay until they run out", "err", err)
+	} else if dropped > 0 {
+		log.Info("cluster: dropped the leases of this node's previous process", "leases", dropped)
+	}
 	renewCtx, stop := context.WithCancel(context.Background())
 	n.stopRenew = stop
 	go n.renewLoop(renewCtx)
