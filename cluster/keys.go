@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentd-dev/agentd/pipeline"
 )
 
 // KeyBucket is the KV bucket of secrets every node of a cluster shares.
@@ -15,10 +17,6 @@ const KeyBucket = "AGENTD_KEYS"
 // fingerprintKeyName is the key, in KeyBucket, of the command journal's
 // fingerprint key.
 const fingerprintKeyName = "journal-fingerprint"
-
-// FingerprintKeyBytes is the length of the journal's fingerprint key: as
-// long as HMAC-SHA256's output.
-const FingerprintKeyBytes = 32
 
 // FingerprintKey is the key of the command journal's request
 // fingerprints (pipeline.Fingerprint), the same on every node: the node
@@ -38,7 +36,7 @@ func (n *Node) fingerprintKey(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	key := make([]byte, FingerprintKeyBytes)
+	key := make([]byte, pipeline.FingerprintKeyBytes)
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("cluster: making the journal's fingerprint key: %w", err)
 	}
@@ -51,11 +49,11 @@ func (n *Node) fingerprintKey(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: reading the journal's fingerprint key: %w", err)
 	}
-	if len(e.Value()) != FingerprintKeyBytes {
+	if len(e.Value()) != pipeline.FingerprintKeyBytes {
 		// Replacing it would make every journaled request look like
 		// another one; an operator decides.
 		return nil, fmt.Errorf("cluster: the journal's fingerprint key in bucket %s is %w (%d bytes, want %d); delete key %s there to make a new one, which makes idempotency keys of earlier requests unusable",
-			KeyBucket, errDamagedKey, len(e.Value()), FingerprintKeyBytes, fingerprintKeyName)
+			KeyBucket, errDamagedKey, len(e.Value()), pipeline.FingerprintKeyBytes, fingerprintKeyName)
 	}
 	return e.Value(), nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/cluster/embeddednats"
+	"github.com/agentd-dev/agentd/pipeline"
 	"go.uber.org/goleak"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestFingerprintKeyShared(t *testing.T) {
 	a, b, ctx := pair(t)
 	ka, kb := a.FingerprintKey(), b.FingerprintKey()
-	if len(ka) != FingerprintKeyBytes || !bytes.Equal(ka, kb) {
+	if len(ka) != pipeline.FingerprintKeyBytes || !bytes.Equal(ka, kb) {
 		t.Fatalf("keys differ or are short: %x, %x", ka, kb)
 	}
 	if again, err := a.fingerprintKey(ctx); err != nil || !bytes.Equal(again, ka) {
@@ -75,7 +76,7 @@ func TestFingerprintKeySurvivesRestart(t *testing.T) {
 		n.Close()
 		srv.Shutdown()
 	}
-	if len(keys[0]) != FingerprintKeyBytes || !bytes.Equal(keys[0], keys[1]) {
+	if len(keys[0]) != pipeline.FingerprintKeyBytes || !bytes.Equal(keys[0], keys[1]) {
 		t.Fatalf("key before the restart %x, after %x", keys[0], keys[1])
 	}
 }

@@ -857,6 +857,10 @@ func (p *Pipeline) Close() error {
 	return nil
 }
 
+// FingerprintKeyBytes is the length of a key for Fingerprint (and of
+// Options.FingerprintKey): as long as HMAC-SHA256's output.
+const FingerprintKeyBytes = 32
+
 // Fingerprint is what identifies cmd's request for its idempotency key
 // and its id: everything but id and idempotencyKey, with the payload's
 // JSON canonicalized (spec §8.3), hashed. The journal keeps it next to

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/agentd-dev/agentd/atomicfile"
+	"github.com/agentd-dev/agentd/pipeline"
 )
 
 // fingerprintKeyFile is where a server on its own keeps the key of the
@@ -18,10 +19,6 @@ import (
 // state directory. It is made once and kept: an idempotent request
 // repeated after a restart, even a kill -9, must fingerprint as before.
 const fingerprintKeyFile = "fingerprint.key"
-
-// fingerprintKeyBytes is the length of the key: as long as HMAC-SHA256's
-// output.
-const fingerprintKeyBytes = 32
 
 // fingerprintKey returns the key of dir, made on first use. A file that
 // is there but unreadable or damaged is an error, not replaced: a new
@@ -35,7 +32,7 @@ func fingerprintKey(dir string) ([]byte, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("server state directory: %w", err)
 	}
-	key = make([]byte, fingerprintKeyBytes)
+	key = make([]byte, pipeline.FingerprintKeyBytes)
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("making the journal's fingerprint key: %w", err)
 	}
@@ -59,8 +56,8 @@ func readFingerprintKey(path string) ([]byte, error) {
 		return nil, fmt.Errorf("the journal's fingerprint key: %w", err)
 	}
 	key, err := hex.DecodeString(strings.TrimSpace(string(b)))
-	if err != nil || len(key) != fingerprintKeyBytes {
-		return nil, fmt.Errorf("the journal's fingerprint key %s is damaged (want %d hex-encoded bytes); remove it to make a new one, which makes idempotency keys of earlier requests unusable", path, fingerprintKeyBytes)
+	if err != nil || len(key) != pipeline.FingerprintKeyBytes {
+		return nil, fmt.Errorf("the journal's fingerprint key %s is damaged (want %d hex-encoded bytes); remove it to make a new one, which makes idempotency keys of earlier requests unusable", path, pipeline.FingerprintKeyBytes)
 	}
 	return key, nil
 }
