@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -246,6 +247,10 @@ func TestSendNode(t *testing.T) {
 	var gone *NodeGoneError
 	if err := <-done; !errors.As(err, &gone) {
 		t.Errorf("a request to a node nobody serves: %v, want NodeGoneError", err)
+	}
+	a.SendNode(ctx, "b.c", []byte("x"), func(_ []byte, err error) { done <- err })
+	if err := <-done; err == nil || !strings.Contains(err.Error(), `"b.c" is not a node id`) {
+		t.Errorf("a request to a node id that cannot be one: %v, want it named as no node id", err)
 	}
 }
 

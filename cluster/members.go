@@ -300,8 +300,8 @@ func (n *Node) SendNode(ctx context.Context, nodeID string, payload []byte, done
 			done(nil, err)
 		}()
 	}
-	if err := CheckSessionID(nodeID); err != nil {
-		fail(err)
+	if !ValidID(nodeID) {
+		fail(fmt.Errorf("cluster: %q is not a node id (letters, digits, '-' and '_', at most 200)", nodeID))
 		return
 	}
 	replies, inbox, cancel, err := n.replies(&n.sendReplies)

@@ -155,8 +155,8 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.NodeID == "" {
 		return nil, errors.New("cluster: a node id is required")
 	}
-	if err := CheckSessionID(cfg.NodeID); err != nil {
-		return nil, fmt.Errorf("cluster: node id %q must use letters, digits, '-' and '_' only", cfg.NodeID)
+	if !ValidID(cfg.NodeID) {
+		return nil, fmt.Errorf("cluster: node id %q must use letters, digits, '-' and '_', at most 200", cfg.NodeID)
 	}
 	if cfg.URL == "" {
 		return nil, errors.New("cluster: a NATS URL is required")
