@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/agentd-dev/agentd/atomicfile"
 )
 
 // Settings are the values agentd reads; zero values mean "not set".
@@ -103,11 +105,9 @@ func (st *Store) Update(f func(*Settings)) error {
 	if err := os.MkdirAll(filepath.Dir(st.path), 0o700); err != nil {
 		return fmt.Errorf("writing settings: %w", err)
 	}
-	tmp := st.path + ".tmp"
-	if err := os.WriteFile(tmp, append(out, '\n'), 0o600); err != nil {
-		return fmt.Errorf("writing settings: %w", err)
-	}
-	if err := os.Rename(tmp, st.path); err != nil {
+	// A temporary name of its own per write: two processes saving at once
+	// must not rename each other's half-written file into place.
+	if err := atomicfile.Write(st.path, append(out, '\n'), false); err != nil {
 		return fmt.Errorf("writing settings: %w", err)
 	}
 	return nil
