@@ -47,7 +47,7 @@ func codecLayer(t *testing.T) (*faux.Provider, *server.Server, *Server) {
 	root := t.TempDir()
 	fp := faux.New(faux.Options{ChunkDelay: time.Millisecond})
 	layer, err := server.New(server.Config{
-		Builder: builder(func(spec engine.Spec) (*session.Session, error) {
+		Builder: server.BuilderFunc(func(spec engine.Spec) (*session.Session, error) {
 			return session.New(session.Config{Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open, Model: faux.Model(),
 				Stream: fp.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq})
 		}),

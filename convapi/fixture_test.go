@@ -61,10 +61,6 @@ func (f fixedModels) All() []registry.Entry {
 		Reason: "no API key for anthropic: set ANTHROPIC_API_KEY"})
 }
 
-type builder func(spec engine.Spec) (*session.Session, error)
-
-func (b builder) Session(spec engine.Spec) (*session.Session, error) { return b(spec) }
-
 // fixture is the face over a layer whose sessions use the faux model and
 // the built-in tools, served over real HTTP on 127.0.0.1.
 type fixture struct {
@@ -127,7 +123,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 		fx.journal, journal = j, j
 	}
 	layer, err := server.New(server.Config{Journal: journal,
-		Builder: builder(func(spec engine.Spec) (*session.Session, error) {
+		Builder: server.BuilderFunc(func(spec engine.Spec) (*session.Session, error) {
 			env := tool.Env{Cwd: spec.Cwd, TempDir: root, Scope: tool.NewScope()}
 			if m, err := sandbox.Choose(o.sandbox, string(spec.Sandbox)); err != nil {
 				return nil, err

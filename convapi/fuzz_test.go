@@ -39,7 +39,7 @@ const fuzzLimit = 4096
 // starts anything: the decoders only read their settings.
 func fuzzFace(f *testing.F) *Server {
 	layer, err := server.New(server.Config{
-		Builder: builder(func(engine.Spec) (*session.Session, error) { return nil, errors.New("the decoders build no session") }),
+		Builder: server.BuilderFunc(func(engine.Spec) (*session.Session, error) { return nil, errors.New("the decoders build no session") }),
 		Sandbox: sandbox.WorkspaceWrite,
 	})
 	if err != nil {

@@ -222,11 +222,6 @@ type fixtureConfig struct {
 	register pipeline.Registry
 }
 
-// builder makes faux sessions.
-type builder func(spec engine.Spec) (*session.Session, error)
-
-func (b builder) Session(spec engine.Spec) (*session.Session, error) { return b(spec) }
-
 func newFixture(t testing.TB, fc fixtureConfig) *fixture {
 	t.Helper()
 	root := t.TempDir()
@@ -240,7 +235,7 @@ func newFixture(t testing.TB, fc fixtureConfig) *fixture {
 		fc.opts(&to)
 	}
 	layer, err := server.New(server.Config{
-		Builder: builder(func(spec engine.Spec) (*session.Session, error) {
+		Builder: server.BuilderFunc(func(spec engine.Spec) (*session.Session, error) {
 			return session.New(session.Config{
 				Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open, Model: faux.Model(),
 				Stream: fx.faux.Stream, EventLogSize: fc.eventLogSize, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,

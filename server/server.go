@@ -46,6 +46,12 @@ type Builder interface {
 	Session(spec engine.Spec) (*session.Session, error)
 }
 
+// BuilderFunc is a function used as a Builder.
+type BuilderFunc func(spec engine.Spec) (*session.Session, error)
+
+// Session calls f.
+func (f BuilderFunc) Session(spec engine.Spec) (*session.Session, error) { return f(spec) }
+
 // Limits bound what clients can ask of the server. Zero values take the
 // defaults of DefaultLimits; a negative rate disables that rate limit.
 type Limits struct {

@@ -16,10 +16,6 @@ import (
 // Every goroutine a test's layer and face start must be gone when it ends.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type builderFunc func(engine.Spec) (*session.Session, error)
-
-func (b builderFunc) Session(spec engine.Spec) (*session.Session, error) { return b(spec) }
-
 // A connection that joins a deleted session's watch after the watch told
 // its connections is refused, so its subscribe can say the session is
 // gone instead of leaving the client waiting on a watch that will never
@@ -29,7 +25,7 @@ func TestWatchJoinAfterDeletion(t *testing.T) {
 	dir := t.TempDir()
 	p := faux.New(faux.Options{})
 	layer, err := server.New(server.Config{
-		Builder: builderFunc(func(spec engine.Spec) (*session.Session, error) {
+		Builder: server.BuilderFunc(func(spec engine.Spec) (*session.Session, error) {
 			return session.New(session.Config{Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open,
 				Model: faux.Model(), Stream: p.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq})
 		}),
