@@ -1337,6 +1337,42 @@ func (cs *clusterState) decode(id string, e cluster.Event) (session.Event, bool)
 	return ev, true
 }
 
+// replaySince is what a client of this node missed of hosted session h
+// after the cursor after, when h's own log cannot say: the cursor is from
+// before this node took h over, and the log starts at this node's first
+// seq. The stream keeps every event published, by any owner; the log has
+// those not published yet. As a client of another node resumes through
+// the stream (Remote.Subscribe), so does one of this node.
+func (cs *clusterState) replaySince(h *Hosted, after uint64) ([]session.Event, bool) {
+	if after > h.sess.Seq() {
+		return nil, false // a cursor this session never issued
+	}
+	ctx, cancel := context.WithTimeout(cs.ctx, clusterOpenTimeout)
+	defer cancel()
+	evs, err := cs.node.Replay(ctx, h.id, after)
+	if err != nil {
+		cs.s.log.Warn("cluster: replaying a session for a resumed client", "session", h.id, "err", err)
+		return nil, false
+	}
+	out := make([]session.Event, 0, len(evs))
+	last := after
+	for _, e := range evs {
+		ev, ok := cs.decode(h.id, e)
+		if !ok {
+			return nil, false // a hole in what the client would get
+		}
+		out = append(out, ev)
+		last = ev.Seq
+	}
+	// Seqs between the last owner's and this node's first are never
+	// used: a new owner starts past what the old one had reserved.
+	rest, ok := h.sess.EventsSince(max(last, h.sess.FirstSeq()))
+	if !ok {
+		return nil, false
+	}
+	return append(out, rest...), true
+}
+
 // feedFor returns the follow of session id shared by this node's
 // subscribers, starting one after seq when there is none. The follow is
 // started without cs.mu held (it reads the stream), so routing never

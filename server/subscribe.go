@@ -137,6 +137,10 @@ func (s *Server) Subscribe(c *Client, h *Hosted, codec Codec, after *uint64, hol
 	ok := false
 	if after != nil {
 		missed, ok = h.sess.EventsSince(*after)
+		if !ok && s.cl != nil && h.cl != nil {
+			// A cursor from before this node took the session over.
+			missed, ok = s.cl.replaySince(h, *after)
+		}
 	}
 	cur := h.sess.Seq()
 

@@ -400,6 +400,10 @@ func (s *Session) EventsSince(seq uint64) ([]Event, bool) {
 	return s.events.since(seq)
 }
 
+// FirstSeq is the seq the session started from (Config.FirstSeq): its
+// own events come after it, and its log holds none before it.
+func (s *Session) FirstSeq() uint64 { return s.cfg.FirstSeq }
+
 // Seq is the seq of the last event.
 func (s *Session) Seq() uint64 {
 	s.emitMu.Lock()
