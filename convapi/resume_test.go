@@ -128,3 +128,44 @@ func TestRestartKeepsCursorAndPendingConfirmation(t *testing.T) {
 		t.Errorf("the run did not continue: %s", got)
 	}
 }
+
+// An EventSource trusts every id: a stream that resumes from an old
+// cursor stands at that cursor until the replayed events move it, so a
+// client cut right after the snapshot or a heartbeat comes back asking
+// for the same events, never for ones past what it was shown.
+func TestResumeIDsNeverGoBack(t *testing.T) {
+	fx := newFixture(t, fixtureOptions{})
+	sid := fx.create("back", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "go"}}})
+	w := fx.open("/api/v2/conversations/back/events?session_id=" + sid)
+	fx.faux.Push(faux.Response{Text: strings.Repeat("tok ", 20)})
+	fx.ok("POST", "/api/v2/conversations/back/step", map[string]any{"session_id": sid})
+	w.next("run_ended")
+	var cursor string
+	for _, e := range w.snapshot() {
+		if e.typ() != "connected" && e.typ() != "ping" && e.id != "" {
+			cursor = e.id // the first event of the run
+			break
+		}
+	}
+	b := fx.open("/api/v2/conversations/back/events?session_id="+sid, "Last-Event-ID", cursor)
+	conn := b.next("connected")
+	ping := b.next("ping")
+	b.next("run_ended")
+	if conn.m["resumed"] != true || conn.id != cursor || ping.id != cursor {
+		t.Errorf("cursor %s: connected id %s (%s), ping id %s; want both at the cursor", cursor, conn.id, conn.raw, ping.id)
+	}
+	var prev uint64
+	for _, e := range b.snapshot() {
+		if e.id == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(e.id, 10, 64)
+		if err != nil || n < prev {
+			t.Fatalf("the stream's ids run backwards: id %s after %d\n%s", e.id, prev, b.dump())
+		}
+		prev = n
+	}
+	if want := ids(w.snapshot()); len(ids(b.snapshot())) == 0 || !strings.HasSuffix(strings.Join(want, " "), strings.Join(ids(b.snapshot()), " ")) {
+		t.Errorf("replay after %s:\n  got  %v\n  want the tail of %v", cursor, ids(b.snapshot()), want)
+	}
+}

@@ -158,7 +158,16 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p params) error 
 	// until it is queued.
 	hold := server.NewHold()
 	sub := s.srv.Subscribe(c, h, s.codec, after, hold)
-	c.Send(appendEvent(nil, sub.Seq, s.snapshot(h, at.id, sub)))
+	// The snapshot's id is where the client's cursor stands: on a
+	// resume, its own cursor, since the events after it follow and an
+	// EventSource that drops now must come back asking for them, not
+	// for what the snapshot says is the last. Ids on a stream never go
+	// back.
+	cursor := sub.Seq
+	if sub.Resumed && after != nil {
+		cursor = *after
+	}
+	c.Send(appendEvent(nil, cursor, s.snapshot(h, at.id, sub)))
 	if sub.TooOld {
 		c.Send(appendEvent(nil, sub.Seq, ResyncEvent{Type: "resync", Reason: "The cursor is older than the conversation's event log, or beyond its last event: reload the conversation (GET) and continue from seq", After: *after, Seq: sub.Seq}))
 	}
