@@ -253,7 +253,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	mux := health.NewMux(hl, metrics, details...)
 	// "/" is pi-server's WebSocket; a browser's plain GET of it (and of
 	// /ui/) gets the web UI, itself a client of the REST + SSE API.
-	mux.Handle("/", page.Handler(pi.WebSocketHandler(piserver.WebSocketOptions{Token: sc.Token, OriginPatterns: sc.AllowOrigins})))
+	mux.Handle("/", page.Handler(server.UpgradesOnly(pi.WebSocketHandler(piserver.WebSocketOptions{Token: sc.Token, OriginPatterns: sc.AllowOrigins}))))
 	if sws != nil {
 		sws.Mount(mux)
 	} else if sc.SessionWSOff != "" {

@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"path"
 	"strings"
+
+	"github.com/agentd-dev/agentd/server"
 )
 
 //go:embed assets
@@ -104,24 +106,11 @@ func (ui *UI) wants(r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
 	}
-	if isUpgrade(r) {
+	if server.IsUpgrade(r) {
 		return false
 	}
 	p := r.URL.Path
 	return p == "/" || strings.HasPrefix(p, "/ui/")
-}
-
-// isUpgrade reports a WebSocket handshake: such a request on "/" is
-// pi-server's, whatever else it carries.
-func isUpgrade(r *http.Request) bool {
-	for _, v := range r.Header.Values("Connection") {
-		for _, tok := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
-				return true
-			}
-		}
-	}
-	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 }
 
 func (ui *UI) serve(w http.ResponseWriter, r *http.Request) {
