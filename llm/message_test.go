@@ -17,9 +17,10 @@ import (
 // the wire in the reference transcripts and checks agentd encodes it back
 // byte for byte.
 func TestMessageRoundTripPiTranscripts(t *testing.T) {
-	files, _ := filepath.Glob("../../shared/reference/pi-0.73.1/*.jsonl")
+	// pi's own transcripts, kept with the rpc end-to-end tests.
+	files, _ := filepath.Glob("../cmd/agentd/testdata/rpc/pi-0.73.1/*.jsonl")
 	if len(files) == 0 {
-		t.Skip("reference transcripts not present beside the checkout")
+		t.Fatal("pi's reference transcripts are missing from cmd/agentd/testdata/rpc/pi-0.73.1")
 	}
 	seen := 0
 	for _, f := range files {
