@@ -18,7 +18,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -1841,12 +1840,8 @@ func TestServeAfterSeqResume(t *testing.T) {
 
 	t.Run("cursor too old", func(t *testing.T) {
 		t.Parallel()
-		flag := svEventLogFlag(t)
-		if flag == "" {
-			t.Skip("serve has no flag to shrink the retained event log (none in `agentd serve --help`); cursorTooOld is not tested")
-		}
 		e := e2eNewEnv(t, e2eOpts{})
-		s := svStart(t, e, flag, "3")
+		s := svStart(t, e, "--event-log-size", "3")
 		A := s.dial("A")
 		const sid = "old"
 		svCreate(A, sid)
@@ -1885,25 +1880,6 @@ func svSeqsAfter(fs []svFrame, after float64) []float64 {
 		}
 	}
 	return out
-}
-
-var (
-	svHelpOnce sync.Once
-	svHelp     string
-)
-
-// svEventLogFlag is serve's flag that sizes the retained per-session
-// event log, if it has one.
-func svEventLogFlag(t *testing.T) string {
-	svHelpOnce.Do(func() {
-		out, _ := execOutput(agentdBin, "serve", "--help")
-		svHelp = out
-	})
-	m := regexp.MustCompile(`(?m)^\s*-{1,2}([a-z-]*(?:event|replay-log|backlog|retain|history)[a-z-]*)\s+(?:int|uint|value)\b`).FindStringSubmatch(svHelp)
-	if m == nil {
-		return ""
-	}
-	return "--" + m[1]
 }
 
 // ---------------------------------------------------------------------------
