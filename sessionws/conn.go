@@ -90,6 +90,7 @@ func (c *conn) read() {
 		c.lastActive.Store(c.f.opt.Now().UnixNano())
 		if !c.admitMessage() {
 			c.fail(closeTooMany, protocolError("rate_limit_exceeded", "Too many messages: at most "+strconv.Itoa(c.f.opt.MessageRate)+" per second", nil, c.f.opt.Now()))
+			c.drain(max)
 			return
 		}
 		if n > max {
@@ -99,6 +100,22 @@ func (c *conn) read() {
 		c.handle(buf)
 		if cap(buf) > 64<<10 {
 			buf = make([]byte, 0, 4096) // do not keep a large message's buffer
+		}
+	}
+}
+
+// drain reads and drops what the client still sends after the server
+// closed, until its close answer arrives or the close's deadline passes.
+// A connection closed with unread input is reset by the kernel, and a
+// reset makes the client's kernel drop what it had not read yet: the
+// close frame with its code, so a client that sent a burst would see
+// 1006 instead of 4429.
+func (c *conn) drain(max int) {
+	buf := make([]byte, 0, 4096)
+	for {
+		buf = buf[:0]
+		if _, err := c.ws.Read(&buf, max); err != nil {
+			return
 		}
 	}
 }

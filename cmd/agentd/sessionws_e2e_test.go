@@ -266,6 +266,26 @@ func TestSessionWSRateLimit(t *testing.T) {
 	if n := len(c.all()); n != 11 { // ten pongs and the error
 		t.Fatalf("%d messages before the close:\n%s", n, c.dump(0))
 	}
+
+	// A burst far over the limit from a client that is not reading:
+	// more than the kernel buffers between them hold. The server reads
+	// and drops what comes after it closed, so every write goes through
+	// and the close frame waits for the client, which then learns why
+	// (4429). A server that stopped reading held the writes until it
+	// dropped the connection, with unread input, and the reset that
+	// followed lost the close frame: the client saw 1006.
+	b := swConnect(t, s, swSchema(t, s), id, swDial{})
+	b.pause()
+	big := []byte(`{"type":"ping","pad":"` + strings.Repeat("x", 16<<10) + `"}`)
+	for i := 0; i < 1536; i++ { // 24 MiB
+		if err := b.ws.Write(context.Background(), websocket.MessageText, big); err != nil {
+			t.Fatalf("write %d of the burst: %v", i, err)
+		}
+	}
+	b.resume()
+	if code, _ := b.waitClosed(); code != 4429 {
+		t.Fatalf("burst: close %d, want 4429\n%s", code, b.dump(0))
+	}
 }
 
 func TestSessionWSNotFound(t *testing.T) {
