@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/google/jsonschema-go/jsonschema"
 )
 
 // clientTypes are the messages a client may send, in the order the spec
@@ -16,34 +16,31 @@ var clientTypes = []string{"subscribe", "unsubscribe", "ping", "query_state", "p
 
 // validator checks client messages against the served schema, so that
 // what the schema says is what the server enforces. It uses
-// santhosh-tekuri/jsonschema (draft 2020-12, well kept, no cgo): writing
-// a validator by hand would drift from the document clients read.
+// google/jsonschema-go (draft 2020-12; the MCP SDK links it already):
+// writing a validator by hand would drift from the document clients
+// read. santhosh-tekuri/jsonschema, used before, allocated 1.7 MB in
+// 21,000 allocations at package init in every agentd process, whatever
+// the command; the tests still check the server's messages with it, an
+// independent second reading of the same schema.
 type validator struct {
-	client map[string]*jsonschema.Schema
-	server *jsonschema.Schema
+	client map[string]*jsonschema.Resolved
 }
 
-const schemaURL = "https://agentd.dev/schemas/session-websocket.json"
-
 func newValidator(doc []byte) (*validator, error) {
-	parsed, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
-	if err != nil {
+	var root jsonschema.Schema
+	if err := json.Unmarshal(doc, &root); err != nil {
 		return nil, fmt.Errorf("sessionws schema: %w", err)
 	}
-	c := jsonschema.NewCompiler()
-	if err := c.AddResource(schemaURL, parsed); err != nil {
-		return nil, fmt.Errorf("sessionws schema: %w", err)
-	}
-	v := &validator{client: map[string]*jsonschema.Schema{}}
+	v := &validator{client: map[string]*jsonschema.Resolved{}}
 	for _, t := range clientTypes {
-		s, err := c.Compile(schemaURL + "#/$defs/" + t)
+		// Each message type is its own schema: a reference into the
+		// document's definitions, with the document's id as base.
+		s := &jsonschema.Schema{Schema: root.Schema, ID: root.ID, Ref: "#/$defs/" + t, Defs: root.Defs}
+		r, err := s.Resolve(nil)
 		if err != nil {
 			return nil, fmt.Errorf("sessionws schema %s: %w", t, err)
 		}
-		v.client[t] = s
-	}
-	if v.server, err = c.Compile(schemaURL + "#/$defs/server"); err != nil {
-		return nil, fmt.Errorf("sessionws schema server: %w", err)
+		v.client[t] = r
 	}
 	return v, nil
 }
@@ -72,44 +69,42 @@ func (v *validator) check(b []byte) (string, map[string]any, *refusal) {
 	if s == nil {
 		return "", nil, &refusal{code: "unknown_message_type", msg: fmt.Sprintf("Message type '%s' is not supported", clipReason(typ)), supported: clientTypes}
 	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-	if err != nil {
+	var inst any
+	if err := json.Unmarshal(b, &inst); err != nil {
 		return "", nil, &refusal{code: "invalid_message_format", msg: "Message is not valid JSON", details: map[string]any{"parse_error": err.Error()}}
 	}
 	if err := s.Validate(inst); err != nil {
-		problems := describe(err)
+		problems := []string{describe(typ, err)}
 		return "", nil, &refusal{code: "invalid_message_format", msg: "Invalid " + typ + " message: " + strings.Join(problems, "; "),
 			details: map[string]any{"validation_errors": problems}}
 	}
 	return typ, body, nil
 }
 
-// describe flattens a validation error into "where: what" lines.
-func describe(err error) []string {
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
-		return []string{err.Error()}
-	}
-	var out []string
-	var walk func(u jsonschema.OutputUnit)
-	walk = func(u jsonschema.OutputUnit) {
-		if u.Error != nil && len(u.Errors) == 0 {
-			loc := u.InstanceLocation
-			if loc == "" {
-				loc = "/"
-			}
-			out = append(out, loc+": "+u.Error.String())
+// describe turns a validation error into "where: what", where is the
+// place in the message. The library names the place in the schema, as a
+// chain of "validating <schema location>: " prefixes, innermost last;
+// under a message type's definition, a property's location is the
+// message's field.
+func describe(typ string, err error) string {
+	msg := err.Error()
+	loc := "/"
+	const prefix = "validating "
+	for {
+		i := strings.Index(msg, prefix)
+		j := strings.Index(msg, ": ")
+		if i != 0 || j < 0 {
+			break
 		}
-		for _, e := range u.Errors {
-			walk(e)
-		}
+		loc, msg = msg[len(prefix):j], msg[j+2:]
 	}
-	walk(*ve.BasicOutput())
-	if len(out) == 0 {
-		out = []string{ve.Error()}
+	if rest, ok := strings.CutPrefix(loc, "/$defs/"+typ); ok {
+		loc = strings.ReplaceAll(rest, "/properties/", "/")
+	} else if strings.Contains(loc, "://") {
+		loc = ""
 	}
-	if len(out) > 5 {
-		out = out[:5]
+	if loc == "" {
+		loc = "/"
 	}
-	return out
+	return loc + ": " + msg
 }

@@ -13,13 +13,20 @@ import (
 	"github.com/agentd-dev/agentd/server"
 )
 
-func testValidator(t testing.TB) *validator {
+// testedValidator is the production validator, with the server's
+// messages checked by a second implementation.
+type testedValidator struct {
+	*validator
+	server *jsonschema.Schema
+}
+
+func testValidator(t testing.TB) testedValidator {
 	t.Helper()
 	v, err := newValidator(schemaJSON)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v
+	return testedValidator{v, serverSchema(t)}
 }
 
 func TestCheckClientMessages(t *testing.T) {
@@ -256,14 +263,35 @@ func TestServerMessagesMatchSchema(t *testing.T) {
 	}
 }
 
+// serverSchema compiles the schema's server messages with
+// santhosh-tekuri/jsonschema: a second implementation reads the document
+// the production validator reads.
+func serverSchema(t testing.TB) *jsonschema.Schema {
+	t.Helper()
+	parsed, err := jsonschema.UnmarshalJSON(bytes.NewReader(schemaJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	const url = "https://agentd.dev/schemas/session-websocket.json"
+	if err := c.AddResource(url, parsed); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Compile(url + "#/$defs/server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // checkServer validates a message the server sends.
-func (v *validator) checkServer(b []byte) error {
+func (v testedValidator) checkServer(b []byte) error {
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(bytes.TrimRight(b, "\n")))
 	if err != nil {
 		return err
 	}
 	if err := v.server.Validate(inst); err != nil {
-		return fmt.Errorf("%s: %s", strings.Join(describe(err), "; "), b)
+		return fmt.Errorf("%v: %s", err, b)
 	}
 	return nil
 }
