@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,12 +129,24 @@ type Node struct {
 	consumerReads atomic.Int64
 }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
-
 // ValidID reports whether id can name a session or a node in a cluster:
 // it is part of NATS subjects, so it must be one subject token, of
-// letters, digits, '-' and '_' only, at most 200 of them.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
+// letters, digits, '-' and '_' only, at most 200 of them. A loop, not a
+// regular expression: ^[A-Za-z0-9_-]{1,200}$ compiled at package init
+// to 200 copies of its class, 194 KB in 2,630 allocations in every
+// agentd process.
+func ValidID(id string) bool {
+	if len(id) == 0 || len(id) > 200 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // CheckSessionID tells whether id can name a session in a cluster (see
 // ValidID).
