@@ -38,14 +38,18 @@ func testServer(t *testing.T, clustered bool) *server.Server {
 	cfg := server.Config{Builder: fauxBuilder{faux.New(faux.Options{})}, Cwd: dir,
 		SessionsDir: filepath.Join(dir, "sessions"), StateDir: filepath.Join(dir, "state")}
 	if clustered {
-		ns, err := embeddednats.Start(embeddednats.Config{StoreDir: filepath.Join(dir, "nats")})
+		key, err := cluster.GenerateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns, err := embeddednats.Start(embeddednats.Config{StoreDir: filepath.Join(dir, "nats"), Nkey: key.PublicKey()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(ns.Shutdown)
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
-		node, err := cluster.Join(ctx, cluster.Config{NodeID: "n1", URL: ns.ClientURL(), LeaseTTL: time.Second})
+		node, err := cluster.Join(ctx, cluster.Config{Key: key, NodeID: "n1", URL: ns.ClientURL(), LeaseTTL: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
