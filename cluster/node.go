@@ -214,8 +214,8 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 		}),
 	)...)
 	if err != nil {
-		if errors.Is(err, nats.ErrAuthorization) && !cfg.NATS.HasAuth() {
-			return nil, fmt.Errorf("cluster: connecting to NATS at %s: %w (this node authenticated with its cluster key, public key %s: is it the key of the node running the NATS server?)", cfg.URL, err, cfg.Key.PublicKey())
+		if (errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrNkeysNotSupported)) && !cfg.NATS.HasAuth() {
+			return nil, fmt.Errorf("cluster: connecting to NATS at %s: %w (this node authenticated with its cluster key, public key %s: is it the key of the node running the NATS server, or does this NATS want other credentials?)", cfg.URL, err, cfg.Key.PublicKey())
 		}
 		return nil, fmt.Errorf("cluster: connecting to NATS at %s: %w", cfg.URL, err)
 	}

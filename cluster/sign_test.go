@@ -288,3 +288,28 @@ func TestJoinWithAnotherKey(t *testing.T) {
 	}
 	n.Close()
 }
+
+// FuzzVerify feeds the signature check what a client on the NATS could
+// send: any header value and payload. It never panics, and accepts
+// nothing it did not sign.
+func FuzzVerify(f *testing.F) {
+	s := newSigner(testKey, "a")
+	good := &nats.Msg{Subject: "agentd.node.b", Data: []byte("payload")}
+	s.sign(sigCommand, good)
+	f.Add(good.Header.Get(hdrSig), []byte("payload"))
+	f.Add("v1 1 n x", []byte("{}"))
+	f.Add("v1  ", []byte(nil))
+	f.Add("", []byte("x"))
+	f.Fuzz(func(t *testing.T, sig string, data []byte) {
+		m := &nats.Msg{Subject: "agentd.node.b", Data: data, Header: nats.Header{}}
+		m.Header.Set(hdrSig, sig)
+		m.Header.Set(hdrNode, "a")
+		err := s.verify(sigCommand, m, newNonces())
+		if err == nil && (sig != good.Header.Get(hdrSig) || string(data) != "payload") {
+			t.Fatalf("accepted %q with %q", sig, data)
+		}
+		if err != nil && !errors.Is(err, errBadSignature) {
+			t.Fatalf("error %v does not say it is the signature", err)
+		}
+	})
+}
