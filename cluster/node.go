@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"regexp"
 	"sync"
 	"sync/atomic"
@@ -219,6 +220,7 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		return nil, fmt.Errorf("cluster: connecting to NATS at %s: %w", cfg.URL, err)
 	}
+	warnPlain(nc, cfg.InProcess != nil, log)
 	n := &Node{
 		cfg:       cfg,
 		log:       log,
@@ -244,6 +246,22 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 	n.stopRenew = stop
 	go n.renewLoop(renewCtx)
 	return n, nil
+}
+
+// warnPlain logs a connection to NATS on another host that is not
+// encrypted: the key never crosses it, but everything the nodes send does.
+func warnPlain(nc *nats.Conn, inProcess bool, log *slog.Logger) {
+	if inProcess {
+		return
+	}
+	if _, err := nc.TLSConnectionState(); err == nil {
+		return
+	}
+	host, _, err := net.SplitHostPort(nc.ConnectedAddr())
+	if ip := net.ParseIP(host); err == nil && ip != nil && ip.IsLoopback() {
+		return
+	}
+	log.Warn("cluster: the connection to NATS is not encrypted; what nodes send each other (sessions, transcripts) crosses the network readable: give the NATS server TLS and this node --nats-tls-ca", "nats", nc.ConnectedAddr())
 }
 
 func (n *Node) setup(ctx context.Context) error {

@@ -34,6 +34,9 @@ type Config struct {
 	// ClusterName, ClusterListen and Routes join other embedded servers:
 	// set all three (Routes may name this server's own route address) to
 	// form a JetStream cluster. Empty ClusterListen runs a single server.
+	// Routes carry no authentication of their own: agentd serve never
+	// sets them (it runs one embedded server); a route listener must stay
+	// on loopback or behind a firewall.
 	ClusterName   string
 	ClusterListen string
 	Routes        []string
