@@ -37,18 +37,32 @@ type clusterNode struct {
 // cluster. The caller calls leave after the server has shut down.
 func joinCluster(ctx context.Context, cc config.Cluster, stateDir string, log *slog.Logger) (*clusterNode, error) {
 	cn := &clusterNode{}
+	key, err := clusterKey(cc, stateDir, log)
+	if err != nil {
+		return nil, err
+	}
 	url := strings.Join(cc.URLs, ",")
+	var inProcess inProcessNATS
 	if cc.Embedded {
-		u, stop, err := startEmbeddedNATS(filepath.Join(stateDir, "nats"), cc, log)
+		ns, err := startEmbeddedNATS(filepath.Join(stateDir, "nats"), cc, key, log)
 		if err != nil {
 			return nil, fmt.Errorf("--cluster embedded: %w", err)
 		}
-		cn.stopNATS, url = stop, u
-		log.Info("embedded NATS listening", "url", url)
+		cn.stopNATS, url = ns.stop, ns.url
+		if cc.TLSCert != "" {
+			// Its own server's certificate names the host other nodes
+			// reach it by; in the process there is nothing to encrypt.
+			inProcess, url = ns.inProcess, ns.inProcessURL
+		}
+		log.Info("embedded NATS listening", "url", ns.url, "tls", cc.TLSCert != "")
 	}
 	jctx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
-	node, err := cluster.Join(jctx, cluster.Config{NodeID: cc.NodeID, URL: url, LeaseTTL: cc.LeaseTTL, Replicas: cc.Replicas, Logger: log})
+	ncfg := cluster.Config{NodeID: cc.NodeID, URL: url, LeaseTTL: cc.LeaseTTL, Replicas: cc.Replicas, Logger: log, Key: key, NATS: cc.NATS}
+	if inProcess != nil {
+		ncfg.InProcess = inProcess
+	}
+	node, err := cluster.Join(jctx, ncfg)
 	if err != nil {
 		if cn.stopNATS != nil {
 			cn.stopNATS()
@@ -58,6 +72,37 @@ func joinCluster(ctx context.Context, cc config.Cluster, stateDir string, log *s
 	cn.node = node
 	log.Info("joined the cluster", "node", cc.NodeID, "nats", url, "lease_ttl", cc.LeaseTTL)
 	return cn, nil
+}
+
+// inProcessNATS connects to the embedded server without a socket.
+type inProcessNATS interface{ InProcessConn() (net.Conn, error) }
+
+// embeddedNATS is a running embedded NATS server.
+type embeddedNATS struct {
+	url, inProcessURL string
+	inProcess         inProcessNATS
+	stop              func()
+}
+
+// clusterKey reads the cluster key: from --cluster-key, which must
+// exist, or from the state directory, where the first start makes it.
+func clusterKey(cc config.Cluster, stateDir string, log *slog.Logger) (*cluster.Key, error) {
+	if cc.KeyFile != "" {
+		key, err := cluster.LoadKey(cc.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cluster-key: %w (copy the file of the node that started the cluster, <data-dir>/server/cluster.key)", err)
+		}
+		return key, nil
+	}
+	path := filepath.Join(stateDir, "cluster.key")
+	key, created, err := cluster.LoadOrCreateKey(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster: %w", err)
+	}
+	if created {
+		log.Info("made the cluster key; give every other node a copy with --cluster-key", "path", path, "public_key", key.PublicKey())
+	}
+	return key, nil
 }
 
 // leave releases what the server did not hand over (it handed its

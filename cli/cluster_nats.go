@@ -5,18 +5,21 @@ package cli
 import (
 	"log/slog"
 
+	"github.com/agentd-dev/agentd/cluster"
 	"github.com/agentd-dev/agentd/cluster/embeddednats"
 	"github.com/agentd-dev/agentd/config"
 )
 
 // startEmbeddedNATS runs the NATS server of --cluster embedded in this
-// process. It makes the binary about 16 MB larger (87 MB without it);
-// build with -tags agentd_no_embedded_nats to leave it out, and join an
-// external NATS with --cluster nats://… instead.
-func startEmbeddedNATS(storeDir string, cc config.Cluster, log *slog.Logger) (url string, stop func(), err error) {
-	ns, err := embeddednats.Start(embeddednats.Config{StoreDir: storeDir, Listen: cc.Listen, ServerName: cc.NodeID, Logger: log})
+// process, admitting only the holders of the cluster key. It makes the
+// binary about 16 MB larger (87 MB without it); build with -tags
+// agentd_no_embedded_nats to leave it out, and join an external NATS
+// with --cluster nats://… instead.
+func startEmbeddedNATS(storeDir string, cc config.Cluster, key *cluster.Key, log *slog.Logger) (*embeddedNATS, error) {
+	ns, err := embeddednats.Start(embeddednats.Config{StoreDir: storeDir, Listen: cc.Listen, ServerName: cc.NodeID, Logger: log,
+		Nkey: key.PublicKey(), TLSCert: cc.TLSCert, TLSKey: cc.TLSKey})
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	return ns.ClientURL(), ns.Shutdown, nil
+	return &embeddedNATS{url: ns.ClientURL(), inProcessURL: ns.InProcessURL(), inProcess: ns, stop: ns.Shutdown}, nil
 }

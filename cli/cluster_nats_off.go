@@ -6,11 +6,12 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/agentd-dev/agentd/cluster"
 	"github.com/agentd-dev/agentd/config"
 )
 
 // startEmbeddedNATS refuses: this binary was built without the embedded
 // NATS server.
-func startEmbeddedNATS(string, config.Cluster, *slog.Logger) (string, func(), error) {
-	return "", nil, errors.New("this agentd was built without the embedded NATS server (tag agentd_no_embedded_nats): run a NATS server with JetStream (nats-server -js) and give --cluster nats://host:4222")
+func startEmbeddedNATS(string, config.Cluster, *cluster.Key, *slog.Logger) (*embeddedNATS, error) {
+	return nil, errors.New("this agentd was built without the embedded NATS server (tag agentd_no_embedded_nats): run a NATS server with JetStream (nats-server -js) and give --cluster nats://host:4222")
 }

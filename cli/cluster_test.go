@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/agentd-dev/agentd/cluster"
 	"github.com/agentd-dev/agentd/cluster/embeddednats"
+	"github.com/agentd-dev/agentd/config"
 	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/llm/faux"
 	"github.com/agentd-dev/agentd/server"
@@ -38,14 +41,18 @@ func testServer(t *testing.T, clustered bool) *server.Server {
 	cfg := server.Config{Builder: fauxBuilder{faux.New(faux.Options{})}, Cwd: dir,
 		SessionsDir: filepath.Join(dir, "sessions"), StateDir: filepath.Join(dir, "state")}
 	if clustered {
-		ns, err := embeddednats.Start(embeddednats.Config{StoreDir: filepath.Join(dir, "nats")})
+		key, err := cluster.GenerateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns, err := embeddednats.Start(embeddednats.Config{StoreDir: filepath.Join(dir, "nats"), Nkey: key.PublicKey()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(ns.Shutdown)
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
-		node, err := cluster.Join(ctx, cluster.Config{NodeID: "n1", URL: ns.ClientURL(), LeaseTTL: time.Second})
+		node, err := cluster.Join(ctx, cluster.Config{Key: key, NodeID: "n1", URL: ns.ClientURL(), LeaseTTL: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,6 +163,40 @@ func TestSessionOfRequest(t *testing.T) {
 	for _, tc := range tests {
 		if got := sessionOfRequest(httptest.NewRequest(http.MethodGet, tc.path, nil)); got != tc.want {
 			t.Errorf("sessionOfRequest(%s) = %q, want %q", tc.path, got, tc.want)
+		}
+	}
+}
+
+// The cluster key: made in the state directory on the first start and
+// the same on the next; one named with --cluster-key must exist and be
+// the owner's alone, and the errors say which flag and what to do.
+func TestClusterKey(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	state := t.TempDir()
+	first, err := clusterKey(config.Cluster{}, state, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := clusterKey(config.Cluster{}, state, log)
+	if err != nil || again.PublicKey() != first.PublicKey() {
+		t.Fatalf("second start: %v, same key %v", err, err == nil && again.PublicKey() == first.PublicKey())
+	}
+	copied := filepath.Join(t.TempDir(), "copy.key")
+	if err := os.WriteFile(copied, first.Seed(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := clusterKey(config.Cluster{KeyFile: copied}, t.TempDir(), log); err != nil || k.PublicKey() != first.PublicKey() {
+		t.Fatalf("--cluster-key copy: %v", err)
+	}
+	if err := os.Chmod(copied, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{copied, "--cluster-key: cluster key file " + copied + " is readable by others (mode 0640): run chmod 600"},
+		{filepath.Join(t.TempDir(), "none.key"), "--cluster-key: cluster key file: stat"},
+	} {
+		if _, err := clusterKey(config.Cluster{KeyFile: tc.path}, state, log); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("clusterKey(%s): %v, want %q", tc.path, err, tc.want)
 		}
 	}
 }

@@ -14,14 +14,14 @@ import (
 
 func benchNodes(b *testing.B) (*Node, *Node) {
 	b.Helper()
-	e, err := embeddednats.Start(embeddednats.Config{StoreDir: b.TempDir()})
+	e, err := embeddednats.Start(embeddednats.Config{StoreDir: b.TempDir(), Nkey: testKey.PublicKey()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(e.Shutdown)
 	var ns [2]*Node
 	for i := range ns {
-		n, err := Join(b.Context(), Config{NodeID: "n" + strconv.Itoa(i), URL: e.ClientURL(), LeaseTTL: time.Minute})
+		n, err := Join(b.Context(), Config{Key: testKey, NodeID: "n" + strconv.Itoa(i), URL: e.ClientURL(), LeaseTTL: time.Minute})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -122,15 +122,15 @@ func BenchmarkTakeover1000(b *testing.B) {
 	const ttl = time.Second
 	b.StopTimer()
 	for range b.N {
-		e, err := embeddednats.Start(embeddednats.Config{StoreDir: b.TempDir()})
+		e, err := embeddednats.Start(embeddednats.Config{StoreDir: b.TempDir(), Nkey: testKey.PublicKey()})
 		if err != nil {
 			b.Fatal(err)
 		}
-		dead, err := Join(b.Context(), Config{NodeID: "dead", URL: e.ClientURL(), LeaseTTL: ttl})
+		dead, err := Join(b.Context(), Config{Key: testKey, NodeID: "dead", URL: e.ClientURL(), LeaseTTL: ttl})
 		if err != nil {
 			b.Fatal(err)
 		}
-		taker, err := Join(b.Context(), Config{NodeID: "taker", URL: e.ClientURL(), LeaseTTL: ttl})
+		taker, err := Join(b.Context(), Config{Key: testKey, NodeID: "taker", URL: e.ClientURL(), LeaseTTL: ttl})
 		if err != nil {
 			b.Fatal(err)
 		}

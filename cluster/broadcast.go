@@ -17,16 +17,27 @@ const broadcastSubject = "agentd.broadcast"
 // this one's included. It is core NATS, at most once: for notices a
 // client may miss (it can ask again), never for state.
 func (n *Node) Broadcast(payload []byte) error {
-	if err := n.nc.Publish(broadcastSubject, payload); err != nil {
+	m := &nats.Msg{Subject: broadcastSubject, Data: payload}
+	n.sig.sign(sigBroadcast, m)
+	if err := n.nc.PublishMsg(m); err != nil {
 		return fmt.Errorf("cluster: broadcast: %w", err)
 	}
 	return nil
 }
 
-// ListenBroadcast calls h with each payload any node broadcasts, on the
+// ListenBroadcast calls h with each payload any node broadcasts (signed
+// with the cluster key; anything else is dropped), on the
 // connection's delivery goroutine (h must not block), until stop.
 func (n *Node) ListenBroadcast(h func(payload []byte)) (stop func(), err error) {
-	return n.listen(broadcastSubject, "listening to broadcasts", func(m *nats.Msg) { h(m.Data) })
+	seen := newNonces()
+	return n.listen(broadcastSubject, "listening to broadcasts", func(m *nats.Msg) {
+		if err := n.sig.verify(sigBroadcast, m, seen); err != nil {
+			n.refused.Add(1)
+			n.log.Warn("cluster: dropped a broadcast", "from", m.Header.Get(hdrNode), "err", err)
+			return
+		}
+		h(m.Data)
+	})
 }
 
 // listen subscribes h to subject, flushed so that it is in place when

@@ -25,9 +25,19 @@ import (
 // still renews its leases in time.
 const testTTL = time.Second
 
+// testKey is the cluster key of every test server and node here; never
+// changed after it is made.
+var testKey = func() *Key {
+	k, err := GenerateKey()
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
 func startServer(t *testing.T) *embeddednats.Server {
 	t.Helper()
-	e, err := embeddednats.Start(embeddednats.Config{StoreDir: t.TempDir()})
+	e, err := embeddednats.Start(embeddednats.Config{StoreDir: t.TempDir(), Nkey: testKey.PublicKey()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +49,7 @@ func join(t *testing.T, url, id string) *Node {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	n, err := Join(ctx, Config{NodeID: id, URL: url, LeaseTTL: testTTL, RequestTimeout: 2 * time.Second})
+	n, err := Join(ctx, Config{Key: testKey, NodeID: id, URL: url, LeaseTTL: testTTL, RequestTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,7 +624,7 @@ func TestTwoClusteredServers(t *testing.T) {
 	var srvs [2]*embeddednats.Server
 	for i, r := range []string{r1, r2} {
 		e, err := embeddednats.Start(embeddednats.Config{
-			StoreDir: t.TempDir(), ServerName: "n" + strconv.Itoa(i+1),
+			StoreDir: t.TempDir(), ServerName: "n" + strconv.Itoa(i+1), Nkey: testKey.PublicKey(),
 			ClusterName: "agentd-test", ClusterListen: r, Routes: routes,
 		})
 		if err != nil {

@@ -18,6 +18,11 @@ const KeyBucket = "AGENTD_KEYS"
 // fingerprint key.
 const fingerprintKeyName = "journal-fingerprint"
 
+// clusterKeyName is the key, in KeyBucket, of the public part of the
+// cluster key (Key.PublicKey): nodes with another key refuse to join, as
+// they could neither send commands to the cluster's nodes nor take theirs.
+const clusterKeyName = "cluster-key"
+
 // FingerprintKey is the key of the command journal's request
 // fingerprints (pipeline.Fingerprint), the same on every node: the node
 // that takes a session over must fingerprint a repeated request as the
@@ -29,11 +34,37 @@ func (n *Node) FingerprintKey() []byte { return n.fpKey }
 // will not mend it, so Join stops retrying.
 var errDamagedKey = errors.New("damaged")
 
+// errWrongKey marks a node whose cluster key is not the cluster's.
+var errWrongKey = errors.New("not the cluster's key")
+
+// checkClusterKey records this node's public cluster key if no node has
+// yet, or checks that it is the one recorded.
+func (n *Node) checkClusterKey(ctx context.Context, kv jetstream.KeyValue) error {
+	pub := []byte(n.cfg.Key.PublicKey())
+	if _, err := kv.Create(ctx, clusterKeyName, pub); err == nil {
+		return nil
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("cluster: recording the cluster key: %w", err)
+	}
+	e, err := kv.Get(ctx, clusterKeyName)
+	if err != nil {
+		return fmt.Errorf("cluster: reading the cluster key: %w", err)
+	}
+	if string(e.Value()) != string(pub) {
+		return fmt.Errorf("cluster: this node's cluster key (public key %s) is %w (%s): give every node the same key file, the one of the node that started the cluster, with --cluster-key",
+			pub, errWrongKey, e.Value())
+	}
+	return nil
+}
+
 func (n *Node) fingerprintKey(ctx context.Context) ([]byte, error) {
 	kv, err := n.keyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: KeyBucket, Description: "agentd cluster-wide keys", History: 1,
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := n.checkClusterKey(ctx, kv); err != nil {
 		return nil, err
 	}
 	key := make([]byte, pipeline.FingerprintKeyBytes)

@@ -40,7 +40,7 @@ func TestFingerprintKeyShared(t *testing.T) {
 	// context ends.
 	jctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if _, err := Join(jctx, Config{NodeID: "c", URL: a.nc.ConnectedUrl(), LeaseTTL: testTTL}); !errors.Is(err, errDamagedKey) {
+	if _, err := Join(jctx, Config{Key: testKey, NodeID: "c", URL: a.nc.ConnectedUrl(), LeaseTTL: testTTL}); !errors.Is(err, errDamagedKey) {
 		t.Fatalf("join with a damaged key: %v", err)
 	}
 	// (Retried, it would end with the context, its error still wrapping
@@ -61,12 +61,12 @@ func TestFingerprintKeySurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	var keys [2][]byte
 	for i := range keys {
-		srv, err := embeddednats.Start(embeddednats.Config{StoreDir: dir})
+		srv, err := embeddednats.Start(embeddednats.Config{StoreDir: dir, Nkey: testKey.PublicKey()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		n, err := Join(ctx, Config{NodeID: "a", URL: srv.ClientURL(), LeaseTTL: testTTL})
+		n, err := Join(ctx, Config{Key: testKey, NodeID: "a", URL: srv.ClientURL(), LeaseTTL: testTTL})
 		cancel()
 		if err != nil {
 			srv.Shutdown()

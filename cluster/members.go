@@ -35,12 +35,12 @@ func (n *Node) replier(m *nats.Msg) func([]byte, error) {
 	return func(out []byte, err error) {
 		once.Do(func() {
 			reply := nats.NewMsg(m.Reply)
-			reply.Header.Set(hdrNode, n.cfg.NodeID)
 			if err != nil {
 				reply.Header.Set(hdrError, err.Error())
 			} else {
 				reply.Data = out
 			}
+			n.sig.sign(sigReply, reply)
 			if err := m.RespondMsg(reply); err != nil {
 				n.log.Warn("cluster: replying to a request", "err", err)
 			}
@@ -69,11 +69,41 @@ func (e *RemoteError) Error() string {
 
 // ServeNode answers requests addressed to this node (SendNode) until the
 // returned stop is called; stop waits until the server no longer routes
-// requests here. ctx is handed to h for every request.
+// requests here. ctx is handed to h for every request. Only requests a
+// node of this cluster signed for this node reach h, each once; any other
+// is answered with an error and logged.
 func (n *Node) ServeNode(ctx context.Context, h AsyncHandler) (stop func(), err error) {
+	seen := newNonces()
 	return n.listen(nodePrefix+n.cfg.NodeID, "serving node "+n.cfg.NodeID, func(m *nats.Msg) {
+		if err := n.sig.verify(sigCommand, m, seen); err != nil {
+			n.refused.Add(1)
+			n.log.Warn("cluster: refused a command", "from", m.Header.Get(hdrNode), "err", err)
+			if m.Reply != "" {
+				n.replier(m)(nil, fmt.Errorf("command refused: %w", err))
+			}
+			return
+		}
 		h(ctx, m.Data, n.replier(m))
 	})
+}
+
+// Refused counts the messages this node refused because no node of its
+// cluster signed them (sign.go).
+func (n *Node) Refused() int64 { return n.refused.Load() }
+
+// acceptReply tells an answer to SendNode that the node it was sent to
+// signed from a server's "no responders" (a node gone), and drops (with
+// a log line) anything else.
+func (n *Node) acceptReply(m *nats.Msg) bool {
+	if len(m.Data) == 0 && m.Header.Get(hdrStatus) == statusNoResponders {
+		return true
+	}
+	if err := n.sig.verify(sigReply, m, nil); err != nil {
+		n.refused.Add(1)
+		n.log.Warn("cluster: dropped an answer to a command", "from", m.Header.Get(hdrNode), "err", err)
+		return false
+	}
+	return true
 }
 
 // Connected reports whether the node's NATS connection is up.
@@ -310,7 +340,9 @@ func (n *Node) SendNode(ctx context.Context, nodeID string, payload []byte, done
 		return
 	}
 	ch, token := replies.wait(1)
-	if err := n.nc.PublishMsg(&nats.Msg{Subject: nodePrefix + nodeID, Reply: inbox + token, Data: payload}); err != nil {
+	req := &nats.Msg{Subject: nodePrefix + nodeID, Reply: inbox + token, Data: payload}
+	n.sig.sign(sigCommand, req)
+	if err := n.nc.PublishMsg(req); err != nil {
 		replies.drop(token)
 		fail(fmt.Errorf("cluster: sending a request to node %s: %w", nodeID, err))
 		return
@@ -341,6 +373,10 @@ func (n *Node) SendNode(ctx context.Context, nodeID string, payload []byte, done
 // the subject: SendNode's answers, and the answers to direct gets
 // (directget.go). A subscription per request cost more than a request.
 type replyMux struct {
+	// accept, if set, drops the messages it refuses before they reach
+	// a request: a forged answer must not take the real one's place.
+	accept func(*nats.Msg) bool
+
 	mu      sync.Mutex
 	next    uint64
 	waiting map[string]chan *nats.Msg
@@ -368,6 +404,9 @@ func (r *replyMux) drop(token string) {
 // (never, for an answer of the size asked for) is dropped, which a direct
 // get notices as a gap in its answer's sequence.
 func (r *replyMux) deliver(m *nats.Msg) {
+	if r.accept != nil && !r.accept(m) {
+		return
+	}
 	token := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 	r.mu.Lock()
 	ch := r.waiting[token]
@@ -382,6 +421,7 @@ func (r *replyMux) deliver(m *nats.Msg) {
 
 // nodeReplies is one reply subscription of the node, made on first use.
 type nodeReplies struct {
+	accept func(*nats.Msg) bool // the mux's (replyMux.accept)
 	once   sync.Once
 	mux    *replyMux
 	inbox  string // ends with '.'
@@ -392,7 +432,7 @@ type nodeReplies struct {
 // replies is r's subscription, made now if it was not yet.
 func (n *Node) replies(r *nodeReplies) (*replyMux, string, <-chan struct{}, error) {
 	r.once.Do(func() {
-		r.mux = &replyMux{waiting: map[string]chan *nats.Msg{}}
+		r.mux = &replyMux{waiting: map[string]chan *nats.Msg{}, accept: r.accept}
 		r.inbox = n.nc.NewRespInbox() + "."
 		_, r.err = n.nc.Subscribe(r.inbox+"*", r.mux.deliver)
 		// Requests waiting when the connection closes end then.

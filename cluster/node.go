@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +90,17 @@ type Config struct {
 	// journal stream; it must exceed the pipeline's outcome retention (a
 	// day by default). Zero means 25h.
 	JournalMaxAge time.Duration
+	// Key is the cluster's key (key.go), the same on every node;
+	// required. Nodes sign what they send each other with it and act only
+	// on what it signed, and the node authenticates to NATS with it
+	// unless NATS names other credentials.
+	Key *Key
+	// NATS are the credentials and TLS settings for an external NATS.
+	NATS Credentials
+	// InProcess, when set, connects to a NATS server in this process
+	// (embeddednats.Server) without a socket, whatever URL says: the
+	// embedded server's TLS is then no concern of its own node.
+	InProcess nats.InProcessConnProvider
 	// Logger receives the node's diagnostics; nil discards them.
 	Logger *slog.Logger
 }
@@ -110,6 +122,8 @@ type Node struct {
 	nodesKV jetstream.KeyValue // NodeBucket once looked up (nodeBucket)
 	fpKey   []byte             // the journal's fingerprint key (keys.go)
 
+	sig *signer // signs and checks what nodes send each other (sign.go)
+
 	stopRenew context.CancelFunc
 	renewDone chan struct{}
 	ncClosed  chan struct{}
@@ -120,6 +134,8 @@ type Node struct {
 	renewPaused atomic.Bool
 
 	sendReplies nodeReplies // answers to SendNode (members.go)
+	// refused counts messages refused for their signature (sign.go).
+	refused atomic.Int64
 	// calls counts SendNode's requests whose done has not returned yet;
 	// Close waits for them.
 	calls  sync.WaitGroup
@@ -172,6 +188,16 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("cluster: a NATS URL is required")
 	}
+	if cfg.Key == nil {
+		return nil, errors.New("cluster: the cluster key is required")
+	}
+	auth, err := cfg.NATS.options(cfg.Key)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.InProcess != nil {
+		auth = append(auth, nats.InProcessServer(cfg.InProcess))
+	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
 	}
@@ -188,7 +214,7 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 	log = log.With("node", cfg.NodeID)
 
 	ncClosed := make(chan struct{})
-	nc, err := nats.Connect(cfg.URL,
+	nc, err := nats.Connect(cfg.URL, append(auth,
 		nats.Name("agentd "+cfg.NodeID),
 		nats.ClosedHandler(func(*nats.Conn) { close(ncClosed) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
@@ -198,10 +224,14 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 			}
 			log.Warn("cluster: NATS async error", "subject", subj, "err", err)
 		}),
-	)
+	)...)
 	if err != nil {
+		if (errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrNkeysNotSupported)) && !cfg.NATS.HasAuth() {
+			return nil, fmt.Errorf("cluster: connecting to NATS at %s: %w (this node authenticated with its cluster key, public key %s: is it the key of the node running the NATS server, or does this NATS want other credentials?)", cfg.URL, err, cfg.Key.PublicKey())
+		}
 		return nil, fmt.Errorf("cluster: connecting to NATS at %s: %w", cfg.URL, err)
 	}
+	warnPlain(nc, cfg.InProcess != nil, log)
 	n := &Node{
 		cfg:       cfg,
 		log:       log,
@@ -209,7 +239,9 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 		leases:    make(map[string]*Lease),
 		renewDone: make(chan struct{}),
 		ncClosed:  ncClosed,
+		sig:       newSigner(cfg.Key, cfg.NodeID),
 	}
+	n.sendReplies.accept = n.acceptReply
 	if err := n.setup(ctx); err != nil {
 		nc.Close()
 		<-ncClosed
@@ -225,6 +257,22 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 	n.stopRenew = stop
 	go n.renewLoop(renewCtx)
 	return n, nil
+}
+
+// warnPlain logs a connection to NATS on another host that is not
+// encrypted: the key never crosses it, but everything the nodes send does.
+func warnPlain(nc *nats.Conn, inProcess bool, log *slog.Logger) {
+	if inProcess {
+		return
+	}
+	if _, err := nc.TLSConnectionState(); err == nil {
+		return
+	}
+	host, _, err := net.SplitHostPort(nc.ConnectedAddr())
+	if ip := net.ParseIP(host); err == nil && ip != nil && ip.IsLoopback() {
+		return
+	}
+	log.Warn("cluster: the connection to NATS is not encrypted; what nodes send each other (sessions, transcripts) crosses the network readable: give the NATS server TLS and this node --nats-tls-ca", "nats", nc.ConnectedAddr())
 }
 
 func (n *Node) setup(ctx context.Context) error {
@@ -254,7 +302,7 @@ func (n *Node) setup(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, setupAttempt)
 		err = n.ensure(actx, kvCfg, evCfg)
 		cancel()
-		if err == nil || errors.Is(err, errDamagedKey) {
+		if err == nil || errors.Is(err, errDamagedKey) || errors.Is(err, errWrongKey) {
 			return err
 		}
 		n.log.Debug("cluster: JetStream not ready, retrying", "err", err)

@@ -46,11 +46,22 @@ type Cluster struct {
 	// when this node is the first to create it: 1 for one NATS server, 3
 	// for a NATS cluster.
 	Replicas int
+	// KeyFile is the cluster key's file (--cluster-key), the same key on
+	// every node. Empty means cluster.key in the server's state
+	// directory, made there on the first start.
+	KeyFile string
+	// TLSCert and TLSKey are the embedded NATS listener's certificate:
+	// required when it listens off loopback.
+	TLSCert, TLSKey string
+	// NATS is how a node authenticates to an external NATS and checks
+	// its certificate; with no credential it uses the cluster key.
+	NATS cluster.Credentials
 }
 
 // ClusterDefaults reads the environment's cluster settings.
 func ClusterDefaults(getenv func(string) string) Cluster {
-	return Cluster{Spec: getenv("AGENTD_CLUSTER"), NodeID: getenv("AGENTD_NODE_ID"), Listen: "127.0.0.1:4222", LeaseTTL: cluster.DefaultLeaseTTL, Replicas: 1}
+	return Cluster{Spec: getenv("AGENTD_CLUSTER"), NodeID: getenv("AGENTD_NODE_ID"), Listen: "127.0.0.1:4222", LeaseTTL: cluster.DefaultLeaseTTL, Replicas: 1,
+		KeyFile: getenv("AGENTD_CLUSTER_KEY")}
 }
 
 // Register adds the cluster flags.
@@ -61,6 +72,17 @@ func (c *Cluster) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LeaseTTL, "cluster-lease-ttl", c.LeaseTTL, "how long a node's sessions stay its own after it stops renewing them (a crash); another node takes them over after that")
 	fs.BoolVar(&c.Spread, "cluster-spread", c.Spread, "place each new session on a node chosen by hashing its id over the live nodes, instead of the node that received the command creating it")
 	fs.IntVar(&c.Replicas, "cluster-replicas", c.Replicas, "copies JetStream keeps of the cluster's state (set by the first node to start): 1 for one NATS server, 3 for a NATS cluster")
+	fs.StringVar(&c.KeyFile, "cluster-key", c.KeyFile, "the cluster key file (0600), the same on every node: nodes sign what they send each other with it, and authenticate to the embedded NATS with it (default <data-dir>/server/cluster.key, made on first start; give other nodes a copy) (env AGENTD_CLUSTER_KEY)")
+	fs.StringVar(&c.TLSCert, "cluster-tls-cert", c.TLSCert, "with --cluster embedded: the NATS listener's TLS certificate (PEM); required off loopback")
+	fs.StringVar(&c.TLSKey, "cluster-tls-key", c.TLSKey, "with --cluster embedded: the key of --cluster-tls-cert (PEM)")
+	fs.StringVar(&c.NATS.User, "nats-user", c.NATS.User, "with --cluster nats://…: the NATS user name (with --nats-password-file)")
+	fs.StringVar(&c.NATS.PasswordFile, "nats-password-file", c.NATS.PasswordFile, "with --cluster nats://…: file holding the NATS password of --nats-user")
+	fs.StringVar(&c.NATS.TokenFile, "nats-token-file", c.NATS.TokenFile, "with --cluster nats://…: file holding a NATS token")
+	fs.StringVar(&c.NATS.NkeyFile, "nats-nkey", c.NATS.NkeyFile, "with --cluster nats://…: a NATS user nkey seed file")
+	fs.StringVar(&c.NATS.CredsFile, "nats-creds", c.NATS.CredsFile, "with --cluster nats://…: a NATS .creds file (user JWT and seed)")
+	fs.StringVar(&c.NATS.TLSCA, "nats-tls-ca", c.NATS.TLSCA, "with --cluster nats://…: CA certificates (PEM) that verify the NATS server (default: the system's)")
+	fs.StringVar(&c.NATS.TLSCert, "nats-tls-cert", c.NATS.TLSCert, "with --cluster nats://…: this node's TLS client certificate (PEM), for a NATS server that asks for one")
+	fs.StringVar(&c.NATS.TLSKey, "nats-tls-key", c.NATS.TLSKey, "with --cluster nats://…: the key of --nats-tls-cert (PEM)")
 }
 
 // Enabled reports whether serve runs as a cluster node.
@@ -79,12 +101,22 @@ func (c *Cluster) check(port int, stdio bool) []error {
 	c.Embedded, c.URLs = false, nil
 	if c.Spec == "embedded" {
 		c.Embedded = true
-		if _, p, err := net.SplitHostPort(c.Listen); err != nil {
+		if h, p, err := net.SplitHostPort(c.Listen); err != nil {
 			errs = append(errs, fmt.Errorf("--cluster-listen %q: want host:port (%v)", c.Listen, err))
 		} else if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 65535 {
 			errs = append(errs, fmt.Errorf("--cluster-listen %q: port %q is not a number from 0 to 65535", c.Listen, p))
+		} else if !loopbackHost(h) && c.TLSCert == "" {
+			// Clients always need the cluster key; off loopback what
+			// crosses the network must be encrypted as well.
+			errs = append(errs, fmt.Errorf("--cluster-listen %s is reachable from other hosts: the embedded NATS needs TLS there; set --cluster-tls-cert and --cluster-tls-key (other nodes verify it with --nats-tls-ca), or listen on 127.0.0.1", c.Listen))
+		}
+		if c.NATS.HasAuth() || c.NATS.TLSCA != "" || c.NATS.TLSCert != "" || c.NATS.TLSKey != "" {
+			errs = append(errs, errors.New("--nats-*: only with --cluster nats://…; with --cluster embedded the node connects to its own NATS server with the cluster key"))
 		}
 	} else {
+		if c.TLSCert != "" || c.TLSKey != "" {
+			errs = append(errs, errors.New("--cluster-tls-cert, --cluster-tls-key: only with --cluster embedded (for the TLS of an external NATS, see --nats-tls-ca, --nats-tls-cert)"))
+		}
 		for _, raw := range strings.Split(c.Spec, ",") {
 			raw = strings.TrimSpace(raw)
 			u, err := url.Parse(raw)
@@ -106,6 +138,24 @@ func (c *Cluster) check(port int, stdio bool) []error {
 	if !cluster.ValidID(c.NodeID) {
 		errs = append(errs, fmt.Errorf("--node-id %q: use letters, digits, '-' and '_' only (at most 200)", c.NodeID))
 	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("--cluster-tls-cert and --cluster-tls-key: give both"))
+	}
+	if (c.NATS.User == "") != (c.NATS.PasswordFile == "") {
+		errs = append(errs, errors.New("--nats-user and --nats-password-file: give both"))
+	}
+	if (c.NATS.TLSCert == "") != (c.NATS.TLSKey == "") {
+		errs = append(errs, errors.New("--nats-tls-cert and --nats-tls-key: give both"))
+	}
+	creds := 0
+	for _, set := range []string{c.NATS.User + c.NATS.PasswordFile, c.NATS.TokenFile, c.NATS.NkeyFile, c.NATS.CredsFile} {
+		if set != "" {
+			creds++
+		}
+	}
+	if creds > 1 {
+		errs = append(errs, errors.New("--nats-user, --nats-token-file, --nats-nkey, --nats-creds: give one NATS credential"))
+	}
 	if c.Replicas < 1 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("--cluster-replicas %d: from 1 to 5 (JetStream's limit)", c.Replicas))
 	}
@@ -113,6 +163,16 @@ func (c *Cluster) check(port int, stdio bool) []error {
 		errs = append(errs, fmt.Errorf("--cluster-lease-ttl %s: at least 300ms (renewals run every third of it)", c.LeaseTTL))
 	}
 	return errs
+}
+
+// loopbackHost reports whether a listen host is reachable from this host
+// only: localhost or a loopback address. An empty host is every address.
+func loopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
 
 var nodeIDStrip = regexp.MustCompile(`[^A-Za-z0-9_-]+`)

@@ -58,6 +58,38 @@ func TestServeCluster(t *testing.T) {
 		{name: "TTL too short", args: []string{"--cluster", "embedded", "--cluster-lease-ttl", "10ms"}, want: "--cluster-lease-ttl 10ms: at least 300ms"},
 		{name: "replicas", args: []string{"--cluster", "embedded", "--cluster-replicas", "0"}, want: "--cluster-replicas 0: from 1 to 5"},
 		{name: "stdio", args: []string{"--cluster", "embedded", "--stdio"}, want: "--cluster: a --stdio server has one client"},
+		// Off loopback the embedded NATS takes TLS or does not start.
+		{name: "every address without TLS", args: []string{"--cluster", "embedded", "--cluster-listen", "0.0.0.0:4222"},
+			want: "--cluster-listen 0.0.0.0:4222 is reachable from other hosts: the embedded NATS needs TLS there; set --cluster-tls-cert and --cluster-tls-key"},
+		{name: "empty host without TLS", args: []string{"--cluster", "embedded", "--cluster-listen", ":4222"}, want: "--cluster-listen :4222 is reachable from other hosts"},
+		{name: "a host name without TLS", args: []string{"--cluster", "embedded", "--cluster-listen", "node1.example:4222"}, want: "is reachable from other hosts"},
+		{name: "IPv6 any without TLS", args: []string{"--cluster", "embedded", "--cluster-listen", "[::]:4222"}, want: "is reachable from other hosts"},
+		{name: "loopback needs no TLS", args: []string{"--cluster", "embedded", "--cluster-listen", "[::1]:4222"}, enabled: true},
+		{name: "localhost needs no TLS", args: []string{"--cluster", "embedded", "--cluster-listen", "localhost:4222"}, enabled: true},
+		{name: "every address with TLS", args: []string{"--cluster", "embedded", "--cluster-listen", "0.0.0.0:4222", "--cluster-tls-cert", "c.pem", "--cluster-tls-key", "k.pem"},
+			enabled: true, check: func(t *testing.T, c Cluster) {
+				if c.TLSCert != "c.pem" || c.TLSKey != "k.pem" {
+					t.Errorf("TLS %q %q", c.TLSCert, c.TLSKey)
+				}
+			}},
+		{name: "certificate without key", args: []string{"--cluster", "embedded", "--cluster-tls-cert", "c.pem"}, want: "--cluster-tls-cert and --cluster-tls-key: give both"},
+		{name: "listener TLS for an external NATS", args: []string{"--cluster", "nats://n1:4222", "--cluster-tls-cert", "c.pem", "--cluster-tls-key", "k.pem"}, want: "only with --cluster embedded"},
+		{name: "NATS credentials with embedded", args: []string{"--cluster", "embedded", "--nats-token-file", "t"}, want: "--nats-*: only with --cluster nats://"},
+		{name: "user without password", args: []string{"--cluster", "nats://n1:4222", "--nats-user", "u"}, want: "--nats-user and --nats-password-file: give both"},
+		{name: "two credentials", args: []string{"--cluster", "nats://n1:4222", "--nats-token-file", "t", "--nats-creds", "c"}, want: "give one NATS credential"},
+		{name: "client certificate without key", args: []string{"--cluster", "nats://n1:4222", "--nats-tls-cert", "c"}, want: "--nats-tls-cert and --nats-tls-key: give both"},
+		{name: "external NATS credentials", args: []string{"--cluster", "tls://n1:4222", "--nats-user", "u", "--nats-password-file", "p", "--nats-tls-ca", "ca.pem", "--cluster-key", "k"}, enabled: true,
+			check: func(t *testing.T, c Cluster) {
+				if c.NATS.User != "u" || c.NATS.PasswordFile != "p" || c.NATS.TLSCA != "ca.pem" || c.KeyFile != "k" {
+					t.Errorf("%+v", c)
+				}
+			}},
+		{name: "key from the environment", env: map[string]string{"AGENTD_CLUSTER": "nats://n1:4222", "AGENTD_CLUSTER_KEY": "/k"}, enabled: true,
+			check: func(t *testing.T, c Cluster) {
+				if c.KeyFile != "/k" {
+					t.Errorf("key file %q", c.KeyFile)
+				}
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -96,7 +96,9 @@ func launchCluster(ctx context.Context, o Options, conns int, log *slog.Logger) 
 		if err := os.MkdirAll(e.data, 0o755); err != nil {
 			return dir, mk, nodes, fmt.Errorf("bench dirs: %w", err)
 		}
-		join := []string{"--cluster", "nats://" + natsAddr}
+		// The first node makes the cluster key on its start; the others
+		// join with it.
+		join := []string{"--cluster", "nats://" + natsAddr, "--cluster-key", filepath.Join(dir, "data-n1", "server", "cluster.key")}
 		if i == 0 {
 			join = []string{"--cluster", "embedded", "--cluster-listen", natsAddr}
 		}

@@ -110,7 +110,11 @@ func startCluster(t testing.TB, ids ...string) map[string]*testNode {
 func startClusterSpread(t testing.TB, spread bool, ids ...string) map[string]*testNode {
 	t.Helper()
 	root := t.TempDir()
-	ns, err := embeddednats.Start(embeddednats.Config{StoreDir: filepath.Join(root, "nats")})
+	key, err := cluster.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := embeddednats.Start(embeddednats.Config{StoreDir: filepath.Join(root, "nats"), Nkey: key.PublicKey()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +122,7 @@ func startClusterSpread(t testing.TB, spread bool, ids ...string) map[string]*te
 	out := map[string]*testNode{}
 	for _, id := range ids {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		node, err := cluster.Join(ctx, cluster.Config{NodeID: id, URL: ns.ClientURL(), LeaseTTL: time.Second, RequestTimeout: 5 * time.Second})
+		node, err := cluster.Join(ctx, cluster.Config{Key: key, NodeID: id, URL: ns.ClientURL(), LeaseTTL: time.Second, RequestTimeout: 5 * time.Second})
 		cancel()
 		if err != nil {
 			t.Fatal(err)

@@ -14,9 +14,11 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
 )
 
 // Config describes the server.
@@ -32,9 +34,19 @@ type Config struct {
 	// ClusterName, ClusterListen and Routes join other embedded servers:
 	// set all three (Routes may name this server's own route address) to
 	// form a JetStream cluster. Empty ClusterListen runs a single server.
+	// Routes carry no authentication of their own: agentd serve never
+	// sets them (it runs one embedded server); a route listener must stay
+	// on loopback or behind a firewall.
 	ClusterName   string
 	ClusterListen string
 	Routes        []string
+	// Nkey is the public nkey (U…) of the one NATS user the server admits:
+	// the cluster key's (cluster.Key.PublicKey). Required: a client must
+	// prove it holds the key's seed, and nobody else gets in.
+	Nkey string
+	// TLSCert and TLSKey are the client listener's certificate and key
+	// files: with them, clients must speak TLS. Both or neither.
+	TLSCert, TLSKey string
 	// ReadyTimeout bounds how long Start waits for the server to
 	// accept clients; zero means 10s. It does not wait for a clustered
 	// JetStream to elect its leader: cluster.Join retries until it can.
@@ -55,6 +67,9 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.StoreDir == "" {
 		return nil, errors.New("embeddednats: NATS needs a JetStream store directory")
 	}
+	if !nkeys.IsValidPublicUserKey(cfg.Nkey) {
+		return nil, errors.New("embeddednats: NATS needs the public user nkey of the one user it admits")
+	}
 	host, port, err := splitHostPort(cfg.Listen, "127.0.0.1", 0)
 	if err != nil {
 		return nil, fmt.Errorf("embeddednats: listen address %q: %w", cfg.Listen, err)
@@ -66,6 +81,17 @@ func Start(cfg Config) (*Server, error) {
 		JetStream:  true,
 		StoreDir:   cfg.StoreDir,
 		NoSigs:     true, // main() owns signals
+		Nkeys:      []*server.NkeyUser{{Nkey: cfg.Nkey}},
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return nil, errors.New("embeddednats: a TLS certificate needs its key, and a key its certificate")
+	}
+	if cfg.TLSCert != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey})
+		if err != nil {
+			return nil, fmt.Errorf("embeddednats: TLS certificate %s and key %s: %w", cfg.TLSCert, cfg.TLSKey, err)
+		}
+		opts.TLS, opts.TLSConfig = true, tc
 	}
 	if port == 0 {
 		opts.Port = server.RANDOM_PORT
@@ -109,6 +135,21 @@ func Start(cfg Config) (*Server, error) {
 
 // ClientURL is the nats:// address clients (cluster.Config.URL) connect to.
 func (e *Server) ClientURL() string { return e.srv.ClientURL() }
+
+// InProcessConn is a connection to the server without a socket
+// (nats.InProcessServer): a node in the same process connects this way,
+// which needs no TLS even when the listener requires it. Connect it to
+// InProcessURL: ClientURL's tls:// would make the client start TLS.
+func (e *Server) InProcessConn() (net.Conn, error) { return e.srv.InProcessConn() }
+
+// InProcessURL is the URL for a client connecting with InProcessConn.
+func (e *Server) InProcessURL() string {
+	u := e.ClientURL()
+	if rest, ok := strings.CutPrefix(u, "tls://"); ok {
+		return "nats://" + rest
+	}
+	return u
+}
 
 // Shutdown stops the server and waits until it has stopped.
 func (e *Server) Shutdown() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -50,14 +51,36 @@ func clStartWith(t *testing.T, e *e2eEnv, extra ...string) clNodes {
 	nodes := clNodes{}
 	nodes["A"] = svStart(t, e, append([]string{"--data-dir", filepath.Join(e.root, "node-A"), "--node-id", "A",
 		"--cluster", "embedded", "--cluster-listen", natsAddr}, common...)...)
+	// A made the cluster key on its start; B and C are given a copy.
+	key := clKeyCopy(t, e, "A")
 	for _, id := range []string{"B", "C"} {
 		nodes[id] = svStart(t, e, append([]string{"--data-dir", filepath.Join(e.root, "node-"+id), "--node-id", id,
-			"--cluster", "nats://" + natsAddr}, common...)...)
+			"--cluster", "nats://" + natsAddr, "--cluster-key", key}, common...)...)
 	}
 	for id, n := range nodes {
 		svWaitUntil(t, "node "+id+" sees three members", func() bool { return clStatus(t, n).Members == 3 })
 	}
 	return nodes
+}
+
+// clKeyCopy copies the cluster key node id made (0600, as another host
+// would get it) and returns the copy's path.
+func clKeyCopy(t *testing.T, e *e2eEnv, id string) string {
+	t.Helper()
+	b, err := os.ReadFile(clKeyPath(e, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(e.root, "cluster-"+id+".key")
+	if err := os.WriteFile(dst, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// clKeyPath is where node id keeps the cluster key it made.
+func clKeyPath(e *e2eEnv, id string) string {
+	return filepath.Join(e.root, "node-"+id, "server", "cluster.key")
 }
 
 // clStatus is a node's cluster state from /healthz.
