@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/agentd-dev/agentd/acp"
@@ -82,7 +83,8 @@ func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	a := acp.New(acp.Options{
 		Sessions:    acpSessions{eng: eng, dir: h.saveDir, tools: h.tools},
 		SessionsDir: h.saveDir, Version: version(), MaxLineBytes: maxLineBytes, Logger: h.log,
-		MCP: mcpManager(h.log), MCPServers: servers,
+		MCP: h.mcpManager(), MCPServers: servers, Trust: m.trustStore(cfg),
+		Sandbox: sessionPolicy(h.sandbox()),
 	})
 	return a.Run(ctx, m.stdin, m.stdout)
 }
@@ -113,4 +115,25 @@ type acpSessions struct {
 
 func (s acpSessions) Open(_ context.Context, spec acp.Spec) (*session.Session, error) {
 	return s.eng.Session(engine.Spec{Cwd: spec.Cwd, SessionsDir: s.dir, Open: spec.File, Tools: s.tools, Extra: spec.Tools})
+}
+
+// sessionPolicy is the sandbox of a session in cwd as the engine builds
+// it from the server's: its directory and the temp dir writable besides
+// the configured ones, each resolved to its real path.
+func sessionPolicy(base sandbox.Policy) func(cwd string) sandbox.Policy {
+	return func(cwd string) sandbox.Policy {
+		p := base
+		if !p.Confined() {
+			return p
+		}
+		var w []string
+		for _, d := range append([]string{cwd, os.TempDir()}, base.Writable...) {
+			if r, err := sandbox.RealPath(d); err == nil {
+				d = r
+			}
+			w = append(w, d)
+		}
+		p.Writable = w
+		return p
+	}
 }

@@ -114,6 +114,9 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		// says so for as long as the server runs.
 		hl.AddLasting(fmt.Sprintf("Tools are not sandboxed: %s was configured, but %s", want.Mode, sandbox.Probe()))
 	}
+	// MCP servers run under the sessions' sandbox (the engine checked
+	// it can be enforced; quiet, since it said so).
+	mcpPolicy, _ := sandboxPolicy(sc.Engine.Sandbox, sandbox.Probe(), slog.New(slog.DiscardHandler))
 	// The --mcp-config servers are started once and shared by every
 	// session: their processes live as long as the server and end with it.
 	var builder server.Builder = eng
@@ -122,7 +125,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		return err
 	}
 	if len(mcpServers) > 0 {
-		set := mcpManager(log).Open(ctx, mcpServers, cwd)
+		set := mcpManager(log, mcpPolicy).Open(ctx, mcpServers, cwd)
 		if err := set.Err(); err != nil {
 			// Sessions work without the servers that failed; health says so.
 			log.Warn("MCP servers", "err", err)
@@ -201,7 +204,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		// token with pi-server's WebSocket.
 		rest, err = convapi.New(srv, convapi.Options{Models: ms, DefaultModel: model, Version: version(), Token: sc.Token,
 			OriginPatterns: sc.AllowOrigins, SessionIdle: sc.RESTSessionIdle,
-			MCP: mcpManager(log)})
+			MCP: mcpManager(log, mcpPolicy)})
 		if err != nil {
 			return err
 		}
