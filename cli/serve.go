@@ -70,6 +70,9 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
+	if err := networkToken(&sc, stateDir, log); err != nil {
+		return err
+	}
 	var cn *clusterNode
 	if sc.Cluster.Enabled() {
 		// Only with --cluster: a server on its own starts no NATS and no
@@ -159,7 +162,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		ReturnMemory: true,
 		Builder:      builder, Sandbox: eng.SandboxMode(), Cwd: cwd, SessionsDir: sessionsDir, AllowedDirs: sc.AllowSessionDirs,
 		Home: cfg.Getenv("HOME"), StateDir: stateDir, Journal: journal, FingerprintKey: fingerprintKey,
-		ExportsDir: filepath.Join(cfg.DataDir, "exports"), Protected: []string{filepath.Join(stateDir, "journal.jsonl")},
+		ExportsDir: filepath.Join(cfg.DataDir, "exports"), Protected: []string{filepath.Join(stateDir, "journal.jsonl"), filepath.Join(stateDir, TokenFile)},
 		Breakers: breakers, Health: hl, Metrics: metrics, Logger: log,
 		Limits: server.Limits{
 			MaxSessions: sc.MaxSessions, MaxConnections: sc.MaxConnections, MaxFrameBytes: sc.MaxFrameBytes,
