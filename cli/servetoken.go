@@ -28,6 +28,10 @@ const TokenFile = "token"
 // read it there.
 func networkToken(sc *config.Serve, stateDir string, log *slog.Logger) error {
 	p := sc.Engine.Sandbox.Policy()
+	if p.Confined() && p.Network && sc.PprofAddr != "" {
+		// The profiler takes no token, and its cmdline page shows --token.
+		return fmt.Errorf("--pprof-addr with --sandbox-network: tools may then connect to the profiling listener, which asks no token and shows agentd's command line; profile without --sandbox-network, or with --sandbox full-access")
+	}
 	if sc.Stdio || sc.Token != "" || sc.JWTSecretFile != "" || sc.JWTKeys != "" || !p.Confined() || !p.Network {
 		return nil
 	}

@@ -56,6 +56,11 @@ func TestNetworkToken(t *testing.T) {
 			}
 		})
 	}
+	pp := serve("workspace-write", true, "given-token-0123456789", "")
+	pp.PprofAddr = "127.0.0.1:0"
+	if err := networkToken(&pp, t.TempDir(), log); err == nil {
+		t.Fatal("the profiler was allowed beside --sandbox-network")
+	}
 	// A token file with no usable token is an error, not an open door.
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, TokenFile), []byte("\n"), 0o600); err != nil {
