@@ -29,7 +29,7 @@ func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	fs.BoolVar(&f.noTools, "no-tools", false, "enable no built-in tools")
 	fs.IntVar(&maxLineBytes, "max-line-bytes", 10<<20, "largest message accepted on stdin")
 	fs.StringVar(&f.policy, "policy", cfg.Getenv("AGENTD_POLICY"), "permission policy file (JSON rules: allow / ask / deny by tool and argument); \"ask\" becomes session/request_permission (env AGENTD_POLICY)")
-	fs.StringVar(&f.mcpConfig, "mcp-config", "", "MCP servers for every session: a JSON file {\"mcpServers\": {name: {command, args, env, cwd} | {url, headers}}}; a project's .agentd/mcp.json and the editor's mcpServers are added")
+	fs.StringVar(&f.mcpConfig, "mcp-config", "", "MCP servers for every session: a JSON file {\"mcpServers\": {name: {command, args, env, cwd} | {url, headers}}}; the editor's mcpServers are added, and a project's .agentd/mcp.json once trusted (agentd trust, or the editor's answer when asked)")
 	var connect, token string
 	fs.StringVar(&connect, "connect", "", "bridge to a running agentd serve at this pi-server WebSocket URL (ws://host:port/): its sessions, tools and policy are used, so an editor and a browser watch and drive the same session")
 	fs.StringVar(&token, "token", cfg.Getenv("AGENTD_TOKEN"), "with --connect, the server's token (env AGENTD_TOKEN)")

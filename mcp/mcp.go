@@ -692,6 +692,13 @@ func (s *server) connect(ctx context.Context) error {
 			}
 		},
 	})
+	if s.cfg.URL == "" {
+		// Checked here: under the sandbox the helper would only say
+		// that it could not run the command.
+		if _, err := exec.LookPath(lookPath(s.cfg.Command, s.environ())); err != nil {
+			return err
+		}
+	}
 	cs, err := c.Connect(ctx, s.transport(), nil)
 	if err != nil {
 		s.killGroup()
