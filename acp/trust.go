@@ -24,11 +24,12 @@ var trustOptions = []permissionOption{
 // askTrust asks the editor, once the session is open, whether to start
 // the MCP servers of a project file nobody trusted as it is (a model
 // working in the project could have written it). The session works
-// without them meanwhile. Trusting records a grant for exactly the
+// without them meanwhile. Without a trust store (Options.Trust nil)
+// nothing is asked and the file is never used. Trusting records a grant for exactly the
 // content that was shown, and what starts is what was shown.
 func (ss *acpSession) askTrust() {
 	p := ss.untrusted
-	if p == nil || ss.local == nil || ss.a.opt.MCP == nil {
+	if p == nil || ss.local == nil || ss.a.opt.MCP == nil || ss.a.opt.Trust == nil {
 		return
 	}
 	ss.mu.Lock()
@@ -62,7 +63,7 @@ func (ss *acpSession) askTrust() {
 			ss.a.log.Info("project MCP servers not trusted by the editor's user", "file", p.Path)
 			return
 		}
-		if res.Outcome.OptionID == trustRemember {
+		if res.Outcome.OptionID == trustRemember && ss.a.opt.Trust != nil {
 			if err := ss.a.opt.Trust.Grant(p.Dir, mcp.ProjectFile, p.Data); err != nil {
 				ss.a.log.Warn("recording trust in the project's MCP servers", "file", p.Path, "err", err)
 			}
