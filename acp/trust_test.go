@@ -161,3 +161,44 @@ func svJSONString(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// session/load of a session in a project whose file nobody trusted
+// starts nothing either, and asks once the session is loaded.
+func TestLoadAsksToTrustTheProject(t *testing.T) {
+	project, outside := t.TempDir(), t.TempDir()
+	ts := &testSessions{p: faux.New(faux.Options{}), dir: t.TempDir()}
+	c := startAgent(t, ts)
+	sid := c.newSession(project)
+	result(t, c.call("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": "first words"}}}))
+
+	marker := filepath.Join(outside, "marker")
+	plantProject(t, project, marker)
+	rec := &startsRecorder{m: mcp.New(mcp.Options{Environ: []string{"PATH=" + os.Getenv("PATH")}, StartTimeout: 10 * time.Second}), started: make(chan []string, 8)}
+	store := trust.Open(filepath.Join(t.TempDir(), trust.FileName))
+	c2 := startAgentWith(t, Options{Sessions: ts, SessionsDir: ts.dir, Version: "test", MCP: rec, Trust: store})
+	c2.answer = selected(trustOnce)
+	c2.call("initialize", map[string]any{"protocolVersion": 1})
+	result(t, c2.call("session/load", map[string]any{"sessionId": sid, "cwd": project, "mcpServers": []any{}}))
+	select {
+	case s := <-rec.started:
+		t.Fatalf("started by session/load: %v", s)
+	default:
+	}
+	if asked := c2.waitAsked(); !strings.Contains(svJSONString(asked), "ESCAPED") {
+		t.Fatalf("asked %v", asked)
+	}
+	// Started for this session only: nothing was recorded.
+	if s := <-rec.started; len(s) != 1 || s[0] != "planted" {
+		t.Fatalf("started %v", s)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the server the person allowed did not run: %v", err)
+	}
+	data, err := os.ReadFile(filepath.Join(project, mcp.ProjectFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if store.Trusted(project, mcp.ProjectFile, data) {
+		t.Fatal("'this session only' recorded a grant")
+	}
+}
