@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ import (
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/mcp"
 	"github.com/agentd-dev/agentd/piwire"
+	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/tool"
 	"github.com/agentd-dev/agentd/transcript"
@@ -56,6 +58,13 @@ type ToolSource interface {
 	Open(ctx context.Context, servers []mcp.ServerConfig, cwd string) *mcp.Set
 }
 
+// Trust checks and records a person's trust in a project's file with
+// exactly this content (package trust).
+type Trust interface {
+	Trusted(dir, file string, content []byte) bool
+	Grant(dir, file string, content []byte) error
+}
+
 // Options configure an Agent.
 type Options struct {
 	Sessions Sessions
@@ -70,6 +79,15 @@ type Options struct {
 	// besides the project's .agentd/mcp.json and the client's
 	// mcpServers; a later one of the same name wins.
 	MCPServers []mcp.ServerConfig
+	// Trust keeps the person's grants of project files: a project's
+	// .agentd/mcp.json starts its servers only when trusted as it is,
+	// and otherwise the editor is asked (session/request_permission)
+	// once the session is open. nil trusts nothing and asks nothing.
+	Trust Trust
+	// Sandbox is the sandbox policy of a session in cwd, with its
+	// writable directories resolved (what the engine gives its tools);
+	// nil is full access. The editor's fs and terminal are held to it.
+	Sandbox func(cwd string) sandbox.Policy
 	// Remote, when set, is a running agentd serve whose sessions the face
 	// bridges (`agentd acp --connect`): sessions are created, listed and
 	// loaded there, and Sessions, SessionsDir and MCP are not used.
@@ -265,7 +283,9 @@ func (a *Agent) newSession(ctx context.Context, params json.RawMessage) (any, er
 		return nil, err
 	}
 	ss.listen()
-	return newSessionResult{SessionID: ss.id}, nil
+	// The editor is asked about an untrusted project once it knows the
+	// session.
+	return afterReply{result: newSessionResult{SessionID: ss.id}, then: ss.askTrust}, nil
 }
 
 // open builds a session with the client's tools and the MCP servers'
@@ -296,9 +316,15 @@ func (a *Agent) open(ctx context.Context, cwd, file, id string, servers []MCPSer
 		}
 		return a.register(ss, s), nil
 	}
+	ss.policy = sandbox.Policy{Mode: sandbox.FullAccess, Network: true}
+	if a.opt.Sandbox != nil {
+		ss.policy = a.opt.Sandbox(cwd)
+	}
 	tools := ss.clientTools(a.clientCaps())
 	var set *mcp.Set
-	if cfgs := a.mcpServers(cwd, servers); len(cfgs) > 0 && a.opt.MCP != nil {
+	cfgs, untrusted := a.mcpServers(cwd, servers)
+	ss.untrusted = untrusted
+	if len(cfgs) > 0 && a.opt.MCP != nil {
 		set = a.opt.MCP.Open(ctx, cfgs, cwd)
 		if err := set.Err(); err != nil {
 			// The session works without the servers that failed.
@@ -317,6 +343,7 @@ func (a *Agent) open(ctx context.Context, cwd, file, id string, servers []MCPSer
 		// The session owns its servers: they stop when it closes.
 		s.AddToolSource(set, set.Close)
 	}
+	ss.local = s
 	return a.register(ss, s), nil
 }
 
@@ -337,10 +364,20 @@ func (a *Agent) register(ss *acpSession, s conversation) *acpSession {
 }
 
 // mcpServers are the servers of a session in cwd: agentd's, the
-// project's, the client's; by name, the later wins.
-func (a *Agent) mcpServers(cwd string, client []MCPServer) []mcp.ServerConfig {
-	project, err := mcp.LoadProject(cwd)
-	if err != nil {
+// project's if a person trusted its file as it is, the client's; by
+// name, the later wins. An untrusted project file is returned to ask
+// the editor about.
+func (a *Agent) mcpServers(cwd string, client []MCPServer) ([]mcp.ServerConfig, *mcp.Project) {
+	var trusted mcp.Trust
+	if a.opt.Trust != nil {
+		trusted = a.opt.Trust
+	}
+	project, err := mcp.LoadProject(cwd, trusted)
+	var untrusted *mcp.UntrustedError
+	switch {
+	case errors.As(err, &untrusted):
+		a.log.Warn("project MCP servers not started until the editor's user trusts them", "err", err)
+	case err != nil:
 		a.log.Warn("project MCP configuration", "err", err)
 	}
 	var fromClient []mcp.ServerConfig
@@ -360,7 +397,24 @@ func (a *Agent) mcpServers(cwd string, client []MCPServer) []mcp.ServerConfig {
 		}
 		fromClient = append(fromClient, c)
 	}
-	return mcp.Merge(a.opt.MCPServers, project, fromClient)
+	all := mcp.Merge(a.opt.MCPServers, project, fromClient)
+	if untrusted == nil {
+		return all, nil
+	}
+	// Asked about: the project's servers the editor's do not replace.
+	p := *untrusted.Project
+	p.Servers = nil
+	for _, c := range untrusted.Project.Servers {
+		// (nor agentd's: tools of one name would collide once they start).
+		named := func(x mcp.ServerConfig) bool { return x.Name == c.Name }
+		if !slices.ContainsFunc(fromClient, named) && !slices.ContainsFunc(a.opt.MCPServers, named) {
+			p.Servers = append(p.Servers, c)
+		}
+	}
+	if len(p.Servers) == 0 {
+		return all, nil
+	}
+	return all, &p
 }
 
 func (a *Agent) session(method, id string) (*acpSession, error) {
@@ -421,6 +475,7 @@ func (a *Agent) loadSession(ctx context.Context, params json.RawMessage) (any, e
 	// last closed wait again: ask the editor, once it knows the session
 	// is loaded.
 	return afterReply{result: struct{}{}, then: func() {
+		ss.askTrust()
 		for _, req := range ss.s.Interactions() {
 			ss.startAsk(req)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/tool"
 )
 
@@ -17,6 +18,15 @@ import (
 // buffers and the editor shows each change), and bash in the editor's
 // terminal. They take the built-in tools' names and schemas, so the model
 // and the permission policy see no difference.
+//
+// The editor does what it is asked with the editor's own rights, so
+// nothing goes to it that the session's sandbox would not allow:
+// writes and edits only where the sandbox lets tools write (others are
+// refused as the built-in tools refuse them), reads only there too when
+// the sandbox confines (elsewhere the model is told to read through
+// bash, which runs here under the sandbox), and bash goes to the
+// editor's terminal only in a full-access session; a confined session
+// keeps the built-in bash, confined and asking to escalate as always.
 func (ss *acpSession) clientTools(caps clientCapabilities) []tool.Tool {
 	var out []tool.Tool
 	builtin := func(name string) tool.Tool {
@@ -35,7 +45,7 @@ func (ss *acpSession) clientTools(caps clientCapabilities) []tool.Tool {
 	if caps.FS.ReadTextFile && caps.FS.WriteTextFile {
 		out = append(out, &editorEdit{ss: ss, spec: builtin("edit").Spec()})
 	}
-	if caps.Terminal {
+	if caps.Terminal && !ss.policy.Confined() {
 		out = append(out, &editorBash{ss: ss, spec: builtin("bash").Spec()})
 	}
 	return out
@@ -44,6 +54,46 @@ func (ss *acpSession) clientTools(caps clientCapabilities) []tool.Tool {
 func (ss *acpSession) path(p string) string {
 	// Models copy the editor's @-mentions.
 	return absPath(ss.cwd, strings.TrimPrefix(p, "@"))
+}
+
+// mayWrite refuses, as the built-in write tool does, a write the
+// session's sandbox does not allow; nil allows it. Links are resolved
+// first: a link in the workspace is judged by where it leads.
+func (ss *acpSession) mayWrite(abs, path string) *tool.Result {
+	p := ss.policy
+	if !p.Confined() {
+		return nil
+	}
+	real, err := sandbox.RealPath(abs)
+	if err != nil {
+		r := tool.Errorf("Cannot write %s: the sandbox could not resolve where it leads (%v).", path, err)
+		return &r
+	}
+	if p.AllowsWrite(real) {
+		return nil
+	}
+	r := tool.Errorf("Cannot write %s: the sandbox (%s) does not allow it. Write inside the workspace, or ask the user to do it.", path, p.Describe())
+	return &r
+}
+
+// mayRead refuses reading through the editor outside where a confined
+// session may write (its workspace, the temp dir): the editor reads with
+// its own rights, and what the sandbox hides from tools must stay hidden.
+func (ss *acpSession) mayRead(abs, path string) *tool.Result {
+	p := ss.policy
+	if !p.Confined() {
+		return nil
+	}
+	real, err := sandbox.RealPath(abs)
+	if err == nil {
+		for _, d := range p.Writable {
+			if real == d || strings.HasPrefix(real, strings.TrimSuffix(d, "/")+"/") {
+				return nil
+			}
+		}
+	}
+	r := tool.Errorf("Cannot read %s through the editor: in this sandbox (%s) the editor's files are read only inside the workspace. Read it with bash (cat), which runs under the sandbox.", path, p.Describe())
+	return &r
 }
 
 type editorRead struct {
@@ -65,6 +115,9 @@ func (t *editorRead) Execute(ctx context.Context, call tool.Call, update func(to
 	}
 	if err := json.Unmarshal(call.Args, &a); err != nil || a.Path == "" {
 		return tool.Errorf("read needs a \"path\" string")
+	}
+	if r := t.ss.mayRead(t.ss.path(a.Path), a.Path); r != nil {
+		return *r
 	}
 	if imageExt[strings.ToLower(filepath.Ext(a.Path))] {
 		return t.disk.Execute(ctx, call, update)
@@ -120,6 +173,9 @@ func (t *editorWrite) Execute(ctx context.Context, call tool.Call, _ func(tool.R
 	if err := json.Unmarshal(call.Args, &a); err != nil || a.Path == "" || a.Content == nil {
 		return tool.Errorf("write needs a \"path\" and a \"content\" string")
 	}
+	if r := t.ss.mayWrite(t.ss.path(a.Path), a.Path); r != nil {
+		return *r
+	}
 	if err := t.ss.a.conn.call(ctx, "fs/write_text_file", map[string]any{"sessionId": t.ss.id, "path": t.ss.path(a.Path), "content": *a.Content}, nil); err != nil {
 		return tool.Errorf("Could not write %s: %v", a.Path, err)
 	}
@@ -148,6 +204,12 @@ func (t *editorEdit) Execute(ctx context.Context, call tool.Call, _ func(tool.Re
 		return tool.Errorf("edit needs a \"path\" and \"edits\" [{oldText, newText}]")
 	}
 	path := t.ss.path(a.Path)
+	if r := t.ss.mayWrite(path, a.Path); r != nil {
+		return *r
+	}
+	if r := t.ss.mayRead(path, a.Path); r != nil {
+		return *r
+	}
 	var res struct {
 		Content string `json:"content"`
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/mcp"
+	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
 )
 
@@ -21,6 +23,15 @@ type acpSession struct {
 	id  string
 	cwd string
 	s   conversation
+	// local is s when it is a session of this process (not bridged):
+	// tools can be added to it.
+	local *session.Session
+	// policy is the sandbox the session's tools run under, which the
+	// editor's fs and terminal are held to.
+	policy sandbox.Policy
+	// untrusted is the project's MCP configuration nobody trusted as
+	// it is, to ask the editor about once the session is open.
+	untrusted *mcp.Project
 
 	// ctx lives as long as the session is open here; the permission
 	// requests sent to the client are made under it.

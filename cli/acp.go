@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/agentd-dev/agentd/acp"
@@ -28,7 +29,7 @@ func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	fs.BoolVar(&f.noTools, "no-tools", false, "enable no built-in tools")
 	fs.IntVar(&maxLineBytes, "max-line-bytes", 10<<20, "largest message accepted on stdin")
 	fs.StringVar(&f.policy, "policy", cfg.Getenv("AGENTD_POLICY"), "permission policy file (JSON rules: allow / ask / deny by tool and argument); \"ask\" becomes session/request_permission (env AGENTD_POLICY)")
-	fs.StringVar(&f.mcpConfig, "mcp-config", "", "MCP servers for every session: a JSON file {\"mcpServers\": {name: {command, args, env, cwd} | {url, headers}}}; a project's .agentd/mcp.json and the editor's mcpServers are added")
+	fs.StringVar(&f.mcpConfig, "mcp-config", "", "MCP servers for every session: a JSON file {\"mcpServers\": {name: {command, args, env, cwd} | {url, headers}}}; the editor's mcpServers are added, and a project's .agentd/mcp.json once trusted (agentd trust, or the editor's answer when asked)")
 	var connect, token string
 	fs.StringVar(&connect, "connect", "", "bridge to a running agentd serve at this pi-server WebSocket URL (ws://host:port/): its sessions, tools and policy are used, so an editor and a browser watch and drive the same session")
 	fs.StringVar(&token, "token", cfg.Getenv("AGENTD_TOKEN"), "with --connect, the server's token (env AGENTD_TOKEN)")
@@ -82,7 +83,8 @@ func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	a := acp.New(acp.Options{
 		Sessions:    acpSessions{eng: eng, dir: h.saveDir, tools: h.tools},
 		SessionsDir: h.saveDir, Version: version(), MaxLineBytes: maxLineBytes, Logger: h.log,
-		MCP: mcpManager(h.log), MCPServers: servers,
+		MCP: h.mcpManager(), MCPServers: servers, Trust: m.trustStore(cfg),
+		Sandbox: sessionPolicy(h.sandbox()),
 	})
 	return a.Run(ctx, m.stdin, m.stdout)
 }
@@ -113,4 +115,25 @@ type acpSessions struct {
 
 func (s acpSessions) Open(_ context.Context, spec acp.Spec) (*session.Session, error) {
 	return s.eng.Session(engine.Spec{Cwd: spec.Cwd, SessionsDir: s.dir, Open: spec.File, Tools: s.tools, Extra: spec.Tools})
+}
+
+// sessionPolicy is the sandbox of a session in cwd as the engine builds
+// it from the server's: its directory and the temp dir writable besides
+// the configured ones, each resolved to its real path.
+func sessionPolicy(base sandbox.Policy) func(cwd string) sandbox.Policy {
+	return func(cwd string) sandbox.Policy {
+		p := base
+		if !p.Confined() {
+			return p
+		}
+		var w []string
+		for _, d := range append([]string{cwd, os.TempDir()}, base.Writable...) {
+			if r, err := sandbox.RealPath(d); err == nil {
+				d = r
+			}
+			w = append(w, d)
+		}
+		p.Writable = w
+		return p
+	}
 }

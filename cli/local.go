@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,9 +15,11 @@ import (
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/llm/faux"
 	"github.com/agentd-dev/agentd/mcp"
+	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/settings"
 	"github.com/agentd-dev/agentd/tool"
+	"github.com/agentd-dev/agentd/trust"
 )
 
 // localFlags are the flags of the commands that host sessions on this
@@ -110,7 +113,7 @@ func (h *localHost) session(ctx context.Context, spec engine.Spec) (*session.Ses
 	if err != nil {
 		return nil, err
 	}
-	set, err := h.startMCP(ctx)
+	set, notice, err := h.startMCP(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -125,31 +128,65 @@ func (h *localHost) session(ctx context.Context, spec engine.Spec) (*session.Ses
 		// The session stops the servers when it closes.
 		sess.AddToolSource(set, set.Close)
 	}
+	if notice != nil {
+		sess.AddToolSource(notice, nil)
+	}
 	h.sess = sess
 	return sess, nil
 }
 
-// startMCP starts the MCP servers of --mcp-config and of the project in
-// the working directory; nil when there are none. A server that fails to
-// start is logged, and named by the Set.
-func (h *localHost) startMCP(ctx context.Context) (*mcp.Set, error) {
+// startMCP starts the MCP servers of --mcp-config and, if a person
+// trusted it, of the project in the working directory; nil when there
+// are none. A server that fails to start is logged, and named by the
+// Set; an untrusted project file is logged and returned as a notice
+// (a tool source with no tools that says why, and how to trust it).
+func (h *localHost) startMCP(ctx context.Context) (*mcp.Set, mcp.Notice, error) {
 	servers, err := loadMCPConfig(h.mcpConfig)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	project, err := mcp.LoadProject(h.cwd)
-	if err != nil {
+	var notice mcp.Notice
+	project, err := mcp.LoadProject(h.cwd, h.m.trustStore(h.cfg))
+	var untrusted *mcp.UntrustedError
+	switch {
+	case errors.As(err, &untrusted):
+		h.log.Warn("project MCP servers not started", "err", err)
+		notice = mcp.UntrustedNotice(untrusted)
+	case err != nil:
 		h.log.Warn("project MCP configuration", "err", err)
 	}
 	all := mcp.Merge(servers, project)
 	if len(all) == 0 {
-		return nil, nil
+		return nil, notice, nil
 	}
-	set := mcpManager(h.log).Open(ctx, all, h.cwd)
+	set := h.mcpManager().Open(ctx, all, h.cwd)
 	if err := set.Err(); err != nil {
 		h.log.Warn("MCP servers", "err", err)
 	}
-	return set, nil
+	return set, notice, nil
+}
+
+// mcpManager starts the host's MCP servers under the sandbox of its
+// sessions.
+func (h *localHost) mcpManager() *mcp.Manager {
+	return mcpManager(h.log, h.sandbox())
+}
+
+// sandbox is the policy the host's tools run under (quietly: engine
+// says it in the log).
+func (h *localHost) sandbox() sandbox.Policy {
+	p, err := sandboxPolicy(h.choices.bounds.Sandbox, sandbox.Probe(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		// engine refuses to start on the same error; nothing runs.
+		return sandbox.Policy{Mode: sandbox.ReadOnly}
+	}
+	return p
+}
+
+// trustStore is where the person's grants of project files are kept:
+// in agentd's configuration directory, outside every workspace.
+func (m *Main) trustStore(cfg *config.Config) *trust.Store {
+	return trust.Open(filepath.Join(cfg.ConfigDir, trust.FileName))
 }
 
 // Close closes the session opened with session, if any: it ends the
@@ -215,9 +252,11 @@ func loadMCPConfig(path string) ([]mcp.ServerConfig, error) {
 	return servers, nil
 }
 
-// mcpManager starts MCP servers with agentd's environment, logging to log.
-func mcpManager(log *slog.Logger) *mcp.Manager {
-	return mcp.New(mcp.Options{Environ: os.Environ(), Version: version(), Logger: log})
+// mcpManager starts MCP servers under policy, with only the base of
+// agentd's environment (see mcp.BaseEnv), logging to log.
+func mcpManager(log *slog.Logger, policy sandbox.Policy) *mcp.Manager {
+	return mcp.New(mcp.Options{Environ: os.Environ(), Sandbox: policy, SandboxExe: "/proc/self/exe", TempDir: os.TempDir(),
+		Version: version(), Logger: log})
 }
 
 // pickModel chooses the session's model: the flags, else the saved

@@ -81,6 +81,7 @@ func commands() []command {
 		{"serve", "serve many sessions: pi-server protocol, REST + SSE API, per-session WebSocket and web UI on one port (or pi-server on --stdio)", (*Main).runServe},
 		{"bench", "measure agentd serve: N sessions over WebSocket against a mock model", (*Main).runBench},
 		{"token", "print a random token for agentd serve --token", (*Main).runToken},
+		{"trust", "trust a project's .agentd/mcp.json (as it is now) to start its MCP servers", (*Main).runTrust},
 		{"version", "print the version", (*Main).runVersion},
 	}
 }

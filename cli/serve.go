@@ -70,6 +70,9 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
+	if err := networkToken(&sc, stateDir, log); err != nil {
+		return err
+	}
 	var cn *clusterNode
 	if sc.Cluster.Enabled() {
 		// Only with --cluster: a server on its own starts no NATS and no
@@ -114,6 +117,9 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		// says so for as long as the server runs.
 		hl.AddLasting(fmt.Sprintf("Tools are not sandboxed: %s was configured, but %s", want.Mode, sandbox.Probe()))
 	}
+	// MCP servers run under the sessions' sandbox (the engine checked
+	// it can be enforced; quiet, since it said so).
+	mcpPolicy, _ := sandboxPolicy(sc.Engine.Sandbox, sandbox.Probe(), slog.New(slog.DiscardHandler))
 	// The --mcp-config servers are started once and shared by every
 	// session: their processes live as long as the server and end with it.
 	var builder server.Builder = eng
@@ -122,7 +128,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		return err
 	}
 	if len(mcpServers) > 0 {
-		set := mcpManager(log).Open(ctx, mcpServers, cwd)
+		set := mcpManager(log, mcpPolicy).Open(ctx, mcpServers, cwd)
 		if err := set.Err(); err != nil {
 			// Sessions work without the servers that failed; health says so.
 			log.Warn("MCP servers", "err", err)
@@ -156,7 +162,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		ReturnMemory: true,
 		Builder:      builder, Sandbox: eng.SandboxMode(), Cwd: cwd, SessionsDir: sessionsDir, AllowedDirs: sc.AllowSessionDirs,
 		Home: cfg.Getenv("HOME"), StateDir: stateDir, Journal: journal, FingerprintKey: fingerprintKey,
-		ExportsDir: filepath.Join(cfg.DataDir, "exports"), Protected: []string{filepath.Join(stateDir, "journal.jsonl")},
+		ExportsDir: filepath.Join(cfg.DataDir, "exports"), Protected: []string{filepath.Join(stateDir, "journal.jsonl"), filepath.Join(stateDir, TokenFile)},
 		Breakers: breakers, Health: hl, Metrics: metrics, Logger: log,
 		Limits: server.Limits{
 			MaxSessions: sc.MaxSessions, MaxConnections: sc.MaxConnections, MaxFrameBytes: sc.MaxFrameBytes,
@@ -201,7 +207,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		// token with pi-server's WebSocket.
 		rest, err = convapi.New(srv, convapi.Options{Models: ms, DefaultModel: model, Version: version(), Token: sc.Token,
 			OriginPatterns: sc.AllowOrigins, SessionIdle: sc.RESTSessionIdle,
-			MCP: mcpManager(log)})
+			MCP: mcpManager(log, mcpPolicy)})
 		if err != nil {
 			return err
 		}

@@ -17,13 +17,14 @@ import (
 
 // runTools is `agentd tools`: the tools a session in this directory
 // gets, the built-in ones and the MCP servers' of --mcp-config and the
-// project's .agentd/mcp.json, and each server that failed to start with
-// its cause. The servers are started to list them, and stopped.
+// project's .agentd/mcp.json if trusted (see agentd trust), and each
+// server that failed to start with its cause. The servers are started to
+// list them, and stopped.
 func (m *Main) runTools(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
 	var f localFlags
 	fs.StringVar(&f.tools, "tools", "", "comma-separated built-in tools to enable (default all: "+strings.Join(tool.BuiltinNames, ",")+")")
 	fs.BoolVar(&f.noTools, "no-tools", false, "enable no built-in tools")
-	fs.StringVar(&f.mcpConfig, "mcp-config", "", "MCP servers as tool sources: a JSON file {\"mcpServers\": {name: {command, args, env, cwd} | {url, headers}}}; the project's .agentd/mcp.json is added")
+	fs.StringVar(&f.mcpConfig, "mcp-config", "", "MCP servers as tool sources: a JSON file {\"mcpServers\": {name: {command, args, env, cwd} | {url, headers}}}; the project's .agentd/mcp.json is added once trusted (agentd trust)")
 	asJSON := fs.Bool("json", false, "print {\"tools\": [{name, description}], \"unavailable\": [{source, error}]}, as pi-server's get_tools answers")
 	if err := parseFlagsOnly(cfg, fs, args); err != nil {
 		return err
@@ -77,9 +78,20 @@ func (m *Main) runTools(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 			fmt.Fprintf(m.stdout, "unavailable: %s\n", u.Error)
 		}
 	}
-	if n := len(out.Unavailable); n > 0 {
-		// Listed above; the exit status says something is missing.
-		return errors.New(plural(n, "MCP server") + " failed to start (see above)")
+	// Listed above; the exit status says something is missing.
+	failed, untrusted := 0, false
+	for _, u := range out.Unavailable {
+		if strings.HasPrefix(u.Source, "mcp:") {
+			failed++
+		} else {
+			untrusted = true
+		}
+	}
+	switch {
+	case failed > 0:
+		return errors.New(plural(failed, "MCP server") + " failed to start (see above)")
+	case untrusted:
+		return errors.New("the project's MCP servers were not started: it is not trusted (see above)")
 	}
 	return nil
 }

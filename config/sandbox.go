@@ -37,7 +37,7 @@ const (
 // Register adds the sandbox flags to fs.
 func (s *Sandbox) Register(fs *flag.FlagSet) {
 	fs.StringVar(&s.Mode, "sandbox", s.Mode, "what tools may touch: read-only, workspace-write (the session's directory and the temp dir) or full-access (no sandbox)")
-	fs.BoolVar(&s.Network, "sandbox-network", s.Network, "let tools use the network in read-only and workspace-write")
+	fs.BoolVar(&s.Network, "sandbox-network", s.Network, "let tools use the network in read-only and workspace-write (agentd serve then requires a token even on loopback, and makes one in <data-dir>/server/token if none is given)")
 	fs.Var(&s.AllowWrite, "sandbox-allow-write", "another directory workspace-write lets tools write under, absolute (repeatable), e.g. a build cache")
 	fs.StringVar(&s.Fallback, "sandbox-fallback", s.Fallback, "where the kernel cannot confine tools (no Landlock): refuse to start, or run unconfined with a warning (when not given: refuse, but unconfined for agentd acp and for agentd serve on loopback, so they start on any machine)")
 }

@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -32,6 +33,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/tool"
 )
 
@@ -70,12 +72,24 @@ func ParseConfig(data []byte) ([]ServerConfig, error) {
 }
 
 // ProjectFile is where a project keeps its MCP servers, relative to its
-// directory.
+// directory. It names commands agentd would start, and a model working
+// in the project can write it: its servers start only for a project a
+// person trusted (see LoadProject).
 const ProjectFile = ".agentd/mcp.json"
 
-// LoadProject reads the project's MCP servers in dir; a project without
-// the file has none.
-func LoadProject(dir string) ([]ServerConfig, error) {
+// Project is a project's MCP configuration as read: the bytes a person
+// is asked to trust and the servers parsed from exactly those bytes, so
+// what starts is what was trusted.
+type Project struct {
+	// Dir is the project directory; Path the file.
+	Dir, Path string
+	Data      []byte
+	Servers   []ServerConfig
+}
+
+// ReadProject reads the project's MCP configuration in dir, trusted or
+// not; nil for a project without the file.
+func ReadProject(dir string) (*Project, error) {
 	p := filepath.Join(dir, ProjectFile)
 	data, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -88,7 +102,57 @@ func LoadProject(dir string) ([]ServerConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
-	return servers, nil
+	return &Project{Dir: dir, Path: p, Data: data, Servers: servers}, nil
+}
+
+// Trust says whether a person trusted a project's file with exactly
+// this content (package trust keeps the grants).
+type Trust interface {
+	Trusted(dir, file string, content []byte) bool
+}
+
+// UntrustedError is a project's MCP configuration that was not used
+// because nobody trusted it as it is: a model that can write the project
+// could have written it.
+type UntrustedError struct{ Project *Project }
+
+func (e *UntrustedError) Error() string {
+	return fmt.Sprintf("the MCP servers of %s were not started: this project is not trusted (or the file changed since it was), and a model working in the project could have written it; to trust the file as it is now, run: agentd trust %s",
+		e.Project.Path, e.Project.Dir)
+}
+
+// LoadProject reads the project's MCP servers in dir and returns them
+// if t trusts the file as it is; an untrusted file gives no servers and
+// an *UntrustedError with the file (its servers, to ask a person about).
+// A project without the file has none; nil t trusts nothing.
+func LoadProject(dir string, t Trust) ([]ServerConfig, error) {
+	p, err := ReadProject(dir)
+	if err != nil || p == nil {
+		return nil, err
+	}
+	if t == nil || !t.Trusted(dir, ProjectFile, p.Data) {
+		return nil, &UntrustedError{Project: p}
+	}
+	return p.Servers, nil
+}
+
+// Notice is a tool source with no tools that names why some are missing:
+// an untrusted project configuration, reported where failed servers are
+// (get_tools' unavailable, agentd tools).
+type Notice []tool.Unavailable
+
+// Tools are none.
+func (Notice) Tools() []tool.Tool { return nil }
+
+// Watch never calls changed: a notice does not change.
+func (Notice) Watch(func()) func() { return func() {} }
+
+// Unavailable is the notice.
+func (n Notice) Unavailable() []tool.Unavailable { return n }
+
+// UntrustedNotice is the notice of an untrusted project file.
+func UntrustedNotice(e *UntrustedError) Notice {
+	return Notice{{Source: "project:" + e.Project.Path, Error: e.Error()}}
 }
 
 // Merge joins lists of servers; a server named again replaces the
@@ -123,9 +187,19 @@ func (s ServerConfig) check() error {
 
 // Options configure a Manager.
 type Options struct {
-	// Environ is the environment stdio servers start with (os.Environ
-	// form); a server's Env is added to it.
+	// Environ is agentd's environment (os.Environ form). A stdio server
+	// gets only BaseEnv of it, and the variables its configuration
+	// names (Env): never agentd's keys and token.
 	Environ []string
+	// Sandbox is the policy stdio servers run under, applied through
+	// the helper executable SandboxExe (see sandbox.Policy.Wrap): a
+	// confining policy is given the network (MCP servers often need
+	// it) and, in workspace-write, the session's directory, the
+	// server's cwd and TempDir to write. The zero value is full access.
+	Sandbox    sandbox.Policy
+	SandboxExe string
+	// TempDir is the temp dir servers may write in workspace-write.
+	TempDir string
 	// HTTPClient carries streamable HTTP servers (http.DefaultClient if nil).
 	HTTPClient *http.Client
 	// CallTimeout bounds one tools/call (default 2 minutes).
@@ -151,6 +225,9 @@ func New(opt Options) *Manager {
 	}
 	if opt.HTTPClient == nil {
 		opt.HTTPClient = http.DefaultClient
+	}
+	if opt.SandboxExe == "" {
+		opt.SandboxExe = "/proc/self/exe"
 	}
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
@@ -190,7 +267,7 @@ func (m *Manager) OpenLazy(servers []ServerConfig, cwd string) *Set {
 		if cfg.Cwd == "" {
 			cfg.Cwd = cwd
 		}
-		set.servers = append(set.servers, &server{m: m, set: set, cfg: cfg, changed: make(chan struct{}, 1)})
+		set.servers = append(set.servers, &server{m: m, set: set, cfg: cfg, workspace: cwd, changed: make(chan struct{}, 1)})
 	}
 	return set
 }
@@ -405,12 +482,14 @@ func (set *Set) Close() {
 // server is one running MCP server of a Set. A server that died is
 // started again by the next call, no sooner than its backoff allows.
 type server struct {
-	m        *Manager
-	set      *Set
-	cfg      ServerConfig
-	startErr error         // set once, in Start (set.mu)
-	settled  bool          // runs, or failed for good, by a Start (startMu)
-	changed  chan struct{} // a list change to fetch (one is enough)
+	m   *Manager
+	set *Set
+	cfg ServerConfig
+	// workspace is the owner's directory (the session's cwd).
+	workspace string
+	startErr  error         // set once, in Start (set.mu)
+	settled   bool          // runs, or failed for good, by a Start (startMu)
+	changed   chan struct{} // a list change to fetch (one is enough)
 
 	mu       sync.Mutex
 	tools    []tool.Tool
@@ -434,20 +513,155 @@ func (s *server) transport() sdk.Transport {
 		}
 		return &sdk.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: &c, MaxRetries: -1}
 	}
-	cmd := exec.Command(s.cfg.Command, s.cfg.Args...)
+	env := s.environ()
+	argv := append([]string{lookPath(s.cfg.Command, env)}, s.cfg.Args...)
+	argv = s.policy().Wrap(s.m.opt.SandboxExe, argv)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = s.cfg.Cwd
-	cmd.Env = append([]string{}, s.m.opt.Environ...)
-	for k, v := range s.cfg.Env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	// What a server says on stderr is kept, the end of it, to explain
-	// a server that exits at once.
+	cmd.Env = env
+	// What a server says on stderr is logged, redacted, and its end is
+	// kept to log why a server exited at once; it never reaches a
+	// client, since a server may print its configuration's secrets.
 	s.stderr = &tailBuffer{max: 2048}
-	cmd.Stderr = s.stderr
+	cmd.Stderr = &stderrLog{tail: s.stderr, log: s.m.opt.Logger, server: s.cfg.Name, redact: s.redactor()}
 	cmd.WaitDelay = 2 * time.Second
 	ownGroup(cmd)
 	s.proc = cmd
 	return &sdk.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+}
+
+// BaseEnv are the variables of agentd's environment every stdio server
+// gets; everything else it needs its configuration names.
+var BaseEnv = []string{"PATH", "HOME", "LANG", "TMPDIR"}
+
+// environ is the server's environment: BaseEnv from agentd's, then its
+// configuration's Env.
+func (s *server) environ() []string {
+	var env []string
+	for _, kv := range s.m.opt.Environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, own := s.cfg.Env[name]; !own && slices.Contains(BaseEnv, name) {
+			env = append(env, kv)
+		}
+	}
+	names := make([]string, 0, len(s.cfg.Env))
+	for k := range s.cfg.Env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		env = append(env, k+"="+s.cfg.Env[k])
+	}
+	return env
+}
+
+// policy is what the server runs under: the owner's sandbox with the
+// network, writing (in workspace-write) where the session may, in the
+// server's own cwd and the temp dir.
+func (s *server) policy() sandbox.Policy {
+	p := s.m.opt.Sandbox
+	if p.Mode == "" || !p.Confined() {
+		return sandbox.Policy{Mode: sandbox.FullAccess, Network: true}
+	}
+	p.Network = true
+	var w []string
+	for _, d := range append([]string{s.workspace, s.cfg.Cwd, s.m.opt.TempDir}, p.Writable...) {
+		if d == "" || !filepath.IsAbs(d) {
+			continue
+		}
+		if r, err := sandbox.RealPath(d); err == nil {
+			d = r
+		}
+		if !slices.Contains(w, d) {
+			w = append(w, d)
+		}
+	}
+	p.Writable = w
+	return p
+}
+
+// lookPath finds name in the PATH of env, as a shell would: the sandbox
+// helper executes exactly the path it is given.
+func lookPath(name string, env []string) string {
+	if strings.Contains(name, "/") {
+		return name
+	}
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return name
+}
+
+// redactor removes from a server's output what may be a secret: the
+// values of its configuration's Env and Headers, and token-shaped words.
+func (s *server) redactor() func(string) string {
+	var values []string
+	for _, m := range []map[string]string{s.cfg.Env, s.cfg.Headers} {
+		for _, v := range m {
+			if len(v) >= 4 {
+				values = append(values, v)
+			}
+		}
+	}
+	// Longest first: a value inside another is not left half shown.
+	sort.Slice(values, func(i, j int) bool { return len(values[i]) > len(values[j]) })
+	return func(text string) string {
+		for _, v := range values {
+			text = strings.ReplaceAll(text, v, "[redacted]")
+		}
+		return secretWord.ReplaceAllString(text, "[redacted]")
+	}
+}
+
+// secretWord matches what looks like a credential in free text: the
+// providers' key prefixes, bearer tokens, and NAME=value where the name
+// says key, token, secret or password.
+var secretWord = regexp.MustCompile(`(?i)\b(sk-[a-z0-9_-]{8,}|gh[pousr]_[a-z0-9]{16,}|xox[abpr]-[a-z0-9-]{8,}|AKIA[A-Z0-9]{12,})|(bearer\s+)\S+|([A-Z0-9_]*(KEY|TOKEN|SECRET|PASSWORD|CREDENTIALS)[A-Z0-9_]*\s*[=:]\s*)\S+`)
+
+// stderrLog logs each line a server writes on stderr, redacted, at
+// debug level, and keeps the end of it.
+type stderrLog struct {
+	tail   *tailBuffer
+	log    *slog.Logger
+	server string
+	redact func(string) string
+
+	mu      sync.Mutex
+	partial []byte
+}
+
+func (w *stderrLog) Write(p []byte) (int, error) {
+	_, _ = w.tail.Write(p)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.partial = append(w.partial, p...)
+	for {
+		i := slices.Index(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := strings.TrimRight(string(w.partial[:i]), "\r")
+		w.partial = w.partial[i+1:]
+		if line != "" {
+			w.log.Debug("MCP server stderr", "server", w.server, "line", w.redact(line))
+		}
+	}
+	if len(w.partial) > 4096 {
+		w.partial = w.partial[len(w.partial)-4096:]
+	}
+	return len(p), nil
 }
 
 type headerTransport struct {
@@ -478,6 +692,13 @@ func (s *server) connect(ctx context.Context) error {
 			}
 		},
 	})
+	if s.cfg.URL == "" {
+		// Checked here: under the sandbox the helper would only say
+		// that it could not run the command.
+		if _, err := exec.LookPath(lookPath(s.cfg.Command, s.environ())); err != nil {
+			return err
+		}
+	}
 	cs, err := c.Connect(ctx, s.transport(), nil)
 	if err != nil {
 		s.killGroup()
@@ -487,17 +708,26 @@ func (s *server) connect(ctx context.Context) error {
 	return nil
 }
 
-// explain adds what a stdio server that ended left behind: its exit
-// status and the end of its stderr.
+// explain says how a stdio server that ended before it answered ended:
+// its exit status, and that its stderr is in agentd's log. What it
+// printed is logged (redacted) and never put in the error, which
+// clients see: a server may print its configuration's secrets.
 func (s *server) explain(err error) error {
 	if s.proc == nil || s.proc.ProcessState == nil {
 		return err
 	}
-	why := s.proc.ProcessState.String()
-	if tail := strings.TrimSpace(s.stderr.String()); tail != "" {
-		why += "; its stderr ends: " + tail
+	st := s.proc.ProcessState
+	why := "exited with status " + fmt.Sprint(st.ExitCode())
+	if st.ExitCode() < 0 {
+		why = "was stopped (" + st.String() + ")"
 	}
-	return fmt.Errorf("%w (the command %s)", err, why)
+	if st.ExitCode() == sandbox.ExitRefused && s.policy().Confined() {
+		why += " (the sandbox may have refused to run it)"
+	}
+	tail := strings.TrimSpace(s.stderr.String())
+	s.m.opt.Logger.Warn("MCP server ended before it answered", "server", s.cfg.Name, "status", st.String(),
+		"err", err, "stderr", s.redactor()(tail))
+	return fmt.Errorf("the command %s before listing its tools; see the agentd log for its stderr", why)
 }
 
 // start connects and lists the server's tools, every page.

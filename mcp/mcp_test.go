@@ -15,12 +15,21 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/tool"
 )
 
 // The test binary is also the MCP server the tests start over stdio:
 // a real subprocess speaking the real protocol.
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.Command {
+		// The sandbox helper, as agentd itself is (see Options.SandboxExe).
+		os.Exit(sandbox.Main(os.Args[2:], os.Stderr))
+	}
+	if os.Getenv("AGENTD_MCP_TEST_SERVER") == "exit-secret" {
+		fmt.Fprintf(os.Stderr, "cannot log in with %s (OPENAI_API_KEY=%s)\n", os.Getenv("SERVICE_PASSWORD"), os.Getenv("OPENAI_API_KEY"))
+		os.Exit(1)
+	}
 	if os.Getenv("AGENTD_MCP_TEST_SERVER") == "exit" {
 		fmt.Fprintln(os.Stderr, "no configuration for this server")
 		os.Exit(3)
@@ -48,6 +57,9 @@ func testServer() *sdk.Server {
 		_ = json.Unmarshal(r.Params.Arguments, &a)
 		return text("echo: " + a.Text), nil
 	})
+	if os.Getenv("AGENTD_MCP_TEST_EXTRA") == "1" {
+		confineTools(s)
+	}
 	s.AddTool(&sdk.Tool{Name: "image", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.ImageContent{Data: []byte("PNG"), MIMEType: "image/png"}}}, nil
 	})
@@ -67,6 +79,26 @@ func testServer() *sdk.Server {
 		return nil, nil
 	})
 	return s
+}
+
+// confineTools are the tools the confinement tests call: the server's
+// environment, and a write where it is told.
+func confineTools(s *sdk.Server) {
+	text := func(t string) *sdk.CallToolResult {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: t}}}
+	}
+	obj := map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}}
+	s.AddTool(&sdk.Tool{Name: "env", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		return text(strings.Join(os.Environ(), "\n")), nil
+	})
+	s.AddTool(&sdk.Tool{Name: "write", InputSchema: obj}, func(_ context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		var a struct{ Text string }
+		_ = json.Unmarshal(r.Params.Arguments, &a)
+		if err := os.WriteFile(a.Text, []byte("written by the MCP server"), 0o600); err != nil {
+			return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: err.Error()}}}, nil
+		}
+		return text("wrote " + a.Text), nil
+	})
 }
 
 func stdioServer(t *testing.T) ServerConfig {

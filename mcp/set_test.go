@@ -76,7 +76,7 @@ func TestServersThatFailToStart(t *testing.T) {
 		want []string
 	}{
 		{ServerConfig{Name: "badcmd", Command: "/nonexistent/mcp-server"}, []string{"MCP server badcmd failed to start", "/nonexistent/mcp-server", "no such file"}},
-		{exits, []string{"MCP server exits failed to start", "exit status 3", "no configuration for this server"}},
+		{exits, []string{"MCP server exits failed to start", "exited with status 3 before listing its tools", "see the agentd log"}},
 		{ServerConfig{Name: "refused", URL: refused}, []string{"MCP server refused failed to start", "connection refused"}},
 		{ServerConfig{Name: "neither"}, []string{"MCP server neither failed to start", "needs a command or a url"}},
 	}

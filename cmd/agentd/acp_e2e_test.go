@@ -239,7 +239,8 @@ func TestACPMCPServerAsToolSource(t *testing.T) {
 	acpNodeModules(t)
 	e := e2eNewEnv(t, e2eOpts{})
 	server := testMCPServer(t)
-	pidFile := filepath.Join(e.root, "mcp.pid")
+	// In the temp dir: the server runs under the session's sandbox.
+	pidFile := filepath.Join(e.tmp, "mcp.pid")
 	echo := func(text string) func(*llmtest.Script) {
 		return func(s *llmtest.Script) {
 			u := s.Usage
@@ -305,7 +306,8 @@ func TestACPMCPServerAsToolSource(t *testing.T) {
 }
 
 // agentd rpc takes MCP servers too: --mcp-config and the project's
-// .agentd/mcp.json, merged by name.
+// .agentd/mcp.json, merged by name; the project's only once trusted
+// (agentd trust), since a model working in the project can write it.
 func TestRPCMCPConfig(t *testing.T) {
 	e := e2eNewEnv(t, e2eOpts{})
 	server := testMCPServer(t)
@@ -316,19 +318,54 @@ func TestRPCMCPConfig(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(e.cwd, ".agentd"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(e.cwd, ".agentd", "mcp.json"), []byte(`{"mcpServers":{"proj":{"command":"`+server+`"}}}`), 0o600); err != nil {
+	// The project's server also leaves a marker outside the workspace
+	// when it starts.
+	marker := filepath.Join(e.root, "ESCAPED")
+	project := `{"mcpServers":{"proj":{"command":"/bin/sh","args":["-c","echo ran > ` + marker + `; exec ` + server + `"]}}}`
+	if err := os.WriteFile(filepath.Join(e.cwd, ".agentd", "mcp.json"), []byte(project), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	e.tweak("MCP-ECHO", func(s *llmtest.Script) { *s = e2eToolScript("tiny__echo", map[string]string{"text": "from rpc"}) })
 	e.tweak("MCP-PROJECT", func(s *llmtest.Script) {
 		*s = e2eToolScript("proj__echo", map[string]string{"text": "from the project"})
 	})
-	p := e.start("--mcp-config", cfg)
-	for prompt, want := range map[string]string{"MCP-ECHO": "tiny echo: from rpc", "MCP-PROJECT": "tiny echo: from the project"} {
-		p.ok(`{"id":"` + prompt + `","type":"prompt","message":"` + prompt + `"}`)
-		te := p.event("tool_execution_end")
-		e2eEqual(t, prompt+" output", e2eStr(te, "result", "content", "0", "text"), want)
-		p.event("agent_end")
+	run := func(want map[string]string) {
+		t.Helper()
+		p := e.start("--mcp-config", cfg)
+		for _, prompt := range []string{"MCP-ECHO", "MCP-PROJECT"} {
+			p.ok(`{"id":"` + prompt + `","type":"prompt","message":"` + prompt + `"}`)
+			te := p.event("tool_execution_end")
+			if got := e2eStr(te, "result", "content", "0", "text"); !strings.Contains(got, want[prompt]) {
+				t.Errorf("%s output %q, want %q", prompt, got, want[prompt])
+			}
+			p.event("agent_end")
+		}
+		p.close()
 	}
-	p.close()
+	// Untrusted: the session has --mcp-config's server, not the project's,
+	// whose command never ran.
+	run(map[string]string{"MCP-ECHO": "tiny echo: from rpc", "MCP-PROJECT": "proj__echo"})
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Fatalf("the untrusted project's server ran: %v", err)
+	}
+	trust := exec.Command(agentdBin, "trust", e.cwd)
+	trust.Env = []string{"HOME=" + e.home, "PATH=" + os.Getenv("PATH"), "AGENTD_DATA_DIR=" + e.data}
+	if b, err := trust.CombinedOutput(); err != nil {
+		t.Fatalf("agentd trust: %v\n%s", err, b)
+	}
+	run(map[string]string{"MCP-ECHO": "tiny echo: from rpc", "MCP-PROJECT": "tiny echo: from the project"})
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the trusted project's server did not run: %v", err)
+	}
+	// A model rewrites the file: the grant does not cover what it wrote.
+	if err := os.Remove(marker); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.cwd, ".agentd", "mcp.json"), []byte(strings.Replace(project, "echo ran", "echo rewritten", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run(map[string]string{"MCP-ECHO": "tiny echo: from rpc", "MCP-PROJECT": "proj__echo"})
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Fatalf("the rewritten project's server ran: %v", err)
+	}
 }

@@ -33,7 +33,7 @@ func TestMCPServersThatFailToStart(t *testing.T) {
 	}
 	want := map[string][]string{
 		"missing": {"MCP server missing failed to start", "/nonexistent/mcp-server", "no such file or directory"},
-		"exits":   {"MCP server exits failed to start", "exit status 4", "missing API key"},
+		"exits":   {"MCP server exits failed to start", "exited with status 4 before listing its tools", "see the agentd log"},
 		"refused": {"MCP server refused failed to start", "connection refused"},
 	}
 	cfg, _ := json.Marshal(map[string]any{"mcpServers": servers})
@@ -77,7 +77,20 @@ func TestMCPServersThatFailToStart(t *testing.T) {
 			}
 			return out.String(), errb.String(), code
 		}
+		// Untrusted, the project's file starts nothing and says how to
+		// trust it.
 		out, stderr, code := run()
+		if code != 1 || !strings.Contains(stderr, "not trusted") || strings.Contains(out, "tiny__echo") ||
+			!strings.Contains(out, "agentd trust "+e.cwd) {
+			t.Fatalf("untrusted: exit %d, stdout:\n%s\nstderr:\n%s", code, out, stderr)
+		}
+		trust := exec.Command(agentdBin, "trust")
+		trust.Dir = e.cwd
+		trust.Env = []string{"HOME=" + e.home, "PATH=" + os.Getenv("PATH"), "AGENTD_DATA_DIR=" + e.data, "TMPDIR=" + e.tmp}
+		if b, err := trust.CombinedOutput(); err != nil || !strings.Contains(string(b), "trusted ") {
+			t.Fatalf("agentd trust: %v\n%s", err, b)
+		}
+		out, stderr, code = run()
 		if code != 1 || !strings.Contains(stderr, "3 MCP servers failed to start") {
 			t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 		}
@@ -94,6 +107,9 @@ func TestMCPServersThatFailToStart(t *testing.T) {
 			t.Fatalf("unavailable lines:\n%s", out)
 		}
 		check(t, "agentd tools", lines)
+		if strings.Contains(out, "missing API key") {
+			t.Errorf("a server's stderr reached the listing:\n%s", out)
+		}
 
 		out, _, code = run("--json")
 		var got struct {
@@ -160,6 +176,15 @@ func TestMCPServersThatFailToStart(t *testing.T) {
 			t.Errorf("healthy with servers down: %s", h)
 		}
 		check(t, "health_check", issues)
+		// What the server printed goes to the log, never to a client.
+		for _, f := range []svFrame{r, again, h} {
+			if strings.Contains(f.raw, "missing API key") {
+				t.Errorf("a server's stderr reached a client: %s", f)
+			}
+		}
+		if !strings.Contains(s.stderr.String(), "missing API key") {
+			t.Errorf("the log lacks the server's stderr:\n%s", s.stderr.String())
+		}
 		// The session works with the server that started.
 		svPrompt(c, "one", "MCP-ECHO")
 		end := c.waitEvent("one", "tool_execution_end")

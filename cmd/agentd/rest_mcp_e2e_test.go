@@ -72,7 +72,8 @@ func TestRESTConversationMCPAutoStartAndSecretsAfterKill9(t *testing.T) {
 	e := e2eNewEnv(t, e2eOpts{})
 	server := testMCPServer(t)
 	const secret = "e2e-s3cret-token-9921"
-	pidFile := filepath.Join(e.root, "tiny.pid")
+	// In the temp dir: the server runs under the conversation's sandbox.
+	pidFile := filepath.Join(e.tmp, "tiny.pid")
 	s := svStart(t, e)
 	id := "mcp-lazy"
 	rsOK(t, s, "PUT", rsConvPath(id), map[string]any{})
@@ -139,9 +140,9 @@ func TestRESTConversationMCPAutoStartAndSecretsAfterKill9(t *testing.T) {
 }
 
 // A conversation's MCP server that fails to start is a health issue
-// that names it but not its cause: health_check answers every client,
-// and the cause quotes what the server printed, which may be a secret of
-// its env. The conversation's own config keeps the cause.
+// that names it but not its cause: health_check answers every client.
+// The conversation's own config says how it ended, but never what it
+// printed (which may be a secret of its env): that is in the log only.
 func TestRESTConversationMCPFailureInHealth(t *testing.T) {
 	t.Parallel()
 	s := svStart(t, e2eNewEnv(t, e2eOpts{}))
@@ -149,8 +150,12 @@ func TestRESTConversationMCPFailureInHealth(t *testing.T) {
 	rsOK(t, s, "PUT", rsConvPath(id), map[string]any{"config": map[string]any{"chat": map[string]any{},
 		"mcp": map[string]any{"servers": []any{map[string]any{"name": "leaky", "command": "sh",
 			"args": []string{"-c", `echo "bad key $KEY" >&2; exit 3`}, "env": map[string]string{"KEY": "s3cret-value"}}}}}})
-	if cfg := rsOK(t, s, "GET", rsConvPath(id)+"/config", nil); !strings.Contains(cfg.body, "s3cret-value") || !strings.Contains(cfg.body, "unavailable") {
-		t.Errorf("the owner's config lacks the cause: %s", e2eClip(cfg.body, 1500))
+	if cfg := rsOK(t, s, "GET", rsConvPath(id)+"/config", nil); strings.Contains(cfg.body, "s3cret-value") ||
+		!strings.Contains(cfg.body, "exited with status 3") || !strings.Contains(cfg.body, "unavailable") {
+		t.Errorf("the owner's config lacks the cause, or quotes the server's stderr: %s", e2eClip(cfg.body, 1500))
+	}
+	if log := s.stderr.String(); !strings.Contains(log, "bad key [redacted]") || strings.Contains(log, "s3cret-value") {
+		t.Errorf("the log should have the server's stderr, redacted: %s", e2eClip(log, 3000))
 	}
 	h := s.dial("A").call(svM{"id": "h", "type": "health_check"})
 	issues := svJSON(svAt(h.m, "data", "issues"))

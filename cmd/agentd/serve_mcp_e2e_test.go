@@ -21,7 +21,8 @@ func TestServeMCPConfig(t *testing.T) {
 	// env is a fresh agentd environment with cfg naming the MCP server.
 	env := func(t *testing.T) (e *e2eEnv, cfg, pidFile string) {
 		e = e2eNewEnv(t, e2eOpts{})
-		pidFile = filepath.Join(e.root, "mcp.pid")
+		// In the temp dir: the server runs under the sessions' sandbox.
+		pidFile = filepath.Join(e.tmp, "mcp.pid")
 		cfg = filepath.Join(e.root, "mcp.json")
 		if err := os.WriteFile(cfg, []byte(`{"mcpServers":{"tiny":{"command":"`+bin+`","args":["`+pidFile+`"]}}}`), 0o600); err != nil {
 			t.Fatal(err)

@@ -8,6 +8,10 @@
 // sessions is the process's cwd. A step is one of:
 //
 //   init                         initialize; prints the agent's capabilities
+//   init-editor                  initialize offering fs and terminal, served by
+//                                this editor with its own rights (real files,
+//                                real processes)
+//   editor-log                   prints the fs and terminal requests it was sent
 //   new                          session/new; remembers the session id
 //   new-mcp:<name>=<cmd>[,args]  session/new with one stdio MCP server
 //   prompt:<text>                a prompt; prints the text, the updates and the stop reason
@@ -16,7 +20,8 @@
 //   restart                      a new agentd process
 //   list                         session/list for the cwd
 //   load                         session/load of the remembered session; prints the replay
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { Readable, Writable } from "node:stream";
 import { pathToFileURL } from "node:url";
@@ -38,6 +43,9 @@ let permission = async () => ({ outcome: { outcome: "cancelled" } });
 let onAsked = () => {};
 const updates = [];
 let firstUpdateAt = 0;
+// editorLog is every fs and terminal request, as the editor got it.
+const editorLog = [];
+const terminals = new Map();
 
 function start() {
   const child = spawn(agentd, agentdArgs, { stdio: ["pipe", "pipe", "inherit"] });
@@ -52,7 +60,30 @@ function start() {
     .onRequest("session/request_permission", async ({ params }) => {
       onAsked(params);
       return permission(params);
-    });
+    })
+    .onRequest("fs/read_text_file", async ({ params }) => {
+      editorLog.push({ method: "fs/read_text_file", path: params.path });
+      return { content: readFileSync(params.path, "utf8") };
+    })
+    .onRequest("fs/write_text_file", async ({ params }) => {
+      editorLog.push({ method: "fs/write_text_file", path: params.path });
+      writeFileSync(params.path, params.content);
+      return {};
+    })
+    .onRequest("terminal/create", async ({ params }) => {
+      editorLog.push({ method: "terminal/create", command: params.command, args: params.args });
+      const r = spawnSync(params.command, params.args ?? [], { cwd: params.cwd, encoding: "utf8" });
+      const id = "term-" + (terminals.size + 1);
+      terminals.set(id, r);
+      return { terminalId: id };
+    })
+    .onRequest("terminal/wait_for_exit", async ({ params }) => ({ exitCode: terminals.get(params.terminalId).status }))
+    .onRequest("terminal/output", async ({ params }) => {
+      const r = terminals.get(params.terminalId);
+      return { output: (r.stdout ?? "") + (r.stderr ?? ""), truncated: false };
+    })
+    .onRequest("terminal/release", async () => ({}))
+    .onRequest("terminal/kill", async () => ({}));
   return { child, stream, app };
 }
 
@@ -71,14 +102,19 @@ async function run(proc) {
         throw new Restart(sessionId);
       }
       switch (kind) {
-        case "init": {
+        case "init":
+        case "init-editor": {
+          const editor = kind === "init-editor";
           const r = await ctx.request("initialize", {
             protocolVersion: acp.PROTOCOL_VERSION ?? 1,
-            clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+            clientCapabilities: { fs: { readTextFile: editor, writeTextFile: editor }, terminal: editor },
           });
           out({ step, result: r });
           break;
         }
+        case "editor-log":
+          out({ step, result: { requests: [...editorLog] } });
+          break;
         case "new":
         case "new-mcp": {
           const mcpServers = [];
