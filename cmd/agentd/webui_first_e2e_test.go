@@ -360,5 +360,19 @@ func TestWebUIToolState(t *testing.T) {
 	if got := wuEval[string](p, `[...document.querySelectorAll('.tool-status')].map((e) => e.textContent).join('|')`); strings.Contains(got, "failed") {
 		p.fail("a stopped call is labelled %q", got)
 	}
+
+	// /think on the offline faux model at level off: its thinking says
+	// why it thinks, not "Thinking (off)".
+	p.run(chromedp.Click(chromedp.CSS("#new-conv")))
+	p.until("faux/echo offered", `document.querySelector('#new-model option[value="faux/echo"]:enabled') !== null`)
+	p.run(chromedp.SetValue(chromedp.CSS("#new-model"), "faux/echo"), chromedp.SetValue(chromedp.CSS("#new-thinking"), "off"),
+		chromedp.SendKeys(chromedp.CSS("#new-name"), "think"), chromedp.Click(chromedp.CSS(`#new-form button[type=submit]`)))
+	p.until("the conversation", `document.getElementById('conv-title').textContent === 'think' && document.getElementById('conv-model').textContent === 'faux/echo · thinking off'`)
+	p.run(chromedp.SetValue(chromedp.CSS("#prompt"), "/think\nponder this"), chromedp.Focus(chromedp.CSS("#prompt")), chromedp.KeyEvent("\r"))
+	p.until("the answer", shows("You said: ponder this"))
+	got := wuEval[string](p, `document.querySelector('.msg-assistant details.thinking .thinking-text')?.textContent || ''`)
+	if !strings.HasPrefix(got, "Thinking (asked for with /think; the thinking level is off)") {
+		p.fail("the /think answer's thinking is %q", got)
+	}
 	con.clean(p)
 }
