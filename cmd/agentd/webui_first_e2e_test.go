@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/agentd-dev/agentd/llm/llmtest"
 )
 
 // The web UI's first hour in Chromium: the welcome, changing a
@@ -330,6 +332,29 @@ func TestWebUIApprovalKeys(t *testing.T) {
 	}
 	p.run(chromedp.KeyEvent("y"))
 	p.until("it ran", ran("while-typing"))
+	p.until("idle", stateIs("idle"))
+
+	// Two calls in one message, asked about in turn. After a reload the
+	// first waits and the second, not asked yet, is not shown running;
+	// answering one moves focus to the next.
+	e.tweak("two calls", func(sc *llmtest.Script) {
+		*sc = llmtest.Script{ToolCalls: []llmtest.ToolCall{
+			{ID: "call_a", Name: "bash", Args: []string{`{"command":"echo first-call"}`}},
+			{ID: "call_b", Name: "bash", Args: []string{`{"command":"echo second-call"}`}}}}
+	})
+	wuEval[bool](p, `(document.getElementById('prompt').value = '') === ''`)
+	p.send("two calls")
+	p.until("the first card", `document.querySelectorAll('.approval').length === 1`)
+	p.run(chromedp.Reload())
+	p.until("the first card after the reload, focused", `document.querySelectorAll('.approval').length === 1 && `+focusedAction+` === 'run'`)
+	statuses := `[...[...document.querySelectorAll('.msg-assistant')].pop().querySelectorAll('.tool-status')].map((e) => e.textContent).join('|')`
+	if got := wuEval[string](p, statuses); got != "waiting for you|" {
+		p.fail("after a reload the two calls' states are %q, want the first waiting and the second blank", got)
+	}
+	p.run(chromedp.KeyEvent("y"))
+	p.until("the second card, focused", ran("first-call")+` && document.querySelectorAll('.approval').length === 1 && `+focusedAction+` === 'run'`)
+	p.run(chromedp.KeyEvent("y"))
+	p.until("both ran", ran("second-call"))
 	p.until("idle", stateIs("idle"))
 	con.clean(p)
 }

@@ -1140,16 +1140,24 @@ function stopped() {
 // before: the calls of the message being worked on that have no result
 // and wait for no one are running.
 function markRunning(generating) {
-  const last = [...$('messages').querySelectorAll('.msg-assistant')].pop();
-  for (const card of ui.cards.values()) {
-    const s = card.querySelector('.tool-status');
-    if (!s || card.dataset.result) continue;
-    if (generating && last && last.contains(card) && !s.textContent) {
-      s.textContent = 'running…';
-      s.className = 'tool-status status-running';
-    } else if (!generating && s.classList.contains('status-running')) {
+  if (!generating) {
+    for (const s of $('messages').querySelectorAll('.tool-status.status-running')) {
       s.textContent = '';
       s.className = 'tool-status';
+    }
+    return;
+  }
+  const last = [...$('messages').querySelectorAll('.msg-assistant')].pop();
+  if (!last) return;
+  // Calls are asked about in order: those after one that waits for a
+  // person have not started.
+  for (const card of last.querySelectorAll('.tool')) {
+    const s = card.querySelector('.tool-status');
+    if (!s || card.dataset.result) continue;
+    if (s.classList.contains('status-waiting')) break;
+    if (!s.textContent) {
+      s.textContent = 'running…';
+      s.className = 'tool-status status-running';
     }
   }
 }
@@ -1274,6 +1282,7 @@ function addApproval(t) {
     }
     if (tgt === count) {
       if (e.key === 'Enter') { done(); keys.a.click(); }
+      else if (e.key === 'Escape') { done(); run.focus(); }
       return;
     }
     if (tgt.matches && tgt.matches('input, textarea, select')) return;
