@@ -241,6 +241,7 @@ func TestWebUIModelAndThinking(t *testing.T) {
 	p.run(chromedp.SetValue(chromedp.CSS("#set-model"), "mock/mock-thinker"),
 		chromedp.Click(chromedp.CSS(`#settings-form button[type=submit]`)))
 	p.until("the server's error", `document.getElementById('set-error').textContent.includes('generation is in progress') && !document.getElementById('settings-wrap').hidden`)
+	p.shot("refused")
 	close(release)
 	p.until("idle", stateIs("idle"))
 	if c := p.config(); c["model"] != "mock/mock-model" {
@@ -269,6 +270,7 @@ func TestWebUIApprovalKeys(t *testing.T) {
 	if order != "run:y edit:e skip:s auto:a always:w reject:n" {
 		p.fail("the card's buttons are %q, want Run first and Reject last, each with its key", order)
 	}
+	p.shot("card")
 	p.run(chromedp.KeyEvent("\t"))
 	if f := wuEval[string](p, focusedAction); f != "edit" {
 		p.fail("Tab from Run goes to %q, want edit", f)
@@ -376,12 +378,14 @@ func TestWebUIToolState(t *testing.T) {
 	// it shows with the next output or the result.)
 	p.run(chromedp.Reload())
 	p.until("running after the reload", `document.querySelector('.tool .status-running')?.textContent === 'running…' && document.getElementById('state').textContent === 'running'`)
+	p.shot("running-after-reload")
 
 	// Stop says stopped, not failed.
 	p.run(chromedp.Click(chromedp.CSS("#interrupt")))
 	p.until("stopped", `/^stopped after [0-9.]+ m?s$/.test(document.querySelector('.tool .tool-status')?.textContent || '')`)
 	p.until("interrupted", shows("Interrupted."))
 	p.until("idle", stateIs("idle"))
+	p.shot("stopped")
 	if got := wuEval[string](p, `[...document.querySelectorAll('.tool-status')].map((e) => e.textContent).join('|')`); strings.Contains(got, "failed") {
 		p.fail("a stopped call is labelled %q", got)
 	}
