@@ -411,7 +411,7 @@ func TestWebUIConversation(t *testing.T) {
 		p.run(chromedp.Click(chromedp.CSS("#delete")))
 		p.until("the second click asked for", `document.getElementById('delete').textContent === 'Really delete?'`)
 		p.run(chromedp.Click(chromedp.CSS("#delete")))
-		p.until("no conversation open", `document.getElementById('conv-title').textContent === 'No conversation'`)
+		p.until("no conversation open", `document.getElementById('conv-title').textContent === 'Welcome' && !document.getElementById('welcome').hidden`)
 		p.until("gone from the list", `![...document.querySelectorAll('.conv-name')].some(e => e.textContent.startsWith('renamed chat'))`)
 	})
 

@@ -180,6 +180,9 @@ func (p *Provider) Stream(ctx context.Context, m *llm.Model, c *llm.Context, o *
 func echo(m *llm.Model, c *llm.Context, o *llm.StreamOptions) Response {
 	level := m.ClampThinking(o.Thinking)
 	think := level != llm.ThinkingOff
+	// label says why it thinks: its level, or the /think marker at level
+	// off (a block labelled "off" read as a model thinking while off).
+	label := string(level)
 
 	// Trailing tool results: summarise them and stop.
 	var results []llm.Message
@@ -216,6 +219,9 @@ func echo(m *llm.Model, c *llm.Context, o *llm.StreamOptions) Response {
 		t := strings.TrimSpace(line)
 		switch {
 		case t == "/think":
+			if !think {
+				label = "asked for with /think; the thinking level is off"
+			}
 			think = true
 		case t == "/bash" || strings.HasPrefix(t, "/bash "):
 			cmd := strings.TrimSpace(strings.TrimPrefix(t, "/bash"))
@@ -270,7 +276,7 @@ func echo(m *llm.Model, c *llm.Context, o *llm.StreamOptions) Response {
 		r.Text = strings.Join(problems, "\n") + "\n" + r.Text
 	}
 	if think {
-		r.Thinking = fmt.Sprintf("Thinking (%s): the user wrote %d word(s); ", level, len(strings.Fields(said)))
+		r.Thinking = fmt.Sprintf("Thinking (%s): the user wrote %d word(s); ", label, len(strings.Fields(said)))
 		if len(calls) > 0 {
 			r.Thinking += "I will call the tools they asked for."
 		} else {

@@ -67,6 +67,11 @@ const ui = {
   compacting: false,
   tokens: 0,          // tokens and cost of the assistant messages seen
   cost: 0,
+  opening: false,     // a conversation is being read (route waits for it)
+  model: '',          // the open conversation's model (provider/id)
+  thinking: '',       // and its thinking level
+  welcomeModel: '',   // the model a message typed on the welcome starts with
+  failed: new Map(),  // tool_id → ms, the calls of the last batch that failed
 };
 
 // ---- login ----
@@ -165,38 +170,80 @@ function closeSidebar() { document.body.classList.remove('sidebar-open'); }
 
 // ---- new conversation ----
 
-$('new-conv').addEventListener('click', async () => {
-  closeSidebar();
-  $('new-form-wrap').hidden = false;
-  $('new-error').textContent = '';
-  const sel = $('new-model');
-  sel.replaceChildren();
-  try {
-    const m = await api('GET', `${API}/models?all=true`);
-    let usable = 0;
-    for (const info of m.models) {
-      const o = el('option', '', `${info.name || info.model} (${info.id})`);
-      o.value = info.id;
-      if (info.available === false) {
-        // Shown, so a person sees what a key would unlock, and why not.
-        o.disabled = true;
-        o.textContent += ' — not usable: ' + (info.unavailable_reason || 'unavailable');
-      } else {
-        usable++;
-      }
-      if (info.id === m.default) { o.selected = true; o.textContent += ' — default'; }
-      if (info.deprecated) o.textContent += ' — deprecated';
-      sel.append(o);
-    }
-    $('new-model-note').textContent = usable
-      ? 'Models greyed out cannot be used now; each says why (usually a missing provider key).'
-      : 'No model can be used: configure a provider key for agentd (see agentd models).';
-  } catch (e) {
-    $('new-model-note').textContent = 'The models could not be listed: ' + e.message;
+// models reads the server's models, those that cannot be used now too
+// (each with why), once a page load unless asked again.
+let modelsRead = null;
+function models(again) {
+  if (!modelsRead || again) {
+    modelsRead = api('GET', `${API}/models?all=true`);
+    modelsRead.catch(() => { modelsRead = null; });
   }
+  return modelsRead;
+}
+
+const usable = (info) => info.available !== false;
+
+// fillModels lists the models in a select, the unusable ones greyed out
+// with their reason, and selects want (or the default); it says in note
+// what a person should know, and returns how many can be used.
+async function fillModels(sel, note, want) {
+  sel.replaceChildren();
+  note.textContent = '';
+  let m;
+  try {
+    m = await models(true);
+  } catch (e) {
+    note.textContent = 'The models could not be listed: ' + e.message;
+    return 0;
+  }
+  let n = 0;
+  const pick = want || m.default;
+  for (const info of m.models) {
+    const o = el('option', '', `${info.name || info.model} (${info.id})`);
+    o.value = info.id;
+    if (!usable(info)) {
+      // Shown, so a person sees what a key would unlock, and why not.
+      o.disabled = true;
+      o.textContent += ' — not usable: ' + (info.unavailable_reason || 'unavailable');
+    } else {
+      n++;
+    }
+    if (info.id === m.default) o.textContent += ' — default';
+    if (info.supports_reasoning) o.textContent += ' — thinks';
+    if (info.deprecated) o.textContent += ' — deprecated';
+    if (info.id === pick) o.selected = true;
+    sel.append(o);
+  }
+  if (want && ![...sel.options].some((o) => o.value === want)) {
+    // The conversation's model is no longer listed (its provider went
+    // away): shown as it is, so nothing changes without a choice.
+    const o = el('option', '', `${want} — not listed by this server`);
+    o.value = want;
+    o.selected = true;
+    sel.prepend(o);
+  }
+  note.textContent = n
+    ? 'Models greyed out cannot be used now; each says why (usually a missing provider key).'
+    : 'No model can be used: configure a provider key for agentd (see agentd models).';
+  return n;
+}
+
+async function openNewForm() {
+  closeSidebar();
+  $('settings-wrap').hidden = true;
+  $('new-form-wrap').hidden = false;
+  $('welcome').hidden = true;
+  $('new-error').textContent = '';
   $('new-name').focus();
+  await fillModels($('new-model'), $('new-model-note'));
+}
+
+$('new-conv').addEventListener('click', openNewForm);
+$('welcome-start').addEventListener('click', openNewForm);
+$('new-cancel').addEventListener('click', () => {
+  $('new-form-wrap').hidden = true;
+  if (!ui.convId) showWelcome();
 });
-$('new-cancel').addEventListener('click', () => { $('new-form-wrap').hidden = true; });
 
 $('new-form').addEventListener('submit', async (e) => {
   e.preventDefault();
@@ -222,6 +269,61 @@ function newID() {
   return `web-${d.getFullYear()}${p(d.getMonth() + 1)}${p(d.getDate())}-${p(d.getHours())}${p(d.getMinutes())}${p(d.getSeconds())}-` +
     Array.from(r, (b) => b.toString(16).padStart(2, '0')).join('');
 }
+
+// ---- model and thinking of the open conversation ----
+
+function showModel() {
+  const b = $('conv-model');
+  b.hidden = !ui.convId || !ui.model;
+  b.textContent = `${ui.model} · thinking ${ui.thinking || 'off'}`;
+}
+
+$('conv-model').addEventListener('click', async () => {
+  const wrap = $('settings-wrap');
+  if (!wrap.hidden) { wrap.hidden = true; return; }
+  $('new-form-wrap').hidden = true;
+  $('set-error').textContent = '';
+  $('set-thinking').value = ui.thinking || 'off';
+  wrap.hidden = false;
+  await fillModels($('set-model'), $('set-model-note'), ui.model);
+  $('set-model').focus();
+});
+$('set-cancel').addEventListener('click', () => { $('settings-wrap').hidden = true; $('prompt').focus(); });
+
+$('settings-form').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  const chat = {};
+  const model = $('set-model').value;
+  const thinking = $('set-thinking').value;
+  if (model && model !== ui.model) chat.model = model;
+  if (thinking !== (ui.thinking || 'off')) chat.thinking = thinking;
+  if (!Object.keys(chat).length) { $('settings-wrap').hidden = true; return; }
+  $('set-error').textContent = '';
+  const id = ui.convId;
+  let r;
+  try {
+    r = await api('PATCH', convPath(id) + '/config', { chat });
+  } catch (err) {
+    // The server's own words: a run in progress, a model it does not
+    // know, a level it does not take.
+    $('set-error').textContent = err.message;
+    return;
+  }
+  if (id !== ui.convId) return;
+  const got = (r && r.config && r.config.chat) || {};
+  ui.model = got.model || ui.model;
+  ui.thinking = got.thinking || 'off';
+  showModel();
+  $('settings-wrap').hidden = true;
+  let text = `From now on: ${ui.model}, thinking ${ui.thinking}.`;
+  if (chat.thinking && chat.thinking !== ui.thinking) {
+    // The model cannot think at the level asked for: say so, rather than
+    // show a level that is not used.
+    text += ` ${ui.model} does not think at level ${chat.thinking}, so the level is ${ui.thinking}.`;
+  }
+  note(text);
+  $('prompt').focus();
+});
 
 // ---- rename, fork, delete ----
 
@@ -296,6 +398,7 @@ function closeStream() {
 function resetView() {
   ui.cards.clear();
   ui.toolCall.clear();
+  ui.failed.clear();
   ui.pending.clear();
   ui.elicits.clear();
   ui.stream = null;
@@ -318,22 +421,156 @@ async function openConversation(id) {
   banner('');
   resetView();
   $('new-form-wrap').hidden = true;
+  $('settings-wrap').hidden = true;
+  ui.model = '';
+  ui.thinking = '';
+  showModel();
   for (const b of ['rename', 'fork', 'delete', 'prompt', 'send']) $(b).disabled = !id;
+  $('conv-actions').hidden = !id;
+  $('state').hidden = !id;
   if (!id) {
-    $('conv-title').textContent = 'No conversation';
+    $('conv-title').textContent = 'Welcome';
     setState();
+    showWelcome();
     return;
   }
+  hideWelcome();
   $('conv-title').textContent = id;
-  await load(my);
+  ui.opening = true;
+  try {
+    await load(my);
+  } finally {
+    if (my === ui.open) ui.opening = false;
+  }
   document.querySelectorAll('.conv-item').forEach((b) => b.classList.toggle('active', b.dataset.id === id));
-  $('prompt').focus();
+  if (my === ui.open && !ui.pending.size) $('prompt').focus();
+}
+
+// ---- the welcome ----
+
+// examples are things to try; each fills the message box.
+const examples = [
+  { title: 'Tour this project', prompt: 'Give me a short tour of the project in this directory: what it does, how it is laid out, and where to start reading.' },
+  { title: 'Find the loose ends', prompt: 'Find the TODO and FIXME comments here and make a plan to deal with them, most important first.' },
+  { title: 'Run the tests', prompt: 'Find out how this project runs its tests, run them, and tell me what failed and why.' },
+  { title: 'Write a script', prompt: 'Write a shell script, count-lines.sh, that counts the lines of each kind of file here, then run it.' },
+];
+
+function hideWelcome() {
+  $('welcome').hidden = true;
+  $('messages').hidden = false;
+  $('prompt').placeholder = promptHint;
+}
+
+const promptHint = 'Message (Enter sends, Shift+Enter new line, Esc interrupts)';
+
+// showWelcome is the page with no conversation open: how to start, what
+// to try, and which models work.
+async function showWelcome() {
+  const my = ui.open;
+  $('welcome').hidden = false;
+  $('messages').hidden = true;
+  const ex = $('welcome-examples');
+  if (!ex.childElementCount) {
+    for (const x of examples) {
+      const b = el('button', 'example');
+      b.type = 'button';
+      b.append(el('strong', '', x.title), el('span', '', x.prompt));
+      b.addEventListener('click', () => {
+        const ta = $('prompt');
+        ta.value = x.prompt;
+        ta.focus();
+        ta.setSelectionRange(ta.value.length, ta.value.length);
+      });
+      ex.append(b);
+    }
+  }
+  let m;
+  try {
+    m = await models(true);
+  } catch (e) {
+    if (my !== ui.open) return;
+    $('welcome-models-note').textContent = 'The models could not be listed: ' + e.message;
+    welcomeModel('');
+    return;
+  }
+  if (my !== ui.open) return;
+  const ok = m.models.filter(usable);
+  const def = m.models.find((i) => i.id === m.default);
+  const list = $('welcome-models');
+  list.replaceChildren();
+  for (const info of ok) {
+    const li = el('li', 'model usable');
+    li.dataset.id = info.id;
+    li.append(el('span', 'mark', '✓ '), el('strong', '', info.name || info.model), ' ', el('code', '', info.id));
+    if (info.id === m.default) li.append(' ', el('span', 'badge', 'default'));
+    if (info.supports_reasoning) li.append(' ', el('span', 'badge', 'thinks'));
+    list.append(li);
+  }
+  // The models that need something first, by provider: the reason
+  // names the key to set.
+  const bad = m.models.filter((i) => !usable(i));
+  const det = $('welcome-unusable');
+  det.hidden = !bad.length;
+  const byProvider = new Map();
+  for (const i of bad) {
+    const k = i.provider || i.id.split('/')[0];
+    if (!byProvider.has(k)) byProvider.set(k, { n: 0, reasons: new Set() });
+    const g = byProvider.get(k);
+    g.n++;
+    g.reasons.add(i.unavailable_reason || 'unavailable');
+  }
+  const ul = det.querySelector('ul');
+  ul.replaceChildren();
+  for (const [p, g] of byProvider) {
+    const li = el('li', 'model unusable');
+    li.dataset.provider = p;
+    li.append(el('strong', '', p), ` (${g.n} model${g.n === 1 ? '' : 's'}): ${[...g.reasons].join('; ')}`);
+    ul.append(li);
+  }
+  det.querySelector('summary').textContent = `${bad.length} more model${bad.length === 1 ? '' : 's'} cannot be used now, and why`;
+  det.open = !ok.length;
+  let note;
+  if (!ok.length) note = 'No model can be used yet: set a provider key (below, each provider names its variable) and restart agentd. `agentd models` lists them too.';
+  else if (def && usable(def)) note = `A message typed below starts a conversation with ${def.name || def.id}, the default. Start a conversation to choose another model.`;
+  else if (def) note = `The default model ${def.id} cannot be used (${def.unavailable_reason || 'unavailable'}): start a conversation and choose one of these.`;
+  else note = 'There is no default model: start a conversation and choose one of these.';
+  if (ok.length && ok.every((i) => i.provider === 'faux')) {
+    // Say it: a person who set no key would otherwise take the echo for
+    // a model that does not listen.
+    note += ' Faux models answer without any LLM (they echo what you write): to work with a real model, set a provider key named below and restart agentd.';
+  }
+  $('welcome-models-note').textContent = note;
+  welcomeModel(def && usable(def) ? def.id : '');
+}
+
+// welcomeModel sets the model a message typed on the welcome uses; none
+// disables the message box there.
+function welcomeModel(id) {
+  ui.welcomeModel = id;
+  if (ui.convId) return;
+  $('prompt').disabled = !id;
+  $('send').disabled = !id;
+  $('prompt').placeholder = id ? `Message a new conversation with ${id} (Enter sends)` : 'No model can be used yet';
+  for (const b of $('welcome-examples').querySelectorAll('button')) b.disabled = !id;
+}
+
+// startWith creates a conversation on the default model for a message
+// typed on the welcome, and opens it.
+async function startWith(text) {
+  const id = newID();
+  const name = text.split('\n')[0].trim().slice(0, 48);
+  await api('PUT', convPath(id), { config: { chat: { name, model: ui.welcomeModel } } });
+  location.hash = '#/c/' + encodeURIComponent(id);
+  await openConversation(id);
+  refreshList();
 }
 
 // load reads the conversation and follows its events from the seq the
 // read covers: nothing is missed and nothing comes twice.
 async function load(my) {
   let conv;
+  const config = api('GET', convPath(ui.convId) + '/config').catch(() => null);
   try {
     conv = await api('GET', convPath(ui.convId));
   } catch (e) {
@@ -342,7 +579,13 @@ async function load(my) {
     if (e.status === 0) scheduleReconnect(my);
     return;
   }
+  const cfg = await config;
   if (my !== ui.open) return;
+  if (cfg && cfg.chat) {
+    ui.model = cfg.chat.model || '';
+    ui.thinking = cfg.chat.thinking || 'off';
+  }
+  showModel();
   resetView();
   ui.name = conv.name;
   $('conv-title').textContent = conv.name || conv.id;
@@ -426,6 +669,7 @@ function handle(ev, my) {
       ui.generating = ev.generating;
       for (const t of ev.pending_tools || []) addApproval(t);
       for (const q of ev.pending_elicitations || []) addElicit(q);
+      markRunning(ev.generating);
       if (ev.last_error && !ui.generating) showError(ev.last_error);
       break;
     case 'resync':
@@ -453,6 +697,9 @@ function handle(ev, my) {
       appendStream(ev.token);
       break;
     case 'message_added': {
+      // The calls a Stop ended are those since the last message the
+      // model finished (the one it was cut off in does not count).
+      if (ev.message.role === 'assistant' && !(ev.message.metadata || {}).interrupted) ui.failed.clear();
       const ms = ev.message.role === 'assistant' ? endStream() : undefined;
       const d = addMessage(ev.message);
       if (d && ms !== undefined) {
@@ -470,14 +717,12 @@ function handle(ev, my) {
       settleApproval(ev.tool_id);
       toolStatus(ev.tool_id, 'running', 'running…');
       break;
-    case 'tool_output': {
-      const card = cardOf(ev.tool_id);
-      if (card) setOutput(card, ev.output, false);
+    case 'tool_output':
+      toolOutput(ev);
       break;
-    }
     case 'tool_complete':
       settleApproval(ev.tool_id);
-      toolStatus(ev.tool_id, ev.success ? 'ok' : 'failed', `${ev.success ? 'done' : 'failed'} in ${fmtMs(ev.duration_ms)}`);
+      toolComplete(ev);
       break;
     case 'elicit_pending':
       addElicit(ev);
@@ -485,6 +730,7 @@ function handle(ev, my) {
     case 'interrupted':
       endStream();
       clearPending();
+      stopped();
       note('Interrupted.');
       break;
     case 'run_ended':
@@ -518,6 +764,12 @@ function handle(ev, my) {
       showPlan(ev.items.map((i) => ({ text: i.content, status: i.status })));
       break;
     case 'config_changed':
+      if (ev.config && ev.config.chat) {
+        const f = ev.changed_fields || [];
+        if (f.includes('model') && ev.config.chat.model) ui.model = ev.config.chat.model;
+        if (f.includes('thinking')) ui.thinking = ev.config.chat.thinking || 'off';
+        showModel();
+      }
       if (ev.config && ev.config.chat && ev.config.chat.name) {
         ui.name = ev.config.chat.name;
         if (!$('conv-title').querySelector('input')) $('conv-title').textContent = ui.name;
@@ -533,9 +785,20 @@ function handle(ev, my) {
 }
 
 // replayed takes an event the conversation's log already covers: only
-// the text of a message still being written is not in the log.
+// the text of a message still being written is not in the log, and the
+// state of its tool calls (running, their output so far, how long they
+// took).
 function replayed(ev) {
   switch (ev.type) {
+    case 'tool_executing':
+      if (!hasResult(ev.tool_id)) toolStatus(ev.tool_id, 'running', 'running…');
+      break;
+    case 'tool_output':
+      if (!hasResult(ev.tool_id)) toolOutput(ev);
+      break;
+    case 'tool_complete':
+      toolComplete(ev);
+      break;
     case 'generation_started':
       endStream();
       startStream();
@@ -824,6 +1087,9 @@ function addResult(m) {
     ui.cards.set(m.call_id, card);
   }
   setOutput(card, m.content, md.is_error);
+  card.dataset.result = '1';
+  const st = card.querySelector('.tool-status');
+  if (st && st.classList.contains('status-running')) { st.textContent = ''; st.className = 'tool-status'; }
   if (md.is_error) card.classList.add('tool-error');
   const tid = card.dataset.toolId;
   if (tid) settleApproval(tid);
@@ -840,6 +1106,60 @@ function setOutput(card, text, isError) {
   }
   out.textContent = text;
   out.classList.toggle('error', !!isError);
+}
+
+function hasResult(toolID) {
+  const card = cardOf(toolID);
+  return !!(card && card.dataset.result);
+}
+
+function toolOutput(ev) {
+  const card = cardOf(ev.tool_id);
+  if (!card) return;
+  setOutput(card, ev.output, false);
+  // A call that runs without asking has no tool_executing: its output
+  // says it runs.
+  const s = card.querySelector('.tool-status');
+  if (!card.dataset.result && s && !s.textContent) toolStatus(ev.tool_id, 'running', 'running…');
+}
+
+function toolComplete(ev) {
+  if (ev.success) ui.failed.delete(ev.tool_id);
+  else ui.failed.set(ev.tool_id, ev.duration_ms);
+  toolStatus(ev.tool_id, ev.success ? 'ok' : 'failed', `${ev.success ? 'done' : 'failed'} in ${fmtMs(ev.duration_ms)}`);
+}
+
+// stopped relabels the calls an interrupt ended: they failed because
+// they were stopped, which is what a person asked for.
+function stopped() {
+  for (const [id, ms] of ui.failed) toolStatus(id, 'stopped', `stopped after ${fmtMs(ms)}`);
+  ui.failed.clear();
+}
+
+// markRunning restores, on (re)connecting, what the event stream said
+// before: the calls of the message being worked on that have no result
+// and wait for no one are running.
+function markRunning(generating) {
+  if (!generating) {
+    for (const s of $('messages').querySelectorAll('.tool-status.status-running')) {
+      s.textContent = '';
+      s.className = 'tool-status';
+    }
+    return;
+  }
+  const last = [...$('messages').querySelectorAll('.msg-assistant')].pop();
+  if (!last) return;
+  // Calls are asked about in order: those after one that waits for a
+  // person have not started.
+  for (const card of last.querySelectorAll('.tool')) {
+    const s = card.querySelector('.tool-status');
+    if (!s || card.dataset.result) continue;
+    if (s.classList.contains('status-waiting')) break;
+    if (!s.textContent) {
+      s.textContent = 'running…';
+      s.className = 'tool-status status-running';
+    }
+  }
 }
 
 function toolStatus(toolID, cls, text) {
@@ -901,15 +1221,23 @@ function addApproval(t) {
   count.value = '5';
   count.setAttribute('aria-label', 'How many calls to run without asking');
   const row = el('div', 'row');
-  const act = (label, cls, fn) => {
+  const keys = {};
+  const act = (label, cls, key, fn) => {
     const b = el('button', cls, label);
     b.type = 'button';
-    b.dataset.action = label.toLowerCase().split(' ')[0];
+    b.dataset.action = label.toLowerCase();
+    b.dataset.key = key;
+    b.append(' ', el('kbd', '', key));
+    b.title = `${label} (key ${key})`;
     b.addEventListener('click', fn);
     row.append(b);
+    keys[key] = b;
     return b;
   };
   const send = async (body) => {
+    // A disabled button loses focus: remember that it was here, to give
+    // it back to the next card or the message box.
+    box.hadFocus = box.contains(document.activeElement);
     row.querySelectorAll('button').forEach((b) => { b.disabled = true; });
     try {
       await api('POST', convPath(ui.convId) + '/tool/confirm', { tool_id: t.tool_id, ...body });
@@ -921,33 +1249,88 @@ function addApproval(t) {
       banner(e.message);
     }
   };
-  act('Run', 'primary', () => {
+  // Run comes first and Reject last, in the row and in the tab order.
+  const run = act('Run', 'primary', 'y', () => {
     if (!editor.hidden && editor.value !== t.tooluse.content) send({ action: 'edit', content: editor.value });
     else send({ action: 'confirm' });
   });
-  act('Edit', '', () => { editor.hidden = !editor.hidden; if (!editor.hidden) editor.focus(); });
-  act('Skip', '', () => send({ action: 'skip' }));
-  act('Auto', '', () => send({ action: 'auto', count: Math.max(1, parseInt(count.value, 10) || 1) }));
+  act('Edit', '', 'e', () => { editor.hidden = !editor.hidden; if (!editor.hidden) editor.focus(); });
+  act('Skip', '', 's', () => send({ action: 'skip' }));
+  act('Auto', '', 'a', () => send({ action: 'auto', count: Math.max(1, parseInt(count.value, 10) || 1) }));
   row.append(count);
-  act('Always', '', () => send({ action: 'always' }));
-  act('Reject', 'danger', () => {
+  act('Always', '', 'w', () => send({ action: 'always' }));
+  act('Reject', 'danger', 'n', () => {
     if (feedback.hidden) { feedback.hidden = false; feedback.focus(); return; }
     send({ action: 'reject', feedback: feedback.value });
   });
-  box.append(editor, feedback, row);
+  const hint = el('div', 'note approval-keys', 'Keys: Enter or y runs, n rejects with a reason, Esc rejects. Shift+Tab in the message box comes back here.');
+  box.append(editor, feedback, row, hint);
+  // Keys answer the card only while focus is in it: a letter typed in
+  // the message box stays a letter.
+  box.addEventListener('keydown', (e) => {
+    if (e.defaultPrevented || e.isComposing || e.ctrlKey || e.metaKey || e.altKey) return;
+    const done = () => { e.preventDefault(); e.stopPropagation(); };
+    const tgt = e.target;
+    if (tgt === feedback) {
+      if (e.key === 'Enter' && !e.shiftKey) { done(); send({ action: 'reject', feedback: feedback.value }); }
+      else if (e.key === 'Escape') { done(); feedback.hidden = true; run.focus(); }
+      return;
+    }
+    if (tgt === editor) {
+      if (e.key === 'Escape') { done(); editor.hidden = true; run.focus(); }
+      return;
+    }
+    if (tgt === count) {
+      if (e.key === 'Enter') { done(); keys.a.click(); }
+      else if (e.key === 'Escape') { done(); run.focus(); }
+      return;
+    }
+    if (tgt.matches && tgt.matches('input, textarea, select')) return;
+    // A key held down since the message was sent repeats into the card
+    // when it appears: only a fresh press answers.
+    if (e.repeat) { if (e.key === 'Enter' || e.key in keys) done(); return; }
+    if (e.key === 'Escape') { done(); send({ action: 'reject', feedback: '' }); return; }
+    if (e.key === 'Enter' && tgt.tagName === 'BUTTON') return; // the button's own click
+    const b = e.key === 'Enter' ? run : keys[e.key];
+    if (b && !b.disabled) { done(); b.click(); }
+  });
   if (card) card.append(box);
   else $('pending').append(box);
   ui.pending.set(t.tool_id, box);
   const st = card && card.querySelector('.tool-status');
   if (st) { st.textContent = 'waiting for you'; st.className = 'tool-status status-waiting'; }
   scrollDown();
+  if (ui.pending.size === 1 && mayTakeFocus()) run.focus();
+}
+
+// mayTakeFocus says whether an approval that appears may move focus to
+// itself: not from a person typing somewhere (a message half written,
+// a rename, an answer), who would otherwise type into the card.
+function mayTakeFocus() {
+  const a = document.activeElement;
+  if (!a || a === document.body) return true;
+  if (a === $('prompt')) return !a.value.trim();
+  if (a.closest('.approval, .elicit')) return false;
+  return !a.matches('input, textarea, select, [contenteditable]');
+}
+
+// focusNextApproval moves focus to the next card waiting, or back to the
+// message box.
+function focusNextApproval() {
+  const next = ui.pending.values().next().value;
+  const b = next && next.querySelector('button[data-action=run]');
+  if (b) b.focus();
+  else if (!$('prompt').disabled) $('prompt').focus();
 }
 
 function settleApproval(toolID) {
   const box = ui.pending.get(toolID);
   if (!box) return;
+  const a = document.activeElement;
+  const focused = box.contains(a) || (box.hadFocus && (!a || a === document.body));
   box.remove();
   ui.pending.delete(toolID);
+  if (focused) focusNextApproval();
   const card = cardOf(toolID);
   const st = card && card.querySelector('.tool-status');
   if (st && st.classList.contains('status-waiting')) { st.textContent = ''; st.className = 'tool-status'; }
@@ -1071,7 +1454,17 @@ async function sendPrompt() {
   const ta = $('prompt');
   // Blank lines around the text are dropped; indentation is kept.
   const text = ta.value.replace(/^(\s*\n)+/, '').replace(/(\n\s*)+$/, '');
-  if (!text.trim() || !ui.convId) return;
+  if (!text.trim()) return;
+  if (!ui.convId) {
+    if (!ui.welcomeModel) return;
+    banner('');
+    try {
+      await startWith(text);
+    } catch (e) {
+      banner('The conversation could not be started: ' + e.message);
+      return;
+    }
+  }
   banner('');
   ta.value = '';
   ui.sentAt = performance.now();
@@ -1098,6 +1491,12 @@ async function interrupt() {
 $('composer').addEventListener('submit', (e) => { e.preventDefault(); sendPrompt(); });
 $('prompt').addEventListener('keydown', (e) => {
   if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); sendPrompt(); }
+  // Backwards from the message box, a card waiting for an answer is
+  // the first stop, at its Run (not at Reject, the last of its row).
+  if (e.key === 'Tab' && e.shiftKey && ui.pending.size) {
+    const b = ui.pending.values().next().value.querySelector('button[data-action=run]');
+    if (b && !b.disabled) { e.preventDefault(); b.focus(); }
+  }
 });
 $('interrupt').addEventListener('click', interrupt);
 document.addEventListener('keydown', (e) => {
@@ -1109,7 +1508,7 @@ document.addEventListener('keydown', (e) => {
 function route() {
   const m = location.hash.match(/^#\/c\/(.+)$/);
   const id = m ? decodeURIComponent(m[1]) : null;
-  if (id !== ui.convId || !ui.es) openConversation(id);
+  if (id !== ui.convId || (id && !ui.es && !ui.opening)) openConversation(id);
 }
 
 let booted = false;
