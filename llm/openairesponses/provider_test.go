@@ -1040,16 +1040,19 @@ func TestFrameDecoder(t *testing.T) {
 }
 
 // TestKeepAliveComments: comments a proxy sends while the model thinks
-// keep the idle timeout from firing.
+// keep the idle timeout from firing. They come every 20 ms for 1.5 s
+// against a 1 s idle timeout: the stream as a whole outlasts the
+// timeout, and a busy machine would have to stall one gap 50-fold to
+// fire it (with 50 ms against 150 ms, a 3-fold stall did).
 func TestKeepAliveComments(t *testing.T) {
 	url := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		rc := http.NewResponseController(w)
-		for i := 0; i < 8; i++ {
+		for i := 0; i < 75; i++ {
 			_, _ = io.WriteString(w, ": OPENROUTER PROCESSING\n\n")
 			_ = rc.Flush()
 			select {
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(20 * time.Millisecond):
 			case <-r.Context().Done():
 				return
 			}
@@ -1058,7 +1061,7 @@ func TestKeepAliveComments(t *testing.T) {
 			"data: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\"}}\n\n")
 	}))
 	m := &llm.Model{ID: "openai/gpt-5", API: llm.APIOpenAIResponses, Provider: "openrouter", BaseURL: url + "/api/v1"}
-	_, msg, err := run(t, testProvider(t).Stream(context.Background(), m, hello(), &llm.StreamOptions{IdleTimeout: 150 * time.Millisecond}))
+	_, msg, err := run(t, testProvider(t).Stream(context.Background(), m, hello(), &llm.StreamOptions{IdleTimeout: time.Second}))
 	if err != nil || msg.TextContent() != "hi" {
 		t.Fatalf("err %v text %q", err, msg.TextContent())
 	}
