@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -208,5 +209,25 @@ func TestHelpCommand(t *testing.T) {
 	code, _, stderr := cliRun(t, home, nil, "help", "nope")
 	if code != ExitUsage || !strings.Contains(stderr, `unknown command "nope"`) {
 		t.Fatalf("agentd help nope: exit %d\n%s", code, stderr)
+	}
+}
+
+// serve on a port already in use says so and nothing else: no warning
+// that a drain was cut short and commands cancelled, when none ran.
+func TestServePortInUseLogsNoCutDrain(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	for i := 0; i < 3; i++ {
+		code, _, stderr := cliRun(t, t.TempDir(), nil, "serve", "--port", port, "--data-dir", t.TempDir())
+		if code != ExitError || !strings.Contains(stderr, "address already in use") {
+			t.Fatalf("exit %d\n%s", code, stderr)
+		}
+		if strings.Contains(stderr, "drain cut short") || strings.Contains(stderr, "cancelled") {
+			t.Fatalf("a server that ran nothing reports cancelled commands:\n%s", stderr)
+		}
 	}
 }
