@@ -886,7 +886,10 @@ func TestInvalidToolSchema(t *testing.T) {
 }
 
 // TestPingsKeepTheStreamAlive: keep-alive pings count as activity for the
-// idle timeout, as any bytes from a live server should.
+// idle timeout, as any bytes from a live server should. They come every
+// 20 ms for 1.5 s against a 1 s idle timeout: the stream outlasts the
+// timeout, and only a 50-fold stall of one gap could fire it (50 ms
+// against 200 ms fired on a busy machine).
 func TestPingsKeepTheStreamAlive(t *testing.T) {
 	blankEnv(t)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -897,8 +900,8 @@ func TestPingsKeepTheStreamAlive(t *testing.T) {
 			_ = rc.Flush()
 		}
 		send("message_start", `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}`)
-		for range 8 {
-			time.Sleep(50 * time.Millisecond)
+		for range 75 {
+			time.Sleep(20 * time.Millisecond)
 			send("ping", `{"type": "ping"}`)
 		}
 		send("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":"late"}}`)
@@ -908,7 +911,7 @@ func TestPingsKeepTheStreamAlive(t *testing.T) {
 	}))
 	defer hs.Close()
 	m := &llm.Model{ID: "claude-test", API: llm.APIAnthropicMessages, Provider: "anthropic", BaseURL: hs.URL}
-	msg, err := llm.Collect(anthropic.New(nil).Stream(context.Background(), m, hi(), &llm.StreamOptions{APIKey: "k", IdleTimeout: 200 * time.Millisecond}))
+	msg, err := llm.Collect(anthropic.New(nil).Stream(context.Background(), m, hi(), &llm.StreamOptions{APIKey: "k", IdleTimeout: time.Second}))
 	if err != nil || msg.TextContent() != "late" {
 		t.Fatalf("err %v text %q", err, msg.TextContent())
 	}
