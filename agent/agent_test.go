@@ -57,6 +57,77 @@ func (t *sleepTool) Execute(ctx context.Context, call tool.Call, update func(too
 	}
 }
 
+// gateTool blocks each call until the test releases it by id, and tells
+// the test when each call has started: tests that care in which order
+// tools end say so with release, not with sleeps a busy machine stretches.
+type gateTool struct {
+	started chan string
+	running atomic.Int32
+	maxRun  atomic.Int32
+	mu      sync.Mutex
+	gates   map[string]chan struct{}
+}
+
+func newGateTool() *gateTool {
+	return &gateTool{started: make(chan string, 16), gates: map[string]chan struct{}{}}
+}
+
+func (g *gateTool) gate(id string) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c, ok := g.gates[id]
+	if !ok {
+		c = make(chan struct{})
+		g.gates[id] = c
+	}
+	return c
+}
+
+// release lets call id finish.
+func (g *gateTool) release(id string) { close(g.gate(id)) }
+
+// waitStarted waits until n calls are inside Execute at once.
+func (g *gateTool) waitStarted(t *testing.T, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		select {
+		case <-g.started:
+		case <-time.After(time.Minute):
+			t.Fatalf("only %d of %d calls started", i, n)
+		}
+	}
+}
+
+func (g *gateTool) Spec() llm.Tool {
+	return llm.Tool{Name: "gate", Description: "waits to be released", Parameters: json.RawMessage(`{"type":"object","properties":{"ms":{"type":"number"},"say":{"type":"string"}}}`)}
+}
+
+func (g *gateTool) Execute(ctx context.Context, call tool.Call, update func(tool.Result)) tool.Result {
+	var args struct {
+		MS  int    `json:"ms"`
+		Say string `json:"say"`
+	}
+	if err := json.Unmarshal(call.Args, &args); err != nil {
+		return tool.Errorf("bad args: %v", err)
+	}
+	n := g.running.Add(1)
+	defer g.running.Add(-1)
+	for {
+		m := g.maxRun.Load()
+		if n <= m || g.maxRun.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	gate := g.gate(call.ID)
+	g.started <- call.ID
+	select {
+	case <-gate:
+		return tool.TextResult("said "+args.Say, map[string]any{"ms": args.MS})
+	case <-ctx.Done():
+		return tool.Errorf("aborted")
+	}
+}
+
 type recorder struct {
 	mu     sync.Mutex
 	events []agent.Event
@@ -93,7 +164,7 @@ func (r *recorder) types() []string {
 
 func (r *recorder) waitFor(t *testing.T, pred func(agent.Event) bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		r.mu.Lock()
 		for _, ev := range r.events {
@@ -143,13 +214,32 @@ func TestToolCallsRunInParallelResultsInCallOrder(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	p := faux.New(faux.Options{})
 	p.Push(faux.Response{ToolCalls: []faux.ToolCall{
-		{ID: "a", Name: "sleep", Args: `{"ms":150,"say":"first"}`},
-		{ID: "b", Name: "sleep", Args: `{"ms":10,"say":"second"}`},
-		{ID: "c", Name: "sleep", Args: `{"ms":80,"say":"third"}`},
+		{ID: "a", Name: "gate", Args: `{"ms":150,"say":"first"}`},
+		{ID: "b", Name: "gate", Args: `{"ms":10,"say":"second"}`},
+		{ID: "c", Name: "gate", Args: `{"ms":80,"say":"third"}`},
 	}}, faux.Response{Text: "done"})
-	st := &sleepTool{name: "sleep"}
+	st := newGateTool()
 	a, rec := newAgent(p, st)
-	added, err := a.Prompt(context.Background(), user("go"))
+	type result struct {
+		added []*llm.Message
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		added, err := a.Prompt(context.Background(), user("go"))
+		done <- result{added, err}
+	}()
+	// All three are inside the tool at once before any may finish: that
+	// is what running in parallel means. Then they finish b, c, a.
+	st.waitStarted(t, 3)
+	for _, id := range []string{"b", "c", "a"} {
+		st.release(id)
+		rec.waitFor(t, func(ev agent.Event) bool {
+			return ev.Type == agent.EventToolExecutionEnd && ev.ToolCallID == id
+		})
+	}
+	r := <-done
+	added, err := r.added, r.err
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,11 +341,12 @@ func TestSteerAndFollowUp(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	p := faux.New(faux.Options{})
 	p.Push(
-		faux.Response{ToolCalls: []faux.ToolCall{{ID: "a", Name: "sleep", Args: `{"ms":200}`}}},
+		faux.Response{ToolCalls: []faux.ToolCall{{ID: "a", Name: "gate", Args: `{}`}}},
 		faux.Response{Text: "after steer"},
 		faux.Response{Text: "after follow-up"},
 	)
-	a, rec := newAgent(p, &sleepTool{name: "sleep"})
+	gt := newGateTool()
+	a, rec := newAgent(p, gt)
 	done := make(chan []*llm.Message)
 	go func() {
 		added, _ := a.Prompt(context.Background(), user("start"))
@@ -267,6 +358,8 @@ func TestSteerAndFollowUp(t *testing.T) {
 	if _, err := a.Prompt(context.Background(), user("again")); err != agent.ErrBusy {
 		t.Fatalf("second prompt: %v", err)
 	}
+	// The tool ends only now, so both messages were queued while it ran.
+	gt.release("a")
 	added := <-done
 	var seq []string
 	for _, m := range added {

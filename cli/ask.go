@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -16,18 +18,17 @@ import (
 	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
-	"github.com/agentd-dev/agentd/llm/faux"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/settings"
 	"github.com/agentd-dev/agentd/tool"
 )
 
-// preferredDefaults are tried in order when ask is given no --model; the
-// offline echo model is the last resort, so agentd always answers.
+// preferredDefaults are tried in order when a command is given no
+// --model and settings.json names no usable default (defaultModelSpec).
 var preferredDefaults = []string{"anthropic/claude-sonnet-4-6", "openai/gpt-5.4", "openai/gpt-5.4-mini"}
 
 func (m *Main) runAsk(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
-	modelSpec := fs.String("model", "", "model as provider/id[:thinking]; default: the first available of "+strings.Join(preferredDefaults, ", ")+", else faux/echo")
+	modelSpec := fs.String("model", "", "model as provider/id[:thinking]; default: settings.json's defaultProvider/defaultModel, else the first available of "+strings.Join(preferredDefaults, ", ")+", else the first available model of models.json, else faux/echo")
 	thinking := fs.String("thinking", "", "thinking level: off, minimal, low, medium, high, xhigh")
 	system := fs.String("system", "", "system prompt")
 	maxTokens := fs.Int64("max-tokens", 0, "cap on the answer's tokens (default: the model's, at most 32000)")
@@ -63,31 +64,16 @@ func (m *Main) runAsk(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 		return usageError{errors.New(`no prompt: agentd ask [flags] "your prompt" (or - to read it from stdin)`)}
 	}
 	ms, err := m.loadModels(ctx, cfg)
-	if ms == nil {
-		return err
-	}
-	if err != nil {
-		fmt.Fprintf(m.stderr, "agentd ask: %v\n", err)
-	}
-	spec := *modelSpec
-	if spec == "" {
-		spec = faux.Model().Provider + "/" + faux.Model().ID
-		for _, p := range preferredDefaults {
-			prov, id, _ := strings.Cut(p, "/")
-			if e, ok := ms.Registry.Find(prov, id); ok && e.Available {
-				spec = p
-				break
-			}
-		}
-	}
-	model, level, err := ms.Registry.Resolve(spec)
 	if err != nil {
 		return err
 	}
-	if *thinking != "" {
-		if level, err = llm.ParseThinkingLevel(*thinking); err != nil {
-			return usageError{err}
-		}
+	st, err := settings.Open(filepath.Join(cfg.ConfigDir, "settings.json"))
+	if err != nil {
+		return err
+	}
+	model, level, err := pickModel(ms, st.Get(), localFlags{model: *modelSpec, thinking: *thinking}, m.logger(cfg))
+	if err != nil {
+		return err
 	}
 	if toolNames != nil {
 		return m.askWithTools(ctx, cfg, ms, model, level, toolNames, prompt, *quiet)
@@ -134,9 +120,23 @@ func (m *Main) runAsk(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 			model.Provider, model.ID, msg.StopReason, u.Input, u.Output, u.CacheRead, u.CacheWrite, u.Cost.Total)
 	}
 	if err := s.Err(); err != nil {
-		return errors.New(msg.ErrorMessage)
+		return errors.New(authHint(ms, model, err, msg.ErrorMessage))
 	}
 	return nil
+}
+
+// authHint adds to the text of a provider's 401 which key agentd sent
+// and where it came from: the provider's own body ("401 invalid
+// x-api-key") does not say what to fix.
+func authHint(ms *engine.Models, model *llm.Model, err error, text string) string {
+	e, ok := llm.AsError(err)
+	if !ok || e.Status != http.StatusUnauthorized {
+		return text
+	}
+	if h := ms.Registry.KeyHint(model.Provider); h != "" {
+		return fmt.Sprintf("%s (%s refused the API key: check %s)", text, model.Provider, h)
+	}
+	return fmt.Sprintf("%s (%s refused the API key; models.json can set one with apiKey)", text, model.Provider)
 }
 
 // askWithTools runs prompt as one agent run with the named tools, in an
@@ -166,7 +166,14 @@ func (m *Main) askWithTools(ctx context.Context, cfg *config.Config, ms *engine.
 	out := newAskOutput(m.stdout, m.stderr)
 	defer out.close()
 	questions := make(chan struct{}, 1)
+	var errMu sync.Mutex
+	var lastErr error // the model's last failure, for authHint
 	unsubscribe := sess.Subscribe(func(ev session.Event) {
+		if ev.Agent != nil && ev.Agent.Type == agent.EventMessageEnd && ev.Agent.Err != nil {
+			errMu.Lock()
+			lastErr = ev.Agent.Err
+			errMu.Unlock()
+		}
 		if ev.Type == session.EventInteractionRequested {
 			select {
 			case questions <- struct{}{}:
@@ -221,7 +228,11 @@ wait:
 	switch {
 	case last == nil:
 		return errors.New("the run ended without an answer")
-	case last.StopReason == llm.StopError || last.StopReason == llm.StopAborted:
+	case last.StopReason == llm.StopError:
+		errMu.Lock()
+		defer errMu.Unlock()
+		return errors.New(authHint(ms, model, lastErr, last.ErrorMessage))
+	case last.StopReason == llm.StopAborted:
 		return errors.New(last.ErrorMessage)
 	}
 	return nil

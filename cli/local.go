@@ -14,6 +14,7 @@ import (
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/llm/faux"
+	"github.com/agentd-dev/agentd/llm/registry"
 	"github.com/agentd-dev/agentd/mcp"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
@@ -71,7 +72,7 @@ func (m *Main) openLocal(ctx context.Context, cfg *config.Config, f localFlags) 
 	if err != nil {
 		return nil, err
 	}
-	model, level, err := pickModel(ms, st.Get(), f)
+	model, level, err := pickModel(ms, st.Get(), f, log)
 	if err != nil {
 		return nil, err
 	}
@@ -198,8 +199,8 @@ func (h *localHost) Close() {
 }
 
 // environment is what every session-hosting command starts from: the
-// working directory, the saved settings and the models. Problems in
-// models.json are logged and the rest is used.
+// working directory, the saved settings and the models. A problem in
+// models.json or settings.json stops the command (see loadModels).
 func (m *Main) environment(ctx context.Context, cfg *config.Config, log *slog.Logger) (string, *settings.Store, *engine.Models, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
@@ -212,10 +213,7 @@ func (m *Main) environment(ctx context.Context, cfg *config.Config, log *slog.Lo
 	}
 	ms, err := m.loadModels(ctx, cfg)
 	if err != nil {
-		log.Warn("model configuration", "err", err)
-		if ms == nil {
-			return "", nil, nil, err
-		}
+		return "", nil, nil, err
 	}
 	return cwd, st, ms, nil
 }
@@ -259,10 +257,10 @@ func mcpManager(log *slog.Logger, policy sandbox.Policy) *mcp.Manager {
 		Version: version(), Logger: log})
 }
 
-// pickModel chooses the session's model: the flags, else the saved
-// default, else the first available of the preferred models, else the
-// offline echo model.
-func pickModel(ms *engine.Models, s settings.Settings, f localFlags) (*llm.Model, llm.ThinkingLevel, error) {
+// pickModel chooses the model of every command that runs one (ask, rpc,
+// acp, serve, tools): --model (with --provider), else DefaultModelSpec.
+// A saved default that cannot be used is logged, not skipped silently.
+func pickModel(ms *engine.Models, s settings.Settings, f localFlags, log *slog.Logger) (*llm.Model, llm.ThinkingLevel, error) {
 	var level llm.ThinkingLevel
 	if f.thinking != "" {
 		l, err := llm.ParseThinkingLevel(f.thinking)
@@ -279,22 +277,12 @@ func pickModel(ms *engine.Models, s settings.Settings, f localFlags) (*llm.Model
 	if spec != "" && f.provider != "" && !strings.HasPrefix(spec, f.provider+"/") {
 		spec = f.provider + "/" + spec
 	}
-	if spec == "" && s.DefaultProvider != "" && s.DefaultModel != "" {
-		if e, ok := ms.Registry.Find(s.DefaultProvider, s.DefaultModel); ok && e.Available {
-			spec = s.DefaultProvider + "/" + s.DefaultModel
-		}
-	}
 	if spec == "" {
-		for _, p := range preferredDefaults {
-			prov, id, _ := strings.Cut(p, "/")
-			if e, ok := ms.Registry.Find(prov, id); ok && e.Available {
-				spec = p
-				break
-			}
+		var skipped string
+		spec, skipped = defaultModelSpec(ms.Registry, s)
+		if skipped != "" && log != nil {
+			log.Warn("the default model in settings.json cannot be used; using another", "settings", s.DefaultProvider+"/"+s.DefaultModel, "reason", skipped, "model", spec)
 		}
-	}
-	if spec == "" {
-		spec = faux.ProviderName + "/" + faux.ModelID
 	}
 	m, specLevel, err := ms.Registry.Resolve(spec)
 	if err != nil {
@@ -307,6 +295,42 @@ func pickModel(ms *engine.Models, s settings.Settings, f localFlags) (*llm.Model
 		level = llm.ThinkingOff
 	}
 	return m, m.ClampThinking(level), nil
+}
+
+// defaultModelSpec is the one rule for the model a command uses when
+// none is asked for, in pi's order: the saved default (settings.json
+// defaultProvider/defaultModel), else the first available of
+// preferredDefaults, else the first available model defined in a
+// models.json, else the first available built-in model, else the offline
+// echo model. skipped says why a saved default was passed over.
+func defaultModelSpec(reg *registry.Registry, s settings.Settings) (spec, skipped string) {
+	if s.DefaultProvider != "" && s.DefaultModel != "" {
+		e, ok := reg.Find(s.DefaultProvider, s.DefaultModel)
+		switch {
+		case !ok:
+			skipped = "no such model"
+		case !e.Available:
+			skipped = e.Reason
+		default:
+			return s.DefaultProvider + "/" + s.DefaultModel, ""
+		}
+	}
+	for _, p := range preferredDefaults {
+		prov, id, _ := strings.Cut(p, "/")
+		if e, ok := reg.Find(prov, id); ok && e.Available {
+			return p, skipped
+		}
+	}
+	all := reg.All()
+	for _, configured := range []bool{true, false} {
+		for _, e := range all {
+			if !e.Available || e.Source == registry.SourceExtra || (e.Source != registry.SourceBuiltin) != configured {
+				continue
+			}
+			return e.Model.Provider + "/" + e.Model.ID, skipped
+		}
+	}
+	return faux.ProviderName + "/" + faux.ModelID, skipped
 }
 
 // pickTools is the built-in tools --tools and --no-tools enable; nil

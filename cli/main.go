@@ -104,6 +104,11 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 	if len(args) > 0 && (args[0] == "--version" || args[0] == "-v") {
 		args = append([]string{"version"}, args[1:]...)
 	}
+	if len(args) > 1 && args[0] == "help" {
+		// `agentd help serve` is `agentd serve -h`; an unknown name falls
+		// through to the unknown-command message below.
+		args = []string{args[1], "-h"}
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		m.usage(m.stdout)
 		if len(args) == 0 {
@@ -153,7 +158,7 @@ func (m *Main) usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, `Run "agentd <command> -h" for a command's flags.`)
+	fmt.Fprintln(w, `Run "agentd help <command>" (or "agentd <command> -h") for a command's flags.`)
 }
 
 // parse parses flags and checks the configuration.
@@ -225,6 +230,11 @@ func (m *Main) client() *http.Client {
 }
 
 // loadModels loads the registry and the providers for each wire API.
+// A problem in a models.json the user wrote comes back as a
+// *modelConfigError, together with the models that could be read: every
+// command that runs a model stops on it (only `agentd models` lists what
+// it could read first), because running on what was left, often only
+// faux/echo, answered "You said: hi" with exit 0 and nobody noticed.
 func (m *Main) loadModels(ctx context.Context, cfg *config.Config) (*engine.Models, error) {
 	reg, err := registry.Load(ctx, registry.Options{
 		ConfigDir:      cfg.ConfigDir,
@@ -236,8 +246,9 @@ func (m *Main) loadModels(ctx context.Context, cfg *config.Config) (*engine.Mode
 	if reg == nil {
 		return nil, err
 	}
-	// Problems in models.json do not stop agentd: the broken parts are
-	// left out, the rest works, and the caller reports err.
+	if err != nil {
+		err = &modelConfigError{err: err}
+	}
 	hc := m.client()
 	fx := faux.New(faux.Options{})
 	return &engine.Models{Registry: reg, Fallback: fx, Providers: map[llm.API]llm.Provider{
@@ -247,6 +258,17 @@ func (m *Main) loadModels(ctx context.Context, cfg *config.Config) (*engine.Mode
 		llm.APIFaux:              fx,
 	}}, err
 }
+
+// modelConfigError is every problem registry.Load found in the
+// models.json files, each naming its file and what is wrong there.
+type modelConfigError struct{ err error }
+
+func (e *modelConfigError) Error() string {
+	return "cannot use the model configuration; fix it (or move the file away) and run again:\n  " +
+		strings.ReplaceAll(e.err.Error(), "\n", "\n  ")
+}
+
+func (e *modelConfigError) Unwrap() error { return e.err }
 
 func (m *Main) runVersion(_ context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
 	if err := parse(cfg, fs, args); err != nil {

@@ -16,12 +16,11 @@ func (m *Main) runModels(ctx context.Context, cfg *config.Config, fs *flag.FlagS
 	if err := parse(cfg, fs, args); err != nil {
 		return err
 	}
-	ms, err := m.loadModels(ctx, cfg)
+	// With a broken models.json the list shows what could be read, and
+	// the command still fails, with the problems, once it is printed.
+	ms, confErr := m.loadModels(ctx, cfg)
 	if ms == nil {
-		return err
-	}
-	if err != nil {
-		fmt.Fprintf(m.stderr, "agentd models: %v\n\n", err)
+		return confErr
 	}
 	entries := ms.Registry.All()
 	if *asJSON {
@@ -40,7 +39,10 @@ func (m *Main) runModels(ctx context.Context, cfg *config.Config, fs *flag.FlagS
 		}
 		enc := json.NewEncoder(m.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+		return confErr
 	}
 	tw := tabwriter.NewWriter(m.stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MODEL\tNAME\tCONTEXT\tMAX OUT\tTHINKING\tIMAGES\tSTATUS")
@@ -65,7 +67,7 @@ func (m *Main) runModels(ctx context.Context, cfg *config.Config, fs *flag.FlagS
 	if unavailable > 0 && !*onlyAvailable {
 		fmt.Fprintf(m.stderr, "\n%d of %d models are unavailable; the reason is in the STATUS column.\n", unavailable, len(entries))
 	}
-	return nil
+	return confErr
 }
 
 func tokens(n int64) string {

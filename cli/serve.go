@@ -54,7 +54,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err != nil {
 		return err
 	}
-	model, level, err := pickModel(ms, st.Get(), localFlags{model: sc.Model})
+	model, level, err := pickModel(ms, st.Get(), localFlags{model: sc.Model}, log)
 	if err != nil {
 		return err
 	}

@@ -829,6 +829,11 @@ func (p *Pipeline) emit(f *flight, t EventType, r *Response) {
 func (p *Pipeline) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	p.closing = true
+	// Nothing is admitted once closing is set, so with none in flight
+	// now the drain cannot be cut short: a server closed before it ran
+	// anything (a port already in use) must not report cancelled
+	// commands, whichever of the two ready channels select would pick.
+	idle := p.inFlight == 0
 	p.mu.Unlock()
 	drained := make(chan struct{})
 	go func() {
@@ -836,12 +841,16 @@ func (p *Pipeline) Shutdown(ctx context.Context) error {
 		close(drained)
 	}()
 	var err error
-	select {
-	case <-drained:
-	case <-ctx.Done():
-		err = ctx.Err()
-		p.hardCancel()
+	if idle {
 		<-drained
+	} else {
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			err = ctx.Err()
+			p.hardCancel()
+			<-drained
+		}
 	}
 	p.hardCancel()
 	p.wg.Wait()

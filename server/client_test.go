@@ -21,13 +21,19 @@ type gateLink struct {
 	open   chan struct{}
 	frames []string
 	closed chan Close
+	// entered has a value once a Write waits at the gate.
+	entered chan struct{}
 }
 
 func newGateLink() *gateLink {
-	return &gateLink{open: make(chan struct{}), closed: make(chan Close, 1)}
+	return &gateLink{open: make(chan struct{}), closed: make(chan Close, 1), entered: make(chan struct{}, 1)}
 }
 
 func (l *gateLink) Write(ctx context.Context, frames [][]byte) error {
+	select {
+	case l.entered <- struct{}{}:
+	default:
+	}
 	select {
 	case <-l.open:
 	case <-ctx.Done():
@@ -66,7 +72,7 @@ func TestReplaceMoreAndFaceQueueLimit(t *testing.T) {
 	}
 	// The writer takes the first frame and blocks on it.
 	c.Send([]byte("first"))
-	time.Sleep(20 * time.Millisecond)
+	<-l.entered
 	c.SendFrame(Frame{Data: []byte("p1"), Key: FrameKey{Name: "progress"}, Replace: true})
 	c.SendFrame(Frame{Data: []byte("critical-1"), More: [][]byte{[]byte("critical-1b")}})
 	c.SendFrame(Frame{Data: []byte("p2"), Key: FrameKey{Name: "progress"}, Replace: true})

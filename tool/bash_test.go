@@ -225,16 +225,32 @@ func TestBashUpdatesThrottled(t *testing.T) {
 	}
 }
 
+// TestBashTimeout: a command ends at its timeout with what it started.
+// The timeout has to outlast starting the background process it should
+// take down; on a busy machine 0.5 s may not, so a run whose process
+// never started is repeated with a longer timeout rather than failing.
 func TestBashTimeout(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	forEachRunner(t, func(t *testing.T, env Env) {
-		pidFile := filepath.Join(env.Cwd, "pids")
-		cmd := fmt.Sprintf("echo started; sleep 30 & echo $! > %q; wait", pidFile)
-		r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": cmd, "timeout": 0.5}, nil)
-		if got := mustErr(t, r.res); got != "started\n\n\nCommand timed out after 0.5 seconds" {
-			t.Fatalf("got %q", got)
+		for timeout := 0.5; ; timeout *= 4 {
+			if timeout > 40 {
+				t.Fatal("the command never started its background process before its timeout")
+			}
+			pidFile := filepath.Join(env.Cwd, fmt.Sprintf("pids-%g", timeout))
+			cmd := fmt.Sprintf("echo started; sleep 30 & echo $! > %q; wait", pidFile)
+			r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": cmd, "timeout": timeout}, nil)
+			got := mustErr(t, r.res)
+			b, _ := os.ReadFile(pidFile)
+			if strings.TrimSpace(string(b)) == "" {
+				t.Logf("the background process had not started within %gs; again with a longer timeout", timeout)
+				continue
+			}
+			if want := fmt.Sprintf("started\n\n\nCommand timed out after %g seconds", timeout); got != want {
+				t.Fatalf("got %q, want %q", got, want)
+			}
+			waitDead(t, readPids(t, pidFile, 1)...)
+			return
 		}
-		waitDead(t, readPids(t, pidFile, 1)...)
 	})
 }
 

@@ -39,6 +39,7 @@ func startACPProc(t *testing.T, e *e2eEnv, args ...string) *acpProc {
 	cmd.Dir = e.cwd
 	cmd.Env = []string{"HOME=" + e.home, "PATH=" + os.Getenv("PATH"), "AGENTD_DATA_DIR=" + e.data, "TMPDIR=" + e.tmp, "LANG=C.UTF-8"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithTest(cmd)
 	cmd.WaitDelay = 5 * time.Second
 	p := &acpProc{t: t, cmd: cmd, stderr: newSvBuf(), frames: make(chan map[string]any, 4096), exited: make(chan struct{}),
 		early: map[int]map[string]any{}, asked: make(chan map[string]any, 16)}

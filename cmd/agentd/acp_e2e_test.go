@@ -75,6 +75,7 @@ func (e *e2eEnv) acpClient(steps []string, args ...string) []acpStep {
 	cmd.Dir = e.cwd
 	cmd.Env = []string{"HOME=" + e.home, "PATH=" + os.Getenv("PATH"), "AGENTD_DATA_DIR=" + e.data,
 		"TMPDIR=" + e.tmp, "MOCK_API_KEY=sk-mock-key", "LANG=C.UTF-8"}
+	dieWithTest(cmd)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	done := make(chan error, 1)

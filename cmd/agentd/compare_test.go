@@ -168,6 +168,7 @@ func cmpStart(t *testing.T, argv []string, home, dir string) *cmpProc {
 	p.cmd.Dir = dir
 	p.cmd.Env = pcNodeEnv(home)
 	p.cmd.Stderr = &p.stderr
+	dieWithTest(p.cmd)
 	var err error
 	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)

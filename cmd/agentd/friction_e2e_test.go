@@ -259,6 +259,7 @@ func TestVersion(t *testing.T) {
 func serverVersion(t *testing.T, bin, home string) string {
 	t.Helper()
 	cmd := exec.Command(bin, "serve", "--stdio")
+	dieWithTest(cmd)
 	cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
 	cmd.Stdin = strings.NewReader("")
 	out, err := cmd.Output()
@@ -399,6 +400,7 @@ func TestAskWithTools(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd := exec.Command(agentdBin, append([]string{"ask"}, tt.args...)...)
+			dieWithTest(cmd)
 			cmd.Dir = cwd
 			cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "TMPDIR=" + t.TempDir()}
 			var stdout, stderr strings.Builder
@@ -442,6 +444,7 @@ func TestAskWithToolsInterrupt(t *testing.T) {
 	t.Parallel()
 	home, cwd := t.TempDir(), t.TempDir()
 	cmd := exec.Command(agentdBin, "ask", "--tools", "bash", "/bash sleep 60")
+	dieWithTest(cmd)
 	cmd.Dir = cwd
 	cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "TMPDIR=" + t.TempDir()}
 	var stdout strings.Builder

@@ -46,8 +46,8 @@ func TestLocalSessionCommandErrors(t *testing.T) {
 			want: []string{"tools run with full access (no sandbox)", "agentd rpc: --mcp-config: open /nonexistent/m.json"}},
 		{name: "rpc bad mcp config", args: []string{"rpc", "--mcp-config", "/dev/null"}, code: 2,
 			want: []string{"tools run with full access (no sandbox)", "agentd rpc: --mcp-config /dev/null: mcp configuration"}},
-		{name: "rpc models logged before tools", home: "models", args: []string{"rpc", "--tools", "nope"}, code: 2,
-			want: []string{`msg="model configuration"`, "agentd rpc: " + unknownTool}},
+		{name: "rpc models before tools", home: "models", args: []string{"rpc", "--tools", "nope"}, code: 1,
+			want: []string{"agentd rpc: cannot use the model configuration", "models.json: malformed JSON at line 1"}, never: []string{"unknown tool"}},
 		{name: "rpc settings before tools", home: "settings", args: []string{"rpc", "--tools", "nope"}, code: 1,
 			want: []string{"agentd rpc: settings file ", "is not a json object"}},
 
@@ -62,8 +62,8 @@ func TestLocalSessionCommandErrors(t *testing.T) {
 			want: []string{"sandboxed", "agentd acp: --mcp-config: open /nonexistent/m.json"}},
 		{name: "acp bad mcp config", args: []string{"acp", "--mcp-config", "/dev/null"}, code: 2,
 			want: []string{"sandboxed", "agentd acp: --mcp-config /dev/null: mcp configuration"}},
-		{name: "acp models logged before tools", home: "models", args: []string{"acp", "--tools", "nope"}, code: 2,
-			want: []string{`msg="model configuration"`, "agentd acp: " + unknownTool}},
+		{name: "acp models before tools", home: "models", args: []string{"acp", "--tools", "nope"}, code: 1,
+			want: []string{"agentd acp: cannot use the model configuration", "models.json: malformed JSON at line 1"}, never: []string{"unknown tool"}},
 		{name: "acp settings before tools", home: "settings", args: []string{"acp", "--tools", "nope"}, code: 1,
 			want: []string{"agentd acp: settings file ", "is not a json object"}},
 
@@ -75,6 +75,8 @@ func TestLocalSessionCommandErrors(t *testing.T) {
 			want: []string{"tools run with full access (no sandbox)", "agentd tools: --mcp-config /dev/null: mcp configuration"}},
 		{name: "tools checks tools before models", home: "models", args: []string{"tools", "--tools", "nope"}, code: 2,
 			want: []string{"agentd tools: " + unknownTool}, never: []string{"model configuration"}},
+		{name: "tools bad models", home: "models", args: []string{"tools"}, code: 1,
+			want: []string{"agentd tools: cannot use the model configuration", "models.json: malformed JSON at line 1"}},
 		{name: "tools checks tools before settings", home: "settings", args: []string{"tools", "--tools", "nope"}, code: 2,
 			want: []string{"agentd tools: " + unknownTool}},
 		{name: "tools bad settings", home: "settings", args: []string{"tools"}, code: 1,
@@ -176,6 +178,7 @@ func TestLocalSessionMCPServersEnd(t *testing.T) {
 	t.Run("tools", func(t *testing.T) {
 		path, serverPid, childPid := config("tools")
 		cmd := exec.Command(agentdBin, "tools", "--mcp-config", path)
+		dieWithTest(cmd)
 		cmd.Dir = e.cwd
 		cmd.Env = []string{"HOME=" + e.home, "PATH=" + os.Getenv("PATH"), "AGENTD_DATA_DIR=" + e.data, "TMPDIR=" + e.tmp}
 		out, err := cmd.Output()

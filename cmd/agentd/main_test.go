@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/agentd-dev/agentd/llm/llmtest"
@@ -58,6 +59,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// dieWithTest makes cmd's process get SIGKILL when the test binary dies.
+// t.Cleanup ends what a test started when the test fails, but not when
+// the binary itself goes (a -timeout panic, a crash, a kill): without
+// this, servers a test started kept running, re-parented to init, long
+// after the run. (The signal follows the OS thread that started the
+// child; the Go runtime keeps its threads, and these tests lock none.)
+func dieWithTest(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+}
+
 type result struct {
 	stdout, stderr string
 	code           int
@@ -76,6 +90,7 @@ func runIn(t *testing.T, dir, home string, env []string, stdin string, args ...s
 	cmd.Dir = dir
 	cmd.Env = append([]string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}, env...)
 	cmd.Stdin = strings.NewReader(stdin)
+	dieWithTest(cmd)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -64,6 +64,7 @@ func TestMCPServersThatFailToStart(t *testing.T) {
 		}
 		run := func(args ...string) (string, string, int) {
 			cmd := exec.Command(agentdBin, append([]string{"tools"}, args...)...)
+			dieWithTest(cmd)
 			cmd.Dir = e.cwd
 			cmd.Env = []string{"HOME=" + e.home, "PATH=" + os.Getenv("PATH"), "AGENTD_DATA_DIR=" + e.data, "TMPDIR=" + e.tmp}
 			var out, errb strings.Builder

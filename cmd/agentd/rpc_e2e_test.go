@@ -661,6 +661,7 @@ func (e *e2eEnv) start(args ...string) *e2eProc {
 	cmd.Dir = e.cwd
 	cmd.Env = []string{"HOME=" + e.home, "PATH=" + os.Getenv("PATH"), "AGENTD_DATA_DIR=" + e.data,
 		"TMPDIR=" + e.tmp, "MOCK_API_KEY=sk-mock-key", "LANG=C.UTF-8"}
+	dieWithTest(cmd)
 	p := &e2eProc{t: t, env: e, cmd: cmd, changed: make(chan struct{}), exited: make(chan struct{})}
 	cmd.Stderr = &p.stderr
 	var err error

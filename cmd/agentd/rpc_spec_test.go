@@ -34,6 +34,7 @@ func TestRPCSpecExampleSession(t *testing.T) {
 		"baseUrl": srv.AnthropicURL(), "apiKey": "SPEC_KEY",
 	}}})
 	cmd := exec.Command(agentdBin, "rpc", "--no-session", "--model", "anthropic/claude-sonnet-4-5")
+	dieWithTest(cmd)
 	cmd.Dir = cwd
 	cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "SPEC_KEY=k", "AGENTD_DATA_DIR=" + t.TempDir()}
 	stdin, _ := cmd.StdinPipe()

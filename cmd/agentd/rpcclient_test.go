@@ -391,6 +391,7 @@ func pcRunDrive(t *testing.T, nm, cliPath, policy string) (*pcSummary, string) {
 	cmd.Dir = work
 	cmd.Env = pcNodeEnv(home, "AGENTD_BIN="+agentdBin)
 	cmd.WaitDelay = 10 * time.Second
+	dieWithTest(cmd)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()

@@ -2080,6 +2080,7 @@ func TestServeCommandTimeout(t *testing.T) {
 func execOutput(name string, args ...string) (string, error) {
 	var out strings.Builder
 	cmd := exec.Command(name, args...)
+	dieWithTest(cmd)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	done := make(chan error, 1)
 	if err := cmd.Start(); err != nil {

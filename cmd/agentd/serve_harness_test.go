@@ -633,6 +633,7 @@ func svLaunch(t *testing.T, e *e2eEnv, o svOpts, args ...string) *svServer {
 	// Its own process group, so that cleanup also ends the shells it
 	// started; WaitDelay bounds the wait for pipes a stray child holds.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithTest(cmd)
 	cmd.WaitDelay = 5 * time.Second
 	s := &svServer{t: t, env: e, args: args, extra: o.env, stdio: o.stdio, cmd: cmd, stderr: newSvBuf(), exited: make(chan struct{})}
 	cmd.Stderr = s.stderr

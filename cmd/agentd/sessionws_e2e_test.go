@@ -606,7 +606,6 @@ func TestSessionWSTwoClientsSeeTheSame(t *testing.T) {
 	b.waitFor(fb, "third completed", func(m swMsg) bool {
 		return m.typ() == "completed" && strings.Contains(m.raw, "run 2")
 	})
-	time.Sleep(50 * time.Millisecond) // a last coalesced progress_update, if any
 	// Progress readings a client's queue held back are replaced by later
 	// ones, so two clients may differ in those; in nothing else.
 	critical := func(ms []swMsg) []swMsg {
@@ -618,6 +617,24 @@ func TestSessionWSTwoClientsSeeTheSame(t *testing.T) {
 		}
 		return out
 	}
+	// lastProgress is c's latest progress reading.
+	lastProgress := func(c *swClient) string {
+		ms := c.all()
+		for i := len(ms) - 1; i >= 0; i-- {
+			if ms[i].typ() == "progress_update" {
+				return ms[i].raw
+			}
+		}
+		return ""
+	}
+	// A last coalesced progress_update, or a message after the third
+	// completed, may still be on its way to one of them: wait until both
+	// have as many messages and the same last reading (what follows
+	// checks they are the same), not a fixed 50 ms.
+	svWaitUntil(t, "both clients have had the same messages", func() bool {
+		pa := lastProgress(a)
+		return len(critical(a.all()[fa:])) == len(critical(b.all()[fb:])) && pa != "" && pa == lastProgress(b)
+	})
 	la, lb := critical(a.all()[fa:]), critical(b.all()[fb:])
 	if len(la) != len(lb) {
 		t.Fatalf("a got %d messages, b %d:\n%s\n---\n%s", len(la), len(lb), a.dump(fa), b.dump(fb))
@@ -639,15 +656,6 @@ func TestSessionWSTwoClientsSeeTheSame(t *testing.T) {
 		last = m.seq()
 	}
 	// And both end on the same, latest, progress reading.
-	lastProgress := func(c *swClient) string {
-		ms := c.all()
-		for i := len(ms) - 1; i >= 0; i-- {
-			if ms[i].typ() == "progress_update" {
-				return ms[i].raw
-			}
-		}
-		return ""
-	}
 	if pa, pb := lastProgress(a), lastProgress(b); pa == "" || pa != pb {
 		t.Fatalf("last progress differs:\n%s\n%s", pa, pb)
 	}

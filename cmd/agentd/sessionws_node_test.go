@@ -165,6 +165,7 @@ func swRunNode(t *testing.T, modules, script string, env []string, args ...strin
 		cmd.Env = append(cmd.Env, "NODE_PATH="+p)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithTest(cmd)
 	cmd.WaitDelay = 5 * time.Second
 	n := &swNode{t: t, cmd: cmd, stderr: newSvBuf(), exited: make(chan struct{}), read: make(chan struct{}), changed: make(chan struct{})}
 	cmd.Stderr = n.stderr

@@ -546,7 +546,9 @@ func TestBrokenStreams(t *testing.T) {
 		{"cut before the end", llmtest.Script{Text: text, CutAfter: 6}, llm.StreamOptions{}, llm.ErrStream, "the stream was cut off"},
 		{"ended before message_stop", llmtest.Script{Raw: []byte(truncated)}, llm.StreamOptions{}, llm.ErrStream, "the stream ended before the message was complete"},
 		{"malformed", llmtest.Script{Text: text, MalformedAfter: 5}, llm.StreamOptions{}, llm.ErrStream, "malformed"},
-		{"idle", llmtest.Script{Text: text, HangAfter: 5}, llm.StreamOptions{IdleTimeout: 200 * time.Millisecond}, llm.ErrIdleTimeout, "sent nothing"},
+		// 1 s, not less: a busy machine that stalls the reader between
+		// frames already sent must not fire the idle timeout early.
+		{"idle", llmtest.Script{Text: text, HangAfter: 5}, llm.StreamOptions{IdleTimeout: time.Second}, llm.ErrIdleTimeout, "sent nothing"},
 		{"idle before the first byte", llmtest.Script{Text: text, FirstDelay: 10 * time.Second}, llm.StreamOptions{IdleTimeout: 200 * time.Millisecond}, llm.ErrIdleTimeout, "sent nothing"},
 		{"error event", llmtest.Script{Text: text, StreamError: &llmtest.StreamError{Type: "overloaded_error", Message: "Overloaded"}}, llm.StreamOptions{}, llm.ErrOverloaded, "overloaded_error: Overloaded"},
 		{"api error event", llmtest.Script{Text: text, StreamError: &llmtest.StreamError{Type: "api_error", Message: "Internal server error"}}, llm.StreamOptions{}, llm.ErrServer, "api_error: Internal server error"},
@@ -561,7 +563,7 @@ func TestBrokenStreams(t *testing.T) {
 			if tt.name != "idle before the first byte" && r.msg.TextContent() == "" {
 				t.Fatal("partial text lost")
 			}
-			if r.elapsed > 5*time.Second {
+			if r.elapsed > 30*time.Second { // a hang, not slowness
 				t.Fatalf("took %s", r.elapsed)
 			}
 		})
@@ -886,7 +888,10 @@ func TestInvalidToolSchema(t *testing.T) {
 }
 
 // TestPingsKeepTheStreamAlive: keep-alive pings count as activity for the
-// idle timeout, as any bytes from a live server should.
+// idle timeout, as any bytes from a live server should. They come every
+// 20 ms for 1.5 s against a 1 s idle timeout: the stream outlasts the
+// timeout, and only a 50-fold stall of one gap could fire it (50 ms
+// against 200 ms fired on a busy machine).
 func TestPingsKeepTheStreamAlive(t *testing.T) {
 	blankEnv(t)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -897,8 +902,8 @@ func TestPingsKeepTheStreamAlive(t *testing.T) {
 			_ = rc.Flush()
 		}
 		send("message_start", `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}`)
-		for range 8 {
-			time.Sleep(50 * time.Millisecond)
+		for range 75 {
+			time.Sleep(20 * time.Millisecond)
 			send("ping", `{"type": "ping"}`)
 		}
 		send("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":"late"}}`)
@@ -908,7 +913,7 @@ func TestPingsKeepTheStreamAlive(t *testing.T) {
 	}))
 	defer hs.Close()
 	m := &llm.Model{ID: "claude-test", API: llm.APIAnthropicMessages, Provider: "anthropic", BaseURL: hs.URL}
-	msg, err := llm.Collect(anthropic.New(nil).Stream(context.Background(), m, hi(), &llm.StreamOptions{APIKey: "k", IdleTimeout: 200 * time.Millisecond}))
+	msg, err := llm.Collect(anthropic.New(nil).Stream(context.Background(), m, hi(), &llm.StreamOptions{APIKey: "k", IdleTimeout: time.Second}))
 	if err != nil || msg.TextContent() != "late" {
 		t.Fatalf("err %v text %q", err, msg.TextContent())
 	}

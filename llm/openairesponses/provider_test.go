@@ -408,7 +408,9 @@ func TestRetryAfter(t *testing.T) {
 }
 
 func TestBrokenStreams(t *testing.T) {
-	idle := llm.StreamOptions{IdleTimeout: 150 * time.Millisecond}
+	// 1 s, not less: a busy machine that stalls the reader between
+	// frames already sent must not fire the idle timeout early.
+	idle := llm.StreamOptions{IdleTimeout: time.Second}
 	tests := []struct {
 		name   string
 		s      llmtest.Script
@@ -446,7 +448,7 @@ func TestBrokenStreams(t *testing.T) {
 			if evs[len(evs)-1].Reason != llm.StopError {
 				t.Errorf("last event %+v", evs[len(evs)-1])
 			}
-			if tt.kind == llm.ErrIdleTimeout && time.Since(start) > 2*time.Second {
+			if tt.kind == llm.ErrIdleTimeout && time.Since(start) > 30*time.Second { // a hang, not slowness
 				t.Errorf("idle timeout took %s", time.Since(start))
 			}
 		})
@@ -1040,16 +1042,19 @@ func TestFrameDecoder(t *testing.T) {
 }
 
 // TestKeepAliveComments: comments a proxy sends while the model thinks
-// keep the idle timeout from firing.
+// keep the idle timeout from firing. They come every 20 ms for 1.5 s
+// against a 1 s idle timeout: the stream as a whole outlasts the
+// timeout, and a busy machine would have to stall one gap 50-fold to
+// fire it (with 50 ms against 150 ms, a 3-fold stall did).
 func TestKeepAliveComments(t *testing.T) {
 	url := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		rc := http.NewResponseController(w)
-		for i := 0; i < 8; i++ {
+		for i := 0; i < 75; i++ {
 			_, _ = io.WriteString(w, ": OPENROUTER PROCESSING\n\n")
 			_ = rc.Flush()
 			select {
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(20 * time.Millisecond):
 			case <-r.Context().Done():
 				return
 			}
@@ -1058,7 +1063,7 @@ func TestKeepAliveComments(t *testing.T) {
 			"data: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\"}}\n\n")
 	}))
 	m := &llm.Model{ID: "openai/gpt-5", API: llm.APIOpenAIResponses, Provider: "openrouter", BaseURL: url + "/api/v1"}
-	_, msg, err := run(t, testProvider(t).Stream(context.Background(), m, hello(), &llm.StreamOptions{IdleTimeout: 150 * time.Millisecond}))
+	_, msg, err := run(t, testProvider(t).Stream(context.Background(), m, hello(), &llm.StreamOptions{IdleTimeout: time.Second}))
 	if err != nil || msg.TextContent() != "hi" {
 		t.Fatalf("err %v text %q", err, msg.TextContent())
 	}
