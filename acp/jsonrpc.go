@@ -94,9 +94,9 @@ func newConn(h handler, maxLine int, log *slog.Logger) *conn {
 	return &conn{handle: h, maxLine: maxLine, log: log, pending: map[string]chan frame{}}
 }
 
-// serve reads frames from in until it ends or ctx is cancelled. Then the
-// calls waiting for the client fail, atEnd runs (it ends what the
-// handlers wait for), the handlers still running are cancelled and waited
+// serve reads frames from in until it ends or ctx is cancelled. Then
+// atEnd runs (it ends what the handlers wait for), the calls waiting for
+// the client fail, the handlers still running are cancelled and waited
 // for, and everything queued is written.
 func (c *conn) serve(ctx context.Context, in io.Reader, w io.Writer, atEnd func()) error {
 	c.out = ndjson.New(w)
@@ -119,9 +119,12 @@ loop:
 			break loop
 		}
 	}
+	// Sessions end before the calls waiting for the client fail: a tool
+	// call parked on the client's permission answer must be left parked
+	// (asked again on load), not settled as rejected by the failed call.
+	atEnd()
 	c.shut()
 	cancel()
-	atEnd()
 	c.wg.Wait()
 	// A handler that was opening a session when the input ended has
 	// registered it by now.

@@ -206,10 +206,12 @@ func (ss *acpSession) close() {
 		ss.turn.cancelled = true
 	}
 	ss.mu.Unlock()
-	ss.stop()
+	// The session stops recording before its calls are cancelled: a
+	// cancelled call would otherwise be written down as settled.
 	if err := ss.s.Close(); err != nil {
 		ss.a.log.Warn("closing session", "session", ss.id, "err", err)
 	}
+	ss.stop()
 	ss.wg.Wait()
 	if ss.unsub != nil {
 		ss.unsub()
