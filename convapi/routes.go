@@ -19,8 +19,8 @@ type route struct {
 	method string
 	// path is relative to /api/v2; {conversation_id}, {index} and
 	// {session_id} are path parameters.
-	path    string
-	public  bool
+	path   string
+	public bool
 	// creates marks a route that makes the conversation it names when
 	// that does not exist; its command checks, in the conversation's
 	// lane, that the principal may see one that does. Every other route
