@@ -9,6 +9,7 @@ import (
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/todo"
 	"github.com/agentd-dev/agentd/tool"
+	"github.com/agentd-dev/agentd/transcript"
 )
 
 // Tool calls the conversation ends with but no run executes (the process
@@ -31,6 +32,73 @@ func (s *Session) repark() {
 	s.reparkLocked()
 }
 
+// reasonInterrupted is the result of a call that had started when the
+// process running it stopped.
+const reasonInterrupted = "Tool call interrupted: agentd stopped while it was running (a crash, kill or restart), so it may have done part of its work; it was not run again. Check its effects before repeating it."
+
+// markStarted records, durably, that call is about to run (see
+// CustomToolStarted).
+func (s *Session) markStarted(call tool.Call) error {
+	data, err := json.Marshal(startedData{ToolCallID: call.ID})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	f := s.file
+	s.mu.Unlock()
+	if _, err := f.AppendCustom(CustomToolStarted, data); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+type startedData struct {
+	ToolCallID string `json:"toolCallId"`
+}
+
+// settleStarted records the calls among calls (those the conversation
+// ends with, no run executing them) that had started as interrupted, with
+// a result saying so, and returns the others. A call started when its
+// marker is on the current branch after the last message: markers of an
+// earlier turn that reused the id do not count.
+func (s *Session) settleStarted(calls []llm.Content) []llm.Content {
+	if len(calls) == 0 {
+		return calls
+	}
+	s.mu.Lock()
+	f := s.file
+	s.mu.Unlock()
+	started := map[string]bool{}
+	branch := f.Branch(f.Leaf())
+	for i := len(branch) - 1; i >= 0; i-- {
+		e := &branch[i]
+		if e.Type == transcript.TypeMessage && e.Message != nil && e.Message.Role == llm.RoleAssistant {
+			break
+		}
+		if e.Type != transcript.TypeCustom || e.Opaque() || e.CustomType != CustomToolStarted {
+			continue
+		}
+		var d startedData
+		if json.Unmarshal(e.Data, &d) == nil && d.ToolCallID != "" {
+			started[d.ToolCallID] = true
+		}
+	}
+	if len(started) == 0 {
+		return calls
+	}
+	rest := calls[:0:0]
+	for _, c := range calls {
+		if !started[c.ID] {
+			rest = append(rest, c)
+			continue
+		}
+		s.log.Warn("a tool call was interrupted while it ran; it is not run again", "tool", c.Name, "call", c.ID)
+		s.appendOutsideRun(&llm.Message{Role: llm.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
+			Content: []llm.Content{llm.Text(reasonInterrupted)}, IsError: true, Timestamp: time.Now().UnixMilli()})
+	}
+	return rest
+}
+
 // parkRequest is a request to park for a call.
 type parkRequest struct {
 	req  interaction.Request
@@ -47,6 +115,7 @@ func (s *Session) reparkLocked() {
 	cur := s.parked
 	s.mu.Unlock()
 	_, calls := agent.PendingToolCalls(s.agent.Messages())
+	calls = s.settleStarted(calls)
 	want := s.parkRequests(calls)
 	if !s.sameCalls(cur, want) {
 		s.mu.Lock()
