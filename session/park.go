@@ -49,6 +49,12 @@ func (s *Session) markStarted(call tool.Call) error {
 	if _, err := f.AppendCustom(CustomToolStarted, data); err != nil {
 		return err
 	}
+	// Synced as a message is (a custom entry otherwise waits for the next
+	// message's fsync): a machine's crash must not lose it while the
+	// call's effects stay.
+	if s.cfg.Sync == transcript.SyncNever {
+		return nil
+	}
 	return f.Sync()
 }
 
@@ -57,10 +63,13 @@ type startedData struct {
 }
 
 // settleStarted records the calls among calls (those the conversation
-// ends with, no run executing them) that had started as interrupted, with
-// a result saying so, and returns the others. A call started when its
-// marker is on the current branch after the last message: markers of an
-// earlier turn that reused the id do not count.
+// ends with, no run executing them) that were interrupted while they ran
+// as such, with a result saying so, and returns the others. A call was
+// interrupted when its marker is on the current branch after the last
+// assistant message (markers of an earlier turn that reused the id do
+// not count) and no result of it descends from the marker: a call that
+// finished and was cut off by an edit or a fork (the leaf moved back
+// above its result) waits for a person as before.
 func (s *Session) settleStarted(calls []llm.Content) []llm.Content {
 	if len(calls) == 0 {
 		return calls
@@ -68,7 +77,7 @@ func (s *Session) settleStarted(calls []llm.Content) []llm.Content {
 	s.mu.Lock()
 	f := s.file
 	s.mu.Unlock()
-	started := map[string]bool{}
+	started := map[string]string{} // call id to its marker's entry id
 	branch := f.Branch(f.Leaf())
 	for i := len(branch) - 1; i >= 0; i-- {
 		e := &branch[i]
@@ -80,15 +89,30 @@ func (s *Session) settleStarted(calls []llm.Content) []llm.Content {
 		}
 		var d startedData
 		if json.Unmarshal(e.Data, &d) == nil && d.ToolCallID != "" {
-			started[d.ToolCallID] = true
+			started[d.ToolCallID] = e.ID
 		}
 	}
 	if len(started) == 0 {
 		return calls
 	}
+	for _, e := range f.Entries() {
+		if e.Type != transcript.TypeMessage || e.Message == nil || e.Message.Role != llm.RoleToolResult {
+			continue
+		}
+		marker, ok := started[e.Message.ToolCallID]
+		if !ok {
+			continue
+		}
+		for _, a := range f.Branch(e.ID) {
+			if a.ID == marker {
+				delete(started, e.Message.ToolCallID) // it finished
+				break
+			}
+		}
+	}
 	rest := calls[:0:0]
 	for _, c := range calls {
-		if !started[c.ID] {
+		if _, ok := started[c.ID]; !ok {
 			rest = append(rest, c)
 			continue
 		}
