@@ -661,3 +661,45 @@ func TestRacingSettlements(t *testing.T) {
 		})
 	}
 }
+
+// A call waiting for approval when the session closes is offered again
+// after it, even when an earlier turn's call with the same id ran and
+// left its started marker: that marker is above the call's own assistant
+// message, and a result descends from it.
+func TestRestartReusedCallIDStillOffered(t *testing.T) {
+	h := newHarness(t, func(c *session.Config) { c.Policy = askBash })
+	h.srv.Handle(bashModel("echo hi >> runs"))
+	approve := func() {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for len(h.s.Interactions()) == 0 {
+			select {
+			case <-h.seen:
+			case <-time.After(20 * time.Millisecond):
+			case <-deadline:
+				t.Fatal("no approval was asked for")
+			}
+		}
+	}
+	h.prompt("run it")
+	approve()
+	req := pendingApproval(t, h)
+	if err := h.s.Answer(req.ID, interaction.Response{Verdict: interaction.VerdictApprove}); err != nil {
+		t.Fatal(err)
+	}
+	h.wait()
+	h.prompt("run it") // the model calls call_1 again
+	approve()
+	path := h.s.File()
+	if err := h.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h2 := reopen(t, h.cfg, path)
+	loadedWithPending(t, h2)
+	if got := len(toolResults(h2.s.Messages())); got != 1 {
+		t.Fatalf("%d tool results, want the first turn's alone", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(h.cwd, "runs")); string(b) != "hi\n" {
+		t.Fatalf("runs %q: the second call should not have run", b)
+	}
+}
