@@ -100,6 +100,12 @@ func TestEveryRouteHidesOthersConversations(t *testing.T) {
 			if g, m := got.str("error"), strings.ReplaceAll(missing.str("error"), "nobody", "alices"); got.status != missing.status || g != m {
 				t.Errorf("bob on alice's conversation: %s\nand on a missing one: %s", got, missing)
 			}
+			// The design document's paths (/api/conversations/...) are the
+			// same routes.
+			alias := fx.do(rt.method, strings.Replace(path("alices"), "/api/v2", "/api", 1), body, bob...)
+			if alias.status != got.status || alias.str("error") != got.str("error") {
+				t.Errorf("bob on alice's conversation by /api: %s, by /api/v2: %s", alias, got)
+			}
 		})
 	}
 	if walked != len(routeBodies) {
