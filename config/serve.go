@@ -240,7 +240,14 @@ func (s *Serve) Check() error {
 	if s.Port < 0 || s.Port > 65535 {
 		errs = append(errs, fmt.Errorf("--port %d: want 0-65535", s.Port))
 	}
+	// A token that is only whitespace was meant as a token (a quoting
+	// slip, an empty secret in a template): taking it as no token would
+	// start the server with no authentication at all.
+	blankToken := s.Token != "" && strings.TrimSpace(s.Token) == ""
 	s.Token = strings.TrimSpace(s.Token)
+	if blankToken {
+		errs = append(errs, errors.New("--token (or AGENTD_TOKEN) is only whitespace: give a real token (`agentd token` prints a random one), or leave it unset for no token on loopback"))
+	}
 	jwt := s.JWTSecretFile != "" || s.JWTKeys != ""
 	if s.JWTSecretFile != "" && s.JWTKeys != "" {
 		errs = append(errs, errors.New("--jwt-secret-file and --jwt-keys: give one (HS256 with a secret, or public keys), not both"))

@@ -124,3 +124,36 @@ func wantError(t *testing.T, err error, want string) bool {
 	}
 	return want != ""
 }
+
+// A token that is only whitespace is refused on every bind, from the flag
+// or the environment, as a short one is: it is never taken as no token,
+// which on loopback would start the server with no authentication.
+func TestServeBlankToken(t *testing.T) {
+	const token = "0123456789abcdef0123"
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"flag space loopback", nil, []string{"--token", " "}, "only whitespace"},
+		{"flag tab newline loopback", nil, []string{"--token", "\t\n"}, "only whitespace"},
+		{"flag space any host", nil, []string{"--host", "0.0.0.0", "--token", "  "}, "only whitespace"},
+		{"flag space stdio", nil, []string{"--stdio", "--token", " "}, "only whitespace"},
+		{"env space", map[string]string{"AGENTD_TOKEN": "   "}, nil, "only whitespace"},
+		{"short", nil, []string{"--token", " abc "}, "too short"},
+		{"unset loopback", nil, nil, ""},
+		{"real token padded", nil, []string{"--token", " " + token + " "}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := parseServe(tt.env, tt.args)
+			if wantError(t, err, tt.want) {
+				return
+			}
+			if want := strings.TrimSpace(strings.Join(tt.args, "")); want != "" && s.Token != token {
+				t.Fatalf("token %q, want %q", s.Token, token)
+			}
+		})
+	}
+}

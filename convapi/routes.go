@@ -19,8 +19,14 @@ type route struct {
 	method string
 	// path is relative to /api/v2; {conversation_id}, {index} and
 	// {session_id} are path parameters.
-	path    string
-	public  bool
+	path   string
+	public bool
+	// creates marks a route that makes the conversation it names when
+	// that does not exist; its command checks, in the conversation's
+	// lane, that the principal may see one that does. Every other route
+	// naming a conversation is answered 404 before its handler runs
+	// when the principal may not see it (or it does not exist).
+	creates bool
 	summary string
 	// body and resp are the Go types of the request and 200 response
 	// bodies (zero values); nil for none.
@@ -70,7 +76,7 @@ func (s *Server) routes() []route {
 		{method: "GET", path: conv, summary: "A conversation and its messages", resp: Conversation{}, statuses: []int{404},
 			query:  []queryParam{{"limit", "integer", "only the last N messages"}, {"before", "integer", "with limit: the N messages before this index"}},
 			handle: (*Server).getConversation},
-		{method: "PUT", path: conv, summary: "Create a conversation (and an attachment)", body: CreateRequest{}, resp: CreatedResponse{}, statuses: []int{409}, handle: (*Server).createConversation},
+		{method: "PUT", path: conv, creates: true, summary: "Create a conversation (and an attachment)", body: CreateRequest{}, resp: CreatedResponse{}, statuses: []int{409}, handle: (*Server).createConversation},
 		{method: "POST", path: conv, summary: "Add a message without running the agent", body: AppendRequest{}, resp: StatusResponse{}, statuses: []int{404, 409}, handle: (*Server).appendMessage},
 		{method: "DELETE", path: conv, summary: "Delete a conversation (its file stays on disk)", resp: StatusResponse{}, statuses: []int{404, 409}, handle: (*Server).deleteConversation},
 		{method: "GET", path: conv + "/events", summary: "The conversation's events (Server-Sent Events)", stream: true, statuses: []int{404},
@@ -87,7 +93,7 @@ func (s *Server) routes() []route {
 		{method: "POST", path: conv + "/fork", summary: "Copy the conversation up to a message into a new one", resp: CreatedResponse{}, statuses: []int{404, 409},
 			query: []queryParam{{"after_message", "integer", "the last message index to copy (required)"}, {"branch", "string", "only main"}}, handle: (*Server).fork},
 		{method: "POST", path: conv + "/rerun", summary: "Run the last assistant message's tool calls again, through confirmation", body: RerunRequest{}, resp: RerunResponse{}, statuses: []int{404, 409}, handle: (*Server).rerun},
-		{method: "POST", path: conv + "/transcript", summary: "Add a voice call's turns (making the conversation if need be)", body: TranscriptRequest{}, resp: TranscriptResponse{}, statuses: []int{409}, handle: (*Server).transcript},
+		{method: "POST", path: conv + "/transcript", creates: true, summary: "Add a voice call's turns (making the conversation if need be)", body: TranscriptRequest{}, resp: TranscriptResponse{}, statuses: []int{404, 409}, handle: (*Server).transcript},
 		{method: "POST", path: conv + "/elicit/respond", summary: "Answer a question of the agent", body: ElicitRequest{}, resp: StatusResponse{}, statuses: []int{404, 409}, handle: (*Server).elicit},
 	}
 }
@@ -132,6 +138,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		r = r.WithContext(withPrincipal(r.Context(), who))
+		if p.conv != "" && !rt.creates && !s.sees(r.Context(), p.conv) {
+			// The one visibility check every route naming a conversation
+			// passes, so a new route cannot forget it: another subject's
+			// conversation is answered exactly as one that does not
+			// exist. Handlers check again where they load it.
+			writeError(w, log, r, errorf(http.StatusNotFound, "Conversation not found: "+p.conv))
+			return
+		}
 	}
 	if err := rt.handle(s, w, r, p); err != nil {
 		writeError(w, log, r, err)

@@ -3,6 +3,7 @@ package convapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -95,9 +96,17 @@ func (s *Server) runTranscript(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	id := c.cmd.SessionID
-	h, err := s.srv.Session(ctx, id)
-	if fault.CodeOf(err) == fault.NotFound {
+	// A conversation the principal may not see is not found, as on every
+	// other route, even though this one makes a missing one: adding to
+	// it, or answering already_acked, would reach or reveal another
+	// subject's conversation. Its id is taken, so it cannot be made
+	// either; the answer says no more than PUT's 409 does.
+	h, err := s.conversation(ctx, id)
+	if apiStatus(err) == http.StatusNotFound {
 		h, err = s.make(ctx, id, createPayload{})
+		if apiStatus(err) == http.StatusConflict {
+			err = errorf(http.StatusNotFound, "Conversation not found: "+id)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -142,4 +151,14 @@ func callSID(details json.RawMessage) string {
 	}
 	_ = json.Unmarshal(details, &d)
 	return d.CallSID
+}
+
+// apiStatus is the HTTP status err carries, 0 for an error that carries
+// none.
+func apiStatus(err error) int {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.status
+	}
+	return 0
 }

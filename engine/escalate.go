@@ -68,10 +68,13 @@ func EscalationRequest(r sandbox.Request) interaction.Request {
 	if out := strings.TrimSpace(r.Output); out != "" {
 		fmt.Fprintf(&b, "\nIt printed:\n%s\n", out)
 	}
-	fmt.Fprintf(&b, "\nAllow it to %s? Approve runs it again once with that access; always allows it for the rest of this session; reject leaves it refused.", r.Need.Describe(r.Policy))
+	// The rerun starts the command from the beginning: whatever it did
+	// before the refusal (files it wrote, requests it sent) it does a
+	// second time, which the person must know before approving.
+	fmt.Fprintf(&b, "\nAllow it to %s? Approve runs the whole command again, from the start, with that access and no other: what it did before it was refused happens a second time. Always also allows that for the rest of this session; reject leaves it refused.", r.Need.Describe(r.Policy))
 	return interaction.Request{
 		Kind:    interaction.KindApproval,
-		Title:   r.ToolName + " wants to " + r.Need.Describe(r.Policy),
+		Title:   r.ToolName + " wants to " + r.Need.Describe(r.Policy) + " (approving runs the command again)",
 		Message: b.String(),
 		Tool:    &interaction.ToolApproval{ToolCallID: r.ToolCallID, ToolName: r.ToolName, Args: r.Args},
 	}

@@ -70,6 +70,10 @@ var (
 	ErrExpired   = errors.New("token has expired")
 	ErrNotYet    = errors.New("token is not valid yet")
 	ErrClaims    = errors.New("token claims are not acceptable")
+	// ErrCritical is a token whose crit header names an extension this
+	// verifier does not implement (RFC 7515 §4.1.11): it must not be
+	// accepted, since its issuer said it is void without that extension.
+	ErrCritical = errors.New("token requires a JWS extension this server does not support")
 )
 
 // New builds a Verifier.
@@ -150,13 +154,16 @@ func (s *sessionsClaim) UnmarshalJSON(b []byte) error {
 // client can act on.
 func (v *Verifier) Verify(tok string) (Claims, error) {
 	var tc tokenClaims
-	_, err := v.parser.ParseWithClaims(tok, &tc, v.keyFor)
+	t, err := v.parser.ParseWithClaims(tok, &tc, v.keyFor)
 	if err != nil {
 		var hdr tokenClaims
 		if t, _, uerr := jwt.NewParser().ParseUnverified(tok, &hdr); uerr == nil && !slices.Contains(v.algs, t.Method.Alg()) {
 			return Claims{}, fmt.Errorf("%w: it is signed with %s; this server accepts %s", ErrSignature, t.Method.Alg(), strings.Join(v.algs, ", "))
 		}
 		return Claims{}, classify(err)
+	}
+	if err := checkCrit(t.Header); err != nil {
+		return Claims{}, err
 	}
 	if tc.Subject == "" && len(tc.Sessions) == 0 {
 		return Claims{}, fmt.Errorf("%w: it names no subject (sub) and grants no sessions", ErrClaims)
@@ -166,6 +173,46 @@ func (v *Verifier) Verify(tok string) (Claims, error) {
 		c.Expires = tc.ExpiresAt.Time
 	}
 	return c, nil
+}
+
+// registeredHeaders are the header parameters RFC 7515 and RFC 7518
+// define, which crit may not list (RFC 7515 §4.1.11).
+var registeredHeaders = []string{
+	"alg", "jku", "jwk", "kid", "x5u", "x5c", "x5t", "x5t#S256", "typ", "cty", "crit",
+	"enc", "zip", "epk", "apu", "apv", "iv", "tag", "p2s", "p2c",
+}
+
+// checkCrit applies RFC 7515 §4.1.11 to a token's header. This verifier
+// implements no JWS extension (not even RFC 7797's b64), so a crit that
+// is well formed still names something it does not understand, and the
+// token is refused; one that is present but not a non-empty list of
+// distinct extension names is malformed and refused as that.
+func checkCrit(h map[string]any) error {
+	raw, ok := h["crit"]
+	if !ok {
+		return nil
+	}
+	list, ok := raw.([]any)
+	if !ok || len(list) == 0 {
+		return fmt.Errorf("%w: its crit header must be a non-empty list of header names", ErrMalformed)
+	}
+	names := make([]string, 0, len(list))
+	for _, e := range list {
+		name, ok := e.(string)
+		switch {
+		case !ok || name == "":
+			return fmt.Errorf("%w: its crit header must list header names (strings)", ErrMalformed)
+		case slices.Contains(registeredHeaders, name):
+			return fmt.Errorf("%w: its crit header lists %q, which the JWS specification defines", ErrMalformed, name)
+		case slices.Contains(names, name):
+			return fmt.Errorf("%w: its crit header lists %q twice", ErrMalformed, name)
+		}
+		if _, present := h[name]; !present {
+			return fmt.Errorf("%w: its crit header lists %q, which the header does not have", ErrMalformed, name)
+		}
+		names = append(names, name)
+	}
+	return fmt.Errorf("%w: %s (crit)", ErrCritical, strings.Join(names, ", "))
 }
 
 // keyFor picks the keys that may verify t: those of its algorithm, and

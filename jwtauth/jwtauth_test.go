@@ -124,6 +124,21 @@ func TestVerify(t *testing.T) {
 		{"iss and aud", withIss, sign(t, jwt.SigningMethodHS256, secret, claims("a", map[string]any{"iss": "agentd-test", "aud": "agentd"}), nil), nil, "a"},
 		{"wrong iss", withIss, sign(t, jwt.SigningMethodHS256, secret, claims("a", map[string]any{"iss": "evil", "aud": "agentd"}), nil), ErrClaims, ""},
 		{"wrong aud", withIss, sign(t, jwt.SigningMethodHS256, secret, claims("a", map[string]any{"iss": "agentd-test", "aud": "other"}), nil), ErrClaims, ""},
+		// RFC 7515 §4.1.11: a crit this verifier does not understand (it
+		// understands none) voids a validly signed token, and a crit
+		// that is present but not a list of extension names is malformed.
+		{"crit unknown extension", hs, sign(t, jwt.SigningMethodHS256, secret, claims("a", nil), map[string]any{"crit": []string{"exp-x"}, "exp-x": true}), ErrCritical, ""},
+		{"crit b64", rs, sign(t, jwt.SigningMethodRS256, rsaKey, claims("a", nil), map[string]any{"crit": []string{"b64"}, "b64": false}), ErrCritical, ""},
+		{"crit empty list", hs, sign(t, jwt.SigningMethodHS256, secret, claims("a", nil), map[string]any{"crit": []string{}}), ErrMalformed, ""},
+		{"crit null", hs, sign(t, jwt.SigningMethodHS256, secret, claims("a", nil), map[string]any{"crit": nil}), ErrMalformed, ""},
+		{"crit string", hs, sign(t, jwt.SigningMethodHS256, secret, claims("a", nil), map[string]any{"crit": "exp-x", "exp-x": 1}), ErrMalformed, ""},
+		{"crit object", hs, sign(t, jwt.SigningMethodHS256, secret, claims("a", nil), map[string]any{"crit": map[string]any{"exp-x": 1}}), ErrMalformed, ""},
+		{"crit non-string", hs, sign(t, jwt.SigningMethodHS256, secret, claims("a", nil), map[string]any{"crit": []any{1}}), ErrMalformed, ""},
+		{"crit empty name", hs, sign(t, jwt.SigningMethodHS256, secret, claims("a", nil), map[string]any{"crit": []string{""}}), ErrMalformed, ""},
+		{"crit registered name", hs, sign(t, jwt.SigningMethodHS256, secret, claims("a", nil), map[string]any{"crit": []string{"alg"}}), ErrMalformed, ""},
+		{"crit duplicate", hs, sign(t, jwt.SigningMethodHS256, secret, claims("a", nil), map[string]any{"crit": []string{"exp-x", "exp-x"}, "exp-x": 1}), ErrMalformed, ""},
+		{"crit names an absent header", hs, sign(t, jwt.SigningMethodHS256, secret, claims("a", nil), map[string]any{"crit": []string{"exp-x"}}), ErrMalformed, ""},
+		{"crit with a bad signature", hs, sign(t, jwt.SigningMethodHS256, []byte(strings.Repeat("x", 32)), claims("a", nil), map[string]any{"crit": []string{"exp-x"}, "exp-x": true}), ErrSignature, ""},
 		{"garbage", hs, "not.a.jwt", ErrMalformed, ""},
 		{"empty", hs, "", ErrMalformed, ""},
 	}

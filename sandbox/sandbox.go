@@ -142,6 +142,9 @@ func (p Policy) Describe() string {
 		fs = "read-only: no writes anywhere"
 	default:
 		fs = "workspace-write: writes only under " + strings.Join(p.Writable, " and ")
+		if p.writesAnywhere() {
+			fs = "workspace-write, widened: writes anywhere"
+		}
 	}
 	if p.Network {
 		return fs + "; network allowed"
@@ -181,11 +184,11 @@ type Need struct {
 func (n Need) Any() bool { return n.Write || n.Network }
 
 // Describe is what the command wants under p, in the words of an
-// approval.
+// approval; Widen grants exactly that and nothing else.
 func (n Need) Describe(p Policy) string {
 	write := "write outside the workspace"
 	if p.Mode == ReadOnly {
-		write = "write files"
+		write = "write files in the workspace"
 	}
 	switch {
 	case n.Write && n.Network:
@@ -197,16 +200,31 @@ func (n Need) Describe(p Policy) string {
 	}
 }
 
-// Widen returns p with the needed access added: writes make the mode
-// full-access, network turns the network on.
+// Widen returns p with exactly the access n.Describe(p) names added,
+// still confined in everything else: in read-only, writes become those
+// of workspace-write (under p.Writable: the workspace, the temp dir and
+// the directories allowed to be written); in workspace-write, writes
+// are allowed anywhere; network turns the network on. Writes never
+// bring the network with them, nor the network writes.
 func (p Policy) Widen(n Need) Policy {
 	if n.Write {
-		p.Mode = FullAccess
+		switch p.Mode {
+		case ReadOnly:
+			p.Mode = WorkspaceWrite
+		case WorkspaceWrite:
+			p.Writable = []string{string(filepath.Separator)}
+		}
 	}
 	if n.Network {
 		p.Network = true
 	}
 	return p
+}
+
+// writesAnywhere reports whether p's writable directories include the
+// root, as after Widen granted writes outside the workspace.
+func (p Policy) writesAnywhere() bool {
+	return slices.Contains(p.Writable, string(filepath.Separator))
 }
 
 // Diagnose guesses, from a failed command's output, whether the sandbox

@@ -153,3 +153,55 @@ func TestScrub(t *testing.T) {
 		t.Fatalf("Scrub = %q, want %q", got, want)
 	}
 }
+
+// Widen grants exactly what Need.Describe names: writes never bring the
+// network, read-only's "write files in the workspace" never reaches past
+// the workspace, and the policy stays confined.
+func TestWidenGrantsWhatItSays(t *testing.T) {
+	ws := []string{"/work/space", "/tmp"}
+	type probe struct {
+		path  string
+		write bool
+	}
+	cases := []struct {
+		name    string
+		from    Policy
+		need    Need
+		says    string
+		network bool
+		writes  []probe
+	}{
+		{"workspace-write, write outside", Policy{Mode: WorkspaceWrite, Writable: ws}, Need{Write: true}, "write outside the workspace", false,
+			[]probe{{"/work/space/f", true}, {"/home/u/f", true}, {"/etc/f", true}}},
+		{"read-only, write files", Policy{Mode: ReadOnly, Writable: ws}, Need{Write: true}, "write files in the workspace", false,
+			[]probe{{"/work/space/f", true}, {"/tmp/f", true}, {"/home/u/f", false}, {"/etc/f", false}}},
+		{"workspace-write, network", Policy{Mode: WorkspaceWrite, Writable: ws}, Need{Network: true}, "use the network", true,
+			[]probe{{"/work/space/f", true}, {"/home/u/f", false}}},
+		{"read-only, network", Policy{Mode: ReadOnly, Writable: ws}, Need{Network: true}, "use the network", true,
+			[]probe{{"/work/space/f", false}}},
+		{"workspace-write, both", Policy{Mode: WorkspaceWrite, Writable: ws}, Need{Write: true, Network: true}, "write outside the workspace and use the network", true,
+			[]probe{{"/home/u/f", true}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.need.Describe(c.from); got != c.says {
+				t.Errorf("the question says %q, want %q", got, c.says)
+			}
+			w := c.from.Widen(c.need)
+			if !w.Confined() {
+				t.Fatalf("widened to %+v: no longer confined", w)
+			}
+			if w.Network != c.network {
+				t.Errorf("network = %v, want %v (%+v)", w.Network, c.network, w)
+			}
+			for _, p := range c.writes {
+				if got := w.AllowsWrite(p.path); got != p.write {
+					t.Errorf("write %s allowed = %v, want %v (%+v)", p.path, got, p.write, w)
+				}
+			}
+			if c.from.Writable[0] != ws[0] || len(c.from.Writable) != len(ws) {
+				t.Errorf("Widen changed the policy it was given: %+v", c.from)
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/todo"
 	"github.com/agentd-dev/agentd/tool"
+	"github.com/agentd-dev/agentd/transcript"
 )
 
 // Tool calls the conversation ends with but no run executes (the process
@@ -31,6 +32,97 @@ func (s *Session) repark() {
 	s.reparkLocked()
 }
 
+// reasonInterrupted is the result of a call that had started when the
+// process running it stopped.
+const reasonInterrupted = "Tool call interrupted: agentd stopped while it was running (a crash, kill or restart), so it may have done part of its work; it was not run again. Check its effects before repeating it."
+
+// markStarted records, durably, that call is about to run (see
+// CustomToolStarted).
+func (s *Session) markStarted(call tool.Call) error {
+	data, err := json.Marshal(startedData{ToolCallID: call.ID})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	f := s.file
+	s.mu.Unlock()
+	if _, err := f.AppendCustom(CustomToolStarted, data); err != nil {
+		return err
+	}
+	// Synced as a message is (a custom entry otherwise waits for the next
+	// message's fsync): a machine's crash must not lose it while the
+	// call's effects stay.
+	if s.cfg.Sync == transcript.SyncNever {
+		return nil
+	}
+	return f.Sync()
+}
+
+type startedData struct {
+	ToolCallID string `json:"toolCallId"`
+}
+
+// settleStarted records the calls among calls (those the conversation
+// ends with, no run executing them) that were interrupted while they ran
+// as such, with a result saying so, and returns the others. A call was
+// interrupted when its marker is on the current branch after the last
+// assistant message (markers of an earlier turn that reused the id do
+// not count) and no result of it descends from the marker: a call that
+// finished and was cut off by an edit or a fork (the leaf moved back
+// above its result) waits for a person as before.
+func (s *Session) settleStarted(calls []llm.Content) []llm.Content {
+	if len(calls) == 0 {
+		return calls
+	}
+	s.mu.Lock()
+	f := s.file
+	s.mu.Unlock()
+	started := map[string]string{} // call id to its marker's entry id
+	branch := f.Branch(f.Leaf())
+	for i := len(branch) - 1; i >= 0; i-- {
+		e := &branch[i]
+		if e.Type == transcript.TypeMessage && e.Message != nil && e.Message.Role == llm.RoleAssistant {
+			break
+		}
+		if e.Type != transcript.TypeCustom || e.Opaque() || e.CustomType != CustomToolStarted {
+			continue
+		}
+		var d startedData
+		if json.Unmarshal(e.Data, &d) == nil && d.ToolCallID != "" {
+			started[d.ToolCallID] = e.ID
+		}
+	}
+	if len(started) == 0 {
+		return calls
+	}
+	for _, e := range f.Entries() {
+		if e.Type != transcript.TypeMessage || e.Message == nil || e.Message.Role != llm.RoleToolResult {
+			continue
+		}
+		marker, ok := started[e.Message.ToolCallID]
+		if !ok {
+			continue
+		}
+		for _, a := range f.Branch(e.ID) {
+			if a.ID == marker {
+				delete(started, e.Message.ToolCallID) // it finished
+				break
+			}
+		}
+	}
+	rest := calls[:0:0]
+	for _, c := range calls {
+		if _, ok := started[c.ID]; !ok {
+			rest = append(rest, c)
+			continue
+		}
+		s.log.Warn("a tool call was interrupted while it ran; it is not run again", "tool", c.Name, "call", c.ID)
+		s.appendOutsideRun(&llm.Message{Role: llm.RoleToolResult, ToolCallID: c.ID, ToolName: c.Name,
+			Content: []llm.Content{llm.Text(reasonInterrupted)}, IsError: true, Timestamp: time.Now().UnixMilli()})
+	}
+	return rest
+}
+
 // parkRequest is a request to park for a call.
 type parkRequest struct {
 	req  interaction.Request
@@ -47,6 +139,7 @@ func (s *Session) reparkLocked() {
 	cur := s.parked
 	s.mu.Unlock()
 	_, calls := agent.PendingToolCalls(s.agent.Messages())
+	calls = s.settleStarted(calls)
 	want := s.parkRequests(calls)
 	if !s.sameCalls(cur, want) {
 		s.mu.Lock()

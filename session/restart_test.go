@@ -165,11 +165,13 @@ func loadedWithPending(t *testing.T, h *harness) interaction.Request {
 	return req
 }
 
-// TestRestartKeepsPendingCalls: a bash call that waits for approval, or
-// runs, when the process is killed (kill -9) or the session is closed
-// waits for approval when the file is opened again in a new Session;
-// approving it runs the real tool and the run goes on to the model's
-// answer. A command killed mid-run is gone with its process group.
+// TestRestartKeepsPendingCalls: a bash call that waits for approval when
+// the process is killed (kill -9) or the session is closed waits for
+// approval when the file is opened again in a new Session; approving it
+// runs the real tool and the run goes on to the model's answer. A call
+// that was running is not offered again (approving it ran it twice): it
+// is recorded as interrupted, and nothing waits. A command killed mid-run
+// is gone with its process group.
 func TestRestartKeepsPendingCalls(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -257,6 +259,19 @@ func TestRestartKeepsPendingCalls(t *testing.T) {
 			cfg = restartConfig(exe, dir, cwd, tmp, srv.OpenAIURL(), tt.at == "approval")
 			h := reopen(t, cfg, path)
 			msgs := h.s.Messages()
+			if tt.at == "tool" {
+				wantInterrupted(t, h)
+				h2 := reopen(t, restartConfig(exe, dir, cwd, tmp, srv.OpenAIURL(), false), path)
+				if got := h2.s.Messages(); len(got) != len(msgs) {
+					t.Fatalf("opened again: %d messages, want the %d recorded", len(got), len(msgs))
+				}
+				wantInterrupted(t, h2)
+				// It would have written its pid again (removed above).
+				if _, err := os.Stat(filepath.Join(cwd, "pid")); err == nil {
+					t.Fatal("the interrupted command ran again")
+				}
+				return
+			}
 			if last := msgs[len(msgs)-1]; last.Role != llm.RoleAssistant || len(last.ToolCalls()) != 1 {
 				t.Fatalf("the transcript does not end with the call: %+v", last)
 			}
@@ -293,6 +308,24 @@ func TestRestartKeepsPendingCalls(t *testing.T) {
 				t.Fatalf("after the run: pending %v, state %s", p, h2.s.State())
 			}
 		})
+	}
+}
+
+// wantInterrupted checks a session loaded after call_1 was cut off while
+// it ran: its result says it was interrupted, nothing waits for a
+// person, nothing runs, and the command did not run again.
+func wantInterrupted(t *testing.T, h *harness) {
+	t.Helper()
+	msgs := h.s.Messages()
+	last := msgs[len(msgs)-1]
+	if last.Role != llm.RoleToolResult || last.ToolCallID != "call_1" || !last.IsError || !strings.Contains(last.TextContent(), "interrupted") {
+		t.Fatalf("the transcript should end with call_1 interrupted: %+v", last)
+	}
+	if p := h.s.Interactions(); len(p) != 0 {
+		t.Fatalf("pending after the restart: %+v", p)
+	}
+	if h.s.Running() || h.s.State() != session.StateIdle {
+		t.Fatalf("running %v, state %s", h.s.Running(), h.s.State())
 	}
 }
 
@@ -626,5 +659,47 @@ func TestRacingSettlements(t *testing.T) {
 				t.Fatalf("left pending %+v", p)
 			}
 		})
+	}
+}
+
+// A call waiting for approval when the session closes is offered again
+// after it, even when an earlier turn's call with the same id ran and
+// left its started marker: that marker is above the call's own assistant
+// message, and a result descends from it.
+func TestRestartReusedCallIDStillOffered(t *testing.T) {
+	h := newHarness(t, func(c *session.Config) { c.Policy = askBash })
+	h.srv.Handle(bashModel("echo hi >> runs"))
+	approve := func() {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for len(h.s.Interactions()) == 0 {
+			select {
+			case <-h.seen:
+			case <-time.After(20 * time.Millisecond):
+			case <-deadline:
+				t.Fatal("no approval was asked for")
+			}
+		}
+	}
+	h.prompt("run it")
+	approve()
+	req := pendingApproval(t, h)
+	if err := h.s.Answer(req.ID, interaction.Response{Verdict: interaction.VerdictApprove}); err != nil {
+		t.Fatal(err)
+	}
+	h.wait()
+	h.prompt("run it") // the model calls call_1 again
+	approve()
+	path := h.s.File()
+	if err := h.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h2 := reopen(t, h.cfg, path)
+	loadedWithPending(t, h2)
+	if got := len(toolResults(h2.s.Messages())); got != 1 {
+		t.Fatalf("%d tool results, want the first turn's alone", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(h.cwd, "runs")); string(b) != "hi\n" {
+		t.Fatalf("runs %q: the second call should not have run", b)
 	}
 }

@@ -542,6 +542,14 @@ func (s *Session) beforeToolCall(ctx context.Context, call tool.Call) agent.Tool
 	}
 	d := s.gate.CheckWith(ctx, call, opts)
 	s.saveGrants()
+	if d.Run {
+		if err := s.markStarted(call); err != nil {
+			// Unrecorded, a call interrupted by a crash would be offered
+			// again after it and could run twice: it does not run.
+			s.log.Error("recording that a tool call starts", "tool", call.Name, "call", call.ID, "err", err)
+			return agent.ToolDecision{Result: &tool.Result{Content: []llm.Content{llm.Text("Tool call not run: agentd could not record that it started")}, IsError: true}}
+		}
+	}
 	return agent.ToolDecision{Run: d.Run, Args: d.Args, Result: d.Result}
 }
 
@@ -549,9 +557,10 @@ func (s *Session) beforeToolCall(ctx context.Context, call tool.Call) agent.Tool
 // session's goroutines, ends every process its commands left running,
 // deletes their output files and closes the transcript.
 //
-// Tool calls the run had not finished (waiting for a person, running, not
-// started) get no result in the transcript: when the session is loaded
-// again they wait for a person, as after a crash. The stopped run's other
+// Tool calls the run had not finished get no result in the transcript:
+// when the session is loaded again, as after a crash, those that had
+// started are recorded as interrupted (CustomToolStarted) and the others
+// (waiting for a person, not started) wait for a person. The stopped run's other
 // messages (a partly streamed answer, marked aborted) are kept.
 func (s *Session) Close() error {
 	s.mu.Lock()

@@ -30,6 +30,13 @@ const (
 	// ({"index": 3, "entryId": "…"}), so that reopening the file starts
 	// there.
 	CustomTruncate = "agentd.truncate"
+	// CustomToolStarted marks a tool call that was let run, written (and
+	// synced) before it starts: {"toolCallId": "…"}. A call the
+	// conversation still ends with when the session opens and that has
+	// one was interrupted while it ran (kill -9, a crash, a close), and
+	// is recorded as interrupted instead of being offered again, so it
+	// never runs twice.
+	CustomToolStarted = "agentd.tool_started"
 )
 
 type confirmData struct {

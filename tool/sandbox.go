@@ -45,7 +45,7 @@ func (t *bashTool) escalate(ctx context.Context, call Call, policy sandbox.Polic
 	if answer == sandbox.Always {
 		scope = "for the rest of the session"
 	}
-	return run, fmt.Sprintf("[The sandbox refused the first attempt; the user allowed it to %s %s, and it was run again.]", need.Describe(policy), scope)
+	return run, fmt.Sprintf("[The sandbox refused the first attempt; the user allowed it to %s %s (nothing more), and the whole command was run again from the start, so what it did before the refusal was done twice.]", need.Describe(policy), scope)
 }
 
 // checkWritable refuses a write or edit of abs that the session's

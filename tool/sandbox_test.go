@@ -177,7 +177,7 @@ func TestSandboxEscalation(t *testing.T) {
 			if r.res.IsError == c.created {
 				t.Fatalf("IsError = %v; result: %s", r.res.IsError, textOf(r.res))
 			}
-			if got := env.Sandbox.Policy().Mode == sandbox.FullAccess; got != c.widened {
+			if got := env.Sandbox.Policy().AllowsWrite(d.outside); got != c.widened {
 				t.Fatalf("session widened = %v, want %v", got, c.widened)
 			}
 			// Next command: asks again unless the person said always.
@@ -305,4 +305,91 @@ func TestSandboxSignalsBetweenCommands(t *testing.T) {
 	if !strings.Contains(textOf(r.res), "stopped") {
 		t.Fatalf("kill from the next command: %s", textOf(r.res))
 	}
+}
+
+// An approved escalation reruns the command with exactly the access the
+// question named. Approving "write outside the workspace" gives no
+// network (on main it made the rerun full-access); in read-only,
+// approving "write files in the workspace" gives no write outside it.
+// The rerun starts the command over, and the model is told so.
+func TestSandboxEscalationGrantsOnlyWhatItNames(t *testing.T) {
+	needLandlock(t)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	defer wg.Wait()
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	for _, answer := range []sandbox.Answer{sandbox.Once, sandbox.Always} {
+		t.Run(fmt.Sprintf("workspace-write/%v", answer), func(t *testing.T) {
+			env, d := sandboxEnv(t, sandbox.WorkspaceWrite, false, true)
+			var asked []sandbox.Request
+			env.Sandbox.SetAsker(func(_ context.Context, r sandbox.Request) (sandbox.Answer, error) {
+				asked = append(asked, r)
+				return answer, nil
+			})
+			// The first attempt stops at the write; the rerun, allowed to
+			// write, goes on to connect, which it was not allowed.
+			target := filepath.Join(d.outside, "f")
+			cmd := fmt.Sprintf(`echo run >> %s/runs && echo hi > %s && bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d' && echo connected`, d.work, target, port)
+			r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": cmd}, nil)
+			if len(asked) != 1 || asked[0].Need != (sandbox.Need{Write: true}) || asked[0].Need.Describe(asked[0].Policy) != "write outside the workspace" {
+				t.Fatalf("asked %+v, want one question to write outside the workspace", asked)
+			}
+			if !fileExists(target) {
+				t.Fatalf("the approved write did not happen: %s", textOf(r.res))
+			}
+			if strings.Contains(textOf(r.res), "connected") {
+				t.Fatalf("approving a write gave the rerun the network: %s", textOf(r.res))
+			}
+			if runs, _ := os.ReadFile(filepath.Join(d.work, "runs")); string(runs) != "run\nrun\n" {
+				t.Fatalf("runs %q: the rerun starts the command over", runs)
+			}
+			if !strings.Contains(textOf(r.res), "run again from the start") {
+				t.Fatalf("the model should be told the command ran again from the start: %s", textOf(r.res))
+			}
+			p := env.Sandbox.Policy()
+			if p.Network || !p.Confined() {
+				t.Fatalf("the session's policy became %+v", p)
+			}
+			if got := p.AllowsWrite(d.outside); got != (answer == sandbox.Always) {
+				t.Fatalf("session writes outside = %v after %v", got, answer)
+			}
+		})
+	}
+	t.Run("read-only", func(t *testing.T) {
+		env, d := sandboxEnv(t, sandbox.ReadOnly, false, true)
+		var asked []sandbox.Request
+		env.Sandbox.SetAsker(func(_ context.Context, r sandbox.Request) (sandbox.Answer, error) {
+			asked = append(asked, r)
+			return sandbox.Once, nil
+		})
+		inside, outside := filepath.Join(d.work, "in"), filepath.Join(d.outside, "out")
+		r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": "touch " + inside + " && touch " + outside}, nil)
+		if len(asked) != 1 || asked[0].Need.Describe(asked[0].Policy) != "write files in the workspace" {
+			t.Fatalf("asked %+v, want one question to write files in the workspace", asked)
+		}
+		if !fileExists(inside) {
+			t.Fatalf("the approved write in the workspace did not happen: %s", textOf(r.res))
+		}
+		if fileExists(outside) {
+			t.Fatalf("approving writes in read-only wrote outside the workspace: %s", textOf(r.res))
+		}
+		if !r.res.IsError {
+			t.Fatalf("the rerun's refused write should fail the command: %s", textOf(r.res))
+		}
+	})
 }

@@ -46,7 +46,7 @@ func TestSandboxServe(t *testing.T) {
 			if c.answer != "" {
 				req := A.waitEvent(sid, "extension_ui_request")
 				ev := req.m["event"]
-				svEq(t, "title", svAt(ev, "title"), "bash wants to write outside the workspace")
+				svEq(t, "title", svAt(ev, "title"), "bash wants to write outside the workspace (approving runs the command again)")
 				if msg := svStr(ev, "message"); !strings.Contains(msg, "workspace-write") || !strings.Contains(msg, "outside") {
 					t.Errorf("the request should say what refused what: %q", msg)
 				}
@@ -207,7 +207,7 @@ func TestSandboxServePerSession(t *testing.T) {
 		t.Helper()
 		c.send(svM{"id": "p-" + name, "type": "prompt", "sessionId": "ro", "message": "CMD:touch " + name})
 		req := c.waitEvent("ro", "extension_ui_request")
-		svEq(t, "title", svAt(req.m, "event", "title"), "bash wants to write files")
+		svEq(t, "title", svAt(req.m, "event", "title"), "bash wants to write files in the workspace (approving runs the command again)")
 		svWantOK(t, c.call(svM{"id": "a-" + name, "type": "extension_ui_response", "sessionId": "ro",
 			"requestId": svStr(req.m, "event", "requestId"), "response": svM{"method": "select", "value": "Reject"}}))
 		c.waitEvent("ro", "tool_execution_end")
