@@ -148,8 +148,13 @@ func TestChoose(t *testing.T) {
 }
 
 func TestScrub(t *testing.T) {
-	got := Scrub([]string{"PATH=/bin", "ANTHROPIC_API_KEY=a", "OPENAI_API_KEY=b", "MOCK_API_KEY=c", "AGENTD_TOKEN=d", "HOME=/h", "OTHER=e"}, "OTHER")
-	if want := []string{"PATH=/bin", "HOME=/h"}; !slices.Equal(got, want) {
+	in := []string{"PATH=/bin", "ANTHROPIC_API_KEY=a", "OPENAI_API_KEY=b", "MOCK_API_KEY=c", "AGENTD_TOKEN=d", "HOME=/h",
+		"GITHUB_TOKEN=e", "AWS_SECRET_ACCESS_KEY=f", "ANTHROPIC_AUTH_TOKEN=g", "DB_PASSWORD=h", "client_secret=i",
+		"GOOGLE_APPLICATION_CREDENTIALS=/k.json", "my_key=j", "NPM_TOKEN=k", "GITLAB_PAT=l", "OPENAI_APIKEY=m",
+		"TOKEN=n", "KEYBOARD=us", "TERM=xterm", "SSH_AUTH_SOCK=/s", "LANG=C", "NPM_TOKEN_ALLOWED=o"}
+	got := Scrub(in, "NPM_TOKEN", "HOME", "nonexistent")
+	want := []string{"PATH=/bin", "HOME=/h", "NPM_TOKEN=k", "KEYBOARD=us", "TERM=xterm", "SSH_AUTH_SOCK=/s", "LANG=C", "NPM_TOKEN_ALLOWED=o"}
+	if !slices.Equal(got, want) {
 		t.Fatalf("Scrub = %q, want %q", got, want)
 	}
 }

@@ -58,6 +58,13 @@ func (s *Scope) track(kill func()) (untrack func(), err error) {
 	}, nil
 }
 
+// Closed reports whether Close was called: the session is gone.
+func (s *Scope) Closed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
 // Close kills every process the Scope's runs left alive, waits until
 // they are gone and deletes the output files. Runs started afterwards
 // fail with ErrScopeClosed. Close is idempotent.

@@ -1,0 +1,155 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// Started as the helper, the test binary is the helper (see Main).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == Command {
+		os.Exit(Main(os.Args[2:], os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// needIsolation skips a test where commands cannot get namespaces (or
+// Landlock) here.
+func needIsolation(t *testing.T) {
+	t.Helper()
+	if s := Probe(); s.Err != nil {
+		t.Skipf("no Landlock: %v", s.Err)
+	}
+	if err := ProbeIsolation("/proc/self/exe"); err != nil {
+		t.Skipf("commands cannot be isolated here: %v", err)
+	}
+}
+
+// isolationDirs is a data dir holding the session's own workspace and
+// another session's transcript, a config dir, a token file and another
+// session's workspace elsewhere, all readable by anyone (so an ordinary
+// user is kept out by the sandbox, not by permissions).
+type isolationDirs struct{ root, data, own, cfg, token, peer string }
+
+func newIsolationDirs(t *testing.T) isolationDirs {
+	t.Helper()
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := root; p != "/" && p != os.TempDir(); p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := isolationDirs{root: root, data: filepath.Join(root, "data"), cfg: filepath.Join(root, "cfg"),
+		token: filepath.Join(root, "token"), peer: filepath.Join(root, "peer")}
+	d.own = filepath.Join(d.data, "ws", "own")
+	files := map[string]string{
+		filepath.Join(d.data, "sessions", "s.jsonl"): "TRANSCRIPT-SECRET",
+		filepath.Join(d.data, "fingerprint.key"):     "FINGERPRINT-SECRET",
+		filepath.Join(d.cfg, "models.json"):          "MODELS-SECRET",
+		d.token:                                      "TOKEN-SECRET",
+		filepath.Join(d.peer, "notes"):               "PEER-SECRET",
+		filepath.Join(d.own, "mine"):                 "MINE",
+	}
+	for p, content := range files {
+		if err := os.MkdirAll(filepath.Dir(p), 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(d.own, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// probeScript prints what a confined command can read of each secret,
+// what the processes it sees are, and whether its own workspace works.
+const probeScript = `
+for f in "$DATA/sessions/s.jsonl" "$DATA/fingerprint.key" "$CFG/models.json" "$TOKEN" "$PEER/notes"; do
+  cat "$f" 2>/dev/null; echo
+done
+echo "listed: $(ls "$DATA" | tr '\n' ,) $(ls "$DATA/ws" | tr '\n' ,)"
+echo "own: $(cat mine)"
+echo written > new && echo "wrote: $(cat new)"
+echo "parent environ: $(cat /proc/$PARENT/environ 2>&1 | tr '\0' ' ')"
+echo "test processes: $(cat /proc/[0-9]*/cmdline | tr '\0' '\n' | grep -c -- "$MARK")"
+echo "pid: $$"
+`
+
+func runProbe(t *testing.T, d isolationDirs, cred *syscall.Credential) string {
+	t.Helper()
+	p := Policy{Mode: WorkspaceWrite, Writable: []string{d.own}, Hidden: []string{d.data, d.cfg, d.token, d.peer}}
+	argv := p.Wrap("/proc/self/exe", []string{"/bin/sh", "-c", probeScript})
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = d.own
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "DATA=" + d.data, "CFG=" + d.cfg, "TOKEN=" + d.token, "PEER=" + d.peer,
+		"PARENT=" + strconv.Itoa(os.Getpid()), "MARK=-test."}
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("the confined command failed: %v\n%s", err, out.String())
+	}
+	return out.String()
+}
+
+// A confined command cannot read agentd's data or config directory, a
+// token file or another session's workspace, nor see agentd's process
+// (its /proc shows only its own namespace); its own workspace, under the
+// hidden data directory here, still reads and writes. As root, and as an
+// ordinary user (in a user namespace of its own) where one can be used.
+func TestIsolatedCommandReads(t *testing.T) {
+	needIsolation(t)
+	users := []struct {
+		name string
+		cred *syscall.Credential
+	}{{"as this user", nil}}
+	if os.Geteuid() == 0 {
+		users = append(users, struct {
+			name string
+			cred *syscall.Credential
+		}{"as nobody", &syscall.Credential{Uid: 65534, Gid: 65534}})
+	}
+	for _, u := range users {
+		t.Run(u.name, func(t *testing.T) {
+			d := newIsolationDirs(t)
+			if u.cred != nil {
+				if err := os.Chmod(d.own, 0o777); err != nil {
+					t.Fatal(err)
+				}
+				argv := Policy{Mode: ReadOnly}.Wrap("/proc/self/exe", []string{"/bin/true"})
+				cmd := exec.Command(argv[0], argv[1:]...)
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.cred}
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Skipf("an ordinary user cannot isolate commands here: %v %s", err, out)
+				}
+			}
+			out := runProbe(t, d, u.cred)
+			for _, secret := range []string{"TRANSCRIPT-SECRET", "FINGERPRINT-SECRET", "MODELS-SECRET", "TOKEN-SECRET", "PEER-SECRET"} {
+				if strings.Contains(out, secret) {
+					t.Errorf("the confined command read %s:\n%s", secret, out)
+				}
+			}
+			for _, want := range []string{"own: MINE", "wrote: written", "listed: ws, own,\n", "parent environ: cat: /proc/", "test processes: 0\n"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("want %q in:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
