@@ -236,6 +236,10 @@ func (e *Engine) ToolEnv(cwd string) tool.Env {
 		Supervisor: e.opt.Supervisor, Scope: tool.NewScope()}
 }
 
+// SandboxIsolated reports whether confined commands run in namespaces
+// of their own (see sandbox.Policy.NoIsolation).
+func (e *Engine) SandboxIsolated() bool { return !e.opt.Sandbox.NoIsolation }
+
 // SandboxMode is the mode of the engine's sandbox.
 func (e *Engine) SandboxMode() sandbox.Mode { return e.sandboxPolicy("").Mode }
 
