@@ -1,0 +1,108 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agentd-dev/agentd/sandbox"
+)
+
+// What a confined tool can read, through a real agentd serve under its
+// default sandbox (workspace-write), started with provider keys and
+// other secrets in its environment, --token, and a key file it must hide
+// (--sandbox-hide): the model's bash cannot read agentd's
+// /proc/<pid>/environ or cmdline (the pid does not exist in the
+// command's namespace), nor anything of the data dir (another
+// session's transcript), the config dir (models.json), the key file or
+// another session's workspace; its own workspace works; its environment
+// has every secret-looking variable removed but the one
+// --sandbox-env-allow names.
+func TestSandboxServeIsolation(t *testing.T) {
+	t.Parallel()
+	if s := sandbox.Probe(); s.Err != nil {
+		t.Skipf("no Landlock on this kernel, the sandbox cannot be tested: %v", s.Err)
+	}
+	if err := sandbox.ProbeIsolation(agentdBin); err != nil {
+		t.Skipf("commands cannot be isolated here: %v", err)
+	}
+	e := e2eNewEnv(t, e2eOpts{})
+	peer := filepath.Join(e.root, "peer")
+	keyFile := filepath.Join(e.root, "cluster.creds")
+	files := map[string]string{
+		filepath.Join(peer, "notes"): "PEER-WORKSPACE-SECRET",
+		keyFile:                      "KEY-FILE-SECRET",
+		filepath.Join(e.home, ".agentd", "marker"): "CONFIG-DIR-SECRET",
+		filepath.Join(e.data, "marker"):            "DATA-DIR-SECRET",
+		filepath.Join(e.cwd, "mine"):               "OWN-FILE",
+	}
+	for p, content := range files {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const token = "server-token-SECRET-0123456789"
+	secrets := map[string]string{
+		"ANTHROPIC_API_KEY":     "sk-ant-SECRET",
+		"OPENAI_API_KEY":        "sk-oai-SECRET",
+		"GITHUB_TOKEN":          "ghp-SECRET",
+		"AWS_SECRET_ACCESS_KEY": "aws-SECRET",
+		"ANTHROPIC_AUTH_TOKEN":  "auth-SECRET",
+		"DB_PASSWORD":           "db-SECRET",
+	}
+	env := []string{"KEEP_THIS_TOKEN=kept-on-purpose"}
+	for k, v := range secrets {
+		env = append(env, k+"="+v)
+	}
+	s := svLaunch(t, e, svOpts{env: env}, "--token", token, "--sandbox-hide", keyFile, "--sandbox-env-allow", "KEEP_THIS_TOKEN")
+	dial := func(name string) *svConn {
+		c := s.dialRaw(t, svDialOpts{name: name, header: http.Header{"Authorization": {"Bearer " + token}}})
+		c.ready()
+		return c
+	}
+	A := dial("A")
+	// Another session, in a workspace of its own, with a transcript in
+	// the data dir.
+	A.must("create_session", svM{"sessionId": "peer", "cwd": peer})
+	svPrompt(A, "peer", "PEER-TRANSCRIPT-SECRET")
+	A.must("create_session", svM{"sessionId": "own"})
+
+	pid := s.cmd.Process.Pid
+	script := fmt.Sprintf(`cat /proc/%d/environ /proc/%d/cmdline 2>&1 | tr '\0' ' '; echo
+cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' '; echo
+cat %q %q %q %q 2>&1
+grep -rs SECRET %q %q; echo
+env
+echo "own: $(cat mine)"; echo new > new && echo "wrote: $(cat new)"`, pid, pid,
+		filepath.Join(peer, "notes"), keyFile, filepath.Join(e.home, ".agentd", "models.json"), filepath.Join(e.data, "marker"),
+		e.data, e.home)
+	A.send(svM{"id": "p1", "type": "prompt", "sessionId": "own", "message": "CMD:" + script})
+	te := A.waitEvent("own", "tool_execution_end")
+	svWantOK(t, A.response("p1"))
+	out := svStr(te.m, "event", "result", "content", "0", "text")
+	leaks := []string{token, "PEER-WORKSPACE-SECRET", "KEY-FILE-SECRET", "CONFIG-DIR-SECRET", "DATA-DIR-SECRET", "PEER-TRANSCRIPT-SECRET", "sk-mock-key"}
+	for k, v := range secrets {
+		leaks = append(leaks, v, k+"=")
+	}
+	for _, l := range leaks {
+		if strings.Contains(out, l) {
+			t.Errorf("a confined command read %q:\n%s", l, out)
+		}
+	}
+	for _, want := range []string{fmt.Sprintf("/proc/%d/environ: No such file or directory", pid), "KEEP_THIS_TOKEN=kept-on-purpose", "own: OWN-FILE", "wrote: new"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("want %q in the output:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(e.cwd, "new")); err != nil {
+		t.Errorf("the write in the workspace did not reach it: %v", err)
+	}
+}
