@@ -136,8 +136,8 @@ type Engine struct {
 	live   map[*tool.Scope]string
 }
 
-// peersOf returns the workspaces of the live sessions other than the
-// one of own, forgetting closed ones.
+// peersOf returns the workspaces (and output directories) of the live
+// sessions other than the one of own, forgetting closed ones.
 func (e *Engine) peersOf(own *tool.Scope) []string {
 	e.liveMu.Lock()
 	defer e.liveMu.Unlock()
@@ -148,6 +148,10 @@ func (e *Engine) peersOf(own *tool.Scope) []string {
 			delete(e.live, s)
 		case s != own:
 			out = append(out, cwd)
+			// Its commands' full output, in the shared temp dir.
+			if d := s.SpillDir(); d != "" {
+				out = append(out, d)
+			}
 		}
 	}
 	return out
