@@ -164,7 +164,9 @@ func TestScrub(t *testing.T) {
 // them) or is the same.
 func TestBoxHidesPeers(t *testing.T) {
 	b := NewBox(Policy{Mode: WorkspaceWrite, Writable: []string{"/srv/ws/alice", "/tmp"}, Hidden: []string{"/data"}}, "/x")
-	b.SetPeers(func() []string { return []string{"/srv/ws/bob", "/srv/ws/alice", "/srv", "/srv/ws/alice/sub", "/tmp/agentd-spill-1"} })
+	b.SetPeers(func() []string {
+		return []string{"/srv/ws/bob", "/srv/ws/alice", "/srv", "/srv/ws/alice/sub", "/tmp/agentd-spill-1"}
+	})
 	want := []string{"/data", "/srv/ws/bob", "/srv/ws/alice/sub", "/tmp/agentd-spill-1"}
 	if got := b.Policy().Hidden; !slices.Equal(got, want) {
 		t.Fatalf("Hidden = %q, want %q", got, want)
