@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,4 +153,68 @@ func TestIsolatedCommandReads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The helper ends as the command did (an exit code, or the signal that
+// killed it), although the command ran as the child of another process;
+// a process the command left running goes on after the helper returned.
+func TestIsolatedExitStatus(t *testing.T) {
+	needIsolation(t)
+	dir := t.TempDir()
+	cases := []struct {
+		script string
+		code   int
+		signal syscall.Signal
+	}{
+		{"exit 0", 0, 0},
+		{"exit 3", 3, 0},
+		{"kill -TERM $$", 0, syscall.SIGTERM},
+		{"kill -KILL $$", 0, syscall.SIGKILL},
+		{"kill -SEGV $$", 0, syscall.SIGSEGV},
+	}
+	for _, c := range cases {
+		t.Run(c.script, func(t *testing.T) {
+			argv := Policy{Mode: WorkspaceWrite, Writable: []string{dir}}.Wrap("/proc/self/exe", []string{"/bin/sh", "-c", c.script})
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Dir = dir
+			out, err := cmd.CombinedOutput()
+			ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+			if c.signal != 0 {
+				if !ws.Signaled() || ws.Signal() != c.signal {
+					t.Fatalf("status %v (%v), want killed by %v; %s", ws, err, c.signal, out)
+				}
+				return
+			}
+			if ws.Signaled() || ws.ExitStatus() != c.code {
+				t.Fatalf("status %v (%v), want exit %d; %s", ws, err, c.code, out)
+			}
+		})
+	}
+	t.Run("background job outlives the call", func(t *testing.T) {
+		// The job waits for the end of its input, which the test closes
+		// only after the helper returned, then writes to its output.
+		inR, inW, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer outR.Close()
+		argv := Policy{Mode: WorkspaceWrite, Writable: []string{dir}}.Wrap("/proc/self/exe",
+			[]string{"/bin/sh", "-c", "exec 3<&0; (cat <&3 >/dev/null; echo ok) & exit 0"})
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Dir, cmd.Stdin, cmd.Stdout, cmd.Stderr = dir, inR, outW, outW
+		err = cmd.Run()
+		inR.Close()
+		outW.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		inW.Close() // lets the job go on
+		if b, err := io.ReadAll(outR); err != nil || string(b) != "ok\n" {
+			t.Fatalf("the job wrote %q (%v), want ok: it did not outlive the helper", b, err)
+		}
+	})
 }
