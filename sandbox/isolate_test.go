@@ -86,7 +86,7 @@ echo "listed: $(ls "$DATA" | tr '\n' ,) $(ls "$DATA/ws" | tr '\n' ,)"
 echo "own: $(cat mine)"
 echo written > new && echo "wrote: $(cat new)"
 echo "parent environ: $(cat /proc/$PARENT/environ 2>&1 | tr '\0' ' ')"
-echo "test processes: $(cat /proc/[0-9]*/cmdline | tr '\0' '\n' | grep -c -- "$MARK")"
+echo "test processes: $(cat /proc/[0-9]*/cmdline | tr '\0' '\n' | grep -c -e "$MARK")"
 echo "pid: $$"
 `
 
@@ -97,7 +97,7 @@ func runProbe(t *testing.T, d isolationDirs, cred *syscall.Credential) string {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = d.own
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "DATA=" + d.data, "CFG=" + d.cfg, "TOKEN=" + d.token, "PEER=" + d.peer,
-		"PARENT=" + strconv.Itoa(os.Getpid()), "MARK=-test."}
+		"PARENT=" + strconv.Itoa(os.Getpid()), "MARK=-tes[t][.]"}
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	}
