@@ -4,10 +4,13 @@ package main
 
 import (
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/agentd-dev/agentd/sandbox"
@@ -23,6 +26,9 @@ import (
 // another session's workspace; its own workspace works; its environment
 // has every secret-looking variable removed but the one
 // --sandbox-env-allow names.
+//
+// As root, and as an ordinary user (nobody, when the test runs as root),
+// where agentd runs its commands in a user namespace of their own.
 func TestSandboxServeIsolation(t *testing.T) {
 	t.Parallel()
 	if s := sandbox.Probe(); s.Err != nil {
@@ -31,6 +37,22 @@ func TestSandboxServeIsolation(t *testing.T) {
 	if err := sandbox.ProbeIsolation(agentdBin); err != nil {
 		t.Skipf("commands cannot be isolated here: %v", err)
 	}
+	t.Run("as this user", func(t *testing.T) {
+		t.Parallel()
+		sandboxServeIsolation(t, nil)
+	})
+	t.Run("as nobody", func(t *testing.T) {
+		t.Parallel()
+		if os.Geteuid() != 0 {
+			t.Skip("only root can start agentd as another user; this run is one already")
+		}
+		sandboxServeIsolation(t, &syscall.Credential{Uid: 65534, Gid: 65534})
+	})
+}
+
+// sandboxServeIsolation is TestSandboxServeIsolation with agentd running
+// as cred (nil: as the test).
+func sandboxServeIsolation(t *testing.T, cred *syscall.Credential) {
 	e := e2eNewEnv(t, e2eOpts{})
 	peer := filepath.Join(e.root, "peer")
 	keyFile := filepath.Join(e.root, "cluster.creds")
@@ -49,6 +71,9 @@ func TestSandboxServeIsolation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if cred != nil {
+		asUser(t, e.root, cred)
+	}
 	const token = "server-token-SECRET-0123456789"
 	secrets := map[string]string{
 		"ANTHROPIC_API_KEY":     "sk-ant-SECRET",
@@ -62,7 +87,7 @@ func TestSandboxServeIsolation(t *testing.T) {
 	for k, v := range secrets {
 		env = append(env, k+"="+v)
 	}
-	s := svLaunch(t, e, svOpts{env: env}, "--token", token, "--sandbox-hide", keyFile, "--sandbox-env-allow", "KEEP_THIS_TOKEN")
+	s := svLaunch(t, e, svOpts{env: env, cred: cred}, "--token", token, "--sandbox-hide", keyFile, "--sandbox-env-allow", "KEEP_THIS_TOKEN")
 	dial := func(name string) *svConn {
 		c := s.dialRaw(t, svDialOpts{name: name, header: http.Header{"Authorization": {"Bearer " + token}}})
 		c.ready()
@@ -104,5 +129,32 @@ echo "own: $(cat mine)"; echo new > new && echo "wrote: $(cat new)"`, pid, pid,
 	}
 	if _, err := os.Stat(filepath.Join(e.cwd, "new")); err != nil {
 		t.Errorf("the write in the workspace did not reach it: %v", err)
+	}
+}
+
+// asUser gives root (a test's directory) to cred's user, with the
+// directories above it and agentd's binary open to it, or skips the test
+// where that user cannot run confined commands.
+func asUser(t *testing.T, root string, cred *syscall.Credential) {
+	t.Helper()
+	for _, d := range []string{filepath.Dir(root), buildDir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(cred.Uid), int(cred.Gid))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := exec.Command(agentdBin, sandbox.Command, "--mode", "read-only", "--", "/bin/true")
+	probe.Dir = root
+	probe.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := probe.CombinedOutput(); err != nil {
+		t.Skipf("uid %d cannot run confined commands here: %v %s", cred.Uid, err, out)
 	}
 }
