@@ -183,6 +183,35 @@ func (p Policy) AllowsWrite(path string) bool {
 	return false
 }
 
+// AllowsRead reports whether a tool may read the file at path (absolute,
+// links resolved, see RealPath): not under a Hidden path, unless under
+// one of the session's own (Writable) directories that lies deeper, as
+// the command's mounts show it.
+func (p Policy) AllowsRead(path string) bool {
+	if !p.Confined() {
+		return true
+	}
+	hidden, shown := -1, -1
+	for _, h := range p.Hidden {
+		if within(path, h) {
+			hidden = max(hidden, len(h))
+		}
+	}
+	for _, w := range p.Writable {
+		if within(path, w) {
+			shown = max(shown, len(w))
+		}
+	}
+	return hidden < 0 || shown >= hidden
+}
+
+// ShowsWithin reports whether one of the session's own (Writable)
+// directories lies within dir: a hidden dir is then still there to walk
+// through, to that one.
+func (p Policy) ShowsWithin(dir string) bool {
+	return slices.ContainsFunc(p.Writable, func(w string) bool { return within(w, dir) })
+}
+
 func within(path, dir string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)

@@ -175,3 +175,25 @@ func TestBoxHidesPeers(t *testing.T) {
 		t.Fatalf("a second Policy = %q: the peers were added twice", got)
 	}
 }
+
+// AllowsRead follows the mounts: the deepest of the hidden paths and the
+// session's own directories that holds a path decides.
+func TestAllowsRead(t *testing.T) {
+	p := Policy{Mode: WorkspaceWrite, Writable: []string{"/data/ws/own", "/tmp"}, Hidden: []string{"/data", "/cfg", "/data/ws/own/.keys", "/key"}}
+	cases := map[string]bool{
+		"/data": false, "/data/sessions/s.jsonl": false, "/data/ws": false, "/data/ws/own": true, "/data/ws/own/f": true,
+		"/data/ws/own/.keys/k": false, "/cfg/models.json": false, "/key": false, "/keyboard": true, "/etc/passwd": true,
+		"/tmp/x": true, "/datax": true,
+	}
+	for path, want := range cases {
+		if got := p.AllowsRead(path); got != want {
+			t.Errorf("AllowsRead(%s) = %v, want %v", path, got, want)
+		}
+	}
+	if !(Policy{Mode: FullAccess, Hidden: []string{"/data"}}).AllowsRead("/data/x") {
+		t.Error("full access hides")
+	}
+	if !p.ShowsWithin("/data/ws") || p.ShowsWithin("/cfg") {
+		t.Error("ShowsWithin")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/agentd-dev/agentd/llm/llmtest"
 	"github.com/agentd-dev/agentd/sandbox"
 )
 
@@ -129,6 +130,19 @@ echo "own: $(cat mine)"; echo new > new && echo "wrote: $(cat new)"`, pid, pid,
 	}
 	if _, err := os.Stat(filepath.Join(e.cwd, "new")); err != nil {
 		t.Errorf("the write in the workspace did not reach it: %v", err)
+	}
+
+	// The read tool, which runs in agentd itself, refuses the same.
+	for i, path := range []string{filepath.Join(e.home, ".agentd", "models.json"), keyFile, filepath.Join(peer, "notes")} {
+		prompt := fmt.Sprintf("READ-%d", i)
+		e.tweak(prompt, func(s *llmtest.Script) { *s = e2eToolScript("read", map[string]string{"path": path}) })
+		id := fmt.Sprintf("r%d", i)
+		A.send(svM{"id": id, "type": "prompt", "sessionId": "own", "message": prompt})
+		te := A.waitEvent("own", "tool_execution_end")
+		svWantOK(t, A.response(id))
+		if got := svStr(te.m, "event", "result", "content", "0", "text"); !strings.Contains(got, "the sandbox hides it") {
+			t.Errorf("read %s: %q, want it refused", path, got)
+		}
 	}
 }
 
