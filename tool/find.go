@@ -144,7 +144,7 @@ func (q *findQuery) matches(e *walkEntry) bool {
 func (q *findQuery) search(ctx context.Context) ([]string, bool) {
 	var found []string
 	more := false
-	_ = walkTreeHiding(ctx, q.root, q.hidden, func(e *walkEntry) (bool, error) {
+	_ = walkTree(ctx, q.root, q.hidden, func(e *walkEntry) (bool, error) {
 		if q.matches(e) {
 			if len(found) == q.limit {
 				more = true

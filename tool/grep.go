@@ -325,7 +325,7 @@ func (q *grepQuery) search(ctx context.Context) grepResult {
 		defer wg.Done()
 		defer close(jobs)
 		defer close(order)
-		_ = walkTreeHiding(ctx, q.root, q.hidden, func(e *walkEntry) (bool, error) {
+		_ = walkTree(ctx, q.root, q.hidden, func(e *walkEntry) (bool, error) {
 			if e.isDir() {
 				return q.globs.allows(e.rel, e.name, true), nil
 			}

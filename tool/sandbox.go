@@ -101,7 +101,7 @@ func (e Env) checkReadable(abs, path string) *Result {
 	return &r
 }
 
-// hiddenUnder returns what walkTreeHiding leaves out under root, or nil
+// hiddenUnder returns what walkTree leaves out under root, or nil
 // when the sandbox hides nothing: a hidden file, and a hidden directory
 // unless one of the session's own lies in it (as bash sees them).
 func (e Env) hiddenUnder(root string) func(rel string, isDir bool) bool {

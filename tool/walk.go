@@ -28,14 +28,10 @@ func (e *walkEntry) isDir() bool { return e.typ.IsDir() }
 // symlinks are reported but never followed, so cycles cannot trap it.
 // visit returning errStopWalk ends the walk; descend=false prunes a
 // directory. Unreadable directories are skipped silently, as rg does.
-func walkTree(ctx context.Context, root string, visit func(e *walkEntry) (descend bool, err error)) error {
-	return walkTreeHiding(ctx, root, nil, visit)
-}
-
-// walkTreeHiding is walkTree leaving out what hidden (when not nil) says
-// of an entry's path relative to root: what the sandbox hides (a hidden
-// directory that holds a visible one is still walked, for that one).
-func walkTreeHiding(ctx context.Context, root string, hidden func(rel string, isDir bool) bool, visit func(e *walkEntry) (descend bool, err error)) error {
+// hidden, when not nil, leaves out what it says of an entry's path
+// relative to root: what the sandbox hides (a hidden directory that holds
+// a visible one is still walked, for that one).
+func walkTree(ctx context.Context, root string, hidden func(rel string, isDir bool) bool, visit func(e *walkEntry) (descend bool, err error)) error {
 	w := &walker{ctx: ctx, visit: visit, hidden: hidden}
 	stack := ancestorIgnores(root)
 	err := w.dir(root, "", stack)
