@@ -123,6 +123,13 @@ func Main(args []string, stderr io.Writer) int {
 	if stage == probeFlag {
 		return probeMain(stderr)
 	}
+	if stage == initFlag {
+		var err error
+		if args, err = readInitArgs(); err != nil || os.Getpid() != 1 {
+			fmt.Fprintf(stderr, "agentd %s: the second stage runs only as agentd starts it (%v)\n", Command, err)
+			return 2
+		}
+	}
 	p, argv, err := parseArgs(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "agentd %s: %v (only agentd runs this)\n", Command, err)

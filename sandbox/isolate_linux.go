@@ -45,8 +45,14 @@ import (
 // A later step (resource limits) belongs in initMain, after isolate and
 // before the command is started, or around startIsolated.
 
-// statusFD is where the second stage finds the pipe to report on.
-const statusFD = 3
+// statusFD is where the second stage finds the pipe to report on, and
+// argsFD the pipe it reads its arguments from: on its command line they
+// would show other sessions' workspaces to the command (pid 1's cmdline
+// is readable in its namespace).
+const (
+	statusFD = 3
+	argsFD   = 4
+)
 
 // nsAttr is how the second stage is started: in a new PID and mount
 // namespace, and with userNS in a user namespace mapping the caller's
@@ -117,17 +123,28 @@ func runIsolated(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "agentd sandbox: %v; the command was not run\n", err)
 		return ExitRefused
 	}
+	argsR, argsW, err := os.Pipe()
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd sandbox: %v; the command was not run\n", err)
+		return ExitRefused
+	}
 	cmd, err := startIsolated(func() *exec.Cmd {
-		c := exec.Command("/proc/self/exe", append([]string{Command, initFlag}, args...)...)
+		c := exec.Command("/proc/self/exe", Command, initFlag)
 		c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
-		c.ExtraFiles = []*os.File{w} // statusFD
+		c.ExtraFiles = []*os.File{w, argsR} // statusFD, argsFD
 		return c
 	})
 	w.Close()
+	argsR.Close()
 	if err != nil {
+		argsW.Close()
 		fmt.Fprintf(stderr, "agentd sandbox: cannot give the command PID and mount namespaces of its own (%v); the command was not run\n", err)
 		return ExitRefused
 	}
+	// No argument holds a NUL. A failed write leaves the second stage
+	// without its arguments, which it refuses.
+	_, _ = argsW.WriteString(strings.Join(args, "\x00"))
+	argsW.Close()
 	line, rerr := bufio.NewReader(r).ReadString('\n')
 	r.Close()
 	if rerr == nil {
@@ -185,6 +202,18 @@ func dieBy(sig syscall.Signal) int {
 	// To this thread, so it is delivered on the way back from the call.
 	_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), sig)
 	return 128 + int(sig)
+}
+
+// readInitArgs reads the second stage's arguments from argsFD.
+func readInitArgs() ([]string, error) {
+	syscall.CloseOnExec(argsFD)
+	f := os.NewFile(argsFD, "agentd-sandbox-args")
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(string(b), "\x00"), nil
 }
 
 // initMain is the second stage, pid 1 of the command's namespace.

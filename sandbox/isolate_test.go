@@ -88,6 +88,7 @@ echo written > new && echo "wrote: $(cat new)"
 echo "parent environ: $(cat /proc/$PARENT/environ 2>&1 | tr '\0' ' ')"
 echo "test processes: $(cat /proc/[0-9]*/cmdline | tr '\0' '\n' | grep -c -e "$MARK")"
 echo "pid: $$"
+echo "pid1: $(tr '\0' ' ' < /proc/1/cmdline)"
 `
 
 func runProbe(t *testing.T, d isolationDirs, cred *syscall.Credential) string {
@@ -145,6 +146,10 @@ func TestIsolatedCommandReads(t *testing.T) {
 				if strings.Contains(out, secret) {
 					t.Errorf("the confined command read %s:\n%s", secret, out)
 				}
+			}
+			_, pid1, _ := strings.Cut(out, "pid1: ")
+			if !strings.Contains(pid1, Command) || strings.Contains(pid1, d.peer) || strings.Contains(pid1, d.cfg) {
+				t.Errorf("pid 1's command line should be the helper's, without the hidden paths: %q", pid1)
 			}
 			for _, want := range []string{"own: MINE", "wrote: written", "listed: ws, own,\n", "parent environ: cat: /proc/", "test processes: 0\n"} {
 				if !strings.Contains(out, want) {
