@@ -25,4 +25,6 @@ func runIsolated(_ []string, stderr io.Writer) int {
 
 func initMain(_ Policy, _ []string, stderr io.Writer) int { return runIsolated(nil, stderr) }
 
-func readInitArgs() ([]string, error) { return nil, fmt.Errorf("isolating commands needs Linux namespaces") }
+func readInitArgs() ([]string, error) {
+	return nil, fmt.Errorf("isolating commands needs Linux namespaces")
+}
