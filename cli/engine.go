@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/agentd-dev/agentd/config"
@@ -25,6 +26,9 @@ type engineChoices struct {
 	eventLogSize       int
 	breakers           *health.Breakers
 	log                *slog.Logger
+	// hide are files confined tools may not read besides the data and
+	// config directories: the key and token files the command was given.
+	hide []string
 }
 
 // engine assembles the engine every session-hosting command uses.
@@ -33,14 +37,23 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	policy, err := sandboxPolicy(c.bounds.Sandbox, sandbox.Probe(), log)
+	sc := c.bounds.Sandbox
+	// What confined tools may not read: agentd's own state and
+	// configuration (transcripts, journal, keys), and what the command
+	// was told holds a key.
+	sc.Hide = append(append(slices.Clone(sc.Hide), cfg.DataDir, cfg.ConfigDir), c.hide...)
+	support := sandbox.Probe()
+	if sc.Policy().Confined() && support.Err == nil {
+		support.Isolation = sandbox.ProbeIsolation("/proc/self/exe")
+	}
+	policy, err := sandboxPolicy(sc, support, log)
 	if err != nil {
 		return nil, err
 	}
 	environ := os.Environ()
 	if policy.Confined() {
-		// Keys and the server token stay out of confined tools' reach.
-		environ = sandbox.Scrub(environ)
+		// Keys, tokens and passwords stay out of confined tools' reach.
+		environ = sandbox.Scrub(environ, sc.EnvAllow...)
 	}
 	return engine.New(engine.Options{
 		Sandbox: policy, SandboxExe: "/proc/self/exe",
@@ -68,8 +81,16 @@ func sandboxPolicy(sc config.Sandbox, support sandbox.Support, log *slog.Logger)
 			"mode", p.Mode, "reason", err.Error())
 		return sandbox.Policy{Mode: sandbox.FullAccess, Network: true}, nil
 	}
+	if p.Confined() && support.Isolation != nil {
+		if sc.Fallback != config.SandboxUnconfined {
+			return p, fmt.Errorf("cannot isolate tools from agentd's processes and files: %w (use --sandbox-fallback unconfined to run them under Landlock alone, where they can read agentd's environment and every file agentd can)", support.Isolation)
+		}
+		log.Warn("TOOLS ARE NOT ISOLATED: commands cannot get namespaces of their own here; they run under Landlock alone and can read agentd's environment, its data and config directories and other sessions' files (--sandbox-fallback unconfined)",
+			"mode", p.Mode, "reason", support.Isolation.Error())
+		p.NoIsolation = true
+	}
 	if p.Confined() {
-		log.Info("tools sandboxed", "mode", p.Mode, "network", p.Network, "kernel", support.String())
+		log.Info("tools sandboxed", "mode", p.Mode, "network", p.Network, "isolated", !p.NoIsolation, "hidden", p.Hidden, "kernel", support.String())
 	} else {
 		log.Info("tools run with full access (no sandbox)")
 	}

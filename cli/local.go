@@ -94,6 +94,8 @@ func (m *Main) openLocal(ctx context.Context, cfg *config.Config, f localFlags) 
 	if h.sessionsDir == "" {
 		h.sessionsDir = filepath.Join(cfg.DataDir, "sessions")
 	}
+	// Other sessions' transcripts, wherever they are kept.
+	h.choices.hide = []string{h.sessionsDir}
 	if !f.noSession {
 		h.saveDir = h.sessionsDir
 	}

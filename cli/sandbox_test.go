@@ -17,6 +17,7 @@ import (
 func TestSandboxPolicyFallback(t *testing.T) {
 	none := sandbox.Support{Err: errors.New("no Landlock here")}
 	old := sandbox.Support{ABI: 3}
+	noNS := sandbox.Support{ABI: 7, Isolation: errors.New("no user namespaces here")}
 	cases := []struct {
 		name    string
 		sc      config.Sandbox
@@ -31,6 +32,9 @@ func TestSandboxPolicyFallback(t *testing.T) {
 		{"no network restriction on ABI 3", config.Sandbox{Mode: "workspace-write", Fallback: "refuse"}, old, "", "cannot restrict the network", false},
 		{"ABI 3 with the network allowed", config.Sandbox{Mode: "workspace-write", Network: true, Fallback: "refuse"}, old, sandbox.WorkspaceWrite, "", false},
 		{"enforced", config.Sandbox{Mode: "read-only", Fallback: "refuse"}, sandbox.Support{ABI: 7}, sandbox.ReadOnly, "", false},
+		{"no namespaces, refuse", config.Sandbox{Mode: "workspace-write", Fallback: "refuse"}, noNS, "", "cannot isolate tools from agentd's processes and files: no user namespaces here", false},
+		{"no namespaces, unconfined", config.Sandbox{Mode: "workspace-write", Fallback: "unconfined"}, noNS, sandbox.WorkspaceWrite, "", false},
+		{"no namespaces, full-access", config.Sandbox{Mode: "full-access", Fallback: "refuse"}, noNS, sandbox.FullAccess, "", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -47,6 +51,12 @@ func TestSandboxPolicyFallback(t *testing.T) {
 			}
 			if got := strings.Contains(logs.String(), "NOT SANDBOXED"); got != c.warn {
 				t.Fatalf("warning logged = %v, want %v: %s", got, c.warn, logs.String())
+			}
+			// Isolation is given up only where it cannot be had and
+			// the configuration said to go on, and then loudly.
+			wantShared := p.Confined() && c.support.Isolation != nil
+			if p.NoIsolation != wantShared || strings.Contains(logs.String(), "NOT ISOLATED") != wantShared {
+				t.Fatalf("NoIsolation = %v, want %v; log: %s", p.NoIsolation, wantShared, logs.String())
 			}
 		})
 	}

@@ -108,7 +108,8 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	}
 	hl := health.NewHealth(breakers)
 	eng, err := m.engine(cfg, ms, st.Get(), engineChoices{model: model, thinking: level, policy: policy,
-		interactionTimeout: cfg.ApprovalTimeout, eventLogSize: sc.EventLogSize, bounds: sc.Engine, breakers: breakers, log: log})
+		interactionTimeout: cfg.ApprovalTimeout, eventLogSize: sc.EventLogSize, bounds: sc.Engine, breakers: breakers, log: log,
+		hide: nonEmpty(sc.JWTSecretFile, sc.JWTKeys)})
 	if err != nil {
 		return err
 	}
@@ -116,6 +117,8 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		// --sandbox-fallback unconfined took effect: every health_check
 		// says so for as long as the server runs.
 		hl.AddLasting(fmt.Sprintf("Tools are not sandboxed: %s was configured, but %s", want.Mode, sandbox.Probe()))
+	} else if want.Confined() && !eng.SandboxIsolated() {
+		hl.AddLasting("Tools are not isolated: commands cannot get namespaces of their own here, so confined tools can read agentd's environment and files")
 	}
 	// MCP servers run under the sessions' sandbox (the engine checked
 	// it can be enforced; quiet, since it said so).
@@ -441,4 +444,15 @@ func authOf(sc config.Serve) string {
 		return "none"
 	}
 	return strings.Join(what, "+")
+}
+
+// nonEmpty is the paths that are set.
+func nonEmpty(paths ...string) []string {
+	var out []string
+	for _, p := range paths {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -24,6 +24,11 @@ func TestSandboxFlags(t *testing.T) {
 		{"workspace-write", []string{"--sandbox-allow-write", "/c", "--sandbox-allow-write", "/d"}, sandbox.Policy{Mode: sandbox.WorkspaceWrite, Writable: []string{"/c", "/d"}}, ""},
 		{"workspace-write", []string{"--sandbox-allow-write", "rel"}, sandbox.Policy{}, `--sandbox-allow-write "rel": must be an absolute path`},
 		{"workspace-write", []string{"--sandbox-fallback", "maybe"}, sandbox.Policy{}, `--sandbox-fallback "maybe": want refuse or unconfined`},
+		{"workspace-write", []string{"--sandbox-hide", "/creds", "--sandbox-hide", "/etc/k"}, sandbox.Policy{Mode: sandbox.WorkspaceWrite, Hidden: []string{"/creds", "/etc/k"}}, ""},
+		{"workspace-write", []string{"--sandbox-hide", "creds"}, sandbox.Policy{}, `--sandbox-hide "creds": must be an absolute path`},
+		{"workspace-write", []string{"--sandbox-env-allow", "GITHUB_TOKEN"}, sandbox.Policy{Mode: sandbox.WorkspaceWrite}, ""},
+		{"workspace-write", []string{"--sandbox-env-allow", "A=B"}, sandbox.Policy{}, `--sandbox-env-allow "A=B": must be a variable name`},
+		{"workspace-write", []string{"--sandbox-env-allow", ""}, sandbox.Policy{}, `--sandbox-env-allow "": must be a variable name`},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(append([]string{c.def}, c.args...), " "), func(t *testing.T) {
@@ -44,7 +49,7 @@ func TestSandboxFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := e.Sandbox.Policy(); got.Mode != c.want.Mode || got.Network != c.want.Network || !slices.Equal(got.Writable, c.want.Writable) {
+			if got := e.Sandbox.Policy(); got.Mode != c.want.Mode || got.Network != c.want.Network || !slices.Equal(got.Writable, c.want.Writable) || !slices.Equal(got.Hidden, c.want.Hidden) {
 				t.Fatalf("Policy = %+v, want %+v", got, c.want)
 			}
 		})

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentd-dev/agentd/agent"
@@ -127,6 +128,43 @@ type Engine struct {
 	opt    Options
 	stream agent.StreamFunc
 	locks  *tool.FileLocks
+
+	// live are the workspaces of the sessions built and not yet closed,
+	// by their Scope: what each confined session's tools must not read
+	// of the others (see sandbox.Box.SetPeers).
+	liveMu sync.Mutex
+	live   map[*tool.Scope]string
+}
+
+// peersOf returns the workspaces (and output directories) of the live
+// sessions other than the one of own, forgetting closed ones.
+func (e *Engine) peersOf(own *tool.Scope) []string {
+	e.liveMu.Lock()
+	defer e.liveMu.Unlock()
+	var out []string
+	for s, cwd := range e.live {
+		switch {
+		case s.Closed():
+			delete(e.live, s)
+		case s != own:
+			out = append(out, cwd)
+			// Its commands' full output, in the shared temp dir.
+			if d := s.SpillDir(); d != "" {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// addLive records a session's workspace for peersOf.
+func (e *Engine) addLive(s *tool.Scope, cwd string) {
+	e.liveMu.Lock()
+	defer e.liveMu.Unlock()
+	if e.live == nil {
+		e.live = map[*tool.Scope]string{}
+	}
+	e.live[s] = cwd
 }
 
 // New returns an Engine.
@@ -202,6 +240,10 @@ func (e *Engine) ToolEnv(cwd string) tool.Env {
 		Supervisor: e.opt.Supervisor, Scope: tool.NewScope()}
 }
 
+// SandboxIsolated reports whether confined commands run in namespaces
+// of their own (see sandbox.Policy.NoIsolation).
+func (e *Engine) SandboxIsolated() bool { return !e.opt.Sandbox.NoIsolation }
+
 // SandboxMode is the mode of the engine's sandbox.
 func (e *Engine) SandboxMode() sandbox.Mode { return e.sandboxPolicy("").Mode }
 
@@ -238,6 +280,8 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 	if p := e.sandboxPolicy(spec.Sandbox); p.Confined() {
 		p.Writable = append([]string{spec.Cwd, e.opt.TempDir}, p.Writable...)
 		env.Sandbox = sandbox.NewBox(p, e.opt.SandboxExe)
+		scope := env.Scope
+		env.Sandbox.SetPeers(func() []string { return e.peersOf(scope) })
 		asker = &escalations{log: e.opt.Logger}
 		env.Sandbox.SetAsker(asker.ask)
 	}
@@ -280,6 +324,7 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 	if asker != nil {
 		asker.bind(sess)
 	}
+	e.addLive(env.Scope, spec.Cwd)
 	return sess, nil
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/agentd-dev/agentd/llm"
@@ -45,5 +46,27 @@ func TestSpecExtraReplacesAndAdds(t *testing.T) {
 	}
 	if _, ok := byName["bash"]; ok {
 		t.Fatalf("a built-in not asked for: %v", byName)
+	}
+}
+
+// A session's confined tools must not read the other live sessions'
+// workspaces: peersOf lists them, never the session's own, and forgets a
+// session once it is closed.
+func TestPeersOf(t *testing.T) {
+	var e Engine
+	a, b := tool.NewScope(), tool.NewScope()
+	e.addLive(a, "/w/a")
+	e.addLive(b, "/w/b")
+	if got := e.peersOf(a); !slices.Equal(got, []string{"/w/b"}) {
+		t.Fatalf("peers of a = %q, want [/w/b]", got)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.peersOf(a); len(got) != 0 {
+		t.Fatalf("peers of a after b closed = %q, want none", got)
+	}
+	if got := e.peersOf(b); !slices.Equal(got, []string{"/w/a"}) {
+		t.Fatalf("peers of b = %q, want [/w/a]", got)
 	}
 }

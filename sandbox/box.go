@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 )
 
@@ -20,6 +21,7 @@ type Box struct {
 	mu     sync.Mutex
 	policy Policy
 	ask    Asker
+	peers  func() []string
 }
 
 // Answer is a person's answer to an escalation.
@@ -62,14 +64,47 @@ func NewBox(p Policy, exe string) *Box {
 		w = append(w, d)
 	}
 	p.Writable = w
+	h := make([]string, 0, len(p.Hidden))
+	for _, d := range p.Hidden {
+		if r, err := RealPath(d); err == nil {
+			d = r
+		}
+		h = append(h, d)
+	}
+	p.Hidden = h
 	return &Box{exe: exe, policy: p}
 }
 
-// Policy is the session's policy now.
+// Policy is the session's policy now: with the workspaces of the other
+// sessions alive now (see SetPeers) added to Hidden.
 func (b *Box) Policy() Policy {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.policy
+	p, peers := b.policy, b.peers
+	b.mu.Unlock()
+	if peers == nil {
+		return p
+	}
+	p.Hidden = slices.Clone(p.Hidden)
+	for _, w := range peers() {
+		if r, err := RealPath(w); err == nil {
+			w = r
+		}
+		// A workspace that holds this session's own (or its temp dir)
+		// cannot be hidden without hiding those; one that is this
+		// session's own is shared.
+		if !slices.ContainsFunc(p.Writable, func(d string) bool { return within(d, w) }) {
+			p.Hidden = append(p.Hidden, w)
+		}
+	}
+	return p
+}
+
+// SetPeers sets where Policy finds the workspaces of the other sessions,
+// which confined commands must not read.
+func (b *Box) SetPeers(peers func() []string) {
+	b.mu.Lock()
+	b.peers = peers
+	b.mu.Unlock()
 }
 
 // Exe is the helper executable.

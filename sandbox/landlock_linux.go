@@ -22,6 +22,10 @@ type Support struct {
 	ABI int
 	// Err says why there is no (usable) Landlock.
 	Err error
+	// Isolation says why confined commands cannot get namespaces of
+	// their own here (see ProbeIsolation); nil when they can or nobody
+	// asked.
+	Isolation error
 }
 
 // Probe asks the kernel which Landlock ABI it offers.
@@ -54,6 +58,9 @@ func (s Support) Enforces(p Policy) error {
 func (s Support) String() string {
 	if s.Err != nil {
 		return s.Err.Error()
+	}
+	if s.Isolation != nil {
+		return fmt.Sprintf("Landlock ABI %d; commands not isolated: %v", s.ABI, s.Isolation)
 	}
 	return fmt.Sprintf("Landlock ABI %d", s.ABI)
 }

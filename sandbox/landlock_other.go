@@ -6,8 +6,9 @@ import "errors"
 
 // Support is what this system can enforce: nothing outside Linux.
 type Support struct {
-	ABI int
-	Err error
+	ABI       int
+	Err       error
+	Isolation error
 }
 
 // Probe reports that only Linux has Landlock.

@@ -124,8 +124,20 @@ type Policy struct {
 	// Network allows TCP connect and bind. FullAccess always has it.
 	Network bool
 	// Writable are the directories WorkspaceWrite may write under (the
-	// working directory and the temp dir); other modes ignore them.
+	// working directory and the temp dir); other modes only keep them
+	// visible (see Hidden).
 	Writable []string
+	// Hidden are files and directories confined commands must not read:
+	// agentd's data and config directories, key and token files, other
+	// sessions' workspaces. They are covered by empty ones in the
+	// command's own mount namespace; a Writable directory under one of
+	// them stays as it is.
+	Hidden []string
+	// NoIsolation runs confined commands in agentd's own PID and mount
+	// namespaces: they may see agentd's processes and Hidden is not
+	// applied. Only set where the system gives no namespaces and the
+	// configuration said to go on anyway (--sandbox-fallback unconfined).
+	NoIsolation bool
 }
 
 // Confined reports whether p restricts anything, i.e. whether commands
@@ -147,9 +159,14 @@ func (p Policy) Describe() string {
 		}
 	}
 	if p.Network {
-		return fs + "; network allowed"
+		fs += "; network allowed"
+	} else {
+		fs += "; no network"
 	}
-	return fs + "; no network"
+	if p.NoIsolation {
+		fs += "; not isolated from agentd's processes and files"
+	}
+	return fs
 }
 
 // AllowsWrite reports whether a tool may write the file at path, which
@@ -167,6 +184,35 @@ func (p Policy) AllowsWrite(path string) bool {
 		}
 	}
 	return false
+}
+
+// AllowsRead reports whether a tool may read the file at path (absolute,
+// links resolved, see RealPath): not under a Hidden path, unless under
+// one of the session's own (Writable) directories that lies deeper, as
+// the command's mounts show it.
+func (p Policy) AllowsRead(path string) bool {
+	if !p.Confined() {
+		return true
+	}
+	hidden, shown := -1, -1
+	for _, h := range p.Hidden {
+		if within(path, h) {
+			hidden = max(hidden, len(h))
+		}
+	}
+	for _, w := range p.Writable {
+		if within(path, w) {
+			shown = max(shown, len(w))
+		}
+	}
+	return hidden < 0 || shown >= hidden
+}
+
+// ShowsWithin reports whether one of the session's own (Writable)
+// directories lies within dir: a hidden dir is then still there to walk
+// through, to that one.
+func (p Policy) ShowsWithin(dir string) bool {
+	return slices.ContainsFunc(p.Writable, func(w string) bool { return within(w, dir) })
 }
 
 func within(path, dir string) bool {
@@ -271,19 +317,43 @@ var networkWords = []string{
 // enforce a policy.
 var ErrUnsupported = errors.New("sandbox: this kernel cannot enforce the sandbox (Landlock unavailable)")
 
-// Scrub returns environ without the variables that hold agentd's own
-// secrets: the server token, and every *_API_KEY (the providers' keys,
-// which models.json names by convention), plus the names in extra.
-// Tools never need them, and a confined command that could read them
-// could send them anywhere it may write.
-func Scrub(environ []string, extra ...string) []string {
+// Scrub returns environ without the variables that look like secrets,
+// except those named in allow: the server token, and every name that
+// (ignoring case) ends in _KEY, _TOKEN, _CREDENTIALS or _PAT, or holds
+// SECRET, PASSWORD or PASSWD: provider keys (models.json names them by
+// convention), GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY,
+// ANTHROPIC_AUTH_TOKEN, GOOGLE_APPLICATION_CREDENTIALS and their kind.
+// Tools rarely need them, a confined command that could read them could
+// send them anywhere it may write, and a person who wants one passed on
+// names it (--sandbox-env-allow).
+func Scrub(environ []string, allow ...string) []string {
 	out := make([]string, 0, len(environ))
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if name == "AGENTD_TOKEN" || strings.HasSuffix(strings.ToUpper(name), "_API_KEY") || slices.Contains(extra, name) {
+		if SecretName(name) && !slices.Contains(allow, name) {
 			continue
 		}
 		out = append(out, kv)
 	}
 	return out
+}
+
+// SecretName reports whether Scrub drops a variable called name.
+func SecretName(name string) bool {
+	n := strings.ToUpper(name)
+	for _, s := range []string{"_KEY", "APIKEY", "_TOKEN", "_CREDENTIALS", "_PAT"} {
+		if strings.HasSuffix(n, s) {
+			return true
+		}
+	}
+	for _, s := range []string{"SECRET", "PASSWORD", "PASSWD"} {
+		if strings.Contains(n, s) {
+			return true
+		}
+	}
+	switch n {
+	case "TOKEN":
+		return true
+	}
+	return false
 }

@@ -148,8 +148,13 @@ func TestChoose(t *testing.T) {
 }
 
 func TestScrub(t *testing.T) {
-	got := Scrub([]string{"PATH=/bin", "ANTHROPIC_API_KEY=a", "OPENAI_API_KEY=b", "MOCK_API_KEY=c", "AGENTD_TOKEN=d", "HOME=/h", "OTHER=e"}, "OTHER")
-	if want := []string{"PATH=/bin", "HOME=/h"}; !slices.Equal(got, want) {
+	in := []string{"PATH=/bin", "ANTHROPIC_API_KEY=a", "OPENAI_API_KEY=b", "MOCK_API_KEY=c", "AGENTD_TOKEN=d", "HOME=/h",
+		"GITHUB_TOKEN=e", "AWS_SECRET_ACCESS_KEY=f", "ANTHROPIC_AUTH_TOKEN=g", "DB_PASSWORD=h", "client_secret=i",
+		"GOOGLE_APPLICATION_CREDENTIALS=/k.json", "my_key=j", "NPM_TOKEN=k", "GITLAB_PAT=l", "OPENAI_APIKEY=m",
+		"TOKEN=n", "KEYBOARD=us", "TERM=xterm", "SSH_AUTH_SOCK=/s", "LANG=C", "NPM_TOKEN_ALLOWED=o"}
+	got := Scrub(in, "NPM_TOKEN", "HOME", "nonexistent")
+	want := []string{"PATH=/bin", "HOME=/h", "NPM_TOKEN=k", "KEYBOARD=us", "TERM=xterm", "SSH_AUTH_SOCK=/s", "LANG=C", "NPM_TOKEN_ALLOWED=o"}
+	if !slices.Equal(got, want) {
 		t.Fatalf("Scrub = %q, want %q", got, want)
 	}
 }
@@ -203,5 +208,44 @@ func TestWidenGrantsWhatItSays(t *testing.T) {
 				t.Errorf("Widen changed the policy it was given: %+v", c.from)
 			}
 		})
+	}
+}
+
+// A session's policy hides the other live sessions' workspaces, except
+// one that holds the session's own directories (hiding it would hide
+// them) or is the same.
+func TestBoxHidesPeers(t *testing.T) {
+	b := NewBox(Policy{Mode: WorkspaceWrite, Writable: []string{"/srv/ws/alice", "/tmp"}, Hidden: []string{"/data"}}, "/x")
+	b.SetPeers(func() []string {
+		return []string{"/srv/ws/bob", "/srv/ws/alice", "/srv", "/srv/ws/alice/sub", "/tmp/agentd-spill-1"}
+	})
+	want := []string{"/data", "/srv/ws/bob", "/srv/ws/alice/sub", "/tmp/agentd-spill-1"}
+	if got := b.Policy().Hidden; !slices.Equal(got, want) {
+		t.Fatalf("Hidden = %q, want %q", got, want)
+	}
+	if got := b.Policy().Hidden; !slices.Equal(got, want) {
+		t.Fatalf("a second Policy = %q: the peers were added twice", got)
+	}
+}
+
+// AllowsRead follows the mounts: the deepest of the hidden paths and the
+// session's own directories that holds a path decides.
+func TestAllowsRead(t *testing.T) {
+	p := Policy{Mode: WorkspaceWrite, Writable: []string{"/data/ws/own", "/tmp"}, Hidden: []string{"/data", "/cfg", "/data/ws/own/.keys", "/key"}}
+	cases := map[string]bool{
+		"/data": false, "/data/sessions/s.jsonl": false, "/data/ws": false, "/data/ws/own": true, "/data/ws/own/f": true,
+		"/data/ws/own/.keys/k": false, "/cfg/models.json": false, "/key": false, "/keyboard": true, "/etc/passwd": true,
+		"/tmp/x": true, "/datax": true,
+	}
+	for path, want := range cases {
+		if got := p.AllowsRead(path); got != want {
+			t.Errorf("AllowsRead(%s) = %v, want %v", path, got, want)
+		}
+	}
+	if !(Policy{Mode: FullAccess, Hidden: []string{"/data"}}).AllowsRead("/data/x") {
+		t.Error("full access hides")
+	}
+	if !p.ShowsWithin("/data/ws") || p.ShowsWithin("/cfg") {
+		t.Error("ShowsWithin")
 	}
 }

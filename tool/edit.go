@@ -47,6 +47,9 @@ func (t *editTool) Execute(ctx context.Context, call Call, _ func(Result)) Resul
 	if r := t.env.checkWritable(abs, path); r != nil {
 		return *r
 	}
+	if r := t.env.checkReadable(abs, path); r != nil {
+		return *r
+	}
 	unlock, err := t.env.Locks.Lock(ctx, abs)
 	if err != nil {
 		return Errorf("Operation aborted")

@@ -30,6 +30,8 @@ type findQuery struct {
 	limit    int
 	m        *globMatcher
 	fullPath bool // match the absolute path instead of the name
+	// hidden leaves out what the sandbox hides (nil: nothing).
+	hidden func(rel string, isDir bool) bool
 }
 
 func (t *findTool) Execute(ctx context.Context, call Call, _ func(Result)) Result {
@@ -54,6 +56,10 @@ func (t *findTool) Execute(ctx context.Context, call Call, _ func(Result)) Resul
 	if err != nil {
 		return Errorf("Invalid path %q: %v", path, err)
 	}
+	if r := t.env.checkReadable(root, path); r != nil {
+		return *r
+	}
+	q.hidden = t.env.hiddenUnder(root)
 	fi, err := os.Stat(root)
 	if err != nil {
 		return Errorf("Path not found: %s", root)
@@ -69,7 +75,8 @@ func (t *findTool) Execute(ctx context.Context, call Call, _ func(Result)) Resul
 	var found []string
 	var more bool
 	external := false
-	if t.env.UseExternal {
+	// fd knows nothing of what the sandbox hides.
+	if t.env.UseExternal && q.hidden == nil {
 		if fd := lookPath("fd", t.env.Environ); fd != "" {
 			found, more, external = q.fdSearch(ctx, fd, t.env.Environ)
 		}
@@ -137,7 +144,7 @@ func (q *findQuery) matches(e *walkEntry) bool {
 func (q *findQuery) search(ctx context.Context) ([]string, bool) {
 	var found []string
 	more := false
-	_ = walkTree(ctx, q.root, func(e *walkEntry) (bool, error) {
+	_ = walkTree(ctx, q.root, q.hidden, func(e *walkEntry) (bool, error) {
 		if q.matches(e) {
 			if len(found) == q.limit {
 				more = true

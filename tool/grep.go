@@ -54,6 +54,7 @@ type grepQuery struct {
 	pattern    string
 	root       string // absolute search path
 	isDir      bool
+	hidden     func(rel string, isDir bool) bool // what the sandbox hides (nil: nothing)
 	glob       string
 	ignoreCase bool
 	literal    bool
@@ -96,6 +97,10 @@ func (t *grepTool) Execute(ctx context.Context, call Call, _ func(Result)) Resul
 	if err != nil {
 		return Errorf("Invalid path %q: %v", path, err)
 	}
+	if r := t.env.checkReadable(root, path); r != nil {
+		return *r
+	}
+	q.hidden = t.env.hiddenUnder(root)
 	fi, err := os.Stat(root)
 	if err != nil {
 		return Errorf("Path not found: %s", root)
@@ -113,7 +118,8 @@ func (t *grepTool) Execute(ctx context.Context, call Call, _ func(Result)) Resul
 		}
 	}
 
-	if t.env.UseExternal {
+	// rg knows nothing of what the sandbox hides.
+	if t.env.UseExternal && q.hidden == nil {
 		if rg := lookPath("rg", t.env.Environ); rg != "" {
 			if res, ok := q.rgSearch(ctx, rg, t.env.Environ); ok {
 				return res.result(ctx, &q)
@@ -319,7 +325,7 @@ func (q *grepQuery) search(ctx context.Context) grepResult {
 		defer wg.Done()
 		defer close(jobs)
 		defer close(order)
-		_ = walkTree(ctx, q.root, func(e *walkEntry) (bool, error) {
+		_ = walkTree(ctx, q.root, q.hidden, func(e *walkEntry) (bool, error) {
 			if e.isDir() {
 				return q.globs.allows(e.rel, e.name, true), nil
 			}

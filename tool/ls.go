@@ -43,6 +43,9 @@ func (t *lsTool) Execute(ctx context.Context, call Call, _ func(Result)) Result 
 	if err != nil {
 		return Errorf("Invalid path %q: %v", path, err)
 	}
+	if r := t.env.checkReadable(dir, path); r != nil {
+		return *r
+	}
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return Errorf("Path not found: %s", dir)

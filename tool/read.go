@@ -54,6 +54,9 @@ func (t *readTool) Execute(ctx context.Context, call Call, _ func(Result)) Resul
 	if err != nil {
 		return Errorf("Invalid path %q: %v", path, err)
 	}
+	if r := t.env.checkReadable(abs, path); r != nil {
+		return *r
+	}
 	f, errResult := openRegular(abs, path)
 	if f == nil {
 		return errResult

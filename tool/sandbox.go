@@ -3,6 +3,7 @@ package tool
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/agentd-dev/agentd/sandbox"
 )
@@ -75,4 +76,52 @@ func (e Env) checkWritable(abs, path string) *Result {
 	r := Errorf("Cannot write %s%s: the sandbox (%s) does not allow it. Write inside the workspace, or ask the user to do it.",
 		path, where, p.Describe())
 	return &r
+}
+
+// checkReadable refuses to read (or list, or search) abs when the
+// session's sandbox hides it: agentd's own files, key files and other
+// sessions' workspaces are as closed to the file tools as to bash.
+func (e Env) checkReadable(abs, path string) *Result {
+	if e.Sandbox == nil {
+		return nil
+	}
+	p := e.Sandbox.Policy()
+	if !p.Confined() || len(p.Hidden) == 0 {
+		return nil
+	}
+	real, err := sandbox.RealPath(abs)
+	if err != nil {
+		r := Errorf("Cannot read %s: the sandbox could not resolve where it leads (%v).", path, err)
+		return &r
+	}
+	if p.AllowsRead(real) {
+		return nil
+	}
+	r := Errorf("Cannot read %s: the sandbox hides it (agentd's own files, key files and other sessions' workspaces are not for tools).", path)
+	return &r
+}
+
+// hiddenUnder returns what walkTree leaves out under root, or nil
+// when the sandbox hides nothing: a hidden file, and a hidden directory
+// unless one of the session's own lies in it (as bash sees them).
+func (e Env) hiddenUnder(root string) func(rel string, isDir bool) bool {
+	if e.Sandbox == nil {
+		return nil
+	}
+	p := e.Sandbox.Policy()
+	if !p.Confined() || len(p.Hidden) == 0 {
+		return nil
+	}
+	real, err := sandbox.RealPath(root)
+	if err != nil {
+		return func(string, bool) bool { return true }
+	}
+	// The walk follows no links, so below a real root every path is real.
+	return func(rel string, isDir bool) bool {
+		path := filepath.Join(real, rel)
+		if p.AllowsRead(path) {
+			return false
+		}
+		return !isDir || !p.ShowsWithin(path)
+	}
 }

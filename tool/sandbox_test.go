@@ -290,20 +290,74 @@ func BenchmarkBashSandbox(b *testing.B) {
 	}
 }
 
-// A process one confined command starts in the background can be
-// stopped by the next command: each runs in a Landlock domain of its
-// own, and signals between them must still work.
-func TestSandboxSignalsBetweenCommands(t *testing.T) {
+// Each confined command runs in a PID namespace of its own: a process
+// one command left running in the background is not visible to the next
+// (which cannot signal it either), and keeps running until the session
+// ends, as before.
+func TestSandboxCommandsDoNotSeeEachOther(t *testing.T) {
 	needLandlock(t)
-	env, d := sandboxEnv(t, sandbox.WorkspaceWrite, false, true)
-	pidFile := filepath.Join(d.work, "pid")
-	r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": "sleep 60 >/dev/null 2>&1 & echo $! > " + pidFile}, nil)
+	needIsolation(t)
+	env, _ := sandboxEnv(t, sandbox.WorkspaceWrite, false, true)
+	r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": "exec -a agentd-bg-sleeper sleep 60 >/dev/null 2>&1 & echo started"}, nil)
 	if r.res.IsError {
 		t.Fatal(textOf(r.res))
 	}
-	r = runBash(t, context.Background(), NewBash(env), map[string]any{"command": "kill $(cat " + pidFile + ") && echo stopped"}, nil)
-	if !strings.Contains(textOf(r.res), "stopped") {
-		t.Fatalf("kill from the next command: %s", textOf(r.res))
+	r = runBash(t, context.Background(), NewBash(env), map[string]any{"command": "cat /proc/[0-9]*/cmdline | tr '\\0' ' '; echo; echo listed"}, nil)
+	if got := textOf(r.res); !strings.Contains(got, "listed") || strings.Contains(got, "agentd-bg-sleeper") || strings.Contains(got, "__supervise") {
+		t.Fatalf("the next command sees the processes of the one before, or its supervisor: %s", got)
+	}
+}
+
+// needIsolation skips a test where confined commands cannot get
+// namespaces of their own.
+func needIsolation(t *testing.T) {
+	t.Helper()
+	if err := sandbox.ProbeIsolation("/proc/self/exe"); err != nil {
+		t.Skipf("commands cannot be isolated here: %v", err)
+	}
+}
+
+// The file tools refuse what the sandbox hides from bash: a hidden
+// directory (agentd's data dir, another session's workspace) and a
+// hidden file cannot be read, listed, searched, edited or written, and
+// a search of a directory holding one leaves it out; the session's own
+// directory, under a hidden one here, still works.
+func TestSandboxFileToolsHide(t *testing.T) {
+	env := testEnv(t)
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, peer, key := filepath.Join(root, "data"), filepath.Join(root, "peer"), filepath.Join(root, "key")
+	env.Cwd = filepath.Join(data, "ws", "own")
+	writeFile(t, filepath.Join(data, "sessions", "s.jsonl"), "needle in a transcript\n")
+	writeFile(t, filepath.Join(peer, "notes"), "needle in a peer\n")
+	writeFile(t, key, "needle in a key\n")
+	writeFile(t, filepath.Join(env.Cwd, "mine"), "needle of my own\n")
+	env.Sandbox = sandbox.NewBox(sandbox.Policy{Mode: sandbox.WorkspaceWrite, Writable: []string{env.Cwd, env.TempDir},
+		Hidden: []string{data, key}}, "/proc/self/exe")
+	env.Sandbox.SetPeers(func() []string { return []string{peer} })
+	const hides = "the sandbox hides it"
+	for _, p := range []string{filepath.Join(data, "sessions", "s.jsonl"), filepath.Join(peer, "notes"), key} {
+		mustErr(t, run(t, NewRead(env), map[string]any{"path": p}), hides)
+		mustErr(t, run(t, NewEdit(env), map[string]any{"path": p, "edits": []map[string]any{{"oldText": "needle", "newText": "pin"}}}), "Cannot")
+		mustErr(t, run(t, NewWrite(env), map[string]any{"path": p, "content": "x"}), "Cannot")
+	}
+	for _, d := range []string{data, filepath.Join(data, "sessions"), peer} {
+		mustErr(t, run(t, NewLs(env), map[string]any{"path": d}), hides)
+		mustErr(t, run(t, NewFind(env), map[string]any{"pattern": "*", "path": d}), hides)
+		mustErr(t, run(t, NewGrep(env), map[string]any{"pattern": "needle", "path": d}), hides)
+	}
+	if got := mustOK(t, run(t, NewRead(env), map[string]any{"path": "mine"})); !strings.Contains(got, "needle of my own") {
+		t.Fatalf("reading the session's own file: %s", got)
+	}
+	got := mustOK(t, run(t, NewGrep(env), map[string]any{"pattern": "needle", "path": root}))
+	if !strings.Contains(got, "needle of my own") || strings.Contains(got, "transcript") || strings.Contains(got, "peer") || strings.Contains(got, "key") {
+		t.Fatalf("grep of a tree holding hidden paths: %s", got)
+	}
+	got = mustOK(t, run(t, NewFind(env), map[string]any{"pattern": "*", "path": root}))
+	if !strings.Contains(got, "mine") || strings.Contains(got, "s.jsonl") || strings.Contains(got, "notes") || strings.Contains(got, "key") {
+		t.Fatalf("find in a tree holding hidden paths: %s", got)
 	}
 }
 

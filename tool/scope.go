@@ -58,6 +58,22 @@ func (s *Scope) track(kill func()) (untrack func(), err error) {
 	}, nil
 }
 
+// Closed reports whether Close was called: the session is gone.
+func (s *Scope) Closed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// SpillDir is the directory holding the Scope's full-output files, ""
+// until the first is made: another session's confined tools must not
+// read it.
+func (s *Scope) SpillDir() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.spill
+}
+
 // Close kills every process the Scope's runs left alive, waits until
 // they are gone and deletes the output files. Runs started afterwards
 // fail with ErrScopeClosed. Close is idempotent.

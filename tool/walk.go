@@ -28,8 +28,11 @@ func (e *walkEntry) isDir() bool { return e.typ.IsDir() }
 // symlinks are reported but never followed, so cycles cannot trap it.
 // visit returning errStopWalk ends the walk; descend=false prunes a
 // directory. Unreadable directories are skipped silently, as rg does.
-func walkTree(ctx context.Context, root string, visit func(e *walkEntry) (descend bool, err error)) error {
-	w := &walker{ctx: ctx, visit: visit}
+// hidden, when not nil, leaves out what it says of an entry's path
+// relative to root: what the sandbox hides (a hidden directory that holds
+// a visible one is still walked, for that one).
+func walkTree(ctx context.Context, root string, hidden func(rel string, isDir bool) bool, visit func(e *walkEntry) (descend bool, err error)) error {
+	w := &walker{ctx: ctx, visit: visit, hidden: hidden}
 	stack := ancestorIgnores(root)
 	err := w.dir(root, "", stack)
 	if errors.Is(err, errStopWalk) {
@@ -39,9 +42,10 @@ func walkTree(ctx context.Context, root string, visit func(e *walkEntry) (descen
 }
 
 type walker struct {
-	ctx   context.Context
-	visit func(e *walkEntry) (bool, error)
-	entry walkEntry // reused: visit must not keep the pointer
+	ctx    context.Context
+	visit  func(e *walkEntry) (bool, error)
+	hidden func(rel string, isDir bool) bool
+	entry  walkEntry // reused: visit must not keep the pointer
 }
 
 func (w *walker) dir(abs, rel string, stack []*ignoreSet) error {
@@ -79,7 +83,7 @@ func (w *walker) dir(abs, rel string, stack []*ignoreSet) error {
 			childRel = rel + "/" + name
 		}
 		typ := d.Type()
-		if ignoredBy(stack, childAbs, name, typ.IsDir()) {
+		if ignoredBy(stack, childAbs, name, typ.IsDir()) || (w.hidden != nil && w.hidden(childRel, typ.IsDir())) {
 			continue
 		}
 		w.entry = walkEntry{abs: childAbs, rel: childRel, name: name, typ: typ}

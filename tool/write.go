@@ -32,6 +32,9 @@ func (t *writeTool) Execute(ctx context.Context, call Call, _ func(Result)) Resu
 	if r := t.env.checkWritable(abs, path); r != nil {
 		return *r
 	}
+	if r := t.env.checkReadable(abs, path); r != nil {
+		return *r
+	}
 	unlock, err := t.env.Locks.Lock(ctx, abs)
 	if err != nil {
 		return Errorf("Operation aborted")

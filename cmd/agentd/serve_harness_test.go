@@ -606,6 +606,8 @@ type svOpts struct {
 	// noReady: do not wait for the listening line (for a server expected
 	// to fail at startup).
 	noReady bool
+	// cred runs the server as another user.
+	cred *syscall.Credential
 }
 
 var svAddrRe = regexp.MustCompile(`addr=(\S+)`)
@@ -632,7 +634,7 @@ func svLaunch(t *testing.T, e *e2eEnv, o svOpts, args ...string) *svServer {
 		"MOCK_API_KEY=sk-mock-key", "LANG=C.UTF-8"}, o.env...)
 	// Its own process group, so that cleanup also ends the shells it
 	// started; WaitDelay bounds the wait for pipes a stray child holds.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: o.cred}
 	dieWithTest(cmd)
 	cmd.WaitDelay = 5 * time.Second
 	s := &svServer{t: t, env: e, args: args, extra: o.env, stdio: o.stdio, cmd: cmd, stderr: newSvBuf(), exited: make(chan struct{})}
