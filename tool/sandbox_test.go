@@ -297,7 +297,7 @@ func TestSandboxSignalsBetweenCommands(t *testing.T) {
 	needLandlock(t)
 	env, d := sandboxEnv(t, sandbox.WorkspaceWrite, false, true)
 	pidFile := filepath.Join(d.work, "pid")
-	r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": "sleep 60 >/dev/null 2>&1 & echo $! > " + pidFile}, nil)
+	r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": "sleep 60 >/dev/null 2>&1 & echo $! > " + pidFile, "background": true}, nil)
 	if r.res.IsError {
 		t.Fatal(textOf(r.res))
 	}

@@ -1,0 +1,11 @@
+//go:build !linux
+
+package proclimit
+
+// Probe says that nothing is enforced: limits need Linux.
+func Probe(lim Limits) Enforcement {
+	if lim.None() {
+		return Enforcement{}
+	}
+	return Enforcement{Missing: []string{"processes, memory and CPU time (not supported on this system)"}}
+}
