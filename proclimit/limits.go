@@ -51,6 +51,8 @@ const (
 	// MinMemory is the smallest memory limit accepted: below it the
 	// shell and agentd's own helpers cannot start.
 	MinMemory = 32 << 20
+	// MinProcs is the smallest process limit accepted.
+	MinProcs = 8
 )
 
 // None reports whether l limits nothing.
@@ -64,8 +66,8 @@ func (l Limits) Check() error {
 	if l.CPU > 0 && l.CPU < time.Second {
 		return fmt.Errorf("CPU time limit %v: must be at least 1s", l.CPU)
 	}
-	if l.Procs > 0 && l.Procs < 8 {
-		return fmt.Errorf("process limit %d: must be at least 8", l.Procs)
+	if l.Procs > 0 && l.Procs < MinProcs {
+		return fmt.Errorf("process limit %d: must be at least %d", l.Procs, MinProcs)
 	}
 	return nil
 }
@@ -187,4 +189,15 @@ var ErrUnsupported = errors.New("proclimit: not supported on this system")
 type Enforcement struct {
 	Procs, Memory, CPU string
 	Missing            []string
+}
+
+// Default is what a command may spend when nothing else is configured:
+// DefaultProcs, DefaultCPU, and half of the machine's memory, at most
+// DefaultMemoryCap.
+func Default() Limits {
+	mem := int64(DefaultMemoryCap)
+	if ram := physicalMemory(); ram > 0 && ram/2 < mem {
+		mem = max(ram/2, MinMemory)
+	}
+	return Limits{Procs: DefaultProcs, Memory: mem, CPU: DefaultCPU}
 }

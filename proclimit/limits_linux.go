@@ -25,8 +25,8 @@ type Group struct {
 	v2Procs, v2Memory, v2CPU bool
 	// v1 are cgroups made for the command in cgroup v1 hierarchies.
 	v1 []v1Group
-	// rlimits are what each process gets; nproc is set on the first
-	// process only (it is per user, see applyNproc).
+	// rlimits are what each process gets; nproc says RLIMIT_NPROC is
+	// set too (see Started).
 	rlimits []rlimit
 	nproc   bool
 	reached []Kind
@@ -47,10 +47,14 @@ type rlimit struct {
 const rlimitNproc = 6
 
 // New prepares the limits of one command. v2dir is the command's own
-// cgroup v2 directory, "" when there is none. It never fails: what
-// cannot be enforced one way falls back to the next (see the package
-// doc); Enforced says what is.
-func New(lim Limits, v2dir string) *Group {
+// cgroup v2 directory, "" when there is none; without cgroups, no cgroup
+// v1 groups are made either (rlimits only). It never fails: what cannot
+// be enforced one way falls back to the next (see the package doc);
+// Enforced says what is.
+func New(lim Limits, v2dir string, cgroups bool) *Group {
+	if !cgroups {
+		v2dir = ""
+	}
 	g := &Group{lim: lim, v2: v2dir}
 	if v2dir != "" {
 		ctl, _ := os.ReadFile(filepath.Join(v2dir, "cgroup.controllers"))
@@ -77,7 +81,7 @@ func New(lim Limits, v2dir string) *Group {
 			g.v2CPU = true
 		}
 	}
-	if lim.Procs > 0 && !g.v2Procs {
+	if lim.Procs > 0 && !g.v2Procs && cgroups {
 		if d, ok := newV1("pids"); ok {
 			if writeFile(filepath.Join(d.dir, "pids.max"), strconv.Itoa(lim.Procs)) == nil {
 				g.v1 = append(g.v1, d)
@@ -86,7 +90,7 @@ func New(lim Limits, v2dir string) *Group {
 			}
 		}
 	}
-	if lim.Memory > 0 && !g.v2Memory {
+	if lim.Memory > 0 && !g.v2Memory && cgroups {
 		if d, ok := newV1("memory"); ok {
 			if writeFile(filepath.Join(d.dir, "memory.limit_in_bytes"), strconv.FormatInt(lim.Memory, 10)) == nil {
 				// Memory plus swap, where swap is accounted.
@@ -173,23 +177,16 @@ func (g *Group) Enforced() Enforcement {
 	return e
 }
 
-// Enter moves this process into the command's cgroup v1 groups and sets
-// the rlimits the command's processes get, so that the next process it
-// starts inherits them; the returned function moves it back out (the
-// limits must not bind this process while it supervises: the pids limit
-// counts its threads). Call it with nothing else of this process
-// forking meanwhile. Rlimits stay: the caller starts one process.
+// Enter moves this process into the command's cgroup v1 groups, so that
+// the next process it starts starts in them; the returned function moves
+// it back out (the limits must not bind this process while it
+// supervises: the pids limit counts its threads). Call it with nothing
+// else of this process forking meanwhile.
 func (g *Group) Enter() (leave func(), err error) {
 	for i, d := range g.v1 {
 		if err := writeFile(filepath.Join(d.dir, "cgroup.procs"), strconv.Itoa(os.Getpid())); err != nil {
 			g.leave(g.v1[:i])
 			return nil, fmt.Errorf("entering the command's %s cgroup: %w", d.controller, err)
-		}
-	}
-	for _, r := range g.rlimits {
-		if err := setrlimit(0, r); err != nil {
-			g.leave(g.v1)
-			return nil, fmt.Errorf("setting rlimit %d: %w", r.resource, err)
 		}
 	}
 	return func() { g.leave(g.v1) }, nil
@@ -201,17 +198,29 @@ func (g *Group) leave(ds []v1Group) {
 	}
 }
 
-// Started is told the pid of the command's first process, right after
-// it started: as an ordinary user without a pids cgroup, that process
-// gets RLIMIT_NPROC (counted over all the user's processes, so set to
-// what the user runs now plus the limit). Setting it in this process
-// instead would keep it from making threads once the command filled it.
-func (g *Group) Started(pid int) {
-	if !g.nproc {
-		return
+// Started sets the rlimits of the command's first process, pid, right
+// after it started; what it starts inherits them. Not in this process
+// before the fork: the limits would bind the supervisor too (a Go
+// runtime under a small RLIMIT_DATA cannot grow its heap, and
+// RLIMIT_NPROC, counted over all the user's processes, would keep it
+// from making a thread once the command filled it). The first process
+// (the shell, or the sandbox helper) has only just been executed then:
+// os/exec's fork waits for the exec, and the shell must still read its
+// command before it can start anything. As an ordinary user without a
+// pids cgroup, RLIMIT_NPROC is what the user runs now plus the limit.
+func (g *Group) Started(pid int) error {
+	for _, r := range g.rlimits {
+		if err := setrlimit(pid, r); err != nil {
+			return fmt.Errorf("setting rlimit %d: %w", r.resource, err)
+		}
 	}
-	n := uint64(userTasks(os.Getuid()) + g.lim.Procs)
-	_ = setrlimit(pid, rlimit{rlimitNproc, n, n})
+	if g.nproc {
+		n := uint64(userTasks(os.Getuid()) + g.lim.Procs)
+		if err := setrlimit(pid, rlimit{rlimitNproc, n, n}); err != nil {
+			return fmt.Errorf("setting RLIMIT_NPROC: %w", err)
+		}
+	}
+	return nil
 }
 
 // Check is polled while the command runs: it returns the limit the
@@ -518,17 +527,27 @@ func writeFile(path, v string) error {
 	return err
 }
 
-// Probe says how lim would be enforced for a command started now, by
-// making (and removing) the cgroups a command would get.
-func Probe(lim Limits) Enforcement {
+// Probe says how lim would be enforced for a command started now, with
+// or without cgroups, by making (and removing) the cgroups a command
+// would get.
+func Probe(lim Limits, cgroups bool) Enforcement {
 	dir := ""
-	if base, ok := Cgroup2Dir(); ok {
+	if base, ok := Cgroup2Dir(); ok && cgroups {
 		if d, err := os.MkdirTemp(base, "agentd-probe-"); err == nil {
 			dir = d
 			defer syscall.Rmdir(d)
 		}
 	}
-	g := New(lim, dir)
+	g := New(lim, dir, cgroups)
 	defer g.Remove()
 	return g.Enforced()
+}
+
+// physicalMemory is the machine's RAM in bytes, 0 if unknown.
+func physicalMemory() int64 {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit)
 }

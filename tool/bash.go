@@ -111,6 +111,10 @@ func (t *bashTool) Execute(ctx context.Context, call Call, update func(Result)) 
 		status = "Command timed out after " + strconv.FormatFloat(timeout, 'f', -1, 64) + " seconds"
 	case run.Limit != "":
 		status = "Command stopped: " + run.Limit + ". Everything it started was killed."
+	case run.Signal == "SIGXCPU":
+		// RLIMIT_CPU's signal: where no cgroup accounts the command's CPU
+		// time, each process has it (see package proclimit).
+		status = "Command was killed by signal SIGXCPU: a process reached the CPU time limit (--tool-cpu-time)"
 	case run.Signal != "":
 		status = "Command was killed by signal " + run.Signal
 	case run.ExitCode != nil:
@@ -439,6 +443,8 @@ func signalName(s syscall.Signal) string {
 		return "SIGPIPE"
 	case syscall.SIGHUP:
 		return "SIGHUP"
+	case syscall.SIGXCPU:
+		return "SIGXCPU"
 	}
 	return strconv.Itoa(int(s))
 }

@@ -191,7 +191,7 @@ func Supervise(ctx context.Context, args []string) int {
 	if cg != nil {
 		v2dir = cg.dir
 	}
-	limits := proclimit.New(lim, v2dir)
+	limits := proclimit.New(lim, v2dir, useCgroup)
 	defer func() { limits.Remove() }()
 	pid, err := forkShell(args, cg, limits)
 	if err != nil && cg != nil {
@@ -199,14 +199,25 @@ func Supervise(ctx context.Context, args []string) int {
 		limits.Remove()
 		cg.remove()
 		cg = nil
-		limits = proclimit.New(lim, "")
+		limits = proclimit.New(lim, "", useCgroup)
 		pid, err = forkShell(args, nil, limits)
 	}
 	if err != nil {
 		report("error " + err.Error())
 		return 1
 	}
-	limits.Started(pid)
+	if err := limits.Started(pid); err != nil {
+		// Never let the command run without the limits it was given.
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		killSubtree(cg, limits)
+		report("error cannot apply the command's limits: " + err.Error())
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, 0, nil)
+		if cg != nil {
+			cg.remove()
+		}
+		return 1
+	}
 	// The command holds the output now; agentd sees it end when the last
 	// of the command's processes closes it, not when we exit.
 	if null, err := syscall.Open(os.DevNull, syscall.O_RDWR|syscall.O_CLOEXEC, 0); err == nil {
