@@ -148,4 +148,3 @@ func TestCPUSpinnerIsStopped(t *testing.T) {
 		})
 	}
 }
-
