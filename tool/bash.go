@@ -177,20 +177,25 @@ type BashRun struct {
 // far, at most every bashUpdateInterval and once more at the end.
 // Cancelling ctx or passing timeout (seconds, 0 for none) kills every
 // process the command started (with env.Supervisor; without one, its
-// process group). It returns when the shell has exited and what the
-// command started is gone: nothing of it outlives it.
+// process group). RunBash runs the commands a person runs directly (the
+// protocol's bash): it returns when the shell exits, and what the command
+// left running in the background lives on in env.Scope until it is
+// closed, as the person asked. The model's bash tool ends everything a
+// call started with the call, unless the call sets background.
 func RunBash(ctx context.Context, env Env, command string, timeout float64, onOutput func(text string, d BashDetails)) BashRun {
 	env = env.normalize()
 	policy := sandbox.Policy{Mode: sandbox.FullAccess}
 	if env.Sandbox != nil {
 		policy = env.Sandbox.Policy()
 	}
-	return runBashUnder(ctx, env, policy, command, timeout, false, onOutput)
+	return runBashUnder(ctx, env, policy, command, timeout, true, onOutput)
 }
 
-// runBashUnder is RunBash under policy (env normalised). With keep, it
+// runBashUnder runs command under policy (env normalised). With keep, it
 // returns when the shell exits, and the processes the command left
-// running (background jobs) live on in env.Scope until it is closed.
+// running (background jobs) live on in env.Scope until it is closed;
+// without, they are killed when the shell exits and it returns once they
+// are gone.
 func runBashUnder(ctx context.Context, env Env, policy sandbox.Policy, command string, timeout float64, keep bool, onOutput func(text string, d BashDetails)) BashRun {
 	argv := []string{env.Shell, "-c", command}
 	if env.Sandbox != nil {

@@ -21,8 +21,8 @@ import (
 	"github.com/agentd-dev/agentd/sandbox"
 )
 
-// runKeep runs command as the bash tool does with background set: its
-// background jobs outlive the call.
+// runKeep runs command as the bash tool does with background set, and
+// as RunBash does: its background jobs outlive the call.
 func runKeep(env Env, command string) BashRun {
 	return runBashUnder(context.Background(), env.normalize(), sandbox.Policy{Mode: sandbox.FullAccess}, command, 0, true, nil)
 }
