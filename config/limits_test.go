@@ -21,7 +21,7 @@ func TestToolLimitFlags(t *testing.T) {
 		{[]string{"--tool-max-procs", "-1", "--tool-max-memory", "none", "--tool-cpu-time", "-1s"}, proclimit.Limits{}, ""},
 		{[]string{"--tool-max-memory", "5"}, proclimit.Limits{}, "--tool-max-memory 5: must be at least 32MiB (or none)"},
 		{[]string{"--tool-cpu-time", "10ms"}, proclimit.Limits{}, "--tool-cpu-time 10ms: must be at least 1s (or negative: no limit)"},
-		{[]string{"--tool-max-procs", "3"}, proclimit.Limits{}, "--tool-max-procs 3: must be at least 8 (or negative: no limit)"},
+		{[]string{"--tool-max-procs", "3"}, proclimit.Limits{}, "--tool-max-procs 3: must be at least 32 (or negative: no limit)"},
 		{[]string{"--tool-max-memory", "lots"}, proclimit.Limits{}, `invalid value "lots" for flag -tool-max-memory: "lots": want a size such as 512MiB or 2GiB (units B, KiB, MiB, GiB, TiB), or none`},
 	}
 	for _, tc := range tests {

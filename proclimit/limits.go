@@ -51,8 +51,9 @@ const (
 	// MinMemory is the smallest memory limit accepted: below it the
 	// shell and agentd's own helpers cannot start.
 	MinMemory = 32 << 20
-	// MinProcs is the smallest process limit accepted.
-	MinProcs = 8
+	// MinProcs is the smallest process limit accepted: the command's
+	// first process is agentd, whose runtime starts a few threads.
+	MinProcs = 32
 )
 
 // None reports whether l limits nothing.

@@ -26,7 +26,7 @@ type Group struct {
 	// v1 are cgroups made for the command in cgroup v1 hierarchies.
 	v1 []v1Group
 	// rlimits are what each process gets; nproc says RLIMIT_NPROC is
-	// set too (see Started).
+	// set too (see RlimitArgs).
 	rlimits []rlimit
 	nproc   bool
 	reached []Kind
@@ -198,29 +198,52 @@ func (g *Group) leave(ds []v1Group) {
 	}
 }
 
-// Started sets the rlimits of the command's first process, pid, right
-// after it started; what it starts inherits them. Not in this process
-// before the fork: the limits would bind the supervisor too (a Go
+// RlimitArgs are the arguments that give the command's first process its
+// rlimits: the supervisor starts it as itself with these (see
+// ApplyRlimitArg), which sets them and then executes the command. Not set
+// in the supervisor before the fork: they would bind it too (a Go
 // runtime under a small RLIMIT_DATA cannot grow its heap, and
 // RLIMIT_NPROC, counted over all the user's processes, would keep it
-// from making a thread once the command filled it). The first process
-// (the shell, or the sandbox helper) has only just been executed then:
-// os/exec's fork waits for the exec, and the shell must still read its
-// command before it can start anything. As an ordinary user without a
-// pids cgroup, RLIMIT_NPROC is what the user runs now plus the limit.
-func (g *Group) Started(pid int) error {
-	for _, r := range g.rlimits {
-		if err := setrlimit(pid, r); err != nil {
-			return fmt.Errorf("setting rlimit %d: %w", r.resource, err)
-		}
-	}
+// from making a thread once the command filled it); and not set from
+// outside after the fork (prlimit), which races with the command's first
+// forks on a loaded machine. As an ordinary user without a pids cgroup,
+// RLIMIT_NPROC is what the user runs now plus the limit.
+func (g *Group) RlimitArgs() []string {
+	rs := append([]rlimit(nil), g.rlimits...)
 	if g.nproc {
 		n := uint64(userTasks(os.Getuid()) + g.lim.Procs)
-		if err := setrlimit(pid, rlimit{rlimitNproc, n, n}); err != nil {
-			return fmt.Errorf("setting RLIMIT_NPROC: %w", err)
-		}
+		rs = append(rs, rlimit{rlimitNproc, n, n})
 	}
-	return nil
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, fmt.Sprintf("%s%d,%d,%d", argRlimit, r.resource, r.cur, r.max))
+	}
+	return out
+}
+
+const argRlimit = "--rlimit="
+
+// ApplyRlimitArg sets on this process the rlimit a (one of RlimitArgs);
+// ok is false for an argument that is not one.
+func ApplyRlimitArg(a string) (ok bool, err error) {
+	v, found := strings.CutPrefix(a, argRlimit)
+	if !found {
+		return false, nil
+	}
+	f := strings.Split(v, ",")
+	if len(f) != 3 {
+		return true, fmt.Errorf("bad rlimit %q", a)
+	}
+	res, err1 := strconv.Atoi(f[0])
+	cur, err2 := strconv.ParseUint(f[1], 10, 64)
+	hi, err3 := strconv.ParseUint(f[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || cur > hi {
+		return true, fmt.Errorf("bad rlimit %q", a)
+	}
+	if err := setrlimit(0, rlimit{res, cur, hi}); err != nil {
+		return true, fmt.Errorf("setting rlimit %d: %w", res, err)
+	}
+	return true, nil
 }
 
 // Check is polled while the command runs: it returns the limit the

@@ -8,7 +8,7 @@ import (
 // TestLimitArgs: what the supervisor's command line carries is what it
 // reads back; a bad limit is refused.
 func TestLimitArgs(t *testing.T) {
-	for _, lim := range []Limits{{}, {Procs: 100}, {Memory: 64 << 20, CPU: 1500 * time.Millisecond}, {Procs: 8, Memory: 1 << 40, CPU: time.Hour}} {
+	for _, lim := range []Limits{{}, {Procs: 100}, {Memory: 64 << 20, CPU: 1500 * time.Millisecond}, {Procs: 32, Memory: 1 << 40, CPU: time.Hour}} {
 		var got Limits
 		for _, a := range lim.Args() {
 			if ok, err := got.ParseArg(a); !ok || err != nil {

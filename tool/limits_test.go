@@ -47,7 +47,9 @@ func withMarker(m string) int {
 		if err != nil || !isAlive(pid) {
 			continue
 		}
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.Contains(string(b), m) {
+		// The supervisor's command line holds the command too; it may
+		// still be exiting when the call has returned.
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.Contains(string(b), m) && !strings.Contains(string(b), SuperviseCommand) {
 			n++
 		}
 	}

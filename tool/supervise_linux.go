@@ -149,6 +149,9 @@ func startSupervised(env Env, argv []string, out *os.File, keep bool) (stop func
 // SuperviseCommand. It returns the process exit code. ctx ending (the
 // caller's SIGTERM handling) stops the run like agentd's death does.
 func Supervise(ctx context.Context, args []string) int {
+	if len(args) > 0 && args[0] == execFlag {
+		return execLimited(args[1:])
+	}
 	useCgroup, keep := true, false
 	var lim proclimit.Limits
 	for len(args) > 0 && strings.HasPrefix(args[0], "--") {
@@ -204,18 +207,6 @@ func Supervise(ctx context.Context, args []string) int {
 	}
 	if err != nil {
 		report("error " + err.Error())
-		return 1
-	}
-	if err := limits.Started(pid); err != nil {
-		// Never let the command run without the limits it was given.
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		killSubtree(cg, limits)
-		report("error cannot apply the command's limits: " + err.Error())
-		var ws syscall.WaitStatus
-		_, _ = syscall.Wait4(pid, &ws, 0, nil)
-		if cg != nil {
-			cg.remove()
-		}
 		return 1
 	}
 	// The command holds the output now; agentd sees it end when the last
@@ -293,14 +284,18 @@ func Supervise(ctx context.Context, args []string) int {
 				default:
 				}
 			}
+			// Cleaned up before the report: when the call returns,
+			// nothing of the run is left but this process, exiting.
+			reached := limits.Reached()
+			limits.Remove()
+			if cg != nil {
+				cg.remove()
+			}
 			if held != nil && !reported {
-				for _, k := range limits.Reached() {
+				for _, k := range reached {
 					report("limit " + lim.Reached(k))
 				}
 				report(statusLine(*held))
-			}
-			if cg != nil {
-				cg.remove()
 			}
 			return 0
 		}
@@ -314,12 +309,47 @@ func forkShell(args []string, cg *runCgroup, limits *proclimit.Group) (int, erro
 	if cg != nil {
 		sys.UseCgroupFD, sys.CgroupFD = true, cg.fd
 	}
+	if rl := limits.RlimitArgs(); len(rl) > 0 {
+		// The shell's own failure to start is reported as such, not as
+		// the exit of the process that sets the rlimits.
+		if err := syscall.Access(args[0], 1 /* X_OK */); err != nil {
+			return 0, err
+		}
+		// This very executable, even if its file was replaced since.
+		wrapped := append([]string{"/proc/self/exe", SuperviseCommand, execFlag}, rl...)
+		args = append(append(wrapped, "--"), args...)
+	}
 	leave, err := limits.Enter()
 	if err != nil {
 		return 0, err
 	}
 	defer leave()
 	return syscall.ForkExec(args[0], args, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}, Sys: sys})
+}
+
+// execFlag, first after SuperviseCommand, makes the supervisor's
+// executable the command's first process instead: it sets the rlimits
+// that follow on itself and executes the command after "--", which
+// inherits them from its first instruction on (see
+// proclimit.Group.RlimitArgs).
+const execFlag = "--exec-limited"
+
+// execLimited is that process: it returns only when it fails.
+func execLimited(args []string) int {
+	for len(args) > 0 && args[0] != "--" {
+		if ok, err := proclimit.ApplyRlimitArg(args[0]); !ok || err != nil {
+			fmt.Fprintf(os.Stderr, "agentd %s %s: %q: %v (only agentd runs this)\n", SuperviseCommand, execFlag, args[0], err)
+			return 126
+		}
+		args = args[1:]
+	}
+	if len(args) < 2 {
+		fmt.Fprintf(os.Stderr, "agentd %s %s: no command (only agentd runs this)\n", SuperviseCommand, execFlag)
+		return 126
+	}
+	err := syscall.Exec(args[1], args[1:], os.Environ())
+	fmt.Fprintf(os.Stderr, "agentd: cannot run %s: %v\n", args[1], err)
+	return 127
 }
 
 // reapAll reaps every child, the shell and orphans handed to us alike,

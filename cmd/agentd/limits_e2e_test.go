@@ -94,7 +94,9 @@ func processesWith(word string) int {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !strings.Contains(string(b), word) {
+		// The supervisor's command line holds the command too; it may
+		// still be exiting when the call has returned.
+		if err != nil || !strings.Contains(string(b), word) || strings.Contains(string(b), "__supervise") {
 			continue
 		}
 		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
