@@ -153,10 +153,10 @@ func (g *Group) Enforced() Enforcement {
 	case g.hasV1("pids"):
 		e.Procs = "cgroup v1 pids"
 	case g.nproc:
-		e.Procs = "RLIMIT_NPROC (counts all processes of the user)"
+		e.Procs = "RLIMIT_NPROC (counts all processes of the user), and a polled count"
 	default:
 		e.Procs = ""
-		e.Missing = append(e.Missing, "processes (no writable pids cgroup, and root is exempt from RLIMIT_NPROC)")
+		e.Missing = append(e.Missing, "processes (no writable pids cgroup, and root is exempt from RLIMIT_NPROC: only a polled count stops a command, which a fork bomb outruns between polls)")
 	}
 	switch {
 	case g.lim.Memory <= 0:
@@ -207,11 +207,15 @@ func (g *Group) leave(ds []v1Group) {
 // from making a thread once the command filled it); and not set from
 // outside after the fork (prlimit), which races with the command's first
 // forks on a loaded machine. As an ordinary user without a pids cgroup,
-// RLIMIT_NPROC is what the user runs now plus the limit.
+// RLIMIT_NPROC is what the user runs now plus the limit (and a margin).
 func (g *Group) RlimitArgs() []string {
 	rs := append([]rlimit(nil), g.rlimits...)
 	if g.nproc {
-		n := uint64(userTasks(os.Getuid()) + g.lim.Procs)
+		// A little above the limit, which the polled count (Check)
+		// enforces with a message: RLIMIT_NPROC counts the supervisor's
+		// threads and the user's other processes too, so the command
+		// alone might never reach the limit exactly.
+		n := uint64(userTasks(os.Getuid()) + g.lim.Procs + nprocMargin)
 		rs = append(rs, rlimit{rlimitNproc, n, n})
 	}
 	out := make([]string, 0, len(rs))
@@ -222,6 +226,9 @@ func (g *Group) RlimitArgs() []string {
 }
 
 const argRlimit = "--rlimit="
+
+// nprocMargin is how far above the process limit RLIMIT_NPROC is set.
+const nprocMargin = 16
 
 // ApplyRlimitArg sets on this process the rlimit a (one of RlimitArgs);
 // ok is false for an argument that is not one.
@@ -251,6 +258,16 @@ func ApplyRlimitArg(a string) (ok bool, err error) {
 // cannot work on without forking, and a fork bomb must not wait for the
 // next; the CPU time of the whole command), or "".
 func (g *Group) Check() Kind {
+	if g.lim.Procs > 0 && !g.cgroupProcs() {
+		// No cgroup counts for us: count the command's processes (below
+		// this process, the supervisor). As an ordinary user RLIMIT_NPROC
+		// holds them below the limit and this says why forks failed; as
+		// root it is all there is, and a fork bomb may go past the limit
+		// between two polls before it is stopped.
+		if countBelow(os.Getpid(), g.lim.Procs) >= g.lim.Procs {
+			return g.reach(KindProcs)
+		}
+	}
 	if g.lim.Procs > 0 {
 		if g.v2Procs && eventCount(filepath.Join(g.v2, "pids.events"), "max") > 0 {
 			return g.reach(KindProcs)
@@ -573,4 +590,32 @@ func physicalMemory() int64 {
 		return 0
 	}
 	return int64(si.Totalram) * int64(si.Unit)
+}
+
+// countBelow counts the processes below root, from the children files of
+// each of their threads, stopping at limit.
+func countBelow(root, limit int) int {
+	n := 0
+	queue := []int{root}
+	for len(queue) > 0 && n < limit {
+		p := queue[0]
+		queue = queue[1:]
+		tasks, err := os.ReadDir("/proc/" + strconv.Itoa(p) + "/task")
+		if err != nil {
+			continue
+		}
+		for _, t := range tasks {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/task/" + t.Name() + "/children")
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if c, err := strconv.Atoi(f); err == nil {
+					n++
+					queue = append(queue, c)
+				}
+			}
+		}
+	}
+	return n
 }

@@ -7,8 +7,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,8 +69,9 @@ func TestForkBombIsContained(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			lim := proclimit.Limits{Procs: 64}
 			if e := proclimit.Probe(lim, mode.cgroup); e.Procs == "" {
-				// An unlimited bomb would take the machine's pids.
-				t.Skipf("processes cannot be limited here: %v", e.Missing)
+				// A bomb only a polled count stops could take the
+				// machine's pids before the poll: not on a shared machine.
+				t.Skipf("processes cannot be limited here: %v (TestForkBombAsUser covers RLIMIT_NPROC)", e.Missing)
 			}
 			env := limitedEnv(t, lim, mode.cgroup)
 			defer env.Scope.Close()
@@ -148,5 +152,64 @@ func TestCPUSpinnerIsStopped(t *testing.T) {
 			}
 			t.Logf("with %s, after %v: %q", e.CPU, time.Since(start), got)
 		})
+	}
+}
+
+// TestForkBombAsUser: an ordinary user, whom no pids cgroup may serve
+// here, gets RLIMIT_NPROC (which the kernel does not apply to root): the
+// bomb is held below the limit, stopped with an error that says so, and
+// nothing of it is left. The test binary plays agentd as nobody.
+func TestForkBombAsUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run agentd as another user")
+	}
+	const nobody = 65534
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A copy nobody may execute, in a directory nobody may use.
+	dir, err := os.MkdirTemp("", "agentd-nproc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "agentd.test")
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(dir, "work")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{dir, work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, nobody, nobody); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := marker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, standInCommand, "tool-procs=64", work, "bomb(){ bomb | bomb & }; bomb; sleep 600 # "+m)
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.Dir = work
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), raceNoExitSleep}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}, Setpgid: true}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }) // only matters if it fails
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	if !strings.Contains(string(out), "Command stopped: it reached the limit of 64 processes and threads at once") {
+		t.Fatalf("as nobody: %q; %s", out, stderr.String())
+	}
+	if n := withMarker(m); n != 0 {
+		t.Fatalf("%d processes of the bomb left", n)
 	}
 }
