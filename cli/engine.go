@@ -15,6 +15,7 @@ import (
 	"github.com/agentd-dev/agentd/proclimit"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/settings"
+	"github.com/agentd-dev/agentd/tool"
 )
 
 // engineChoices are what a command decided for its sessions.
@@ -40,7 +41,19 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 		return nil, err
 	}
 	limits := c.bounds.Limits.Limits()
-	logLimits(log, limits, proclimit.Probe(limits, true))
+	sup := append(supervisor(), limits.Args()...)
+	base := ""
+	if !limits.None() {
+		var note string
+		base, note = proclimit.PrepareCgroup2()
+		if note != "" {
+			log.Info("cgroups of bash commands: "+note, "under", base)
+		}
+		if base != "" {
+			sup = append(sup, tool.CgroupBaseFlag+base)
+		}
+	}
+	logLimits(log, limits, proclimit.Probe(limits, true, base))
 	environ := os.Environ()
 	if policy.Confined() {
 		// Keys and the server token stay out of confined tools' reach.
@@ -50,7 +63,7 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 		Sandbox: policy, SandboxExe: "/proc/self/exe",
 		Models: ms, Breakers: c.breakers, Model: c.model, Thinking: c.thinking, Saved: saved,
 		Policy: c.policy, InteractionTimeout: c.interactionTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
-		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: environ, Supervisor: append(supervisor(), limits.Args()...),
+		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: environ, Supervisor: sup,
 		EventLogSize: c.eventLogSize, EventLogBytes: c.bounds.EventLogBytes,
 		MaxTurns: c.bounds.MaxTurns, MaxToolFailures: c.bounds.MaxToolFailures,
 		MaxQueued: c.bounds.MaxQueuedMessages, MaxQueuedBytes: c.bounds.MaxQueuedMessageBytes, BashTimeout: c.bounds.BashTimeout,

@@ -569,10 +569,14 @@ func writeFile(path, v string) error {
 
 // Probe says how lim would be enforced for a command started now, with
 // or without cgroups, by making (and removing) the cgroups a command
-// would get.
-func Probe(lim Limits, cgroups bool) Enforcement {
+// would get, under base ("" for this process's cgroup v2).
+func Probe(lim Limits, cgroups bool, base string) Enforcement {
 	dir := ""
-	if base, ok := Cgroup2Dir(); ok && cgroups {
+	ok := base != ""
+	if !ok {
+		base, ok = Cgroup2Dir()
+	}
+	if ok && cgroups {
 		if d, err := os.MkdirTemp(base, "agentd-probe-"); err == nil {
 			dir = d
 			defer syscall.Rmdir(d)

@@ -3,7 +3,7 @@
 package proclimit
 
 // Probe says that nothing is enforced: limits need Linux.
-func Probe(lim Limits, _ bool) Enforcement {
+func Probe(lim Limits, _ bool, _ string) Enforcement {
 	if lim.None() {
 		return Enforcement{}
 	}
@@ -11,3 +11,6 @@ func Probe(lim Limits, _ bool) Enforcement {
 }
 
 func physicalMemory() int64 { return 0 }
+
+// PrepareCgroup2 does nothing: cgroups are Linux's.
+func PrepareCgroup2() (base, note string) { return "", "" }

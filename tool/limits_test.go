@@ -68,7 +68,7 @@ func TestForkBombIsContained(t *testing.T) {
 	for _, mode := range procModes {
 		t.Run(mode.name, func(t *testing.T) {
 			lim := proclimit.Limits{Procs: 64}
-			if e := proclimit.Probe(lim, mode.cgroup); e.Procs == "" {
+			if e := proclimit.Probe(lim, mode.cgroup, ""); e.Procs == "" {
 				// A bomb only a polled count stops could take the
 				// machine's pids before the poll: not on a shared machine.
 				t.Skipf("processes cannot be limited here: %v (TestForkBombAsUser covers RLIMIT_NPROC)", e.Missing)
@@ -110,7 +110,7 @@ func TestMemoryHogIsStopped(t *testing.T) {
 	for _, mode := range procModes {
 		t.Run(mode.name, func(t *testing.T) {
 			lim := proclimit.Limits{Memory: 64 << 20}
-			e := proclimit.Probe(lim, mode.cgroup)
+			e := proclimit.Probe(lim, mode.cgroup, "")
 			env := limitedEnv(t, lim, mode.cgroup)
 			defer env.Scope.Close()
 			// tail keeps a line in memory until it ends: this one is 1 GiB.
@@ -139,7 +139,7 @@ func TestCPUSpinnerIsStopped(t *testing.T) {
 	for _, mode := range procModes {
 		t.Run(mode.name, func(t *testing.T) {
 			lim := proclimit.Limits{CPU: time.Second}
-			e := proclimit.Probe(lim, mode.cgroup)
+			e := proclimit.Probe(lim, mode.cgroup, "")
 			env := limitedEnv(t, lim, mode.cgroup)
 			defer env.Scope.Close()
 			start := time.Now()

@@ -239,7 +239,7 @@ func waitRun(t *testing.T, done <-chan BashRun) BashRun {
 // the run is in a cgroup of its own, removed when the run ends.
 func TestSupervisedRunInCgroup(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	probe := newRunCgroup()
+	probe := newRunCgroup("")
 	if probe == nil {
 		t.Skip("no writable cgroup v2 here")
 	}

@@ -39,6 +39,11 @@ const SuperviseCommand = "__supervise"
 // reaping its subtree alone.
 const NoCgroupFlag = "--no-cgroup"
 
+// CgroupBaseFlag, followed by a directory, among the flags after
+// SuperviseCommand, makes the run's cgroup v2 there instead of under the
+// supervisor's own (see proclimit.PrepareCgroup2).
+const CgroupBaseFlag = "--cgroup-base="
+
 // KeepFlag, among the flags after SuperviseCommand, leaves the processes
 // the command started running after its shell exits, until the run is
 // stopped (its session closes); without it they are killed when the

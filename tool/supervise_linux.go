@@ -152,7 +152,7 @@ func Supervise(ctx context.Context, args []string) int {
 	if len(args) > 0 && args[0] == execFlag {
 		return execLimited(args[1:])
 	}
-	useCgroup, keep := true, false
+	useCgroup, keep, cgroupBase := true, false, ""
 	var lim proclimit.Limits
 	for len(args) > 0 && strings.HasPrefix(args[0], "--") {
 		a := args[0]
@@ -160,6 +160,8 @@ func Supervise(ctx context.Context, args []string) int {
 			useCgroup = false
 		} else if a == KeepFlag {
 			keep = true
+		} else if b, ok := strings.CutPrefix(a, CgroupBaseFlag); ok {
+			cgroupBase = b
 		} else if ok, err := lim.ParseArg(a); !ok || err != nil {
 			fmt.Fprintf(os.Stderr, "agentd %s: unknown argument %q (only agentd runs this)\n", SuperviseCommand, a)
 			return 2
@@ -188,7 +190,7 @@ func Supervise(ctx context.Context, args []string) int {
 
 	var cg *runCgroup
 	if useCgroup {
-		cg = newRunCgroup()
+		cg = newRunCgroup(cgroupBase)
 	}
 	v2dir := ""
 	if cg != nil {
@@ -458,13 +460,16 @@ type runCgroup struct {
 	fd  int
 }
 
-// newRunCgroup makes a cgroup for a run under our own, or returns nil
+// newRunCgroup makes a cgroup for a run under base (our own when ""; see
+// proclimit.PrepareCgroup2), or returns nil
 // when there is no writable cgroup v2 (cgroup v1 only, a read-only
 // /sys/fs/cgroup in a container, no delegation to this user).
-func newRunCgroup() *runCgroup {
-	base, ok := proclimit.Cgroup2Dir()
-	if !ok {
-		return nil
+func newRunCgroup(base string) *runCgroup {
+	if base == "" {
+		var ok bool
+		if base, ok = proclimit.Cgroup2Dir(); !ok {
+			return nil
+		}
 	}
 	dir, err := os.MkdirTemp(base, "agentd-run-")
 	if err != nil {

@@ -176,7 +176,7 @@ func (l *limitsSession) healthy() {
 // returns, the session goes on, and /healthz answers throughout.
 func TestToolLimitsServe(t *testing.T) {
 	t.Parallel()
-	if e := proclimit.Probe(proclimit.Default(), true); e.Procs == "" {
+	if e := proclimit.Probe(proclimit.Default(), true, ""); e.Procs == "" {
 		// An unlimited bomb would take the machine's pids.
 		t.Skipf("processes of a command cannot be limited on this machine: %v", e.Missing)
 	}
@@ -220,7 +220,7 @@ func TestToolLimitsServe(t *testing.T) {
 func TestToolMemoryAndCPULimitsServe(t *testing.T) {
 	t.Parallel()
 	lim := proclimit.Limits{Memory: 64 << 20, CPU: 2 * time.Second}
-	enf := proclimit.Probe(lim, true)
+	enf := proclimit.Probe(lim, true, "")
 	l := startLimits(t, "--tool-max-memory", "64MiB", "--tool-cpu-time", "2s")
 
 	got, isErr, took := l.run("head -c 1G /dev/zero | tail; echo tail ended $?")
