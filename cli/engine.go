@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/agentd-dev/agentd/config"
@@ -12,8 +13,10 @@ import (
 	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/proclimit"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/settings"
+	"github.com/agentd-dev/agentd/tool"
 )
 
 // engineChoices are what a command decided for its sessions.
@@ -50,6 +53,20 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 	if err != nil {
 		return nil, err
 	}
+	limits := c.bounds.Limits.Limits()
+	sup := append(supervisor(), limits.Args()...)
+	base := ""
+	if !limits.None() {
+		var note string
+		base, note = proclimit.PrepareCgroup2()
+		if note != "" {
+			log.Info("cgroups of bash commands: "+note, "under", base)
+		}
+		if base != "" {
+			sup = append(sup, tool.CgroupBaseFlag+base)
+		}
+	}
+	logLimits(log, limits, proclimit.Probe(limits, true, base))
 	environ := os.Environ()
 	if policy.Confined() {
 		// Keys, tokens and passwords stay out of confined tools' reach.
@@ -59,7 +76,7 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 		Sandbox: policy, SandboxExe: "/proc/self/exe",
 		Models: ms, Breakers: c.breakers, Model: c.model, Thinking: c.thinking, Saved: saved,
 		Policy: c.policy, InteractionTimeout: c.interactionTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
-		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: environ, Supervisor: supervisor(),
+		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: environ, Supervisor: sup,
 		EventLogSize: c.eventLogSize, EventLogBytes: c.bounds.EventLogBytes,
 		MaxTurns: c.bounds.MaxTurns, MaxToolFailures: c.bounds.MaxToolFailures,
 		MaxQueued: c.bounds.MaxQueuedMessages, MaxQueuedBytes: c.bounds.MaxQueuedMessageBytes, BashTimeout: c.bounds.BashTimeout,
@@ -95,4 +112,19 @@ func sandboxPolicy(sc config.Sandbox, support sandbox.Support, log *slog.Logger)
 		log.Info("tools run with full access (no sandbox)")
 	}
 	return p, nil
+}
+
+// logLimits says what each bash command may spend and how that is
+// enforced here; a limit the system cannot enforce is a warning.
+func logLimits(log *slog.Logger, lim proclimit.Limits, e proclimit.Enforcement) {
+	if lim.None() {
+		log.Warn("bash commands have no limits on processes, memory or CPU time")
+		return
+	}
+	attrs := []any{"limits", lim.String(), "processes", e.Procs, "memory", e.Memory, "cpu", e.CPU}
+	if len(e.Missing) > 0 {
+		log.Warn("some limits on bash commands cannot be enforced here", append(attrs, "not_limited", strings.Join(e.Missing, "; "))...)
+		return
+	}
+	log.Info("bash commands are limited", attrs...)
 }

@@ -28,6 +28,8 @@ type Engine struct {
 	BashTimeout time.Duration
 	// Sandbox confines the tools of every session.
 	Sandbox Sandbox
+	// Limits bound what each bash command may spend.
+	Limits ToolLimits
 }
 
 // Register adds the engine's flags to fs.
@@ -39,12 +41,16 @@ func (e *Engine) Register(fs *flag.FlagSet) {
 	fs.IntVar(&e.EventLogBytes, "event-log-bytes", e.EventLogBytes, "bytes of recent events kept per session for clients that resume (0: the default, 16 MiB)")
 	fs.DurationVar(&e.BashTimeout, "bash-timeout", e.BashTimeout, "limit for a command a client runs with the bash command (0: the default, 10m; negative: none)")
 	e.Sandbox.Register(fs)
+	e.Limits.Register(fs)
 }
 
 // Check validates e.
 func (e *Engine) Check() error {
 	if e.MaxQueuedMessages < 0 || e.MaxQueuedMessageBytes < 0 || e.EventLogBytes < 0 {
 		return errors.New("--max-queued-messages, --max-queued-message-bytes and --event-log-bytes must not be negative (0 takes the default)")
+	}
+	if err := e.Limits.Check(); err != nil {
+		return err
 	}
 	return e.Sandbox.Check()
 }

@@ -77,9 +77,9 @@ func waitGone(t *testing.T, what string, pid int) {
 }
 
 // TestCloseEndsWhatCommandsLeft: a setsid'd process the model's bash
-// started and one the user's command started keep running after their
-// calls returned (background jobs, as in pi), and end when the session
-// closes; the output files go with it.
+// started (with background set) and one the user's command started keep
+// running after their calls returned, and end when the session closes;
+// the output files go with it.
 func TestCloseEndsWhatCommandsLeft(t *testing.T) {
 	h := newHarness(t, supervised(t))
 	escape := func(file string) string {
@@ -89,7 +89,7 @@ func TestCloseEndsWhatCommandsLeft(t *testing.T) {
 		if strings.HasPrefix(lastUserText(r), "TOOL:") {
 			return llmtest.Script{Text: []string{"started"}}
 		}
-		args := fmt.Sprintf(`{"command":%q}`, escape("tool-pid"))
+		args := fmt.Sprintf(`{"command":%q,"background":true}`, escape("tool-pid"))
 		return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "bash", Args: []string{args}}}}
 	})
 	h.prompt("start a server")

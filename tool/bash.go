@@ -50,6 +50,7 @@ func (t *bashTool) Execute(ctx context.Context, call Call, update func(Result)) 
 	a := parseArgs("bash", call.Args)
 	command, _ := a.str("command", true)
 	timeout, _ := a.num("timeout")
+	keep, _ := a.boolean("background")
 	if r, bad := a.failed(); bad {
 		return r
 	}
@@ -83,13 +84,13 @@ func (t *bashTool) Execute(ctx context.Context, call Call, update func(Result)) 
 	if t.env.Sandbox != nil {
 		policy = t.env.Sandbox.Policy()
 	}
-	run := runBashUnder(ctx, t.env, policy, command, timeout, onOutput)
+	run := runBashUnder(ctx, t.env, policy, command, timeout, keep, onOutput)
 	if run.StartError != "" {
 		return Errorf("%s", run.StartError)
 	}
 	note := ""
 	if need := refusedBySandbox(policy, run); need.Any() {
-		run, note = t.escalate(ctx, call, policy, need, command, timeout, onOutput, run)
+		run, note = t.escalate(ctx, call, policy, need, command, timeout, keep, onOutput, run)
 		if run.StartError != "" {
 			return Errorf("%s", run.StartError)
 		}
@@ -108,6 +109,12 @@ func (t *bashTool) Execute(ctx context.Context, call Call, update func(Result)) 
 		status = "Command aborted"
 	case run.TimedOut:
 		status = "Command timed out after " + strconv.FormatFloat(timeout, 'f', -1, 64) + " seconds"
+	case run.Limit != "":
+		status = "Command stopped: " + run.Limit + ". Everything it started was killed."
+	case run.Signal == "SIGXCPU":
+		// RLIMIT_CPU's signal: where no cgroup accounts the command's CPU
+		// time, each process has it (see package proclimit).
+		status = "Command was killed by signal SIGXCPU: a process reached the CPU time limit (--tool-cpu-time)"
 	case run.Signal != "":
 		status = "Command was killed by signal " + run.Signal
 	case run.ExitCode != nil:
@@ -149,7 +156,11 @@ type BashRun struct {
 	Aborted  bool   // ctx was cancelled and the process group killed
 	TimedOut bool   // the timeout passed and the process group was killed
 	Signal   string // killed by this signal (not by us)
-	Failure  string // waiting for the command failed otherwise
+	// Limit says which limits on processes, memory or CPU time (see
+	// package proclimit) the command reached, in words; the command
+	// was stopped, or a process of it killed, for it.
+	Limit   string
+	Failure string // waiting for the command failed otherwise
 	// StartError says why the command could not be started at all.
 	StartError string
 	// DroppedBytes is how much of the output's middle the full-output
@@ -166,19 +177,26 @@ type BashRun struct {
 // far, at most every bashUpdateInterval and once more at the end.
 // Cancelling ctx or passing timeout (seconds, 0 for none) kills every
 // process the command started (with env.Supervisor; without one, its
-// process group). It returns when the shell exits: background jobs live
-// on in env.Scope until it is closed.
+// process group). RunBash runs the commands a person runs directly (the
+// protocol's bash): it returns when the shell exits, and what the command
+// left running in the background lives on in env.Scope until it is
+// closed, as the person asked. The model's bash tool ends everything a
+// call started with the call, unless the call sets background.
 func RunBash(ctx context.Context, env Env, command string, timeout float64, onOutput func(text string, d BashDetails)) BashRun {
 	env = env.normalize()
 	policy := sandbox.Policy{Mode: sandbox.FullAccess}
 	if env.Sandbox != nil {
 		policy = env.Sandbox.Policy()
 	}
-	return runBashUnder(ctx, env, policy, command, timeout, onOutput)
+	return runBashUnder(ctx, env, policy, command, timeout, true, onOutput)
 }
 
-// runBashUnder is RunBash under policy (env normalised).
-func runBashUnder(ctx context.Context, env Env, policy sandbox.Policy, command string, timeout float64, onOutput func(text string, d BashDetails)) BashRun {
+// runBashUnder runs command under policy (env normalised). With keep, it
+// returns when the shell exits, and the processes the command left
+// running (background jobs) live on in env.Scope until it is closed;
+// without, they are killed when the shell exits and it returns once they
+// are gone.
+func runBashUnder(ctx context.Context, env Env, policy sandbox.Policy, command string, timeout float64, keep bool, onOutput func(text string, d BashDetails)) BashRun {
 	argv := []string{env.Shell, "-c", command}
 	if env.Sandbox != nil {
 		argv = policy.Wrap(env.Sandbox.Exe(), argv)
@@ -196,9 +214,9 @@ func runBashUnder(ctx context.Context, env Env, policy sandbox.Policy, command s
 	var exited <-chan shellExit
 	var startErr string
 	if len(env.Supervisor) > 0 && supervisorSupported {
-		kill, exited, startErr = startSupervised(env, argv, pw)
+		kill, exited, startErr = startSupervised(env, argv, pw, keep)
 	} else {
-		kill, exited, startErr = startDirect(env, argv, pw)
+		kill, exited, startErr = startDirect(env, argv, pw, keep)
 	}
 	pw.Close()
 	if startErr != "" {
@@ -337,6 +355,12 @@ wait:
 		run.TimedOut = true
 	case exit.failure != "":
 		run.Failure = exit.failure
+	case len(exit.limits) > 0:
+		run.Limit = strings.Join(exit.limits, "; ")
+		if exit.code != 0 && !exit.signaled {
+			code := exit.code
+			run.ExitCode = &code
+		}
 	case exit.signaled:
 		run.Signal = signalName(exit.signal)
 	case exit.code != 0:
@@ -347,10 +371,10 @@ wait:
 }
 
 // startDirect runs the shell as agentd's own child, in its own process
-// group: what the command starts in that group dies with it on abort;
-// what leaves the group (setsid, a new group) does not. The returned
-// channel receives the shell's exit.
-func startDirect(env Env, argv []string, out *os.File) (kill func(), exited <-chan shellExit, startErr string) {
+// group: what the command starts in that group dies with it on abort and,
+// unless keep, when the shell exits; what leaves the group (setsid, a new
+// group) does not. The returned channel receives the shell's exit.
+func startDirect(env Env, argv []string, out *os.File, keep bool) (kill func(), exited <-chan shellExit, startErr string) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = env.Cwd
 	cmd.Env = env.Environ
@@ -376,6 +400,11 @@ func startDirect(env Env, argv []string, out *os.File) (kill func(), exited <-ch
 	ch := make(chan shellExit, 1)
 	go func() {
 		err := cmd.Wait()
+		if !keep {
+			// The group outlives its leader while a member is left, and
+			// its id is not reused meanwhile.
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
 		untrack()
 		var st shellExit
 		var ee *exec.ExitError
@@ -419,6 +448,8 @@ func signalName(s syscall.Signal) string {
 		return "SIGPIPE"
 	case syscall.SIGHUP:
 		return "SIGHUP"
+	case syscall.SIGXCPU:
+		return "SIGXCPU"
 	}
 	return strconv.Itoa(int(s))
 }

@@ -283,22 +283,61 @@ func TestBashCancelKillsProcessGroup(t *testing.T) {
 	})
 }
 
-// TestBashBackgroundJobDoesNotBlock: the shell exits but leaves a job that
-// inherited the output pipe. Execute must return anyway (pi leaves such
-// jobs running, and so do we).
-func TestBashBackgroundJobDoesNotBlock(t *testing.T) {
+// TestBashBackgroundJobs: the shell exits but leaves a job that
+// inherited the output pipe. By default the job ends with the command;
+// with background set it keeps running (until the session ends), and
+// Execute returns anyway.
+func TestBashBackgroundJobs(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	forEachRunner(t, func(t *testing.T, env Env) {
-		pidFile := filepath.Join(env.Cwd, "pid")
-		cmd := fmt.Sprintf("sleep 30 & echo $! > %q; echo done", pidFile)
-		r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": cmd}, nil)
-		pids := readPids(t, pidFile, 1)
-		killAtCleanup(t, pids...)
-		if got := mustOK(t, r.res); got != "done\n" {
-			t.Fatalf("got %q", got)
-		}
-		if r.elapsed > 10*time.Second {
-			t.Fatalf("took %v", r.elapsed)
+		for _, keep := range []bool{false, true} {
+			t.Run(fmt.Sprintf("background=%v", keep), func(t *testing.T) {
+				pidFile := filepath.Join(env.Cwd, fmt.Sprintf("pid-%v", keep))
+				cmd := fmt.Sprintf("sleep 1000 & echo $! > %q; echo done", pidFile)
+				args := map[string]any{"command": cmd}
+				if keep {
+					args["background"] = true
+				}
+				r := runBash(t, context.Background(), NewBash(env), args, nil)
+				pids := readPids(t, pidFile, 1)
+				killAtCleanup(t, pids...)
+				if got := mustOK(t, r.res); got != "done\n" {
+					t.Fatalf("got %q", got)
+				}
+				if r.elapsed > 10*time.Second {
+					t.Fatalf("took %v", r.elapsed)
+				}
+				if !keep {
+					if len(env.Supervisor) == 0 {
+						// Killed with its process group when the shell
+						// exited; it may take a moment to die.
+						waitDead(t, pids...)
+						return
+					}
+					// Gone by the time the call returned, not later.
+					if isAlive(pids[0]) {
+						t.Fatalf("the background job %d outlived the command", pids[0])
+					}
+					return
+				}
+				if len(env.Supervisor) == 0 {
+					// Without a supervisor nothing keeps track of a job
+					// once its shell is gone (a process group id may be
+					// reused): it is left alone, as before.
+					return
+				}
+				if !isAlive(pids[0]) {
+					t.Fatalf("the background job %d ended with the command", pids[0])
+				}
+				// The session goes on: the next command runs.
+				if got := mustOK(t, runBash(t, context.Background(), NewBash(env), map[string]any{"command": "echo next"}, nil).res); got != "next\n" {
+					t.Fatalf("next command: %q", got)
+				}
+				if err := env.Scope.Close(); err != nil {
+					t.Fatal(err)
+				}
+				waitDead(t, pids...)
+			})
 		}
 	})
 }

@@ -16,7 +16,16 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/agentd-dev/agentd/proclimit"
+	"github.com/agentd-dev/agentd/sandbox"
 )
+
+// runKeep runs command as the bash tool does with background set, and
+// as RunBash does: its background jobs outlive the call.
+func runKeep(env Env, command string) BashRun {
+	return runBashUnder(context.Background(), env.normalize(), sandbox.Policy{Mode: sandbox.FullAccess}, command, 0, true, nil)
+}
 
 // procModes are the two ways the supervisor can hold a run: a cgroup
 // (where the system offers a writable one; elsewhere this mode falls back
@@ -169,13 +178,13 @@ func TestEveryEscapeEndsWithItsRun(t *testing.T) {
 			env := supervisedEnv(t, mode.cgroup)
 			defer env.Scope.Close()
 			pidFile := filepath.Join(env.Cwd, "pids")
-			r := RunBash(context.Background(), env, escapeCommand(t, env.Cwd, pidFile, false), 0, nil)
+			r := runKeep(env, escapeCommand(t, env.Cwd, pidFile, false))
 			if r.ExitCode != nil || r.Aborted || r.Signal != "" || r.Failure != "" {
 				t.Fatalf("run %+v", r)
 			}
 			pids := readEscapes(t, pidFile)
-			// Background jobs outlive the call, as in pi, while the
-			// session lives.
+			// Background jobs of a run that asked to keep them outlive
+			// the call while the session lives.
 			for _, name := range escapeNames {
 				if !isAlive(pids[name]) {
 					t.Fatalf("%s ended with the call", name)
@@ -230,7 +239,7 @@ func waitRun(t *testing.T, done <-chan BashRun) BashRun {
 // the run is in a cgroup of its own, removed when the run ends.
 func TestSupervisedRunInCgroup(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	probe := newRunCgroup()
+	probe := newRunCgroup("")
 	if probe == nil {
 		t.Skip("no writable cgroup v2 here")
 	}
@@ -247,7 +256,7 @@ func TestSupervisedRunInCgroup(t *testing.T) {
 	if dir == "" {
 		t.Fatalf("not in a run cgroup: %q", r.Output)
 	}
-	base, _ := ownCgroupDir()
+	base, _ := proclimit.Cgroup2Dir()
 	full := filepath.Join(base, filepath.Base(dir))
 	deadline := time.Now().Add(hangGuard)
 	for {
@@ -384,7 +393,7 @@ func TestCgroupDir(t *testing.T) {
 		{"outside the namespace", "0::/../../other\n", "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", ""},
 	}
 	for _, tc := range tests {
-		got, ok := cgroupDir(tc.cgroups, tc.mountinfo)
+		got, ok := proclimit.Cgroup2DirOf(tc.cgroups, tc.mountinfo)
 		if got != tc.want || ok != (tc.want != "") {
 			t.Errorf("%s: %q %v, want %q", tc.name, got, ok, tc.want)
 		}

@@ -12,7 +12,7 @@ import (
 // refused by policy; nothing when it succeeded, was stopped, or ran
 // unconfined.
 func refusedBySandbox(policy sandbox.Policy, run BashRun) sandbox.Need {
-	if !policy.Confined() || run.ExitCode == nil || run.Aborted || run.TimedOut {
+	if !policy.Confined() || run.ExitCode == nil || run.Aborted || run.TimedOut || run.Limit != "" {
 		return sandbox.Need{}
 	}
 	return sandbox.Diagnose(policy, run.Output)
@@ -22,7 +22,7 @@ func refusedBySandbox(policy sandbox.Policy, run BashRun) sandbox.Need {
 // again with the access it needs, and reruns it if so. It returns the
 // run to report and a note for the model.
 func (t *bashTool) escalate(ctx context.Context, call Call, policy sandbox.Policy, need sandbox.Need, command string,
-	timeout float64, onOutput func(string, BashDetails), refused BashRun) (BashRun, string) {
+	timeout float64, keep bool, onOutput func(string, BashDetails), refused BashRun) (BashRun, string) {
 	box := t.env.Sandbox
 	if !box.CanAsk() {
 		return refused, fmt.Sprintf("[The sandbox (%s) probably refused this: the command needs to %s. Stay inside what the sandbox allows, or tell the user what you need and why.]",
@@ -41,7 +41,7 @@ func (t *bashTool) escalate(ctx context.Context, call Call, policy sandbox.Polic
 	if ctx.Err() != nil {
 		return refused, ""
 	}
-	run := runBashUnder(ctx, t.env, policy.Widen(need), command, timeout, onOutput)
+	run := runBashUnder(ctx, t.env, policy.Widen(need), command, timeout, keep, onOutput)
 	scope := "this once"
 	if answer == sandbox.Always {
 		scope = "for the rest of the session"

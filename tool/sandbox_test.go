@@ -298,7 +298,7 @@ func TestSandboxCommandsDoNotSeeEachOther(t *testing.T) {
 	needLandlock(t)
 	needIsolation(t)
 	env, _ := sandboxEnv(t, sandbox.WorkspaceWrite, false, true)
-	r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": "exec -a agentd-bg-sleeper sleep 60 >/dev/null 2>&1 & echo started"}, nil)
+	r := runBash(t, context.Background(), NewBash(env), map[string]any{"command": "exec -a agentd-bg-sleeper sleep 60 >/dev/null 2>&1 & echo started", "background": true}, nil)
 	if r.res.IsError {
 		t.Fatal(textOf(r.res))
 	}

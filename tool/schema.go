@@ -53,10 +53,12 @@ var bashSpec = llm.Tool{
 	Name: "bash",
 	Description: fmt.Sprintf("Run a shell command in the working directory and return what it printed (stdout and stderr together). "+
 		"Only the last %d lines or %dKB of output are returned, whichever is smaller; when output is cut, the full output is saved "+
-		"to a file whose path is given. A timeout in seconds may be set.", MaxLines, MaxBytes/1024),
+		"to a file whose path is given. A timeout in seconds may be set. Processes the command starts end with it unless background is set; "+
+		"the command is stopped if it uses too many processes, too much memory or too much CPU time.", MaxLines, MaxBytes/1024),
 	Parameters: json.RawMessage(`{"type":"object","properties":{` +
 		`"command":{"type":"string","description":"The command line to run"},` +
-		`"timeout":{"type":"number","description":"Seconds after which the command is killed (optional; by default there is no timeout)"}` +
+		`"timeout":{"type":"number","description":"Seconds after which the command is killed (optional; by default there is no timeout)"},` +
+		`"background":{"type":"boolean","description":"Keep processes the command leaves running in the background (such as a server started with &) alive after it returns, until the session ends (optional; by default everything the command started is killed when it returns)"}` +
 		`},"required":["command"]}`),
 }
 

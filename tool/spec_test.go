@@ -26,7 +26,8 @@ func TestSpecs(t *testing.T) {
 		"read":  {map[string]string{"path": "string", "offset": "number", "limit": "number"}, []string{"path"}, false},
 		"write": {map[string]string{"path": "string", "content": "string"}, []string{"path", "content"}, false},
 		"edit":  {map[string]string{"path": "string", "edits": "array"}, []string{"path", "edits"}, true},
-		"bash":  {map[string]string{"command": "string", "timeout": "number"}, []string{"command"}, false},
+		// background is agentd's: pi's bash has no way to keep a process.
+		"bash": {map[string]string{"command": "string", "timeout": "number", "background": "boolean"}, []string{"command"}, false},
 		"grep": {map[string]string{"pattern": "string", "path": "string", "glob": "string", "ignoreCase": "boolean",
 			"literal": "boolean", "context": "number", "limit": "number"}, []string{"pattern"}, false},
 		"find": {map[string]string{"pattern": "string", "path": "string", "limit": "number"}, []string{"pattern"}, false},

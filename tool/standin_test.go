@@ -2,10 +2,15 @@ package tool
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd-dev/agentd/proclimit"
 )
 
 // standInCommand makes the test binary play agentd for the tests that
@@ -15,11 +20,16 @@ const standInCommand = "__test_agentd"
 
 // standInMain runs args[2] as a bash command in directory args[1],
 // supervised with (args[0] == "cgroup") or without a cgroup, or not
-// supervised ("direct").
+// supervised ("direct"); or ("tool-procs=N") as the model's bash tool,
+// supervised with a limit of N processes, printing the result and
+// exiting.
 func standInMain(args []string) int {
 	if len(args) != 3 {
 		fmt.Fprintln(os.Stderr, "usage: __test_agentd cgroup|nocgroup|direct DIR COMMAND")
 		return 2
+	}
+	if procs, ok := strings.CutPrefix(args[0], "tool-procs="); ok {
+		return standInTool(procs, args[1], args[2])
 	}
 	var sup []string
 	if args[0] != "direct" {
@@ -65,4 +75,26 @@ func supervisedEnv(t *testing.T, cgroup bool) Env {
 	// A supervisor built with -race would otherwise sleep a second at exit.
 	env.Environ = append(env.Environ, raceNoExitSleep)
 	return env
+}
+
+// standInTool runs command with the bash tool under a limit of procs
+// processes, writes the result's text to stdout and returns.
+func standInTool(procs, dir, command string) int {
+	n, err := strconv.Atoi(procs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	sup, err := supervisorArgv(true)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	sup = append(sup, proclimit.Limits{Procs: n}.Args()...)
+	env := Env{Cwd: dir, TempDir: dir, Environ: []string{"PATH=" + os.Getenv("PATH"), raceNoExitSleep}, Supervisor: sup, Scope: NewScope()}
+	defer env.Scope.Close()
+	args, _ := json.Marshal(map[string]string{"command": command})
+	r := NewBash(env).Execute(context.Background(), Call{ID: "c", Name: "bash", Args: args}, nil)
+	fmt.Print(textOf(r))
+	return 0
 }

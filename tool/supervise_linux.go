@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/agentd-dev/agentd/proclimit"
 )
 
 // supervisorSupported: subreapers, parent-death signals and cgroups are
@@ -27,6 +29,10 @@ const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER, <linux/prctl.h>
 // killPass is how often a stopping supervisor sweeps its subtree again
 // for processes forked while it was killing.
 const killPass = 10 * time.Millisecond
+
+// limitPoll is how often a supervisor looks whether its run reached a
+// limit that stops it (see proclimit.Group.Check).
+const limitPoll = 50 * time.Millisecond
 
 // directAttr is how a shell started without a supervisor runs: in its own
 // process group (so abort kills what stayed in it), and killed with
@@ -60,7 +66,7 @@ func (r *supervised) release() { r.stopOnce.Do(func() { r.ctl.Close() }) }
 // soon as it is known, or, if the run was stopped first, once the
 // supervisor is gone. startErr says why nothing could start; the shell's
 // own failure to start arrives on the channel.
-func startSupervised(env Env, argv []string, out *os.File) (stop func(), exited <-chan shellExit, startErr string) {
+func startSupervised(env Env, argv []string, out *os.File, keep bool) (stop func(), exited <-chan shellExit, startErr string) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Sprintf("Cannot start command: %v", err)
@@ -74,7 +80,11 @@ func startSupervised(env Env, argv []string, out *os.File) (stop func(), exited 
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "supervisor-control"), os.NewFile(uintptr(fds[1]), "supervisor-control")
 
-	args := append(append([]string{}, env.Supervisor[1:]...), argv...)
+	args := append([]string{}, env.Supervisor[1:]...)
+	if keep {
+		args = append(args, KeepFlag)
+	}
+	args = append(args, argv...)
 	cmd := exec.Command(env.Supervisor[0], args...)
 	cmd.Dir = env.Cwd
 	cmd.Env = env.Environ
@@ -139,9 +149,24 @@ func startSupervised(env Env, argv []string, out *os.File) (stop func(), exited 
 // SuperviseCommand. It returns the process exit code. ctx ending (the
 // caller's SIGTERM handling) stops the run like agentd's death does.
 func Supervise(ctx context.Context, args []string) int {
-	useCgroup := true
-	if len(args) > 0 && args[0] == NoCgroupFlag {
-		useCgroup, args = false, args[1:]
+	if len(args) > 0 && args[0] == execFlag {
+		return execLimited(args[1:])
+	}
+	useCgroup, keep, cgroupBase := true, false, ""
+	var lim proclimit.Limits
+	for len(args) > 0 && strings.HasPrefix(args[0], "--") {
+		a := args[0]
+		if a == NoCgroupFlag {
+			useCgroup = false
+		} else if a == KeepFlag {
+			keep = true
+		} else if b, ok := strings.CutPrefix(a, CgroupBaseFlag); ok {
+			cgroupBase = b
+		} else if ok, err := lim.ParseArg(a); !ok || err != nil {
+			fmt.Fprintf(os.Stderr, "agentd %s: unknown argument %q (only agentd runs this)\n", SuperviseCommand, a)
+			return 2
+		}
+		args = args[1:]
 	}
 	var st syscall.Stat_t
 	if err := syscall.Fstat(3, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK || len(args) == 0 {
@@ -165,14 +190,22 @@ func Supervise(ctx context.Context, args []string) int {
 
 	var cg *runCgroup
 	if useCgroup {
-		cg = newRunCgroup()
+		cg = newRunCgroup(cgroupBase)
 	}
-	pid, err := forkShell(args, cg)
+	v2dir := ""
+	if cg != nil {
+		v2dir = cg.dir
+	}
+	limits := proclimit.New(lim, v2dir, useCgroup)
+	defer func() { limits.Remove() }()
+	pid, err := forkShell(args, cg, limits)
 	if err != nil && cg != nil {
 		// The system let us make a cgroup but not start into it.
+		limits.Remove()
 		cg.remove()
 		cg = nil
-		pid, err = forkShell(args, nil)
+		limits = proclimit.New(lim, "", useCgroup)
+		pid, err = forkShell(args, nil, limits)
 	}
 	if err != nil {
 		report("error " + err.Error())
@@ -212,41 +245,113 @@ func Supervise(ctx context.Context, args []string) int {
 	allGone := make(chan struct{})
 	go reapAll(pid, statusC, allGone)
 
+	// The limits are watched while the run goes on: reaching the process
+	// limit or the CPU time of the whole run stops it.
+	poll := time.NewTicker(limitPoll)
+	defer poll.Stop()
 	var tick <-chan time.Time
 	sc := stopC
+	var held *syscall.WaitStatus // the shell's status, reported once all is gone
+	reported := false
 	for {
 		select {
 		case ws := <-statusC:
-			report(statusLine(ws))
+			if keep && sc != nil {
+				// Its background jobs go on: the call returns now.
+				report(statusLine(ws))
+				reported = true
+				continue
+			}
+			// Everything the command started ends with it; the status
+			// is reported once it has.
+			held = &ws
+			stop()
+		case <-poll.C:
+			if limits.Check() != "" {
+				stop()
+			}
 		case <-sc:
 			sc = nil
-			killSubtree(cg)
+			killSubtree(cg, limits)
 			t := time.NewTicker(killPass)
 			defer t.Stop()
 			tick = t.C
 		case <-tick:
-			killSubtree(cg)
+			killSubtree(cg, limits)
 		case <-allGone:
-			select {
-			case ws := <-statusC:
-				report(statusLine(ws))
-			default:
+			if held == nil {
+				select {
+				case ws := <-statusC:
+					held = &ws
+				default:
+				}
 			}
+			// Cleaned up before the report: when the call returns,
+			// nothing of the run is left but this process, exiting.
+			reached := limits.Reached()
+			limits.Remove()
 			if cg != nil {
 				cg.remove()
+			}
+			if held != nil && !reported {
+				for _, k := range reached {
+					report("limit " + lim.Reached(k))
+				}
+				report(statusLine(*held))
 			}
 			return 0
 		}
 	}
 }
 
-// forkShell starts the shell (args) with our stdio, in cg when given.
-func forkShell(args []string, cg *runCgroup) (int, error) {
+// forkShell starts the shell (args) with our stdio, in cg when given,
+// under limits.
+func forkShell(args []string, cg *runCgroup, limits *proclimit.Group) (int, error) {
 	sys := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if cg != nil {
 		sys.UseCgroupFD, sys.CgroupFD = true, cg.fd
 	}
+	if rl := limits.RlimitArgs(); len(rl) > 0 {
+		// The shell's own failure to start is reported as such, not as
+		// the exit of the process that sets the rlimits.
+		if err := syscall.Access(args[0], 1 /* X_OK */); err != nil {
+			return 0, err
+		}
+		// This very executable, even if its file was replaced since.
+		wrapped := append([]string{"/proc/self/exe", SuperviseCommand, execFlag}, rl...)
+		args = append(append(wrapped, "--"), args...)
+	}
+	leave, err := limits.Enter()
+	if err != nil {
+		return 0, err
+	}
+	defer leave()
 	return syscall.ForkExec(args[0], args, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}, Sys: sys})
+}
+
+// execFlag, first after SuperviseCommand, makes the supervisor's
+// executable the command's first process instead: it sets the rlimits
+// that follow on itself and executes the command after "--", which
+// inherits them from its first instruction on (see
+// proclimit.Group.RlimitArgs).
+const execFlag = "--exec-limited"
+
+// execLimited is that process: it returns only when it fails.
+func execLimited(args []string) int {
+	for len(args) > 0 && args[0] != "--" {
+		if ok, err := proclimit.ApplyRlimitArg(args[0]); !ok || err != nil {
+			fmt.Fprintf(os.Stderr, "agentd %s %s: %q: %v (only agentd runs this)\n", SuperviseCommand, execFlag, args[0], err)
+			return 126
+		}
+		args = args[1:]
+	}
+	if len(args) < 2 {
+		fmt.Fprintf(os.Stderr, "agentd %s %s: no command (only agentd runs this)\n", SuperviseCommand, execFlag)
+		return 126
+	}
+	err := syscall.Exec(args[1], args[1:], os.Environ())
+	fmt.Fprintf(os.Stderr, "agentd: cannot run %s: %v\n", args[1], err)
+	return 127
 }
 
 // reapAll reaps every child, the shell and orphans handed to us alike,
@@ -270,10 +375,11 @@ func reapAll(shell int, statusC chan<- syscall.WaitStatus, allGone chan<- struct
 
 // killSubtree SIGKILLs the run's cgroup and every descendant of this
 // process. Anything forked meanwhile is caught by the next pass.
-func killSubtree(cg *runCgroup) {
+func killSubtree(cg *runCgroup, limits *proclimit.Group) {
 	if cg != nil {
 		cg.kill()
 	}
+	limits.Kill()
 	for _, pid := range descendants(os.Getpid()) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
@@ -354,13 +460,16 @@ type runCgroup struct {
 	fd  int
 }
 
-// newRunCgroup makes a cgroup for a run under our own, or returns nil
+// newRunCgroup makes a cgroup for a run under base (our own when ""; see
+// proclimit.PrepareCgroup2), or returns nil
 // when there is no writable cgroup v2 (cgroup v1 only, a read-only
 // /sys/fs/cgroup in a container, no delegation to this user).
-func newRunCgroup() *runCgroup {
-	base, ok := ownCgroupDir()
-	if !ok {
-		return nil
+func newRunCgroup(base string) *runCgroup {
+	if base == "" {
+		var ok bool
+		if base, ok = proclimit.Cgroup2Dir(); !ok {
+			return nil
+		}
 	}
 	dir, err := os.MkdirTemp(base, "agentd-run-")
 	if err != nil {
@@ -406,76 +515,6 @@ func (c *runCgroup) remove() {
 	}
 }
 
-// ownCgroupDir finds this process's cgroup v2 directory.
-func ownCgroupDir() (string, bool) {
-	cg, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return "", false
-	}
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return "", false
-	}
-	return cgroupDir(string(cg), string(mi))
-}
-
-// cgroupDir is the directory of the cgroup v2 named in a /proc/<pid>/cgroup
-// ("0::/path") under the cgroup2 mount point found in mountinfo.
-func cgroupDir(cgroups, mountinfo string) (string, bool) {
-	path := ""
-	found := false
-	for _, line := range strings.Split(cgroups, "\n") {
-		if p, ok := strings.CutPrefix(line, "0::"); ok {
-			path, found = p, true
-			break
-		}
-	}
-	if !found || !strings.HasPrefix(path, "/") || strings.Contains(path, "/..") {
-		return "", false // none, or outside our cgroup namespace's view
-	}
-	for _, line := range strings.Split(mountinfo, "\n") {
-		// id parent major:minor root mountpoint options... - fstype source superoptions
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok || !strings.HasPrefix(post, "cgroup2 ") {
-			continue
-		}
-		f := strings.Fields(pre)
-		if len(f) < 5 {
-			continue
-		}
-		root, mount := unescapeMount(f[3]), unescapeMount(f[4])
-		rel := path
-		if root != "/" {
-			r, ok := strings.CutPrefix(path, root)
-			if !ok || (r != "" && !strings.HasPrefix(r, "/")) {
-				continue
-			}
-			rel = r
-		}
-		return filepath.Join(mount, rel), true
-	}
-	return "", false
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // goWait runs wait on a goroutine the Scope owns (Close waits for it);
 // wait must return once the run's kill, registered with track, has been
 // called. Once the Scope is closed, wait runs in the caller instead:
@@ -495,8 +534,9 @@ func (s *Scope) goWait(wait func()) {
 	}()
 }
 
-// The control socket carries one line from the supervisor: "exit <code>",
-// "signal <number>" or "error <text>" (the shell could not start).
+// The control socket carries one status line from the supervisor: "exit
+// <code>", "signal <number>" or "error <text>" (the shell could not
+// start), after a line "limit <text>" for each limit the run reached.
 func statusLine(ws syscall.WaitStatus) string {
 	if ws.Signaled() {
 		return "signal " + strconv.Itoa(int(ws.Signal()))
@@ -507,22 +547,30 @@ func statusLine(ws syscall.WaitStatus) string {
 // readStatus reads the supervisor's report; ok is false when it sent
 // nothing (it died, or was told to stop first).
 func readStatus(r io.Reader) (st shellExit, ok bool) {
-	line, err := bufio.NewReader(r).ReadString('\n')
-	if err != nil {
-		return shellExit{}, false
-	}
-	kind, arg, _ := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
-	switch kind {
-	case "exit":
-		if n, err := strconv.Atoi(arg); err == nil {
-			return shellExit{code: n}, true
+	br := bufio.NewReader(r)
+	var limits []string
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return shellExit{}, false
 		}
-	case "signal":
-		if n, err := strconv.Atoi(arg); err == nil {
-			return shellExit{signaled: true, signal: syscall.Signal(n)}, true
+		kind, arg, _ := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
+		switch kind {
+		case "limit":
+			// Before the status: a limit the run reached.
+			limits = append(limits, arg)
+			continue
+		case "exit":
+			if n, err := strconv.Atoi(arg); err == nil {
+				return shellExit{code: n, limits: limits}, true
+			}
+		case "signal":
+			if n, err := strconv.Atoi(arg); err == nil {
+				return shellExit{signaled: true, signal: syscall.Signal(n), limits: limits}, true
+			}
+		case "error":
+			return shellExit{startErr: arg}, true
 		}
-	case "error":
-		return shellExit{startErr: arg}, true
+		return shellExit{failure: fmt.Sprintf("unexpected report from the process supervisor: %q", line)}, true
 	}
-	return shellExit{failure: fmt.Sprintf("unexpected report from the process supervisor: %q", line)}, true
 }

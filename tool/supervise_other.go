@@ -15,7 +15,7 @@ const supervisorSupported = false
 
 func directAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
 
-func startSupervised(Env, []string, *os.File) (func(), <-chan shellExit, string) {
+func startSupervised(Env, []string, *os.File, bool) (func(), <-chan shellExit, string) {
 	return nil, nil, "Cannot start command: no process supervisor on this system"
 }
 

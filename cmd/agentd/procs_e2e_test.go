@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentd-dev/agentd/llm/llmtest"
 )
 
 // procsGuard bounds the waits for processes to appear and to go; the
@@ -53,6 +55,12 @@ func TestKilledAgentdTakesItsProcessesAlong(t *testing.T) {
 	p := e.start("--no-session")
 	pidFile := filepath.Join(e.root, "sleeper-pid")
 	cmd := fmt.Sprintf("setsid sh -c 'echo $$ > %s; exec sleep 300' >/dev/null 2>&1 & echo started", pidFile)
+	// The call asks to keep what it leaves in the background.
+	e.tweak("CMD:"+cmd, func(s *llmtest.Script) {
+		u := s.Usage
+		*s = e2eToolScript("bash", map[string]any{"command": cmd, "background": true})
+		s.Usage = u
+	})
 	p.ok(fmt.Sprintf(`{"id":"p1","type":"prompt","message":%q}`, "CMD:"+cmd))
 	te := p.event("tool_execution_end")
 	if txt := e2eStr(te, "result", "content", "0", "text"); txt != "started\n" {
