@@ -222,7 +222,9 @@ func TestServePortInUseLogsNoCutDrain(t *testing.T) {
 	defer ln.Close()
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	for i := 0; i < 3; i++ {
-		code, _, stderr := cliRun(t, t.TempDir(), nil, "serve", "--port", port, "--data-dir", t.TempDir())
+		// Full access: a confining mode would probe the sandbox by
+		// re-running this test binary as agentd's helper.
+		code, _, stderr := cliRun(t, t.TempDir(), nil, "serve", "--port", port, "--data-dir", t.TempDir(), "--sandbox", "full-access")
 		if code != ExitError || !strings.Contains(stderr, "address already in use") {
 			t.Fatalf("exit %d\n%s", code, stderr)
 		}
