@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/agentd-dev/agentd/server"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
@@ -70,7 +71,7 @@ func (v *validator) check(b []byte) (string, map[string]any, *refusal) {
 	}
 	s := v.client[typ]
 	if s == nil {
-		return "", nil, &refusal{code: "unknown_message_type", msg: fmt.Sprintf("Message type '%s' is not supported", clipReason(typ)), supported: clientTypes}
+		return "", nil, &refusal{code: "unknown_message_type", msg: fmt.Sprintf("Message type '%s' is not supported", server.ClipUTF8(typ, 120)), supported: clientTypes}
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
 	if err != nil {
