@@ -143,7 +143,7 @@ type Config struct {
 	Cwd string
 	// SessionsDir is where sessions are stored; load_session accepts files
 	// under it, under AllowedDirs, under ~/.pi/agent/sessions (Home) and
-	// under any .pi/sessions directory.
+	// under Cwd's .pi/sessions (see CheckSessionPath).
 	SessionsDir string
 	AllowedDirs []string
 	Home        string
