@@ -190,22 +190,22 @@ func (srv *Server) cancelInteractions() {
 
 // response is pi's response frame.
 type response struct {
-	ID      *rawID  `json:"id,omitempty"`
-	Type    string  `json:"type"`
-	Command string  `json:"command,omitempty"`
-	Success bool    `json:"success"`
-	Data    any     `json:"data,omitempty"`
-	Error   string  `json:"error,omitempty"`
+	ID      *rawID `json:"id,omitempty"`
+	Type    string `json:"type"`
+	Command string `json:"command,omitempty"`
+	Success bool   `json:"success"`
+	Data    any    `json:"data,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // withData distinguishes "data": null (cycle_model with one model) from
 // no data at all.
 type withData struct {
-	ID      *rawID  `json:"id,omitempty"`
-	Type    string  `json:"type"`
-	Command string  `json:"command"`
-	Success bool    `json:"success"`
-	Data    any     `json:"data"`
+	ID      *rawID `json:"id,omitempty"`
+	Type    string `json:"type"`
+	Command string `json:"command"`
+	Success bool   `json:"success"`
+	Data    any    `json:"data"`
 }
 
 func success(id *rawID, cmd string, data any) any {
