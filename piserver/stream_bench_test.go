@@ -72,7 +72,8 @@ func BenchmarkStreamPath(b *testing.B) {
 	prompt := words(tokens - 2) // "You said: " and the words
 	for _, format := range []string{"full", "delta"} {
 		b.Run(format, func(b *testing.B) {
-			fx := newFixture(b, fixtureConfig{})
+			// Two commands an answer: no rate limit may refuse them.
+			fx := newFixture(b, fixtureConfig{opts: func(o *testOptions) { o.Limits.SessionRate, o.Limits.GlobalRate = 1<<30, 1<<30 }})
 			fx.srv.codec.delta = format == "delta"
 			l := newCountLink()
 			c := newConn(fx.srv, "test", l)
