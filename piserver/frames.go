@@ -165,7 +165,7 @@ type codec struct {
 // of them, cost most of the server's CPU.
 func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
 	a := ev.Agent
-	if a != nil && a.Type == agent.EventMessageUpdate && a.Update != nil && !cd.delta && a.Message != nil {
+	if a != nil && a.Type == agent.EventMessageUpdate && a.Update != nil && !cd.delta && a.Message != nil && a.Message.Role == llm.RoleAssistant {
 		switch u := a.Update; u.Type {
 		case llm.EventTextDelta, llm.EventThinkingDelta, llm.EventToolCallDelta:
 			p := snapshot(a.Message, u.Delta)
@@ -228,28 +228,47 @@ func updateFrame(k server.FrameKey, seq uint64, text string, msg *llm.Message, d
 // the event, for encoding the frame later. The stream goes on changing its
 // message, but only by replacing its fields and blocks (a block's text is
 // a new string each delta, sharing bytes that never change), so a copy of
-// the message and of its block list keeps that state. A client that keeps
-// up is sent the frame as it is: the first writer encodes it, others
-// watching the session reuse the bytes.
+// the fields an assistant message's JSON carries and of its block list
+// keeps that state. A client that keeps up is sent the frame as it is:
+// the first writer encodes it, others watching the session reuse the
+// bytes.
 type partial struct {
-	msg    llm.Message
-	blocks [2]llm.Content // msg.Content's array, for the usual one or two blocks
-	delta  string
-	hint   int // piwire.SizeHint of msg
-	once   sync.Once
-	data   []byte
+	content      []llm.Content
+	blocks       [2]llm.Content // content's array, for the usual one or two blocks
+	timestamp    int64
+	api          llm.API
+	provider     string
+	model        string
+	usage        llm.Usage
+	stopReason   llm.StopReason
+	errorMessage string
+	responseID   string
+
+	delta string
+	hint  int // piwire.SizeHint of the message
+	once  sync.Once
+	data  []byte
 }
 
+// snapshot copies what m's JSON carries; m is an assistant message.
 func snapshot(m *llm.Message, delta string) *partial {
-	p := &partial{msg: *m, delta: delta}
+	p := &partial{timestamp: m.Timestamp, api: m.API, provider: m.Provider, model: m.Model, usage: m.Usage,
+		stopReason: m.StopReason, errorMessage: m.ErrorMessage, responseID: m.ResponseID, delta: delta}
 	if len(m.Content) <= len(p.blocks) {
-		p.msg.Content = p.blocks[:len(m.Content):len(m.Content)]
-		copy(p.msg.Content, m.Content)
+		p.content = p.blocks[:len(m.Content):len(m.Content)]
+		copy(p.content, m.Content)
 	} else {
-		p.msg.Content = append([]llm.Content(nil), m.Content...)
+		p.content = append([]llm.Content(nil), m.Content...)
 	}
-	p.hint = piwire.SizeHint(&p.msg)
+	msg := p.message()
+	p.hint = piwire.SizeHint(&msg)
 	return p
+}
+
+// message is the partial message again.
+func (p *partial) message() llm.Message {
+	return llm.Message{Role: llm.RoleAssistant, Content: p.content, Timestamp: p.timestamp, API: p.api, Provider: p.provider,
+		Model: p.model, Usage: p.usage, StopReason: p.stopReason, ErrorMessage: p.errorMessage, ResponseID: p.responseID}
 }
 
 // fullUpdateSize is about the bytes of a full-format message_update: the
@@ -266,10 +285,14 @@ func mergeFull(k server.FrameKey, seq uint64, text string, state any) []byte {
 	if text == p.delta {
 		// Not merged (or merged with empty deltas only): the event's own
 		// frame, the same for every client.
-		p.once.Do(func() { p.data = updateFrame(k, seq, text, &p.msg, false) })
+		p.once.Do(func() {
+			m := p.message()
+			p.data = updateFrame(k, seq, text, &m, false)
+		})
 		return p.data
 	}
-	return updateFrame(k, seq, text, &p.msg, false)
+	m := p.message()
+	return updateFrame(k, seq, text, &m, false)
 }
 
 // EncodePending is the extension_ui_request of a question asked before

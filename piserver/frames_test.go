@@ -579,9 +579,14 @@ func BenchmarkEncodeDelta(b *testing.B) {
 // stream has moved on: the frame is still the message as it was at the
 // event, the same bytes as encoding it at once.
 func TestFullDeltaEncodedLaterIsTheEventsState(t *testing.T) {
-	msg := &llm.Message{Role: llm.RoleAssistant, Model: "m", Content: []llm.Content{{Type: llm.ContentText, Text: "Hello \"you\"\n"}}}
+	// Every field an assistant message's JSON carries is set, so the
+	// copy is checked to keep each.
+	msg := &llm.Message{Role: llm.RoleAssistant, Model: "m", API: llm.APIFaux, Provider: "p", ResponseID: "r", ErrorMessage: "e",
+		StopReason: llm.StopLength, Timestamp: 1234, Usage: llm.Usage{Input: 1, Output: 2, CacheRead: 3, CacheWrite: 4, TotalTokens: 10, Cost: llm.Cost{Total: 0.5}},
+		Content: []llm.Content{{Type: llm.ContentThinking, Thinking: "hm", ThinkingSignature: "sig"}, {Type: llm.ContentText, Text: "Hello \"you\"\n", TextSignature: "ts"},
+			{Type: llm.ContentToolCall, ID: "t1", Name: "bash", Arguments: []byte(`{"a":1}`)}}}
 	ev := session.Event{Seq: 7, Type: session.EventType(agent.EventMessageUpdate), Agent: &agent.Event{Type: agent.EventMessageUpdate, Message: msg,
-		Update: &llm.Event{Type: llm.EventTextDelta, ContentIndex: 0, Delta: "\n"}}}
+		Update: &llm.Event{Type: llm.EventTextDelta, ContentIndex: 1, Delta: "\n"}}}
 	cd := &codec{}
 	want := string(cd.frame("s1", ev))
 	f := cd.Encode("s1", ev)
@@ -589,7 +594,7 @@ func TestFullDeltaEncodedLaterIsTheEventsState(t *testing.T) {
 		t.Fatalf("frame: data %q, merge %v, size %d (encoded: %d bytes); want it left to the writer, sized at least as large", f.Data, f.Merge != nil, f.Size, len(want))
 	}
 	// The stream goes on as a Builder does: new strings, a new block.
-	msg.Content[0].Text += "more"
+	msg.Content[1].Text += "more"
 	msg.Content = append(msg.Content, llm.Content{Type: llm.ContentThinking, Thinking: "hm"})
 	msg.Usage.Output = 42
 	if got := string(f.Encoded().Data); got != want {
