@@ -325,7 +325,9 @@ func (c *Client) SendFrame(f Frame) {
 		tail := &c.queue[n-1]
 		old := tail.size
 		if f.Merge == nil || tail.encode == nil {
-			*tail = queued{data: f.Data, key: f.Key, size: len(f.Data)}
+			// Supersedes: the new frame as it came (it may be one to
+			// encode when written).
+			*tail = queued{data: f.Data, key: f.Key, seq: f.Seq, first: f.Text, encode: f.Merge, state: f.State, size: f.size()}
 		} else {
 			if !tail.joined { // the first merge: keep its text, drop its bytes
 				tail.data = nil
