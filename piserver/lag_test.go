@@ -6,9 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // checkDeltas is what a client that builds the answer from the deltas
@@ -179,6 +183,66 @@ func TestLaggingStdioClientGetsEveryDelta(t *testing.T) {
 				}
 				t.Logf("%s: %d message_update frames to the client that kept up, %d over stdio", name, nFast, nLag)
 			})
+		})
+	}
+}
+
+// The same over a real WebSocket: a client that does not read until the
+// run is over, then reads everything. How much the kernel's buffers took
+// decides how many frames were joined; whatever it was, the deltas add up
+// to the answer and each partial holds exactly the deltas so far.
+func TestLaggingWebSocketClientGetsEveryDelta(t *testing.T) {
+	for _, full := range []bool{true, false} {
+		name := map[bool]string{true: "full", false: "delta"}[full]
+		t.Run(name, func(t *testing.T) {
+			fx := newFixture(t, fixtureConfig{})
+			fx.srv.codec.delta = !full
+			hs := httptest.NewServer(fx.srv.WebSocketHandler(WebSocketOptions{}))
+			defer hs.Close()
+			fast := newCountLink()
+			a := newConn(fx.srv, "test", fast)
+			if err := a.start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { a.closed(); <-a.done() }()
+			a.handle([]byte(`{"type":"create_session","id":"c1","sessionId":"s1"}`))
+
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(hs.URL, "http"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ws.CloseNow()
+			ws.SetReadLimit(64 << 20)
+			var got []wire
+			read := func(until func(wire) bool) {
+				t.Helper()
+				for {
+					_, b, err := ws.Read(ctx)
+					if err != nil {
+						t.Fatalf("read: %v", err)
+					}
+					w := wire{raw: string(b)}
+					if err := json.Unmarshal(b, &w.m); err != nil {
+						t.Fatalf("not JSON: %.200q", b)
+					}
+					got = append(got, w)
+					if until(w) {
+						return
+					}
+				}
+			}
+			if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type":"switch_session","id":"sw","sessionId":"s1"}`)); err != nil {
+				t.Fatal(err)
+			}
+			read(func(w wire) bool { return w.typ() == "response" && w.id() == "sw" })
+			// The run, while this client reads nothing.
+			a.handle([]byte(`{"type":"prompt","id":"p1","sessionId":"s1","message":"` + words(1000) + `"}`))
+			fast.waitEnds(1)
+			read(func(w wire) bool { return w.eventType() == "agent_end" })
+			n := checkDeltas(t, events(got, "s1"), full)
+			t.Logf("%s: %d message_update frames over the WebSocket", name, n)
 		})
 	}
 }
