@@ -57,8 +57,7 @@ func ShouldCompact(contextTokens, contextWindow int64, s Settings) bool {
 // error of a compact command).
 var (
 	// ErrNothingToCompact is returned when the conversation since the last
-	// compaction is smaller than what would be kept anyway, or offers no
-	// place to cut.
+	// compaction offers no place to cut (it has no messages).
 	//lint:ignore ST1005 pi's wording, which RPC clients match on
 	ErrNothingToCompact = errors.New("Nothing to compact (session too small)")
 	// ErrAlreadyCompacted is returned when the newest entry of the path is
@@ -156,9 +155,12 @@ type Plan struct {
 // assistant, bash, custom or branch-summary message at or after that point
 // that does not separate a tool call from its result.
 //
-// Prepare fails with ErrAlreadyCompacted when the path ends with a
-// compaction, and with ErrNothingToCompact when the part holds fewer than
-// KeepRecentTokens or offers no place to cut. The plan points at the
+// When the part holds fewer than KeepRecentTokens, all of it is kept and
+// nothing is left to summarise, as in pi: the compaction still happens
+// (the summary carries the earlier one on). Prepare fails with
+// ErrAlreadyCompacted when the path ends with a compaction, and with
+// ErrNothingToCompact when the part offers no place to cut (it has no
+// message a kept part could begin at). The plan points at the
 // path's messages rather than copying them; they must not change until
 // Summarize has returned.
 func Prepare(path []Item, prev *Previous, s Settings) (Plan, error) {
@@ -189,10 +191,9 @@ func Prepare(path []Item, prev *Previous, s Settings) (Plan, error) {
 		plan.SplitTurn = true
 		plan.TurnPrefix = messages(span[c.turnStart:c.kept], prevID)
 	}
+	// Nothing may be left to summarise: everything is kept, as pi does
+	// (a compact command on a short conversation succeeds there).
 	plan.ToSummarize = messages(span[:historyEnd], prevID)
-	if len(plan.ToSummarize) == 0 && len(plan.TurnPrefix) == 0 {
-		return Plan{}, ErrNothingToCompact
-	}
 	plan.FirstKeptEntryID = span[c.kept].EntryID
 	if plan.FirstKeptEntryID == "" {
 		return Plan{}, fmt.Errorf("compaction: the entry the kept part would begin at has no id")
@@ -286,8 +287,10 @@ func findCut(span []Item, prevID string, keep int64) (cut, error) {
 		}
 	}
 	if at < 0 {
-		// Everything since the last compaction fits in what would be kept.
-		return cut{}, ErrNothingToCompact
+		// Everything since the last compaction fits in what would be
+		// kept: pi keeps it all, from the first place to cut, and still
+		// compacts (a summary of nothing new, the earlier one carried on).
+		at = 0
 	}
 
 	c := -1

@@ -1,6 +1,7 @@
 package compaction
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/llm/faux"
 )
 
 func settings(keep int64) Settings {
@@ -191,11 +193,43 @@ func TestPrepareDoesNotCutBetweenCallAndLateResult(t *testing.T) {
 	}
 }
 
-func TestPrepareNothingToCompact(t *testing.T) {
+// A conversation that fits in what would be kept is compacted as pi does
+// it: everything is kept (from the first message, with the entries
+// without a message before it), nothing is left to summarise, and the
+// summary request still goes to the model.
+func TestPrepareShortConversationKeepsEverything(t *testing.T) {
 	small := &conv{}
 	small.add(user(tokens(100))).add(asst(tokens(100)))
 	oneBig := &conv{}
 	oneBig.other().add(user(tokens(50000)))
+	for _, tt := range []struct {
+		name string
+		c    *conv
+	}{{"smaller than kept part", small}, {"one message bigger than kept part", oneBig}} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := Prepare(tt.c.items, nil, DefaultSettings())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.FirstKeptEntryID != tt.c.id(0) || len(p.ToSummarize) != 0 || p.SplitTurn {
+				t.Fatalf("kept from %s (want %s), %d to summarise, split %v", p.FirstKeptEntryID, tt.c.id(0), len(p.ToSummarize), p.SplitTurn)
+			}
+			rec := newRecorder()
+			rec.history.Push(faux.Response{Text: "note"})
+			res, err := Summarize(context.Background(), rec.stream, faux.Model(), llm.StreamOptions{}, p, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Summary != "note" || res.FirstKeptEntryID != tt.c.id(0) || len(rec.reqs) != 1 {
+				t.Errorf("summary %q, kept from %s, %d requests", res.Summary, res.FirstKeptEntryID, len(rec.reqs))
+			}
+		})
+	}
+}
+
+func TestPrepareNothingToCompact(t *testing.T) {
+	small := &conv{}
+	small.add(user(tokens(100))).add(asst(tokens(100)))
 	onlyResults := &conv{}
 	onlyResults.add(result("x", "read", tokens(30000)))
 	tests := []struct {
@@ -204,8 +238,6 @@ func TestPrepareNothingToCompact(t *testing.T) {
 		want  error
 	}{
 		{"empty", nil, ErrNothingToCompact},
-		{"smaller than kept part", small.items, ErrNothingToCompact},
-		{"one message bigger than kept part", oneBig.items, ErrNothingToCompact},
 		{"no cut point", onlyResults.items, ErrNothingToCompact},
 		{"already compacted", append(slices.Clone(small.items), Item{EntryID: "c", Message: compactionMsg("s")}), ErrAlreadyCompacted},
 	}

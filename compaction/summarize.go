@@ -134,8 +134,8 @@ const extra = 512
 // ctx returns at once with an error matching context.Canceled (or
 // context.DeadlineExceeded).
 func Summarize(ctx context.Context, stream StreamFunc, model *llm.Model, opts llm.StreamOptions, plan Plan, customInstructions string) (Result, error) {
-	if len(plan.ToSummarize) == 0 && len(plan.TurnPrefix) == 0 {
-		return Result{}, ErrNothingToCompact
+	if len(plan.ToSummarize) == 0 && len(plan.TurnPrefix) == 0 && plan.FirstKeptEntryID == "" {
+		return Result{}, ErrNothingToCompact // a plan of nothing: not one Prepare makes
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, cancelled(err)
@@ -147,7 +147,10 @@ func Summarize(ctx context.Context, stream StreamFunc, model *llm.Model, opts ll
 	custom := strings.TrimSpace(customInstructions)
 
 	var history *request
-	if len(plan.ToSummarize) > 0 {
+	// With nothing new to summarise and no split turn, the model is still
+	// asked, as pi asks it, to write the note of (or carry on) what the
+	// conversation holds: the kept part is the whole of it.
+	if len(plan.ToSummarize) > 0 || !(plan.SplitTurn && len(plan.TurnPrefix) > 0) {
 		instructions := firstNotePrompt
 		if plan.PreviousSummary != "" {
 			instructions = updateNotePrompt

@@ -359,7 +359,7 @@ func progressUpdate(sessionID string, seq uint64, u *llm.Event) server.Frame {
 }
 
 // mergeProgress is Frame.Merge for generation_progress.
-func mergeProgress(_ server.FrameKey, seq uint64, text string) []byte {
+func mergeProgress(_ server.FrameKey, seq uint64, text string, _ any) []byte {
 	return progressFrame(seq, text)
 }
 

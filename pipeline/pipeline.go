@@ -355,6 +355,13 @@ func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 	case hit != nil:
 		f.rerun = true
 	default:
+		if cmd.Admit != nil {
+			if err := cmd.Admit(); err != nil {
+				p.deliverLocked(cmd.Sender, func() { respond(Response{ID: cmd.ID, Command: cmd.Type, Err: err}) })
+				p.mu.Unlock()
+				return
+			}
+		}
 		if cmd.ID != "" {
 			p.byID[cmd.ID] = f
 		}

@@ -57,6 +57,14 @@ type Command struct {
 	// face does not tell them twice. It is not part of the fingerprint
 	// and is not journaled.
 	Announced bool `json:"-"`
+	// Admit, when set, is asked once the pipeline knows the command will
+	// run (it is no replay of a stored or running command, and no
+	// conflict): an error refuses it then, answered with no lifecycle
+	// events, as a rate limit does. Replays are answered without asking
+	// (spec §8.1: a replay returns the prior outcome, and does not count).
+	// It runs under the pipeline's lock: it must be quick and call nothing
+	// of the pipeline. Not part of the fingerprint; not journaled.
+	Admit func() *Error `json:"-"`
 }
 
 // Response is the outcome of one command. The face maps it to the wire

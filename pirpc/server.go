@@ -190,36 +190,36 @@ func (srv *Server) cancelInteractions() {
 
 // response is pi's response frame.
 type response struct {
-	ID      *string `json:"id,omitempty"`
-	Type    string  `json:"type"`
-	Command string  `json:"command,omitempty"`
-	Success bool    `json:"success"`
-	Data    any     `json:"data,omitempty"`
-	Error   string  `json:"error,omitempty"`
+	ID      *rawID `json:"id,omitempty"`
+	Type    string `json:"type"`
+	Command string `json:"command,omitempty"`
+	Success bool   `json:"success"`
+	Data    any    `json:"data,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // withData distinguishes "data": null (cycle_model with one model) from
 // no data at all.
 type withData struct {
-	ID      *string `json:"id,omitempty"`
-	Type    string  `json:"type"`
-	Command string  `json:"command"`
-	Success bool    `json:"success"`
-	Data    any     `json:"data"`
+	ID      *rawID `json:"id,omitempty"`
+	Type    string `json:"type"`
+	Command string `json:"command"`
+	Success bool   `json:"success"`
+	Data    any    `json:"data"`
 }
 
-func success(id *string, cmd string, data any) any {
+func success(id *rawID, cmd string, data any) any {
 	if data == nil {
 		return response{ID: id, Type: "response", Command: cmd, Success: true}
 	}
 	return withData{ID: id, Type: "response", Command: cmd, Success: true, Data: data}
 }
 
-func successNull(id *string, cmd string) any {
+func successNull(id *rawID, cmd string) any {
 	return withData{ID: id, Type: "response", Command: cmd, Success: true, Data: nil}
 }
 
-func failure(id *string, cmd, msg string) response {
+func failure(id *rawID, cmd, msg string) response {
 	return response{ID: id, Type: "response", Command: cmd, Success: false, Error: msg}
 }
 
@@ -240,7 +240,7 @@ func (srv *Server) async(f func()) {
 // command is the union of every command's fields: pi's shared ones and
 // the answer fields of pi's extension UI responses.
 type command struct {
-	ID   *string `json:"id"`
+	ID   *rawID  `json:"id"`
 	Type *string `json:"type"`
 	piwire.Fields
 	Value     *string `json:"value"`
@@ -262,9 +262,15 @@ func (srv *Server) handleLine(line []byte) {
 	if isObj {
 		if err := json.Unmarshal(line, &c); err != nil {
 			cmdType, _ := obj["type"].(string)
-			var id *string
-			if s, ok := obj["id"].(string); ok {
-				id = &s
+			var id *rawID
+			var env struct {
+				ID json.RawMessage `json:"id"`
+			}
+			if json.Unmarshal(line, &env) == nil && len(env.ID) > 0 {
+				var r rawID
+				if r.UnmarshalJSON(env.ID) == nil {
+					id = &r
+				}
 			}
 			srv.reply(failure(id, cmdType, "Invalid command: "+piwire.DescribeJSONError(err)))
 			return
@@ -537,7 +543,7 @@ func (srv *Server) dispatch(c *command) {
 		b := append([]byte(nil), `{`...)
 		if id != nil {
 			b = append(b, `"id":`...)
-			b = llm.AppendJSONString(b, *id)
+			b = append(b, *id...)
 			b = append(b, ',')
 		}
 		b = append(b, `"type":"response","command":"get_messages","success":true,"data":{"messages":`...)
@@ -616,16 +622,17 @@ func (srv *Server) answerUI(c *command) {
 	if c.ID == nil {
 		return
 	}
-	req, ok := srv.s.InteractionByID(*c.ID)
+	uid := c.ID.text()
+	req, ok := srv.s.InteractionByID(uid)
 	if !ok {
 		return // pi ignores responses to unknown ids
 	}
 	resp, err := piwire.Answer{Value: c.Value, Confirmed: c.Confirmed, Cancelled: c.Cancelled}.Response(req)
 	if err != nil {
-		srv.log.Warn("extension_ui_response", "id", *c.ID, "err", err)
+		srv.log.Warn("extension_ui_response", "id", uid, "err", err)
 		return
 	}
-	if err := srv.s.Answer(*c.ID, resp); err != nil && !errors.Is(err, interaction.ErrAlreadyResolved) {
-		srv.log.Warn("extension_ui_response", "id", *c.ID, "err", err)
+	if err := srv.s.Answer(uid, resp); err != nil && !errors.Is(err, interaction.ErrAlreadyResolved) {
+		srv.log.Warn("extension_ui_response", "id", uid, "err", err)
 	}
 }

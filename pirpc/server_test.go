@@ -21,6 +21,19 @@ func (f fixedModels) Available() []*llm.Model { return f }
 // rpcRun feeds lines to a server over a faux session and returns what it
 // wrote once input ends.
 func rpcRun(t testing.TB, lines ...string) []map[string]any {
+	var frames []map[string]any
+	for _, l := range rpcLines(t, lines...) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("output line is not JSON: %q", l)
+		}
+		frames = append(frames, m)
+	}
+	return frames
+}
+
+// rpcLines is rpcRun's output as the lines the server wrote.
+func rpcLines(t testing.TB, lines ...string) []string {
 	p := faux.New(faux.Options{})
 	s, err := session.New(session.Config{Cwd: t.TempDir(), Model: faux.Model(), Stream: p.Stream})
 	if err != nil {
@@ -29,7 +42,6 @@ func rpcRun(t testing.TB, lines ...string) []map[string]any {
 	defer s.Close()
 	srv := New(Options{Session: s, Models: fixedModels{faux.Model()}, MaxLineBytes: 4096, Cwd: t.TempDir()})
 	pr, pw := io.Pipe()
-	var out strings.Builder
 	done := make(chan error)
 	go func() { done <- srv.Run(context.Background(), strings.NewReader(strings.Join(lines, "\n")+"\n"), pw) }()
 	go func() {
@@ -39,18 +51,37 @@ func rpcRun(t testing.TB, lines ...string) []map[string]any {
 		pw.Close()
 	}()
 	b, _ := io.ReadAll(pr)
-	out.Write(b)
-	var frames []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(out.String()))
+	var out []string
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("output line is not JSON: %q", sc.Text())
-		}
-		frames = append(frames, m)
+		out = append(out, sc.Text())
 	}
-	return frames
+	return out
+}
+
+// pi takes any id and echoes it as it came: a number is answered with the
+// same number, byte for byte (1e3 stays 1e3), on success and on failure,
+// also for get_messages, which agentd writes by hand. An id that is
+// neither a string nor a number is refused, naming the field.
+func TestNumericIDIsEchoedAsSent(t *testing.T) {
+	tests := []struct {
+		line, want string
+	}{
+		{`{"type":"get_state","id":7}`, `{"id":7,"type":"response","command":"get_state","success":true`},
+		{`{"type":"get_state","id":-1.5e3}`, `{"id":-1.5e3,"type":"response","command":"get_state","success":true`},
+		{`{"type":"get_messages","id":12345678901234567890}`, `{"id":12345678901234567890,"type":"response","command":"get_messages","success":true`},
+		{`{"type":"set_session_name","id":3,"name":" "}`, `{"id":3,"type":"response","command":"set_session_name","success":false,"error":"Session name cannot be empty"}`},
+		{`{"type":"prompt","id":4,"message":42}`, `{"id":4,"type":"response","command":"prompt","success":false`},
+		{`{"type":"get_state","id":"s\u0041"}`, `{"id":"s\u0041","type":"response","command":"get_state","success":true`},
+		{`{"type":"get_state","id":true}`, `{"type":"response","command":"get_state","success":false,"error":"Invalid command: field \"id\" must be a string or a number"}`},
+	}
+	for _, tt := range tests {
+		lines := rpcLines(t, tt.line)
+		if len(lines) == 0 || !strings.HasPrefix(lines[0], tt.want) {
+			t.Errorf("%s:\n got %q\nwant %s…", tt.line, lines, tt.want)
+		}
+	}
 }
 
 func TestBadInputGetsErrorsAndTheServerGoesOn(t *testing.T) {

@@ -167,10 +167,6 @@ func (c *conn) handle(data []byte) {
 		c.send(failureFrame(perr.id, perr.command, perr.msg))
 		return
 	}
-	if e := s.srv.Admit(cmd.SessionID, rateClass(cmd.Type)); e != nil {
-		c.send(failureFrame(cmd.ID, cmd.Type, e.Message))
-		return
-	}
 	if !c.client.Acquire() {
 		s.srv.Reject(server.RejectPending)
 		c.send(failureFrame(cmd.ID, cmd.Type, fmt.Sprintf("Too many pending commands on this connection (max %d)", lim.MaxPending)))
@@ -191,6 +187,18 @@ func (c *conn) handle(data []byte) {
 	}
 	o := &origin{c: c, hold: server.NewHold()}
 	cmd.Origin = o
+	// Counted against the rate limits once the pipeline knows the command
+	// runs: a replay of an id or idempotency key it has an outcome (or a
+	// run) for is answered with that outcome, uncounted (spec §8.1/§8.2),
+	// also when the bucket is full: it is the retry path clients are told
+	// to use.
+	sid, class := cmd.SessionID, rateClass(cmd.Type)
+	cmd.Admit = func() *pipeline.Error {
+		if e := s.srv.Admit(sid, class); e != nil {
+			return e.Error
+		}
+		return nil
+	}
 	cmd.Sender = c // a slow connection holds up only its own answers
 	s.srv.Submit(cmd, func(r pipeline.Response) {
 		// The session a create or load announced has arrived (or

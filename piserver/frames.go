@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentd-dev/agentd/agent"
@@ -154,15 +155,28 @@ type codec struct {
 }
 
 // Encode wraps a session event in the pi-server event envelope, with
-// agentd's per-session seq so a client can resume; no Data for events that
-// have no wire form. The deltas of one content block carry a Key, so a
-// client that falls behind gets the latest state: in pi's full format the
-// newest message_update supersedes the ones queued before it (it carries
-// the whole message); in the delta format the deltas are joined into one
-// frame with the newest seq.
+// agentd's per-session seq so a client can resume; no frame for events
+// that have no wire form. The deltas of one content block carry a Key, so
+// a client that falls behind gets them joined: one frame whose delta is
+// every delta it stands for, with the newest seq (and, in pi's full
+// format, the newest partial message). A full-format delta is encoded only
+// when a writer takes it: it carries the whole message so far, and
+// encoding it for every event, when a client that is behind is sent a few
+// of them, cost most of the server's CPU.
 func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
-	f := server.Frame{Data: cd.frame(sessionID, ev)}
 	a := ev.Agent
+	if a != nil && a.Type == agent.EventMessageUpdate && a.Update != nil && !cd.delta && a.Message != nil && a.Message.Role == llm.RoleAssistant {
+		switch u := a.Update; u.Type {
+		case llm.EventTextDelta, llm.EventThinkingDelta, llm.EventToolCallDelta:
+			p := snapshot(a.Message, u.Delta)
+			return server.Frame{
+				Key: server.FrameKey{Scope: sessionID, Name: string(u.Type), Index: u.ContentIndex},
+				Seq: ev.Seq, Text: u.Delta, Merge: mergeFull, State: p,
+				Size: fullUpdateSize(sessionID, p, u.Delta), Linger: server.StreamLinger,
+			}
+		}
+	}
+	f := server.Frame{Data: cd.frame(sessionID, ev)}
 	if f.Data == nil || a == nil || a.Type != agent.EventMessageUpdate || a.Update == nil {
 		return f
 	}
@@ -173,23 +187,112 @@ func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
 	f.Linger = server.StreamLinger
 	switch u := a.Update; u.Type {
 	case llm.EventTextDelta, llm.EventThinkingDelta, llm.EventToolCallDelta:
+		// The delta format reads no partial message, so the joined frame
+		// can be made later, from the key and the joined text. (A replayed
+		// full-format delta has no partial message either.)
 		f.Key = server.FrameKey{Scope: sessionID, Name: string(u.Type), Index: u.ContentIndex}
-		if !cd.delta {
-			return f
-		}
-		// The delta format reads no partial message, so the frame can be
-		// made later, from the key and the joined text.
-		f.Seq, f.Text, f.Merge = ev.Seq, u.Delta, mergeDelta
+		f.Seq, f.Text, f.Merge = ev.Seq, u.Delta, cd.merge()
 	}
 	return f
 }
 
+func (cd *codec) merge() func(server.FrameKey, uint64, string, any) []byte {
+	if cd.delta {
+		return mergeDelta
+	}
+	return mergeBare
+}
+
 // mergeDelta is Frame.Merge for a delta-format message_update: the key
 // holds the session, the kind of delta and the content block.
-func mergeDelta(k server.FrameKey, seq uint64, text string) []byte {
+func mergeDelta(k server.FrameKey, seq uint64, text string, _ any) []byte {
+	return updateFrame(k, seq, text, nil, true)
+}
+
+// mergeBare is Frame.Merge for a full-format message_update without its
+// partial message (a replayed one).
+func mergeBare(k server.FrameKey, seq uint64, text string, _ any) []byte {
+	return updateFrame(k, seq, text, nil, false)
+}
+
+// updateFrame is the frame of a message_update delta: the key holds the
+// session, the kind of delta and the content block; msg, in the full
+// format, the partial message.
+func updateFrame(k server.FrameKey, seq uint64, text string, msg *llm.Message, delta bool) []byte {
 	u := llm.Event{Type: llm.EventType(k.Name), ContentIndex: k.Index, Delta: text}
-	ev := session.Event{Seq: seq, Type: session.EventType(agent.EventMessageUpdate), Agent: &agent.Event{Type: agent.EventMessageUpdate, Update: &u}}
-	return (&codec{delta: true}).frame(k.Scope, ev)
+	ev := session.Event{Seq: seq, Type: session.EventType(agent.EventMessageUpdate), Agent: &agent.Event{Type: agent.EventMessageUpdate, Update: &u, Message: msg}}
+	return (&codec{delta: delta}).frame(k.Scope, ev)
+}
+
+// partial is a full-format message_update's partial message as it was at
+// the event, for encoding the frame later. The stream goes on changing its
+// message, but only by replacing its fields and blocks (a block's text is
+// a new string each delta, sharing bytes that never change), so a copy of
+// the fields an assistant message's JSON carries and of its block list
+// keeps that state. A client that keeps up is sent the frame as it is:
+// the first writer encodes it, others watching the session reuse the
+// bytes.
+type partial struct {
+	content      []llm.Content
+	blocks       [2]llm.Content // content's array, for the usual one or two blocks
+	timestamp    int64
+	api          llm.API
+	provider     string
+	model        string
+	usage        llm.Usage
+	stopReason   llm.StopReason
+	errorMessage string
+	responseID   string
+
+	delta string
+	hint  int // piwire.SizeHint of the message
+	once  sync.Once
+	data  []byte
+}
+
+// snapshot copies what m's JSON carries; m is an assistant message.
+func snapshot(m *llm.Message, delta string) *partial {
+	p := &partial{timestamp: m.Timestamp, api: m.API, provider: m.Provider, model: m.Model, usage: m.Usage,
+		stopReason: m.StopReason, errorMessage: m.ErrorMessage, responseID: m.ResponseID, delta: delta}
+	if len(m.Content) <= len(p.blocks) {
+		p.content = p.blocks[:len(m.Content):len(m.Content)]
+		copy(p.content, m.Content)
+	} else {
+		p.content = append([]llm.Content(nil), m.Content...)
+	}
+	msg := p.message()
+	p.hint = piwire.SizeHint(&msg)
+	return p
+}
+
+// message is the partial message again.
+func (p *partial) message() llm.Message {
+	return llm.Message{Role: llm.RoleAssistant, Content: p.content, Timestamp: p.timestamp, API: p.api, Provider: p.provider,
+		Model: p.model, Usage: p.usage, StopReason: p.stopReason, ErrorMessage: p.errorMessage, ResponseID: p.responseID}
+}
+
+// fullUpdateSize is about the bytes of a full-format message_update: the
+// envelope and the event around the partial message, which it carries
+// twice (as partial and as message).
+func fullUpdateSize(sessionID string, p *partial, text string) int {
+	return 200 + len(sessionID) + 2*p.hint + len(text) + len(text)/16
+}
+
+// mergeFull is Frame.Merge for a full-format message_update: state is the
+// *partial of the newest event merged in.
+func mergeFull(k server.FrameKey, seq uint64, text string, state any) []byte {
+	p := state.(*partial)
+	if text == p.delta {
+		// Not merged (or merged with empty deltas only): the event's own
+		// frame, the same for every client.
+		p.once.Do(func() {
+			m := p.message()
+			p.data = updateFrame(k, seq, text, &m, false)
+		})
+		return p.data
+	}
+	m := p.message()
+	return updateFrame(k, seq, text, &m, false)
 }
 
 // EncodePending is the extension_ui_request of a question asked before
@@ -255,13 +358,35 @@ func (cd *codec) frame(sessionID string, ev session.Event) []byte {
 
 // room guesses how many bytes an event's encoding takes, so its frame is
 // made in one allocation of about its size. A delta in the delta format,
-// the frame sent most by far, is about 100 bytes besides its text; a
-// wrong guess costs one more allocation as the frame grows.
+// the frame sent most by far, is about 100 bytes besides its text; an
+// event with a message is mostly that message (twice in a full-format
+// message_update); a wrong guess costs one more allocation as the frame
+// grows.
 func (cd *codec) room(ev session.Event) int {
-	if a := ev.Agent; cd.delta && a != nil && a.Type == agent.EventMessageUpdate && a.Update != nil {
-		return 112 + len(a.Update.Delta)
+	a := ev.Agent
+	if a == nil {
+		return 256
 	}
-	return 256
+	n := 256
+	if u := a.Update; a.Type == agent.EventMessageUpdate && u != nil {
+		n = 112 + len(u.Delta) + len(u.Content)
+		if cd.delta || a.Message == nil {
+			return n
+		}
+		return n + 2*piwire.SizeHint(a.Message)
+	}
+	switch a.Type {
+	case agent.EventMessageStart, agent.EventMessageEnd, agent.EventTurnEnd:
+		n += piwire.SizeHint(a.Message)
+		for _, m := range a.ToolResults {
+			n += piwire.SizeHint(m)
+		}
+	case agent.EventAgentEnd:
+		for _, m := range a.Messages {
+			n += piwire.SizeHint(m)
+		}
+	}
+	return n
 }
 
 // envelope starts an event frame: {"type":"event","sessionId":…,"seq":…,"event":

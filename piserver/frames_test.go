@@ -541,7 +541,7 @@ func TestStreamUpdatesLinger(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(fmt.Sprintf("%s delta=%v", tt.name, delta), func(t *testing.T) {
 				f := cd.Encode("s1", tt.ev)
-				if f.Data == nil {
+				if f.Encoded().Data == nil {
 					t.Fatal("no frame")
 				}
 				if f.Linger != tt.want {
@@ -565,12 +565,43 @@ func BenchmarkEncodeDelta(b *testing.B) {
 			var m0, m1 runtime.MemStats
 			runtime.ReadMemStats(&m0)
 			for b.Loop() {
-				if f := cd.Encode("bench-000123", ev); f.Data == nil {
+				if f := cd.Encode("bench-000123", ev); f.Data == nil && f.Merge == nil {
 					b.Fatal("no frame")
 				}
 			}
 			runtime.ReadMemStats(&m1)
 			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/float64(b.N), "allocs/event")
 		})
+	}
+}
+
+// A full-format delta is encoded when a writer takes it, by then the
+// stream has moved on: the frame is still the message as it was at the
+// event, the same bytes as encoding it at once.
+func TestFullDeltaEncodedLaterIsTheEventsState(t *testing.T) {
+	// Every field an assistant message's JSON carries is set, so the
+	// copy is checked to keep each.
+	msg := &llm.Message{Role: llm.RoleAssistant, Model: "m", API: llm.APIFaux, Provider: "p", ResponseID: "r", ErrorMessage: "e",
+		StopReason: llm.StopLength, Timestamp: 1234, Usage: llm.Usage{Input: 1, Output: 2, CacheRead: 3, CacheWrite: 4, TotalTokens: 10, Cost: llm.Cost{Total: 0.5}},
+		Content: []llm.Content{{Type: llm.ContentThinking, Thinking: "hm", ThinkingSignature: "sig"}, {Type: llm.ContentText, Text: "Hello \"you\"\n", TextSignature: "ts"},
+			{Type: llm.ContentToolCall, ID: "t1", Name: "bash", Arguments: []byte(`{"a":1}`)}}}
+	ev := session.Event{Seq: 7, Type: session.EventType(agent.EventMessageUpdate), Agent: &agent.Event{Type: agent.EventMessageUpdate, Message: msg,
+		Update: &llm.Event{Type: llm.EventTextDelta, ContentIndex: 1, Delta: "\n"}}}
+	cd := &codec{}
+	want := string(cd.frame("s1", ev))
+	f := cd.Encode("s1", ev)
+	if f.Data != nil || f.Merge == nil || f.Size < len(want) {
+		t.Fatalf("frame: data %q, merge %v, size %d (encoded: %d bytes); want it left to the writer, sized at least as large", f.Data, f.Merge != nil, f.Size, len(want))
+	}
+	// The stream goes on as a Builder does: new strings, a new block.
+	msg.Content[1].Text += "more"
+	msg.Content = append(msg.Content, llm.Content{Type: llm.ContentThinking, Thinking: "hm"})
+	msg.Usage.Output = 42
+	if got := string(f.Encoded().Data); got != want {
+		t.Errorf("encoded later:\n %s\nwant\n %s", got, want)
+	}
+	// Joined with an earlier delta: the newest state, both deltas.
+	if got := string(f.Merge(f.Key, f.Seq, "a\n", f.State)); !strings.Contains(got, `"delta":"a\n"`) || !strings.Contains(got, `"text":"Hello \"you\"\n"`) {
+		t.Errorf("joined: %s", got)
 	}
 }

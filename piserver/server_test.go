@@ -715,17 +715,28 @@ func TestLoadSession(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(outside, data, 0o600); err != nil {
-			t.Fatal(err)
+		// Another project's .pi/sessions: not the server's workspace.
+		otherProject := filepath.Join(fx.root, "proj", ".pi", "sessions", "x.jsonl")
+		for _, p := range []string{outside, otherProject} {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
 		c.handle([]byte(`{"type":"load_session","id":"l1","sessionPath":"` + outside + `"}`))
+		c.handle([]byte(`{"type":"load_session","id":"l3","sessionPath":"` + otherProject + `"}`))
 		c.handle([]byte(`{"type":"load_session","id":"l2","sessionPath":"` + file + `"}`))
 		synctest.Wait()
 		ws := l.wires(t)
 		_, r = response(t, ws, "l0")
 		wantError(t, r, "sessionPath must be an absolute path")
 		_, r = response(t, ws, "l1")
-		wantError(t, r, fmt.Sprintf("sessionPath must be under an allowed session directory (e.g., %s, ~/.pi/agent/sessions/ or .pi/sessions/)", fx.sessionsDir))
+		notAllowed := fmt.Sprintf("sessionPath must be under an allowed session directory (%s, %s)", fx.sessionsDir, filepath.Join(fx.root, "cwd", ".pi", "sessions"))
+		wantError(t, r, notAllowed)
+		_, r = response(t, ws, "l3")
+		wantError(t, r, notAllowed)
 		_, r = response(t, ws, "l2")
 		wantSuccess(t, r)
 		if r.data()["sessionId"] != "s1" {

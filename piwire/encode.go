@@ -224,3 +224,24 @@ func nonNil(s []string) []string {
 	}
 	return s
 }
+
+// SizeHint is about how many bytes AppendMessage writes for m, a little
+// more rather than less: what a buffer that must hold it is made with, so
+// that it does not grow (and copy) as the message is written. Linear in
+// the number of blocks, not in the text.
+func SizeHint(m *llm.Message) int {
+	if m == nil {
+		return 4
+	}
+	// The fields of every role, and an assistant's usage and cost, are
+	// under 400 bytes when their numbers are long.
+	n := 400 + len(m.Model) + len(m.Provider) + len(m.ResponseID) + len(m.ErrorMessage) + len(m.ToolCallID) + len(m.ToolName) +
+		len(m.Details) + len(m.Command) + len(m.Output) + len(m.Summary) + len(m.CustomType) + len(m.FromID) + len(m.FullOutputPath)
+	for i := range m.Content {
+		c := &m.Content[i]
+		n += 80 + len(c.Text) + len(c.TextSignature) + len(c.Thinking) + len(c.ThinkingSignature) + len(c.Data) + len(c.MimeType) +
+			len(c.ID) + len(c.Name) + len(c.Arguments) + len(c.ThoughtSignature)
+	}
+	// Escapes: a newline or a quote takes two bytes; text has a few.
+	return n + n/16
+}

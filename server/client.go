@@ -43,15 +43,20 @@ type Link interface {
 	Close(c Close)
 }
 
-// Frame is an encoded event for a client, with what its queue needs to
-// coalesce it. A frame with a Key that finds the frame queued just before
-// it (not yet being written) with the same Key takes that frame's place,
-// once the client is behind (see mergeAfter): without Merge the new frame
-// supersedes the old one (it says everything the old one said, such as
-// pi's full-format message_update, which carries the whole message); with
-// Merge the two frames' Text is joined and the frame is encoded from it
-// by Merge when the writer takes it. Frames without a Key are never
-// merged, dropped or reordered.
+// Frame is an event for a client, encoded or to be encoded, with what its
+// queue needs to coalesce it. A frame with a Key that finds the frame
+// queued just before it (not yet being written) with the same Key takes
+// that frame's place, once the client is behind (see mergeAfter): without
+// Merge the new frame supersedes the old one (it says everything the old
+// one said); with Merge the two frames' Text is joined (the joined frame's
+// Text is every Text it replaces, in order) and the frame is encoded from
+// it, with the newest frame's Seq and State, by Merge when the writer
+// takes it. Frames without a Key are never merged, dropped or reordered.
+//
+// A frame with Merge may come without Data: it is encoded only when a
+// writer takes it, after any joining, so a client that falls behind costs
+// the encoding of what it is sent, not of every event. Size estimates its
+// bytes meanwhile.
 type Frame struct {
 	Data []byte
 	// Key names what the frame continues, such as the deltas of one
@@ -62,10 +67,19 @@ type Frame struct {
 	// Text is the part that accumulates (a delta), with Merge.
 	Text string
 	// Merge encodes the frame of the event seq with text in place of its
-	// Text. It runs later, on the client's writer goroutine, so it reads
-	// nothing but its arguments: key says which block. A function, not a
-	// closure over the event, so that a delta costs no allocation for it.
-	Merge func(key FrameKey, seq uint64, text string) []byte
+	// Text. It runs later, on a client's writer goroutine (several, when
+	// several clients share the frame), so it reads nothing but its
+	// arguments: key says which block, state is the frame's State. A
+	// function, not a closure over the event, so that a delta costs no
+	// allocation for it.
+	Merge func(key FrameKey, seq uint64, text string, state any) []byte
+	// State is what Merge needs besides the text, such as the partial
+	// message as it was at the event: a value that stays valid and
+	// unchanged once the frame is made, read concurrently.
+	State any
+	// Size is about how many bytes Merge makes of a frame without Data,
+	// counted against the client's limits until it is encoded.
+	Size int
 	// Replace makes the frame take the place of any frame with its Key
 	// still waiting anywhere in the queue, however far behind the client
 	// is: the waiting one is dropped and this one goes at the end. For a
@@ -82,6 +96,25 @@ type Frame struct {
 	// and is never dropped; the next frame without Linger takes it along
 	// at once. 0 sends at once.
 	Linger time.Duration
+}
+
+// size is what the frame counts against a client's limits while queued.
+func (f *Frame) size() int {
+	if f.Data != nil {
+		return len(f.Data)
+	}
+	return f.Size
+}
+
+// Encoded returns the frame with its Data, encoding a frame that has none
+// yet; what the frame needs for merging is dropped, so it goes as it is:
+// for a frame that must never merge, such as a replayed one.
+func (f Frame) Encoded() Frame {
+	if f.Data == nil && f.Merge != nil {
+		f.Data = f.Merge(f.Key, f.Seq, f.Text, f.State)
+	}
+	f.Key, f.Merge, f.State, f.Text, f.Size = FrameKey{}, nil, nil, "", 0
+	return f
 }
 
 // FrameKey names what a frame continues (Frame.Key); the zero key is
@@ -174,17 +207,32 @@ const maxSpareQueue = 1024
 // once: half the WebSocket write buffer, one write(2) however many frames.
 const lingerBytes = 32 << 10
 
-// queued is a frame waiting to be written. A merged frame has no data
-// until the writer takes it: text gathers the deltas, encode makes the
-// frame of them, size estimates its bytes meanwhile.
+// queued is a frame waiting to be written. A merged frame, and one that
+// came without data, has no data until the writer takes it: text gathers
+// the deltas, encode makes the frame of them with the newest state, size
+// estimates its bytes meanwhile.
 type queued struct {
 	data   []byte
 	key    FrameKey
 	seq    uint64 // of the newest frame merged in
 	first  string // the text of an unmerged frame
 	text   []byte // the joined text, once merged
-	encode func(FrameKey, uint64, string) []byte
+	joined bool   // text holds the joined text
+	encode func(FrameKey, uint64, string, any) []byte
+	state  any
 	size   int
+}
+
+// encoded is q's frame, encoding it if it has no data yet.
+func (q *queued) encoded() []byte {
+	if q.data != nil {
+		return q.data
+	}
+	text := q.first
+	if q.joined {
+		text = string(q.text)
+	}
+	return q.encode(q.key, q.seq, text, q.state)
 }
 
 // ClientOptions describe a connection being attached.
@@ -256,7 +304,11 @@ func (c *Client) SendFrame(f Frame) {
 		c.mu.Unlock()
 		return
 	}
-	delta := int64(len(f.Data))
+	if f.Data == nil && f.Merge == nil {
+		c.mu.Unlock()
+		return
+	}
+	delta := int64(f.size())
 	if f.Replace && f.Key != (FrameKey{}) {
 		for i := len(c.queue) - 1; i >= 0; i-- {
 			if c.queue[i].key == f.Key {
@@ -272,17 +324,19 @@ func (c *Client) SendFrame(f Frame) {
 	if f.Key != (FrameKey{}) && n > 0 && c.queue[n-1].key == f.Key && c.queued.Load() >= mergeAfter {
 		tail := &c.queue[n-1]
 		old := tail.size
-		if f.Merge == nil {
-			*tail = queued{data: f.Data, key: f.Key, size: len(f.Data)}
+		if f.Merge == nil || tail.encode == nil {
+			// Supersedes: the new frame as it came (it may be one to
+			// encode when written).
+			*tail = queued{data: f.Data, key: f.Key, seq: f.Seq, first: f.Text, encode: f.Merge, state: f.State, size: f.size()}
 		} else {
-			if tail.data != nil { // the first merge: keep its text, drop its bytes
+			if !tail.joined { // the first merge: keep its text, drop its bytes
 				tail.data = nil
 				tail.text = append(make([]byte, 0, 4*len(tail.first)+len(f.Text)), tail.first...)
-				tail.first = ""
+				tail.first, tail.joined = "", true
 			}
 			tail.text = append(tail.text, f.Text...)
-			tail.encode, tail.seq = f.Merge, f.Seq
-			tail.size = len(f.Data) - len(f.Text) + len(tail.text)
+			tail.encode, tail.seq, tail.state = f.Merge, f.Seq, f.State
+			tail.size = f.size() - len(f.Text) + len(tail.text)
 		}
 		delta = int64(tail.size - old)
 		c.merged.Add(1)
@@ -297,7 +351,7 @@ func (c *Client) SendFrame(f Frame) {
 			c.box = c.srv.budget.spare()
 			c.queue = (*c.box)[:0]
 		}
-		c.queue = append(c.queue, queued{data: f.Data, key: f.Key, first: f.Text, size: len(f.Data)})
+		c.queue = append(c.queue, queued{data: f.Data, key: f.Key, seq: f.Seq, first: f.Text, encode: f.Merge, state: f.State, size: int(delta)})
 	}
 	c.queued.Add(delta)
 	switch {
@@ -431,6 +485,7 @@ func (c *Client) writeLoop(transport string) {
 	defer close(c.done)
 	defer c.detach(transport)
 	var batch [][]byte
+	var taken []queued
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	for {
@@ -464,16 +519,12 @@ func (c *Client) writeLoop(transport string) {
 			c.link.Close(cl)
 			return
 		}
-		batch = batch[:0]
+		taken = taken[:0]
 		size := 0
 		i := 0
 		for ; i < len(c.queue) && i < maxBatchFrames && (i == 0 || size+c.queue[i].size <= maxBatchBytes); i++ {
-			q := c.queue[i]
-			if q.data == nil {
-				q.data = q.encode(q.key, q.seq, string(q.text))
-			}
-			batch = append(batch, q.data)
-			size += q.size
+			taken = append(taken, c.queue[i])
+			size += c.queue[i].size
 			c.queue[i] = queued{}
 		}
 		if i < len(c.queue) {
@@ -490,6 +541,14 @@ func (c *Client) writeLoop(transport string) {
 		c.urgent = len(c.queue) > 0
 		c.flushAt, c.shortest = time.Time{}, 0
 		c.mu.Unlock()
+		// Frames are encoded here, off the lock, so that producers never
+		// wait on an encoding; and once taken, so that a frame merged in
+		// the queue is encoded once, not each frame it replaced.
+		batch = batch[:0]
+		for j := range taken {
+			batch = append(batch, taken[j].encoded())
+		}
+		clear(taken)
 		if err := c.link.Write(c.srv.ctx, batch); err != nil {
 			c.srv.log.Debug("connection write failed", "face", c.face, "transport", transport, "err", err)
 			c.mu.Lock()

@@ -360,3 +360,54 @@ func cpuTime(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// Frames that come unencoded (Merge without Data) are encoded when the
+// writer takes them: alone, from their own text; joined, once, from every
+// text they replace in order, with the newest seq and state. A frame
+// without Merge that supersedes one keeps what it needs to be encoded.
+func TestDeferredFramesJoinAndEncodeWhenWritten(t *testing.T) {
+	s := newEnv(t).start(t, Limits{})
+	l := newGateLink()
+	c, err := s.Attach(l, ClientOptions{Face: "test", Transport: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var encodes atomic.Int64
+	enc := func(k FrameKey, seq uint64, text string, state any) []byte {
+		encodes.Add(1)
+		return fmt.Appendf(nil, "%s/%d/%s/%v", k.Name, seq, text, state)
+	}
+	deferred := func(name string, seq uint64, text, state string) Frame {
+		return Frame{Key: FrameKey{Scope: "s", Name: name}, Seq: seq, Text: text, Merge: enc, State: state, Size: 10 + len(text)}
+	}
+	// However far the writer got before its write blocked, more than
+	// mergeAfter waits: what comes next merges.
+	c.Send([]byte("first"))
+	c.Send([]byte(strings.Repeat("x", mergeAfter)))
+	c.SendFrame(deferred("k", 1, "a", "s1"))
+	c.SendFrame(deferred("k", 2, "b", "s2"))
+	c.SendFrame(deferred("k", 3, "c", "s3"))
+	c.SendFrame(deferred("other", 4, "d", "s4"))
+	c.SendFrame(Frame{Data: []byte("plain"), Key: FrameKey{Scope: "s", Name: "p"}})
+	c.SendFrame(deferred("p", 5, "e", "s5")) // merges into a frame that cannot: supersedes it
+	if n := encodes.Load(); n != 0 {
+		t.Fatalf("%d frames encoded before a writer took them", n)
+	}
+	close(l.open)
+	c.Close(Close{})
+	<-c.Done()
+	got := l.written()
+	if len(got) < 2 {
+		t.Fatalf("written %q", got)
+	}
+	want := []string{"k/3/abc/s3", "other/4/d/s4", "p/5/e/s5"}
+	if rest := got[2:]; strings.Join(rest, " ") != strings.Join(want, " ") {
+		t.Fatalf("written %q, want %q", rest, want)
+	}
+	if n := encodes.Load(); n != 3 {
+		t.Errorf("%d encodings, want 3", n)
+	}
+	if c.QueuedBytes() != 0 {
+		t.Errorf("%d bytes still counted as queued", c.QueuedBytes())
+	}
+}

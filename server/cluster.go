@@ -1307,9 +1307,8 @@ func (cs *clusterState) subscribeRemote(c *Client, id string, codec Codec, after
 		if !ok {
 			continue
 		}
-		if f := codec.Encode(id, ev); f.Data != nil {
-			f.Key, f.Merge = FrameKey{}, nil
-			frames = append(frames, f)
+		if f := codec.Encode(id, ev); f.Data != nil || f.Merge != nil {
+			frames = append(frames, f.Encoded())
 			seqs = append(seqs, ev.Seq)
 		}
 	}

@@ -59,11 +59,15 @@ const (
 
 // CheckSessionPath applies the allowed-directory rule to a session file a
 // client names: absolute, no "..", no "~", a .jsonl/.json file, and, once
-// every symlink is resolved, under the server's sessions directory, an
-// allowed directory, ~/.pi/agent/sessions or a .pi/sessions directory. It
-// returns the resolved path. A path outside those places is refused as
-// such whether or not it exists, so the rule tells nothing about files
-// elsewhere on the host.
+// every symlink is resolved, under the server's sessions directory (the
+// data dir's), an allowed directory (--allow-session-dir),
+// ~/.pi/agent/sessions or the .pi/sessions directory of the server's
+// workspace (its working directory). Not any .pi/sessions directory on the
+// host, as pi-server's spec once said: that opened every project's
+// sessions to any client (pi-server 2.2.1 refuses them too). It returns the
+// resolved path. A path outside those places is refused as such whether or
+// not it exists, so the rule tells nothing about files elsewhere on the
+// host.
 func (s *Server) CheckSessionPath(p string) (string, error) {
 	if strings.ContainsRune(p, 0) || strings.HasPrefix(p, "~") || hasDotDot(p) {
 		return "", fault.New(fault.Invalid, msgPathDangerous)
@@ -74,7 +78,7 @@ func (s *Server) CheckSessionPath(p string) (string, error) {
 	if ext := filepath.Ext(p); ext != ".jsonl" && ext != ".json" {
 		return "", fault.New(fault.Invalid, msgPathExt)
 	}
-	outside := fault.Errorf(fault.Forbidden, "sessionPath must be under an allowed session directory (e.g., %s, ~/.pi/agent/sessions/ or .pi/sessions/)", s.cfg.SessionsDir)
+	outside := fault.Errorf(fault.Forbidden, "sessionPath must be under an allowed session directory (%s)", strings.Join(s.allowedNames(), ", "))
 	real, err := filepath.EvalSymlinks(p)
 	if err != nil {
 		// Resolve what exists of the path, so a symlinked directory
@@ -101,7 +105,24 @@ func (s *Server) allowed(real string) bool {
 			return true
 		}
 	}
-	return hasPiSessionsDir(real)
+	return false
+}
+
+// allowedNames are the places sessions may be loaded from, as the refusal
+// names them.
+func (s *Server) allowedNames() []string {
+	var out []string
+	if s.cfg.SessionsDir != "" {
+		out = append(out, s.cfg.SessionsDir)
+	}
+	out = append(out, s.cfg.AllowedDirs...)
+	if s.cfg.Home != "" {
+		out = append(out, "~/.pi/agent/sessions")
+	}
+	if s.cfg.Cwd != "" {
+		out = append(out, filepath.Join(s.cfg.Cwd, ".pi", "sessions"))
+	}
+	return out
 }
 
 // resolveExisting resolves the symlinks of the longest existing prefix of
@@ -138,22 +159,13 @@ func (s *Server) allowedRoots() []string {
 	if s.cfg.Home != "" {
 		add(filepath.Join(s.cfg.Home, ".pi", "agent", "sessions"))
 	}
+	if s.cfg.Cwd != "" {
+		add(filepath.Join(s.cfg.Cwd, ".pi", "sessions"))
+	}
 	return roots
 }
 
 func within(p, root string) bool {
 	rel, err := filepath.Rel(root, p)
 	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
-}
-
-// hasPiSessionsDir reports whether p lies in a project-local .pi/sessions
-// directory.
-func hasPiSessionsDir(p string) bool {
-	parts := strings.Split(filepath.ToSlash(filepath.Dir(p)), "/")
-	for i := 0; i+1 < len(parts); i++ {
-		if parts[i] == ".pi" && parts[i+1] == "sessions" {
-			return true
-		}
-	}
-	return false
 }

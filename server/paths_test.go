@@ -23,12 +23,16 @@ func TestCheckSessionPath(t *testing.T) {
 		return p
 	}
 	sessionsDir := filepath.Join(root, "sessions")
-	s := &Server{cfg: Config{SessionsDir: sessionsDir, AllowedDirs: []string{filepath.Join(root, "allowed")}, Home: filepath.Join(root, "home")}}
+	s := &Server{cfg: Config{SessionsDir: sessionsDir, AllowedDirs: []string{filepath.Join(root, "allowed")}, Home: filepath.Join(root, "home"), Cwd: filepath.Join(root, "work")}}
 
 	inSessions := mk("sessions/--cwd--/a.jsonl")
 	inAllowed := mk("allowed/deep/b.json")
 	inHome := mk("home/.pi/agent/sessions/c.jsonl")
-	inProject := mk("proj/.pi/sessions/d.jsonl")
+	inWorkspace := mk("work/.pi/sessions/d.jsonl")
+	// Another project's sessions, which no setting allows: pi-server's spec
+	// once allowed any .pi/sessions directory on the host.
+	otherProject := mk("proj/.pi/sessions/d.jsonl")
+	nested := mk("work/sub/.pi/sessions/d.jsonl")
 	outside := mk("elsewhere/e.jsonl")
 	sibling := mk("sessions-evil/f.jsonl")
 	mk("sessions/notes.txt")
@@ -44,7 +48,8 @@ func TestCheckSessionPath(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	notAllowed := fmt.Sprintf("sessionPath must be under an allowed session directory (e.g., %s, ~/.pi/agent/sessions/ or .pi/sessions/)", sessionsDir)
+	notAllowed := fmt.Sprintf("sessionPath must be under an allowed session directory (%s, %s, ~/.pi/agent/sessions, %s)",
+		sessionsDir, filepath.Join(root, "allowed"), filepath.Join(root, "work", ".pi", "sessions"))
 	refused := []struct {
 		path, msg string
 		code      fault.Code
@@ -60,6 +65,9 @@ func TestCheckSessionPath(t *testing.T) {
 		{escape, notAllowed, fault.Forbidden},
 		{outside, notAllowed, fault.Forbidden},
 		{sibling, notAllowed, fault.Forbidden},
+		{otherProject, notAllowed, fault.Forbidden},
+		{nested, notAllowed, fault.Forbidden},
+		{"/tmp/.pi/sessions/x.jsonl", notAllowed, fault.Forbidden},
 		{filepath.Join(sessionsDir, "missing.jsonl"), "Session file " + filepath.Join(sessionsDir, "missing.jsonl") + " does not exist", fault.NotFound},
 		// Outside the allowed places, a missing file is refused as outside:
 		// the answer tells nothing of what exists there.
@@ -84,7 +92,7 @@ func TestCheckSessionPath(t *testing.T) {
 		{inSessions, inSessions},
 		{inAllowed, inAllowed},
 		{inHome, inHome},
-		{inProject, inProject},
+		{inWorkspace, inWorkspace},
 		{into, inSessions}, // a link from outside into the sessions directory
 	}
 	for _, tt := range accepted {

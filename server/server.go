@@ -143,7 +143,7 @@ type Config struct {
 	Cwd string
 	// SessionsDir is where sessions are stored; load_session accepts files
 	// under it, under AllowedDirs, under ~/.pi/agent/sessions (Home) and
-	// under any .pi/sessions directory.
+	// under Cwd's .pi/sessions (see CheckSessionPath).
 	SessionsDir string
 	AllowedDirs []string
 	Home        string
@@ -381,6 +381,15 @@ func (s *Server) Pipeline() *pipeline.Pipeline { return s.pipe }
 // its outcome and must not block. On a cluster node, a command for a
 // session another node runs goes there, and its outcome comes back here.
 func (s *Server) Submit(cmd pipeline.Command, respond func(pipeline.Response)) {
+	if s.cl != nil && cmd.Admit != nil {
+		// A command may run on another node, whose pipeline knows its
+		// replays: admitted here, before it goes, as every command.
+		if err := cmd.Admit(); err != nil {
+			respond(pipeline.Response{ID: cmd.ID, Command: cmd.Type, Err: err})
+			return
+		}
+		cmd.Admit = nil
+	}
 	if s.cl != nil && s.cl.route(cmd, respond) {
 		return
 	}

@@ -8,13 +8,15 @@ import (
 )
 
 // Codec encodes a session's events for one face's wire. Encode returns a
-// Frame with nil Data for an event the face has no form for. For a live
-// event it runs on the session's emitting goroutine, where the partial
-// message of a message_update is valid; for a replayed one it gets the
-// logged copy. The server encodes each event once per codec, whatever the
-// number of subscribers. A codec marks the frames a lagging client may
-// get merged (Frame.Key): deltas of one content block. Codec values must
-// be comparable (pointers).
+// Frame with neither Data nor Merge for an event the face has no form for.
+// For a live event it runs on the session's emitting goroutine, where the
+// partial message of a message_update is valid; for a replayed one it
+// gets the logged copy. The server calls it once per event and codec,
+// whatever the number of subscribers. A codec marks the frames a lagging
+// client may get merged (Frame.Key): deltas of one content block. It may
+// leave a frame to be encoded when a writer takes it (Merge without Data),
+// with a State that keeps what the frame needs. Codec values must be
+// comparable (pointers).
 type Codec interface {
 	Encode(sessionID string, ev session.Event) Frame
 }
@@ -159,9 +161,8 @@ func (s *Server) Subscribe(c *Client, h *Hosted, codec Codec, after *uint64, hol
 		for _, ev := range missed {
 			// A replay is every event after the cursor, each as it was:
 			// replayed frames are never merged.
-			if f := codec.Encode(h.id, ev); f.Data != nil {
-				f.Key, f.Merge = FrameKey{}, nil
-				frames = append(frames, f)
+			if f := codec.Encode(h.id, ev); f.Data != nil || f.Merge != nil {
+				frames = append(frames, f.Encoded())
 				seqs = append(seqs, ev.Seq)
 			}
 		}
@@ -243,13 +244,10 @@ func (h *Hosted) fanOut(ev session.Event) {
 			f = sub.codec.Encode(h.id, ev)
 			cache = append(cache, encoded{sub.codec, f})
 		}
-		if f.Data == nil {
+		if f.Data == nil && f.Merge == nil {
 			continue
 		}
 		if sub.held {
-			// Kept for later, off the emitting goroutine: a live frame's
-			// Merge may read the partial message, valid only now.
-			f.Merge = nil
 			sub.pending = append(sub.pending, f)
 			sub.seqs = append(sub.seqs, ev.Seq)
 			continue

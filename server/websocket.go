@@ -281,9 +281,7 @@ func (c *WebSocket) sendClose(code int, reason string) {
 	if c.closeSent {
 		return
 	}
-	if len(reason) > 123 {
-		reason = reason[:123]
-	}
+	reason = ClipCloseReason(reason)
 	var body []byte
 	if code != int(ws.StatusNoStatusRcvd) && code != 0 {
 		body = ws.NewCloseFrameBody(ws.StatusCode(code), reason)
@@ -293,6 +291,29 @@ func (c *WebSocket) sendClose(code int, reason string) {
 	if tc, ok := c.conn.(interface{ CloseWrite() error }); ok {
 		_ = tc.CloseWrite()
 	}
+}
+
+// MaxCloseReason is the most bytes of reason a close frame holds (its
+// payload is at most 125 bytes, 2 of them the code).
+const MaxCloseReason = 123
+
+// ClipCloseReason cuts a close reason to what a close frame holds, at a
+// character boundary: a reason cut inside a UTF-8 character is invalid
+// UTF-8, which browsers treat as a protocol error (1006, reason lost).
+// Every face's WebSocket closes through it.
+func ClipCloseReason(reason string) string { return ClipUTF8(reason, MaxCloseReason) }
+
+// ClipUTF8 cuts s to at most n bytes without splitting a UTF-8 character.
+func ClipUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Back up over continuation bytes (10xxxxxx) to the start of the
+	// character that does not fit.
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
 }
 
 // failProtocol closes a connection whose peer broke the protocol.

@@ -233,3 +233,52 @@ func TestWebSocketUnmaskedFrame(t *testing.T) {
 		t.Errorf("close frame = % x", head)
 	}
 }
+
+// A close reason longer than a close frame holds is cut at a character
+// boundary: 122 × "x" + "é" closes with the 122 x's, valid UTF-8, not a
+// reason ending in half of the é (which a browser takes as a protocol
+// error).
+func TestWebSocketCloseReasonClippedAtACharacter(t *testing.T) {
+	reason := strings.Repeat("x", 122) + "é"
+	srv := wsServer(t, WebSocketOptions{}, func(c *WebSocket) {
+		c.Close(4001, reason)
+		var buf []byte
+		for {
+			if _, err := c.Read(&buf, 0); err != nil {
+				return
+			}
+		}
+	})
+	c := dialWS(t, srv, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _, err := c.Read(ctx)
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != 4001 || ce.Reason != strings.Repeat("x", 122) {
+		t.Errorf("close = %v, want 4001 with 122 x's", err)
+	}
+}
+
+func TestClipUTF8(t *testing.T) {
+	tests := []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"", 3, ""},
+		{"abc", 3, "abc"},
+		{"abcd", 3, "abc"},
+		{"abé", 3, "ab"},  // é is 2 bytes: it does not fit whole
+		{"abé", 4, "abé"}, // it does
+		{"a€b", 3, "a"},   // € is 3 bytes
+		{"a€b", 4, "a€"},
+		{"😀", 3, ""},           // 4 bytes
+		{"x\xffy", 2, "x\xff"}, // bytes that are no UTF-8 are kept as they are
+		{strings.Repeat("x", 122) + "é", MaxCloseReason, strings.Repeat("x", 122)},
+	}
+	for _, tt := range tests {
+		if got := ClipUTF8(tt.in, tt.n); got != tt.want {
+			t.Errorf("ClipUTF8(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
+		}
+	}
+}

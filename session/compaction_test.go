@@ -83,6 +83,42 @@ func TestManualCompaction(t *testing.T) {
 	h.wait()
 }
 
+// A compact command on a conversation that fits in what would be kept
+// succeeds, as pi's does: the model writes the note, every message is
+// kept after it, the transcript reloads to the same context, and a second
+// compact right after says "Already compacted".
+func TestCompactShortConversation(t *testing.T) {
+	h := newHarness(t, func(*session.Config) {})
+	h.srv.Handle(summariser(100))
+	h.prompt("small")
+	h.wait()
+	before := h.s.Messages()
+	res, err := h.s.Compact(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := h.s.Messages()
+	if !strings.Contains(res.Summary, "SUMMARY OF EARLIER WORK") || len(msgs) != len(before)+1 || msgs[0].Role != llm.RoleCompactionSummary {
+		t.Fatalf("compaction %+v; %d -> %d messages", res, len(before), len(msgs))
+	}
+	for i, m := range before {
+		if msgs[i+1] != m {
+			t.Fatalf("message %d was not kept", i)
+		}
+	}
+	f, err := transcript.Open(h.s.File())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if got := len(f.Context(f.Leaf()).Messages); got != len(msgs) {
+		t.Fatalf("reloaded context %d messages, live %d", got, len(msgs))
+	}
+	if _, err := h.s.Compact(context.Background(), ""); err == nil || err.Error() != "Already compacted" {
+		t.Fatalf("second compact: %v, want Already compacted", err)
+	}
+}
+
 func TestAutomaticCompaction(t *testing.T) {
 	h := newHarness(t, func(c *session.Config) {
 		smallKeep(c)

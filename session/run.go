@@ -482,6 +482,11 @@ func (s *Session) compactNow(ctx context.Context, reason, instructions string, w
 		}
 		in = append(in, compaction.Item{EntryID: it.id, Message: it.msg})
 	}
+	// pi refuses when the newest entry of the path is the compaction: the
+	// context holds the summary first, so the transcript's leaf says it.
+	if prev != nil && f != nil && f.Leaf() == prev.EntryID {
+		return end(nil, compaction.ErrAlreadyCompacted)
+	}
 	plan, err := compaction.Prepare(in, prev, settings)
 	if err != nil {
 		return end(nil, err)

@@ -50,7 +50,7 @@ func (c *conn) Close(cl server.Close) {
 	if cl.Code != 0 {
 		code = cl.Code
 	}
-	c.ws.Close(code, clipReason(cl.Reason))
+	c.ws.Close(code, server.ClipCloseReason(cl.Reason))
 }
 
 // run reads the client's messages until it goes, with the heartbeat

@@ -212,7 +212,7 @@ func (f *Face) serve(w http.ResponseWriter, r *http.Request) {
 // the peer's close.
 func (f *Face) refuse(ws *server.WebSocket, code int, e *errorMsg) {
 	_ = ws.WriteText([][]byte{encode(e)})
-	ws.Close(code, clipReason(e.Message))
+	ws.Close(code, server.ClipCloseReason(e.Message))
 	var buf []byte
 	for {
 		if _, err := ws.Read(&buf, 0); err != nil {
@@ -300,15 +300,3 @@ func (f *Face) shutdown() {
 // Close stops the face's goroutines (the server's shutdown does this
 // too).
 func (f *Face) Close() { f.shutdown() }
-
-func clipReason(s string) string {
-	// A close frame's reason is at most 123 bytes.
-	if len(s) <= 120 {
-		return s
-	}
-	n := 120
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n]
-}

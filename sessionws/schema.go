@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/agentd-dev/agentd/server"
 	"github.com/google/jsonschema-go/jsonschema"
 )
 
@@ -67,7 +68,7 @@ func (v *validator) check(b []byte) (string, map[string]any, *refusal) {
 	}
 	s := v.client[typ]
 	if s == nil {
-		return "", nil, &refusal{code: "unknown_message_type", msg: fmt.Sprintf("Message type '%s' is not supported", clipReason(typ)), supported: clientTypes}
+		return "", nil, &refusal{code: "unknown_message_type", msg: fmt.Sprintf("Message type '%s' is not supported", server.ClipUTF8(typ, 120)), supported: clientTypes}
 	}
 	var inst any
 	if err := json.Unmarshal(b, &inst); err != nil {
