@@ -172,7 +172,7 @@ func (h *localHost) startMCP(ctx context.Context) (*mcp.Set, mcp.Notice, error) 
 // mcpManager starts the host's MCP servers under the sandbox of its
 // sessions.
 func (h *localHost) mcpManager() *mcp.Manager {
-	return mcpManager(h.log, h.sandbox())
+	return mcpManager(h.log, h.sandbox(), h.choices.bounds.MCP)
 }
 
 // sandbox is the policy the host's tools run under (quietly: engine
@@ -253,10 +253,12 @@ func loadMCPConfig(path string) ([]mcp.ServerConfig, error) {
 }
 
 // mcpManager starts MCP servers under policy, with only the base of
-// agentd's environment (see mcp.BaseEnv), logging to log.
-func mcpManager(log *slog.Logger, policy sandbox.Policy) *mcp.Manager {
+// agentd's environment (see mcp.BaseEnv), logging to log, within the
+// timeouts t.
+func mcpManager(log *slog.Logger, policy sandbox.Policy, t config.MCPTimeouts) *mcp.Manager {
+	start, call := t.Durations()
 	return mcp.New(mcp.Options{Environ: os.Environ(), Sandbox: policy, SandboxExe: "/proc/self/exe", TempDir: os.TempDir(),
-		Version: version(), Logger: log})
+		Version: version(), Logger: log, StartTimeout: start, CallTimeout: call})
 }
 
 // pickModel chooses the model of every command that runs one (ask, rpc,

@@ -131,7 +131,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		return err
 	}
 	if len(mcpServers) > 0 {
-		set := mcpManager(log, mcpPolicy).Open(ctx, mcpServers, cwd)
+		set := mcpManager(log, mcpPolicy, sc.Engine.MCP).Open(ctx, mcpServers, cwd)
 		if err := set.Err(); err != nil {
 			// Sessions work without the servers that failed; health says so.
 			log.Warn("MCP servers", "err", err)
@@ -210,7 +210,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		// token with pi-server's WebSocket.
 		rest, err = convapi.New(srv, convapi.Options{Models: ms, DefaultModel: model, Version: version(), Token: sc.Token,
 			OriginPatterns: sc.AllowOrigins, SessionIdle: sc.RESTSessionIdle,
-			MCP: mcpManager(log, mcpPolicy)})
+			MCP: mcpManager(log, mcpPolicy, sc.Engine.MCP)})
 		if err != nil {
 			return err
 		}

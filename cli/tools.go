@@ -25,9 +25,13 @@ func (m *Main) runTools(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	fs.StringVar(&f.tools, "tools", "", "comma-separated built-in tools to enable (default all: "+strings.Join(tool.BuiltinNames, ",")+")")
 	fs.BoolVar(&f.noTools, "no-tools", false, "enable no built-in tools")
 	fs.StringVar(&f.mcpConfig, "mcp-config", "", "MCP servers as tool sources: a JSON file {\"mcpServers\": {name: {command, args, env, cwd} | {url, headers}}}; the project's .agentd/mcp.json is added once trusted (agentd trust)")
+	f.bounds.MCP.Register(fs)
 	asJSON := fs.Bool("json", false, "print {\"tools\": [{name, description}], \"unavailable\": [{source, error}]}, as pi-server's get_tools answers")
 	if err := parseFlagsOnly(cfg, fs, args); err != nil {
 		return err
+	}
+	if err := f.bounds.MCP.Check(); err != nil {
+		return usageError{err}
 	}
 	// Before anything is read: a mistaken --tools is all a listing says.
 	if _, err := pickTools(f); err != nil {

@@ -30,6 +30,8 @@ type Engine struct {
 	Sandbox Sandbox
 	// Limits bound what each bash command may spend.
 	Limits ToolLimits
+	// MCP bounds the MCP servers sessions use.
+	MCP MCPTimeouts
 }
 
 // Register adds the engine's flags to fs.
@@ -42,6 +44,7 @@ func (e *Engine) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&e.BashTimeout, "bash-timeout", e.BashTimeout, "limit for a command a client runs with the bash command (0: the default, 10m; negative: none)")
 	e.Sandbox.Register(fs)
 	e.Limits.Register(fs)
+	e.MCP.Register(fs)
 }
 
 // Check validates e.
@@ -50,6 +53,9 @@ func (e *Engine) Check() error {
 		return errors.New("--max-queued-messages, --max-queued-message-bytes and --event-log-bytes must not be negative (0 takes the default)")
 	}
 	if err := e.Limits.Check(); err != nil {
+		return err
+	}
+	if err := e.MCP.Check(); err != nil {
 		return err
 	}
 	return e.Sandbox.Check()

@@ -702,6 +702,9 @@ func (s *server) connect(ctx context.Context) error {
 	cs, err := c.Connect(ctx, s.transport(), nil)
 	if err != nil {
 		s.killGroup()
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return s.tooSlow(err)
+		}
 		return s.explain(err)
 	}
 	s.cs = cs
@@ -730,6 +733,20 @@ func (s *server) explain(err error) error {
 	return fmt.Errorf("the command %s before listing its tools; see the agentd log for its stderr", why)
 }
 
+// tooSlow says that a server did not answer in time, and what to do:
+// the usual cause is a first `npx -y` or `uvx`, which downloads the
+// server's package before it starts. The server's stderr goes to the
+// log only, as in explain.
+func (s *server) tooSlow(err error) error {
+	var tail string
+	if s.stderr != nil { // a stdio server's
+		tail = s.redactor()(strings.TrimSpace(s.stderr.String()))
+	}
+	s.m.opt.Logger.Warn("MCP server did not answer in time", "server", s.cfg.Name, "timeout", s.m.opt.StartTimeout,
+		"err", err, "stderr", tail)
+	return fmt.Errorf("did not list its tools within %v and was stopped; a first `npx -y` or `uvx` downloads the server's package first: run the command once by hand, or raise the start timeout (--mcp-start-timeout)", s.m.opt.StartTimeout)
+}
+
 // start connects and lists the server's tools, every page.
 func (s *server) start(ctx context.Context) error {
 	s.mu.Lock()
@@ -739,6 +756,9 @@ func (s *server) start(ctx context.Context) error {
 	}
 	tools, err := s.list(ctx, s.cs)
 	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return s.tooSlow(err)
+		}
 		return err
 	}
 	s.tools = tools

@@ -238,3 +238,20 @@ func TestParseConfig(t *testing.T) {
 		}
 	}
 }
+
+// A server that does not answer within the start timeout is stopped, and
+// the error says what happened and what to do, not 'context deadline
+// exceeded'.
+func TestAServerTooSlowToStartSaysWhatToDo(t *testing.T) {
+	m := New(Options{StartTimeout: 300 * time.Millisecond})
+	_, stop, err := m.Start(context.Background(), []ServerConfig{{Name: "slow", Command: "/bin/sleep", Args: []string{"60"}}}, t.TempDir())
+	defer stop()
+	for _, want := range []string{"MCP server slow", "did not list its tools within 300ms", "npx -y", "--mcp-start-timeout"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %v, want it to say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "deadline exceeded") {
+		t.Fatalf("error %v", err)
+	}
+}
