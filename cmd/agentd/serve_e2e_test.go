@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -2076,26 +2075,6 @@ func TestServeCommandTimeout(t *testing.T) {
 	}
 }
 
-// execOutput runs a command and returns its combined output.
-func execOutput(name string, args ...string) (string, error) {
-	var out strings.Builder
-	cmd := exec.Command(name, args...)
-	dieWithTest(cmd)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		return "", err
-	}
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		return out.String(), err
-	case <-time.After(svWait):
-		_ = cmd.Process.Kill()
-		<-done
-		return out.String(), fmt.Errorf("%s did not exit", name)
-	}
-}
 
 // svDeltaForm is an event as the session log keeps it: a replayed
 // message_update carries its delta but not the partial message (the log
