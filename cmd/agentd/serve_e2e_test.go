@@ -2075,7 +2075,6 @@ func TestServeCommandTimeout(t *testing.T) {
 	}
 }
 
-
 // svDeltaForm is an event as the session log keeps it: a replayed
 // message_update carries its delta but not the partial message (the log
 // stays small; message_end carries the whole message).
