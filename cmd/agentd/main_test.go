@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentd-dev/agentd/llm/llmtest"
 )
@@ -250,4 +251,24 @@ func TestAskThroughEachWireAPI(t *testing.T) {
 			t.Fatalf("exit %d stderr %s", r.code, r.stderr)
 		}
 	})
+}
+
+// waitGoneWith waits until no process on the machine has marker in its
+// command line, failing the test if one is left after five seconds. A
+// process's own pid means nothing outside its PID namespace (a sandboxed
+// MCP server runs in one of its own), so processes are found by what
+// they were started with.
+func waitGoneWith(t *testing.T, marker, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := processesWith(marker)
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still running (%d processes)", what, left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -3,11 +3,8 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/agentd-dev/agentd/llm/llmtest"
 )
@@ -53,23 +50,16 @@ func TestServeMCPConfig(t *testing.T) {
 					t.Fatalf("session %s: the MCP tool's result: %s", sid, end)
 				}
 			}
-			b, err := os.ReadFile(pidFile)
-			if err != nil {
+			if _, err := os.ReadFile(pidFile); err != nil {
 				t.Fatal(err)
 			}
-			pid, _ := strconv.Atoi(string(b))
 			c.close()
 			s.sigterm()
 			if code := s.waitExit(); code != 0 {
 				t.Fatalf("exit code %d\n%s", code, s.stderrTail(2000))
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for syscall.Kill(pid, 0) == nil {
-				if time.Now().After(deadline) {
-					t.Fatalf("MCP server %d still running after agentd serve exited", pid)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			// The server's command line names its pid file.
+			waitGoneWith(t, pidFile, "the MCP server, after agentd serve exited,")
 		})
 	}
 
