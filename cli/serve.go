@@ -258,6 +258,12 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	var details []health.Detail
 	if cn != nil {
 		details = append(details, health.Detail{Name: "cluster", Value: func() any { return srv.ClusterStatus() }})
+		// A node cut off from NATS cannot renew, publish or forward: it
+		// is not ready, and its health says why, until it reconnects.
+		hl.Need("cluster: not connected to NATS (reconnecting)", func() bool {
+			st := srv.ClusterStatus()
+			return st != nil && st.Connected
+		})
 	}
 	mux := health.NewMux(hl, metrics, details...)
 	// "/" is pi-server's WebSocket; a browser's plain GET of it (and of

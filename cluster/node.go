@@ -216,6 +216,20 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 	ncClosed := make(chan struct{})
 	nc, err := nats.Connect(cfg.URL, append(auth,
 		nats.Name("agentd "+cfg.NodeID),
+		// A node never gives NATS up: nats.go's default of 60 tries, 2 s
+		// apart, left a node whose NATS was away for two minutes
+		// disconnected for good, renewing nothing while it served.
+		// Tries are 2 s apart with up to 1 s of jitter, so that nodes
+		// do not all come back at once.
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(2*time.Second),
+		nats.ReconnectJitter(time.Second, time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("cluster: lost the connection to NATS; reconnecting", "err", err)
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("cluster: reconnected to NATS", "url", c.ConnectedUrlRedacted())
+		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(ncClosed) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			subj := ""

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -32,6 +33,34 @@ type Health struct {
 	breakers     *Breakers
 	shuttingDown atomic.Bool
 	lasting      atomic.Pointer[[]string]
+	// needs are conditions the server cannot serve without (a cluster
+	// node's link to NATS), each with the issue it is while false. Set
+	// before the server serves (Need), read at each check.
+	needs []need
+}
+
+type need struct {
+	issue string
+	ok    func() bool
+}
+
+// Need makes ok a condition of readiness: while it is false the server
+// is not ready (/readyz answers 503 with issue), /healthz's status is
+// "degraded" with the issue, and health_check reports it. Call it before
+// the server serves.
+func (h *Health) Need(issue string, ok func() bool) {
+	h.needs = append(h.needs, need{issue, ok})
+}
+
+// unmet lists the issues of the conditions that are false now.
+func (h *Health) unmet() []string {
+	var out []string
+	for _, n := range h.needs {
+		if !n.ok() {
+			out = append(out, n.issue)
+		}
+	}
+	return out
 }
 
 // AddLasting adds an issue that lasts as long as the server does (tools
@@ -98,6 +127,7 @@ func (h *Health) Check() HealthCheck {
 	if h.ShuttingDown() {
 		hc.Issues = append(hc.Issues, IssueShuttingDown)
 	}
+	hc.Issues = append(hc.Issues, h.unmet()...)
 	if h.breakers != nil {
 		for _, b := range h.breakers.Providers() {
 			if b.State() == StateOpen {
@@ -115,12 +145,15 @@ func (h *Health) Check() HealthCheck {
 }
 
 // Ready reports whether the server should get new traffic: it is not
-// ready once shutting down. Open breakers do not make it unready: they
+// ready once shutting down, nor while a condition given to Need is false. Open breakers do not make it unready: they
 // concern one provider (or bash), and the other commands still work; they
 // show in health_check and the metrics instead.
 func (h *Health) Ready() (bool, string) {
 	if h.ShuttingDown() {
 		return false, IssueShuttingDown
+	}
+	if unmet := h.unmet(); len(unmet) > 0 {
+		return false, strings.Join(unmet, "; ")
 	}
 	return true, ""
 }
@@ -145,10 +178,16 @@ type Detail struct {
 }
 
 // LivenessHandler answers /healthz: 200 while the process serves HTTP,
-// with the details besides the status.
+// with the details besides the status; the status is "degraded", with
+// the issues, while a condition given to Need is false (the process is
+// alive: restarting it would not help, but it must not say "ok").
 func (h *Health) LivenessHandler(details ...Detail) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		body := map[string]any{"status": "ok"}
+		if unmet := h.unmet(); len(unmet) > 0 {
+			body["status"] = "degraded"
+			body["issues"] = unmet
+		}
 		for _, d := range details {
 			body[d.Name] = d.Value()
 		}

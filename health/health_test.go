@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,6 +106,36 @@ func TestProbes(t *testing.T) {
 	}
 	if code, _ := get(t, srv.URL+"/healthz"); code != 200 {
 		t.Fatalf("/healthz while shutting down = %d, want 200 (still alive)", code)
+	}
+}
+
+// A condition the server needs (a cluster node's link to NATS) makes it
+// unready and its liveness "degraded" while false, and health_check
+// names it; both come back when it holds again.
+func TestNeed(t *testing.T) {
+	h := NewHealth(nil)
+	var connected atomic.Bool
+	const issue = "cluster: not connected to NATS (reconnecting)"
+	h.Need(issue, connected.Load)
+	srv := httptest.NewServer(NewMux(h, nil))
+	defer srv.Close()
+	if code, body := get(t, srv.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, issue) {
+		t.Fatalf("/readyz while the need is unmet = %d %s", code, body)
+	}
+	if code, body := get(t, srv.URL+"/healthz"); code != 200 || !strings.Contains(body, `"status":"degraded"`) || !strings.Contains(body, issue) {
+		t.Fatalf("/healthz while the need is unmet = %d %s", code, body)
+	}
+	if hc := h.Check(); hc.Healthy || !slices.Contains(hc.Issues, issue) {
+		t.Fatalf("health_check = %+v", hc)
+	}
+	connected.Store(true)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, body := get(t, srv.URL+path); code != 200 || !strings.Contains(body, `"status":"ok"`) || strings.Contains(body, issue) {
+			t.Fatalf("%s once met = %d %s", path, code, body)
+		}
+	}
+	if hc := h.Check(); !hc.Healthy {
+		t.Fatalf("health_check once met = %+v", hc)
 	}
 }
 
