@@ -672,7 +672,9 @@ func TestRestartReusedCallIDStillOffered(t *testing.T) {
 	approve := func() {
 		t.Helper()
 		deadline := time.After(30 * time.Second)
-		for len(h.s.Interactions()) == 0 {
+		// The approval is registered a moment before the session says
+		// it is suspended: wait for both.
+		for len(h.s.Interactions()) == 0 || h.s.State() != session.StateSuspended {
 			select {
 			case <-h.seen:
 			case <-time.After(20 * time.Millisecond):
