@@ -25,7 +25,7 @@ type MCPTimeouts struct {
 
 // Register adds the MCP timeout flags to fs.
 func (m *MCPTimeouts) Register(fs *flag.FlagSet) {
-	fs.DurationVar(&m.Start, "mcp-start-timeout", m.Start, fmt.Sprintf("how long an MCP server may take to start and list its tools (0: the default, %v); a first `npx -y` downloads its package and may need minutes", DefaultMCPStartTimeout))
+	fs.DurationVar(&m.Start, "mcp-start-timeout", m.Start, fmt.Sprintf("how long an MCP server may take to start and list its tools (0: the default, %v); a first npx -y downloads its package and may need minutes", DefaultMCPStartTimeout))
 	fs.DurationVar(&m.Call, "mcp-call-timeout", m.Call, fmt.Sprintf("how long one MCP tool call may take (0: the default, %v)", DefaultMCPCallTimeout))
 }
 
