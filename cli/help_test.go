@@ -69,8 +69,13 @@ func TestEveryCommandHasHelp(t *testing.T) {
 			if examples < 0 || flags >= 0 && flags < examples || !strings.Contains(help[examples:], "agentd "+c.name) {
 				t.Errorf("no examples before the flags:\n%s", help)
 			}
-			if got := strings.Contains(help, "-data-dir"); got == c.own {
-				t.Errorf("own=%v, but -data-dir listed=%v:\n%s", c.own, got, help)
+			if got, want := strings.Contains(help, "-data-dir"), !c.own && c.shared == nil; got != want {
+				t.Errorf("-data-dir listed: %v, want %v:\n%s", got, want, help)
+			}
+			for _, name := range c.shared {
+				if i := strings.Index(help, "\nShared flags:\n"); i < 0 || !strings.Contains(help[i:], "\n  -"+name+" ") {
+					t.Errorf("shared flag -%s not listed:\n%s", name, help)
+				}
 			}
 		})
 	}

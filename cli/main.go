@@ -82,21 +82,26 @@ type command struct {
 	// own: the command takes none of the shared flags (config.Register),
 	// as it reads no configuration.
 	own bool
+	// shared, when set, is the only shared flags the command takes: the
+	// others would be accepted and ignored.
+	shared []string
 }
 
 func commands() []command {
 	return []command{
-		{"ask", "send one prompt to a model and stream the answer", (*Main).runAsk, false},
-		{"models", "list the models agentd can use, and why not for the others", (*Main).runModels, false},
-		{"tools", "list the tools a session here gets (built-in and MCP servers'), and servers that failed to start", (*Main).runTools, false},
-		{"rpc", "speak pi's RPC protocol on stdin/stdout (a drop-in for pi --mode rpc)", (*Main).runRPC, false},
-		{"acp", "speak the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim)", (*Main).runACP, false},
-		{"serve", "serve many sessions: pi-server protocol, REST + SSE API, per-session WebSocket and web UI on one port (or pi-server on --stdio)", (*Main).runServe, false},
-		{"bench", "measure agentd serve: N sessions over WebSocket against a mock model", (*Main).runBench, false},
-		{"token", "print a random token for agentd serve --token", (*Main).runToken, true},
-		{"trust", "trust a project's .agentd/mcp.json (as it is now) to start its MCP servers", (*Main).runTrust, false},
-		{"version", "print the version", (*Main).runVersion, true},
-		{"completion", "print a shell completion script: bash, zsh or fish", (*Main).runCompletion, true},
+		{"ask", "send one prompt to a model and stream the answer", (*Main).runAsk, false, nil},
+		{"models", "list the models agentd can use, and why not for the others", (*Main).runModels, false, nil},
+		{"tools", "list the tools a session here gets (built-in and MCP servers'), and servers that failed to start", (*Main).runTools, false, nil},
+		{"rpc", "speak pi's RPC protocol on stdin/stdout (a drop-in for pi --mode rpc)", (*Main).runRPC, false, nil},
+		{"acp", "speak the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim)", (*Main).runACP, false, nil},
+		{"serve", "serve many sessions: pi-server protocol, REST + SSE API, per-session WebSocket and web UI on one port (or pi-server on --stdio)", (*Main).runServe, false, nil},
+		// bench starts servers of its own, with their own data: it only logs.
+		{name: "bench", summary: "measure agentd serve: N sessions over WebSocket against a mock model", run: (*Main).runBench, shared: []string{"log-level", "log-format"}},
+		{"token", "print a random token for agentd serve --token", (*Main).runToken, true, nil},
+		// trust keeps its grants in the config directory, and reads nothing else.
+		{name: "trust", summary: "trust a project's .agentd/mcp.json (as it is now) to start its MCP servers", run: (*Main).runTrust, shared: []string{"config-dir"}},
+		{"version", "print the version", (*Main).runVersion, true, nil},
+		{"completion", "print a shell completion script: bash, zsh or fish", (*Main).runCompletion, true, nil},
 	}
 }
 
@@ -182,8 +187,18 @@ func newFlagSet(cmd command, cfg *config.Config) *flag.FlagSet {
 	fs := flag.NewFlagSet("agentd "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	if !cmd.own {
+	switch {
+	case cmd.own:
+	case cmd.shared == nil:
 		cfg.Register(fs)
+	default:
+		all := flag.NewFlagSet("", flag.ContinueOnError)
+		cfg.Register(all)
+		for _, name := range cmd.shared {
+			f := all.Lookup(name)
+			fs.Var(f.Value, f.Name, f.Usage)
+			fs.Lookup(name).DefValue = f.DefValue
+		}
 	}
 	return fs
 }
