@@ -48,8 +48,18 @@ type Main struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// terminal: a person reads stderr (it is a TTY), so serve also says
+	// in plain words where to go; logs alone stay machine-readable.
+	terminal bool
 
 	httpClient *http.Client
+}
+
+// StderrIsTerminal tells m whether stderr is a terminal a person reads
+// (the caller checks; tests say either). It returns m.
+func (m *Main) StderrIsTerminal(yes bool) *Main {
+	m.terminal = yes
+	return m
 }
 
 // New returns a Main reading and writing the given streams; getenv is the
@@ -69,20 +79,29 @@ func (m *Main) Close() error {
 type command struct {
 	name, summary string
 	run           func(m *Main, ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error
+	// own: the command takes none of the shared flags (config.Register),
+	// as it reads no configuration.
+	own bool
+	// shared, when set, is the only shared flags the command takes: the
+	// others would be accepted and ignored.
+	shared []string
 }
 
 func commands() []command {
 	return []command{
-		{"ask", "send one prompt to a model and stream the answer", (*Main).runAsk},
-		{"models", "list the models agentd can use, and why not for the others", (*Main).runModels},
-		{"tools", "list the tools a session here gets (built-in and MCP servers'), and servers that failed to start", (*Main).runTools},
-		{"rpc", "speak pi's RPC protocol on stdin/stdout (a drop-in for pi --mode rpc)", (*Main).runRPC},
-		{"acp", "speak the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim)", (*Main).runACP},
-		{"serve", "serve many sessions: pi-server protocol, REST + SSE API, per-session WebSocket and web UI on one port (or pi-server on --stdio)", (*Main).runServe},
-		{"bench", "measure agentd serve: N sessions over WebSocket against a mock model", (*Main).runBench},
-		{"token", "print a random token for agentd serve --token", (*Main).runToken},
-		{"trust", "trust a project's .agentd/mcp.json (as it is now) to start its MCP servers", (*Main).runTrust},
-		{"version", "print the version", (*Main).runVersion},
+		{"ask", "send one prompt to a model and stream the answer", (*Main).runAsk, false, nil},
+		{"models", "list the models agentd can use, and why not for the others", (*Main).runModels, false, nil},
+		{"tools", "list the tools a session here gets (built-in and MCP servers'), and servers that failed to start", (*Main).runTools, false, nil},
+		{"rpc", "speak pi's RPC protocol on stdin/stdout (a drop-in for pi --mode rpc)", (*Main).runRPC, false, nil},
+		{"acp", "speak the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim)", (*Main).runACP, false, nil},
+		{"serve", "serve many sessions: pi-server protocol, REST + SSE API, per-session WebSocket and web UI on one port (or pi-server on --stdio)", (*Main).runServe, false, nil},
+		// bench starts servers of its own, with their own data: it only logs.
+		{name: "bench", summary: "measure agentd serve: N sessions over WebSocket against a mock model", run: (*Main).runBench, shared: []string{"log-level", "log-format"}},
+		{"token", "print a random token for agentd serve --token", (*Main).runToken, true, nil},
+		// trust keeps its grants in the config directory, and reads nothing else.
+		{name: "trust", summary: "trust a project's .agentd/mcp.json (as it is now) to start its MCP servers", run: (*Main).runTrust, shared: []string{"config-dir"}},
+		{"version", "print the version", (*Main).runVersion, true, nil},
+		{"completion", "print a shell completion script: bash, zsh or fish", (*Main).runCompletion, true, nil},
 	}
 }
 
@@ -124,23 +143,23 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		}
 	}
 	if cmd == nil {
-		fmt.Fprintf(m.stderr, "agentd: unknown command %q\n\n", args[0])
-		m.usage(m.stderr)
+		fmt.Fprintf(m.stderr, "agentd: unknown command %q\nRun 'agentd help' for the commands.\n", args[0])
 		return ExitUsage
 	}
 	cfg := config.Defaults(m.getenv)
-	fs := flag.NewFlagSet("agentd "+cmd.name, flag.ContinueOnError)
-	fs.SetOutput(m.stderr)
-	cfg.Register(fs)
+	fs := newFlagSet(*cmd, &cfg)
 	err := cmd.run(m, ctx, &cfg, fs, args[1:])
 	var ue usageError
 	switch {
 	case err == nil:
 		return ExitOK
-	case errors.Is(err, flag.ErrHelp):
+	case isHelp(err):
+		printHelp(m.stderr, *cmd, fs)
 		return ExitOK
 	case errors.As(err, &ue):
-		fmt.Fprintf(m.stderr, "agentd %s: %v\n", cmd.name, ue.error)
+		// The mistake and where to read more, not every flag: serve's
+		// list buried the one line that mattered.
+		fmt.Fprintf(m.stderr, "agentd %s: %v\n%s\n", cmd.name, ue.error, hint(*cmd))
 		return ExitUsage
 	default:
 		fmt.Fprintf(m.stderr, "agentd %s: %v\n", cmd.name, err)
@@ -155,10 +174,48 @@ func (m *Main) usage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, `Run "agentd help <command>" (or "agentd <command> -h") for a command's flags.`)
+	fmt.Fprintln(w, `Run "agentd help <command>" (or "agentd <command> -h") for what a command does and its flags.`)
+}
+
+// newFlagSet is the flag set cmd's run registers its flags in: the
+// shared ones unless cmd.own, bound to cfg. It prints nothing itself:
+// Run prints the help or the error with a hint.
+func newFlagSet(cmd command, cfg *config.Config) *flag.FlagSet {
+	fs := flag.NewFlagSet("agentd "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	switch {
+	case cmd.own:
+	case cmd.shared == nil:
+		cfg.Register(fs)
+	default:
+		all := flag.NewFlagSet("", flag.ContinueOnError)
+		cfg.Register(all)
+		for _, name := range cmd.shared {
+			f := all.Lookup(name)
+			fs.Var(f.Value, f.Name, f.Usage)
+			fs.Lookup(name).DefValue = f.DefValue
+		}
+	}
+	return fs
+}
+
+// parseOwn is parseFlagsOnly for a command that reads no configuration
+// (command.own): nothing to check.
+func parseOwn(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+	}
+	return nil
 }
 
 // parse parses flags and checks the configuration.
@@ -270,8 +327,8 @@ func (e *modelConfigError) Error() string {
 
 func (e *modelConfigError) Unwrap() error { return e.err }
 
-func (m *Main) runVersion(_ context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
-	if err := parse(cfg, fs, args); err != nil {
+func (m *Main) runVersion(_ context.Context, _ *config.Config, fs *flag.FlagSet, args []string) error {
+	if err := parseOwn(fs, args); err != nil {
 		return err
 	}
 	fmt.Fprintf(m.stdout, "agentd %s\n", version())

@@ -201,7 +201,7 @@ func TestHelpCommand(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			code, _, viaHelp := cliRun(t, home, nil, "help", c.name)
 			_, _, viaFlag := cliRun(t, home, nil, c.name, "-h")
-			if code != ExitOK || viaHelp != viaFlag || !strings.Contains(strings.ToLower(viaHelp), "usage of agentd "+c.name) && !strings.Contains(viaHelp, "usage: agentd "+c.name) {
+			if code != ExitOK || viaHelp != viaFlag || !strings.HasPrefix(viaHelp, "Usage: agentd "+c.name) {
 				t.Fatalf("agentd help %s: exit %d\n%s\nwant what -h prints:\n%s", c.name, code, viaHelp, viaFlag)
 			}
 		})

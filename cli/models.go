@@ -13,7 +13,7 @@ import (
 func (m *Main) runModels(ctx context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON: one object per model with available and reason")
 	onlyAvailable := fs.Bool("available", false, "list only models that can be used now")
-	if err := parse(cfg, fs, args); err != nil {
+	if err := parseFlagsOnly(cfg, fs, args); err != nil {
 		return err
 	}
 	// With a broken models.json the list shows what could be read, and

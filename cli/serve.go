@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -299,6 +300,9 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	reach := reachable(ln.Addr())
 	log.Info("agentd serve listening", "addr", ln.Addr().String(), "ui", "http://"+reach+"/", "url", "ws://"+reach+"/", "api", "http://"+reach+"/api/v2",
 		"model", model.Provider+"/"+model.ID, "data", cfg.DataDir, "auth", authOf(sc))
+	if m.terminal {
+		greet(m.stderr, reach, authOf(sc))
+	}
 
 	select {
 	case <-ctx.Done():
@@ -416,12 +420,22 @@ func heartbeat(d time.Duration) time.Duration {
 	return d
 }
 
-func (m *Main) runToken(_ context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
-	if err := parse(cfg, fs, args); err != nil {
+func (m *Main) runToken(_ context.Context, _ *config.Config, fs *flag.FlagSet, args []string) error {
+	if err := parseOwn(fs, args); err != nil {
 		return err
 	}
 	fmt.Fprintln(m.stdout, server.NewToken())
 	return nil
+}
+
+// greet tells the person at the terminal, in a few plain lines under the
+// log, where the server is and how to stop it.
+func greet(w io.Writer, reach, auth string) {
+	fmt.Fprintf(w, "\n  agentd is serving.\n\n  Web UI:  http://%s/\n  API:     http://%s/api/v2  (pi-server WebSocket: ws://%s/)\n", reach, reach, reach)
+	if auth != "none" {
+		fmt.Fprintf(w, "  Auth:    clients must present a %s (the web UI asks for it)\n", auth)
+	}
+	fmt.Fprint(w, "\n  Ctrl+C stops it (running commands get --shutdown-timeout to finish).\n\n")
 }
 
 // reachable is where this machine reaches a listener: a wildcard address

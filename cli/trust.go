@@ -22,11 +22,6 @@ import (
 func (m *Main) runTrust(_ context.Context, cfg *config.Config, fs *flag.FlagSet, args []string) error {
 	revoke := fs.Bool("revoke", false, "remove every grant of the project instead")
 	list := fs.Bool("list", false, "list the trusted projects and files")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: agentd trust [--revoke | --list] [project-dir]\n\nTrust the project's %s as it is now: its MCP servers start in agentd rpc, acp and tools sessions of the project (under the sessions' sandbox). The grant is kept in %s and ends when the file changes.\n\n",
-			mcp.ProjectFile, m.trustStore(cfg).Path())
-		fs.PrintDefaults()
-	}
 	if err := parse(cfg, fs, args); err != nil {
 		return err
 	}
