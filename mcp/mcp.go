@@ -527,7 +527,7 @@ func (s *server) transport() sdk.Transport {
 	cmd.WaitDelay = 2 * time.Second
 	ownGroup(cmd)
 	s.proc = cmd
-	return &sdk.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+	return &stdioTransport{cmd: cmd, terminate: 2 * time.Second, dropped: droppedLine(s.m.opt.Logger, s.cfg.Name, s.redactor())}
 }
 
 // BaseEnv are the variables of agentd's environment every stdio server
