@@ -499,6 +499,11 @@ type server struct {
 	closed   bool
 	failures int
 	retryAt  time.Time
+
+	// The calls under way that take progress, by token (progress.go).
+	progressMu sync.Mutex
+	progress   map[string]*progressSink
+	nextToken  uint64
 }
 
 func (s *server) transport() sdk.Transport {
@@ -690,6 +695,11 @@ func (s *server) connect(ctx context.Context) error {
 			case s.changed <- struct{}{}:
 			default:
 			}
+		},
+		// Also on the SDK's handler goroutine: it only hands the
+		// newest progress to the call's Execute.
+		ProgressNotificationHandler: func(_ context.Context, r *sdk.ProgressNotificationClientRequest) {
+			s.onProgress(r.Params)
 		},
 	})
 	if s.cfg.URL == "" {
@@ -947,7 +957,7 @@ type mcpTool struct {
 
 func (t *mcpTool) Spec() llm.Tool { return t.spec }
 
-func (t *mcpTool) Execute(ctx context.Context, call tool.Call, _ func(tool.Result)) tool.Result {
+func (t *mcpTool) Execute(ctx context.Context, call tool.Call, update func(tool.Result)) tool.Result {
 	cs, err := t.s.session(ctx)
 	if err != nil {
 		return tool.Errorf("MCP server %s is not available: %v", t.s.cfg.Name, err)
@@ -958,7 +968,7 @@ func (t *mcpTool) Execute(ctx context.Context, call tool.Call, _ func(tool.Resul
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
-	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: t.remote, Arguments: args})
+	res, err := t.call(ctx, cs, &sdk.CallToolParams{Name: t.remote, Arguments: args}, update)
 	switch {
 	case err == nil:
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
@@ -977,6 +987,39 @@ func (t *mcpTool) Execute(ctx context.Context, call tool.Call, _ func(tool.Resul
 	}
 	t.s.healthy()
 	return Result(res)
+}
+
+// call calls the tool. With update, the call carries a progress token
+// and each progress the server notifies is an update, given on this
+// goroutine while the call is under way; progress that comes after the
+// answer is superseded by it and dropped.
+func (t *mcpTool) call(ctx context.Context, cs *sdk.ClientSession, params *sdk.CallToolParams, update func(tool.Result)) (*sdk.CallToolResult, error) {
+	if update == nil {
+		return cs.CallTool(ctx, params)
+	}
+	token, sink, unwatch := t.s.watchProgress()
+	defer unwatch()
+	params.SetProgressToken(token)
+	type answer struct {
+		res *sdk.CallToolResult
+		err error
+	}
+	done := make(chan answer, 1)
+	// Ends with the call, which ends with ctx; waited for below.
+	go func() {
+		res, err := cs.CallTool(ctx, params)
+		done <- answer{res, err}
+	}()
+	for {
+		select {
+		case <-sink.ready:
+			if n := sink.take(); n != nil {
+				update(progressResult(n))
+			}
+		case a := <-done:
+			return a.res, a.err
+		}
+	}
 }
 
 // healthy restarts the backoff after a call that worked.

@@ -70,6 +70,9 @@ func testServer() *sdk.Server {
 	if os.Getenv("AGENTD_MCP_TEST_EXTRA") == "1" {
 		confineTools(s)
 	}
+	if os.Getenv("AGENTD_MCP_TEST_PROGRESS") != "" {
+		progressTools(s)
+	}
 	if os.Getenv("AGENTD_MCP_TEST_NOISY") != "" {
 		s.AddTool(&sdk.Tool{Name: "noisy", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 			fmt.Println("debug: handling noisy")
