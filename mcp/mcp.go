@@ -302,24 +302,42 @@ func (set *Set) start(ctx context.Context) (up bool) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer context.AfterFunc(set.ctx, cancel)()
 	defer cancel()
-	var later bool
-	for _, s := range set.servers {
+	// The servers start side by side: a server that never answers
+	// holds the Start for one start timeout, not one per server.
+	errs := make([]error, len(set.servers))
+	var starting sync.WaitGroup
+	for i, s := range set.servers {
 		if s.settled {
 			continue
 		}
-		err := s.cfg.check()
-		if err == nil {
-			if err = s.start(ctx); err != nil {
-				s.close()
+		starting.Go(func() {
+			err := s.cfg.check()
+			if err == nil {
+				if err = s.start(ctx); err != nil {
+					s.close()
+				}
 			}
+			errs[i] = err
+		})
+	}
+	starting.Wait()
+	var later bool
+	for i, s := range set.servers {
+		if s.settled {
+			continue
 		}
-		if err != nil && caller.Err() != nil && set.ctx.Err() == nil {
+		err := errs[i]
+		var cut cutShort
+		if errors.As(err, &cut) && caller.Err() != nil && set.ctx.Err() == nil {
 			s.reopen()
 			later = true
 			continue
 		}
 		s.settled = true
 		if err != nil {
+			if errors.As(err, &cut) {
+				err = cut.err
+			}
 			set.mu.Lock()
 			s.startErr = &StartError{Server: s.cfg.Name, Err: err}
 			set.mu.Unlock()
@@ -711,11 +729,20 @@ func (s *server) connect(ctx context.Context) error {
 	}
 	cs, err := c.Connect(ctx, s.transport(), nil)
 	if err != nil {
+		// Whether ctx had ended when the server failed, taken first:
+		// servers start side by side, and one that failed on its own
+		// must not pass for one its caller gave up on.
+		cut := ctx.Err() != nil
 		s.killGroup()
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return s.tooSlow(err)
+			err = s.tooSlow(err)
+		} else {
+			err = s.explain(err)
 		}
-		return s.explain(err)
+		if cut {
+			err = cutShort{err}
+		}
+		return err
 	}
 	s.cs = cs
 	return nil
@@ -766,14 +793,26 @@ func (s *server) start(ctx context.Context) error {
 	}
 	tools, err := s.list(ctx, s.cs)
 	if err != nil {
+		cut := ctx.Err() != nil
 		if errors.Is(err, context.DeadlineExceeded) {
-			return s.tooSlow(err)
+			err = s.tooSlow(err)
+		}
+		if cut {
+			err = cutShort{err}
 		}
 		return err
 	}
 	s.tools = tools
 	return nil
 }
+
+// cutShort is a start that failed once its context had ended: when
+// that context is the caller's, the caller gave up, and the server is
+// the next Start's to try, not failed for good.
+type cutShort struct{ err error }
+
+func (c cutShort) Error() string { return c.err.Error() }
+func (c cutShort) Unwrap() error { return c.err }
 
 // list fetches the server's tools, every page.
 func (s *server) list(ctx context.Context, cs *sdk.ClientSession) ([]tool.Tool, error) {

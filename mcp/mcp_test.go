@@ -35,6 +35,20 @@ func TestMain(m *testing.M) {
 		os.Exit(3)
 	}
 	if os.Getenv("AGENTD_MCP_TEST_SERVER") == "1" {
+		if fifo := os.Getenv("AGENTD_MCP_TEST_FIFO"); fifo != "" {
+			// Opening one end of a FIFO waits for the other end: a
+			// server that answers only once its peer started too.
+			flag := os.O_RDONLY
+			if os.Getenv("AGENTD_MCP_TEST_FIFO_END") == "w" {
+				flag = os.O_WRONLY
+			}
+			f, err := os.OpenFile(fifo, flag, 0)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			defer f.Close()
+		}
 		if os.Getenv("AGENTD_MCP_TEST_NOISY") != "" {
 			// What servers print on stdout that is not a message: a
 			// banner (with a secret), a JSON log line, JSON that is not
