@@ -27,6 +27,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -272,6 +273,46 @@ func (m *Manager) OpenLazy(servers []ServerConfig, cwd string) *Set {
 	return set
 }
 
+// OpenBackground is Open without waiting: the servers start on the
+// Set's own goroutine, and the owner has each one's tools when it is
+// ready, told by Watch, so a server slow to answer (or never answering)
+// holds nobody. Until then Unavailable names it as starting, and if it
+// fails, why. Close stops the start under way.
+func (m *Manager) OpenBackground(servers []ServerConfig, cwd string) *Set {
+	set := m.OpenLazy(servers, cwd)
+	set.ready = make(chan struct{}, 1)
+	set.background = make(chan struct{})
+	set.mu.Lock()
+	set.starting = true
+	set.mu.Unlock()
+	go set.startBackground()
+	return set
+}
+
+// startBackground starts the servers and tells the watchers as each
+// comes up, and once all settled.
+func (set *Set) startBackground() {
+	defer close(set.background)
+	done := make(chan struct{})
+	// Ends with the start, which Close cuts short; waited for below.
+	go func() {
+		defer close(done)
+		set.start(set.ctx)
+	}()
+	for {
+		select {
+		case <-set.ready:
+			set.notify()
+		case <-done:
+			set.mu.Lock()
+			set.starting = false
+			set.mu.Unlock()
+			set.notify()
+			return
+		}
+	}
+}
+
 // Start starts the Set's servers, once: a later call, or one while
 // another is under way, waits for the first and does nothing more. A
 // server that fails is left out as in Open. Close aborts a Start under
@@ -318,6 +359,16 @@ func (set *Set) start(ctx context.Context) (up bool) {
 				}
 			}
 			errs[i] = err
+			if err == nil && set.ready != nil {
+				s.toolsMu.Lock()
+				n := len(s.tools)
+				s.toolsMu.Unlock()
+				s.m.opt.Logger.Info("MCP server ready", "server", s.cfg.Name, "tools", n)
+				select {
+				case set.ready <- struct{}{}:
+				default: // a notice is already due
+				}
+			}
 		})
 	}
 	starting.Wait()
@@ -397,20 +448,25 @@ type Set struct {
 
 	startMu sync.Mutex // held by Start while it starts the servers
 
+	// Of OpenBackground: ready has a server that came up, background
+	// closes when the start is over.
+	ready, background chan struct{}
+
 	mu       sync.Mutex
 	watchers map[int]func()
 	next     int
 	started  bool
 	closed   bool
+	starting bool // OpenBackground's start is under way
 }
 
 // Tools are the tools of the servers that run, in server order.
 func (set *Set) Tools() []tool.Tool {
 	var out []tool.Tool
 	for _, s := range set.servers {
-		s.mu.Lock()
+		s.toolsMu.Lock()
 		out = append(out, s.tools...)
-		s.mu.Unlock()
+		s.toolsMu.Unlock()
 	}
 	return out
 }
@@ -434,8 +490,12 @@ func (set *Set) Unavailable() []tool.Unavailable {
 	defer set.mu.Unlock()
 	var out []tool.Unavailable
 	for _, s := range set.servers {
-		if s.startErr != nil {
+		switch {
+		case s.startErr != nil:
 			out = append(out, tool.Unavailable{Source: "mcp:" + s.cfg.Name, Error: s.startErr.Error()})
+		case set.starting && !s.up.Load():
+			out = append(out, tool.Unavailable{Source: "mcp:" + s.cfg.Name,
+				Error: fmt.Sprintf("MCP server %s is starting: its tools are added when it is ready (within %v)", s.cfg.Name, s.m.opt.StartTimeout)})
 		}
 	}
 	return out
@@ -480,6 +540,10 @@ func (set *Set) Close() {
 	set.closed = true
 	set.mu.Unlock()
 	set.cancel()
+	if set.background != nil {
+		// Before startMu, which that start holds until it saw the cancel.
+		<-set.background
+	}
 	// A Start under way sees the cancel and returns; one after this
 	// finds the Set closed.
 	set.startMu.Lock()
@@ -506,11 +570,16 @@ type server struct {
 	// workspace is the owner's directory (the session's cwd).
 	workspace string
 	startErr  error         // set once, in Start (set.mu)
+	up        atomic.Bool   // started, and listed its tools
 	settled   bool          // runs, or failed for good, by a Start (startMu)
 	changed   chan struct{} // a list change to fetch (one is enough)
 
+	// toolsMu, not mu, which a start holds while the server answers:
+	// the owner lists tools while one starts.
+	toolsMu sync.Mutex
+	tools   []tool.Tool
+
 	mu       sync.Mutex
-	tools    []tool.Tool
 	cs       *sdk.ClientSession
 	proc     *exec.Cmd
 	stderr   *tailBuffer
@@ -802,8 +871,15 @@ func (s *server) start(ctx context.Context) error {
 		}
 		return err
 	}
-	s.tools = tools
+	s.setTools(tools)
+	s.up.Store(true)
 	return nil
+}
+
+func (s *server) setTools(tools []tool.Tool) {
+	s.toolsMu.Lock()
+	s.tools = tools
+	s.toolsMu.Unlock()
 }
 
 // cutShort is a start that failed once its context had ended: when
@@ -854,9 +930,7 @@ func (s *server) follow() {
 			s.m.opt.Logger.Warn("MCP server's changed tool list", "server", s.cfg.Name, "err", err)
 			continue
 		}
-		s.mu.Lock()
-		s.tools = tools
-		s.mu.Unlock()
+		s.setTools(tools)
 		s.m.opt.Logger.Info("MCP server's tools changed", "server", s.cfg.Name, "tools", len(tools))
 		s.set.notify()
 	}
