@@ -27,6 +27,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -272,6 +273,46 @@ func (m *Manager) OpenLazy(servers []ServerConfig, cwd string) *Set {
 	return set
 }
 
+// OpenBackground is Open without waiting: the servers start on the
+// Set's own goroutine, and the owner has each one's tools when it is
+// ready, told by Watch, so a server slow to answer (or never answering)
+// holds nobody. Until then Unavailable names it as starting, and if it
+// fails, why. Close stops the start under way.
+func (m *Manager) OpenBackground(servers []ServerConfig, cwd string) *Set {
+	set := m.OpenLazy(servers, cwd)
+	set.ready = make(chan struct{}, 1)
+	set.background = make(chan struct{})
+	set.mu.Lock()
+	set.starting = true
+	set.mu.Unlock()
+	go set.startBackground()
+	return set
+}
+
+// startBackground starts the servers and tells the watchers as each
+// comes up, and once all settled.
+func (set *Set) startBackground() {
+	defer close(set.background)
+	done := make(chan struct{})
+	// Ends with the start, which Close cuts short; waited for below.
+	go func() {
+		defer close(done)
+		set.start(set.ctx)
+	}()
+	for {
+		select {
+		case <-set.ready:
+			set.notify()
+		case <-done:
+			set.mu.Lock()
+			set.starting = false
+			set.mu.Unlock()
+			set.notify()
+			return
+		}
+	}
+}
+
 // Start starts the Set's servers, once: a later call, or one while
 // another is under way, waits for the first and does nothing more. A
 // server that fails is left out as in Open. Close aborts a Start under
@@ -302,24 +343,52 @@ func (set *Set) start(ctx context.Context) (up bool) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer context.AfterFunc(set.ctx, cancel)()
 	defer cancel()
-	var later bool
-	for _, s := range set.servers {
+	// The servers start side by side: a server that never answers
+	// holds the Start for one start timeout, not one per server.
+	errs := make([]error, len(set.servers))
+	var starting sync.WaitGroup
+	for i, s := range set.servers {
 		if s.settled {
 			continue
 		}
-		err := s.cfg.check()
-		if err == nil {
-			if err = s.start(ctx); err != nil {
-				s.close()
+		starting.Go(func() {
+			err := s.cfg.check()
+			if err == nil {
+				if err = s.start(ctx); err != nil {
+					s.close()
+				}
 			}
+			errs[i] = err
+			if err == nil && set.ready != nil {
+				s.toolsMu.Lock()
+				n := len(s.tools)
+				s.toolsMu.Unlock()
+				s.m.opt.Logger.Info("MCP server ready", "server", s.cfg.Name, "tools", n)
+				select {
+				case set.ready <- struct{}{}:
+				default: // a notice is already due
+				}
+			}
+		})
+	}
+	starting.Wait()
+	var later bool
+	for i, s := range set.servers {
+		if s.settled {
+			continue
 		}
-		if err != nil && caller.Err() != nil && set.ctx.Err() == nil {
+		err := errs[i]
+		var cut cutShort
+		if errors.As(err, &cut) && caller.Err() != nil && set.ctx.Err() == nil {
 			s.reopen()
 			later = true
 			continue
 		}
 		s.settled = true
 		if err != nil {
+			if errors.As(err, &cut) {
+				err = cut.err
+			}
 			set.mu.Lock()
 			s.startErr = &StartError{Server: s.cfg.Name, Err: err}
 			set.mu.Unlock()
@@ -379,20 +448,25 @@ type Set struct {
 
 	startMu sync.Mutex // held by Start while it starts the servers
 
+	// Of OpenBackground: ready has a server that came up, background
+	// closes when the start is over.
+	ready, background chan struct{}
+
 	mu       sync.Mutex
 	watchers map[int]func()
 	next     int
 	started  bool
 	closed   bool
+	starting bool // OpenBackground's start is under way
 }
 
 // Tools are the tools of the servers that run, in server order.
 func (set *Set) Tools() []tool.Tool {
 	var out []tool.Tool
 	for _, s := range set.servers {
-		s.mu.Lock()
+		s.toolsMu.Lock()
 		out = append(out, s.tools...)
-		s.mu.Unlock()
+		s.toolsMu.Unlock()
 	}
 	return out
 }
@@ -416,8 +490,12 @@ func (set *Set) Unavailable() []tool.Unavailable {
 	defer set.mu.Unlock()
 	var out []tool.Unavailable
 	for _, s := range set.servers {
-		if s.startErr != nil {
+		switch {
+		case s.startErr != nil:
 			out = append(out, tool.Unavailable{Source: "mcp:" + s.cfg.Name, Error: s.startErr.Error()})
+		case set.starting && !s.up.Load():
+			out = append(out, tool.Unavailable{Source: "mcp:" + s.cfg.Name,
+				Error: fmt.Sprintf("MCP server %s is starting: its tools are added when it is ready (within %v)", s.cfg.Name, s.m.opt.StartTimeout)})
 		}
 	}
 	return out
@@ -462,6 +540,10 @@ func (set *Set) Close() {
 	set.closed = true
 	set.mu.Unlock()
 	set.cancel()
+	if set.background != nil {
+		// Before startMu, which that start holds until it saw the cancel.
+		<-set.background
+	}
 	// A Start under way sees the cancel and returns; one after this
 	// finds the Set closed.
 	set.startMu.Lock()
@@ -488,17 +570,27 @@ type server struct {
 	// workspace is the owner's directory (the session's cwd).
 	workspace string
 	startErr  error         // set once, in Start (set.mu)
+	up        atomic.Bool   // started, and listed its tools
 	settled   bool          // runs, or failed for good, by a Start (startMu)
 	changed   chan struct{} // a list change to fetch (one is enough)
 
+	// toolsMu, not mu, which a start holds while the server answers:
+	// the owner lists tools while one starts.
+	toolsMu sync.Mutex
+	tools   []tool.Tool
+
 	mu       sync.Mutex
-	tools    []tool.Tool
 	cs       *sdk.ClientSession
 	proc     *exec.Cmd
 	stderr   *tailBuffer
 	closed   bool
 	failures int
 	retryAt  time.Time
+
+	// The calls under way that take progress, by token (progress.go).
+	progressMu sync.Mutex
+	progress   map[string]*progressSink
+	nextToken  uint64
 }
 
 func (s *server) transport() sdk.Transport {
@@ -527,7 +619,7 @@ func (s *server) transport() sdk.Transport {
 	cmd.WaitDelay = 2 * time.Second
 	ownGroup(cmd)
 	s.proc = cmd
-	return &sdk.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+	return &stdioTransport{cmd: cmd, terminate: 2 * time.Second, dropped: droppedLine(s.m.opt.Logger, s.cfg.Name, s.redactor())}
 }
 
 // BaseEnv are the variables of agentd's environment every stdio server
@@ -691,6 +783,11 @@ func (s *server) connect(ctx context.Context) error {
 			default:
 			}
 		},
+		// Also on the SDK's handler goroutine: it only hands the
+		// newest progress to the call's Execute.
+		ProgressNotificationHandler: func(_ context.Context, r *sdk.ProgressNotificationClientRequest) {
+			s.onProgress(r.Params)
+		},
 	})
 	if s.cfg.URL == "" {
 		// Checked here: under the sandbox the helper would only say
@@ -701,11 +798,20 @@ func (s *server) connect(ctx context.Context) error {
 	}
 	cs, err := c.Connect(ctx, s.transport(), nil)
 	if err != nil {
+		// Whether ctx had ended when the server failed, taken first:
+		// servers start side by side, and one that failed on its own
+		// must not pass for one its caller gave up on.
+		cut := ctx.Err() != nil
 		s.killGroup()
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return s.tooSlow(err)
+			err = s.tooSlow(err)
+		} else {
+			err = s.explain(err)
 		}
-		return s.explain(err)
+		if cut {
+			err = cutShort{err}
+		}
+		return err
 	}
 	s.cs = cs
 	return nil
@@ -756,14 +862,33 @@ func (s *server) start(ctx context.Context) error {
 	}
 	tools, err := s.list(ctx, s.cs)
 	if err != nil {
+		cut := ctx.Err() != nil
 		if errors.Is(err, context.DeadlineExceeded) {
-			return s.tooSlow(err)
+			err = s.tooSlow(err)
+		}
+		if cut {
+			err = cutShort{err}
 		}
 		return err
 	}
-	s.tools = tools
+	s.setTools(tools)
+	s.up.Store(true)
 	return nil
 }
+
+func (s *server) setTools(tools []tool.Tool) {
+	s.toolsMu.Lock()
+	s.tools = tools
+	s.toolsMu.Unlock()
+}
+
+// cutShort is a start that failed once its context had ended: when
+// that context is the caller's, the caller gave up, and the server is
+// the next Start's to try, not failed for good.
+type cutShort struct{ err error }
+
+func (c cutShort) Error() string { return c.err.Error() }
+func (c cutShort) Unwrap() error { return c.err }
 
 // list fetches the server's tools, every page.
 func (s *server) list(ctx context.Context, cs *sdk.ClientSession) ([]tool.Tool, error) {
@@ -805,9 +930,7 @@ func (s *server) follow() {
 			s.m.opt.Logger.Warn("MCP server's changed tool list", "server", s.cfg.Name, "err", err)
 			continue
 		}
-		s.mu.Lock()
-		s.tools = tools
-		s.mu.Unlock()
+		s.setTools(tools)
 		s.m.opt.Logger.Info("MCP server's tools changed", "server", s.cfg.Name, "tools", len(tools))
 		s.set.notify()
 	}
@@ -947,7 +1070,7 @@ type mcpTool struct {
 
 func (t *mcpTool) Spec() llm.Tool { return t.spec }
 
-func (t *mcpTool) Execute(ctx context.Context, call tool.Call, _ func(tool.Result)) tool.Result {
+func (t *mcpTool) Execute(ctx context.Context, call tool.Call, update func(tool.Result)) tool.Result {
 	cs, err := t.s.session(ctx)
 	if err != nil {
 		return tool.Errorf("MCP server %s is not available: %v", t.s.cfg.Name, err)
@@ -958,7 +1081,7 @@ func (t *mcpTool) Execute(ctx context.Context, call tool.Call, _ func(tool.Resul
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
-	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: t.remote, Arguments: args})
+	res, err := t.call(ctx, cs, &sdk.CallToolParams{Name: t.remote, Arguments: args}, update)
 	switch {
 	case err == nil:
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
@@ -977,6 +1100,39 @@ func (t *mcpTool) Execute(ctx context.Context, call tool.Call, _ func(tool.Resul
 	}
 	t.s.healthy()
 	return Result(res)
+}
+
+// call calls the tool. With update, the call carries a progress token
+// and each progress the server notifies is an update, given on this
+// goroutine while the call is under way; progress that comes after the
+// answer is superseded by it and dropped.
+func (t *mcpTool) call(ctx context.Context, cs *sdk.ClientSession, params *sdk.CallToolParams, update func(tool.Result)) (*sdk.CallToolResult, error) {
+	if update == nil {
+		return cs.CallTool(ctx, params)
+	}
+	token, sink, unwatch := t.s.watchProgress()
+	defer unwatch()
+	params.SetProgressToken(token)
+	type answer struct {
+		res *sdk.CallToolResult
+		err error
+	}
+	done := make(chan answer, 1)
+	// Ends with the call, which ends with ctx; waited for below.
+	go func() {
+		res, err := cs.CallTool(ctx, params)
+		done <- answer{res, err}
+	}()
+	for {
+		select {
+		case <-sink.ready:
+			if n := sink.take(); n != nil {
+				update(progressResult(n))
+			}
+		case a := <-done:
+			return a.res, a.err
+		}
+	}
 }
 
 // healthy restarts the backoff after a call that worked.

@@ -35,6 +35,30 @@ func TestMain(m *testing.M) {
 		os.Exit(3)
 	}
 	if os.Getenv("AGENTD_MCP_TEST_SERVER") == "1" {
+		if fifo := os.Getenv("AGENTD_MCP_TEST_FIFO"); fifo != "" {
+			// Opening one end of a FIFO waits for the other end: a
+			// server that answers only once its peer started too.
+			flag := os.O_RDONLY
+			if os.Getenv("AGENTD_MCP_TEST_FIFO_END") == "w" {
+				flag = os.O_WRONLY
+			}
+			f, err := os.OpenFile(fifo, flag, 0)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			defer f.Close()
+		}
+		if os.Getenv("AGENTD_MCP_TEST_NOISY") != "" {
+			// What servers print on stdout that is not a message: a
+			// banner (with a secret), a JSON log line, JSON that is not
+			// an object, a line cut short.
+			fmt.Printf("starting server with token %s\n", os.Getenv("AGENTD_MCP_TEST_NOISY"))
+			fmt.Println(`{"level":"info","msg":"listening on stdio"}`)
+			fmt.Println(`[1,2,3]`)
+			fmt.Println(`{"jsonrpc":"2.0","id":`)
+			fmt.Println()
+		}
 		if err := testServer().Run(context.Background(), &sdk.StdioTransport{}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -59,6 +83,16 @@ func testServer() *sdk.Server {
 	})
 	if os.Getenv("AGENTD_MCP_TEST_EXTRA") == "1" {
 		confineTools(s)
+	}
+	if os.Getenv("AGENTD_MCP_TEST_PROGRESS") != "" {
+		progressTools(s)
+	}
+	if os.Getenv("AGENTD_MCP_TEST_NOISY") != "" {
+		s.AddTool(&sdk.Tool{Name: "noisy", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			fmt.Println("debug: handling noisy")
+			fmt.Println(`"a JSON string"`)
+			return text("answered among noise"), nil
+		})
 	}
 	s.AddTool(&sdk.Tool{Name: "image", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.ImageContent{Data: []byte("PNG"), MIMEType: "image/png"}}}, nil

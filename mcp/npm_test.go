@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/tool"
 )
 
 // npmServer is the command of an MCP server installed from npm in the
@@ -92,5 +94,44 @@ func TestNPMReferenceServers(t *testing.T) {
 	}
 	if r := call(t, read, `{"path":"/etc/hostname"}`); !r.IsError {
 		t.Fatalf("read outside the allowed directory: %q", text(r))
+	}
+}
+
+// server-everything's long-running operation notifies progress after
+// each step: the steps reach the caller as tool updates while the call
+// runs. The last step's notification leaves right before the answer and
+// may be superseded by it; the earlier ones are half a second ahead.
+func TestNPMEverythingProgress(t *testing.T) {
+	everything := npmServer(t, "@modelcontextprotocol/server-everything", "dist/index.js")
+	m := New(Options{Environ: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, StartTimeout: 60 * time.Second, CallTimeout: 60 * time.Second})
+	tools, stop, err := m.Start(context.Background(), []ServerConfig{{Name: "everything", Command: "node", Args: []string{everything, "stdio"}}}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	long := byName(tools)["everything__trigger-long-running-operation"]
+	if long == nil {
+		t.Fatal("no trigger-long-running-operation")
+	}
+	var updates []string
+	res := long.Execute(context.Background(), tool.Call{ID: "l", Name: long.Spec().Name, Args: []byte(`{"duration":2,"steps":4}`)}, func(r tool.Result) {
+		updates = append(updates, text(r))
+	})
+	if res.IsError || !strings.Contains(text(res), "Long running operation completed") {
+		t.Fatalf("result %v %q", res.IsError, text(res))
+	}
+	t.Logf("%d updates: %q", len(updates), updates)
+	if len(updates) == 0 {
+		t.Fatal("no progress reached the caller")
+	}
+	// Progress supersedes itself: a step may be replaced by the next
+	// before it was taken, never come back.
+	last := 0
+	for i, u := range updates {
+		var k int
+		if _, err := fmt.Sscanf(u, "Progress %d/4", &k); err != nil || k <= last || k > 4 {
+			t.Fatalf("update %d is %q", i, u)
+		}
+		last = k
 	}
 }

@@ -2,11 +2,13 @@ package mcp
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -212,8 +214,13 @@ func TestStartCancelledByItsCallerKeepsFailures(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var gaveUp atomic.Bool
+	// The servers start side by side: the caller gives up only once
+	// flaky failed (on its own), which its log line says.
+	flakyFailed := make(chan struct{})
+	logs := &signalWriter{want: `msg="MCP server ended before it answered" server=flaky`, seen: flakyFailed}
 	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !gaveUp.Swap(true) {
+			<-flakyFailed
 			cancel() // the caller gives up while this server starts
 			http.Error(w, "gave up", http.StatusServiceUnavailable)
 			return
@@ -221,7 +228,7 @@ func TestStartCancelledByItsCallerKeepsFailures(t *testing.T) {
 		h.ServeHTTP(w, r)
 	}))
 	defer closeServer(web)
-	set := New(Options{CallTimeout: 5 * time.Second}).OpenLazy([]ServerConfig{flaky, {Name: "web", URL: web.URL}}, t.TempDir())
+	set := New(Options{CallTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil))}).OpenLazy([]ServerConfig{flaky, {Name: "web", URL: web.URL}}, t.TempDir())
 	defer set.Close()
 	set.Start(ctx)
 	if set.Started() || len(set.Unavailable()) != 1 {
@@ -232,6 +239,20 @@ func TestStartCancelledByItsCallerKeepsFailures(t *testing.T) {
 	if n := len(set.Tools()); n != 6 || !set.Started() || len(un) != 1 || un[0].Source != "mcp:flaky" {
 		t.Fatalf("after Start again: %d tools, started %v, unavailable %+v", n, set.Started(), un)
 	}
+}
+
+// signalWriter closes seen at the first log record that has want.
+type signalWriter struct {
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
 }
 
 // closeServer closes ts past the event streams its MCP clients keep open.
