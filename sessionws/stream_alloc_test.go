@@ -7,8 +7,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -21,15 +24,16 @@ import (
 
 var completedMark = []byte(`"type":"completed"`)
 
-// wsAllocsPerToken measures, with testing.AllocsPerRun, the allocations
-// of one whole answer with a client subscribed on this face, divided by
-// the tokens: the faux model streams its echo (a word a chunk) through
+// wsRig is this face over a layer whose sessions use the faux model, on
+// real HTTP with a coder/websocket client subscribed to session s1, and
+// run, one whole answer of tokens tokens on its stream path: the faux model streams its echo (a word a chunk) through
 // the session and the layer's fan-out, this face's codec looks at every
 // event (the deltas have no message here: a watcher gets status,
 // progress and completion), and the writer sends what it has to a
 // client that reads at once, until the run's completed message. Each
-// run starts from a new conversation, so every run is alike.
-func wsAllocsPerToken(t *testing.T, tokens int) float64 {
+// run starts from a new conversation, so every run is alike. check
+// fails t unless the last run's whole answer streamed.
+func wsRig(t testing.TB, tokens int) (run func(), check func()) {
 	dir := t.TempDir()
 	p := faux.New(faux.Options{})
 	layer, err := server.New(server.Config{
@@ -49,12 +53,14 @@ func wsAllocsPerToken(t *testing.T, tokens int) float64 {
 	if err := layer.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer layer.Close()
-	defer f.Close()
 	mux := http.NewServeMux()
 	f.Mount(mux)
 	hs := httptest.NewServer(mux)
-	defer hs.Close()
+	t.Cleanup(func() {
+		_ = layer.Close()
+		f.Close()
+		hs.Close()
+	})
 	ctx := t.Context()
 	h, err := layer.Create(ctx, server.CreateRequest{ID: "s1"})
 	if err != nil {
@@ -64,14 +70,25 @@ func wsAllocsPerToken(t *testing.T, tokens int) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ws.CloseNow()
+	t.Cleanup(func() { _ = ws.CloseNow() })
 	ws.SetReadLimit(1 << 20)
 	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type":"subscribe","session_id":"s1"}`)); err != nil {
 		t.Fatal(err)
 	}
+	// A run that ended before the subscription took hold would send its
+	// completed message to nobody: wait for subscribed.
+	for {
+		_, b, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		if bytes.Contains(b, []byte(`"type":"subscribed"`)) {
+			break
+		}
+	}
 	sess := h.Session()
 	prompt := words(tokens - 2) // "You said: " and the words
-	allocs := testing.AllocsPerRun(5, func() {
+	run = func() {
 		if err := sess.NewSession(""); err != nil {
 			t.Fatal(err)
 		}
@@ -87,16 +104,18 @@ func wsAllocsPerToken(t *testing.T, tokens int) float64 {
 				break
 			}
 		}
-	})
-	if err := sess.Wait(ctx); err != nil {
-		t.Fatal(err)
 	}
-	// The figure is per token only if the whole answer streamed.
-	msgs := sess.Messages()
-	if last := msgs[len(msgs)-1]; last.Role != llm.RoleAssistant || !strings.HasSuffix(last.TextContent(), fmt.Sprintf("word%03d", tokens-3)) {
-		t.Fatalf("the answer did not stream whole: %.80q", last.TextContent())
+	check = func() {
+		if err := sess.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The figure is per token only if the whole answer streamed.
+		msgs := sess.Messages()
+		if last := msgs[len(msgs)-1]; last.Role != llm.RoleAssistant || !strings.HasSuffix(last.TextContent(), fmt.Sprintf("word%03d", tokens-3)) {
+			t.Fatalf("the answer did not stream whole: %.80q", last.TextContent())
+		}
 	}
-	return allocs / float64(tokens)
+	return run, check
 }
 
 func words(n int) string {
@@ -124,11 +143,45 @@ func TestWSStreamAllocBudget(t *testing.T) {
 	// sets it): 2.159 allocations per token, the same to three decimals
 	// run after run.
 	const budget = 2.8
-	got := wsAllocsPerToken(t, 2000)
+	const tokens = 2000
+	run, check := wsRig(t, tokens)
+	// AllocsPerRun runs once to warm up, then averages the runs.
+	got := testing.AllocsPerRun(5, run) / tokens
+	check()
 	if os.Getenv("AGENTD_ALLOC_REPORT") != "" {
 		t.Logf("session WebSocket: %.3f allocs/token (budget %.2f)", got, budget)
 	}
 	if got > budget {
-		t.Errorf("session WebSocket face: %.3f allocations per streamed token, over the budget of %.2f: something on the stream path (session → fan-out → codec → queue → write) now allocates per token; find it with a memory profile of this test, or raise the budget here with the reason", got, budget)
+		t.Errorf("session WebSocket face: %.3f allocations per streamed token, over the budget of %.2f: something on the stream path (session → fan-out → codec → queue → write) now allocates per token; find it with go test -bench BenchmarkWSStreamPath -memprofile, or raise the budget here with the reason", got, budget)
 	}
+}
+
+// BenchmarkWSStreamPath is this face's whole stream path per token (see
+// wsRig), as piserver's BenchmarkStreamPath is pi-server's: allocations
+// and bytes per token, and the CPU of every goroutine per token.
+func BenchmarkWSStreamPath(b *testing.B) {
+	const tokens = 2000
+	run, check := wsRig(b, tokens)
+	run() // warm up
+	b.ReportAllocs()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	cpu0 := cpuTime()
+	for b.Loop() {
+		run()
+	}
+	cpu := cpuTime() - cpu0
+	runtime.ReadMemStats(&m1)
+	check()
+	per := float64(b.N * tokens)
+	b.ReportMetric(float64(cpu.Nanoseconds())/per, "cpu-ns/token")
+	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/per, "allocs/token")
+	b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/per, "B/token")
+}
+
+// cpuTime is the CPU this process has used, every thread.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
