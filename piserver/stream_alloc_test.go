@@ -3,7 +3,10 @@ package piserver
 import (
 	"fmt"
 	"os"
+	"strings"
 	"testing"
+
+	"github.com/agentd-dev/agentd/llm"
 )
 
 // streamAllocsPerToken measures, with testing.AllocsPerRun, the
@@ -33,6 +36,15 @@ func streamAllocsPerToken(t *testing.T, format string, tokens int) float64 {
 		c.handle(fmt.Appendf(nil, `{"type":"prompt","id":"p%d","sessionId":"s1","message":%q}`, n, prompt))
 		l.waitEnds(n)
 	})
+	// The figure is per token only if the whole answer streamed.
+	h, err := fx.layer.Session(t.Context(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := h.Session().Messages()
+	if last := msgs[len(msgs)-1]; last.Role != llm.RoleAssistant || !strings.HasSuffix(last.TextContent(), fmt.Sprintf("word%03d", tokens-3)) {
+		t.Fatalf("the answer did not stream whole: %.80q", last.TextContent())
+	}
 	return allocs / float64(tokens)
 }
 
