@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,7 +90,8 @@ func (m *Main) runAsk(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	req := &llm.Context{SystemPrompt: *system, Messages: []llm.Message{{
 		Role: llm.RoleUser, Content: []llm.Content{llm.Text(prompt)}, Timestamp: time.Now().UnixMilli(),
 	}}}
-	s := p.Stream(ctx, model, req, &llm.StreamOptions{
+	// ms.Stream, not p.Stream: it gives a 401 the hint every face shows.
+	s := ms.Stream(ctx, model, req, &llm.StreamOptions{
 		APIKey: key, Headers: headers, Thinking: level, MaxTokens: *maxTokens, IdleTimeout: cfg.StreamIdleTimeout,
 	})
 	defer s.Close()
@@ -119,24 +119,10 @@ func (m *Main) runAsk(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 		fmt.Fprintf(m.stderr, "[%s/%s · %s · %d in, %d out, %d cache read, %d cache write · $%.6f]\n",
 			model.Provider, model.ID, msg.StopReason, u.Input, u.Output, u.CacheRead, u.CacheWrite, u.Cost.Total)
 	}
-	if err := s.Err(); err != nil {
-		return errors.New(authHint(ms, model, err, msg.ErrorMessage))
+	if s.Err() != nil {
+		return errors.New(msg.ErrorMessage)
 	}
 	return nil
-}
-
-// authHint adds to the text of a provider's 401 which key agentd sent
-// and where it came from: the provider's own body ("401 invalid
-// x-api-key") does not say what to fix.
-func authHint(ms *engine.Models, model *llm.Model, err error, text string) string {
-	e, ok := llm.AsError(err)
-	if !ok || e.Status != http.StatusUnauthorized {
-		return text
-	}
-	if h := ms.Registry.KeyHint(model.Provider); h != "" {
-		return fmt.Sprintf("%s (%s refused the API key: check %s)", text, model.Provider, h)
-	}
-	return fmt.Sprintf("%s (%s refused the API key; models.json can set one with apiKey)", text, model.Provider)
 }
 
 // askWithTools runs prompt as one agent run with the named tools, in an
@@ -166,14 +152,7 @@ func (m *Main) askWithTools(ctx context.Context, cfg *config.Config, ms *engine.
 	out := newAskOutput(m.stdout, m.stderr)
 	defer out.close()
 	questions := make(chan struct{}, 1)
-	var errMu sync.Mutex
-	var lastErr error // the model's last failure, for authHint
 	unsubscribe := sess.Subscribe(func(ev session.Event) {
-		if ev.Agent != nil && ev.Agent.Type == agent.EventMessageEnd && ev.Agent.Err != nil {
-			errMu.Lock()
-			lastErr = ev.Agent.Err
-			errMu.Unlock()
-		}
 		if ev.Type == session.EventInteractionRequested {
 			select {
 			case questions <- struct{}{}:
@@ -229,9 +208,8 @@ wait:
 	case last == nil:
 		return errors.New("the run ended without an answer")
 	case last.StopReason == llm.StopError:
-		errMu.Lock()
-		defer errMu.Unlock()
-		return errors.New(authHint(ms, model, lastErr, last.ErrorMessage))
+		// The engine's stream gave a 401 its hint (which key).
+		return errors.New(last.ErrorMessage)
 	case last.StopReason == llm.StopAborted:
 		return errors.New(last.ErrorMessage)
 	}

@@ -46,7 +46,13 @@ func (ms *Models) Stream(ctx context.Context, m *llm.Model, c *llm.Context, o *l
 	if p == nil {
 		return llm.NewStream(ctx, m, noProvider{m}, 0)
 	}
-	return p.Stream(ctx, m, c, o)
+	s := p.Stream(ctx, m, c, o)
+	if ms.Registry != nil {
+		// Here, once for every face: the failed message's errorMessage
+		// then names the key a 401 refused, wherever it is shown.
+		s.SetAuthHint(llm.AuthHint(m.Provider, ms.Registry.KeyHint(m.Provider)))
+	}
+	return s
 }
 
 type noProvider struct{ m *llm.Model }

@@ -41,14 +41,38 @@ type Error struct {
 	// RetryAfter is the delay the provider asked for (retry-after,
 	// retry-after-ms), 0 when it did not say.
 	RetryAfter time.Duration
-	Err        error // underlying cause, for logs
+	// Hint says what to do about it, in words for a person: which key a
+	// 401 refused and where it comes from. The provider's own body ("401
+	// invalid x-api-key") does not say what to fix. Empty when there is
+	// nothing to add.
+	Hint string
+	Err  error // underlying cause, for logs
 }
 
 func (e *Error) Error() string {
 	if e.Status != 0 {
-		return fmt.Sprintf("%d %s", e.Status, e.Message)
+		return fmt.Sprintf("%d %s", e.Status, e.Explained())
 	}
-	return e.Message
+	return e.Explained()
+}
+
+// Explained is Message with the Hint after it in parentheses: the
+// provider's words and ours, without the status.
+func (e *Error) Explained() string {
+	if e.Hint == "" {
+		return e.Message
+	}
+	return e.Message + " (" + e.Hint + ")"
+}
+
+// AuthHint is the Hint for a provider's 401: which key it refused. key
+// names where the key comes from (an environment variable, or the apiKey
+// in models.json); empty when agentd knows of none.
+func AuthHint(provider, key string) string {
+	if key != "" {
+		return provider + " refused the API key: check " + key
+	}
+	return provider + " refused the API key; models.json can set one with apiKey"
 }
 
 func (e *Error) Unwrap() error { return e.Err }

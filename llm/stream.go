@@ -53,7 +53,16 @@ type Stream struct {
 	cur    Event
 	err    *Error
 	onEnd  []func(*Error)
+	// authHint is the Hint an auth failure gets (SetAuthHint).
+	authHint string
 }
+
+// SetAuthHint makes an authentication failure (ErrAuth, a provider's
+// 401) of this stream carry hint, so every face that shows the failed
+// message says which key to check. The caller that resolved the key
+// (it knows where the key came from; the provider does not) sets it
+// before Next.
+func (s *Stream) SetAuthHint(hint string) { s.authHint = hint }
 
 // OnEnd registers f to be called once when the stream ends, with the
 // error that ended it (nil when it finished normally, an aborted error
@@ -174,6 +183,12 @@ func (s *Stream) fail(err error) {
 			s.err = e
 		} else {
 			s.err = classifyTransport(err, s.b.chunks > 0)
+		}
+		if s.err.Kind == ErrAuth && s.authHint != "" && s.err.Hint == "" {
+			// A copy: the decoder's error may be shared.
+			e := *s.err
+			e.Hint = s.authHint
+			s.err = &e
 		}
 	}
 	s.b.emitError(s.err)

@@ -372,7 +372,7 @@ func (t *tracker) update(ev session.Event) (changed bool) {
 			run.LastText = txt
 		}
 		if a.Err != nil && m.StopReason == llm.StopError {
-			t.lastErr = &RunError{Kind: a.Err.Kind, Status: a.Err.Status, Message: a.Err.Message, Provider: m.Provider}
+			t.lastErr = &RunError{Kind: a.Err.Kind, Status: a.Err.Status, Message: a.Err.Explained(), Provider: m.Provider}
 		} else if m.StopReason == llm.StopError {
 			t.lastErr = &RunError{Message: m.ErrorMessage, Provider: m.Provider}
 		}
