@@ -182,9 +182,20 @@ func (n *Node) appendSessionRecord(ctx context.Context, sessionID string, data [
 	// (whose holder may still believe it owns the session).
 	notOwner := &NotOwnerError{SessionID: sessionID, Node: n.cfg.NodeID}
 	for attempt := 0; attempt < 3; attempt++ {
-		_, err := n.kv.Get(ctx, sessionID)
+		e, err := n.kv.Get(ctx, sessionID)
 		switch {
 		case err == nil:
+			// This node's own acquire or takeover may be under way: its
+			// lease is in the bucket a moment before the node holds it.
+			// A command routed here by that entry waits for it.
+			if r, _, derr := decodeEntry(e); derr == nil && r.Node == n.cfg.NodeID {
+				if l := n.AwaitLease(ctx, sessionID); l != nil {
+					if _, err := l.appendFenced(ctx, &l.jrLog, n.st.journal, subject, []*nats.Msg{msg()}, nil); err != nil {
+						return fmt.Errorf("cluster: journal of session %s: %w", sessionID, err)
+					}
+					return nil
+				}
+			}
 			return fmt.Errorf("cluster: journal of session %s: %w", sessionID, notOwner)
 		case !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted):
 			return fmt.Errorf("cluster: journal of session %s: reading its lease: %w", sessionID, err)
@@ -206,6 +217,27 @@ func (n *Node) appendSessionRecord(ctx context.Context, sessionID string, data [
 		// session: look again.
 	}
 	return fmt.Errorf("cluster: journal of session %s: %w", sessionID, notOwner)
+}
+
+// AwaitLease waits, for at most the request timeout, for this node to
+// hold session id's lease, and returns it, or nil. The bucket names this
+// node a moment before its Acquire or Takeover returns: a caller that
+// found its own node there waits for the lease instead of failing.
+func (n *Node) AwaitLease(ctx context.Context, id string) *Lease {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if l := n.Lease(id); l != nil {
+			return l
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 // encodeRecord is r as stored; data that would not fit in a message is

@@ -797,6 +797,13 @@ func (cs *clusterState) claim(ctx context.Context, id string, first uint64, file
 		}
 	case errors.As(err, &held):
 		if l, err = cs.node.Takeover(ctx, id); err != nil {
+			if errors.As(err, &held) && held.Owner == cs.node.ID() {
+				// This node is taking it over on another path (a
+				// follower's takeover, a command's): wait for that.
+				if l = cs.node.AwaitLease(ctx, id); l != nil {
+					break
+				}
+			}
 			if errors.As(err, &held) {
 				return nil, 0, nil, fault.Errorf(fault.Conflict, "Session %s is owned by node %s", id, held.Owner)
 			}
