@@ -91,3 +91,44 @@ func writeFileAll(t *testing.T, path, content string) {
 	}
 	writeFile(t, path, content)
 }
+
+// agentd serve reports the files a session's prompt was built from on
+// pi-server's get_state and in REST's conversation config, and sends
+// their text to the provider.
+func TestServeReportsContextFiles(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	global := filepath.Join(e.home, ".agentd", "AGENTS.md")
+	project := filepath.Join(e.cwd, "AGENTS.md")
+	writeFileAll(t, global, "SERVE-GLOBAL-RULE")
+	writeFileAll(t, project, "SERVE-PROJECT-RULE")
+	s := svStart(t, e)
+	want := []string{global, project}
+	check := func(what string, files []any) {
+		t.Helper()
+		if len(files) != len(want) {
+			t.Fatalf("%s: %v, want %v", what, files, want)
+		}
+		for i, f := range files {
+			if svStr(f, "path") != want[i] || svStr(f, "kind") != "context" {
+				t.Errorf("%s[%d] = %v, want %s", what, i, f, want[i])
+			}
+		}
+	}
+
+	c := s.dial("a")
+	svCreate(c, "ctx")
+	st := c.must("get_state", svM{"sessionId": "ctx"})
+	check("get_state contextFiles", svArr(st.m, "data", "contextFiles"))
+	svPrompt(c, "ctx", "hello")
+	c.waitEvent("ctx", "agent_end")
+	body := string(e.mock.LastRequest(t).Body)
+	if g, p := strings.Index(body, "SERVE-GLOBAL-RULE"), strings.Index(body, "SERVE-PROJECT-RULE"); g < 0 || p < g {
+		t.Fatalf("the request lacks the rules in order:\n%s", body)
+	}
+
+	rsOK(t, s, "PUT", rsConvPath("ctxrest"), map[string]any{})
+	cfg := rsOK(t, s, "GET", rsConvPath("ctxrest")+"/config", nil)
+	files, _ := cfg.m["context_files"].([]any)
+	check("REST config context_files", files)
+}
