@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 )
 
@@ -193,12 +194,12 @@ func first(c Config, cwd, name string) (found, bool) {
 		dirs = append(dirs, filepath.Join(cwd, d))
 	}
 	dirs = append(dirs, c.GlobalDirs...)
-	for _, d := range dirs {
+	for i, d := range dirs {
 		if d == "" {
 			continue
 		}
 		p := filepath.Join(d, name)
-		if size, ok := regular(p); ok {
+		if size, ok := regular(p, i < len(c.ProjectDirs)); ok {
 			return found{path: p, size: size}, true
 		}
 	}
@@ -213,10 +214,10 @@ func first(c Config, cwd, name string) (found, bool) {
 func contextFiles(global []string, cwd string) []found {
 	seen := map[string]bool{}
 	var out []found
-	add := func(dir string) (found, bool) {
+	add := func(dir string, project bool) (found, bool) {
 		for _, n := range contextNames {
 			p := filepath.Join(dir, n)
-			if size, ok := regular(p); ok {
+			if size, ok := regular(p, project); ok {
 				if seen[p] {
 					return found{}, false
 				}
@@ -230,14 +231,14 @@ func contextFiles(global []string, cwd string) []found {
 		if d == "" {
 			continue
 		}
-		if f, ok := add(filepath.Clean(d)); ok {
+		if f, ok := add(filepath.Clean(d), false); ok {
 			out = append(out, f)
 		}
 	}
 	var up []found
 	dir := filepath.Clean(cwd)
 	for {
-		if f, ok := add(dir); ok {
+		if f, ok := add(dir, true); ok {
 			up = append(up, f)
 		}
 		parent := filepath.Dir(dir)
@@ -255,10 +256,25 @@ func contextFiles(global []string, cwd string) []found {
 // regular reports whether p is a regular file (after symlinks) and its
 // size. On a case-insensitive file system AGENTS.md and AGENTS.MD are one
 // file: the first name found is used, once.
-func regular(p string) (int64, bool) {
+//
+// A project's files come with the project (a cloned repository), and
+// agentd reads them with its own rights, outside any sandbox: a symlink
+// there is followed only to another Markdown file (CLAUDE.md ->
+// AGENTS.md), never to, say, a key file the model should not see.
+func regular(p string, project bool) (int64, bool) {
 	fi, err := os.Stat(p)
 	if err != nil || !fi.Mode().IsRegular() {
 		return 0, false
+	}
+	if project {
+		if li, err := os.Lstat(p); err != nil {
+			return 0, false
+		} else if li.Mode()&os.ModeSymlink != 0 {
+			target, err := filepath.EvalSymlinks(p)
+			if err != nil || !strings.EqualFold(filepath.Ext(target), ".md") {
+				return 0, false
+			}
+		}
 	}
 	return fi.Size(), true
 }
@@ -266,7 +282,9 @@ func regular(p string) (int64, bool) {
 // read reads at most limit bytes of p, cut back to whole UTF-8
 // characters, and its size.
 func read(p string, limit int) (string, int64, error) {
-	f, err := os.Open(p)
+	// O_NONBLOCK: a file swapped for a FIFO since it was found must not
+	// hang the session's creation.
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", 0, err
 	}

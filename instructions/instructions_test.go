@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -180,4 +181,52 @@ func TestBuildBounds(t *testing.T) {
 	if !strings.Contains(p.Text, "PROJECT"+strings.Repeat("é", 16)+"\n[agentd:") {
 		t.Fatalf("cut inside a character:\n%q", p.Text)
 	}
+}
+
+// A project's symlinks lead only to Markdown: CLAUDE.md -> AGENTS.md
+// elsewhere is followed, AGENTS.md -> a key file is not, nor a FIFO
+// (which would hang the read) or a device.
+func TestBuildProjectSymlinks(t *testing.T) {
+	root := t.TempDir()
+	secret := filepath.Join(root, "id_ed25519")
+	write(t, secret, "PRIVATE KEY")
+	write(t, filepath.Join(root, "shared", "rules.md"), "SHARED RULES")
+	ok := filepath.Join(root, "ok")
+	bad := filepath.Join(root, "ok", "bad")
+	fifo := filepath.Join(root, "ok", "bad", "fifo")
+	dev := filepath.Join(root, "ok", "bad", "fifo", "dev")
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{
+		filepath.Join(ok, "CLAUDE.md"):   filepath.Join(root, "shared", "rules.md"),
+		filepath.Join(bad, "AGENTS.md"):  secret,
+		filepath.Join(dev, "AGENTS.md"):  "/dev/zero",
+		filepath.Join(root, "agents.md"): secret, // not a name that is looked for
+	} {
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Mkfifo(filepath.Join(fifo, "AGENTS.md"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The same symlink in a global directory, the operator's own, is
+	// followed.
+	global := filepath.Join(root, "global")
+	if err := os.MkdirAll(global, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "shared", "rules.md"), filepath.Join(global, "AGENTS.md")); err != nil {
+		t.Fatal(err)
+	}
+	p := Build(Config{GlobalDirs: []string{global}}, dev, "BASE", "")
+	if strings.Contains(p.Text, "PRIVATE KEY") {
+		t.Fatalf("a symlinked key file reached the prompt:\n%s", p.Text)
+	}
+	want := []string{"context:" + filepath.Join(global, "AGENTS.md"), "context:" + filepath.Join(ok, "CLAUDE.md")}
+	if got := paths(p.Files); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("files %q, want %q", got, want)
+	}
+	order(t, p.Text, "SHARED RULES", "SHARED RULES")
 }
