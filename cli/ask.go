@@ -32,6 +32,7 @@ func (m *Main) runAsk(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	system := fs.String("system", "", "system prompt")
 	maxTokens := fs.Int64("max-tokens", 0, "cap on the answer's tokens (default: the model's, at most 32000)")
 	quiet := fs.Bool("quiet", false, "do not show thinking, tool activity and usage on stderr")
+	noContext := fs.Bool("no-context-files", false, "with --tools: do not put AGENTS.md or CLAUDE.md files into the system prompt")
 	tools := fs.String("tools", "", "comma-separated built-in tools the model may run in the working directory, without asking ("+strings.Join(tool.BuiltinNames, ",")+"); default none: a plain question")
 	if err := parse(cfg, fs, args); err != nil {
 		return err
@@ -75,7 +76,7 @@ func (m *Main) runAsk(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 		return err
 	}
 	if toolNames != nil {
-		return m.askWithTools(ctx, cfg, ms, model, level, toolNames, prompt, *quiet)
+		return m.askWithTools(ctx, cfg, ms, model, level, toolNames, prompt, *quiet, *noContext)
 	}
 	key, headers, err := ms.Registry.Auth(ctx, model)
 	if err != nil {
@@ -129,7 +130,7 @@ func (m *Main) runAsk(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 // in-memory session built the way every face builds its sessions: the
 // answer goes to stdout, thinking and tool activity to stderr. Nobody is
 // there to answer the model's questions, so they are dismissed at once.
-func (m *Main) askWithTools(ctx context.Context, cfg *config.Config, ms *engine.Models, model *llm.Model, level llm.ThinkingLevel, tools []string, prompt string, quiet bool) error {
+func (m *Main) askWithTools(ctx context.Context, cfg *config.Config, ms *engine.Models, model *llm.Model, level llm.ThinkingLevel, tools []string, prompt string, quiet, noContext bool) error {
 	cwd, err := os.Getwd()
 	if err != nil {
 		return fmt.Errorf("working directory: %w", err)
@@ -139,7 +140,8 @@ func (m *Main) askWithTools(ctx context.Context, cfg *config.Config, ms *engine.
 		level = llm.ThinkingOff
 	}
 	log.Debug("asking with tools", "model", model.Provider+"/"+model.ID, "thinking", level, "tools", tools)
-	eng, err := m.engine(cfg, ms, settings.Settings{}, engineChoices{model: model, thinking: model.ClampThinking(level), log: log})
+	eng, err := m.engine(cfg, ms, settings.Settings{}, engineChoices{model: model, thinking: model.ClampThinking(level), log: log,
+		bounds: config.Engine{NoContextFiles: noContext}})
 	if err != nil {
 		return err
 	}

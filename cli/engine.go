@@ -11,6 +11,7 @@ import (
 	"github.com/agentd-dev/agentd/config"
 	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/health"
+	"github.com/agentd-dev/agentd/instructions"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/proclimit"
@@ -76,6 +77,10 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 		Sandbox: policy, SandboxExe: "/proc/self/exe",
 		Models: ms, Breakers: c.breakers, Model: c.model, Thinking: c.thinking, Saved: saved,
 		Policy: c.policy, InteractionTimeout: c.interactionTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
+		Instructions: instructions.Config{
+			GlobalDirs: []string{cfg.ConfigDir, cfg.PiDir}, ProjectDirs: []string{".agentd", ".pi"},
+			NoContextFiles: c.bounds.NoContextFiles,
+		},
 		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: environ, Supervisor: sup,
 		EventLogSize: c.eventLogSize, EventLogBytes: c.bounds.EventLogBytes,
 		MaxTurns: c.bounds.MaxTurns, MaxToolFailures: c.bounds.MaxToolFailures,

@@ -25,6 +25,10 @@ type Config struct {
 	// PiModelsPath, when set, also reads pi's models.json
 	// ($AGENTD_PI_MODELS; "pi" means ~/.pi/agent/models.json).
 	PiModelsPath string
+	// PiDir is pi's global directory (~/.pi/agent), where agentd also
+	// looks for AGENTS.md, SYSTEM.md and APPEND_SYSTEM.md so a pi user's
+	// files work unchanged; empty without HOME.
+	PiDir string
 	// LogLevel and LogFormat ("text" or "json") configure the stderr log.
 	LogLevel  slog.Level
 	LogFormat string
@@ -71,6 +75,9 @@ func Defaults(getenv func(string) string) Config {
 	}
 	if c.ConfigDir == "" && home != "" {
 		c.ConfigDir = filepath.Join(home, ".agentd")
+	}
+	if home != "" {
+		c.PiDir = filepath.Join(home, ".pi", "agent")
 	}
 	if c.DataDir == "" {
 		if x := getenv("XDG_DATA_HOME"); x != "" {

@@ -32,6 +32,10 @@ type Engine struct {
 	Limits ToolLimits
 	// MCP bounds the MCP servers sessions use.
 	MCP MCPTimeouts
+	// NoContextFiles leaves AGENTS.md and CLAUDE.md out of every
+	// session's system prompt (pi's --no-context-files); SYSTEM.md and
+	// APPEND_SYSTEM.md still apply.
+	NoContextFiles bool
 }
 
 // Register adds the engine's flags to fs.
@@ -42,6 +46,8 @@ func (e *Engine) Register(fs *flag.FlagSet) {
 	fs.IntVar(&e.MaxQueuedMessageBytes, "max-queued-message-bytes", e.MaxQueuedMessageBytes, "bytes of steering and follow-up messages that may wait (0: the default, 16 MiB)")
 	fs.IntVar(&e.EventLogBytes, "event-log-bytes", e.EventLogBytes, "bytes of recent events kept per session for clients that resume (0: the default, 16 MiB)")
 	fs.DurationVar(&e.BashTimeout, "bash-timeout", e.BashTimeout, "limit for a command a client runs with the bash command (0: the default, 10m; negative: none)")
+	fs.BoolVar(&e.NoContextFiles, "no-context-files", e.NoContextFiles, "do not put AGENTS.md or CLAUDE.md files into the system prompt")
+	fs.BoolVar(&e.NoContextFiles, "nc", e.NoContextFiles, "short for --no-context-files")
 	e.Sandbox.Register(fs)
 	e.Limits.Register(fs)
 	e.MCP.Register(fs)

@@ -1311,7 +1311,7 @@ func (s *Server) configOf(h *server.Hosted) ConversationConfig {
 	cfg := ConversationConfig{Chat: ChatConfig{Name: sess.Name(), Model: modelName(sess.Model()), Tools: sess.ToolNames(),
 		Thinking: string(sess.Thinking()), ToolFormat: "tool", Stream: true, Interactive: true, Workspace: h.Cwd(),
 		ConfirmAll: &confirm, AutoConfirm: autoConfirmOf(sess.Grants()), Sandbox: string(h.Sandbox())},
-		Env: map[string]any{}, Unavailable: sess.UnavailableTools()}
+		Env: map[string]any{}, Unavailable: sess.UnavailableTools(), ContextFiles: sess.Instructions()}
 	cfg.MCP = redacted(mcpOf(sess))
 	return cfg
 }

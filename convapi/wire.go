@@ -1,6 +1,7 @@
 package convapi
 
 import (
+	"github.com/agentd-dev/agentd/instructions"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/tool"
 )
@@ -183,6 +184,10 @@ type ConversationConfig struct {
 	// Unavailable are the tool sources that give no tools, each with its
 	// cause: an MCP server that failed to start (agentd; in answers only).
 	Unavailable []tool.Unavailable `json:"unavailable,omitempty"`
+	// ContextFiles are the files the conversation's system prompt was
+	// built from: AGENTS.md and CLAUDE.md, SYSTEM.md and APPEND_SYSTEM.md
+	// (agentd; in answers only, as pi's get_state reports them).
+	ContextFiles []instructions.File `json:"context_files,omitempty"`
 }
 
 // MCPConfig is gptme's mcp section of a conversation's configuration.

@@ -18,6 +18,7 @@ import (
 	"github.com/agentd-dev/agentd/compaction"
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/health"
+	"github.com/agentd-dev/agentd/instructions"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/llm/registry"
@@ -97,6 +98,10 @@ type Options struct {
 	InteractionTimeout time.Duration
 	// StreamIdleTimeout fails a model stream that sends nothing this long.
 	StreamIdleTimeout time.Duration
+	// Instructions say where each session's AGENTS.md, SYSTEM.md and
+	// APPEND_SYSTEM.md are found (see package instructions); the zero
+	// value reads only the session's own directories.
+	Instructions instructions.Config
 	// Home, TempDir and Environ are the tools' environment.
 	Home    string
 	TempDir string
@@ -312,11 +317,13 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 		}
 	}
 	retry, comp := Saved(e.opt.Saved)
+	now := e.opt.Now()
+	prompt := instructions.Build(e.opt.Instructions, spec.Cwd, SystemPrompt(spec.Cwd, names, now), promptFooter(spec.Cwd, now))
 	sess, err := session.New(session.Config{
 		Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open,
 		Model: e.opt.Model, Thinking: e.opt.Thinking,
-		SystemPrompt: SystemPrompt(spec.Cwd, names, e.opt.Now()),
-		Stream:       e.stream, Options: e.streamOptions, ResolveModel: e.opt.Models.Resolve,
+		SystemPrompt: prompt.Text, Instructions: prompt.Files,
+		Stream: e.stream, Options: e.streamOptions, ResolveModel: e.opt.Models.Resolve,
 		Tools: tools, BashEnv: userEnv, BashTimeout: e.opt.BashTimeout, Retry: retry, Compaction: comp,
 		Policy: e.opt.Policy, InteractionTimeout: e.opt.InteractionTimeout,
 		SteeringMode: agent.QueueMode(e.opt.Saved.SteeringMode), FollowUpMode: agent.QueueMode(e.opt.Saved.FollowUpMode),
@@ -371,7 +378,9 @@ func Saved(s settings.Settings) (session.RetrySettings, compaction.Settings) {
 }
 
 // SystemPrompt is agentd's own instructions for a coding agent working in
-// cwd with the named built-in tools.
+// cwd with the named built-in tools: what a SYSTEM.md replaces. The
+// working directory and date follow every prompt, SYSTEM.md's too
+// (promptFooter).
 func SystemPrompt(cwd string, tools []string, now time.Time) string {
 	var b strings.Builder
 	b.WriteString("You are a coding agent working in a user's project through tools. ")
@@ -380,8 +389,12 @@ func SystemPrompt(cwd string, tools []string, now time.Time) string {
 	b.WriteString("Be brief: say what you did and what the user should know, not how you went about it.\n\n")
 	if len(tools) > 0 {
 		b.WriteString("Tools: " + strings.Join(tools, ", ") + ", ask_user, todo. ")
-		b.WriteString("Paths are relative to the working directory unless absolute. Prefer edit over rewriting a file; prefer read, grep, find and ls over shell equivalents.\n\n")
+		b.WriteString("Paths are relative to the working directory unless absolute. Prefer edit over rewriting a file; prefer read, grep, find and ls over shell equivalents.\n")
 	}
-	fmt.Fprintf(&b, "Working directory: %s\nToday: %s\n", cwd, now.Format("2006-01-02"))
 	return b.String()
+}
+
+// promptFooter ends every system prompt.
+func promptFooter(cwd string, now time.Time) string {
+	return fmt.Sprintf("Working directory: %s\nToday: %s\n", cwd, now.Format("2006-01-02"))
 }

@@ -2,6 +2,7 @@ package piwire
 
 import (
 	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/instructions"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/session"
 )
@@ -60,6 +61,11 @@ type SessionState struct {
 	AutoCompactionEnabled bool              `json:"autoCompactionEnabled"`
 	MessageCount          int               `json:"messageCount"`
 	PendingMessageCount   int               `json:"pendingMessageCount"`
+	// ContextFiles (agentd's) are the files the session's system prompt
+	// was built from: AGENTS.md and CLAUDE.md, SYSTEM.md and
+	// APPEND_SYSTEM.md, each with its kind, size and whether it was cut.
+	// Null for a session not loaded yet.
+	ContextFiles []instructions.File `json:"contextFiles"`
 }
 
 // StateOf reads a session's state.
@@ -70,5 +76,6 @@ func StateOf(s *session.Session) SessionState {
 		IsCompacting: s.State() == session.StateCompacting, SteeringMode: st.SteeringMode, FollowUpMode: st.FollowUpMode,
 		SessionFile: s.File(), SessionID: s.ID(), SessionName: s.Name(), AutoCompactionEnabled: st.AutoCompaction,
 		MessageCount: len(s.Messages()), PendingMessageCount: s.PendingCount(),
+		ContextFiles: append([]instructions.File{}, s.Instructions()...),
 	}
 }

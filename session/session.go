@@ -11,12 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/compaction"
 	"github.com/agentd-dev/agentd/fault"
+	"github.com/agentd-dev/agentd/instructions"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/todo"
@@ -53,6 +55,9 @@ type Config struct {
 	Model        *llm.Model
 	Thinking     llm.ThinkingLevel
 	SystemPrompt string
+	// Instructions are the files SystemPrompt was built from (AGENTS.md,
+	// SYSTEM.md, ...), for the faces to show.
+	Instructions []instructions.File
 	// Stream starts a model request for any model (the caller maps the
 	// model's API to its provider).
 	Stream agent.StreamFunc
@@ -437,6 +442,12 @@ func (s *Session) setState(st State, outcome Outcome) {
 	s.state = st
 	s.mu.Unlock()
 	s.emit(Event{Type: EventStateChanged, State: st, Previous: prev, Outcome: outcome})
+}
+
+// Instructions are the files the session's system prompt was built
+// from, in the order they appear in it.
+func (s *Session) Instructions() []instructions.File {
+	return slices.Clone(s.cfg.Instructions)
 }
 
 // State is the current state.
