@@ -64,8 +64,9 @@ type SessionState struct {
 	// ContextFiles (agentd's) are the files the session's system prompt
 	// was built from: AGENTS.md and CLAUDE.md, SYSTEM.md and
 	// APPEND_SYSTEM.md, each with its kind, size and whether it was cut.
-	// Null for a session not loaded yet.
-	ContextFiles []instructions.File `json:"contextFiles"`
+	// Left out when there are none (a session not loaded yet, or no
+	// such files), so the answer keeps pi's shape.
+	ContextFiles []instructions.File `json:"contextFiles,omitempty"`
 }
 
 // StateOf reads a session's state.
