@@ -407,18 +407,26 @@ func cgroupV1Dir(cgroups, mountinfo, controller string) (string, bool) {
 		if !hasCtl {
 			continue
 		}
-		root, mount := UnescapeMount(pf[3]), UnescapeMount(pf[4])
-		rel := path
-		if root != "/" {
-			r, ok := strings.CutPrefix(path, root)
-			if !ok || (r != "" && !strings.HasPrefix(r, "/")) {
-				continue
-			}
-			rel = r
+		if dir, ok := underMount(path, UnescapeMount(pf[3]), UnescapeMount(pf[4])); ok {
+			return dir, true
 		}
-		return filepath.Join(mount, rel), true
 	}
 	return "", false
+}
+
+// underMount is where cgroup path lies under a cgroup mount of the
+// hierarchy's root at mount: false when the mount shows another part of
+// the hierarchy.
+func underMount(path, root, mount string) (string, bool) {
+	rel := path
+	if root != "/" {
+		r, ok := strings.CutPrefix(path, root)
+		if !ok || (r != "" && !strings.HasPrefix(r, "/")) {
+			return "", false
+		}
+		rel = r
+	}
+	return filepath.Join(mount, rel), true
 }
 
 // Cgroup2Dir finds this process's cgroup v2 directory: where a command's
@@ -460,16 +468,9 @@ func Cgroup2DirOf(cgroups, mountinfo string) (string, bool) {
 		if len(f) < 5 {
 			continue
 		}
-		root, mount := UnescapeMount(f[3]), UnescapeMount(f[4])
-		rel := path
-		if root != "/" {
-			r, ok := strings.CutPrefix(path, root)
-			if !ok || (r != "" && !strings.HasPrefix(r, "/")) {
-				continue
-			}
-			rel = r
+		if dir, ok := underMount(path, UnescapeMount(f[3]), UnescapeMount(f[4])); ok {
+			return dir, true
 		}
-		return filepath.Join(mount, rel), true
 	}
 	return "", false
 }
