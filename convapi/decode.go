@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/agentd-dev/agentd/server"
 )
 
 // Request bodies are read whole (within the layer's frame limit), checked
@@ -239,10 +241,7 @@ func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
+	return server.ClipUTF8(s, n) + "…"
 }
 
 // optionalStrRequired reads session_id as step, interrupt and rerun take

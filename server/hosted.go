@@ -604,13 +604,8 @@ func (h *Hosted) logEvent(ev session.Event) {
 	}
 }
 
-// clip shortens s for a log line.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+// clip shortens s for a log line, at a character boundary.
+func clip(s string, n int) string { return clipRunes(s, n) }
 
 // Delete unloads session id: it stops, its file stays, and its id no
 // longer finds it.

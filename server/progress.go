@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/interaction"
@@ -503,10 +502,7 @@ func clipRunes(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
+	return ClipUTF8(s, n) + "…"
 }
 
 // stepOf places a run in its plan: the first item in progress (or else

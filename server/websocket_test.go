@@ -282,3 +282,25 @@ func TestClipUTF8(t *testing.T) {
 		}
 	}
 }
+
+// clip and clipRunes, for log lines and progress text, cut where
+// ClipUTF8 does and mark the cut; the log's clip cut inside a character.
+func TestClipRunes(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"abcdef", 3, "abc…"},
+		{"ab" + "é" + "cd", 3, "ab…"},
+		{"€uro", 2, "…"},
+	} {
+		if got := clipRunes(tc.in, tc.n); got != tc.want {
+			t.Errorf("clipRunes(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+		if got := clip(tc.in, tc.n); got != tc.want {
+			t.Errorf("clip(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
+}
