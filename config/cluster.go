@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentd-dev/agentd/cluster"
@@ -175,7 +176,9 @@ func loopbackHost(h string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-var nodeIDStrip = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+// nodeIDStrip is compiled on first use: only a cluster node without an id
+// of its own needs it.
+var nodeIDStrip = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^A-Za-z0-9_-]+`) })
 
 // defaultNodeID is <hostname>-<port>, with anything a NATS subject token
 // cannot hold replaced (what cluster.ValidID allows).
@@ -184,7 +187,7 @@ func defaultNodeID(port int) string {
 	if err != nil || host == "" {
 		host = "agentd"
 	}
-	host = strings.Trim(nodeIDStrip.ReplaceAllString(host, "-"), "-")
+	host = strings.Trim(nodeIDStrip().ReplaceAllString(host, "-"), "-")
 	if len(host) > 150 {
 		host = host[:150]
 	}

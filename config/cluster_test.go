@@ -29,7 +29,7 @@ func TestServeCluster(t *testing.T) {
 			if !c.Embedded || c.Listen != "127.0.0.1:4222" || c.URLs != nil {
 				t.Errorf("embedded: %+v", c)
 			}
-			if want := strings.Trim(nodeIDStrip.ReplaceAllString(host, "-"), "-") + "-4000"; c.NodeID != want {
+			if want := strings.Trim(nodeIDStrip().ReplaceAllString(host, "-"), "-") + "-4000"; c.NodeID != want {
 				t.Errorf("default node id %q, want %q", c.NodeID, want)
 			}
 		}},

@@ -32,10 +32,11 @@ type openapiCache struct {
 	doc  []byte
 }
 
-var pathParam = regexp.MustCompile(`\{([a-z_]+)\}`)
-
 // openapiDoc builds the document.
 func (s *Server) openapiDoc() []byte {
+	// Compiled here, not at start: the document is built once, on the
+	// first request for it.
+	pathParam := regexp.MustCompile(`\{([a-z_]+)\}`)
 	r := &jsonschema.Reflector{ExpandedStruct: false, AllowAdditionalProperties: false}
 	schemas := map[string]any{}
 	ref := func(v any) map[string]any {

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -161,8 +162,11 @@ func StreamError(errType, message string) *Error {
 }
 
 // overflowPatterns are the ways providers and OpenAI-compatible servers
-// say that a prompt is too long for the model.
-var overflowPattern = regexp.MustCompile(`(?i)prompt is too long|input is too long|exceeds? (the )?(model'?s? )?(maximum )?context|maximum context length|context[ _]length[ _]exceeded|context window|too many tokens|reduce the length of the messages|token limit|request_too_large|maximum prompt length|prompt too long`)
+// say that a prompt is too long for the model; compiled on first use, as
+// most commands never see a provider's error.
+var overflowPattern = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)prompt is too long|input is too long|exceeds? (the )?(model'?s? )?(maximum )?context|maximum context length|context[ _]length[ _]exceeded|context window|too many tokens|reduce the length of the messages|token limit|request_too_large|maximum prompt length|prompt too long`)
+})
 
 // IsContextOverflow reports whether an error type or message says the
 // prompt overflowed the context window.
@@ -170,7 +174,7 @@ func IsContextOverflow(errType, message string) bool {
 	if errType == "context_length_exceeded" || errType == "request_too_large" {
 		return true
 	}
-	return overflowPattern.MatchString(message)
+	return overflowPattern().MatchString(message)
 }
 
 // RetryAfter reads the delay a provider asked for from retry-after-ms or

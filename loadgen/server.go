@@ -127,7 +127,8 @@ const (
 	maxWarningSamples = 10
 )
 
-var readyRe = regexp.MustCompile(`\baddr=(\S+)`)
+// readyRe is compiled on first use, not when any agentd command starts.
+var readyRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\baddr=(\S+)`) })
 
 func newStderrWatch(passthrough io.Writer) *stderrWatch {
 	return &stderrWatch{passthrough: passthrough, ready: make(chan string, 1)}
@@ -159,7 +160,7 @@ func (w *stderrWatch) line(l string) {
 		w.lines = w.lines[len(w.lines)-tailLines:]
 	}
 	if !w.found && strings.Contains(l, "listening") {
-		if m := readyRe.FindStringSubmatch(l); m != nil {
+		if m := readyRe().FindStringSubmatch(l); m != nil {
 			w.found = true
 			w.ready <- strings.Trim(m[1], `"`)
 			return

@@ -29,6 +29,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -713,14 +714,17 @@ func (s *server) redactor() func(string) string {
 		for _, v := range values {
 			text = strings.ReplaceAll(text, v, "[redacted]")
 		}
-		return secretWord.ReplaceAllString(text, "[redacted]")
+		return secretWord().ReplaceAllString(text, "[redacted]")
 	}
 }
 
 // secretWord matches what looks like a credential in free text: the
 // providers' key prefixes, bearer tokens, and NAME=value where the name
 // says key, token, secret or password.
-var secretWord = regexp.MustCompile(`(?i)\b(sk-[a-z0-9_-]{8,}|gh[pousr]_[a-z0-9]{16,}|xox[abpr]-[a-z0-9-]{8,}|AKIA[A-Z0-9]{12,})|(bearer\s+)\S+|([A-Z0-9_]*(KEY|TOKEN|SECRET|PASSWORD|CREDENTIALS)[A-Z0-9_]*\s*[=:]\s*)\S+`)
+// Compiled on first use: only a server's stderr needs it.
+var secretWord = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)\b(sk-[a-z0-9_-]{8,}|gh[pousr]_[a-z0-9]{16,}|xox[abpr]-[a-z0-9-]{8,}|AKIA[A-Z0-9]{12,})|(bearer\s+)\S+|([A-Z0-9_]*(KEY|TOKEN|SECRET|PASSWORD|CREDENTIALS)[A-Z0-9_]*\s*[=:]\s*)\S+`)
+})
 
 // stderrLog logs each line a server writes on stderr, redacted, at
 // debug level, and keeps the end of it.
@@ -959,17 +963,32 @@ func (t *tailBuffer) String() string {
 	return string(t.b)
 }
 
-var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9_-]`)
-
 // ToolName is the agent tool name of an MCP server's tool, <server>__<tool>
 // (the form other agents use, so policies carry over): providers
 // accept letters, digits, _ and - up to 64 characters.
 func ToolName(server, name string) string {
-	n := unsafeName.ReplaceAllString(server, "_") + "__" + unsafeName.ReplaceAllString(name, "_")
+	n := safeName(server) + "__" + safeName(name)
 	if len(n) > 64 {
 		n = n[:64]
 	}
 	return n
+}
+
+// safeName is s with every byte other than an ASCII letter, digit, _ or -
+// replaced by _, as the regexp [^a-zA-Z0-9_-] did per character: a loop,
+// so that nothing is compiled at start for it. A multi-byte character
+// becomes one _, as the regexp's match of one rune did.
+func safeName(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		if r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			b.WriteByte(byte(r))
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
 }
 
 // IsToolOf reports whether name may be a tool of the MCP server named

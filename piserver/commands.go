@@ -886,7 +886,7 @@ func (s *Server) sessionFiles(_ context.Context, c *call) (any, error) {
 
 func (s *Server) uiResponse(_ context.Context, c *call) (any, error) {
 	rid := c.p.RequestID
-	if !requestIDRe.MatchString(rid) {
+	if !idChars(rid, true) {
 		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: requestId: must match ^[a-zA-Z0-9:_.-]+$")
 	}
 	a := c.p.Response

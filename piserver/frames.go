@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -437,13 +436,15 @@ type frameError struct {
 	id, command, msg string
 }
 
-// envelope keys are the pipeline's; everything else is the payload.
-var envelopeKeys = map[string]bool{"type": true, "id": true, "sessionId": true, "dependsOn": true, "ifSessionVersion": true, "idempotencyKey": true}
-
-var (
-	idRe        = regexp.MustCompile(`^[a-zA-Z0-9_.-]+$`)
-	requestIDRe = regexp.MustCompile(`^[a-zA-Z0-9:_.-]+$`)
-)
+// isEnvelopeKey: envelope keys are the pipeline's; everything else is
+// the payload. A switch, not a map built at start.
+func isEnvelopeKey(k string) bool {
+	switch k {
+	case "type", "id", "sessionId", "dependsOn", "ifSessionVersion", "idempotencyKey":
+		return true
+	}
+	return false
+}
 
 // decodeCommand parses and validates one frame (spec §4): the envelope,
 // and the fields the command's spec declares. Everything a handler reads
@@ -524,7 +525,7 @@ func decodeCommand(data []byte, specs map[string]*commandSpec) (pipeline.Command
 			bad("sessionId", "Session ID must be a non-empty string")
 		case len(sid) > 256:
 			bad("sessionId", "Session ID too long (max 256 characters)")
-		case !idRe.MatchString(sid):
+		case !idChars(sid, false):
 			bad("sessionId", "Session ID must contain only alphanumeric characters, underscores, dashes, and dots")
 		default:
 			cmd.SessionID = sid
@@ -570,7 +571,7 @@ func decodeCommand(data []byte, specs map[string]*commandSpec) (pipeline.Command
 	}
 	payload := map[string]json.RawMessage{}
 	for k, v := range fields {
-		if !envelopeKeys[k] {
+		if !isEnvelopeKey(k) {
 			payload[k] = v
 		}
 	}

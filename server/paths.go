@@ -4,13 +4,23 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/agentd-dev/agentd/fault"
 )
 
-var idRe = regexp.MustCompile(`^[a-zA-Z0-9_.-]+$`)
+// idChars reports whether s is not empty and every byte is an ASCII
+// letter, digit, _, . or -: the regexp ^[a-zA-Z0-9_.-]+$ as a loop, so
+// that nothing is compiled at start for it.
+func idChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return s != ""
+}
 
 // CheckID applies pi-server's session id rule.
 func CheckID(id string) error {
@@ -19,7 +29,7 @@ func CheckID(id string) error {
 		return fault.New(fault.Invalid, "Validation failed: sessionId: Session ID must be a non-empty string")
 	case len(id) > 256:
 		return fault.New(fault.Invalid, "Validation failed: sessionId: Session ID too long (max 256 characters)")
-	case !idRe.MatchString(id):
+	case !idChars(id):
 		return fault.New(fault.Invalid, "Validation failed: sessionId: Session ID must contain only alphanumeric characters, underscores, dashes, and dots")
 	}
 	return nil

@@ -44,7 +44,7 @@ type BashDetails struct {
 	ExitCode *int `json:"exitCode,omitempty"`
 }
 
-func (t *bashTool) Spec() llm.Tool { return spec(bashSpec) }
+func (t *bashTool) Spec() llm.Tool { return bashSpec() }
 
 func (t *bashTool) Execute(ctx context.Context, call Call, update func(Result)) Result {
 	a := parseArgs("bash", call.Args)

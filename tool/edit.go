@@ -27,7 +27,7 @@ type EditDetails struct {
 	FirstChangedLine int `json:"firstChangedLine,omitempty"`
 }
 
-func (t *editTool) Spec() llm.Tool { return spec(editSpec) }
+func (t *editTool) Spec() llm.Tool { return editSpec() }
 
 func (t *editTool) Execute(ctx context.Context, call Call, _ func(Result)) Result {
 	a := parseArgs("edit", call.Args)

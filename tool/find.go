@@ -21,7 +21,7 @@ type FindDetails struct {
 	ResultLimitReached int `json:"resultLimitReached,omitempty"`
 }
 
-func (t *findTool) Spec() llm.Tool { return spec(findSpec) }
+func (t *findTool) Spec() llm.Tool { return findSpec() }
 
 // findQuery is a validated find call.
 type findQuery struct {

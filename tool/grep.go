@@ -47,7 +47,7 @@ type GrepDetails struct {
 	LinesTruncated bool `json:"linesTruncated,omitempty"`
 }
 
-func (t *grepTool) Spec() llm.Tool { return spec(grepSpec) }
+func (t *grepTool) Spec() llm.Tool { return grepSpec() }
 
 // grepQuery is a validated grep call.
 type grepQuery struct {

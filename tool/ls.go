@@ -23,7 +23,7 @@ type LsDetails struct {
 	EntryLimitReached int `json:"entryLimitReached,omitempty"`
 }
 
-func (t *lsTool) Spec() llm.Tool { return spec(lsSpec) }
+func (t *lsTool) Spec() llm.Tool { return lsSpec() }
 
 func (t *lsTool) Execute(ctx context.Context, call Call, _ func(Result)) Result {
 	a := parseArgs("ls", call.Args)

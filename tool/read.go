@@ -31,7 +31,7 @@ type ReadDetails struct {
 	Truncation *Truncation `json:"truncation,omitempty"`
 }
 
-func (t *readTool) Spec() llm.Tool { return spec(readSpec) }
+func (t *readTool) Spec() llm.Tool { return readSpec() }
 
 func (t *readTool) Execute(ctx context.Context, call Call, _ func(Result)) Result {
 	a := parseArgs("read", call.Args)

@@ -13,7 +13,7 @@ import (
 
 type writeTool struct{ env Env }
 
-func (t *writeTool) Spec() llm.Tool { return spec(writeSpec) }
+func (t *writeTool) Spec() llm.Tool { return writeSpec() }
 
 func (t *writeTool) Execute(ctx context.Context, call Call, _ func(Result)) Result {
 	a := parseArgs("write", call.Args)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentd-dev/agentd/llm"
@@ -86,7 +87,7 @@ func ExportHTML(w io.Writer, f *File, opts ExportOptions) error {
 	if p.Title == "" {
 		p.Title = firstNonEmpty(name, oneLine(p.First, 80), "Session "+f.header.ID)
 	}
-	return pageTemplate.Execute(w, p)
+	return pageTemplate().Execute(w, p)
 }
 
 type page struct {
@@ -327,10 +328,13 @@ func firstNonEmpty(s ...string) string {
 	return ""
 }
 
-var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
-	"thousands": thousands,
-	"dollars":   dollars,
-}).Parse(pageHTML))
+// pageTemplate is parsed on first use: only an HTML export needs it.
+var pageTemplate = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("page").Funcs(template.FuncMap{
+		"thousands": thousands,
+		"dollars":   dollars,
+	}).Parse(pageHTML))
+})
 
 const pageHTML = `<!DOCTYPE html>
 <html lang="en">
