@@ -2,54 +2,86 @@ package server
 
 import (
 	"context"
-	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"time"
 )
 
-// relieveEvery is how often the server checks for memory to give back.
-const relieveEvery = 15 * time.Second
+// relieveEvery is how often the server looks at what it allocated. A
+// look is a runtime/metrics read, which does not stop the world, so a
+// second costs an idle server nothing it would notice.
+const relieveEvery = time.Second
 
-// relieveMemory gives memory back to the system after a burst of load.
-// The Go runtime collects when the heap grows and frees pages lazily
-// against the heap goal of the last busy moment, so a server that goes
-// quiet after a burst holds its garbage and its pages for minutes. When
-// the runtime has not collected since the last check (the server is
-// quiet) and holds much more than a small heap, this forces a collection
-// and returns what is free; a quiet server's collection is cheap.
+// What counts as load and as its end. A burst is at least burstBytes
+// allocated since the last release; the load has ended when a burst is
+// followed by quietTicks checks in a row each of which saw less than
+// quietBytes allocated. An idle server with open connections allocates
+// a few KiB a second (pings, timers); a streaming one MiBs.
+const (
+	burstBytes = 16 << 20
+	quietBytes = 256 << 10
+	quietTicks = 2
+)
+
+// relieveMemory gives memory back to the system once a burst of load
+// has ended. The Go runtime collects when the heap grows and returns
+// pages lazily against the heap goal of the last busy moment (with
+// --gc-percent 200, three times the live heap), so a server that goes
+// quiet after a burst would hold its garbage and its pages for minutes.
+// Two seconds after the allocations stop, this forces one collection and
+// returns every free page (debug.FreeOSMemory): RSS comes down to about
+// the live heap. It runs once per burst and never while the server is
+// busy, so it costs the streaming rate nothing.
 func (s *Server) relieveMemory(ctx context.Context) {
 	t := time.NewTicker(relieveEvery)
 	defer t.Stop()
-	var lastGC uint32
-	var floor uint64 // heap held right after the last release
+	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(sample)
+	r := releaser{last: sample[0].Value.Uint64()}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		held := ms.HeapInuse + ms.HeapIdle - ms.HeapReleased
-		if shouldRelease(ms.NumGC == lastGC, held, floor, ms.HeapIdle-ms.HeapReleased, ms.HeapInuse) {
-			debug.FreeOSMemory()
-			var after runtime.MemStats
-			runtime.ReadMemStats(&after)
-			s.log.Debug("memory returned to the system", "held_before_mb", held>>20,
-				"in_use_mb", after.HeapInuse>>20, "released_mb", (after.HeapReleased-ms.HeapReleased)>>20)
-			ms = after
-			floor = after.HeapInuse + after.HeapIdle - after.HeapReleased
+		metrics.Read(sample)
+		if !r.tick(sample[0].Value.Uint64()) {
+			continue
 		}
-		lastGC = ms.NumGC
+		start := time.Now()
+		debug.FreeOSMemory()
+		live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		metrics.Read(live)
+		s.log.Debug("load ended: memory returned to the system", "live_heap_mb", live[0].Value.Uint64()>>20,
+			"took", time.Since(start).Round(time.Microsecond))
+		// What the collection itself allocated is not load.
+		metrics.Read(sample)
+		r.last = sample[0].Value.Uint64()
 	}
 }
 
-// shouldRelease decides whether to force a collection and return memory:
-// when the server is quiet (no collection since the last check) and holds
-// 16 MiB more heap than right after the last release, or when idle pages
-// (held, unused) are at least 32 MiB and more than the heap in use. A busy
-// server, whose idle pages are about to be used again, is left to the
-// runtime.
-func shouldRelease(quiet bool, held, floor, idle, inUse uint64) bool {
-	return (quiet && held >= floor+16<<20) || (idle >= 32<<20 && idle > inUse)
+// releaser decides when a burst of allocations has ended, from the
+// runtime's running total of bytes allocated, read once per check.
+type releaser struct {
+	last  uint64 // the total at the previous check
+	burst uint64 // allocated since the last release
+	quiet int    // checks in a row that allocated less than quietBytes
+}
+
+// tick takes the total allocated so far and reports whether to release
+// now: a burst happened and has been quiet for quietTicks checks.
+func (r *releaser) tick(total uint64) bool {
+	d := total - r.last
+	r.last = total
+	r.burst += d
+	if d >= quietBytes {
+		r.quiet = 0
+		return false
+	}
+	r.quiet++
+	if r.burst < burstBytes || r.quiet < quietTicks {
+		return false
+	}
+	r.burst, r.quiet = 0, 0
+	return true
 }

@@ -2,24 +2,30 @@ package server
 
 import "testing"
 
-func TestShouldRelease(t *testing.T) {
+func TestReleaser(t *testing.T) {
 	const mb = 1 << 20
 	for _, tt := range []struct {
-		quiet                    bool
-		held, floor, idle, inUse uint64
-		want                     bool
+		name  string
+		steps []uint64 // allocated per check
+		want  []bool   // release at that check
 	}{
-		{false, 10 * mb, 0, 0, 10 * mb, false},
-		{true, 12 * mb, 0, 1 * mb, 11 * mb, false},       // quiet but small
-		{true, 60 * mb, 0, 2 * mb, 58 * mb, true},        // quiet after a burst: its garbage
-		{true, 60 * mb, 50 * mb, 2 * mb, 58 * mb, false}, // released already, little grew since
-		{false, 60 * mb, 0, 2 * mb, 58 * mb, false},      // busy
-		{false, 520 * mb, 0, 500 * mb, 20 * mb, true},    // idle pages after a collection
-		{false, 464 * mb, 0, 64 * mb, 400 * mb, false},
+		{"idle never", []uint64{0, 10 << 10, 0, 0}, []bool{false, false, false, false}},
+		{"burst then quiet", []uint64{50 * mb, 40 * mb, 0, 10 << 10, 0, 0}, []bool{false, false, false, true, false, false}},
+		{"busy all along", []uint64{50 * mb, 40 * mb, 30 * mb, 20 * mb}, []bool{false, false, false, false}},
+		{"quiet broken by more load", []uint64{50 * mb, 0, 1 * mb, 0, 0}, []bool{false, false, false, false, true}},
+		{"small trickle adds up to a burst", []uint64{8 * mb, 8 * mb, 0, 0}, []bool{false, false, false, true}},
+		{"too little to be a burst", []uint64{2 * mb, 0, 0, 0}, []bool{false, false, false, false}},
+		{"once per burst", []uint64{20 * mb, 0, 0, 0, 0, 20 * mb, 0, 0}, []bool{false, false, true, false, false, false, false, true}},
 	} {
-		if got := shouldRelease(tt.quiet, tt.held, tt.floor, tt.idle, tt.inUse); got != tt.want {
-			t.Errorf("shouldRelease(quiet %v, %d held, %d floor, %d idle, %d in use MiB) = %v",
-				tt.quiet, tt.held/mb, tt.floor/mb, tt.idle/mb, tt.inUse/mb, got)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			r := releaser{last: 1000}
+			total := uint64(1000)
+			for i, d := range tt.steps {
+				total += d
+				if got := r.tick(total); got != tt.want[i] {
+					t.Errorf("check %d (%d bytes allocated): release %t, want %t", i, d, got, tt.want[i])
+				}
+			}
+		})
 	}
 }
