@@ -234,6 +234,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		`agentd_circuit_breaker_state{kind="bash",name="bash"} 0`,
 		`agentd_circuit_breaker_rejections_total{kind="provider",name="anthropic"} 1`,
 		`go_goroutines `,
+		`go_gc_heap_live_bytes `, // what agentd bench compares RSS with
 	} {
 		if !hasSample(samples, want) {
 			t.Errorf("missing sample %q", want)

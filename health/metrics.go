@@ -2,6 +2,7 @@ package health
 
 import (
 	"net/http"
+	"regexp"
 	"sync"
 	"time"
 
@@ -84,7 +85,11 @@ func NewMetrics() *Metrics {
 		}, []string{"provider", "kind"}),
 	}
 	m.reg.MustRegister(m.commands, m.duration, m.events, m.sessions, m.connections, m.provReqs, m.provErrs,
-		collectors.NewGoCollector(),
+		// go_gc_heap_live_bytes besides the defaults: the heap the last
+		// collection found live, what RSS is measured against after load
+		// (agentd bench --idle-wait).
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

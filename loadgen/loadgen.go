@@ -302,6 +302,14 @@ type Report struct {
 	RSSPeak           int64         `json:"rss_peak_bytes"`
 	IdleWait          time.Duration `json:"idle_wait_ns,omitempty"`
 	RSSIdle           int64         `json:"rss_after_idle_bytes,omitempty"`
+	// RSSAnonBaseline is the RssAnon of the RSSBaseline reading;
+	// RSSAnonIdle that of RSSIdle, and HeapLiveIdle the server's live
+	// heap then (go_gc_heap_live_bytes on its /metrics: what its last
+	// collection found live), which an idle server's RSS is measured
+	// against. Zero when not read.
+	RSSAnonBaseline int64 `json:"rss_anon_baseline_bytes,omitempty"`
+	RSSAnonIdle     int64 `json:"rss_anon_after_idle_bytes,omitempty"`
+	HeapLiveIdle    int64 `json:"heap_live_after_idle_bytes,omitempty"`
 	RSSIdleSamples    []RSSSample   `json:"rss_idle_samples,omitempty"`
 
 	// SessionWS is what the per-session WebSocket's watchers measured
@@ -553,7 +561,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	defer run.close(o)
 	mk, srv, base := run.mk, run.srv, run.base
-	rep.RSSBaseline = base.RSS
+	rep.RSSBaseline, rep.RSSAnonBaseline = base.RSS, base.Anon
 
 	probs := tally{log: log}
 	hc := &http.Client{Transport: &http.Transport{}}
@@ -677,11 +685,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	// Phase 2b: idle, every connection still open.
 	if o.IdleWait > 0 {
 		log.Info("idle wait", "for", o.IdleWait)
-		rep.RSSIdleSamples, err = watchIdle(ctx, srv.pid(), o.IdleWait)
-		if err != nil {
+		if err := idleReadings(ctx, srv, o.IdleWait, &rep, log); err != nil {
 			return rep, err
 		}
-		rep.RSSIdle = rep.RSSIdleSamples[len(rep.RSSIdleSamples)-1].RSS
 	}
 
 	rep.SendBudgetCuts = sendBudgetCuts(ctx, obs, o.CommandTimeout, log)
@@ -1119,6 +1125,18 @@ func WriteTable(w io.Writer, reps []Report) error {
 				return "-"
 			}
 			return fmtBytes(r.RSSIdle) + " (" + fmtDur(r.IdleWait) + ")"
+		}},
+		{"RssAnon baseline / after idle", func(r Report) string {
+			if r.IdleWait <= 0 {
+				return fmtBytes(r.RSSAnonBaseline) + " / -"
+			}
+			return fmtBytes(r.RSSAnonBaseline) + " / " + fmtBytes(r.RSSAnonIdle)
+		}},
+		{"live heap after idle (RSS/heap)", func(r Report) string {
+			if r.HeapLiveIdle <= 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%s (%.2f)", fmtBytes(r.HeapLiveIdle), float64(r.RSSIdle)/float64(r.HeapLiveIdle))
 		}},
 		{"coder/websocket msgs/s", func(r Report) string {
 			if r.Baseline == nil {

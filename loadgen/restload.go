@@ -126,7 +126,7 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 	}
 	defer run.close(o)
 	mk, srv, base := run.mk, run.srv, run.base
-	rep.RSSBaseline = base.RSS
+	rep.RSSBaseline, rep.RSSAnonBaseline = base.RSS, base.Anon
 
 	probs := tally{log: log}
 	// Every driver keeps its connection for its POSTs between steps.
@@ -256,11 +256,9 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 	// Phase 2b: idle, every stream still open.
 	if o.IdleWait > 0 {
 		log.Info("idle wait", "for", o.IdleWait)
-		rep.RSSIdleSamples, err = watchIdle(ctx, srv.pid(), o.IdleWait)
-		if err != nil {
+		if err := idleReadings(ctx, srv, o.IdleWait, &rep, log); err != nil {
 			return rep, err
 		}
-		rep.RSSIdle = rep.RSSIdleSamples[len(rep.RSSIdleSamples)-1].RSS
 	}
 	rep.SendBudgetCuts = -1
 	if obs, err := dial(ctx, hc, "ws://"+srv.addr+"/?lifecycle=own", "", &clientOptions{timeout: o.CommandTimeout, faults: &probs}); err != nil {

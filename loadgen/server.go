@@ -190,9 +190,13 @@ func (w *stderrWatch) problemLines() (int, []string) {
 type memory struct {
 	RSS  int64 // VmRSS, bytes
 	Peak int64 // VmHWM, bytes: the highest RSS so far
+	// Anon is RssAnon, bytes: the part of RSS that is the process's own
+	// memory (heap, stacks), without the binary's file-backed pages,
+	// which depend on how the binary was copied and what else runs it.
+	Anon int64
 }
 
-// readMemory reads VmRSS and VmHWM of pid. Linux only.
+// readMemory reads VmRSS, VmHWM and RssAnon of pid. Linux only.
 func readMemory(pid int) (memory, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -212,6 +216,8 @@ func readMemory(pid int) (memory, error) {
 			dst = &m.RSS
 		case "VmHWM":
 			dst = &m.Peak
+		case "RssAnon":
+			dst = &m.Anon
 		default:
 			continue
 		}
