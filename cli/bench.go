@@ -32,7 +32,8 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	format := fs.String("stream-format", "full", "the server's message_update format: full (pi's, the whole message so far in every update) or delta")
 	readDelay := fs.Duration("read-delay", 0, "pause of every client after each frame it reads (e.g. 1ms): clients slower than the model, whose queues grow in the server (with --face rest: of every SSE watcher, not the drivers)")
 	idleWait := fs.Duration("idle-wait", 0, "after the load, keep every connection open and idle this long (e.g. 60s) and report the server's RSS again")
-	baseline := fs.Bool("baseline", false, "after each run, measure coder/websocket's own rate with as many connections, messages and bytes per message, and report events/s as a fraction of it")
+	baseline := fs.Bool("baseline", false, "measure coder/websocket's own rate with as many connections, messages and bytes per message as the face's streams, in rounds alternating with the load (--baseline-rounds), and report the face's events/s as a fraction of it (the median of the rounds)")
+	baselineRounds := fs.Int("baseline-rounds", 3, "with --baseline: rounds of the load and the library's baseline, alternating which goes first")
 	idleSessions := fs.Int("idle-sessions", 0, "before the N sessions, create this many more on the bench's own connection and report the RSS per such idle session (e.g. 40)")
 	settle := fs.Duration("settle", time.Second, "how long the server's RSS must hold still before each idle reading (before any connection, after the first session, the idle sessions and the N); 0 reads at once")
 	gets := fs.Int("gets", 1, "get_state commands per session after each prompt (0 for none; with --face session-ws the default is 0)")
@@ -69,7 +70,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		}
 	case "rest":
 		// The drivers speak REST: the pi-server flags have nothing to do.
-		for _, f := range []string{"gets", "own-lifecycle", "baseline"} {
+		for _, f := range []string{"gets", "own-lifecycle"} {
 			if set[f] {
 				return usageError{fmt.Errorf("--%s: not with --face rest", f)}
 			}
@@ -102,6 +103,9 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if *readDelay < 0 || *idleWait < 0 || *settle < 0 || *idleSessions < 0 || *timeout <= 0 || *loadTimeout <= 0 {
 		return usageError{fmt.Errorf("--read-delay, --idle-wait, --settle and --idle-sessions must not be negative, --command-timeout and --load-timeout must be positive")}
 	}
+	if *baselineRounds < 1 || (set["baseline-rounds"] && !*baseline) {
+		return usageError{fmt.Errorf("--baseline-rounds %d: want at least 1, with --baseline", *baselineRounds)}
+	}
 	if *clusterNodes < 0 || *clusterNodes == 1 || (*clusterNodes > 1 && *face != "pi") {
 		return usageError{fmt.Errorf("--cluster-nodes %d: want 2 or more, with --face pi", *clusterNodes)}
 	}
@@ -127,7 +131,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	)
 	for _, n := range ns {
 		o := loadgen.Options{Binary: *binary, Sessions: n, Rounds: *rounds, Chunks: *chunks, GetStates: g,
-			StreamFormat: *format, ReadDelay: *readDelay, IdleWait: *idleWait, Baseline: *baseline, Settle: st, IdleSessions: *idleSessions,
+			StreamFormat: *format, ReadDelay: *readDelay, IdleWait: *idleWait, Settle: st, IdleSessions: *idleSessions,
 			CommandTimeout: *timeout, LoadTimeout: *loadTimeout, Logger: log, ServerArgs: strings.Fields(*serverFlags), OwnLifecycle: *ownLifecycle,
 			Watchers: watchersFor(*face, *watchers, n), PlanSteps: *planSteps, ClusterNodes: *clusterNodes}
 		if *face == "rest" {
@@ -144,7 +148,12 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		default:
 			fmt.Fprintf(m.stderr, "agentd bench: N=%d ...\n", n)
 		}
-		rep, err := loadgen.Run(ctx, o)
+		var rep loadgen.Report
+		if *baseline {
+			rep, err = loadgen.RunInterleaved(ctx, o, *baselineRounds)
+		} else {
+			rep, err = loadgen.Run(ctx, o)
+		}
 		if err != nil {
 			runErr = fmt.Errorf("with %d sessions: %w", n, err)
 			break

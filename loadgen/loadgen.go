@@ -331,6 +331,9 @@ type Report struct {
 	Baseline              *BaselineReport `json:"baseline,omitempty"`
 	BaselineFraction      float64         `json:"events_per_sec_fraction_of_baseline,omitempty"`
 	SessionEventsFraction float64         `json:"session_events_per_sec_fraction_of_baseline,omitempty"`
+	// BaselineRounds are the rounds of RunInterleaved, whose median
+	// fraction BaselineFraction then is (nil from Run).
+	BaselineRounds []BaselineRound `json:"baseline_rounds,omitempty"`
 
 	// ModelRequests is how many requests the mock answered.
 	ModelRequests int `json:"model_requests"`
@@ -1165,6 +1168,21 @@ func WriteTable(w io.Writer, reps []Report) error {
 				return "-"
 			}
 			return fmt.Sprintf("%.3f / %.3f", r.BaselineFraction, r.SessionEventsFraction)
+		}},
+		{"face ÷ library, interleaved", func(r Report) string {
+			if len(r.BaselineRounds) == 0 {
+				return "-"
+			}
+			var b strings.Builder
+			fmt.Fprintf(&b, "%.3f (", r.BaselineFraction)
+			for i, br := range r.BaselineRounds {
+				if i > 0 {
+					b.WriteByte(' ')
+				}
+				fmt.Fprintf(&b, "%.3f", br.Fraction)
+			}
+			b.WriteString(")")
+			return b.String()
 		}},
 	}
 	if slices.ContainsFunc(reps, func(r Report) bool { return r.SessionWS != nil }) {
