@@ -302,15 +302,16 @@ type Report struct {
 	RSSPeak           int64         `json:"rss_peak_bytes"`
 	IdleWait          time.Duration `json:"idle_wait_ns,omitempty"`
 	RSSIdle           int64         `json:"rss_after_idle_bytes,omitempty"`
+	RSSIdleSamples    []RSSSample   `json:"rss_idle_samples,omitempty"`
+
 	// RSSAnonBaseline is the RssAnon of the RSSBaseline reading;
 	// RSSAnonIdle that of RSSIdle, and HeapLiveIdle the server's live
 	// heap then (go_gc_heap_live_bytes on its /metrics: what its last
 	// collection found live), which an idle server's RSS is measured
 	// against. Zero when not read.
-	RSSAnonBaseline int64       `json:"rss_anon_baseline_bytes,omitempty"`
-	RSSAnonIdle     int64       `json:"rss_anon_after_idle_bytes,omitempty"`
-	HeapLiveIdle    int64       `json:"heap_live_after_idle_bytes,omitempty"`
-	RSSIdleSamples  []RSSSample `json:"rss_idle_samples,omitempty"`
+	RSSAnonBaseline int64 `json:"rss_anon_baseline_bytes,omitempty"`
+	RSSAnonIdle     int64 `json:"rss_anon_after_idle_bytes,omitempty"`
+	HeapLiveIdle    int64 `json:"heap_live_after_idle_bytes,omitempty"`
 
 	// SessionWS is what the per-session WebSocket's watchers measured
 	// (nil without Options.Watchers).
