@@ -37,7 +37,7 @@ func (s *Server) relieveMemory(ctx context.Context) {
 	defer t.Stop()
 	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
 	metrics.Read(sample)
-	r := releaser{last: sample[0].Value.Uint64()}
+	r := newReleaser(sample[0].Value.Uint64())
 	for {
 		select {
 		case <-ctx.Done():
@@ -66,6 +66,14 @@ type releaser struct {
 	last  uint64 // the total at the previous check
 	burst uint64 // allocated since the last release
 	quiet int    // checks in a row that allocated less than quietBytes
+}
+
+// newReleaser starts from the total allocated so far. The start-up
+// counts as a burst: what it allocated and dropped (flags, config,
+// schemas, the first collections' leftovers) is returned as soon as the
+// new server is quiet, so an idle server holds about its live heap.
+func newReleaser(total uint64) releaser {
+	return releaser{last: total, burst: burstBytes}
 }
 
 // tick takes the total allocated so far and reports whether to release

@@ -29,3 +29,12 @@ func TestReleaser(t *testing.T) {
 		})
 	}
 }
+
+// TestReleaserStart: the start-up is a burst, released once the new
+// server has been quiet for quietTicks checks.
+func TestReleaserStart(t *testing.T) {
+	r := newReleaser(1000)
+	if r.tick(1000) || !r.tick(1000+100<<10) || r.tick(1000+200<<10) {
+		t.Error("a new server is not released once, at its second quiet check")
+	}
+}

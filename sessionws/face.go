@@ -105,9 +105,12 @@ func (o *Options) fill() {
 
 // Face serves the protocol.
 type Face struct {
-	srv    *server.Server
-	opt    Options
-	schema *validator
+	srv *server.Server
+	opt Options
+	// schema is resolved on the first client message, not at start: its
+	// resolved schemas are about 1.5 MB that a server whose per-session
+	// WebSocket nobody uses would hold for nothing.
+	schema func() (*validator, error)
 
 	mu       sync.Mutex
 	watches  map[*server.Hosted]*watch
@@ -119,10 +122,7 @@ type Face struct {
 // New builds the face on srv.
 func New(srv *server.Server, o Options) (*Face, error) {
 	o.fill()
-	v, err := newValidator(schemaJSON)
-	if err != nil {
-		return nil, err
-	}
+	v := sync.OnceValues(func() (*validator, error) { return newValidator(schemaJSON) })
 	f := &Face{srv: srv, opt: o, schema: v, watches: map[*server.Hosted]*watch{}, subjects: map[string]int{}}
 	srv.OnShutdown(func(time.Duration) { f.shutdown() })
 	return f, nil
