@@ -263,24 +263,37 @@ func (p *Pipeline) CommandHistory(q HistoryQuery) CommandHistory {
 	}
 }
 
-// history is a ring of the latest lifecycle entries.
+// history is a ring of the latest lifecycle entries. It grows to max
+// entries as they come instead of being made whole at start: a server
+// that has handled few commands holds few entries, not the whole ring.
 type history struct {
 	mu   sync.Mutex
-	ring []HistoryEntry
+	ring []HistoryEntry // len(ring) == next until it is full, then max
+	max  int
 	next int  // where the next entry goes
 	full bool // the ring has wrapped
 	seq  int64
 }
 
-func newHistory(n int) *history { return &history{ring: make([]HistoryEntry, n)} }
+func newHistory(n int) *history { return &history{max: n} }
 
 func (h *history) add(e HistoryEntry) {
 	h.mu.Lock()
 	h.seq++
 	e.LaneSequence = h.seq
-	h.ring[h.next] = e
+	if len(h.ring) < h.max {
+		if len(h.ring) == cap(h.ring) {
+			// Grow by doubling, but never past max.
+			grown := make([]HistoryEntry, len(h.ring), min(h.max, max(16, 2*cap(h.ring))))
+			copy(grown, h.ring)
+			h.ring = grown
+		}
+		h.ring = append(h.ring, e)
+	} else {
+		h.ring[h.next] = e
+	}
 	h.next++
-	if h.next == len(h.ring) {
+	if h.next == h.max {
 		h.next, h.full = 0, true
 	}
 	h.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -249,6 +250,29 @@ func TestHistoryQueryValidate(t *testing.T) {
 		err := tc.q.Validate()
 		if got := errMsg(Response{Err: err}); got != tc.want || (err != nil && err.Code != CodeInvalid) {
 			t.Errorf("%+v: %q, want %q", tc.q, got, tc.want)
+		}
+	}
+}
+
+// TestHistoryRing: the ring grows as entries come, never past its size,
+// and then keeps the newest, newest first.
+func TestHistoryRing(t *testing.T) {
+	for _, tt := range []struct{ max, adds int }{{5, 0}, {5, 3}, {5, 5}, {5, 12}, {40, 39}, {40, 100}} {
+		h := newHistory(tt.max)
+		for i := range tt.adds {
+			h.add(HistoryEntry{CommandID: strconv.Itoa(i)})
+		}
+		got, _ := h.query(HistoryQuery{}, tt.max+1)
+		if want := min(tt.adds, tt.max); len(got) != want {
+			t.Fatalf("max %d, %d added: %d entries, want %d", tt.max, tt.adds, len(got), want)
+		}
+		for i, e := range got {
+			if want := strconv.Itoa(tt.adds - 1 - i); e.CommandID != want {
+				t.Errorf("max %d, %d added: entry %d is %s, want %s", tt.max, tt.adds, i, e.CommandID, want)
+			}
+		}
+		if cap(h.ring) > tt.max {
+			t.Errorf("max %d: capacity %d", tt.max, cap(h.ring))
 		}
 	}
 }
