@@ -173,7 +173,12 @@ func (r *relay) start(ctx context.Context, req interaction.Request) {
 		defer r.wg.Done()
 		defer cancel()
 		up := req
+		// The parent's id names the child's, within the broker's bound
+		// on ids (200 bytes, room left for its suffix).
 		up.ID = "sub-" + req.ID
+		if len(up.ID) > 180 {
+			up.ID = up.ID[:180]
+		}
 		// The child's request has its own expiry, which settles this
 		// one too.
 		up.Timeout = -1
