@@ -328,6 +328,8 @@ func Parse(name string, data []byte) (t *Type, disabled bool, warnings []string,
 		t.Tools = tools
 	}
 	drop = append(drop, denied(&fm.Permission, &fm.Permissions)...)
+	slices.Sort(drop)
+	drop = slices.Compact(drop)
 	if len(drop) > 0 {
 		if t.Tools == nil {
 			t.Tools = []string{"*"} // every tool the parent has, but these
