@@ -302,6 +302,11 @@ func TestChildIsNoWiderThanItsParent(t *testing.T) {
 			want:  want{childTools: []string{"ask_user", "ls", "read", "todo"}},
 		},
 		{
+			name: "type names a model that is not there", agent: "---\ndescription: d\nmodel: nope/x\n---\n",
+			call: `{"description":"w","prompt":"CHILDJOB p","subagent_type":"greedy"}`,
+			want: want{errText: "agent type greedy names model \"nope/x\", which is not available"},
+		},
+		{
 			name: "arguments name a sandbox", call: `{"description":"w","prompt":"CHILDJOB p","subagent_type":"general","sandbox":"full-access"}`,
 			want: want{errText: "unknown field \"sandbox\""},
 		},
@@ -392,5 +397,39 @@ func TestChildIsNoWiderThanItsParent(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A child's transcript keeps what it may do: opened again (a client
+// loads it, the server reloads it after a restart), it has its type's
+// tools and its depth, not a fresh session's.
+func TestChildKeepsItsToolsWhenReopened(t *testing.T) {
+	f := newFixture(t, func(o *engine.Options) { o.Subagents.MaxDepth = 1 })
+	f.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+		switch {
+		case isChild(r):
+			return llmtest.Script{Text: []string{"ok"}}
+		case lastRole(r) == "tool":
+			return llmtest.Script{Text: []string{"done"}}
+		}
+		return llmtest.Script{ToolCalls: []llmtest.ToolCall{taskCall("t1", "general", "CHILDJOB x")}}
+	})
+	s, rec := f.session(engine.Spec{Tools: []string{"read", "bash", "ls", "task"}})
+	run(t, s, "go")
+	ends := rec.toolEnds("task")
+	if len(ends) != 1 || ends[0].IsError {
+		t.Fatalf("task results %v", ends)
+	}
+	d := details(t, ends[0])
+	again, err := f.eng.Session(engine.Spec{Cwd: f.cwd, SessionsDir: f.dir, Open: d.SessionFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	got := again.ToolNames()
+	slices.Sort(got)
+	// The parent's three, less task: the child was at the depth limit.
+	if want := []string{"ask_user", "bash", "ls", "read", "todo"}; !slices.Equal(got, want) {
+		t.Fatalf("reopened child's tools %v, want %v", got, want)
 	}
 }
