@@ -85,7 +85,8 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 		EventLogSize: c.eventLogSize, EventLogBytes: c.bounds.EventLogBytes,
 		MaxTurns: c.bounds.MaxTurns, MaxToolFailures: c.bounds.MaxToolFailures,
 		MaxQueued: c.bounds.MaxQueuedMessages, MaxQueuedBytes: c.bounds.MaxQueuedMessageBytes, BashTimeout: c.bounds.BashTimeout,
-		Logger: c.log,
+		Subagents: engine.Subagents{Enabled: !c.bounds.NoSubagents, GlobalDirs: []string{cfg.ConfigDir}},
+		Logger:    c.log,
 	})
 }
 

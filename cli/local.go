@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/agentd-dev/agentd/config"
@@ -19,6 +20,7 @@ import (
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/settings"
+	"github.com/agentd-dev/agentd/subagent"
 	"github.com/agentd-dev/agentd/tool"
 	"github.com/agentd-dev/agentd/trust"
 )
@@ -343,8 +345,10 @@ func pickTools(f localFlags) ([]string, error) {
 	if f.noTools {
 		return nil, nil
 	}
+	// The task tool (subagents) too, unless --no-subagents takes it away.
+	known := append(slices.Clone(tool.BuiltinNames), subagent.ToolName)
 	if f.tools == "" {
-		return tool.BuiltinNames, nil
+		return known, nil
 	}
 	var out []string
 	for _, n := range strings.Split(f.tools, ",") {
@@ -352,12 +356,8 @@ func pickTools(f localFlags) ([]string, error) {
 		if n == "" {
 			continue
 		}
-		known := false
-		for _, b := range tool.BuiltinNames {
-			known = known || b == n
-		}
-		if !known {
-			return nil, fmt.Errorf("--tools: unknown tool %q (known: %s)", n, strings.Join(tool.BuiltinNames, ", "))
+		if !slices.Contains(known, n) {
+			return nil, fmt.Errorf("--tools: unknown tool %q (known: %s)", n, strings.Join(known, ", "))
 		}
 		out = append(out, n)
 	}

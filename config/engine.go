@@ -36,6 +36,9 @@ type Engine struct {
 	// session's system prompt (pi's --no-context-files); SYSTEM.md and
 	// APPEND_SYSTEM.md still apply.
 	NoContextFiles bool
+	// NoSubagents takes the task tool (subagents) away from every
+	// session.
+	NoSubagents bool
 }
 
 // Register adds the engine's flags to fs.
@@ -48,6 +51,7 @@ func (e *Engine) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&e.BashTimeout, "bash-timeout", e.BashTimeout, "limit for a command a client runs with the bash command (0: the default, 10m; negative: none)")
 	fs.BoolVar(&e.NoContextFiles, "no-context-files", e.NoContextFiles, "do not put AGENTS.md or CLAUDE.md files into the system prompt")
 	fs.BoolVar(&e.NoContextFiles, "nc", e.NoContextFiles, "short for --no-context-files")
+	fs.BoolVar(&e.NoSubagents, "no-subagents", e.NoSubagents, "offer no task tool: the model cannot hand jobs to subagent sessions")
 	e.Sandbox.Register(fs)
 	e.Limits.Register(fs)
 	e.MCP.Register(fs)

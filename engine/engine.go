@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/settings"
+	"github.com/agentd-dev/agentd/subagent"
 	"github.com/agentd-dev/agentd/tool"
 	"github.com/agentd-dev/agentd/transcript"
 )
@@ -129,7 +131,10 @@ type Options struct {
 	MaxToolFailures int
 	MaxQueued       int
 	MaxQueuedBytes  int
-	Logger          *slog.Logger
+	// Subagents configure the task tool (see Subagents); the zero value
+	// offers none.
+	Subagents Subagents
+	Logger    *slog.Logger
 	// Now is the clock of the system prompt's date (time.Now if nil).
 	Now func() time.Time
 }
@@ -241,6 +246,13 @@ type Spec struct {
 	// TranscriptOptions go to every transcript file of the session (see
 	// session.Config): a cluster node's mirror of it in JetStream.
 	TranscriptOptions []transcript.Option
+	// Child says what a subagent's session is (its type, depth, parent);
+	// nil for a session a client made (see subagent.go).
+	Child *ChildSpec
+	// Children hosts the sessions this session's task tool starts (the
+	// server lists them with the others); nil builds them here, known
+	// only by their transcripts.
+	Children ChildHost
 }
 
 // ToolEnv is the environment the tools of a session in cwd run in. Each
@@ -277,6 +289,7 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 	if names == nil {
 		names = tool.BuiltinNames
 	}
+	names, task := e.taskTool(spec, names)
 	// The server checks a client's choice before it gets here; this is
 	// the same rule again for any other caller, since an unknown mode
 	// must never reach sandboxPolicy.
@@ -316,26 +329,38 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 			tools = append(tools, x)
 		}
 	}
+	promptNames := names
+	if task != nil {
+		tools = append(tools, task)
+		promptNames = append(slices.Clone(names), subagent.ToolName)
+	}
 	retry, comp := Saved(e.opt.Saved)
 	now := e.opt.Now()
-	prompt := instructions.Build(e.opt.Instructions, spec.Cwd, SystemPrompt(spec.Cwd, names, now), promptFooter(spec.Cwd, now))
+	prompt := instructions.Build(e.opt.Instructions, spec.Cwd, SystemPrompt(spec.Cwd, promptNames, now), promptFooter(spec.Cwd, now))
+	model, thinking, maxTurns, topts := e.opt.Model, e.opt.Thinking, e.opt.MaxTurns, spec.TranscriptOptions
+	if c := spec.Child; c != nil {
+		prompt.Text, model, thinking, maxTurns, topts = e.childSettings(c, prompt.Text, topts)
+	}
 	sess, err := session.New(session.Config{
 		Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open,
-		Model: e.opt.Model, Thinking: e.opt.Thinking,
+		Model: model, Thinking: thinking,
 		SystemPrompt: prompt.Text, Instructions: prompt.Files,
 		Stream: e.stream, Options: e.streamOptions, ResolveModel: e.opt.Models.Resolve,
 		Tools: tools, BashEnv: userEnv, BashTimeout: e.opt.BashTimeout, Retry: retry, Compaction: comp,
 		Policy: e.opt.Policy, InteractionTimeout: e.opt.InteractionTimeout,
 		SteeringMode: agent.QueueMode(e.opt.Saved.SteeringMode), FollowUpMode: agent.QueueMode(e.opt.Saved.FollowUpMode),
 		EventLogSize: e.opt.EventLogSize, EventLogBytes: e.opt.EventLogBytes, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,
-		MaxTurns: e.opt.MaxTurns, MaxSameToolFailures: e.opt.MaxToolFailures, MaxQueued: e.opt.MaxQueued, MaxQueuedBytes: e.opt.MaxQueuedBytes,
-		Logger: e.opt.Logger, TranscriptOptions: spec.TranscriptOptions,
+		MaxTurns: maxTurns, MaxSameToolFailures: e.opt.MaxToolFailures, MaxQueued: e.opt.MaxQueued, MaxQueuedBytes: e.opt.MaxQueuedBytes,
+		Logger: e.opt.Logger, TranscriptOptions: topts,
 	})
 	if err != nil {
 		return nil, err
 	}
 	if asker != nil {
 		asker.bind(sess)
+	}
+	if task != nil {
+		task.Bind(sess)
 	}
 	e.addLive(env.Scope, spec.Cwd)
 	return sess, nil

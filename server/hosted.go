@@ -387,6 +387,12 @@ func (s *Server) open(ctx context.Context, id, cwd, file, owner string, mode san
 // openAs is open; restore (a cluster node taking the session over) first
 // writes file from the cluster's copy of the transcript.
 func (s *Server) openAs(ctx context.Context, id, cwd, file, owner string, mode sandbox.Mode, fresh, restore bool) (*Hosted, error) {
+	return s.openSpec(ctx, id, cwd, file, owner, mode, fresh, restore, engine.Spec{})
+}
+
+// openSpec is openAs building the session from base, a spec the server
+// completes (a subagent's, see hostChild).
+func (s *Server) openSpec(ctx context.Context, id, cwd, file, owner string, mode sandbox.Mode, fresh, restore bool, base engine.Spec) (*Hosted, error) {
 	s.mu.RLock()
 	full := len(s.sessions) >= s.lim.MaxSessions
 	s.mu.RUnlock()
@@ -478,10 +484,12 @@ func (s *Server) openAs(ctx context.Context, id, cwd, file, owner string, mode s
 		// index keeps the choice.
 		run = ""
 	}
-	sess, err := s.cfg.Builder.Session(engine.Spec{
-		Cwd: cwd, SessionsDir: s.cfg.SessionsDir, Open: file, FirstSeq: first, Sandbox: run,
-		ReserveSeq: func(next uint64) uint64 { return s.reserveSeq(id, next) }, TranscriptOptions: topts,
-	})
+	spec := base
+	spec.Cwd, spec.SessionsDir, spec.Open, spec.FirstSeq, spec.Sandbox = cwd, s.cfg.SessionsDir, file, first, run
+	spec.ReserveSeq = func(next uint64) uint64 { return s.reserveSeq(id, next) }
+	spec.TranscriptOptions = topts
+	spec.Children = s.hostChild(func() string { return owner })
+	sess, err := s.cfg.Builder.Session(spec)
 	if err == nil && file == "" {
 		if p := sess.File(); p != "" {
 			if fid, err = transcript.FileIDOf(p); err != nil {

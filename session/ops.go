@@ -232,6 +232,7 @@ func (s *Session) Stats() Stats {
 			st.Tokens.Add(m.Usage)
 		case llm.RoleToolResult:
 			st.ToolResults++
+			st.Tokens.Add(spentBy(m))
 		}
 	}
 	st.ContextTokens = compaction.ContextTokens(msgs)

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/transcript"
+)
+
+// subagentScript answers the parent and its children at the wire: a
+// prompt "SPAWN:<job>" asks for a task of type explore with that job; a
+// child's request (its first user message is the job) answers CHILD-TEXT,
+// or streams a little and hangs when the job says HANG; a request after
+// a tool result answers "parent done".
+func subagentScript(r *llmtest.Request) llmtest.Script {
+	msgs, _ := r.JSON["messages"].([]any)
+	first, last := "", map[string]any{}
+	for _, m := range msgs {
+		m, _ := m.(map[string]any)
+		if m["role"] == "user" && first == "" {
+			first = e2eChatText(m["content"])
+		}
+		last = m
+	}
+	switch {
+	case strings.HasPrefix(first, "JOB") && strings.Contains(first, "HANG"):
+		return llmtest.Script{Text: []string{"looking ", "around ", "…"}, HangAfter: 2}
+	case strings.HasPrefix(first, "JOB"):
+		return llmtest.Script{Text: []string{"CHILD-", "TEXT"}, Usage: &llmtest.Usage{Input: 300, Output: 30}}
+	case last["role"] == "tool":
+		return llmtest.Script{Text: []string{"parent done"}, Usage: &llmtest.Usage{Input: 20, Output: 2}}
+	}
+	job := strings.TrimPrefix(first, "SPAWN:")
+	args, _ := json.Marshal(map[string]string{"description": "look around", "prompt": job, "subagent_type": "explore"})
+	return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "task1", Name: "task", Args: []string{string(args)}}}, Usage: &llmtest.Usage{Input: 10, Output: 1}}
+}
+
+// On agentd serve, a task call makes a child session that is listed, and
+// that a second pi-server client watches with switch_session; the
+// child's progress reaches the parent's clients as tool updates; the
+// child's text is the tool's result and its tokens are in the parent's
+// stats; its transcript names the parent's (parentSession); aborting the
+// parent stops the child, as its watcher sees.
+func TestServeSubagentIsASessionClientsWatch(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	e.mock.Handle(subagentScript)
+	s := svStart(t, e)
+	a := s.dial("a")
+	b := s.dial("b")
+
+	t.Run("completes", func(t *testing.T) {
+		a, b := a.on(t), b.on(t)
+		svCreate(a, "p1")
+		svPrompt(a, "p1", "SPAWN:JOB find the thing")
+		upd := a.waitEvent("p1", "tool_execution_update")
+		child := svStr(upd.m, "event", "partialResult", "details", "sessionId")
+		if child == "" || svStr(upd.m, "event", "toolName") != "task" {
+			a.fatalf("tool update without the child's session id: %s", upd)
+		}
+		end := a.waitEvent("p1", "tool_execution_end")
+		if got := resultText(end); got != "CHILD-TEXT" || svAt(end.m, "event", "isError") == true {
+			a.fatalf("task result %q: %s", got, end)
+		}
+		a.waitEvent("p1", "agent_end")
+
+		listed := false
+		for _, si := range svArr(b.must("list_sessions", nil).m, "data", "sessions") {
+			listed = listed || svStr(si, "sessionId") == child
+		}
+		if !listed {
+			t.Fatalf("the child %s is not in list_sessions", child)
+		}
+		st := a.must("get_session_stats", svM{"sessionId": "p1"})
+		if in, _ := svNum(st.m, "data", "tokens", "input"); in != 10+20+300 {
+			t.Errorf("parent's input tokens %v, want the child's 300 counted: %s", in, st)
+		}
+		cs := b.must("get_state", svM{"sessionId": child})
+		ps := a.must("get_state", svM{"sessionId": "p1"})
+		info, err := transcript.ReadInfo(svStr(cs.m, "data", "sessionFile"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.ParentSession == "" || info.ParentSession != svStr(ps.m, "data", "sessionFile") {
+			t.Errorf("child's parentSession %q, parent's file %q", info.ParentSession, svStr(ps.m, "data", "sessionFile"))
+		}
+	})
+
+	t.Run("abort", func(t *testing.T) {
+		a, b := a.on(t), b.on(t)
+		svCreate(a, "p2")
+		// The prompt's response comes when its run ends: not waited for.
+		a.send(svM{"id": "pr2", "type": "prompt", "sessionId": "p2", "message": "SPAWN:JOB HANG"})
+		upd := a.waitEvent("p2", "tool_execution_update")
+		child := svStr(upd.m, "event", "partialResult", "details", "sessionId")
+		b.ok(svM{"id": "watch", "type": "switch_session", "sessionId": child})
+		// The child is streaming (or about to): its watcher sees it.
+		b.waitEvent(child, "message_update")
+		a.must("abort", svM{"sessionId": "p2"})
+		end := a.waitEvent("p2", "tool_execution_end")
+		if svAt(end.m, "event", "isError") != true || !strings.Contains(resultText(end), "stopped before it finished") {
+			a.fatalf("task result after abort: %s", end)
+		}
+		b.waitEvent(child, "agent_end")
+		if cs := b.must("get_state", svM{"sessionId": child}); svAt(cs.m, "data", "isStreaming") != false {
+			b.fatalf("the child still streams: %s", cs)
+		}
+	})
+}
+
+// agentd rpc hosts no list of sessions: the child exists as its
+// transcript, beside the parent's, naming it as parentSession.
+func TestRPCSubagentTranscript(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	e.mock.Handle(subagentScript)
+	input := `{"type":"prompt","message":"SPAWN:JOB find it"}` + "\n"
+	r := runIn(t, e.cwd, e.home, []string{"MOCK_API_KEY=k"}, input, "rpc", "--model", "mock/mock-model", "--data-dir", e.data)
+	if r.code != 0 || !strings.Contains(r.stdout, "CHILD-TEXT") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	var files []string
+	_ = filepath.Walk(filepath.Join(e.data, "sessions"), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && strings.HasSuffix(p, ".jsonl") {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if len(files) != 2 {
+		t.Fatalf("session files %v, want the parent's and the child's", files)
+	}
+	parents := map[string]string{}
+	for _, f := range files {
+		info, err := transcript.ReadInfo(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parents[f] = info.ParentSession
+	}
+	n := 0
+	for f, p := range parents {
+		if p != "" {
+			n++
+			if _, ok := parents[p]; !ok || p == f {
+				t.Errorf("%s names %q as its parent", f, p)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("parents %v, want one child naming the other", parents)
+	}
+}
+
+// resultText is the text of a tool_execution_end frame's result.
+func resultText(f svFrame) string {
+	var b strings.Builder
+	for _, c := range svArr(f.m, "event", "result", "content") {
+		b.WriteString(svStr(c, "text"))
+	}
+	return b.String()
+}
