@@ -72,6 +72,7 @@ func (l *Lease) publish(ctx context.Context, seq uint64, payload []byte) (bool, 
 			return false, fmt.Errorf("cluster: publishing event %d of session %s: %w", seq, l.sessionID, err)
 		}
 	}
+	refused := 0
 	for attempt := 0; ; attempt++ {
 		if err := l.checkLastEvent(seq); err != nil {
 			return false, err
@@ -81,7 +82,7 @@ func (l *Lease) publish(ctx context.Context, seq uint64, payload []byte) (bool, 
 		m.Header.Set(hdrSeq, strconv.FormatUint(seq, 10))
 		m.Header.Set(hdrEpoch, strconv.FormatUint(l.epoch, 10))
 		m.Header.Set(hdrNode, n.cfg.NodeID)
-		ack, err := n.js.PublishMsg(ctx, m,
+		ack, err := publishAttempt(ctx, n.js, m,
 			jetstream.WithMsgID(l.sessionID+":"+strconv.FormatUint(seq, 10)),
 			jetstream.WithExpectLastSequencePerSubject(l.evLast.pos))
 		if err == nil {
@@ -90,9 +91,19 @@ func (l *Lease) publish(ctx context.Context, seq uint64, payload []byte) (bool, 
 			}
 			return ack.Duplicate, nil
 		}
-		if !isWrongLastSeq(err) || attempt > 0 {
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) && ctx.Err() == nil && l.Err() == nil {
+			// NATS away or an answer lost: the same id again, once NATS
+			// is back (the stream keeps one copy).
+			if perr := l.pauseRetry(ctx, attempt); perr != nil {
+				return false, fmt.Errorf("cluster: publishing event %d of session %s: %w", seq, l.sessionID, perr)
+			}
+			continue
+		}
+		if !isWrongLastSeq(err) || refused > 0 {
 			return false, fmt.Errorf("cluster: publishing event %d of session %s: %w", seq, l.sessionID, err)
 		}
+		refused++
 		// The session's events moved past what this owner knew: read who
 		// wrote the last one and decide again.
 		if err := l.readLastEvent(ctx); err != nil {

@@ -1058,6 +1058,10 @@ func (cs *clusterState) record(ctx context.Context, h *Hosted, l *cluster.Lease,
 func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 	defer cs.wg.Done()
 	defer close(hc.done)
+	var (
+		retry <-chan time.Time // a publish failed: try again then
+		pause time.Duration
+	)
 	flush := func() bool {
 		evs, ok := h.sess.EventsSince(last)
 		if !ok {
@@ -1084,14 +1088,29 @@ func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 				if hc.lease.Err() != nil {
 					return false
 				}
-				return true // retried on the next event
+				// Retried soon, and on the next event: the session's log
+				// keeps what is not out yet, in order. Waiting for an
+				// event alone left a run that ended while NATS was away
+				// unpublished, its last events never reaching another
+				// node's clients.
+				pause = min(max(2*pause, 100*time.Millisecond), 2*time.Second)
+				retry = time.After(pause)
+				return true
 			}
+			pause = 0
 			last = ev.Seq
 		}
 		return true
 	}
 	for {
 		select {
+		case <-retry:
+			retry = nil
+			if !flush() {
+				cs.lost(h)
+				<-hc.stop
+				return
+			}
 		case <-hc.kick:
 			if hc.file.Swap(false) {
 				ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
