@@ -200,6 +200,23 @@ func (n *Node) LastSeq(ctx context.Context, sessionID string) (uint64, error) {
 	return ev.Seq, nil
 }
 
+// LastEvent is the session's latest event in the stream; ok is false if
+// it has none.
+func (n *Node) LastEvent(ctx context.Context, sessionID string) (ev Event, ok bool, err error) {
+	if err := CheckSessionID(sessionID); err != nil {
+		return Event{}, false, err
+	}
+	m, err := n.events.GetLastMsgForSubject(ctx, evPrefix+sessionID)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Event{}, false, nil
+	}
+	if err != nil {
+		return Event{}, false, fmt.Errorf("cluster: reading the last event of session %s: %w", sessionID, err)
+	}
+	ev, err = rawEvent(m)
+	return ev, err == nil, err
+}
+
 func rawEvent(m *jetstream.RawStreamMsg) (Event, error) {
 	return parseEvent(m.Subject, m.Header, m.Sequence, m.Data)
 }

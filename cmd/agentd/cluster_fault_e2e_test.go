@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentd-dev/agentd/cluster"
 	"github.com/agentd-dev/agentd/cluster/embeddednats"
+	"github.com/agentd-dev/agentd/server"
 )
 
 // Faults of the cluster's transport, as an operator meets them: NATS is a
@@ -201,4 +202,70 @@ func TestClusterNATSRestartMidRun(t *testing.T) {
 	svWantOK(t, a.must("prompt", svM{"id": "p2", "sessionId": sid, "message": "CMD:echo after-the-outage"}))
 	t.Logf("fault table: NATS restart (outage %v) mid-run, 1 run, %d events, lost 0, duplicated 0, re-run 0; remote clients caught up %v after NATS was back",
 		up.Sub(down).Round(100*time.Millisecond), len(truth), caught)
+}
+
+// Node B is killed (-9) mid-run; the only client that watches the
+// session is on the node that is not its new home, and no command comes.
+// That node takes the session over by itself once B's lease has run out
+// (its home, watching nothing, would not), and its client sees the run
+// end (agent_end, then idle) instead of waiting for it for ever. The
+// tool that was running is not run again.
+func TestClusterKill9EndsTheRunForWatchers(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	ns, keyPath := clStartNATS(t, e)
+	const ttl = 10 * time.Second
+	nodes := clStartOn(t, e, ns.addr, keyPath)
+	sid := clSessionOn("B", "A", "B", "C")
+	watcher := "A"
+	if server.PlaceSession(sid, []string{"A", "C"}) == "A" {
+		watcher = "C"
+	}
+
+	b := nodes["B"].dial("b")
+	svCreate(b, sid)
+	w := nodes[watcher].dial("w")
+	w.must("switch_session", svM{"id": "w-switch", "sessionId": sid})
+	b.send(svM{"id": "p1", "type": "prompt", "sessionId": sid,
+		"message": "CMD:echo start >> run.log; echo started-$((40+2)); sleep 120; echo end >> run.log"})
+	// The owner's client sees the command's output (the stream keeps
+	// tool updates without it), the watcher that the tool runs.
+	b.waitFor(0, "the owner's client sees the tool's output", func(f svFrame) bool {
+		return f.isEvent(sid, "tool_execution_update") && strings.Contains(f.raw, "started-42")
+	})
+	if _, _, err := w.tryWaitFor(0, svWait, func(f svFrame) bool {
+		return f.isEvent(sid, "tool_execution_update")
+	}); err != nil {
+		t.Fatalf("the watcher on %s does not see the tool run: %v\n%s\n--- B ---\n%s\n--- %s ---\n%s", watcher, err, w.tail(5), nodes["B"].stderrTail(4000), watcher, nodes[watcher].stderrTail(4000))
+	}
+	before := clSeqs(w, sid)
+	nodes["B"].kill9()
+	killed := time.Now()
+	if _, _, err := w.tryWaitFor(0, 3*ttl, func(f svFrame) bool { return f.isEvent(sid, "agent_end") }); err != nil {
+		t.Fatalf("the watcher on %s never saw the interrupted run end: %v\n%s", watcher, err, w.tail(10))
+	}
+	ended := time.Since(killed)
+	if _, _, err := w.tryWaitFor(0, svWait, func(f svFrame) bool {
+		return f.isEvent(sid, "state_changed") || (f.isEvent(sid, "") && strings.Contains(f.raw, `"idle"`))
+	}); err != nil {
+		t.Logf("no idle state frame after agent_end on this face (pi rpc has none): %v", err)
+	}
+	if st := clStatus(t, nodes[watcher]); st.Leases != 1 || st.Takeovers != 1 {
+		t.Errorf("node %s, the watcher's: %+v, want it to have taken the session over", watcher, st)
+	}
+	// Within the lease and a third of it after the kill (the lease was
+	// renewed up to a third of a TTL before), with room for a busy
+	// machine.
+	if ended > ttl+ttl/3+5*time.Second {
+		t.Errorf("the run ended for the watcher %v after the kill, want within %v", ended, ttl+ttl/3)
+	}
+	seqs := clSeqs(w, sid)
+	clCheckSeqs(t, "watcher", seqs)
+	if got := strings.Join(svLines(t, filepath.Join(e.cwd, "run.log")), ","); got != "start" {
+		t.Errorf("run.log reads %q: the interrupted tool ran again", got)
+	}
+	// The session goes on on its new owner.
+	svWantOK(t, w.must("prompt", svM{"id": "p2", "sessionId": sid, "message": "CMD:echo after-the-kill"}))
+	t.Logf("fault table: kill -9 of the owner mid-run, watcher on the non-home node %s: 1 run, %d events before, seqs increasing and none twice, re-run 0; run ended for the watcher %v after the kill (lease %v)",
+		watcher, len(before), ended.Round(100*time.Millisecond), ttl)
 }
