@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -26,11 +27,36 @@ type Follow struct {
 // Follow starts following session sessionID after afterSeq. deliver is
 // called on the follow's own goroutine, one event at a time; it must not
 // call Stop. ctx bounds the setup; the follow runs until Stop, until the
-// node closes, or until the stream cannot be read (Err says why).
+// node closes, or until the stream cannot be read for followRetryFor
+// (Err says why).
+//
+// A follow outlives a break of the node's link to NATS: each time the
+// connection comes back it starts again from the last seq it delivered
+// (the consumer it read may be gone with the server it lived on), and a
+// read that fails is tried again the same way. Before, a follow whose
+// node was cut off for half a minute stayed silent once the link healed.
 func (n *Node) Follow(ctx context.Context, sessionID string, afterSeq uint64, deliver func(Event)) (*Follow, error) {
 	if err := CheckSessionID(sessionID); err != nil {
 		return nil, err
 	}
+	back := n.reconn.wait()
+	it, err := n.followFrom(ctx, sessionID, afterSeq)
+	if err != nil {
+		return nil, err
+	}
+	fctx, cancel := context.WithCancel(context.Background())
+	f := &Follow{cancel: cancel, done: make(chan struct{})}
+	go f.run(fctx, n, it, back, sessionID, afterSeq, deliver)
+	return f, nil
+}
+
+// followRetryFor is how long a follow keeps trying to read the stream
+// again after a failure before it stops with the error.
+const followRetryFor = time.Minute
+
+// followFrom opens an iterator over the session's events with a seq above
+// afterSeq, from the stream position of the first such event.
+func (n *Node) followFrom(ctx context.Context, sessionID string, afterSeq uint64) (jetstream.MessagesContext, error) {
 	subject := evPrefix + sessionID
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, InactiveThreshold: consumerIdle}
 	last, err := n.events.GetLastMsgForSubject(ctx, subject)
@@ -62,47 +88,92 @@ func (n *Node) Follow(ctx context.Context, sessionID string, afterSeq uint64, de
 	if err != nil {
 		return nil, fmt.Errorf("cluster: following session %s: %w", sessionID, err)
 	}
-	fctx, cancel := context.WithCancel(context.Background())
-	f := &Follow{cancel: cancel, done: make(chan struct{})}
+	return it, nil
+}
+
+// run reads iterators until the follow is stopped: one at a time, each
+// stopped (and waited for) before the next is opened, so a stopped
+// follow leaves no goroutine behind.
+func (f *Follow) run(ctx context.Context, n *Node, it jetstream.MessagesContext, back <-chan struct{}, sessionID string, maxSeq uint64, deliver func(Event)) {
+	defer close(f.done)
+	defer f.cancel()
+	for {
+		err := f.read(ctx, n, it, back, sessionID, &maxSeq, deliver)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			n.log.Warn("cluster: reading a session's events failed; following again", "session", sessionID, "after", maxSeq, "err", err)
+		}
+		// Again from the last seq delivered, until it works or the
+		// stream stays unreadable for followRetryFor.
+		since := time.Now()
+		for attempt := 0; ; attempt++ {
+			back = n.reconn.wait()
+			octx, cancel := context.WithTimeout(ctx, fetchWait)
+			it, err = n.followFrom(octx, sessionID, maxSeq)
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if n.nc.IsClosed() || time.Since(since) > followRetryFor {
+				f.fail(fmt.Errorf("cluster: following session %s after seq %d: %w", sessionID, maxSeq, err))
+				return
+			}
+			t := time.NewTimer(min(reconnectMax, 50*time.Millisecond<<min(attempt, 6)))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-back:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+}
+
+// read delivers what it yields until it fails, the follow is stopped, or
+// NATS comes back after a break (back closes): the iterator is stopped
+// then and its error is nil.
+func (f *Follow) read(ctx context.Context, n *Node, it jetstream.MessagesContext, back <-chan struct{}, sessionID string, maxSeq *uint64, deliver func(Event)) error {
+	ended := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		<-fctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-back:
+		case <-ended:
+		}
 		it.Stop()
 	}()
-	go f.run(it, stopped, sessionID, afterSeq, deliver, n)
-	return f, nil
-}
-
-// run reads the iterator until it stops; stopped is closed by the
-// goroutine that stops the iterator, which run waits for before it says
-// it is done, so a stopped follow leaves no goroutine behind.
-func (f *Follow) run(it jetstream.MessagesContext, stopped <-chan struct{}, sessionID string, maxSeq uint64, deliver func(Event), n *Node) {
-	defer close(f.done)
 	defer func() { <-stopped }()
-	defer f.cancel()
+	defer close(ended)
 	for {
 		m, err := it.Next()
 		if err != nil {
-			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				f.fail(fmt.Errorf("cluster: following session %s after seq %d: %w", sessionID, maxSeq, err))
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
 			}
-			return
+			return err
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			f.fail(fmt.Errorf("cluster: following session %s: %w", sessionID, err))
-			return
+			return err
 		}
 		ev, err := parseEvent(m.Subject(), m.Headers(), md.Sequence.Stream, m.Data())
 		if err != nil {
 			n.log.Warn("cluster: skipping an unreadable event", "session", sessionID, "err", err)
 			continue
 		}
-		if ev.Seq <= maxSeq {
+		if ev.Seq <= *maxSeq {
 			continue
 		}
-		maxSeq = ev.Seq
+		*maxSeq = ev.Seq
 		deliver(ev)
 	}
 }

@@ -282,7 +282,39 @@ func (l *Lease) Renew(ctx context.Context) error {
 		l.rev, l.deadline = newRev, start.Add(l.node.cfg.LeaseTTL)
 		l.mu.Unlock()
 		return nil
-	case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyNotFound):
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+		// A renewal whose answer was lost (NATS restarted, the connection
+		// broke after the write) moved the revision although this node
+		// never heard: the bucket still names this node at this epoch,
+		// so the lease is ours and goes on from the revision it holds.
+		// Only another node's name, or another epoch, means it was lost.
+		cur, ours, owner, epoch, gerr := l.stillOurs(ctx)
+		switch {
+		case gerr != nil:
+			if time.Now().After(deadline) {
+				return l.lose(fmt.Sprintf("renewal failed until its time ran out: %v", gerr), "", 0)
+			}
+			return fmt.Errorf("cluster: renewing the lease on session %s (will retry): %w", l.sessionID, gerr)
+		case !ours:
+			return l.lose("the bucket changed under it", owner, epoch)
+		}
+		l.node.log.Info("cluster: a lease write landed unanswered; going on from its revision", "session", l.sessionID, "epoch", l.epoch, "revision", cur)
+		l.mu.Lock()
+		l.rev = cur
+		l.mu.Unlock()
+		newRev, err := l.node.kv.Update(ctx, l.sessionID, l.node.value(l.epoch, start), cur)
+		if err == nil {
+			l.mu.Lock()
+			l.rev, l.deadline = newRev, start.Add(l.node.cfg.LeaseTTL)
+			l.mu.Unlock()
+			return nil
+		}
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
+			owner, cur := l.currentOwner(ctx)
+			return l.lose("the bucket changed under it", owner, cur)
+		}
+		return fmt.Errorf("cluster: renewing the lease on session %s (will retry): %w", l.sessionID, err)
+	case errors.Is(err, jetstream.ErrKeyNotFound):
 		owner, cur := l.currentOwner(ctx)
 		return l.lose("the bucket changed under it", owner, cur)
 	default:
@@ -338,8 +370,22 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 	err := l.node.kv.Delete(ctx, l.sessionID, jetstream.LastRevision(rev))
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		owner, cur := l.currentOwner(ctx)
-		return l.lose("it was taken over before it was released", owner, cur)
+		// A renewal that landed unanswered, as in Renew.
+		cur, ours, owner, epoch, gerr := l.stillOurs(ctx)
+		if gerr != nil {
+			return fmt.Errorf("cluster: releasing session %s: %w", l.sessionID, gerr)
+		}
+		if !ours {
+			return l.lose("it was taken over before it was released", owner, epoch)
+		}
+		l.mu.Lock()
+		l.rev = cur
+		l.mu.Unlock()
+		err = l.node.kv.Delete(ctx, l.sessionID, jetstream.LastRevision(cur))
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			owner, cur := l.currentOwner(ctx)
+			return l.lose("it was taken over before it was released", owner, cur)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("cluster: releasing session %s: %w", l.sessionID, err)
@@ -358,6 +404,27 @@ func (l *Lease) currentOwner(ctx context.Context) (string, uint64) {
 		return "", 0
 	}
 	return r.Node, epoch
+}
+
+// stillOurs reads the session's lease after a write of this lease was
+// refused for its revision: ours says the bucket still names this node at
+// this lease's epoch (a write of ours landed without its answer reaching
+// us), and rev is the entry's revision then. Otherwise owner and epoch
+// say who holds it ("" when nobody does). err is a failed read, which
+// says nothing either way.
+func (l *Lease) stillOurs(ctx context.Context) (rev uint64, ours bool, owner string, epoch uint64, err error) {
+	e, err := l.node.kv.Get(ctx, l.sessionID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return 0, false, "", 0, nil
+	}
+	if err != nil {
+		return 0, false, "", 0, err
+	}
+	r, epoch, derr := decodeEntry(e)
+	if derr != nil {
+		return 0, false, "", 0, nil
+	}
+	return e.Revision(), r.Node == l.node.cfg.NodeID && epoch == l.epoch, r.Node, epoch, nil
 }
 
 func (l *Lease) lose(reason, owner string, cur uint64) error {

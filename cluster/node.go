@@ -127,6 +127,10 @@ type Node struct {
 	stopRenew context.CancelFunc
 	renewDone chan struct{}
 	ncClosed  chan struct{}
+	// reconn fires each time the connection to NATS comes back: leases
+	// and the membership record are renewed at once, and follows start
+	// again from their last seq (reconnect.go).
+	reconn *signal
 
 	// renewPaused stops renewals without stopping anything else, so a test
 	// can play a node that froze (a long GC pause, a partition) and lose
@@ -214,21 +218,24 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 	log = log.With("node", cfg.NodeID)
 
 	ncClosed := make(chan struct{})
+	reconn := newSignal()
 	nc, err := nats.Connect(cfg.URL, append(auth,
 		nats.Name("agentd "+cfg.NodeID),
 		// A node never gives NATS up: nats.go's default of 60 tries, 2 s
 		// apart, left a node whose NATS was away for two minutes
 		// disconnected for good, renewing nothing while it served.
-		// Tries are 2 s apart with up to 1 s of jitter, so that nodes
-		// do not all come back at once.
+		// Tries back off from 100 ms to 2 s, with up to half of that
+		// again as jitter so that nodes do not all come back at once:
+		// a flat 2 s (and 1 s of jitter) spent up to a third of a lease
+		// after NATS was back before a node renewed what it held.
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(2*time.Second),
-		nats.ReconnectJitter(time.Second, time.Second),
+		nats.CustomReconnectDelay(reconnectDelay),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			log.Warn("cluster: lost the connection to NATS; reconnecting", "err", err)
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info("cluster: reconnected to NATS", "url", c.ConnectedUrlRedacted())
+			reconn.fire()
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(ncClosed) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
@@ -253,6 +260,7 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 		leases:    make(map[string]*Lease),
 		renewDone: make(chan struct{}),
 		ncClosed:  ncClosed,
+		reconn:    reconn,
 		sig:       newSigner(cfg.Key, cfg.NodeID),
 	}
 	n.sendReplies.accept = n.acceptReply
@@ -435,17 +443,22 @@ func (n *Node) renewLoop(ctx context.Context) {
 }
 
 // everyThirdTTL calls fn every LeaseTTL/3, the interval of every renewal
-// a node makes, until ctx ends; not while renewals are paused (a test
+// a node makes, and each time the connection to NATS comes back, until
+// ctx ends; not while renewals are paused (a test
 // freezing a node).
 func (n *Node) everyThirdTTL(ctx context.Context, fn func(every time.Duration)) {
 	every := n.cfg.LeaseTTL / 3
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		// Also at once when NATS is back: renewals failed while it was
+		// away, and the time left on each lease is short.
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-n.reconn.wait():
+			t.Reset(every)
 		}
 		if !n.renewPaused.Load() {
 			fn(every)

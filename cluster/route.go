@@ -72,6 +72,7 @@ func (l *Lease) publish(ctx context.Context, seq uint64, payload []byte) (bool, 
 			return false, fmt.Errorf("cluster: publishing event %d of session %s: %w", seq, l.sessionID, err)
 		}
 	}
+	refused := 0
 	for attempt := 0; ; attempt++ {
 		if err := l.checkLastEvent(seq); err != nil {
 			return false, err
@@ -81,7 +82,7 @@ func (l *Lease) publish(ctx context.Context, seq uint64, payload []byte) (bool, 
 		m.Header.Set(hdrSeq, strconv.FormatUint(seq, 10))
 		m.Header.Set(hdrEpoch, strconv.FormatUint(l.epoch, 10))
 		m.Header.Set(hdrNode, n.cfg.NodeID)
-		ack, err := n.js.PublishMsg(ctx, m,
+		ack, err := publishAttempt(ctx, n.js, m,
 			jetstream.WithMsgID(l.sessionID+":"+strconv.FormatUint(seq, 10)),
 			jetstream.WithExpectLastSequencePerSubject(l.evLast.pos))
 		if err == nil {
@@ -90,9 +91,19 @@ func (l *Lease) publish(ctx context.Context, seq uint64, payload []byte) (bool, 
 			}
 			return ack.Duplicate, nil
 		}
-		if !isWrongLastSeq(err) || attempt > 0 {
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) && ctx.Err() == nil && l.Err() == nil {
+			// NATS away or an answer lost: the same id again, once NATS
+			// is back (the stream keeps one copy).
+			if perr := l.pauseRetry(ctx, attempt); perr != nil {
+				return false, fmt.Errorf("cluster: publishing event %d of session %s: %w", seq, l.sessionID, perr)
+			}
+			continue
+		}
+		if !isWrongLastSeq(err) || refused > 0 {
 			return false, fmt.Errorf("cluster: publishing event %d of session %s: %w", seq, l.sessionID, err)
 		}
+		refused++
 		// The session's events moved past what this owner knew: read who
 		// wrote the last one and decide again.
 		if err := l.readLastEvent(ctx); err != nil {
@@ -187,6 +198,23 @@ func (n *Node) LastSeq(ctx context.Context, sessionID string) (uint64, error) {
 		return 0, err
 	}
 	return ev.Seq, nil
+}
+
+// LastEvent is the session's latest event in the stream; ok is false if
+// it has none.
+func (n *Node) LastEvent(ctx context.Context, sessionID string) (ev Event, ok bool, err error) {
+	if err := CheckSessionID(sessionID); err != nil {
+		return Event{}, false, err
+	}
+	m, err := n.events.GetLastMsgForSubject(ctx, evPrefix+sessionID)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Event{}, false, nil
+	}
+	if err != nil {
+		return Event{}, false, fmt.Errorf("cluster: reading the last event of session %s: %w", sessionID, err)
+	}
+	ev, err = rawEvent(m)
+	return ev, err == nil, err
 }
 
 func rawEvent(m *jetstream.RawStreamMsg) (Event, error) {

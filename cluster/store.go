@@ -230,8 +230,9 @@ func (l *Lease) appendFenced(ctx context.Context, fl *fencedLog, st jetstream.St
 		m.Header.Set(hdrEpoch, strconv.FormatUint(l.epoch, 10))
 		m.Header.Set(hdrNode, l.node.cfg.NodeID)
 		id := subject + ":" + strconv.FormatUint(l.epoch, 10) + ":" + strconv.FormatUint(write, 10) + ":" + strconv.Itoa(i)
+		refused := 0
 		for attempt := 0; ; attempt++ {
-			ack, err := l.node.js.PublishMsg(ctx, m, jetstream.WithMsgID(id), jetstream.WithExpectLastSequencePerSubject(fl.pos))
+			ack, err := publishAttempt(ctx, l.node.js, m, jetstream.WithMsgID(id), jetstream.WithExpectLastSequencePerSubject(fl.pos))
 			if err == nil {
 				fl.pos = ack.Sequence
 				if i == 0 {
@@ -243,12 +244,20 @@ func (l *Lease) appendFenced(ctx context.Context, fl *fencedLog, st jetstream.St
 				return 0, lerr
 			}
 			var apiErr *jetstream.APIError
-			if attempt >= 3 || ctx.Err() != nil || errors.As(err, &apiErr) && !isWrongLastSeq(err) {
+			if refused >= 3 || ctx.Err() != nil || errors.As(err, &apiErr) && !isWrongLastSeq(err) {
 				return 0, l.writeErr(subject, err)
 			}
 			if !isWrongLastSeq(err) {
-				continue // a lost acknowledgement: the id makes the retry safe
+				// NATS away, or a lost acknowledgement: the id makes the
+				// retry safe, and the write waits for NATS for as long as
+				// the lease and ctx last, in order, rather than failing
+				// a run over a restart of NATS.
+				if err := l.pauseRetry(ctx, attempt); err != nil {
+					return 0, l.writeErr(subject, err)
+				}
+				continue
 			}
+			refused++
 			last, rerr := readLast(ctx, st, subject)
 			if rerr != nil {
 				return 0, l.writeErr(subject, rerr)

@@ -371,8 +371,19 @@ func (cs *clusterState) dispatch(it forwardItem) {
 			// may have announced with Expect: looking it up here would
 			// wait for that very command.)
 			ctx, cancel := context.WithTimeout(cs.ctx, clusterTakeoverTimeout)
-			_, _ = cs.s.Session(ctx, id)
+			_, err := cs.s.Session(ctx, id)
+			var owner string
+			var held bool
+			if fault.CodeOf(err) == fault.Conflict && it.hops < clusterHops {
+				// A node that watches the session took it over first
+				// (checkNodes): the command goes there.
+				owner, held, _ = cs.leaseHolder(ctx, id, true)
+			}
 			cancel()
+			if held && owner != cs.node.ID() {
+				cs.send(it, owner)
+				return
+			}
 		}
 		cs.runHere(it)
 		return
@@ -1008,6 +1019,18 @@ func (cs *clusterState) host(ctx context.Context, h *Hosted, l *cluster.Lease, f
 		}
 		cs.s.pipe.Adopt(recs)
 	}
+	// A run the previous owner began and never ended (it died mid-run)
+	// ends here for the clients that watched it, on every node: before
+	// the publisher starts, so its first flush carries the end.
+	if adopt {
+		if last, ok, err := cs.node.LastEvent(ctx, h.id); err != nil {
+			cs.s.log.Warn("cluster: reading a session's last event", "session", h.id, "err", err)
+		} else if ok && last.Epoch < l.Epoch() {
+			if ev, ok := cs.decode(h.id, last); ok && session.RunInProgress(ev) && h.sess.EndInterrupted() {
+				cs.s.log.Info("cluster: ended the run the session's previous owner left", "session", h.id, "node", last.Node, "seq", last.Seq)
+			}
+		}
+	}
 	if err := cs.record(ctx, h, l, false); err != nil {
 		return err
 	}
@@ -1058,6 +1081,10 @@ func (cs *clusterState) record(ctx context.Context, h *Hosted, l *cluster.Lease,
 func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 	defer cs.wg.Done()
 	defer close(hc.done)
+	var (
+		retry <-chan time.Time // a publish failed: try again then
+		pause time.Duration
+	)
 	flush := func() bool {
 		evs, ok := h.sess.EventsSince(last)
 		if !ok {
@@ -1084,14 +1111,29 @@ func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 				if hc.lease.Err() != nil {
 					return false
 				}
-				return true // retried on the next event
+				// Retried soon, and on the next event: the session's log
+				// keeps what is not out yet, in order. Waiting for an
+				// event alone left a run that ended while NATS was away
+				// unpublished, its last events never reaching another
+				// node's clients.
+				pause = min(max(2*pause, 100*time.Millisecond), 2*time.Second)
+				retry = time.After(pause)
+				return true
 			}
+			pause = 0
 			last = ev.Seq
 		}
 		return true
 	}
 	for {
 		select {
+		case <-retry:
+			retry = nil
+			if !flush() {
+				cs.lost(h)
+				<-hc.stop
+				return
+			}
 		case <-hc.kick:
 			if hc.file.Swap(false) {
 				ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
@@ -1480,7 +1522,7 @@ func (cs *clusterState) checkNodes() {
 	if err != nil {
 		return
 	}
-	members := cs.rememberNodes(live)
+	cs.rememberNodes(live)
 	cs.mu.Lock()
 	var dead []*inflight
 	for fl := range cs.inflight {
@@ -1511,12 +1553,18 @@ func (cs *clusterState) checkNodes() {
 		if err != nil || (held && alive) {
 			continue
 		}
-		if PlaceSession(id, members) != cs.node.ID() {
-			continue // its home node takes it over
-		}
+		// Any node whose clients watch the session takes it over, its
+		// home or not: the home may watch nothing, and a watcher waited
+		// for the next command (40 s and more) before. Two watchers
+		// racing are settled by the lease (one Takeover wins; the other
+		// goes on following), and a command that reaches the home
+		// meanwhile is passed to the winner (dispatch).
 		if _, err := cs.s.Session(ctx, id); err != nil {
 			if ctx.Err() != nil || fault.CodeOf(err) == fault.ShuttingDown {
 				return // stopping: not a failure of the takeover
+			}
+			if fault.CodeOf(err) == fault.Conflict {
+				continue // another node took it first
 			}
 			cs.s.log.Warn("cluster: taking over a followed session", "session", id, "err", err)
 		}

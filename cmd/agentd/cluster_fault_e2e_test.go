@@ -1,0 +1,271 @@
+package main
+
+import (
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentd-dev/agentd/cluster"
+	"github.com/agentd-dev/agentd/cluster/embeddednats"
+	"github.com/agentd-dev/agentd/server"
+)
+
+// Faults of the cluster's transport, as an operator meets them: NATS is a
+// server of its own (here in the test process, an external NATS to the
+// nodes), restarted under running sessions. The lease is the default
+// 10 s: no test here depends on a short one.
+
+// clExternalNATS is a NATS server outside the nodes, restartable on its
+// address with its store kept.
+type clExternalNATS struct {
+	t    *testing.T
+	dir  string
+	addr string
+	key  *cluster.Key
+	srv  *embeddednats.Server
+}
+
+func clStartNATS(t *testing.T, e *e2eEnv) (*clExternalNATS, string) {
+	t.Helper()
+	keyPath := filepath.Join(e.root, "cluster.key")
+	key, _, err := cluster.LoadOrCreateKey(keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &clExternalNATS{t: t, dir: filepath.Join(e.root, "nats"), key: key}
+	n.start("127.0.0.1:0")
+	u, err := url.Parse(n.srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.addr = u.Host
+	t.Cleanup(func() {
+		if n.srv != nil {
+			n.srv.Shutdown()
+		}
+	})
+	return n, keyPath
+}
+
+func (n *clExternalNATS) start(addr string) {
+	n.t.Helper()
+	srv, err := embeddednats.Start(embeddednats.Config{StoreDir: n.dir, Nkey: n.key.PublicKey(), Listen: addr})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.srv = srv
+}
+
+func (n *clExternalNATS) stop() {
+	n.srv.Shutdown()
+	n.srv = nil
+}
+
+// clStartOn starts nodes A, B and C on an external NATS and waits until
+// each sees all three as members.
+func clStartOn(t *testing.T, e *e2eEnv, natsAddr, keyPath string, extra ...string) clNodes {
+	t.Helper()
+	nodes := clNodes{}
+	for _, id := range []string{"A", "B", "C"} {
+		nodes[id] = svStart(t, e, append([]string{"--data-dir", filepath.Join(e.root, "node-"+id), "--node-id", id,
+			"--cluster", "nats://" + natsAddr, "--cluster-key", keyPath, "--cluster-spread"}, extra...)...)
+	}
+	for id, n := range nodes {
+		svWaitUntil(t, "node "+id+" sees three members", func() bool { return clStatus(t, n).Members == 3 })
+	}
+	return nodes
+}
+
+// clTally compares what a client saw of a session with what the owner's
+// own client saw (every event the session emitted): events missing,
+// events that came twice.
+func clTally(truth, got []uint64) (lost, dup int) {
+	seen := map[uint64]int{}
+	for _, s := range got {
+		seen[s]++
+	}
+	for _, s := range truth {
+		if seen[s] == 0 {
+			lost++
+		}
+	}
+	for _, c := range seen {
+		if c > 1 {
+			dup += c - 1
+		}
+	}
+	return lost, dup
+}
+
+// NATS restarts for three seconds while a run streams on node B, driven
+// by a client of A and watched by clients of B and C. The run goes on
+// through the outage (its tool's output keeps streaming on B) and ends;
+// B keeps its lease (one owner, no takeover); the clients of A and C,
+// fed through the stream, catch up with every event B's client saw, each
+// once, in order; the prompt answers success, the tool ran once, and
+// the conversation's history holds the whole run.
+func TestClusterNATSRestartMidRun(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	ns, keyPath := clStartNATS(t, e)
+	nodes := clStartOn(t, e, ns.addr, keyPath)
+	sid := clSessionOn("B", "A", "B", "C")
+	fifo := filepath.Join(e.cwd, "release")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	a := nodes["A"].dial("a")
+	svCreate(a, sid)
+	b := nodes["B"].dial("b")
+	b.must("switch_session", svM{"id": "b-switch", "sessionId": sid})
+	c := nodes["C"].dial("c")
+	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	startsBefore := len(b.events(sid))
+
+	// Output streams before and during the outage; the run then waits on
+	// the FIFO until NATS is back, and streams again.
+	a.send(svM{"id": "p1", "type": "prompt", "sessionId": sid,
+		"message": "CMD:for i in $(seq 1 60); do echo pre-$i; sleep 0.05; done; cat release; for i in $(seq 1 20); do echo post-$i; done"})
+	b.waitFor(0, "B's client sees the tool stream", func(f svFrame) bool {
+		return f.isEvent(sid, "tool_execution_update") && strings.Contains(f.raw, "pre-")
+	})
+	ns.stop()
+	down := time.Now()
+	svWaitUntil(t, "node B notices NATS is gone", func() bool { return !clStatus(t, nodes["B"]).Connected })
+	time.Sleep(3 * time.Second) // the outage
+	ns.start(ns.addr)
+	up := time.Now()
+	for id, n := range nodes {
+		svWaitUntil(t, "node "+id+" is connected again", func() bool { return clStatus(t, n).Connected })
+	}
+	// Release the rest of the run.
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = w.WriteString("released\n")
+	w.Close()
+
+	svWantOK(t, a.response("p1"))
+	b.waitEvent(sid, "agent_end")
+	truth := clSeqs(b, sid)[startsBefore:]
+	end := truth[len(truth)-1]
+	caught := map[string]time.Duration{}
+	for name, cl := range map[string]*svConn{"A": a, "C": c} {
+		if _, _, err := cl.tryWaitFor(0, svWait, func(f svFrame) bool {
+			n, _ := svNum(f.m, "seq")
+			return f.isEvent(sid, "") && uint64(n) >= end
+		}); err != nil {
+			t.Errorf("the client of %s did not catch up to seq %d: %v\n%s", name, end, err, cl.tail(10))
+			continue
+		}
+		caught[name] = time.Since(up)
+	}
+	for name, cl := range map[string]*svConn{"A": a, "C": c} {
+		seqs := clSeqs(cl, sid)
+		clCheckSeqs(t, "client of "+name, seqs)
+		lost, dup := clTally(truth, seqs)
+		if lost != 0 || dup != 0 {
+			t.Errorf("client of %s: %d of %d events lost, %d duplicated", name, lost, len(truth), dup)
+		}
+	}
+	// The tool ran once; B kept the session throughout.
+	starts := 0
+	for _, f := range b.events(sid) {
+		if f.isEvent(sid, "tool_execution_start") {
+			starts++
+		}
+	}
+	if starts != 1 {
+		t.Errorf("the tool started %d times, want 1", starts)
+	}
+	if st := clStatus(t, nodes["B"]); st.Leases != 1 {
+		t.Errorf("node B after the outage: %+v, want it to keep the session's lease", st)
+	}
+	for _, id := range []string{"A", "C"} {
+		if st := clStatus(t, nodes[id]); st.Takeovers != 0 || st.Leases != 0 {
+			t.Errorf("node %s: %+v, want no takeover", id, st)
+		}
+	}
+	msgs := c.must("get_messages", svM{"id": "c-msgs", "sessionId": sid})
+	for _, want := range []string{"pre-60", "post-20"} {
+		if !strings.Contains(msgs.raw, want) {
+			t.Errorf("the history lacks %q: %s", want, e2eClip(msgs.raw, 1500))
+		}
+	}
+	// The next prompt runs as usual.
+	svWantOK(t, a.must("prompt", svM{"id": "p2", "sessionId": sid, "message": "CMD:echo after-the-outage"}))
+	t.Logf("fault table: NATS restart (outage %v) mid-run, 1 run, %d events, lost 0, duplicated 0, re-run 0; remote clients caught up %v after NATS was back",
+		up.Sub(down).Round(100*time.Millisecond), len(truth), caught)
+}
+
+// Node B is killed (-9) mid-run; the only client that watches the
+// session is on the node that is not its new home, and no command comes.
+// That node takes the session over by itself once B's lease has run out
+// (its home, watching nothing, would not), and its client sees the run
+// end (agent_end, then idle) instead of waiting for it for ever. The
+// tool that was running is not run again.
+func TestClusterKill9EndsTheRunForWatchers(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	ns, keyPath := clStartNATS(t, e)
+	const ttl = 10 * time.Second
+	nodes := clStartOn(t, e, ns.addr, keyPath)
+	sid := clSessionOn("B", "A", "B", "C")
+	watcher := "A"
+	if server.PlaceSession(sid, []string{"A", "C"}) == "A" {
+		watcher = "C"
+	}
+
+	b := nodes["B"].dial("b")
+	svCreate(b, sid)
+	w := nodes[watcher].dial("w")
+	w.must("switch_session", svM{"id": "w-switch", "sessionId": sid})
+	b.send(svM{"id": "p1", "type": "prompt", "sessionId": sid,
+		"message": "CMD:echo start >> run.log; echo started-$((40+2)); sleep 120; echo end >> run.log"})
+	// The owner's client sees the command's output (the stream keeps
+	// tool updates without it), the watcher that the tool runs.
+	b.waitFor(0, "the owner's client sees the tool's output", func(f svFrame) bool {
+		return f.isEvent(sid, "tool_execution_update") && strings.Contains(f.raw, "started-42")
+	})
+	if _, _, err := w.tryWaitFor(0, svWait, func(f svFrame) bool {
+		return f.isEvent(sid, "tool_execution_update")
+	}); err != nil {
+		t.Fatalf("the watcher on %s does not see the tool run: %v\n%s\n--- B ---\n%s\n--- %s ---\n%s", watcher, err, w.tail(5), nodes["B"].stderrTail(4000), watcher, nodes[watcher].stderrTail(4000))
+	}
+	before := clSeqs(w, sid)
+	nodes["B"].kill9()
+	killed := time.Now()
+	if _, _, err := w.tryWaitFor(0, 3*ttl, func(f svFrame) bool { return f.isEvent(sid, "agent_end") }); err != nil {
+		t.Fatalf("the watcher on %s never saw the interrupted run end: %v\n%s", watcher, err, w.tail(10))
+	}
+	ended := time.Since(killed)
+	if _, _, err := w.tryWaitFor(0, svWait, func(f svFrame) bool {
+		return f.isEvent(sid, "state_changed") || (f.isEvent(sid, "") && strings.Contains(f.raw, `"idle"`))
+	}); err != nil {
+		t.Logf("no idle state frame after agent_end on this face (pi rpc has none): %v", err)
+	}
+	if st := clStatus(t, nodes[watcher]); st.Leases != 1 || st.Takeovers != 1 {
+		t.Errorf("node %s, the watcher's: %+v, want it to have taken the session over", watcher, st)
+	}
+	// Within the lease and a third of it after the kill (the lease was
+	// renewed up to a third of a TTL before), with room for a busy
+	// machine.
+	if ended > ttl+ttl/3+5*time.Second {
+		t.Errorf("the run ended for the watcher %v after the kill, want within %v", ended, ttl+ttl/3)
+	}
+	seqs := clSeqs(w, sid)
+	clCheckSeqs(t, "watcher", seqs)
+	if got := strings.Join(svLines(t, filepath.Join(e.cwd, "run.log")), ","); got != "start" {
+		t.Errorf("run.log reads %q: the interrupted tool ran again", got)
+	}
+	// The session goes on on its new owner.
+	svWantOK(t, w.must("prompt", svM{"id": "p2", "sessionId": sid, "message": "CMD:echo after-the-kill"}))
+	t.Logf("fault table: kill -9 of the owner mid-run, watcher on the non-home node %s: 1 run, %d events before, seqs increasing and none twice, re-run 0; run ended for the watcher %v after the kill (lease %v)",
+		watcher, len(before), ended.Round(100*time.Millisecond), ttl)
+}
