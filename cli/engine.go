@@ -14,6 +14,7 @@ import (
 	"github.com/agentd-dev/agentd/instructions"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/modes"
 	"github.com/agentd-dev/agentd/proclimit"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/settings"
@@ -85,7 +86,8 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 		EventLogSize: c.eventLogSize, EventLogBytes: c.bounds.EventLogBytes,
 		MaxTurns: c.bounds.MaxTurns, MaxToolFailures: c.bounds.MaxToolFailures,
 		MaxQueued: c.bounds.MaxQueuedMessages, MaxQueuedBytes: c.bounds.MaxQueuedMessageBytes, BashTimeout: c.bounds.BashTimeout,
-		Logger: c.log,
+		Logger: c.log, ReadOnlySandbox: readOnlySandbox(sc, policy, support, log),
+		Modes: modes.Config{GlobalDirs: []string{cfg.ConfigDir}, ProjectDirs: []string{".agentd"}},
 	})
 }
 

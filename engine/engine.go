@@ -22,6 +22,7 @@ import (
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/llm/registry"
+	"github.com/agentd-dev/agentd/modes"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/settings"
@@ -116,6 +117,15 @@ type Options struct {
 	// applies it (agentd itself, handling sandbox.Command).
 	Sandbox    sandbox.Policy
 	SandboxExe string
+	// ReadOnlySandbox is the policy bash runs under in a read-only mode
+	// (plan): the engine's, made read-only (network, hidden paths and
+	// isolation as the kernel allows). nil where the kernel cannot
+	// confine: read-only modes then have no bash.
+	ReadOnlySandbox *sandbox.Policy
+	// Modes say where mode files are found (see package modes); Mode is
+	// the mode of new sessions ("" for build).
+	Modes modes.Config
+	Mode  string
 	// BashTimeout bounds a command a client runs with bash (0: the
 	// session's default, negative: none).
 	BashTimeout time.Duration
@@ -316,6 +326,10 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 			tools = append(tools, x)
 		}
 	}
+	modeSet, roBash, err := e.modeParts(env, spec.Cwd)
+	if err != nil {
+		return nil, err
+	}
 	retry, comp := Saved(e.opt.Saved)
 	now := e.opt.Now()
 	prompt := instructions.Build(e.opt.Instructions, spec.Cwd, SystemPrompt(spec.Cwd, names, now), promptFooter(spec.Cwd, now))
@@ -324,7 +338,7 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 		Model: e.opt.Model, Thinking: e.opt.Thinking,
 		SystemPrompt: prompt.Text, Instructions: prompt.Files,
 		Stream: e.stream, Options: e.streamOptions, ResolveModel: e.opt.Models.Resolve,
-		Tools: tools, BashEnv: userEnv, BashTimeout: e.opt.BashTimeout, Retry: retry, Compaction: comp,
+		Tools: tools, Modes: modeSet, Mode: e.opt.Mode, ReadOnlyBash: roBash, BashEnv: userEnv, BashTimeout: e.opt.BashTimeout, Retry: retry, Compaction: comp,
 		Policy: e.opt.Policy, InteractionTimeout: e.opt.InteractionTimeout,
 		SteeringMode: agent.QueueMode(e.opt.Saved.SteeringMode), FollowUpMode: agent.QueueMode(e.opt.Saved.FollowUpMode),
 		EventLogSize: e.opt.EventLogSize, EventLogBytes: e.opt.EventLogBytes, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,
