@@ -76,7 +76,9 @@ func TestPlanModeRefusesWrites(t *testing.T) {
 	if err := h.s.SetMode(modes.Plan); err != nil {
 		t.Fatal(err)
 	}
-	ev := h.waitEvent(func(ev session.Event) bool { return ev.Type == session.EventConfigChanged && ev.Config.Changed == "mode" })
+	ev := h.waitEvent(func(ev session.Event) bool {
+		return ev.Type == session.EventConfigChanged && ev.Config.Changed == "mode"
+	})
 	if ev.Config.Mode != modes.Plan {
 		t.Fatalf("config_changed says mode %q", ev.Config.Mode)
 	}
