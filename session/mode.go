@@ -63,6 +63,16 @@ func (s *Session) Mode() modes.Mode {
 // Modes are the modes the session may switch to.
 func (s *Session) Modes() []modes.Mode { return s.cfg.Modes.All() }
 
+// FindMode returns the session's mode named name, or a fault.Invalid
+// error naming the modes there are.
+func (s *Session) FindMode(name string) (modes.Mode, error) {
+	m, ok := s.cfg.Modes.Find(name)
+	if !ok {
+		return modes.Mode{}, fault.New(fault.Invalid, s.cfg.Modes.UnknownError(name).Error())
+	}
+	return m, nil
+}
+
 // SetMode switches the session to the mode named name: the tools the
 // model is offered, the calls that wait for a person and the system
 // prompt's account of the mode change for the next request; a tool call
@@ -71,9 +81,9 @@ func (s *Session) Modes() []modes.Mode { return s.cfg.Modes.All() }
 // config_changed ("mode"). An unknown name is a fault.Invalid error
 // naming the modes there are; setting the mode in force does nothing.
 func (s *Session) SetMode(name string) error {
-	m, ok := s.cfg.Modes.Find(name)
-	if !ok {
-		return fault.New(fault.Invalid, s.cfg.Modes.UnknownError(name).Error())
+	m, err := s.FindMode(name)
+	if err != nil {
+		return err
 	}
 	s.settingsMu.Lock()
 	defer s.settingsMu.Unlock()
