@@ -1,10 +1,6 @@
 package main
 
-import (
-	"testing"
-
-	"github.com/chromedp/chromedp"
-)
+import "testing"
 
 // The web UI's mode chip: a conversation shows its mode next to the
 // model, choosing plan switches the conversation (REST's config says
@@ -20,8 +16,8 @@ func TestWebUIModeChip(t *testing.T) {
 	p.until("the mode chip", `!document.getElementById('conv-mode').hidden && document.getElementById('conv-mode').value === 'build' && [...document.querySelectorAll('#conv-mode option')].map((o) => o.value).join() === 'build,plan'`)
 	id := wuEval[string](p, `decodeURIComponent(location.hash.slice('#/c/'.length))`)
 
-	p.run(chromedp.SetValue(chromedp.CSS("#conv-mode"), "plan"))
-	wuEval[bool](p, `document.getElementById('conv-mode').dispatchEvent(new Event('change'))`)
+	// As a person's choice: the value, then one change event.
+	wuEval[bool](p, `(() => { const s = document.getElementById('conv-mode'); s.value = 'plan'; return s.dispatchEvent(new Event('change')); })()`)
 	p.until("plan mode shown as read-only", `document.getElementById('conv-mode').classList.contains('mode-ro') && document.getElementById('messages').textContent.includes('From now on: plan mode.')`)
 	cfg := rsOK(t, s, "GET", rsConvPath(id)+"/config", nil)
 	if chat, _ := cfg.m["chat"].(map[string]any); chat["mode"] != "plan" {
