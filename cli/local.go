@@ -32,6 +32,7 @@ type localFlags struct {
 	noSession                 bool
 	sessionDir                string
 	tools                     string
+	mode                      string
 	noTools                   bool
 	policy                    string
 	mcpConfig                 string

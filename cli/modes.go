@@ -12,7 +12,7 @@ import (
 // out of those modes: agentd never pretends to confine. It is the
 // engine's policy made read-only: the hidden paths of the configuration,
 // the network as the engine's tools have it, and namespaces of their own
-// where the system gives them.
+// unless the server runs confined tools without them.
 func readOnlySandbox(sc config.Sandbox, engine sandbox.Policy, support sandbox.Support, log *slog.Logger) *sandbox.Policy {
 	p := sc.Policy()
 	p.Mode = sandbox.ReadOnly
@@ -22,16 +22,15 @@ func readOnlySandbox(sc config.Sandbox, engine sandbox.Policy, support sandbox.S
 		log.Info("read-only modes (plan) have no bash: the kernel cannot confine it", "reason", err.Error())
 		return nil
 	}
-	isolation := support.Isolation
-	if !engine.Confined() {
-		// Not probed for a server whose tools are unconfined.
-		isolation = sandbox.ProbeIsolation("/proc/self/exe")
-	}
-	if isolation != nil {
+	if engine.Confined() && support.Isolation != nil {
 		// Landlock alone still refuses every write; what is lost is
-		// hiding agentd's files and processes, which bash in the other
-		// modes of this server can read anyway.
+		// hiding agentd's files and processes, which this server's
+		// commands can read in the other modes too.
 		p.NoIsolation = true
 	}
+	// An unconfined server did not probe for namespaces, and this does
+	// not either (the probe starts a process at every start of agentd):
+	// where commands cannot get them, a read-only command fails to
+	// start, and nothing is written.
 	return &p
 }

@@ -122,10 +122,8 @@ type Options struct {
 	// isolation as the kernel allows). nil where the kernel cannot
 	// confine: read-only modes then have no bash.
 	ReadOnlySandbox *sandbox.Policy
-	// Modes say where mode files are found (see package modes); Mode is
-	// the mode of new sessions ("" for build).
+	// Modes say where mode files are found (see package modes).
 	Modes modes.Config
-	Mode  string
 	// BashTimeout bounds a command a client runs with bash (0: the
 	// session's default, negative: none).
 	BashTimeout time.Duration
@@ -245,6 +243,9 @@ type Spec struct {
 	// servers). One named like an enabled built-in takes its place;
 	// the others are added.
 	Extra []tool.Tool
+	// Mode is the mode of a session whose transcript records none ("" for
+	// build); one the session's cwd does not define is refused.
+	Mode string
 	// Seq continues a session's event numbering (see session.Config).
 	FirstSeq   uint64
 	ReserveSeq func(next uint64) uint64
@@ -326,7 +327,7 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 			tools = append(tools, x)
 		}
 	}
-	modeSet, roBash, err := e.modeParts(env, spec.Cwd)
+	modeSet, roBash, err := e.modeParts(env, spec.Cwd, spec.Mode)
 	if err != nil {
 		return nil, err
 	}
@@ -338,7 +339,7 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 		Model: e.opt.Model, Thinking: e.opt.Thinking,
 		SystemPrompt: prompt.Text, Instructions: prompt.Files,
 		Stream: e.stream, Options: e.streamOptions, ResolveModel: e.opt.Models.Resolve,
-		Tools: tools, Modes: modeSet, Mode: e.opt.Mode, ReadOnlyBash: roBash, BashEnv: userEnv, BashTimeout: e.opt.BashTimeout, Retry: retry, Compaction: comp,
+		Tools: tools, Modes: modeSet, Mode: spec.Mode, ReadOnlyBash: roBash, BashEnv: userEnv, BashTimeout: e.opt.BashTimeout, Retry: retry, Compaction: comp,
 		Policy: e.opt.Policy, InteractionTimeout: e.opt.InteractionTimeout,
 		SteeringMode: agent.QueueMode(e.opt.Saved.SteeringMode), FollowUpMode: agent.QueueMode(e.opt.Saved.FollowUpMode),
 		EventLogSize: e.opt.EventLogSize, EventLogBytes: e.opt.EventLogBytes, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/modes"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/tool"
@@ -8,10 +9,13 @@ import (
 
 // modeParts are what a session needs for its modes: the modes of its
 // cwd (built-in, global, project) and the bash its read-only modes run.
-func (e *Engine) modeParts(env tool.Env, cwd string) (*modes.Set, tool.Tool, error) {
+func (e *Engine) modeParts(env tool.Env, cwd, mode string) (*modes.Set, tool.Tool, error) {
 	set := modes.Load(e.opt.Modes, cwd)
 	for _, w := range set.Warnings {
 		e.opt.Logger.Warn("mode file skipped", "reason", w)
+	}
+	if _, ok := set.Find(mode); mode != "" && !ok {
+		return nil, nil, fault.New(fault.Invalid, set.UnknownError(mode).Error())
 	}
 	if e.opt.ReadOnlySandbox == nil {
 		return set, nil, nil

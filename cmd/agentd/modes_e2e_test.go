@@ -175,4 +175,15 @@ func TestRPCPlanModePersists(t *testing.T) {
 	if !strings.Contains(r.stdout, `"mode":"plan"`) {
 		t.Fatalf("--continue: get_state without plan mode:\n%s\n%s", r.stdout, r.stderr)
 	}
+
+	// --mode chooses a new session's mode; one that does not exist is
+	// refused before anything starts.
+	r = runIn(t, e.cwd, e.home, nil, `{"type":"get_state","id":"st"}`+"\n", append(args, "--no-session", "--mode", "plan")...)
+	if !strings.Contains(r.stdout, `"mode":"plan"`) {
+		t.Fatalf("--mode plan: get_state without plan mode:\n%s\n%s", r.stdout, r.stderr)
+	}
+	r = runIn(t, e.cwd, e.home, nil, "", append(args, "--no-session", "--mode", "nope")...)
+	if r.code == 0 || !strings.Contains(r.stderr, `unknown mode "nope"; this session's modes are build, plan`) {
+		t.Fatalf("--mode nope: exit %d\n%s", r.code, r.stderr)
+	}
 }
