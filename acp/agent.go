@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/fault"
+	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/mcp"
 	"github.com/agentd-dev/agentd/piwire"
 	"github.com/agentd-dev/agentd/sandbox"
@@ -92,6 +93,9 @@ type Options struct {
 	// bridges (`agentd acp --connect`): sessions are created, listed and
 	// loaded there, and Sessions, SessionsDir and MCP are not used.
 	Remote *Remote
+	// Models are the models a local session may switch to
+	// (session/set_model); nil offers only the session's own.
+	Models func() []*llm.Model
 	// Version is agentd's, reported in initialize.
 	Version string
 	// MaxLineBytes bounds one incoming line (default 10 MiB).
@@ -168,6 +172,12 @@ func (a *Agent) handle(ctx context.Context, method string, params json.RawMessag
 		return a.cancel(params)
 	case "session/close":
 		return a.closeSession(params)
+	case "session/set_mode":
+		return a.setSessionMode(ctx, params)
+	case "session/set_model":
+		return a.setSessionModel(ctx, params)
+	case "session/set_config_option":
+		return a.setConfigOption(ctx, params)
 	}
 	return nil, &Error{Code: CodeMethodNotFound, Message: "Method not found: " + method}
 }
@@ -285,7 +295,7 @@ func (a *Agent) newSession(ctx context.Context, params json.RawMessage) (any, er
 	ss.listen()
 	// The editor is asked about an untrusted project once it knows the
 	// session.
-	return afterReply{result: newSessionResult{SessionID: ss.id}, then: ss.askTrust}, nil
+	return afterReply{result: ss.setup(ctx, ss.id), then: ss.askTrust}, nil
 }
 
 // open builds a session with the client's tools and the MCP servers'
@@ -313,6 +323,9 @@ func (a *Agent) open(ctx context.Context, cwd, file, id string, servers []MCPSer
 		if err != nil {
 			ss.stop()
 			return nil, err
+		}
+		if c, ok := s.(configurable); ok {
+			ss.cfg = c
 		}
 		return a.register(ss, s), nil
 	}
@@ -344,6 +357,7 @@ func (a *Agent) open(ctx context.Context, cwd, file, id string, servers []MCPSer
 		s.AddToolSource(set, set.Close)
 	}
 	ss.local = s
+	ss.cfg = localSettings{s: s, models: a.opt.Models}
 	return a.register(ss, s), nil
 }
 
@@ -474,7 +488,7 @@ func (a *Agent) loadSession(ctx context.Context, params json.RawMessage) (any, e
 	// Tool calls that were waiting for a person when the session was
 	// last closed wait again: ask the editor, once it knows the session
 	// is loaded.
-	return afterReply{result: struct{}{}, then: func() {
+	return afterReply{result: ss.setup(ctx, ""), then: func() {
 		ss.askTrust()
 		for _, req := range ss.s.Interactions() {
 			ss.startAsk(req)

@@ -52,6 +52,10 @@ type acpSession struct {
 	// the session's cost so far.
 	window int64
 	cost   float64
+	// cfg reads and changes the session's mode, model and thinking
+	// level; view is what the client was last shown of them.
+	cfg  configurable
+	view settingsView
 }
 
 // turn is one session/prompt waiting for its run to end.
@@ -243,6 +247,7 @@ func (ss *acpSession) finish(o session.Outcome) {
 // runs under the session's emit lock: it only encodes and queues, and
 // hands whatever waits on the client to a goroutine.
 func (ss *acpSession) onEvent(ev session.Event) {
+	ss.settingsEvent(ev)
 	switch ev.Type {
 	case session.EventStateChanged:
 		if ev.Outcome != "" && ev.State == session.StateIdle {

@@ -84,7 +84,7 @@ func (m *Main) runACP(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 		Sessions:    acpSessions{eng: eng, dir: h.saveDir, tools: h.tools},
 		SessionsDir: h.saveDir, Version: version(), MaxLineBytes: maxLineBytes, Logger: h.log,
 		MCP: h.mcpManager(), MCPServers: servers, Trust: m.trustStore(cfg),
-		Sandbox: sessionPolicy(h.sandbox()),
+		Sandbox: sessionPolicy(h.sandbox()), Models: eng.Models().Available,
 	})
 	return a.Run(ctx, m.stdin, m.stdout)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/agentd-dev/agentd/instructions"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/modes"
 	"github.com/agentd-dev/agentd/proclimit"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/settings"
@@ -86,7 +87,8 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 		MaxTurns: c.bounds.MaxTurns, MaxToolFailures: c.bounds.MaxToolFailures,
 		MaxQueued: c.bounds.MaxQueuedMessages, MaxQueuedBytes: c.bounds.MaxQueuedMessageBytes, BashTimeout: c.bounds.BashTimeout,
 		Subagents: engine.Subagents{Enabled: !c.bounds.NoSubagents, GlobalDirs: []string{cfg.ConfigDir}},
-		Logger:    c.log,
+		Logger:    c.log, ReadOnlySandbox: readOnlySandbox(sc, policy, support, log),
+		Modes: modes.Config{GlobalDirs: []string{cfg.ConfigDir}, ProjectDirs: []string{".agentd"}},
 	})
 }
 

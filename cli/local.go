@@ -34,6 +34,7 @@ type localFlags struct {
 	noSession                 bool
 	sessionDir                string
 	tools                     string
+	mode                      string
 	noTools                   bool
 	policy                    string
 	mcpConfig                 string

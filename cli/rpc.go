@@ -34,6 +34,7 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 	fs.BoolVar(&cont, "c", false, "shorthand for --continue")
 	fs.StringVar(&f.tools, "tools", "", "comma-separated built-in tools to enable (default all: "+strings.Join(tool.BuiltinNames, ",")+")")
 	fs.BoolVar(&f.noTools, "no-tools", false, "enable no built-in tools")
+	fs.StringVar(&f.mode, "mode", "", "mode of a new session: build (default), plan (read-only: no writes, bash in the read-only sandbox) or one of modes/*.md; a session file keeps its own")
 	fs.StringVar(&streamFormat, "stream-format", "full", "message_update payload: full (pi's, the whole partial message) or delta (only the new text)")
 	fs.IntVar(&maxLineBytes, "max-line-bytes", 10<<20, "largest command line accepted on stdin")
 	fs.StringVar(&f.policy, "policy", cfg.Getenv("AGENTD_POLICY"), "permission policy file (JSON rules: allow / ask / deny by tool and argument); default allows everything, as pi (env AGENTD_POLICY)")
@@ -69,7 +70,7 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 			return fmt.Errorf("session file %s: %w", open, err)
 		}
 	}
-	sess, err := h.session(ctx, engine.Spec{Cwd: h.cwd, SessionsDir: h.saveDir, Open: open, Tools: h.tools})
+	sess, err := h.session(ctx, engine.Spec{Cwd: h.cwd, SessionsDir: h.saveDir, Open: open, Tools: h.tools, Mode: f.mode})
 	if err != nil {
 		return err
 	}

@@ -113,6 +113,8 @@ func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
 			chat.ConfirmAll, field = &on, "confirm_all"
 		case "grants":
 			chat.AutoConfirm, field = autoConfirmOf(cc.Grants), "auto_confirm"
+		case "mode":
+			chat.Mode = cc.Mode
 		default:
 			return server.Frame{}
 		}

@@ -1310,8 +1310,8 @@ func (s *Server) configOf(h *server.Hosted) ConversationConfig {
 	confirm := sess.ConfirmAll()
 	cfg := ConversationConfig{Chat: ChatConfig{Name: sess.Name(), Model: modelName(sess.Model()), Tools: sess.ToolNames(),
 		Thinking: string(sess.Thinking()), ToolFormat: "tool", Stream: true, Interactive: true, Workspace: h.Cwd(),
-		ConfirmAll: &confirm, AutoConfirm: autoConfirmOf(sess.Grants()), Sandbox: string(h.Sandbox())},
-		Env: map[string]any{}, Unavailable: sess.UnavailableTools(), ContextFiles: sess.Instructions()}
+		ConfirmAll: &confirm, AutoConfirm: autoConfirmOf(sess.Grants()), Sandbox: string(h.Sandbox()), Mode: sess.Mode().Name},
+		Env: map[string]any{}, Unavailable: sess.UnavailableTools(), ContextFiles: sess.Instructions(), Modes: modesOf(sess)}
 	cfg.MCP = redacted(mcpOf(sess))
 	return cfg
 }
@@ -1333,6 +1333,7 @@ type configPayload struct {
 	Name       *string    `json:"name,omitempty"`
 	ConfirmAll *bool      `json:"confirmAll,omitempty"`
 	MCP        *MCPConfig `json:"mcp,omitempty"`
+	Mode       *string    `json:"mode,omitempty"`
 }
 
 func (s *Server) patchConfig(w http.ResponseWriter, r *http.Request, p params) error {
@@ -1415,6 +1416,9 @@ func (s *Server) decodeConfig(o object) (pl configPayload, mode string, err erro
 		if mode, err = s.readSandbox(chat); err != nil {
 			return pl, "", err
 		}
+		if pl.Mode, err = readMode(chat); err != nil {
+			return pl, "", err
+		}
 	}
 	if o.present("mcp") {
 		if pl.MCP, err = s.decodeMCP(o, "mcp"); err != nil {
@@ -1463,6 +1467,9 @@ func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 		}
 		model = m
 	}
+	if err := checkMode(sess, p.Mode); err != nil {
+		return nil, err
+	}
 	var level llm.ThinkingLevel
 	if p.Thinking != nil {
 		l, err := llm.ParseThinkingLevel(*p.Thinking)
@@ -1510,6 +1517,11 @@ func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 			return failed(err)
 		}
 	}
+	if p.Mode != nil {
+		if err := sess.SetMode(*p.Mode); err != nil {
+			return failed(err)
+		}
+	}
 	if change != nil {
 		// The servers the conversation had stop here; nothing after
 		// this but the tools list, whose names were checked above.
@@ -1533,13 +1545,14 @@ type configState struct {
 	thinking   llm.ThinkingLevel
 	name       string
 	confirmAll bool
+	mode       string
 }
 
 func configStateOf(sess *session.Session) configState {
 	entry, _ := sess.Custom(customMCP)
 	cfg, _ := mcpSection(entry)
 	return configState{mcpEntry: entry, mcp: cfg, model: sess.Model(), thinking: sess.Thinking(),
-		name: sess.Name(), confirmAll: sess.ConfirmAll()}
+		name: sess.Name(), confirmAll: sess.ConfirmAll(), mode: sess.Mode().Name}
 }
 
 // restoreConfig puts back each setting of the conversation that differs
@@ -1567,6 +1580,7 @@ func (s *Server) restoreConfig(ctx context.Context, h *server.Hosted, st configS
 		s.putBack(h, "name", sess.SetName(st.name))
 	}
 	s.putBack(h, "confirm_all", sess.SetConfirmAll(st.confirmAll)) // nothing when unchanged
+	s.putBack(h, "mode", sess.SetMode(st.mode))                    // nothing when unchanged
 	if servers {
 		var again *convMCP
 		if st.mcp != nil {

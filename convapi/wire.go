@@ -188,6 +188,8 @@ type ConversationConfig struct {
 	// built from: AGENTS.md and CLAUDE.md, SYSTEM.md and APPEND_SYSTEM.md
 	// (agentd; in answers only, as pi's get_state reports them).
 	ContextFiles []instructions.File `json:"context_files,omitempty"`
+	// Modes are the modes chat.mode may name (agentd; in answers only).
+	Modes []ModeInfo `json:"modes,omitempty"`
 }
 
 // MCPConfig is gptme's mcp section of a conversation's configuration.
@@ -235,6 +237,9 @@ type ChatConfig struct {
 	// when it is created, the server's mode or a stricter one, and fixed
 	// from then on.
 	Sandbox string `json:"sandbox,omitempty" jsonschema:"enum=read-only,enum=workspace-write,enum=full-access,description=agentd: the server's mode or a stricter one; set on PUT only"`
+	// Mode is the conversation's mode (agentd): build, plan or one of
+	// the configuration's; PATCH switches it.
+	Mode string `json:"mode,omitempty" jsonschema:"description=agentd: the conversation's mode (build, plan, or a configured one; see modes)"`
 }
 
 // AutoConfirm are the approvals a conversation has given in advance.

@@ -23,6 +23,7 @@ import (
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/llm/registry"
+	"github.com/agentd-dev/agentd/modes"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/settings"
@@ -118,6 +119,13 @@ type Options struct {
 	// applies it (agentd itself, handling sandbox.Command).
 	Sandbox    sandbox.Policy
 	SandboxExe string
+	// ReadOnlySandbox is the policy bash runs under in a read-only mode
+	// (plan): the engine's, made read-only (network, hidden paths and
+	// isolation as the kernel allows). nil where the kernel cannot
+	// confine: read-only modes then have no bash.
+	ReadOnlySandbox *sandbox.Policy
+	// Modes say where mode files are found (see package modes).
+	Modes modes.Config
 	// BashTimeout bounds a command a client runs with bash (0: the
 	// session's default, negative: none).
 	BashTimeout time.Duration
@@ -240,6 +248,9 @@ type Spec struct {
 	// servers). One named like an enabled built-in takes its place;
 	// the others are added.
 	Extra []tool.Tool
+	// Mode is the mode of a session whose transcript records none ("" for
+	// build); one the session's cwd does not define is refused.
+	Mode string
 	// Seq continues a session's event numbering (see session.Config).
 	FirstSeq   uint64
 	ReserveSeq func(next uint64) uint64
@@ -334,6 +345,10 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 		tools = append(tools, task)
 		promptNames = append(slices.Clone(names), subagent.ToolName)
 	}
+	modeSet, roBash, err := e.modeParts(env, spec.Cwd, spec.Mode)
+	if err != nil {
+		return nil, err
+	}
 	retry, comp := Saved(e.opt.Saved)
 	now := e.opt.Now()
 	prompt := instructions.Build(e.opt.Instructions, spec.Cwd, SystemPrompt(spec.Cwd, promptNames, now), promptFooter(spec.Cwd, now))
@@ -346,7 +361,7 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 		Model: model, Thinking: thinking,
 		SystemPrompt: prompt.Text, Instructions: prompt.Files,
 		Stream: e.stream, Options: e.streamOptions, ResolveModel: e.opt.Models.Resolve,
-		Tools: tools, BashEnv: userEnv, BashTimeout: e.opt.BashTimeout, Retry: retry, Compaction: comp,
+		Tools: tools, Modes: modeSet, Mode: spec.Mode, ReadOnlyBash: roBash, BashEnv: userEnv, BashTimeout: e.opt.BashTimeout, Retry: retry, Compaction: comp,
 		Policy: e.opt.Policy, InteractionTimeout: e.opt.InteractionTimeout,
 		SteeringMode: agent.QueueMode(e.opt.Saved.SteeringMode), FollowUpMode: agent.QueueMode(e.opt.Saved.FollowUpMode),
 		EventLogSize: e.opt.EventLogSize, EventLogBytes: e.opt.EventLogBytes, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,

@@ -554,6 +554,8 @@ func (srv *Server) dispatch(c *command) {
 		srv.reply(success(id, typ, map[string]any{"commands": []any{}}))
 	case "extension_ui_response":
 		srv.answerUI(c)
+	case "get_modes", "set_mode":
+		srv.modeCommand(id, typ, c.Mode)
 	default:
 		srv.reply(failure(nil, typ, "Unknown command: "+typ))
 	}

@@ -213,6 +213,9 @@ func (s *Server) commands() map[string]*commandSpec {
 		// its secret: the answer is not kept, and a replay asks again.
 		"get_tools":          {session: true, class: pipeline.ClassRead, readOnly: true, run: s.tools, keep: pipeline.RunAgain},
 		"list_session_files": read(s.sessionFiles),
+		// agentd's: a session's mode (see package modes).
+		"get_modes": read(s.getModes),
+		"set_mode":  mutate(s.setMode, field{name: "mode", kind: kString, required: true, max: 64}),
 		"extension_ui_response": {session: true, class: pipeline.ClassControl, readOnly: true, run: s.uiResponse,
 			fields: []field{{name: "requestId", kind: kString, required: true, max: 256}, {name: "response", kind: kObject, required: true}}},
 	}

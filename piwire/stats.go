@@ -67,6 +67,9 @@ type SessionState struct {
 	// Left out when there are none (a session not loaded yet, or no
 	// such files), so the answer keeps pi's shape.
 	ContextFiles []instructions.File `json:"contextFiles,omitempty"`
+	// Mode (agentd's) is the session's mode (set_mode), left out in the
+	// default mode (build) so the answer keeps pi's shape.
+	Mode string `json:"mode,omitempty"`
 }
 
 // StateOf reads a session's state.
@@ -78,5 +81,6 @@ func StateOf(s *session.Session) SessionState {
 		SessionFile: s.File(), SessionID: s.ID(), SessionName: s.Name(), AutoCompactionEnabled: st.AutoCompaction,
 		MessageCount: len(s.Messages()), PendingMessageCount: s.PendingCount(),
 		ContextFiles: append([]instructions.File{}, s.Instructions()...),
+		Mode:         stateMode(s),
 	}
 }

@@ -44,12 +44,14 @@ const (
 
 // ConfigChange is the payload of config_changed.
 type ConfigChange struct {
-	// Changed is "confirm", "grants" or "tools".
+	// Changed is "confirm", "grants", "tools" or "mode".
 	Changed    string
 	ConfirmAll bool
 	Grants     interaction.Grants
 	// Tools are the enabled tools.
 	Tools []string
+	// Mode is the session's mode (see SetMode).
+	Mode string
 }
 
 // State is where a session's state machine is.

@@ -21,6 +21,7 @@ import (
 	"github.com/agentd-dev/agentd/instructions"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/modes"
 	"github.com/agentd-dev/agentd/todo"
 	"github.com/agentd-dev/agentd/tool"
 	"github.com/agentd-dev/agentd/transcript"
@@ -69,6 +70,15 @@ type Config struct {
 	// Tools are the tools besides ask_user and todo, which the session
 	// adds itself (they need its interaction broker and todo list).
 	Tools []tool.Tool
+	// Modes are the modes the session may switch between (SetMode); nil
+	// is the built-in ones. Mode is the mode of a session whose
+	// transcript records none ("" for modes.Default).
+	Modes *modes.Set
+	Mode  string
+	// ReadOnlyBash is bash confined to the read-only sandbox, which a
+	// read-only mode runs the model's commands in; nil leaves bash out
+	// of read-only modes (the kernel cannot confine it here).
+	ReadOnlyBash tool.Tool
 	// BashEnv is where commands the user runs directly (Bash) execute,
 	// and what the permission gate resolves tool paths against (its Cwd
 	// and Home); normally the same Env the tools were built with. An
@@ -195,6 +205,7 @@ type Session struct {
 	confirmAll  bool               // s.mu
 	savedGrants interaction.Grants // settingsMu
 	toolNames   []string           // enabled tools, nil for all (s.mu)
+	mode        modes.Mode         // the mode in force (s.mu)
 	tools       []tool.Tool        // every tool the session has (s.mu once sources are added)
 	sources     []*toolSource      // sources of tools added after New (s.mu)
 
@@ -250,6 +261,7 @@ func New(cfg Config) (*Session, error) {
 		state: StateIdle, thinking: cfg.Thinking, model: cfg.Model, retry: cfg.Retry, compact: cfg.Compaction,
 		confirmAll: cfg.ConfirmAll,
 	}
+	s.mode = s.initialMode()
 	s.broker = interaction.NewBroker(interaction.BrokerOptions{Timeout: cfg.InteractionTimeout, OnEvent: s.onInteraction})
 	gate, err := interaction.NewGate(cfg.Policy, s.broker, cfg.BashEnv, cfg.Gate)
 	if err != nil {
@@ -261,7 +273,7 @@ func New(cfg Config) (*Session, error) {
 	tools = append(tools, interaction.NewAskUserTool(s.broker, cfg.InteractionTimeout), todo.NewTool(s.todos))
 	s.tools = tools
 	s.agent = agent.New(agent.Config{
-		Model: cfg.Model, Thinking: cfg.Thinking, SystemPrompt: cfg.SystemPrompt, Tools: tools,
+		Model: cfg.Model, Thinking: cfg.Thinking, SystemPrompt: s.systemPrompt(s.mode), Tools: s.modeTools(s.mode, tools),
 		Stream: cfg.Stream, Options: cfg.Options, BeforeToolCall: s.beforeToolCall,
 		SteeringMode: cfg.SteeringMode, FollowUpMode: cfg.FollowUpMode,
 		MaxTurns: cfg.MaxTurns, MaxSameToolFailures: cfg.MaxSameToolFailures, MaxQueued: cfg.MaxQueued, MaxQueuedBytes: cfg.MaxQueuedBytes,
@@ -545,14 +557,21 @@ func (s *Session) beforeToolCall(ctx context.Context, call tool.Call) agent.Tool
 	if call.Name == interaction.AskUserName || call.Name == todo.ToolName {
 		return agent.ToolDecision{Run: true}
 	}
+	if r := s.modeRefusal(call.Name); r != nil {
+		return agent.ToolDecision{Result: r}
+	}
 	s.mu.Lock()
-	opts := interaction.CheckOptions{ID: s.runParked[call.ID], Ask: s.confirmAll, Approved: s.runAuto}
+	opts := interaction.CheckOptions{ID: s.runParked[call.ID], Ask: s.confirmAll || s.mode.Asks(call.Name), Approved: s.runAuto}
 	s.mu.Unlock()
 	if opts.ID == "" {
 		opts.ID = interaction.ApprovalID(call.ID)
 	}
 	d := s.gate.CheckWith(ctx, call, opts)
 	s.saveGrants()
+	if r := s.modeRefusal(call.Name); d.Run && r != nil {
+		// The mode changed while the call waited for a person.
+		return agent.ToolDecision{Result: r}
+	}
 	if d.Run {
 		if err := s.markStarted(call); err != nil {
 			// Unrecorded, a call interrupted by a crash would be offered

@@ -56,7 +56,11 @@ func (s *Session) loadSettings(f *transcript.File) {
 	var tools []string
 	seen := map[string]bool{}
 	entries := f.Entries()
-	for i := len(entries) - 1; i >= 0 && len(seen) < 3; i-- {
+	mode := s.initialMode()
+	s.mu.Lock()
+	s.mode = mode
+	s.mu.Unlock()
+	for i := len(entries) - 1; i >= 0 && len(seen) < 4; i-- {
 		e := &entries[i]
 		if e.Type != transcript.TypeCustom || e.Opaque() || seen[e.CustomType] {
 			continue
@@ -70,6 +74,8 @@ func (s *Session) loadSettings(f *transcript.File) {
 			}
 		case CustomGrants:
 			err = json.Unmarshal(e.Data, &grants)
+		case CustomMode:
+			err = s.restoreMode(e.Data)
 		case CustomTools:
 			var d toolsData
 			if err = json.Unmarshal(e.Data, &d); err == nil && !d.All {
@@ -287,11 +293,16 @@ func (s *Session) applyTools() {
 			}
 		}
 	}
+	s.mu.Lock()
+	m := s.mode
+	s.mu.Unlock()
+	tools = s.modeTools(m, tools)
 	s.agent.Update(func(c *agent.Config) { c.Tools = tools })
+	s.applyMode(m)
 }
 
-// configChanged announces a change of the confirmation mode, the grants
-// or the tools.
+// configChanged announces a change of the confirmation mode, the grants,
+// the tools or the mode.
 func (s *Session) configChanged(what string) {
-	s.emit(Event{Type: EventConfigChanged, Config: &ConfigChange{Changed: what, ConfirmAll: s.ConfirmAll(), Grants: s.gate.Grants(), Tools: s.ToolNames()}})
+	s.emit(Event{Type: EventConfigChanged, Config: &ConfigChange{Changed: what, ConfirmAll: s.ConfirmAll(), Grants: s.gate.Grants(), Tools: s.ToolNames(), Mode: s.Mode().Name}})
 }

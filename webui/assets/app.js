@@ -276,7 +276,47 @@ function showModel() {
   const b = $('conv-model');
   b.hidden = !ui.convId || !ui.model;
   b.textContent = `${ui.model} · thinking ${ui.thinking || 'off'}`;
+  showMode();
 }
+
+// ---- the mode of the open conversation (build, plan, configured) ----
+
+function showMode() {
+  const s = $('conv-mode');
+  const modes = ui.modes || [];
+  s.hidden = !ui.convId || !modes.length;
+  if (s.hidden) return;
+  const names = modes.map((m) => m.name);
+  if (Array.from(s.options, (o) => o.value).join() !== names.join()) {
+    s.replaceChildren(...modes.map((m) => {
+      const o = document.createElement('option');
+      o.value = m.name;
+      o.textContent = 'mode: ' + m.name;
+      if (m.description) o.title = m.description;
+      return o;
+    }));
+  }
+  s.value = ui.mode || 'build';
+  const cur = modes.find((m) => m.name === s.value);
+  s.classList.toggle('mode-ro', !!(cur && cur.read_only));
+}
+
+$('conv-mode').addEventListener('change', async () => {
+  const s = $('conv-mode');
+  const mode = s.value;
+  const id = ui.convId;
+  try {
+    const r = await api('PATCH', convPath(id) + '/config', { chat: { mode } });
+    if (id !== ui.convId) return;
+    ui.mode = (r && r.config && r.config.chat && r.config.chat.mode) || mode;
+    const cur = (ui.modes || []).find((m) => m.name === ui.mode);
+    note(`From now on: ${ui.mode} mode.` + (cur && cur.read_only ? ' The agent reads and proposes a plan; it changes nothing.' : ''));
+  } catch (err) {
+    // The server's words: a run in progress, a mode it does not know.
+    banner(err.message);
+  }
+  showMode();
+});
 
 $('conv-model').addEventListener('click', async () => {
   const wrap = $('settings-wrap');
@@ -584,6 +624,8 @@ async function load(my) {
   if (cfg && cfg.chat) {
     ui.model = cfg.chat.model || '';
     ui.thinking = cfg.chat.thinking || 'off';
+    ui.mode = cfg.chat.mode || 'build';
+    ui.modes = cfg.modes || [];
   }
   showModel();
   resetView();
@@ -768,6 +810,7 @@ function handle(ev, my) {
         const f = ev.changed_fields || [];
         if (f.includes('model') && ev.config.chat.model) ui.model = ev.config.chat.model;
         if (f.includes('thinking')) ui.thinking = ev.config.chat.thinking || 'off';
+        if (f.includes('mode')) ui.mode = ev.config.chat.mode || 'build';
         showModel();
       }
       if (ev.config && ev.config.chat && ev.config.chat.name) {
