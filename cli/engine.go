@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -85,7 +86,7 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 		EventLogSize: c.eventLogSize, EventLogBytes: c.bounds.EventLogBytes,
 		MaxTurns: c.bounds.MaxTurns, MaxToolFailures: c.bounds.MaxToolFailures,
 		MaxQueued: c.bounds.MaxQueuedMessages, MaxQueuedBytes: c.bounds.MaxQueuedMessageBytes, BashTimeout: c.bounds.BashTimeout,
-		Logger: c.log,
+		Logger: c.log, CheckpointDir: filepath.Join(cfg.DataDir, "checkpoints"),
 	})
 }
 
