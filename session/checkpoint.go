@@ -42,7 +42,7 @@ func (s *Session) tracker() (*checkpoint.Tracker, error) {
 	}
 	t, err := checkpoint.OpenTracker(filepath.Join(s.cfg.CheckpointDir, id), s.cfg.Cwd, s.cfg.CheckpointLimits)
 	if err != nil {
-		return nil, err
+		return nil, cpErr(err)
 	}
 	c.id, c.tracker = id, t
 	return t, nil
@@ -146,7 +146,26 @@ func (s *Session) TurnDiff(ctx context.Context, turn string) (*checkpoint.TurnDi
 	if err != nil {
 		return nil, err
 	}
-	return t.Diff(ctx, turn)
+	d, err := t.Diff(ctx, turn)
+	return d, cpErr(err)
+}
+
+// cpErr makes a store's failure (a missing object, a full disk) a
+// fault a client sees with its reason.
+func cpErr(err error) error {
+	if err == nil || fault.As(err) != nil {
+		return err
+	}
+	return fault.Wrap(fault.Failed, err, err.Error())
+}
+
+// LastRevert is the revert UndoRevert would undo, if any.
+func (s *Session) LastRevert() (checkpoint.Revert, bool) {
+	t, err := s.tracker()
+	if err != nil {
+		return checkpoint.Revert{}, false
+	}
+	return t.LastRevert()
 }
 
 // RevertResult is what a revert (or its undo) did.
@@ -195,7 +214,7 @@ func (s *Session) RevertTurn(ctx context.Context, turn string, truncate bool) (*
 	res, tr, err := t.Revert(ctx, turn, leaf, truncate && idx >= 0)
 	release()
 	if err != nil {
-		return nil, err
+		return nil, cpErr(err)
 	}
 	out := &RevertResult{Turn: tr.ID, Restored: res, Prompt: tr.Prompt}
 	if truncate && idx >= 0 {
@@ -228,7 +247,7 @@ func (s *Session) UndoRevert(ctx context.Context) (*RevertResult, error) {
 	res, r, err := t.UndoRevert(ctx)
 	release()
 	if err != nil {
-		return nil, err
+		return nil, cpErr(err)
 	}
 	out := &RevertResult{Turn: r.Turn, Restored: res}
 	if r.Truncated && r.Leaf != "" && r.Leaf != s.LeafID() {
