@@ -255,6 +255,9 @@ func (s *Session) UndoRevert(ctx context.Context) (*RevertResult, error) {
 			return out, err
 		}
 		out.Truncated = true
+		// The conversation is back where it was: faces that show a log
+		// (REST, the web UI) reload it as after an edit.
+		s.emit(Event{Type: EventConversationEdited, Index: max(s.messageIndex(r.Turn), 0)})
 	}
 	return out, nil
 }
