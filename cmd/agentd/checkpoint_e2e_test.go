@@ -126,3 +126,44 @@ func TestCheckpointsAcrossKill9(t *testing.T) {
 		t.Errorf("the workspace holds %v, want a.txt, b.txt, c.txt only", names)
 	}
 }
+
+// TestRPCCheckpoints: the same commands on `agentd rpc`: the turn's diff,
+// a truncating revert, and after the process ends and `--continue`
+// opens the session again, the revert undone; an unknown turn is refused
+// with its reason.
+func TestRPCCheckpoints(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	cpTurnScript(e)
+	os.WriteFile(filepath.Join(e.cwd, "a.txt"), []byte("one\ntwo\n"), 0o644)
+	os.WriteFile(filepath.Join(e.cwd, "b.txt"), []byte("b before\n"), 0o644)
+	p := e.start()
+	p.ok(`{"id":"p","type":"prompt","message":"change the files"}`)
+	p.event("agent_end")
+	cpFiles(t, e.cwd, "after the turn", cpAfter)
+	d := p.ok(`{"id":"d","type":"get_turn_diff"}`)
+	var files []string
+	for _, f := range e2eAt(d, "data", "files").([]any) {
+		files = append(files, e2eStr(f, "status")+" "+e2eStr(f, "path"))
+	}
+	if got := strings.Join(files, ","); got != "modified a.txt,modified b.txt,added c.txt" {
+		t.Fatalf("rpc diff: %s", got)
+	}
+	if r := p.call(`{"id":"bad","type":"revert_turn","turn":"nope"}`); e2eStr(r, "error") != `turn "nope" has no checkpoint (it changed no files, or is not in this session)` {
+		t.Errorf("unknown turn: %v", r)
+	}
+	r := p.ok(`{"id":"r","type":"revert_turn","truncate":true}`)
+	if b, _ := e2eAt(r, "data", "truncated").(bool); !b {
+		t.Errorf("revert_turn: %v", r)
+	}
+	cpFiles(t, e.cwd, "after revert_turn", cpBefore)
+	p.close()
+
+	p = e.start("--continue")
+	p.ok(`{"id":"u","type":"undo_revert"}`)
+	cpFiles(t, e.cwd, "after undo_revert in a new process", cpAfter)
+	if n := len(e2eAt(p.ok(`{"id":"m","type":"get_messages"}`), "data", "messages").([]any)); n != 6 {
+		t.Errorf("%d messages after the undo, want 6", n)
+	}
+	p.close()
+}
