@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/agentd-dev/agentd/llm/llmtest"
@@ -122,5 +123,50 @@ func TestCheckpointsOff(t *testing.T) {
 	h := newHarness(t, nil)
 	if _, err := h.s.Undo(context.Background()); err == nil {
 		t.Fatal("undo without checkpoints succeeded")
+	}
+}
+
+// TestCheckpointHostileTurn: a turn whose bash swaps a directory for a
+// symlink to a directory outside the workspace and writes through it, and
+// replaces a file by a symlink to an outside file: the revert puts the
+// directory and the file back as they were, inside the workspace, and
+// nothing outside changes.
+func TestCheckpointHostileTurn(t *testing.T) {
+	cpDir := t.TempDir()
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "secret"), []byte("outside\n"), 0o644)
+	h := newHarness(t, func(c *session.Config) { c.CheckpointDir = cpDir })
+	os.MkdirAll(filepath.Join(h.cwd, "dir"), 0o755)
+	os.WriteFile(filepath.Join(h.cwd, "dir", "f.txt"), []byte("inside\n"), 0o644)
+	os.WriteFile(filepath.Join(h.cwd, "keep.txt"), []byte("keep\n"), 0o644)
+	cmd := "rm -rf dir && ln -s " + outside + " dir && echo planted > dir/planted && rm keep.txt && ln -s " + filepath.Join(outside, "secret") + " keep.txt"
+	h.srv.Enqueue(llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "b1", Name: "bash", Args: []string{`{"command":` + strconv.Quote(cmd) + `}`}}}},
+		llmtest.Script{Text: []string{"done"}})
+	h.prompt("be hostile")
+	h.wait()
+	if _, err := os.Stat(filepath.Join(outside, "planted")); err != nil {
+		t.Fatalf("the turn did not run as scripted: %v", err)
+	}
+	if _, err := h.s.RevertTurn(context.Background(), "", false); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"dir", "keep.txt"} {
+		fi, err := os.Lstat(filepath.Join(h.cwd, p))
+		if err != nil || fi.Mode()&os.ModeSymlink != 0 {
+			t.Fatalf("%s after the revert: %v, %v", p, fi, err)
+		}
+	}
+	if got := fileText(t, h.cwd, "dir/f.txt"); got != "inside\n" {
+		t.Errorf("dir/f.txt = %q", got)
+	}
+	if got := fileText(t, h.cwd, "keep.txt"); got != "keep\n" {
+		t.Errorf("keep.txt = %q", got)
+	}
+	if got := fileText(t, outside, "secret"); got != "outside\n" {
+		t.Errorf("the outside file changed: %q", got)
+	}
+	// What the model planted outside stays: a revert only writes inside.
+	if ents, _ := os.ReadDir(outside); len(ents) != 2 {
+		t.Errorf("outside has %d entries, want secret and planted", len(ents))
 	}
 }
