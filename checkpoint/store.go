@@ -153,9 +153,8 @@ func Open(dir, ws string, limits Limits) (*Store, error) {
 	if dir, err = filepath.Abs(dir); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "objects"), 0o700); err != nil {
-		return nil, fmt.Errorf("checkpoint store: %w", err)
-	}
+	// Nothing is created until something is stored: listing the
+	// checkpoints of a session that never changed a file leaves no trace.
 	return &Store{dir: dir, ws: filepath.Clean(ws), limits: limits.withDefaults(), cache: map[string]cached{}}, nil
 }
 

@@ -140,6 +140,9 @@ func (t *Tracker) write(r record) error {
 	if err != nil {
 		return err
 	}
+	if err := os.MkdirAll(t.store.Dir(), 0o700); err != nil {
+		return fmt.Errorf("checkpoint journal: %w", err)
+	}
 	f, err := os.OpenFile(t.journal, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("checkpoint journal: %w", err)

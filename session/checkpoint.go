@@ -78,7 +78,8 @@ func (s *Session) checkpointBefore(ctx context.Context, call tool.Call) {
 	if s.cfg.CheckpointDir == "" || readOnlyTools[call.Name] {
 		return
 	}
-	id, prompt := s.currentTurn()
+	id, _ := s.currentTurn()
+	prompt, _ := s.messageText(id)
 	if id == "" {
 		return
 	}
@@ -94,14 +95,14 @@ func (s *Session) checkpointBefore(ctx context.Context, call tool.Call) {
 // checkpointEnd records the workspace after a run, for the diff of its
 // turn.
 func (s *Session) checkpointEnd() {
-	if s.cfg.CheckpointDir == "" {
-		return
+	c := &s.checkpoints
+	c.mu.Lock()
+	t := c.tracker
+	c.mu.Unlock()
+	if t == nil {
+		return // no turn of this process changed files
 	}
-	t, err := s.tracker()
-	if err == nil {
-		err = t.End(context.Background())
-	}
-	if err != nil {
+	if err := t.End(context.Background()); err != nil {
 		s.log.Warn("checkpoint after a run", "err", err)
 	}
 }
@@ -126,6 +127,19 @@ func (s *Session) Checkpoints() ([]CheckpointTurn, error) {
 		out[i] = CheckpointTurn{Turn: tr, Index: s.messageIndex(tr.ID)}
 	}
 	return out, nil
+}
+
+// messageText is the whole text of the message with entryID in the
+// context, and whether it is there.
+func (s *Session) messageText(entryID string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range s.items {
+		if it.id == entryID {
+			return it.msg.TextContent(), true
+		}
+	}
+	return "", false
 }
 
 func (s *Session) messageIndex(entryID string) int {
@@ -217,6 +231,9 @@ func (s *Session) RevertTurn(ctx context.Context, turn string, truncate bool) (*
 		return nil, cpErr(err)
 	}
 	out := &RevertResult{Turn: tr.ID, Restored: res, Prompt: tr.Prompt}
+	if text, ok := s.messageText(tr.ID); ok {
+		out.Prompt = text
+	}
 	if truncate && idx >= 0 {
 		if err := s.TruncateAt(idx); err != nil {
 			return out, err
@@ -226,10 +243,26 @@ func (s *Session) RevertTurn(ctx context.Context, turn string, truncate bool) (*
 	return out, nil
 }
 
-// Undo is the /undo command: the last turn that changed files is
-// reverted and the conversation goes back to just before it.
+// Undo is the /undo command (gptme's, opencode's): the conversation goes
+// back to just before its last message from the user, and the files the
+// turn it started changed go back as they were (UndoRevert undoes that).
+// A turn that changed no files only moves the conversation back.
 func (s *Session) Undo(ctx context.Context) (*RevertResult, error) {
-	return s.RevertTurn(ctx, "", true)
+	id, prompt := s.currentTurn()
+	if id == "" {
+		return nil, fault.New(fault.Conflict, "there is nothing to undo: the conversation has no message from you")
+	}
+	if t, err := s.tracker(); err == nil {
+		for _, tr := range t.Turns() {
+			if tr.ID == id {
+				return s.RevertTurn(ctx, id, true)
+			}
+		}
+	}
+	if err := s.TruncateAt(s.messageIndex(id)); err != nil {
+		return nil, err
+	}
+	return &RevertResult{Turn: id, Restored: &checkpoint.Restored{Written: []string{}, Deleted: []string{}}, Truncated: true, Prompt: prompt}, nil
 }
 
 // UndoRevert undoes the last revert still undoable: the files are put

@@ -118,11 +118,29 @@ func TestCheckpointUndoAndRedo(t *testing.T) {
 	}
 }
 
-// TestCheckpointsOff: a session without a checkpoint dir says so.
+// TestCheckpointsOff: a session without a checkpoint dir says so when
+// asked for a diff or a revert; /undo still takes the conversation back
+// before the last message, and with no message says there is nothing.
 func TestCheckpointsOff(t *testing.T) {
 	h := newHarness(t, nil)
-	if _, err := h.s.Undo(context.Background()); err == nil {
-		t.Fatal("undo without checkpoints succeeded")
+	ctx := context.Background()
+	if _, err := h.s.Undo(ctx); err == nil || err.Error() != "there is nothing to undo: the conversation has no message from you" {
+		t.Fatalf("undo of nothing: %v", err)
+	}
+	h.prompt("just talk")
+	h.wait()
+	for _, f := range []func() error{
+		func() error { _, err := h.s.TurnDiff(ctx, ""); return err },
+		func() error { _, err := h.s.RevertTurn(ctx, "", false); return err },
+		func() error { _, err := h.s.UndoRevert(ctx); return err },
+	} {
+		if err := f(); err == nil || err.Error() != "checkpoints are off for this session (no data dir to keep them in)" {
+			t.Errorf("with checkpoints off: %v", err)
+		}
+	}
+	res, err := h.s.Undo(ctx)
+	if err != nil || !res.Truncated || res.Prompt != "just talk" || len(h.s.Messages()) != 0 {
+		t.Fatalf("undo of a turn without file changes: %+v, %v, %d messages", res, err, len(h.s.Messages()))
 	}
 }
 
