@@ -27,6 +27,8 @@ type testSessions struct {
 	p      *faux.Provider
 	dir    string
 	policy interaction.Policy
+	// checkpoints is the sessions' checkpoint dir ("" for none).
+	checkpoints string
 }
 
 func (ts *testSessions) Open(_ context.Context, spec Spec) (*session.Session, error) {
@@ -52,7 +54,7 @@ func (ts *testSessions) Open(_ context.Context, spec Spec) (*session.Session, er
 		}
 	}
 	return session.New(session.Config{Cwd: spec.Cwd, SessionsDir: ts.dir, Open: spec.File, Model: faux.Model(),
-		Stream: ts.p.Stream, Tools: tools, BashEnv: env, Policy: ts.policy})
+		Stream: ts.p.Stream, Tools: tools, BashEnv: env, Policy: ts.policy, CheckpointDir: ts.checkpoints})
 }
 
 // client drives an Agent over pipes as an editor would.

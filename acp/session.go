@@ -105,6 +105,7 @@ func (a *Agent) prompt(ctx context.Context, params json.RawMessage) (any, error)
 	}
 	ss.turn = t
 	ss.mu.Unlock()
+	mark := ss.checkpointMark()
 	if err := ss.s.Prompt(msg, session.BehaviorNone); err != nil {
 		ss.mu.Lock()
 		if ss.turn == t {
@@ -119,6 +120,7 @@ func (a *Agent) prompt(ctx context.Context, params json.RawMessage) (any, error)
 		ss.cancel()
 		<-t.done
 	}
+	ss.sendChanges(mark)
 	return t.result()
 }
 

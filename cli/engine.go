@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -88,7 +89,8 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 		MaxQueued: c.bounds.MaxQueuedMessages, MaxQueuedBytes: c.bounds.MaxQueuedMessageBytes, BashTimeout: c.bounds.BashTimeout,
 		Subagents: engine.Subagents{Enabled: !c.bounds.NoSubagents, GlobalDirs: []string{cfg.ConfigDir}},
 		Logger:    c.log, ReadOnlySandbox: readOnlySandbox(sc, policy, support, log),
-		Modes: modes.Config{GlobalDirs: []string{cfg.ConfigDir}, ProjectDirs: []string{".agentd"}},
+		Modes:         modes.Config{GlobalDirs: []string{cfg.ConfigDir}, ProjectDirs: []string{".agentd"}},
+		CheckpointDir: filepath.Join(cfg.DataDir, "checkpoints"),
 	})
 }
 

@@ -78,6 +78,8 @@ func (s *Server) commands() map[string]command {
 		"rest.config":         {class: pipeline.ClassMutate, session: true, mutating: true, run: s.runConfig, keep: keptConfigAnswer},
 		"rest.fork":           {class: pipeline.ClassMutate, session: true, run: s.runFork},
 		"rest.rerun":          mutate(s.runRerun),
+		"rest.revert":         mutate(s.runRevert),
+		"rest.undo_revert":    mutate(s.runUndoRevert),
 		// Answers and interrupts never wait behind the run they act on.
 		"rest.confirm":   {class: pipeline.ClassControl, session: true, run: s.runConfirm},
 		"rest.elicit":    {class: pipeline.ClassControl, session: true, run: s.runElicit},

@@ -134,6 +134,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 				Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open, Model: faux.Model(),
 				Stream: fx.faux.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,
 				Tools: append(tool.Builtins(env), &slowTool{}), BashEnv: env, EventLogSize: o.logSize,
+				CheckpointDir: filepath.Join(root, "checkpoints"),
 			})
 		}),
 		Cwd: fx.cwd, SessionsDir: filepath.Join(root, "sessions"), StateDir: state, Limits: o.limits, Tokens: o.tokens,

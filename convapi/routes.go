@@ -94,6 +94,11 @@ func (s *Server) routes() []route {
 			query: []queryParam{{"after_message", "integer", "the last message index to copy (required)"}, {"branch", "string", "only main"}}, handle: (*Server).fork},
 		{method: "POST", path: conv + "/rerun", summary: "Run the last assistant message's tool calls again, through confirmation", body: RerunRequest{}, resp: RerunResponse{}, statuses: []int{404, 409}, handle: (*Server).rerun},
 		{method: "POST", path: conv + "/transcript", creates: true, summary: "Add a voice call's turns (making the conversation if need be)", body: TranscriptRequest{}, resp: TranscriptResponse{}, statuses: []int{404, 409}, handle: (*Server).transcript},
+		{method: "GET", path: conv + "/changes", summary: "The turns that changed files (checkpoints), and the revert that can be undone", resp: ChangesResponse{}, statuses: []int{404}, handle: (*Server).changes},
+		{method: "GET", path: conv + "/changes/diff", summary: "What a turn did to the files: paths and hunks", resp: TurnDiffResponse{}, statuses: []int{404},
+			query: []queryParam{{"turn", "string", "the turn's id (from .../changes); the last turn that changed files without"}}, handle: (*Server).turnDiff},
+		{method: "POST", path: conv + "/changes/revert", summary: "Put the files back as they were before a turn, optionally truncating the conversation there", body: RevertRequest{}, resp: RevertResponse{}, statuses: []int{404, 409}, handle: (*Server).revert},
+		{method: "POST", path: conv + "/changes/undo", summary: "Undo the last revert (files, and the conversation if it was truncated)", resp: RevertResponse{}, statuses: []int{404, 409}, handle: (*Server).undoRevert},
 		{method: "POST", path: conv + "/elicit/respond", summary: "Answer a question of the agent", body: ElicitRequest{}, resp: StatusResponse{}, statuses: []int{404, 409}, handle: (*Server).elicit},
 	}
 }

@@ -28,6 +28,10 @@ var routeBodies = map[string]any{
 	"POST /conversations/{conversation_id}/rerun":              map[string]any{},
 	"POST /conversations/{conversation_id}/transcript":         transcriptBody("CA-alice", "from bob"),
 	"POST /conversations/{conversation_id}/elicit/respond":     map[string]any{"elicit_id": "e1", "action": "decline"},
+	"GET /conversations/{conversation_id}/changes":             nil,
+	"GET /conversations/{conversation_id}/changes/diff":        nil,
+	"POST /conversations/{conversation_id}/changes/revert":     map[string]any{"truncate": true},
+	"POST /conversations/{conversation_id}/changes/undo":       nil,
 }
 
 func transcriptBody(sid, text string) map[string]any {

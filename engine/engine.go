@@ -143,6 +143,9 @@ type Options struct {
 	// offers none.
 	Subagents Subagents
 	Logger    *slog.Logger
+	// CheckpointDir keeps the checkpoints of sessions that have a
+	// transcript on disk (see session.Config); "" turns them off.
+	CheckpointDir string
 	// Now is the clock of the system prompt's date (time.Now if nil).
 	Now func() time.Time
 }
@@ -367,6 +370,7 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 		EventLogSize: e.opt.EventLogSize, EventLogBytes: e.opt.EventLogBytes, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,
 		MaxTurns: maxTurns, MaxSameToolFailures: e.opt.MaxToolFailures, MaxQueued: e.opt.MaxQueued, MaxQueuedBytes: e.opt.MaxQueuedBytes,
 		Logger: e.opt.Logger, TranscriptOptions: topts,
+		CheckpointDir: e.checkpointDir(spec),
 	})
 	if err != nil {
 		return nil, err
@@ -379,6 +383,15 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 	}
 	e.addLive(env.Scope, spec.Cwd)
 	return sess, nil
+}
+
+// checkpointDir is where a session's checkpoints go: only a session kept
+// on disk has them, since they outlive it in the data dir.
+func (e *Engine) checkpointDir(spec Spec) string {
+	if spec.SessionsDir == "" && spec.Open == "" {
+		return ""
+	}
+	return e.opt.CheckpointDir
 }
 
 // streamOptions resolves credentials per request, so rotated keys and

@@ -552,6 +552,14 @@ func (srv *Server) dispatch(c *command) {
 		srv.out.Write(b)
 	case "get_commands":
 		srv.reply(success(id, typ, map[string]any{"commands": []any{}}))
+	case piwire.CmdGetCheckpoints, piwire.CmdGetTurnDiff, piwire.CmdRevertTurn, piwire.CmdUndoRevert:
+		// agentd's checkpoint commands, the same table as pi-server's.
+		data, err := piwire.CheckpointCommand(srv.ctx, srv.s, typ, c.Fields)
+		if err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.reply(success(id, typ, data))
 	case "extension_ui_response":
 		srv.answerUI(c)
 	case "get_modes", "set_mode":

@@ -219,6 +219,17 @@ func (s *Server) commands() map[string]*commandSpec {
 		"extension_ui_response": {session: true, class: pipeline.ClassControl, readOnly: true, run: s.uiResponse,
 			fields: []field{{name: "requestId", kind: kString, required: true, max: 256}, {name: "response", kind: kObject, required: true}}},
 	}
+	// agentd's checkpoint commands (piwire.CheckpointCommand): a turn's
+	// diff is a read; a revert and its undo change the files and may
+	// move the conversation, one at a time in the session's lane.
+	fTurn := field{name: "turn", kind: kString, max: 200}
+	checkpoints := func(ctx context.Context, c *call) (any, error) {
+		return piwire.CheckpointCommand(ctx, c.h.Session(), c.cmd.Type, c.p.Fields)
+	}
+	m[piwire.CmdGetCheckpoints] = read(checkpoints)
+	m[piwire.CmdGetTurnDiff] = &commandSpec{session: true, class: pipeline.ClassRead, readOnly: true, run: checkpoints, fields: []field{fTurn}}
+	m[piwire.CmdRevertTurn] = mutate(checkpoints, fTurn, field{name: "truncate", kind: kBool})
+	m[piwire.CmdUndoRevert] = mutate(checkpoints)
 	// The long commands of a session: one at a time in its lane, and the
 	// command timeout applies to them.
 	return m

@@ -31,6 +31,9 @@ type Fields struct {
 	SessionPath string  `json:"sessionPath"`
 	EntryID     string  `json:"entryId"`
 	Name        *string `json:"name"`
+	// Turn and Truncate are the checkpoint commands' (agentd's).
+	Turn     string `json:"turn"`
+	Truncate bool   `json:"truncate"`
 }
 
 // DescribeJSONError says, for a client, what is wrong with JSON that did

@@ -128,6 +128,7 @@ func (s *Session) launch(sl runSlot, start func(context.Context) ([]*llm.Message
 	go func() {
 		defer s.wg.Done()
 		outcome := s.run(sl.ctx, start)
+		s.checkpointEnd()
 		sl.cancel(nil)
 		s.mu.Lock()
 		s.runCancel, s.runDone = nil, nil

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/checkpoint"
 	"github.com/agentd-dev/agentd/compaction"
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/instructions"
@@ -136,6 +137,14 @@ type Config struct {
 	MaxSameToolFailures int
 	MaxQueued           int
 	MaxQueuedBytes      int
+
+	// CheckpointDir, when set, keeps the workspace's checkpoints (one
+	// store per session id under it; see package checkpoint): taken
+	// before a turn's first call of a tool that may change files, so a
+	// turn can be diffed, reverted and the revert undone. Empty turns
+	// checkpoints off.
+	CheckpointDir    string
+	CheckpointLimits checkpoint.Limits
 }
 
 // Errors callers branch on.
@@ -208,6 +217,8 @@ type Session struct {
 	mode        modes.Mode         // the mode in force (s.mu)
 	tools       []tool.Tool        // every tool the session has (s.mu once sources are added)
 	sources     []*toolSource      // sources of tools added after New (s.mu)
+
+	checkpoints checkpoints
 
 	// detach: Close is stopping the run. What the stop makes of the tool
 	// calls in progress is not recorded, so that they wait for a person
@@ -573,6 +584,7 @@ func (s *Session) beforeToolCall(ctx context.Context, call tool.Call) agent.Tool
 		return agent.ToolDecision{Result: r}
 	}
 	if d.Run {
+		s.checkpointBefore(ctx, call)
 		if err := s.markStarted(call); err != nil {
 			// Unrecorded, a call interrupted by a crash would be offered
 			// again after it and could run twice: it does not run.

@@ -104,7 +104,7 @@ func TestNotModified(t *testing.T) {
 // TestNoMarkupFromText guards the rule that model and tool text reaches
 // the page only as text: the scripts never assign HTML.
 func TestNoMarkupFromText(t *testing.T) {
-	for _, name := range []string{"assets/app.js", "assets/md.js"} {
+	for _, name := range []string{"assets/app.js", "assets/md.js", "assets/changes.js"} {
 		b, err := embedded.ReadFile(name)
 		if err != nil {
 			t.Fatal(err)

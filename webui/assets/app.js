@@ -3,6 +3,7 @@
 // or a person is put on the page with textContent (directly or through
 // md.js), never as markup.
 import { render, el } from './md.js';
+import { changesView } from './changes.js';
 
 const $ = (id) => document.getElementById(id);
 const API = '/api/v2';
@@ -73,6 +74,12 @@ const ui = {
   welcomeModel: '',   // the model a message typed on the welcome starts with
   failed: new Map(),  // tool_id → ms, the calls of the last batch that failed
 };
+
+// The turns' changes and their reverts (changes.js).
+const changes = changesView({
+  api, convPath, note: (t) => note(t), banner: (t) => banner(t), state: () => ui,
+  fillPrompt: (t) => { if (!$('prompt').value.trim()) $('prompt').value = t; },
+});
 
 // ---- login ----
 
@@ -450,6 +457,7 @@ function resetView() {
   $('messages').replaceChildren();
   $('pending').replaceChildren();
   $('plan').hidden = true;
+  $('undo-bar').hidden = true;
 }
 
 async function openConversation(id) {
@@ -639,6 +647,7 @@ async function load(my) {
   connect(my);
   setState();
   scrollDown(true);
+  changes.refresh(my);
 }
 
 function connect(my) {
@@ -782,6 +791,7 @@ function handle(ev, my) {
       endStream();
       clearPending();
       refreshListSoon();
+      changes.refresh(my);
       break;
     case 'error':
       showError(ev.error);
@@ -822,6 +832,7 @@ function handle(ev, my) {
     case 'conversation_edited':
       resetView();
       ev.log.forEach((m) => addMessage(m));
+      changes.refresh(my);
       break;
   }
   setState();

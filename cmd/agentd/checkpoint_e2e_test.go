@@ -1,0 +1,169 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agentd-dev/agentd/llm/llmtest"
+)
+
+// cpTurnScript answers "change the files" with a turn that edits a.txt,
+// rewrites b.txt and runs bash to make c.txt (then the mock's usual
+// "Tool said" answer).
+func cpTurnScript(e *e2eEnv) {
+	e.mock.Handle(func(r *llmtest.Request) llmtest.Script {
+		msgs, _ := r.JSON["messages"].([]any)
+		if n := len(msgs); n > 0 {
+			last, _ := msgs[n-1].(map[string]any)
+			if last["role"] == "user" && e2eChatText(last["content"]) == "change the files" {
+				return llmtest.Script{ToolCalls: []llmtest.ToolCall{
+					{ID: "e1", Name: "edit", Args: []string{`{"path":"a.txt","edits":[{"oldText":"two","newText":"TWO"}]}`}},
+					{ID: "w1", Name: "write", Args: []string{`{"path":"b.txt","content":"b after\n"}`}},
+					{ID: "b1", Name: "bash", Args: []string{`{"command":"echo made > c.txt"}`}},
+				}}
+			}
+		}
+		return e.script(r)
+	})
+}
+
+func cpFiles(t *testing.T, dir, when string, want map[string]string) {
+	t.Helper()
+	for name, w := range want {
+		got := "<none>"
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
+			got = string(b)
+		}
+		if got != w {
+			t.Errorf("%s: %s = %q, want %q", when, name, got, w)
+		}
+	}
+}
+
+var (
+	cpBefore = map[string]string{"a.txt": "one\ntwo\n", "b.txt": "b before\n", "c.txt": "<none>"}
+	cpAfter  = map[string]string{"a.txt": "one\nTWO\n", "b.txt": "b after\n", "c.txt": "made\n"}
+)
+
+// TestCheckpointsAcrossKill9: a turn run on pi-server edits two files and
+// runs bash to make a third; pi-server's get_turn_diff and REST's
+// .../changes/diff name the three; REST reverts them; agentd serve is
+// killed with SIGKILL and restarted on the same data dir; pi-server's
+// undo_revert brings the turn's work back, revert_turn with truncate puts
+// the files and the conversation back before it; another SIGKILL, and
+// REST's .../changes/undo brings both back.
+func TestCheckpointsAcrossKill9(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	cpTurnScript(e)
+	os.WriteFile(filepath.Join(e.cwd, "a.txt"), []byte("one\ntwo\n"), 0o644)
+	os.WriteFile(filepath.Join(e.cwd, "b.txt"), []byte("b before\n"), 0o644)
+	const sid = "cp1"
+	s := svStart(t, e)
+	a := s.dial("A")
+	svCreate(a, sid)
+	svPrompt(a, sid, "change the files")
+	cpFiles(t, e.cwd, "after the turn", cpAfter)
+
+	d := a.must("get_turn_diff", svM{"sessionId": sid})
+	var files []string
+	for _, f := range svArr(d.m, "data", "files") {
+		files = append(files, svStr(f, "status")+" "+svStr(f, "path"))
+	}
+	svEq(t, "pi-server diff", strings.Join(files, ","), "modified a.txt,modified b.txt,added c.txt")
+	if p := svStr(d.m, "data", "patch"); !strings.Contains(p, "+++ b/c.txt\n@@ -0,0 +1,1 @@\n+made\n") {
+		t.Errorf("patch:\n%s", p)
+	}
+	turn := svStr(d.m, "data", "turn", "id")
+	rd := rsOK(t, s, "GET", rsConvPath(sid)+"/changes/diff?turn="+turn, nil)
+	if n := len(rd.m["files"].([]any)); n != 3 {
+		t.Fatalf("REST diff: %s", rd)
+	}
+
+	rsOK(t, s, "POST", rsConvPath(sid)+"/changes/revert", map[string]any{"turn": turn})
+	cpFiles(t, e.cwd, "after the REST revert", cpBefore)
+
+	s.kill9()
+	s = s.restart()
+	b := s.dial("B")
+	b.must("undo_revert", svM{"sessionId": sid})
+	cpFiles(t, e.cwd, "after pi-server's undo_revert", cpAfter)
+
+	r := b.must("revert_turn", svM{"sessionId": sid, "turn": turn, "truncate": true})
+	svEq(t, "truncated", svAt(r.m, "data", "truncated"), true)
+	svEq(t, "deleted", svJSON(svAt(r.m, "data", "deleted")), `["c.txt"]`)
+	cpFiles(t, e.cwd, "after pi-server's revert_turn", cpBefore)
+	svEq(t, "messages after the truncating revert", len(svMessages(b, sid)), 0)
+
+	s.kill9()
+	s = s.restart()
+	ch := rsOK(t, s, "GET", rsConvPath(sid)+"/changes", nil)
+	if u, _ := ch.m["undo"].(map[string]any); u == nil || u["truncated"] != true {
+		t.Fatalf("after the second SIGKILL: %s", ch)
+	}
+	rsOK(t, s, "POST", rsConvPath(sid)+"/changes/undo", nil)
+	cpFiles(t, e.cwd, "after REST's undo", cpAfter)
+	c := s.dial("C")
+	if n := len(svMessages(c, sid)); n != 6 {
+		t.Errorf("the conversation has %d messages after the undo, want the turn's 6", n)
+	}
+	// Nothing left to undo, said on both faces.
+	svWantErr(t, c.do("undo_revert", svM{"sessionId": sid}), "there is no revert to undo (a turn that changes files after a revert makes it final)")
+	if r := rsDo(t, s, "POST", rsConvPath(sid)+"/changes/undo", nil); r.status != 409 {
+		t.Errorf("a second undo: %d %s", r.status, r)
+	}
+	// The store is in the data dir, not in the workspace.
+	if _, err := os.Stat(filepath.Join(e.data, "checkpoints")); err != nil {
+		t.Errorf("no checkpoints in the data dir: %v", err)
+	}
+	if ents, _ := os.ReadDir(e.cwd); len(ents) != 3 {
+		var names []string
+		for _, en := range ents {
+			names = append(names, en.Name())
+		}
+		t.Errorf("the workspace holds %v, want a.txt, b.txt, c.txt only", names)
+	}
+}
+
+// TestRPCCheckpoints: the same commands on `agentd rpc`: the turn's diff,
+// a truncating revert, and after the process ends and `--continue`
+// opens the session again, the revert undone; an unknown turn is refused
+// with its reason.
+func TestRPCCheckpoints(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	cpTurnScript(e)
+	os.WriteFile(filepath.Join(e.cwd, "a.txt"), []byte("one\ntwo\n"), 0o644)
+	os.WriteFile(filepath.Join(e.cwd, "b.txt"), []byte("b before\n"), 0o644)
+	p := e.start()
+	p.ok(`{"id":"p","type":"prompt","message":"change the files"}`)
+	p.event("agent_end")
+	cpFiles(t, e.cwd, "after the turn", cpAfter)
+	d := p.ok(`{"id":"d","type":"get_turn_diff"}`)
+	var files []string
+	for _, f := range e2eAt(d, "data", "files").([]any) {
+		files = append(files, e2eStr(f, "status")+" "+e2eStr(f, "path"))
+	}
+	if got := strings.Join(files, ","); got != "modified a.txt,modified b.txt,added c.txt" {
+		t.Fatalf("rpc diff: %s", got)
+	}
+	if r := p.call(`{"id":"bad","type":"revert_turn","turn":"nope"}`); e2eStr(r, "error") != `turn "nope" has no checkpoint (it changed no files, or is not in this session)` {
+		t.Errorf("unknown turn: %v", r)
+	}
+	r := p.ok(`{"id":"r","type":"revert_turn","truncate":true}`)
+	if b, _ := e2eAt(r, "data", "truncated").(bool); !b {
+		t.Errorf("revert_turn: %v", r)
+	}
+	cpFiles(t, e.cwd, "after revert_turn", cpBefore)
+	p.close()
+
+	p = e.start("--continue")
+	p.ok(`{"id":"u","type":"undo_revert"}`)
+	cpFiles(t, e.cwd, "after undo_revert in a new process", cpAfter)
+	if n := len(e2eAt(p.ok(`{"id":"m","type":"get_messages"}`), "data", "messages").([]any)); n != 6 {
+		t.Errorf("%d messages after the undo, want 6", n)
+	}
+	p.close()
+}
