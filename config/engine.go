@@ -36,6 +36,10 @@ type Engine struct {
 	// session's system prompt (pi's --no-context-files); SYSTEM.md and
 	// APPEND_SYSTEM.md still apply.
 	NoContextFiles bool
+	// NoSkills and NoPromptTemplates turn off finding skills and prompt
+	// templates (pi's --no-skills and --no-prompt-templates).
+	NoSkills          bool
+	NoPromptTemplates bool
 }
 
 // Register adds the engine's flags to fs.
@@ -48,6 +52,8 @@ func (e *Engine) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&e.BashTimeout, "bash-timeout", e.BashTimeout, "limit for a command a client runs with the bash command (0: the default, 10m; negative: none)")
 	fs.BoolVar(&e.NoContextFiles, "no-context-files", e.NoContextFiles, "do not put AGENTS.md or CLAUDE.md files into the system prompt")
 	fs.BoolVar(&e.NoContextFiles, "nc", e.NoContextFiles, "short for --no-context-files")
+	fs.BoolVar(&e.NoSkills, "no-skills", e.NoSkills, "do not load skills (SKILL.md) from the skills directories")
+	fs.BoolVar(&e.NoPromptTemplates, "no-prompt-templates", e.NoPromptTemplates, "do not load prompt templates from the prompts directories")
 	e.Sandbox.Register(fs)
 	e.Limits.Register(fs)
 	e.MCP.Register(fs)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/commands"
 	"github.com/agentd-dev/agentd/compaction"
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/health"
@@ -102,6 +103,9 @@ type Options struct {
 	// APPEND_SYSTEM.md are found (see package instructions); the zero
 	// value reads only the session's own directories.
 	Instructions instructions.Config
+	// Commands say where each session's skills and prompt templates are
+	// found (see package commands); the zero value finds none.
+	Commands commands.Config
 	// Home, TempDir and Environ are the tools' environment.
 	Home    string
 	TempDir string
@@ -139,6 +143,8 @@ type Engine struct {
 	opt    Options
 	stream agent.StreamFunc
 	locks  *tool.FileLocks
+	// builtins are the built-in commands of every session.
+	builtins *commands.Registry
 
 	// live are the workspaces of the sessions built and not yet closed,
 	// by their Scope: what each confined session's tools must not read
@@ -198,14 +204,21 @@ func New(opt Options) (*Engine, error) {
 	if opt.Thinking == "" {
 		opt.Thinking = llm.ThinkingOff
 	}
-	return &Engine{
+	e := &Engine{
 		opt:    opt,
 		stream: agent.StreamFunc(opt.Breakers.Guard(health.StreamFunc(opt.Models.Stream))),
 		// One set of per-file write locks for every session: two sessions
 		// editing the same file never interleave their writes.
 		locks: &tool.FileLocks{},
-	}, nil
+	}
+	e.builtins = commands.NewRegistry(commands.Defaults(opt.Models.Available)...)
+	return e, nil
 }
+
+// Builtins are the built-in commands of every session this engine
+// makes; another package adds one with Builtins().Add, and every face
+// lists and runs it.
+func (e *Engine) Builtins() *commands.Registry { return e.builtins }
 
 // Breakers are the circuit breakers guarding model streams (and bash).
 func (e *Engine) Breakers() *health.Breakers { return e.opt.Breakers }
@@ -284,6 +297,11 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 		return nil, fault.Wrap(fault.Invalid, err, err.Error())
 	}
 	env := e.ToolEnv(spec.Cwd)
+	catalog := commands.Load(e.opt.Commands, spec.Cwd, e.builtins)
+	for _, w := range catalog.Warnings() {
+		e.opt.Logger.Warn("skill or prompt template: "+w.Message, "path", w.Path)
+	}
+	env.ReadAlso = catalog.ReadGrants()
 	// Commands a person runs directly (the protocol's bash) are theirs:
 	// only what the model starts is confined.
 	userEnv := env
@@ -318,11 +336,15 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 	}
 	retry, comp := Saved(e.opt.Saved)
 	now := e.opt.Now()
-	prompt := instructions.Build(e.opt.Instructions, spec.Cwd, SystemPrompt(spec.Cwd, names, now), promptFooter(spec.Cwd, now))
+	footer := promptFooter(spec.Cwd, now)
+	if skills := catalog.PromptSection(); skills != "" {
+		footer = skills + "\n\n" + footer
+	}
+	prompt := instructions.Build(e.opt.Instructions, spec.Cwd, SystemPrompt(spec.Cwd, names, now), footer)
 	sess, err := session.New(session.Config{
 		Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open,
 		Model: e.opt.Model, Thinking: e.opt.Thinking,
-		SystemPrompt: prompt.Text, Instructions: prompt.Files,
+		SystemPrompt: prompt.Text, Instructions: prompt.Files, Slash: catalog,
 		Stream: e.stream, Options: e.streamOptions, ResolveModel: e.opt.Models.Resolve,
 		Tools: tools, BashEnv: userEnv, BashTimeout: e.opt.BashTimeout, Retry: retry, Compaction: comp,
 		Policy: e.opt.Policy, InteractionTimeout: e.opt.InteractionTimeout,
