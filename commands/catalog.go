@@ -274,6 +274,21 @@ type Command struct {
 	Path     string `json:"path,omitempty"`
 	// ArgumentHint says what arguments the command takes.
 	ArgumentHint string `json:"argumentHint,omitempty"`
+	// SourceInfo is pi's description of where a command comes from.
+	SourceInfo *SourceInfo `json:"sourceInfo,omitempty"`
+}
+
+// SourceInfo is pi's sourceInfo of a command: the file, and its scope
+// ("user" or "project").
+type SourceInfo struct {
+	Path   string `json:"path"`
+	Source string `json:"source"`
+	Scope  string `json:"scope"`
+	Origin string `json:"origin"`
+}
+
+func sourceInfo(path, location string) *SourceInfo {
+	return &SourceInfo{Path: path, Source: "local", Scope: location, Origin: "top-level"}
 }
 
 // List is every command a prompt can start with: built-ins, then
@@ -287,16 +302,20 @@ func (c *Catalog) List() []Command {
 		out = append(out, Command{Name: b.Name, Description: b.Description, Source: SourceBuiltin, ArgumentHint: b.ArgumentHint})
 	}
 	for _, t := range c.templates {
-		out = append(out, Command{Name: t.Name, Description: t.Description, Source: SourcePrompt, Location: t.Location, Path: t.Path, ArgumentHint: t.ArgumentHint})
+		out = append(out, Command{Name: t.Name, Description: t.Description, Source: SourcePrompt, Location: t.Location, Path: t.Path, ArgumentHint: t.ArgumentHint,
+			SourceInfo: sourceInfo(t.Path, t.Location)})
 	}
 	for _, s := range c.skills {
-		out = append(out, Command{Name: skillPrefix + s.Name, Description: s.Description, Source: SourceSkill, Location: s.Location, Path: s.FilePath})
+		out = append(out, Command{Name: skillPrefix + s.Name, Description: s.Description, Source: SourceSkill, Location: s.Location, Path: s.FilePath,
+			SourceInfo: sourceInfo(s.FilePath, s.Location)})
 	}
 	return out
 }
 
-// split parses "/name args" into name and args; ok is false when text
+// Split parses "/name args" into name and args; ok is false when text
 // does not start with "/" and a name.
+func Split(text string) (name, args string, ok bool) { return split(text) }
+
 func split(text string) (name, args string, ok bool) {
 	if !strings.HasPrefix(text, "/") {
 		return "", "", false
@@ -342,6 +361,19 @@ func (c *Catalog) Expand(text string) (string, bool, error) {
 		}
 	}
 	return text, false, nil
+}
+
+// IsBuiltin reports whether text starts with a built-in command.
+func (c *Catalog) IsBuiltin(text string) bool {
+	if c == nil {
+		return false
+	}
+	name, _, ok := split(text)
+	if !ok {
+		return false
+	}
+	_, ok = c.builtins.Get(name)
+	return ok
 }
 
 // Run runs the built-in command text starts with, if any, for session s

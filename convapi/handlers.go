@@ -760,10 +760,13 @@ func checkTools(sess *session.Session, names []string) error {
 	return nil
 }
 
-func (s *Server) runAppend(_ context.Context, c *call) (any, error) {
+func (s *Server) runAppend(ctx context.Context, c *call) (any, error) {
 	var in inputPayload
 	if err := c.decode(&in); err != nil {
 		return nil, err
+	}
+	if out, ok, err := runBuiltin(ctx, c.h.Session(), in); ok {
+		return out, err
 	}
 	if err := c.h.Session().Append(in.message()); err != nil {
 		if fault.CodeOf(err) == fault.Busy {
