@@ -285,7 +285,10 @@ func (a *Agent) newSession(ctx context.Context, params json.RawMessage) (any, er
 	ss.listen()
 	// The editor is asked about an untrusted project once it knows the
 	// session.
-	return afterReply{result: newSessionResult{SessionID: ss.id}, then: ss.askTrust}, nil
+	return afterReply{result: newSessionResult{SessionID: ss.id, Meta: ss.meta(ctx)}, then: func() {
+		ss.sendCommands()
+		ss.askTrust()
+	}}, nil
 }
 
 // open builds a session with the client's tools and the MCP servers'
@@ -474,7 +477,8 @@ func (a *Agent) loadSession(ctx context.Context, params json.RawMessage) (any, e
 	// Tool calls that were waiting for a person when the session was
 	// last closed wait again: ask the editor, once it knows the session
 	// is loaded.
-	return afterReply{result: struct{}{}, then: func() {
+	return afterReply{result: loadSessionResult{Meta: ss.meta(ctx)}, then: func() {
+		ss.sendCommands()
 		ss.askTrust()
 		for _, req := range ss.s.Interactions() {
 			ss.startAsk(req)
