@@ -1,0 +1,181 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// e2eCommandFiles writes a global skill (agentd's config dir), a
+// project prompt template and a project skill for e's sessions, and
+// returns the global skill's file.
+func e2eCommandFiles(t *testing.T, e *e2eEnv) string {
+	t.Helper()
+	skill := filepath.Join(e.home, ".agentd", "skills", "deploy", "SKILL.md")
+	writeFileAll(t, skill, "---\nname: deploy\ndescription: Deploy the service. Use when asked to ship.\n---\n# Deploy\nRun DEPLOY-SKILL-BODY ./ship.sh from the skill directory.\n")
+	writeFileAll(t, filepath.Join(e.cwd, ".pi", "prompts", "review.md"), "---\ndescription: Review a file\nargument-hint: <file>\n---\nREVIEW-TEMPLATE: review $1 for bugs ($ARGUMENTS).\n")
+	writeFileAll(t, filepath.Join(e.cwd, ".agents", "skills", "lint", "SKILL.md"), "---\ndescription: Lint the code.\n---\nLINT-BODY\n")
+	return skill
+}
+
+// e2eWantCommands checks a get_commands listing: the project template,
+// the global and project skills and the built-ins, each with its source.
+func e2eWantCommands(t *testing.T, cmds []any, e *e2eEnv, skill string) {
+	t.Helper()
+	want := map[string][3]string{ // name → source, location, path
+		"review":       {"prompt", "project", filepath.Join(e.cwd, ".pi", "prompts", "review.md")},
+		"skill:deploy": {"skill", "user", skill},
+		"skill:lint":   {"skill", "project", filepath.Join(e.cwd, ".agents", "skills", "lint", "SKILL.md")},
+		"help":         {"builtin", "", ""},
+		"compact":      {"builtin", "", ""},
+		"model":        {"builtin", "", ""},
+		"fork":         {"builtin", "", ""},
+	}
+	seen := map[string]bool{}
+	for _, c := range cmds {
+		name := cmdStr(c, "name")
+		w, ok := want[name]
+		if !ok {
+			continue
+		}
+		seen[name] = true
+		if got := [3]string{cmdStr(c, "source"), cmdStr(c, "location"), cmdStr(c, "path")}; got != w {
+			t.Errorf("command %s: %v, want %v", name, got, w)
+		}
+		if cmdStr(c, "description") == "" {
+			t.Errorf("command %s has no description", name)
+		}
+	}
+	for name := range want {
+		if !seen[name] {
+			t.Errorf("get_commands lacks %s: %v", name, cmds)
+		}
+	}
+}
+
+// agentd rpc lists the templates, skills and built-ins, expands a
+// template and a skill command before the model sees them (in prompt and
+// in follow_up), puts the skills in the system prompt, and runs /help
+// itself.
+func TestRPCCommandsSkillsAndTemplates(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	skill := e2eCommandFiles(t, e)
+	p := e.start("--no-session")
+
+	gc := p.ok(`{"id":"gc","type":"get_commands"}`)
+	e2eWantCommands(t, e2eAt(gc, "data", "commands").([]any), e, skill)
+	gs := p.ok(`{"id":"gs","type":"get_skills"}`)
+	skills := e2eAt(gs, "data", "skills").([]any)
+	if len(skills) != 2 || e2eStr(skills[0], "name") != "deploy" || e2eStr(skills[0], "filePath") != skill ||
+		e2eStr(skills[0], "baseDir") != filepath.Dir(skill) || e2eStr(skills[0], "source") != "user" {
+		t.Fatalf("get_skills: %s", e2eJSON(skills))
+	}
+
+	help := p.ok(`{"id":"h","type":"prompt","message":"/help"}`)
+	_ = help
+	n := p.eventWhere("notify", func(v any) bool { return e2eStr(v, "method") == "notify" })
+	if msg := e2eStr(n, "message"); !strings.Contains(msg, "/review <file>: Review a file") || !strings.Contains(msg, "/skill:deploy") {
+		t.Fatalf("/help notify: %s", e2eJSON(n))
+	}
+	if len(e.mock.Requests()) != 0 {
+		t.Fatalf("/help reached the model")
+	}
+
+	p.ok(`{"id":"p1","type":"prompt","message":"/review src/x.go now"}`)
+	p.event("agent_end")
+	body := string(e.mock.LastRequest(t).Body)
+	if !strings.Contains(body, "REVIEW-TEMPLATE: review src/x.go for bugs (src/x.go now).") || strings.Contains(body, "/review") {
+		t.Fatalf("the template was not expanded in the request:\n%s", body)
+	}
+	if !strings.Contains(body, "\\u003cavailable_skills\\u003e") && !strings.Contains(body, "<available_skills>") {
+		t.Fatalf("no skills in the system prompt:\n%s", body)
+	}
+	if !strings.Contains(body, "\\u003cname\\u003edeploy") && !strings.Contains(body, "<name>deploy</name>") {
+		t.Fatalf("the deploy skill is not in the system prompt:\n%s", body)
+	}
+	if strings.Contains(body, "DEPLOY-SKILL-BODY") {
+		t.Fatalf("a skill's body is in the prompt before it was asked for:\n%s", body)
+	}
+
+	p.ok(`{"id":"p2","type":"prompt","message":"/skill:deploy to staging"}`)
+	p.event("agent_end")
+	body = string(e.mock.LastRequest(t).Body)
+	for _, w := range []string{"DEPLOY-SKILL-BODY", "skill name=", "References are relative to " + filepath.Dir(skill), "to staging"} {
+		if !strings.Contains(strings.ReplaceAll(body, `\"`, `"`), w) {
+			t.Fatalf("the skill command's request lacks %q:\n%s", w, body)
+		}
+	}
+
+	// get_messages holds the expanded text, as pi records it.
+	msgs := p.ok(`{"id":"m","type":"get_messages"}`)
+	if !strings.Contains(e2eJSON(msgs), "REVIEW-TEMPLATE: review src/x.go") {
+		t.Fatalf("messages: %s", e2eJSON(msgs))
+	}
+	p.close()
+}
+
+// agentd serve: get_commands and get_skills on pi-server, a template
+// expanded before the model, /help run by the server, and REST's
+// commands endpoint and built-in messages.
+func TestServeCommandsSkillsAndTemplates(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	skill := e2eCommandFiles(t, e)
+	s := svStart(t, e)
+	c := s.dial("a")
+	svCreate(c, "cmd")
+
+	gc := c.must("get_commands", svM{"sessionId": "cmd"})
+	e2eWantCommands(t, svArr(gc.m, "data", "commands"), e, skill)
+	gs := c.must("get_skills", svM{"sessionId": "cmd"})
+	if sk := svArr(gs.m, "data", "skills"); len(sk) != 2 || svStr(sk[0], "name") != "deploy" {
+		t.Fatalf("get_skills: %s", svJSON(sk))
+	}
+
+	h := c.must("prompt", svM{"sessionId": "cmd", "message": "/help"})
+	if out := svStr(h.m, "data", "output"); !strings.Contains(out, "/skill:lint") || !strings.Contains(out, "/compact") {
+		t.Fatalf("/help: %s", svJSON(h.m))
+	}
+	svPrompt(c, "cmd", "/review cmd/main.go")
+	c.waitEvent("cmd", "agent_end")
+	if body := string(e.mock.LastRequest(t).Body); !strings.Contains(body, "REVIEW-TEMPLATE: review cmd/main.go for bugs") {
+		t.Fatalf("not expanded:\n%s", body)
+	}
+	m := c.must("prompt", svM{"sessionId": "cmd", "message": "/model"})
+	if out := svStr(m.m, "data", "output"); !strings.Contains(out, "Model: mock/mock-model") {
+		t.Fatalf("/model: %s", svJSON(m.m))
+	}
+
+	// REST: the endpoint, a built-in posted as a message, a template.
+	rsOK(t, s, "PUT", rsConvPath("rcmd"), map[string]any{})
+	r := rsOK(t, s, "GET", rsConvPath("rcmd")+"/commands", nil)
+	cmds, _ := r.m["commands"].([]any)
+	e2eWantCommands(t, cmds, e, skill)
+	hr := rsOK(t, s, "POST", rsConvPath("rcmd"), map[string]any{"role": "user", "content": "/help"})
+	if hr.m["command"] != "help" || !strings.Contains(hr.m["output"].(string), "/review") {
+		t.Fatalf("REST /help: %s", hr)
+	}
+	conv := rsOK(t, s, "GET", rsConvPath("rcmd"), nil)
+	if strings.Contains(conv.body, "/help") {
+		t.Fatalf("the built-in was recorded as a message: %s", conv.body)
+	}
+	st := rsOpen(t, s, rsConvPath("rcmd")+"/events")
+	_, conn := st.waitType(0, "connected")
+	rsOK(t, s, "POST", rsConvPath("rcmd"), map[string]any{"role": "user", "content": "/review web/app.js"})
+	from := st.mark()
+	rsOK(t, s, "POST", rsConvPath("rcmd")+"/step", map[string]any{"session_id": conn.str("session_id")})
+	st.waitType(from, "generation_complete")
+	if body := string(e.mock.LastRequest(t).Body); !strings.Contains(body, "REVIEW-TEMPLATE: review web/app.js for bugs") {
+		t.Fatalf("REST template not expanded:\n%s", body)
+	}
+}
+
+// cmdStr reads a string field of a command from either harness's JSON.
+func cmdStr(v any, key string) string {
+	if m, ok := v.(map[string]any); ok {
+		s, _ := m[key].(string)
+		return s
+	}
+	return e2eStr(v, key)
+}
