@@ -4,6 +4,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/sandbox"
 )
 
 // e2eCommandFiles writes a global skill (agentd's config dir), a
@@ -178,4 +181,43 @@ func cmdStr(v any, key string) string {
 		return s
 	}
 	return e2eStr(v, key)
+}
+
+// A global skill lives in agentd's config directory, which the sandbox
+// hides from the model's tools; its own files are still readable with
+// the read tool in every mode (the system prompt tells the model to read
+// them), while the rest of the config directory stays hidden.
+func TestSkillReadableInEverySandboxMode(t *testing.T) {
+	t.Parallel()
+	if s := sandbox.Probe(); s.Err != nil {
+		t.Skipf("no Landlock on this kernel, the sandbox cannot be tested: %v", s.Err)
+	}
+	for _, mode := range []string{"read-only", "workspace-write", "full-access"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			e := e2eNewEnv(t, e2eOpts{})
+			skill := e2eCommandFiles(t, e)
+			secret := filepath.Join(e.home, ".agentd", "private-note.md")
+			writeFileAll(t, secret, "PRIVATE-CONFIG-TEXT")
+			e.tweak("READ SKILL", func(s *llmtest.Script) { *s = e2eToolScript("read", map[string]string{"path": skill}) })
+			e.tweak("READ SECRET", func(s *llmtest.Script) { *s = e2eToolScript("read", map[string]string{"path": secret}) })
+			s := svStart(t, e, "--sandbox", mode)
+			A := s.dial("A")
+			svCreate(A, "sk")
+			A.send(svM{"id": "p1", "type": "prompt", "sessionId": "sk", "message": "READ SKILL"})
+			te := A.waitEvent("sk", "tool_execution_end")
+			svWantOK(t, A.response("p1"))
+			if !strings.Contains(te.raw, "DEPLOY-SKILL-BODY") || svAt(te.m, "event", "isError") == true {
+				t.Fatalf("the skill could not be read in %s: %s", mode, te.raw)
+			}
+			A.waitEvent("sk", "agent_end")
+			A.send(svM{"id": "p2", "type": "prompt", "sessionId": "sk", "message": "READ SECRET"})
+			te = A.waitEvent("sk", "tool_execution_end")
+			svWantOK(t, A.response("p2"))
+			hidden := mode != "full-access"
+			if strings.Contains(te.raw, "PRIVATE-CONFIG-TEXT") == hidden {
+				t.Fatalf("%s: reading the config dir beside the skill: %s", mode, te.raw)
+			}
+		})
+	}
 }
