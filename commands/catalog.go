@@ -48,8 +48,7 @@ type Config struct {
 	// the standard's shared place).
 	UserSkillDirs []string
 	// ProjectDirs name the project's own directories (".agentd", ".pi"):
-	// prompts/ under each in the session's cwd, skills/ under each in
-	// cwd and every directory above it up to the git root.
+	// prompts/ and skills/ under each in the session's cwd.
 	ProjectDirs []string
 	// ProjectSkillDirs are more relative skill directories looked for in
 	// cwd and up to the git root (".agents/skills").
@@ -81,30 +80,39 @@ func Load(c Config, cwd string, builtins *Registry) *Catalog {
 	warn := func(w Warning) { cat.warnings = append(cat.warnings, w) }
 	cwd = filepath.Clean(cwd)
 	if !c.NoSkills {
-		var dirs []struct{ path, loc string }
-		for _, d := range c.GlobalDirs {
-			if d != "" {
-				dirs = append(dirs, struct{ path, loc string }{filepath.Join(d, "skills"), LocationUser})
-			}
+		// pi's order, which decides name collisions (the first found
+		// wins): the project's directories, then the global ones.
+		// Markdown files directly in a skills directory are skills only
+		// in agentd's and pi's own skills directories, not in the
+		// standard's .agents/skills.
+		type skillDir struct {
+			path, loc string
+			rootFiles bool
 		}
-		for _, d := range c.UserSkillDirs {
-			if d != "" {
-				dirs = append(dirs, struct{ path, loc string }{d, LocationUser})
-			}
-		}
+		var dirs []skillDir
+		ups := upToGitRoot(cwd)
 		// A project's skills may only be granted (see ReadGrants) within
 		// the project: the top directory they are looked for in.
-		ups := upToGitRoot(cwd)
 		top, err := filepath.EvalSymlinks(ups[len(ups)-1])
 		if err != nil {
 			top = ups[len(ups)-1]
 		}
+		for _, p := range c.ProjectDirs {
+			dirs = append(dirs, skillDir{filepath.Join(cwd, p, "skills"), LocationProject, true})
+		}
 		for _, dir := range ups {
-			for _, p := range c.ProjectDirs {
-				dirs = append(dirs, struct{ path, loc string }{filepath.Join(dir, p, "skills"), LocationProject})
-			}
 			for _, p := range c.ProjectSkillDirs {
-				dirs = append(dirs, struct{ path, loc string }{filepath.Join(dir, p), LocationProject})
+				dirs = append(dirs, skillDir{filepath.Join(dir, p), LocationProject, false})
+			}
+		}
+		for _, d := range c.GlobalDirs {
+			if d != "" {
+				dirs = append(dirs, skillDir{filepath.Join(d, "skills"), LocationUser, true})
+			}
+		}
+		for _, d := range c.UserSkillDirs {
+			if d != "" {
+				dirs = append(dirs, skillDir{d, LocationUser, false})
 			}
 		}
 		seenReal := map[string]bool{}
@@ -116,7 +124,7 @@ func Load(c Config, cwd string, builtins *Registry) *Catalog {
 				continue
 			}
 			seenDir[real] = true
-			for _, s := range skillsIn(d.path, d.loc, warn) {
+			for _, s := range skillsIn(d.path, d.loc, d.rootFiles, warn) {
 				rp, err := filepath.EvalSymlinks(s.FilePath)
 				if err != nil {
 					rp = s.FilePath
@@ -136,14 +144,15 @@ func Load(c Config, cwd string, builtins *Registry) *Catalog {
 		}
 	}
 	if !c.NoTemplates {
+		// The project's first, as pi: its template wins a name.
 		var dirs []struct{ path, loc string }
+		for _, p := range c.ProjectDirs {
+			dirs = append(dirs, struct{ path, loc string }{filepath.Join(cwd, p, "prompts"), LocationProject})
+		}
 		for _, d := range c.GlobalDirs {
 			if d != "" {
 				dirs = append(dirs, struct{ path, loc string }{filepath.Join(d, "prompts"), LocationUser})
 			}
-		}
-		for _, p := range c.ProjectDirs {
-			dirs = append(dirs, struct{ path, loc string }{filepath.Join(cwd, p, "prompts"), LocationProject})
 		}
 		byName := map[string]string{}
 		seenDir := map[string]bool{}

@@ -84,7 +84,7 @@ func TestSkillValidation(t *testing.T) {
 			root := t.TempDir()
 			write(t, filepath.Join(root, tc.dir, "SKILL.md"), tc.text)
 			var warns []Warning
-			got := skillsIn(root, LocationUser, func(w Warning) { warns = append(warns, w) })
+			got := skillsIn(root, LocationUser, true, func(w Warning) { warns = append(warns, w) })
 			if (len(got) == 1) != tc.loaded {
 				t.Fatalf("loaded %v, want %v (warnings %v)", got, tc.loaded, warns)
 			}
@@ -115,6 +115,10 @@ func TestLoad(t *testing.T) {
 	write(t, filepath.Join(agents, "shared", "SKILL.md"), "---\ndescription: shared skill\n---\n")
 	write(t, filepath.Join(repo, ".agents", "skills", "repo-skill", "SKILL.md"), "---\ndescription: from the repo root\ndisable-model-invocation: true\n---\nSecret body")
 	write(t, filepath.Join(cwd, ".pi", "skills", "nested", "deeper", "SKILL.md"), "---\ndescription: deep\n---\n")
+	// Under a skill's directory nothing more is a skill; a Markdown file
+	// directly in .agents/skills is not one either.
+	write(t, filepath.Join(cwd, ".pi", "skills", "nested", "deeper", "inner", "SKILL.md"), "---\ndescription: inner\n---\n")
+	write(t, filepath.Join(repo, ".agents", "skills", "loose.md"), "---\ndescription: loose\n---\n")
 	write(t, filepath.Join(global, "prompts", "review.md"), "---\ndescription: Review a file\nargument-hint: <file>\n---\nReview $1 carefully.\n")
 	write(t, filepath.Join(cwd, ".pi", "prompts", "review.md"), "Project review $1")
 	write(t, filepath.Join(cwd, ".agentd", "prompts", "plan.md"), "\n\nMake a plan for $@ and think about it thoroughly before writing anything down.\n")
@@ -128,14 +132,14 @@ func TestLoad(t *testing.T) {
 	for _, s := range cat.Skills() {
 		names = append(names, s.Name+"@"+s.Location)
 	}
-	if want := []string{"deploy@user", "shared@user", "deeper@project", "repo-skill@project"}; !slices.Equal(names, want) {
+	if want := []string{"deeper@project", "repo-skill@project", "deploy@user", "shared@user"}; !slices.Equal(names, want) {
 		t.Fatalf("skills %v, want %v (warnings %v)", names, want, cat.Warnings())
 	}
 	var tnames []string
 	for _, tp := range cat.Templates() {
 		tnames = append(tnames, tp.Name+"@"+tp.Location+":"+tp.Description)
 	}
-	if want := []string{"review@user:Review a file", "plan@project:Make a plan for $@ and think about it thoroughly before writ..."}; !slices.Equal(tnames, want) {
+	if want := []string{"plan@project:Make a plan for $@ and think about it thoroughly before writ...", "review@project:Project review $1"}; !slices.Equal(tnames, want) {
 		t.Fatalf("templates %q, want %q", tnames, want)
 	}
 	warned := func(s string) bool {
@@ -156,7 +160,7 @@ func TestLoad(t *testing.T) {
 	}
 
 	for _, tc := range []struct{ in, want string }{
-		{"/review src/x.go", "Review src/x.go carefully."},
+		{"/review src/x.go", "Project review src/x.go"},
 		{"/plan a b", "Make a plan for a b and think about it thoroughly before writing anything down."},
 		{"/skill:repo-skill go now", "<skill name=\"repo-skill\" location=\"" + filepath.Join(repo, ".agents", "skills", "repo-skill", "SKILL.md") +
 			"\">\nReferences are relative to " + filepath.Join(repo, ".agents", "skills", "repo-skill") + ".\n\nSecret body\n</skill>\n\ngo now"},
@@ -180,7 +184,7 @@ func TestLoad(t *testing.T) {
 	}
 	for _, tc := range []struct{ name, source, location string }{
 		{"help", SourceBuiltin, ""}, {"compact", SourceBuiltin, ""}, {"model", SourceBuiltin, ""}, {"fork", SourceBuiltin, ""},
-		{"review", SourcePrompt, LocationUser}, {"plan", SourcePrompt, LocationProject},
+		{"review", SourcePrompt, LocationProject}, {"plan", SourcePrompt, LocationProject},
 		{"skill:deploy", SourceSkill, LocationUser}, {"skill:repo-skill", SourceSkill, LocationProject},
 	} {
 		c, ok := find(tc.name)
@@ -190,7 +194,7 @@ func TestLoad(t *testing.T) {
 	}
 
 	out, ok, err := cat.Run(context.Background(), nil, "/help")
-	if !ok || err != nil || !strings.Contains(out, "/review <file>: Review a file (template, user)") || !strings.Contains(out, "/skill:deploy") {
+	if !ok || err != nil || !strings.Contains(out, "/review: Project review $1 (template, project)") || !strings.Contains(out, "/skill:deploy") {
 		t.Fatalf("/help = %q, %v, %v", out, ok, err)
 	}
 	if _, ok, _ := cat.Run(context.Background(), nil, "/review x"); ok {

@@ -66,15 +66,23 @@ type Warning struct {
 
 func (w Warning) String() string { return w.Path + ": " + w.Message }
 
-// skillsIn finds the skills of one skills directory: Markdown files
-// directly in it, and SKILL.md files in its subdirectories at any depth
-// (hidden directories and node_modules skipped), as pi does.
-func skillsIn(dir, location string, warn func(Warning)) []Skill {
+// skillsIn finds the skills of one skills directory as pi 0.73 does: a
+// directory holding a SKILL.md is one skill (nothing under it is looked
+// at); other directories are searched at any depth (hidden ones and
+// node_modules skipped); Markdown files directly in the skills
+// directory are skills of their own when rootFiles is set.
+func skillsIn(dir, location string, rootFiles bool, warn func(Warning)) []Skill {
 	var out []Skill
 	seen := 0
 	var walk func(d string, root bool, depth int)
 	walk = func(d string, root bool, depth int) {
 		if depth > 8 {
+			return
+		}
+		if fi, err := os.Stat(filepath.Join(d, "SKILL.md")); err == nil && fi.Mode().IsRegular() {
+			if s, ok := loadSkill(filepath.Join(d, "SKILL.md"), false, location, warn); ok {
+				out = append(out, s)
+			}
 			return
 		}
 		entries, err := os.ReadDir(d)
@@ -101,11 +109,8 @@ func skillsIn(dir, location string, warn func(Warning)) []Skill {
 				walk(p, false, depth+1)
 				continue
 			}
-			if !fi.Mode().IsRegular() {
-				continue
-			}
-			if (root && strings.HasSuffix(name, ".md")) || (!root && name == "SKILL.md") {
-				if s, ok := loadSkill(p, root, location, warn); ok {
+			if root && rootFiles && fi.Mode().IsRegular() && strings.HasSuffix(name, ".md") {
+				if s, ok := loadSkill(p, true, location, warn); ok {
 					out = append(out, s)
 				}
 			}
@@ -203,7 +208,7 @@ func PromptSection(skills []Skill) string {
 		if b.Len() == 0 {
 			b.WriteString("The following skills provide specialized instructions for specific tasks.\n")
 			b.WriteString("Use the read tool to load a skill's file when the task matches its description.\n")
-			b.WriteString("Relative paths inside a skill file are resolved from the skill directory (parent of SKILL.md).\n\n")
+			b.WriteString("When a skill file references a relative path, resolve it against the skill directory (parent of SKILL.md / dirname of the path) and use that absolute path in tool commands.\n\n")
 			b.WriteString("<available_skills>\n")
 		}
 		b.WriteString("  <skill>\n")

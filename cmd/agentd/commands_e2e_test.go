@@ -1,9 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentd-dev/agentd/llm/llmtest"
 	"github.com/agentd-dev/agentd/sandbox"
@@ -219,5 +226,97 @@ func TestSkillReadableInEverySandboxMode(t *testing.T) {
 				t.Fatalf("%s: reading the config dir beside the skill: %s", mode, te.raw)
 			}
 		})
+	}
+}
+
+// pi 0.73.1's own RpcClient getCommands() lists, from agentd rpc, the
+// prompt templates and skills pi itself lists for the same HOME and
+// project (real pi in rpc mode, with the mock model), with the same
+// names, descriptions, sources, scopes and paths; agentd adds its
+// built-ins.
+func TestPiRpcClientGetCommandsMatchesPi(t *testing.T) {
+	t.Parallel()
+	nm := pcNodeModules(t)
+	srv := pcNewMock(t)
+	home := t.TempDir()
+	pcWriteHome(t, home, srv.OpenAIURL())
+	root := t.TempDir()
+	work := filepath.Join(root, "repo", "sub")
+	writeFileAll(t, filepath.Join(root, "repo", ".git", "HEAD"), "ref: refs/heads/main\n")
+	for path, text := range map[string]string{
+		filepath.Join(home, ".pi", "agent", "skills", "deploy", "SKILL.md"):     "---\nname: deploy\ndescription: Deploy the service.\n---\nBody\n",
+		filepath.Join(home, ".pi", "agent", "skills", "group", "x", "SKILL.md"): "---\nname: x\ndescription: A nested skill.\n---\n",
+		filepath.Join(home, ".pi", "agent", "skills", "loose.md"):               "---\nname: loose\ndescription: A skill file directly in the skills directory.\n---\n",
+		filepath.Join(home, ".agents", "skills", "shared", "SKILL.md"):          "---\ndescription: From the standard's shared place.\n---\n",
+		filepath.Join(home, ".agents", "skills", "ignored.md"):                  "---\ndescription: not a skill here\n---\n",
+		filepath.Join(home, ".pi", "agent", "prompts", "greet.md"):              "---\ndescription: Say hello\n---\nHello $1\n",
+		filepath.Join(home, ".pi", "agent", "prompts", "review.md"):             "---\ndescription: The global review\n---\nGlobal review $@\n",
+		filepath.Join(work, ".pi", "prompts", "review.md"):                      "---\ndescription: Review a file\nargument-hint: <file>\n---\nReview $1\n",
+		filepath.Join(work, ".pi", "prompts", "plain.md"):                       "\nA template with no frontmatter whose first line is longer than sixty characters.\n",
+		filepath.Join(work, ".pi", "skills", "proj", "SKILL.md"):                "---\ndescription: A project skill.\n---\n",
+		filepath.Join(root, "repo", ".agents", "skills", "lint", "SKILL.md"):    "---\ndescription: Lint from the repo root.\n---\n",
+		filepath.Join(root, ".agents", "skills", "above", "SKILL.md"):           "---\ndescription: Above the repository.\n---\n",
+		filepath.Join(work, ".agents", "skills", "deploy", "SKILL.md"):          "---\ndescription: The project's deploy, which wins.\n---\n",
+	} {
+		writeFileAll(t, path, text)
+	}
+	testdata, err := filepath.Abs(filepath.Join("testdata", "rpcclient"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func(cliPath string) (string, []map[string]any) {
+		t.Helper()
+		cfg, _ := json.Marshal(map[string]any{"nodeModules": nm, "cliPath": cliPath, "cwd": work})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "node", filepath.Join(testdata, "commands.mjs"), string(cfg))
+		cmd.Dir = work
+		cmd.Env = pcNodeEnv(home, "AGENTD_BIN="+agentdBin)
+		cmd.WaitDelay = 10 * time.Second
+		dieWithTest(cmd)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s: %v\nstderr:\n%s", cliPath, err, stderr.String())
+		}
+		var out struct {
+			PiVersion string           `json:"piVersion"`
+			Commands  []map[string]any `json:"commands"`
+		}
+		if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+			t.Fatalf("%s: %v: %s", cliPath, err, stdout.String())
+		}
+		return out.PiVersion, out.Commands
+	}
+	version, piCmds := list(filepath.Join(nm, "@mariozechner", "pi-coding-agent", "dist", "cli.js"))
+	if version != "0.73.1" {
+		t.Fatalf("pi %s, want 0.73.1", version)
+	}
+	_, ours := list(filepath.Join(testdata, "agentd-rpc.mjs"))
+
+	key := func(c map[string]any) string {
+		si, _ := c["sourceInfo"].(map[string]any)
+		return fmt.Sprintf("%v | %v | %v | %v | %v", c["name"], c["description"], c["source"], si["scope"], si["path"])
+	}
+	var want, got []string
+	for _, c := range piCmds {
+		want = append(want, key(c))
+	}
+	builtins := 0
+	for _, c := range ours {
+		if c["source"] == "builtin" {
+			builtins++
+			continue
+		}
+		got = append(got, key(c))
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if len(want) < 9 || !slices.Equal(got, want) {
+		t.Fatalf("getCommands() from agentd:\n%s\nfrom pi:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	t.Logf("pi and agentd list:\n%s", strings.Join(want, "\n"))
+	if builtins < 4 {
+		t.Fatalf("agentd lists %d built-ins: %v", builtins, ours)
 	}
 }
