@@ -308,7 +308,9 @@ func (c *Catalog) List() []Command {
 	}
 	out := []Command{}
 	for _, b := range c.builtins.All() {
-		out = append(out, Command{Name: b.Name, Description: b.Description, Source: SourceBuiltin, ArgumentHint: b.ArgumentHint})
+		// pi's clients expect a sourceInfo on every command.
+		out = append(out, Command{Name: b.Name, Description: b.Description, Source: SourceBuiltin, ArgumentHint: b.ArgumentHint,
+			SourceInfo: &SourceInfo{Source: "agentd", Scope: "temporary", Origin: "top-level"}})
 	}
 	for _, t := range c.templates {
 		out = append(out, Command{Name: t.Name, Description: t.Description, Source: SourcePrompt, Location: t.Location, Path: t.Path, ArgumentHint: t.ArgumentHint,

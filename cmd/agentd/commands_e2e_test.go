@@ -320,3 +320,47 @@ func TestPiRpcClientGetCommandsMatchesPi(t *testing.T) {
 		t.Fatalf("agentd lists %d built-ins: %v", builtins, ours)
 	}
 }
+
+// The official ACP SDK as the editor: available_commands_update after
+// session/new lists the built-ins, templates and skills; session/new's
+// _meta names the files the system prompt was built from; a template is
+// expanded before the model; /help is answered by agentd itself.
+func TestACPCommandsWithTheOfficialClient(t *testing.T) {
+	e := e2eNewEnv(t, e2eOpts{})
+	e2eCommandFiles(t, e)
+	writeFileAll(t, filepath.Join(e.cwd, "AGENTS.md"), "ACP-RULE")
+	steps := e.acpClient([]string{"init", "new", "commands", "prompt:/review acp.go", "prompt:/help"})
+
+	newS := acpFind(t, steps, "new")
+	files, _ := svAt(newS.Result, "_meta", "agentd", "contextFiles").([]any)
+	if len(files) != 1 || svStr(files[0], "path") != filepath.Join(e.cwd, "AGENTS.md") {
+		t.Fatalf("session/new _meta: %v", newS.Result)
+	}
+	cu := acpFind(t, steps, "commands").Updates[0]
+	byName := map[string]map[string]any{}
+	for _, c := range cu["availableCommands"].([]any) {
+		m := c.(map[string]any)
+		byName[m["name"].(string)] = m
+	}
+	for _, n := range []string{"help", "compact", "model", "fork", "review", "skill:deploy", "skill:lint"} {
+		if byName[n] == nil || byName[n]["description"] == "" {
+			t.Errorf("available_commands_update lacks %s: %v", n, cu)
+		}
+	}
+	if svStr(byName["review"], "input", "hint") != "<file>" {
+		t.Errorf("review's input hint: %v", byName["review"])
+	}
+	rv := acpFind(t, steps, "prompt:/review acp.go")
+	if rv.StopReason != "end_turn" || !strings.Contains(rv.Text, "REVIEW-TEMPLATE: review acp.go") {
+		t.Fatalf("/review: %q %q", rv.StopReason, rv.Text)
+	}
+	h := acpFind(t, steps, "prompt:/help")
+	if h.StopReason != "end_turn" || !strings.Contains(h.Text, "/skill:deploy") {
+		t.Fatalf("/help: %q %q", h.StopReason, h.Text)
+	}
+	for _, r := range e.mock.Requests() {
+		if strings.Contains(string(r.Body), "/help") {
+			t.Fatalf("/help reached the model: %s", r.Body)
+		}
+	}
+}
