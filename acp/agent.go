@@ -295,7 +295,10 @@ func (a *Agent) newSession(ctx context.Context, params json.RawMessage) (any, er
 	ss.listen()
 	// The editor is asked about an untrusted project once it knows the
 	// session.
-	return afterReply{result: ss.setup(ctx, ss.id), then: ss.askTrust}, nil
+	return afterReply{result: ss.setup(ctx, ss.id), then: func() {
+		ss.sendCommands()
+		ss.askTrust()
+	}}, nil
 }
 
 // open builds a session with the client's tools and the MCP servers'
@@ -489,6 +492,7 @@ func (a *Agent) loadSession(ctx context.Context, params json.RawMessage) (any, e
 	// last closed wait again: ask the editor, once it knows the session
 	// is loaded.
 	return afterReply{result: ss.setup(ctx, ""), then: func() {
+		ss.sendCommands()
 		ss.askTrust()
 		for _, req := range ss.s.Interactions() {
 			ss.startAsk(req)

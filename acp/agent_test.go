@@ -225,7 +225,44 @@ func (c *client) newSession(cwd string) string {
 	c.t.Helper()
 	c.call("initialize", map[string]any{"protocolVersion": 1, "clientCapabilities": map[string]any{}})
 	r := result(c.t, c.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))
+	c.takeUpdate("available_commands_update")
 	return r["sessionId"].(string)
+}
+
+// takeUpdate waits for a session/update of kind, which the agent sends
+// on its own (available_commands_update after session/new), and takes
+// it out of the updates the test looks at.
+func (c *client) takeUpdate(kind string) map[string]any {
+	c.t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		c.mu.Lock()
+		for i, u := range c.updates {
+			if u["sessionUpdate"] == kind {
+				c.updates = append(c.updates[:i:i], c.updates[i+1:]...)
+				c.mu.Unlock()
+				return u
+			}
+		}
+		c.mu.Unlock()
+		select {
+		case f, ok := <-c.frames:
+			if !ok {
+				c.t.Fatalf("no %s update before the end", kind)
+			}
+			if m, isReq := f["method"].(string); isReq {
+				c.handle(m, f)
+				continue
+			}
+			got, _ := f["id"].(float64)
+			if c.early == nil {
+				c.early = map[int]map[string]any{}
+			}
+			c.early[int(got)] = f
+		case <-timeout:
+			c.t.Fatalf("no %s update", kind)
+		}
+	}
 }
 
 func TestBadInputIsAnsweredAndTheAgentGoesOn(t *testing.T) {

@@ -56,6 +56,9 @@ type acpSession struct {
 	// level; view is what the client was last shown of them.
 	cfg  configurable
 	view settingsView
+	// builtins are the names of the built-in commands, from the last
+	// available_commands_update.
+	builtins []string
 }
 
 // turn is one session/prompt waiting for its run to end.
@@ -92,6 +95,12 @@ func (a *Agent) prompt(ctx context.Context, params json.RawMessage) (any, error)
 	msg, err := userMessage(p.Prompt)
 	if err != nil {
 		return nil, err
+	}
+	if ran, err := ss.runBuiltin(ctx, msg.TextContent()); ran {
+		if err != nil {
+			return nil, err
+		}
+		return promptResult{StopReason: StopEndTurn}, nil
 	}
 	t := &turn{done: make(chan struct{})}
 	ss.mu.Lock()

@@ -77,7 +77,12 @@ type newSessionParams struct {
 }
 
 type newSessionResult struct {
-	SessionID string `json:"sessionId"`
+	SessionID string       `json:"sessionId"`
+	Meta      *sessionMeta `json:"_meta,omitempty"`
+}
+
+type loadSessionResult struct {
+	Meta *sessionMeta `json:"_meta,omitempty"`
 }
 
 type loadSessionParams struct {

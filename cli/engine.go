@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	slash "github.com/agentd-dev/agentd/commands"
 	"github.com/agentd-dev/agentd/config"
 	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/health"
@@ -82,7 +83,7 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 		Instructions: instructions.Config{
 			GlobalDirs: []string{cfg.ConfigDir, cfg.PiDir}, ProjectDirs: []string{".agentd", ".pi"},
 			NoContextFiles: c.bounds.NoContextFiles,
-		},
+		}, Commands: commandsConfig(cfg, c.bounds),
 		Home: cfg.Getenv("HOME"), TempDir: os.TempDir(), Environ: environ, Supervisor: sup,
 		EventLogSize: c.eventLogSize, EventLogBytes: c.bounds.EventLogBytes,
 		MaxTurns: c.bounds.MaxTurns, MaxToolFailures: c.bounds.MaxToolFailures,
@@ -137,4 +138,17 @@ func logLimits(log *slog.Logger, lim proclimit.Limits, e proclimit.Enforcement) 
 		return
 	}
 	log.Info("bash commands are limited", attrs...)
+}
+
+// commandsConfig says where sessions find skills and prompt templates:
+// agentd's config dir and pi's, ~/.agents/skills (the Agent Skills
+// standard's shared place), and the project's .agentd, .pi and
+// .agents directories.
+func commandsConfig(cfg *config.Config, b config.Engine) slash.Config {
+	c := slash.Config{GlobalDirs: []string{cfg.ConfigDir, cfg.PiDir}, ProjectDirs: []string{".agentd", ".pi"},
+		ProjectSkillDirs: []string{filepath.Join(".agents", "skills")}, NoSkills: b.NoSkills, NoTemplates: b.NoPromptTemplates}
+	if home := cfg.Getenv("HOME"); home != "" {
+		c.UserSkillDirs = []string{filepath.Join(home, ".agents", "skills")}
+	}
+	return c
 }

@@ -39,6 +39,10 @@ type Engine struct {
 	// NoSubagents takes the task tool (subagents) away from every
 	// session.
 	NoSubagents bool
+	// NoSkills and NoPromptTemplates turn off finding skills and prompt
+	// templates (pi's --no-skills and --no-prompt-templates).
+	NoSkills          bool
+	NoPromptTemplates bool
 }
 
 // Register adds the engine's flags to fs.
@@ -52,6 +56,8 @@ func (e *Engine) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&e.NoContextFiles, "no-context-files", e.NoContextFiles, "do not put AGENTS.md or CLAUDE.md files into the system prompt")
 	fs.BoolVar(&e.NoContextFiles, "nc", e.NoContextFiles, "short for --no-context-files")
 	fs.BoolVar(&e.NoSubagents, "no-subagents", e.NoSubagents, "offer no task tool: the model cannot hand jobs to subagent sessions")
+	fs.BoolVar(&e.NoSkills, "no-skills", e.NoSkills, "do not load skills (SKILL.md) from the skills directories")
+	fs.BoolVar(&e.NoPromptTemplates, "no-prompt-templates", e.NoPromptTemplates, "do not load prompt templates from the prompts directories")
 	e.Sandbox.Register(fs)
 	e.Limits.Register(fs)
 	e.MCP.Register(fs)

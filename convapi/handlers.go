@@ -768,6 +768,9 @@ func (s *Server) runAppend(ctx context.Context, c *call) (any, error) {
 	if isUndoCommand(in.message()) {
 		return runUndoCommand(ctx, c)
 	}
+	if out, ok, err := runBuiltin(ctx, c.h.Session(), in); ok {
+		return out, err
+	}
 	if err := c.h.Session().Append(in.message()); err != nil {
 		if fault.CodeOf(err) == fault.Busy {
 			return nil, errorf(http.StatusConflict, "Cannot add message while generation is in progress")

@@ -85,6 +85,7 @@ func (s *Server) routes() []route {
 		{method: "POST", path: conv + "/step", summary: "Run the agent on the conversation as it stands", body: StepRequest{}, resp: StepResponse{}, statuses: []int{404, 409}, handle: (*Server).step},
 		{method: "POST", path: conv + "/tool/confirm", summary: "Answer a pending tool call", body: ConfirmRequest{}, resp: StatusResponse{}, statuses: []int{404, 409}, handle: (*Server).confirm},
 		{method: "POST", path: conv + "/interrupt", summary: "Stop the run, pending and running tools included", body: InterruptRequest{}, resp: StatusResponse{}, statuses: []int{404}, handle: (*Server).interrupt},
+		{method: "GET", path: conv + "/commands", summary: "The slash commands a message can start with: built-ins, prompt templates and skills", resp: CommandsResponse{}, statuses: []int{404}, handle: (*Server).getCommands},
 		{method: "GET", path: conv + "/config", summary: "The conversation's configuration", resp: ConversationConfig{}, statuses: []int{404}, handle: (*Server).getConfig},
 		{method: "PATCH", path: conv + "/config", summary: "Change the model, tools, thinking level or name", body: ConversationConfig{}, resp: ConfigResponse{}, statuses: []int{404, 409}, handle: (*Server).patchConfig},
 		{method: "PATCH", path: conv + "/messages/{index}", summary: "Edit a user message (on a new branch of the session tree)", body: EditRequest{}, resp: Conversation{}, statuses: []int{404, 409},

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/commands"
 	"github.com/agentd-dev/agentd/compaction"
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/health"
@@ -105,6 +106,9 @@ type Options struct {
 	// APPEND_SYSTEM.md are found (see package instructions); the zero
 	// value reads only the session's own directories.
 	Instructions instructions.Config
+	// Commands say where each session's skills and prompt templates are
+	// found (see package commands); the zero value finds none.
+	Commands commands.Config
 	// Home, TempDir and Environ are the tools' environment.
 	Home    string
 	TempDir string
@@ -155,6 +159,8 @@ type Engine struct {
 	opt    Options
 	stream agent.StreamFunc
 	locks  *tool.FileLocks
+	// builtins are the built-in commands of every session.
+	builtins *commands.Registry
 
 	// live are the workspaces of the sessions built and not yet closed,
 	// by their Scope: what each confined session's tools must not read
@@ -214,14 +220,21 @@ func New(opt Options) (*Engine, error) {
 	if opt.Thinking == "" {
 		opt.Thinking = llm.ThinkingOff
 	}
-	return &Engine{
+	e := &Engine{
 		opt:    opt,
 		stream: agent.StreamFunc(opt.Breakers.Guard(health.StreamFunc(opt.Models.Stream))),
 		// One set of per-file write locks for every session: two sessions
 		// editing the same file never interleave their writes.
 		locks: &tool.FileLocks{},
-	}, nil
+	}
+	e.builtins = commands.NewRegistry(commands.Defaults(opt.Models.Available)...)
+	return e, nil
 }
+
+// Builtins are the built-in commands of every session this engine
+// makes; another package adds one with Builtins().Add, and every face
+// lists and runs it.
+func (e *Engine) Builtins() *commands.Registry { return e.builtins }
 
 // Breakers are the circuit breakers guarding model streams (and bash).
 func (e *Engine) Breakers() *health.Breakers { return e.opt.Breakers }
@@ -311,6 +324,11 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 		return nil, fault.Wrap(fault.Invalid, err, err.Error())
 	}
 	env := e.ToolEnv(spec.Cwd)
+	catalog := commands.Load(e.opt.Commands, spec.Cwd, e.builtins)
+	for _, w := range catalog.Warnings() {
+		e.opt.Logger.Warn("skill or prompt template: "+w.Message, "path", w.Path)
+	}
+	env.ReadAlso = catalog.ReadGrants()
 	// Commands a person runs directly (the protocol's bash) are theirs:
 	// only what the model starts is confined.
 	userEnv := env
@@ -354,7 +372,11 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 	}
 	retry, comp := Saved(e.opt.Saved)
 	now := e.opt.Now()
-	prompt := instructions.Build(e.opt.Instructions, spec.Cwd, SystemPrompt(spec.Cwd, promptNames, now), promptFooter(spec.Cwd, now))
+	footer := promptFooter(spec.Cwd, now)
+	if skills := catalog.PromptSection(); skills != "" {
+		footer = skills + "\n\n" + footer
+	}
+	prompt := instructions.Build(e.opt.Instructions, spec.Cwd, SystemPrompt(spec.Cwd, promptNames, now), footer)
 	model, thinking, maxTurns, topts := e.opt.Model, e.opt.Thinking, e.opt.MaxTurns, spec.TranscriptOptions
 	if c := spec.Child; c != nil {
 		prompt.Text, model, thinking, maxTurns, topts = e.childSettings(c, prompt.Text, topts)
@@ -362,7 +384,7 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 	sess, err := session.New(session.Config{
 		Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open,
 		Model: model, Thinking: thinking,
-		SystemPrompt: prompt.Text, Instructions: prompt.Files,
+		SystemPrompt: prompt.Text, Instructions: prompt.Files, Slash: catalog,
 		Stream: e.stream, Options: e.streamOptions, ResolveModel: e.opt.Models.Resolve,
 		Tools: tools, Modes: modeSet, Mode: spec.Mode, ReadOnlyBash: roBash, BashEnv: userEnv, BashTimeout: e.opt.BashTimeout, Retry: retry, Compaction: comp,
 		Policy: e.opt.Policy, InteractionTimeout: e.opt.InteractionTimeout,

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 
 	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/commands"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/piwire"
@@ -302,6 +303,10 @@ func (srv *Server) dispatch(c *command) {
 				return
 			}
 		}
+		if commands.Of(srv.s).IsBuiltin(*c.Message) {
+			srv.async(func() { srv.runBuiltin(id, typ, *c.Message) })
+			return
+		}
 		m := session.UserMessage(*c.Message, c.Images)
 		b := session.BehaviorNone
 		switch {
@@ -551,7 +556,9 @@ func (srv *Server) dispatch(c *command) {
 		b = append(b, `}}`...)
 		srv.out.Write(b)
 	case "get_commands":
-		srv.reply(success(id, typ, map[string]any{"commands": []any{}}))
+		srv.reply(success(id, typ, map[string]any{"commands": commands.Of(srv.s).List()}))
+	case "get_skills":
+		srv.reply(success(id, typ, map[string]any{"skills": skillsOf(srv.s)}))
 	case piwire.CmdGetCheckpoints, piwire.CmdGetTurnDiff, piwire.CmdRevertTurn, piwire.CmdUndoRevert:
 		// agentd's checkpoint commands, the same table as pi-server's.
 		data, err := piwire.CheckpointCommand(srv.ctx, srv.s, typ, c.Fields)

@@ -207,8 +207,8 @@ func (s *Server) commands() map[string]*commandSpec {
 		"get_last_assistant_text": read(s.lastText),
 		"get_context_usage":       read(s.contextUsage),
 		"get_available_models":    read(s.availableModels),
-		"get_commands":            read(func(context.Context, *call) (any, error) { return map[string]any{"commands": []any{}}, nil }),
-		"get_skills":              read(func(context.Context, *call) (any, error) { return map[string]any{"skills": []any{}}, nil }),
+		"get_commands":            read(s.getCommands),
+		"get_skills":              read(s.getSkills),
 		// get_tools names why an MCP server did not start, which may quote
 		// its secret: the answer is not kept, and a replay asks again.
 		"get_tools":          {session: true, class: pipeline.ClassRead, readOnly: true, run: s.tools, keep: pipeline.RunAgain},
@@ -577,6 +577,9 @@ func (s *Server) metrics(context.Context, *call) (any, error) {
 // ---- session commands ----
 
 func (s *Server) prompt(ctx context.Context, c *call) (any, error) {
+	if out, ok, err := s.builtin(ctx, c); ok {
+		return out, err
+	}
 	m, err := userMessage(c.p)
 	if err != nil {
 		return nil, err
@@ -613,7 +616,10 @@ func userMessage(p params) (*llm.Message, error) {
 	return session.UserMessage(*p.Message, p.Images), nil
 }
 
-func (s *Server) steer(_ context.Context, c *call) (any, error) {
+func (s *Server) steer(ctx context.Context, c *call) (any, error) {
+	if out, ok, err := s.builtin(ctx, c); ok {
+		return out, err
+	}
 	m, err := userMessage(c.p)
 	if err != nil {
 		return nil, err

@@ -47,6 +47,10 @@ func (s *Session) Append(m *llm.Message) error {
 	if m.Content == nil {
 		m.Content = []llm.Content{}
 	}
+	m, err := s.expand(m)
+	if err != nil {
+		return err
+	}
 	s.parkMu.Lock()
 	defer s.parkMu.Unlock()
 	release, err := s.claim(func() {})

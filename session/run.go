@@ -52,6 +52,10 @@ func (s *Session) PromptThen(m *llm.Message, b Behavior, accepted func()) error 
 	if accepted == nil {
 		accepted = func() {}
 	}
+	m, err := s.expand(m)
+	if err != nil {
+		return err
+	}
 	s.parkMu.Lock()
 	s.mu.Lock()
 	if s.closed {
@@ -162,6 +166,10 @@ func (s *Session) queue(m *llm.Message, b Behavior) error {
 	s.mu.Unlock()
 	if closed {
 		return ErrClosed
+	}
+	m, err := s.expand(m)
+	if err != nil {
+		return err
 	}
 	if b == BehaviorSteer {
 		return s.agent.Steer(m)

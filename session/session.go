@@ -60,6 +60,10 @@ type Config struct {
 	// Instructions are the files SystemPrompt was built from (AGENTS.md,
 	// SYSTEM.md, ...), for the faces to show.
 	Instructions []instructions.File
+	// Slash expands the templates and skill commands a prompt starts
+	// with and runs built-in commands (package commands); nil leaves
+	// prompts as they are.
+	Slash Slash
 	// Stream starts a model request for any model (the caller maps the
 	// model's API to its provider).
 	Stream agent.StreamFunc

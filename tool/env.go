@@ -63,6 +63,11 @@ type Env struct {
 	// own rights. Share one Box between the tools of a session: a
 	// person's "always allow" widens it for all of them.
 	Sandbox *sandbox.Box
+	// ReadAlso are real paths (links resolved) of files and directories
+	// the file tools may read even where the sandbox hides them: the
+	// session's skills, which its system prompt tells the model to read.
+	// They grant reading only, never writing.
+	ReadAlso []string
 	// UseExternal lets grep and find use ripgrep (rg) and fd when they
 	// are on Environ's PATH. Off, or when they are missing, the built-in
 	// Go implementations run; they need nothing installed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/agentd-dev/agentd/sandbox"
 )
@@ -94,7 +95,7 @@ func (e Env) checkReadable(abs, path string) *Result {
 		r := Errorf("Cannot read %s: the sandbox could not resolve where it leads (%v).", path, err)
 		return &r
 	}
-	if p.AllowsRead(real) {
+	if p.AllowsRead(real) || e.readGranted(real) {
 		return nil
 	}
 	r := Errorf("Cannot read %s: the sandbox hides it (agentd's own files, key files and other sessions' workspaces are not for tools).", path)
@@ -119,9 +120,21 @@ func (e Env) hiddenUnder(root string) func(rel string, isDir bool) bool {
 	// The walk follows no links, so below a real root every path is real.
 	return func(rel string, isDir bool) bool {
 		path := filepath.Join(real, rel)
-		if p.AllowsRead(path) {
+		if p.AllowsRead(path) || e.readGranted(path) {
 			return false
 		}
 		return !isDir || !p.ShowsWithin(path)
 	}
+}
+
+// readGranted reports whether real (links resolved) is one of the
+// session's skills' files (see Env.ReadAlso).
+func (e Env) readGranted(real string) bool {
+	for _, g := range e.ReadAlso {
+		rel, err := filepath.Rel(g, real)
+		if err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel) {
+			return true
+		}
+	}
+	return false
 }

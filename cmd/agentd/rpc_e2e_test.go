@@ -1718,7 +1718,10 @@ func TestRPCPiTranscript3(t *testing.T) {
 	p := e.start("--no-session", "--policy", policy, "--approval-timeout", "0")
 
 	gc := p.ok(`{"id":"gc","type":"get_commands"}`)
-	e2eEqual(t, "commands", len(e2eAt(gc, "data", "commands").([]any)), 0)
+	for _, c := range e2eAt(gc, "data", "commands").([]any) {
+		// No templates or skills here: only agentd's built-ins.
+		e2eEqual(t, "command source", e2eStr(c, "source"), "builtin")
+	}
 
 	// A dangerous command: the approval is a select; the client rejects it.
 	p.ok(`{"id":"p1","type":"prompt","message":"please CMD:rm -rf ./definitely-not-here-xyz"}`)

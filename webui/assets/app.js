@@ -4,6 +4,7 @@
 // md.js), never as markup.
 import { render, el } from './md.js';
 import { changesView } from './changes.js';
+import { attachSlash } from './slash.js';
 
 const $ = (id) => document.getElementById(id);
 const API = '/api/v2';
@@ -629,6 +630,8 @@ async function load(my) {
   }
   const cfg = await config;
   if (my !== ui.open) return;
+  showContextFiles(cfg && cfg.context_files);
+  loadCommands(my);
   if (cfg && cfg.chat) {
     ui.model = cfg.chat.model || '';
     ui.thinking = cfg.chat.thinking || 'off';
@@ -1523,7 +1526,12 @@ async function sendPrompt() {
   ta.value = '';
   ui.sentAt = performance.now();
   try {
-    await api('POST', convPath(ui.convId), { role: 'user', content: text });
+    const r = await api('POST', convPath(ui.convId), { role: 'user', content: text });
+    if (r && r.command !== undefined) {
+      // A built-in command ran on the server: its output, no step.
+      commandOutput(r.command, r.output);
+      return;
+    }
     // Sent before the event stream said hello: wait for its attachment.
     for (let i = 0; i < 50 && !ui.sessionId; i++) await new Promise((r) => setTimeout(r, 100));
     await api('POST', convPath(ui.convId) + '/step', { session_id: ui.sessionId });
@@ -1556,6 +1564,38 @@ $('interrupt').addEventListener('click', interrupt);
 document.addEventListener('keydown', (e) => {
   if (e.key === 'Escape' && !e.defaultPrevented && (ui.generating || ui.pending.size || ui.elicits.size)) { e.preventDefault(); interrupt(); }
 });
+
+// ---- slash commands and context files ----
+
+ui.commands = [];
+const slash = attachSlash($('prompt'), $('slash-list'), () => ui.commands);
+
+async function loadCommands(my) {
+  try {
+    const r = await api('GET', convPath(ui.convId) + '/commands');
+    if (my !== ui.open) return;
+    ui.commands = (r && r.commands) || [];
+    slash.update();
+  } catch { ui.commands = []; }
+}
+
+// commandOutput shows what a built-in command said (as text).
+function commandOutput(name, out) {
+  const d = el('div', 'msg msg-command');
+  d.append(el('span', 'role', '/' + name), el('pre', 'body', out || 'done'));
+  $('messages').append(d);
+  scrollDown(true);
+}
+
+// showContextFiles lists the files the conversation's system prompt was
+// built from (AGENTS.md, SYSTEM.md, ...).
+function showContextFiles(files) {
+  const d = $('context-files');
+  files = files || [];
+  d.hidden = files.length === 0;
+  d.querySelector('summary').textContent = 'Instructions from ' + files.length + (files.length === 1 ? ' file' : ' files');
+  d.querySelector('ul').replaceChildren(...files.map((f) => el('li', '', f.path + (f.truncated ? ' (cut to ' + f.included + ' of ' + f.bytes + ' bytes)' : ''))));
+}
 
 // ---- start ----
 

@@ -20,6 +20,7 @@
 //   restart                      a new agentd process
 //   list                         session/list for the cwd
 //   load                         session/load of the remembered session; prints the replay
+//   commands                     waits for the agent's available_commands_update; prints it
 import { spawn, spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -43,6 +44,11 @@ let permission = async () => ({ outcome: { outcome: "cancelled" } });
 let onAsked = () => {};
 const updates = [];
 let firstUpdateAt = 0;
+// commandUpdates are the available_commands_update notifications, kept
+// across steps (the agent sends them on its own after session/new);
+// commandWaiters are resolved by the next one.
+const commandUpdates = [];
+let commandWaiters = [];
 // editorLog is every fs and terminal request, as the editor got it.
 const editorLog = [];
 const terminals = new Map();
@@ -56,6 +62,11 @@ function start() {
       if (!firstUpdateAt) firstUpdateAt = performance.now();
       // _t is when the update arrived (ms), for the test's timings.
       updates.push({ ...params.update, _t: performance.now() });
+      if (params.update.sessionUpdate === "available_commands_update") {
+        commandUpdates.push(params.update);
+        for (const w of commandWaiters) w();
+        commandWaiters = [];
+      }
     })
     .onRequest("session/request_permission", async ({ params }) => {
       onAsked(params);
@@ -159,6 +170,11 @@ async function run(proc) {
         case "load": {
           const r = await ctx.request("session/load", { sessionId, cwd, mcpServers: [] });
           out({ step, result: r, updates: [...updates] });
+          break;
+        }
+        case "commands": {
+          if (!commandUpdates.length) await new Promise((res) => commandWaiters.push(res));
+          out({ step, updates: [commandUpdates[commandUpdates.length - 1]] });
           break;
         }
         default:
