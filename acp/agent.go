@@ -157,6 +157,16 @@ func (a *Agent) handle(ctx context.Context, method string, params json.RawMessag
 			break
 		}
 		return a.loadSession(ctx, params)
+	case "session/resume":
+		if !a.canLoad() {
+			break
+		}
+		return a.reopen(ctx, "session/resume", params, false)
+	case "session/fork":
+		if !a.canFork() {
+			break
+		}
+		return a.forkSession(ctx, params)
 	case "session/list":
 		if !a.canLoad() {
 			break
@@ -220,6 +230,12 @@ func (a *Agent) initialize(params json.RawMessage) (any, error) {
 		r.AgentCaps.Session.List = &struct{}{}
 	}
 	r.AgentCaps.Session.Close = &struct{}{}
+	if a.canLoad() {
+		r.AgentCaps.Session.Resume = &struct{}{}
+	}
+	if a.canFork() {
+		r.AgentCaps.Session.Fork = &struct{}{}
+	}
 	return r, nil
 }
 
@@ -431,18 +447,24 @@ func (a *Agent) session(method, id string) (*acpSession, error) {
 }
 
 func (a *Agent) loadSession(ctx context.Context, params json.RawMessage) (any, error) {
+	return a.reopen(ctx, "session/load", params, true)
+}
+
+// reopen opens a stored session again: session/load replays its
+// history to the client (replay), session/resume does not.
+func (a *Agent) reopen(ctx context.Context, method string, params json.RawMessage, replay bool) (any, error) {
 	var p loadSessionParams
-	if err := decodeParams("session/load", params, &p); err != nil {
+	if err := decodeParams(method, params, &p); err != nil {
 		return nil, err
 	}
 	if p.SessionID == "" {
-		return nil, invalidParams("session/load", "sessionId is required")
+		return nil, invalidParams(method, "sessionId is required")
 	}
-	cwd, err := checkCwd("session/load", p.Cwd)
+	cwd, err := checkCwd(method, p.Cwd)
 	if err != nil {
 		return nil, err
 	}
-	if err := a.checkServers("session/load", p.MCPServers); err != nil {
+	if err := a.checkServers(method, p.MCPServers); err != nil {
 		return nil, err
 	}
 	var file string
@@ -469,7 +491,9 @@ func (a *Agent) loadSession(ctx context.Context, params json.RawMessage) (any, e
 	if err != nil {
 		return nil, err
 	}
-	ss.replay()
+	if replay {
+		ss.replay()
+	}
 	ss.listen()
 	// Tool calls that were waiting for a person when the session was
 	// last closed wait again: ask the editor, once it knows the session

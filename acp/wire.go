@@ -50,8 +50,10 @@ type agentCapabilities struct {
 }
 
 type sessionCapabilities struct {
-	List  *struct{} `json:"list,omitempty"`
-	Close *struct{} `json:"close,omitempty"`
+	List   *struct{} `json:"list,omitempty"`
+	Close  *struct{} `json:"close,omitempty"`
+	Resume *struct{} `json:"resume,omitempty"`
+	Fork   *struct{} `json:"fork,omitempty"`
 }
 
 // MCPServer is one entry of session/new's mcpServers: a stdio command
