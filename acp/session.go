@@ -337,8 +337,9 @@ func (ss *acpSession) startAsk(req interaction.Request) {
 }
 
 // ask puts a pending interaction to the client: an approval as
-// session/request_permission, a yes/no or a choice the same way; other
-// questions cannot be asked over ACP and are answered cancelled.
+// session/request_permission, a yes/no or a choice the same way; a line
+// of text, a text to edit or a form as elicitation/create when the
+// client takes it (elicit.go), otherwise answered cancelled.
 func (ss *acpSession) ask(ctx context.Context, req interaction.Request) {
 	defer ss.wg.Done()
 	defer func() {
@@ -355,6 +356,12 @@ func (ss *acpSession) ask(ctx context.Context, req interaction.Request) {
 		resp = ss.approve(ctx, req)
 	case interaction.KindConfirm, interaction.KindSelect:
 		resp = ss.question(ctx, req)
+	case interaction.KindInput, interaction.KindEditor, interaction.KindForm:
+		if !ss.a.canElicit() {
+			resp = interaction.Response{Cancelled: true}
+			break
+		}
+		resp = ss.elicit(ctx, req)
 	default:
 		resp = interaction.Response{Cancelled: true}
 	}

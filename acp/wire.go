@@ -19,7 +19,8 @@ type clientCapabilities struct {
 		ReadTextFile  bool `json:"readTextFile"`
 		WriteTextFile bool `json:"writeTextFile"`
 	} `json:"fs"`
-	Terminal bool `json:"terminal"`
+	Terminal    bool             `json:"terminal"`
+	Elicitation *elicitationCaps `json:"elicitation"`
 }
 
 type initializeResult struct {
