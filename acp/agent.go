@@ -301,7 +301,10 @@ func (a *Agent) newSession(ctx context.Context, params json.RawMessage) (any, er
 	ss.listen()
 	// The editor is asked about an untrusted project once it knows the
 	// session.
-	return afterReply{result: newSessionResult{SessionID: ss.id}, then: ss.askTrust}, nil
+	return afterReply{result: newSessionResult{SessionID: ss.id}, then: func() {
+		ss.reportUnavailable()
+		ss.askTrust()
+	}}, nil
 }
 
 // open builds a session with the client's tools and the MCP servers'
@@ -499,6 +502,7 @@ func (a *Agent) reopen(ctx context.Context, method string, params json.RawMessag
 	// last closed wait again: ask the editor, once it knows the session
 	// is loaded.
 	return afterReply{result: struct{}{}, then: func() {
+		ss.reportUnavailable()
 		ss.askTrust()
 		for _, req := range ss.s.Interactions() {
 			ss.startAsk(req)

@@ -66,5 +66,8 @@ func (a *Agent) forkSession(ctx context.Context, params json.RawMessage) (any, e
 		return nil, err
 	}
 	ss.listen()
-	return afterReply{result: newSessionResult{SessionID: ss.id}, then: ss.askTrust}, nil
+	return afterReply{result: newSessionResult{SessionID: ss.id}, then: func() {
+		ss.reportUnavailable()
+		ss.askTrust()
+	}}, nil
 }
