@@ -76,6 +76,20 @@ func attachFiles(h *server.Hosted, m *llm.Message, files []string) error {
 	var images []llm.Content
 	total := 0
 	for _, f := range files {
+		// An upload of the conversation's, else a workspace file.
+		if name, ok := strings.CutPrefix(f, attachmentsPrefix); ok && isUpload(h, name) {
+			data, err := readUpload(h, name, f)
+			if err != nil {
+				return err
+			}
+			if total += len(data); total > maxFilesBytes {
+				return errorf(http.StatusBadRequest, fmt.Sprintf("files too large: more than %d bytes in one message", maxFilesBytes))
+			}
+			if err := attachData(&text, &images, name, f, data); err != nil {
+				return err
+			}
+			continue
+		}
 		rel, err := workspaceRel(ws, realWS, f)
 		if err != nil {
 			return err
@@ -101,21 +115,9 @@ func attachFiles(h *server.Hosted, m *llm.Message, files []string) error {
 		if total > maxFilesBytes {
 			return errorf(http.StatusBadRequest, fmt.Sprintf("files too large: more than %d bytes in one message", maxFilesBytes))
 		}
-		if mt := http.DetectContentType(data); imageTypes[mt] {
-			images = append(images, llm.Image(base64.StdEncoding.EncodeToString(data), mt))
-			continue
+		if err := attachData(&text, &images, filepath.ToSlash(rel), f, data); err != nil {
+			return err
 		}
-		if len(data) > maxTextBytes {
-			return errorf(http.StatusBadRequest, fmt.Sprintf("file %s is %d bytes: a text file may have %d", quoteClip(f), len(data), maxTextBytes))
-		}
-		if !utf8.Valid(data) || strings.ContainsRune(string(data), 0) {
-			return errorf(http.StatusBadRequest, "file "+quoteClip(f)+" is neither text (UTF-8) nor an image (PNG, JPEG, GIF, WebP)")
-		}
-		fmt.Fprintf(&text, "\n\n```%s\n%s", filepath.ToSlash(rel), data)
-		if len(data) > 0 && data[len(data)-1] != '\n' {
-			text.WriteByte('\n')
-		}
-		text.WriteString("```")
 	}
 	if text.Len() > 0 {
 		if len(m.Content) > 0 && m.Content[0].Type == llm.ContentText {
@@ -179,4 +181,54 @@ func readWorkspaceFile(root *os.Root, rel, name string) ([]byte, error) {
 		return nil, errorf(http.StatusBadRequest, fmt.Sprintf("file %s is more than %d bytes", quoteClip(name), maxImageBytes))
 	}
 	return data, nil
+}
+
+// attachData adds one file's data to a message being built: an image as
+// an image block, text fenced with label.
+func attachData(text *strings.Builder, images *[]llm.Content, label, name string, data []byte) error {
+	if mt := http.DetectContentType(data); imageTypes[mt] {
+		*images = append(*images, llm.Image(base64.StdEncoding.EncodeToString(data), mt))
+		return nil
+	}
+	if len(data) > maxTextBytes {
+		return errorf(http.StatusBadRequest, fmt.Sprintf("file %s is %d bytes: a text file may have %d", quoteClip(name), len(data), maxTextBytes))
+	}
+	if !utf8.Valid(data) || strings.ContainsRune(string(data), 0) {
+		return errorf(http.StatusBadRequest, "file "+quoteClip(name)+" is neither text (UTF-8) nor an image (PNG, JPEG, GIF, WebP)")
+	}
+	fmt.Fprintf(text, "\n\n```%s\n%s", label, data)
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		text.WriteByte('\n')
+	}
+	text.WriteString("```")
+	return nil
+}
+
+// isUpload reports whether conversation h has an upload called name.
+func isUpload(h *server.Hosted, name string) bool {
+	dir := attachmentsDir(h)
+	if dir == "" || name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\") {
+		return false
+	}
+	_, err := os.Lstat(filepath.Join(dir, name))
+	return err == nil
+}
+
+// readUpload reads upload name of conversation h (f as the client named
+// it): one component, in the conversation's attachments directory.
+func readUpload(h *server.Hosted, name, f string) ([]byte, error) {
+	if name == "" || strings.ContainsAny(name, "/\\") || name == "." || name == ".." {
+		return nil, errorf(http.StatusBadRequest, "file "+quoteClip(f)+" is not an upload of this conversation")
+	}
+	root, err := os.OpenRoot(attachmentsDir(h))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errorf(http.StatusBadRequest, "file "+quoteClip(f)+" not found: this conversation has no uploads")
+	} else if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	if _, err := root.Lstat(name); errors.Is(err, fs.ErrNotExist) {
+		return nil, errorf(http.StatusBadRequest, "file "+quoteClip(f)+" not found among this conversation's uploads")
+	}
+	return readWorkspaceFile(root, name, f)
 }

@@ -94,6 +94,7 @@ func (s *Server) routes() []route {
 			query: []queryParam{{"after_message", "integer", "the last message index to copy (required)"}, {"branch", "string", "only main"}}, handle: (*Server).fork},
 		{method: "POST", path: conv + "/rerun", summary: "Run the last assistant message's tool calls again, through confirmation", body: RerunRequest{}, resp: RerunResponse{}, statuses: []int{404, 409}, handle: (*Server).rerun},
 		{method: "POST", path: conv + "/transcript", creates: true, summary: "Add a voice call's turns (making the conversation if need be)", body: TranscriptRequest{}, resp: TranscriptResponse{}, statuses: []int{404, 409}, handle: (*Server).transcript},
+		{method: "POST", path: conv + "/workspace/upload", summary: "Keep files (multipart/form-data) with the conversation for a message's files (attachments/<name>)", resp: UploadResponse{}, statuses: []int{404, 409}, handle: (*Server).upload},
 		{method: "POST", path: conv + "/elicit/respond", summary: "Answer a question of the agent", body: ElicitRequest{}, resp: StatusResponse{}, statuses: []int{404, 409}, handle: (*Server).elicit},
 	}
 }
