@@ -225,7 +225,7 @@ func (a *Agent) initialize(params json.RawMessage) (any, error) {
 	r.AgentCaps.LoadSession = a.canLoad()
 	r.AgentCaps.Prompt.Image = true
 	r.AgentCaps.Prompt.EmbeddedContext = true
-	r.AgentCaps.MCP.HTTP = a.opt.MCP != nil
+	r.AgentCaps.MCP.HTTP = a.opt.MCP != nil || a.opt.Remote != nil
 	if a.canLoad() {
 		r.AgentCaps.Session.List = &struct{}{}
 	}
@@ -266,7 +266,7 @@ func (a *Agent) checkServers(method string, servers []MCPServer) error {
 				return invalidParams(method, "mcpServers[%d] (%s): command is required", i, s.Name)
 			}
 		case "http":
-			if a.opt.MCP == nil {
+			if a.opt.MCP == nil && a.opt.Remote == nil {
 				return invalidParams(method, "mcpServers[%d] (%s): http servers are not supported (mcpCapabilities.http is false)", i, s.Name)
 			}
 			if s.URL == "" {
@@ -276,7 +276,7 @@ func (a *Agent) checkServers(method string, servers []MCPServer) error {
 			return invalidParams(method, "mcpServers[%d] (%s): type %q is not supported", i, s.Name, s.Type)
 		}
 	}
-	if len(servers) > 0 && a.opt.MCP == nil {
+	if len(servers) > 0 && a.opt.MCP == nil && a.opt.Remote == nil {
 		return invalidParams(method, "MCP servers are not enabled in this agentd")
 	}
 	return nil
@@ -317,9 +317,6 @@ func (a *Agent) open(ctx context.Context, cwd, file, id string, servers []MCPSer
 		terminals: map[string]string{}}
 	ss.ctx, ss.stop = context.WithCancel(context.Background())
 	if a.opt.Remote != nil {
-		if len(servers) > 0 {
-			a.log.Warn("mcpServers are not started for a session of agentd serve: its tools are the server's (agentd serve --mcp-config)", "cwd", cwd)
-		}
 		var (
 			s   conversation
 			err error
@@ -332,6 +329,16 @@ func (a *Agent) open(ctx context.Context, cwd, file, id string, servers []MCPSer
 		if err != nil {
 			ss.stop()
 			return nil, err
+		}
+		if len(servers) > 0 {
+			// The editor's servers run on the server, as the session's own.
+			failed, err := a.opt.Remote.setMCP(ctx, s.ID(), servers)
+			if err != nil {
+				_ = s.Close()
+				ss.stop()
+				return nil, err
+			}
+			ss.remoteUnavailable = failed
 		}
 		return a.register(ss, s), nil
 	}

@@ -6,10 +6,11 @@ package acp
 // configured that gives no tools must not go unnoticed. (Its stderr is
 // in agentd's log, never here.)
 func (ss *acpSession) reportUnavailable() {
-	if ss.local == nil {
-		return
+	failed := ss.remoteUnavailable
+	if ss.local != nil {
+		failed = ss.local.UnavailableTools()
 	}
-	for _, u := range ss.local.UnavailableTools() {
+	for _, u := range failed {
 		ss.update(chunkUpdate{SessionUpdate: "agent_message_chunk",
 			Content: contentBlock{Type: "text", Text: "agentd: " + u.Error + ". Its tools are not available in this session.\n\n"}})
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/agentd-dev/agentd/mcp"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/tool"
 )
 
 // acpSession is one agentd session open on the connection.
@@ -23,6 +24,9 @@ type acpSession struct {
 	id  string
 	cwd string
 	s   conversation
+	// remoteUnavailable are the editor's MCP servers that failed to
+	// start on agentd serve (a bridged session), for the editor.
+	remoteUnavailable []tool.Unavailable
 	// local is s when it is a session of this process (not bridged):
 	// tools can be added to it.
 	local *session.Session
