@@ -72,3 +72,30 @@ func TestACPConnectEditorMCPServers(t *testing.T) {
 		t.Fatalf("the MCP tool's result: %v", end)
 	}
 }
+
+// The same through the official SDK 2.4.0: a stdio MCP server given in
+// session/new is used through the bridge, and the session is resumed on a
+// new bridge without a replay.
+func TestACPConnectMCPWithTheOfficialClient(t *testing.T) {
+	acpNodeModules(t)
+	t.Parallel()
+	bin := testMCPServer(t)
+	e := e2eNewEnv(t, e2eOpts{})
+	e.tweak("MCP-ECHO", func(s *llmtest.Script) {
+		*s = e2eToolScript("tiny__echo", map[string]string{"text": "sdk bridge"})
+	})
+	s := svStart(t, e)
+	steps := e.acpClient([]string{
+		"init", "new-mcp:tiny=" + bin, "prompt:MCP-ECHO",
+		"restart", "init", "resume", "prompt:after resume",
+	}, "--connect", "ws://"+s.addr+"/")
+	if end := acpToolEnd(acpFind(t, steps, "prompt:MCP-ECHO")); end == nil || !strings.Contains(fmt.Sprint(end), "tiny echo: sdk bridge") {
+		t.Fatalf("the MCP tool through the bridge: %v", end)
+	}
+	if r := acpFind(t, steps, "resume"); len(r.Updates) != 0 {
+		t.Errorf("session/resume through the bridge replayed %d updates", len(r.Updates))
+	}
+	if a := acpFind(t, steps, "prompt:after resume"); a.StopReason != "end_turn" {
+		t.Errorf("prompt after resume: %q", a.StopReason)
+	}
+}
