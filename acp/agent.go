@@ -161,6 +161,16 @@ func (a *Agent) handle(ctx context.Context, method string, params json.RawMessag
 			break
 		}
 		return a.loadSession(ctx, params)
+	case "session/resume":
+		if !a.canLoad() {
+			break
+		}
+		return a.reopen(ctx, "session/resume", params, false)
+	case "session/fork":
+		if !a.canFork() {
+			break
+		}
+		return a.forkSession(ctx, params)
 	case "session/list":
 		if !a.canLoad() {
 			break
@@ -225,11 +235,17 @@ func (a *Agent) initialize(params json.RawMessage) (any, error) {
 	r.AgentCaps.LoadSession = a.canLoad()
 	r.AgentCaps.Prompt.Image = true
 	r.AgentCaps.Prompt.EmbeddedContext = true
-	r.AgentCaps.MCP.HTTP = a.opt.MCP != nil
+	r.AgentCaps.MCP.HTTP = a.opt.MCP != nil || a.opt.Remote != nil
 	if a.canLoad() {
 		r.AgentCaps.Session.List = &struct{}{}
 	}
 	r.AgentCaps.Session.Close = &struct{}{}
+	if a.canLoad() {
+		r.AgentCaps.Session.Resume = &struct{}{}
+	}
+	if a.canFork() {
+		r.AgentCaps.Session.Fork = &struct{}{}
+	}
 	return r, nil
 }
 
@@ -260,7 +276,7 @@ func (a *Agent) checkServers(method string, servers []MCPServer) error {
 				return invalidParams(method, "mcpServers[%d] (%s): command is required", i, s.Name)
 			}
 		case "http":
-			if a.opt.MCP == nil {
+			if a.opt.MCP == nil && a.opt.Remote == nil {
 				return invalidParams(method, "mcpServers[%d] (%s): http servers are not supported (mcpCapabilities.http is false)", i, s.Name)
 			}
 			if s.URL == "" {
@@ -270,7 +286,7 @@ func (a *Agent) checkServers(method string, servers []MCPServer) error {
 			return invalidParams(method, "mcpServers[%d] (%s): type %q is not supported", i, s.Name, s.Type)
 		}
 	}
-	if len(servers) > 0 && a.opt.MCP == nil {
+	if len(servers) > 0 && a.opt.MCP == nil && a.opt.Remote == nil {
 		return invalidParams(method, "MCP servers are not enabled in this agentd")
 	}
 	return nil
@@ -297,6 +313,7 @@ func (a *Agent) newSession(ctx context.Context, params json.RawMessage) (any, er
 	// session.
 	return afterReply{result: ss.setup(ctx, ss.id), then: func() {
 		ss.sendCommands()
+		ss.reportUnavailable()
 		ss.askTrust()
 	}}, nil
 }
@@ -311,9 +328,6 @@ func (a *Agent) open(ctx context.Context, cwd, file, id string, servers []MCPSer
 		terminals: map[string]string{}}
 	ss.ctx, ss.stop = context.WithCancel(context.Background())
 	if a.opt.Remote != nil {
-		if len(servers) > 0 {
-			a.log.Warn("mcpServers are not started for a session of agentd serve: its tools are the server's (agentd serve --mcp-config)", "cwd", cwd)
-		}
 		var (
 			s   conversation
 			err error
@@ -329,6 +343,16 @@ func (a *Agent) open(ctx context.Context, cwd, file, id string, servers []MCPSer
 		}
 		if c, ok := s.(configurable); ok {
 			ss.cfg = c
+		}
+		if len(servers) > 0 {
+			// The editor's servers run on the server, as the session's own.
+			failed, err := a.opt.Remote.setMCP(ctx, s.ID(), servers)
+			if err != nil {
+				_ = s.Close()
+				ss.stop()
+				return nil, err
+			}
+			ss.remoteUnavailable = failed
 		}
 		return a.register(ss, s), nil
 	}
@@ -448,18 +472,24 @@ func (a *Agent) session(method, id string) (*acpSession, error) {
 }
 
 func (a *Agent) loadSession(ctx context.Context, params json.RawMessage) (any, error) {
+	return a.reopen(ctx, "session/load", params, true)
+}
+
+// reopen opens a stored session again: session/load replays its
+// history to the client (replay), session/resume does not.
+func (a *Agent) reopen(ctx context.Context, method string, params json.RawMessage, replay bool) (any, error) {
 	var p loadSessionParams
-	if err := decodeParams("session/load", params, &p); err != nil {
+	if err := decodeParams(method, params, &p); err != nil {
 		return nil, err
 	}
 	if p.SessionID == "" {
-		return nil, invalidParams("session/load", "sessionId is required")
+		return nil, invalidParams(method, "sessionId is required")
 	}
-	cwd, err := checkCwd("session/load", p.Cwd)
+	cwd, err := checkCwd(method, p.Cwd)
 	if err != nil {
 		return nil, err
 	}
-	if err := a.checkServers("session/load", p.MCPServers); err != nil {
+	if err := a.checkServers(method, p.MCPServers); err != nil {
 		return nil, err
 	}
 	var file string
@@ -486,13 +516,16 @@ func (a *Agent) loadSession(ctx context.Context, params json.RawMessage) (any, e
 	if err != nil {
 		return nil, err
 	}
-	ss.replay()
+	if replay {
+		ss.replay()
+	}
 	ss.listen()
 	// Tool calls that were waiting for a person when the session was
 	// last closed wait again: ask the editor, once it knows the session
 	// is loaded.
 	return afterReply{result: ss.setup(ctx, ""), then: func() {
 		ss.sendCommands()
+		ss.reportUnavailable()
 		ss.askTrust()
 		for _, req := range ss.s.Interactions() {
 			ss.startAsk(req)

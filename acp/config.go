@@ -73,6 +73,9 @@ type sessionSetup struct {
 	Modes         *sessionModeState  `json:"modes,omitempty"`
 	Models        *sessionModelState `json:"models,omitempty"`
 	ConfigOptions []configOption     `json:"configOptions,omitempty"`
+	// Meta reports agentd's extras (the files in the system prompt); it
+	// takes the place of newSessionResult's.
+	Meta *sessionMeta `json:"_meta,omitempty"`
 }
 
 type currentModeUpdate struct {
@@ -254,7 +257,7 @@ func (s *remoteSession) setThinking(ctx context.Context, level string) error {
 // settings as modes, models and configOptions. A session whose settings
 // cannot be read is answered without them.
 func (ss *acpSession) setup(ctx context.Context, id string) sessionSetup {
-	var r sessionSetup
+	r := sessionSetup{Meta: ss.meta(ctx)}
 	if id != "" {
 		r.newSessionResult = &newSessionResult{SessionID: id}
 	}

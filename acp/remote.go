@@ -25,6 +25,8 @@ import (
 type Remote struct {
 	ws  *websocket.Conn
 	log *slog.Logger
+	// url and token reach the same server's REST face (remote_mcp.go).
+	url, token string
 
 	ctx    context.Context // ends with Close
 	cancel context.CancelFunc
@@ -92,7 +94,7 @@ func DialRemote(ctx context.Context, url, token string, log *slog.Logger) (*Remo
 	}
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:]) // crypto/rand.Read never fails
-	r := &Remote{ws: ws, log: log, prefix: "acp-" + hex.EncodeToString(nonce[:]) + "-", done: make(chan struct{}), pending: map[string]chan remoteReply{},
+	r := &Remote{ws: ws, log: log, url: url, token: token, prefix: "acp-" + hex.EncodeToString(nonce[:]) + "-", done: make(chan struct{}), pending: map[string]chan remoteReply{},
 		started: map[string]chan struct{}{}, sessions: map[string]*remoteSession{}}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	go r.read()

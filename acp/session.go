@@ -15,6 +15,7 @@ import (
 	"github.com/agentd-dev/agentd/mcp"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/tool"
 )
 
 // acpSession is one agentd session open on the connection.
@@ -23,6 +24,9 @@ type acpSession struct {
 	id  string
 	cwd string
 	s   conversation
+	// remoteUnavailable are the editor's MCP servers that failed to
+	// start on agentd serve (a bridged session), for the editor.
+	remoteUnavailable []tool.Unavailable
 	// local is s when it is a session of this process (not bridged):
 	// tools can be added to it.
 	local *session.Session
@@ -353,8 +357,9 @@ func (ss *acpSession) startAsk(req interaction.Request) {
 }
 
 // ask puts a pending interaction to the client: an approval as
-// session/request_permission, a yes/no or a choice the same way; other
-// questions cannot be asked over ACP and are answered cancelled.
+// session/request_permission, a yes/no or a choice the same way; a line
+// of text, a text to edit or a form as elicitation/create when the
+// client takes it (elicit.go), otherwise answered cancelled.
 func (ss *acpSession) ask(ctx context.Context, req interaction.Request) {
 	defer ss.wg.Done()
 	defer func() {
@@ -371,6 +376,12 @@ func (ss *acpSession) ask(ctx context.Context, req interaction.Request) {
 		resp = ss.approve(ctx, req)
 	case interaction.KindConfirm, interaction.KindSelect:
 		resp = ss.question(ctx, req)
+	case interaction.KindInput, interaction.KindEditor, interaction.KindForm:
+		if !ss.a.canElicit() {
+			resp = interaction.Response{Cancelled: true}
+			break
+		}
+		resp = ss.elicit(ctx, req)
 	default:
 		resp = interaction.Response{Cancelled: true}
 	}

@@ -19,7 +19,8 @@ type clientCapabilities struct {
 		ReadTextFile  bool `json:"readTextFile"`
 		WriteTextFile bool `json:"writeTextFile"`
 	} `json:"fs"`
-	Terminal bool `json:"terminal"`
+	Terminal    bool             `json:"terminal"`
+	Elicitation *elicitationCaps `json:"elicitation"`
 }
 
 type initializeResult struct {
@@ -50,8 +51,10 @@ type agentCapabilities struct {
 }
 
 type sessionCapabilities struct {
-	List  *struct{} `json:"list,omitempty"`
-	Close *struct{} `json:"close,omitempty"`
+	List   *struct{} `json:"list,omitempty"`
+	Close  *struct{} `json:"close,omitempty"`
+	Resume *struct{} `json:"resume,omitempty"`
+	Fork   *struct{} `json:"fork,omitempty"`
 }
 
 // MCPServer is one entry of session/new's mcpServers: a stdio command

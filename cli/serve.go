@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -132,15 +133,16 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		return err
 	}
 	if len(mcpServers) > 0 {
-		set := mcpManager(log, mcpPolicy, sc.Engine.MCP).Open(ctx, mcpServers, cwd)
-		if err := set.Err(); err != nil {
-			// Sessions work without the servers that failed; health says so.
-			log.Warn("MCP servers", "err", err)
-			for _, u := range set.Unavailable() {
-				hl.AddLasting(u.Error)
-			}
-		}
+		// Started in the background: a server slow to answer (or never
+		// answering) holds neither the server's start nor a session's
+		// creation. Sessions get its tools when it is ready (and say so
+		// with config_changed); until then get_tools names it as starting.
+		set := mcpManager(log, mcpPolicy, sc.Engine.MCP).OpenBackground(mcpServers, cwd)
 		defer set.Close()
+		report := mcpFailuresToHealth(set, hl, log)
+		stop := set.Watch(report)
+		defer stop()
+		report() // what failed before the watch began
 		builder = withTools{eng: eng, set: set}
 	}
 	var auth server.Authenticator
@@ -334,6 +336,26 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 
 // withTools builds the engine's sessions with more tools: the MCP
 // servers' of --mcp-config, shared (the sessions do not stop them).
+// mcpFailuresToHealth is a watcher of set that makes each server that
+// failed to start a lasting health issue, and logs it, once: sessions
+// work without it, and health_check says why they lack its tools.
+func mcpFailuresToHealth(set *mcp.Set, hl *health.Health, log *slog.Logger) func() {
+	var mu sync.Mutex
+	told := map[string]bool{}
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, u := range set.Failed() {
+			if told[u.Source] {
+				continue
+			}
+			told[u.Source] = true
+			log.Warn("MCP server failed to start", "server", strings.TrimPrefix(u.Source, "mcp:"), "err", u.Error)
+			hl.AddLasting(u.Error)
+		}
+	}
+}
+
 type withTools struct {
 	eng *engine.Engine
 	set *mcp.Set

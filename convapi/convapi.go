@@ -27,7 +27,12 @@ import (
 )
 
 // APIVersion and ContractRevision are what GET /api/v2 reports; clients
-// check api_version.
+// check api_version. gptme's revision 2 (gptme/server/openapi_docs.py)
+// changes one endpoint, POST /api/v2/user/api-key (save a provider key
+// into the server's config): 200 with a "warning" when the provider is
+// unreachable, where revision 1 answered 502. agentd has no such
+// endpoint (keys are the operator's, in models.json or the environment,
+// never set by a client), so it does not claim revision 2.
 const (
 	APIVersion       = 2
 	ContractRevision = 1

@@ -345,6 +345,17 @@ type inputPayload struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
 	TimeMs  int64  `json:"timeMs,omitempty"`
+	// Files are workspace paths, read when the message is added.
+	Files []string `json:"files,omitempty"`
+}
+
+// messageIn is the message with its files read from h's workspace.
+func (in inputPayload) messageIn(h *server.Hosted) (*llm.Message, error) {
+	m := in.message()
+	if err := attachFiles(h, m, in.Files); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 func (in inputPayload) message() *llm.Message {
@@ -548,10 +559,10 @@ func inputOf(m object, inList bool) (inputPayload, error) {
 		}
 		return in, errorf(http.StatusBadRequest, "files must be a list of strings")
 	}
-	if len(files) > 0 {
-		return in, errorf(http.StatusBadRequest, "files are not supported: agentd takes no attachments; put the file's text in content, or let the agent read it from the workspace")
+	if err := checkFileNames(role, files); err != nil {
+		return in, err
 	}
-	in.Role, in.Content = role, content
+	in.Role, in.Content, in.Files = role, content, files
 	return in, nil
 }
 
@@ -665,8 +676,12 @@ func (s *Server) setUp(h *server.Hosted, p createPayload) error {
 			return err
 		}
 	}
-	for _, m := range p.Messages {
-		if err := sess.Append(m.message()); err != nil {
+	for _, in := range p.Messages {
+		m, err := in.messageIn(h)
+		if err != nil {
+			return err
+		}
+		if err := sess.Append(m); err != nil {
 			return err
 		}
 	}
@@ -771,7 +786,11 @@ func (s *Server) runAppend(ctx context.Context, c *call) (any, error) {
 	if out, ok, err := runBuiltin(ctx, c.h.Session(), in); ok {
 		return out, err
 	}
-	if err := c.h.Session().Append(in.message()); err != nil {
+	m, err := in.messageIn(c.h)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.h.Session().Append(m); err != nil {
 		if fault.CodeOf(err) == fault.Busy {
 			return nil, errorf(http.StatusConflict, "Cannot add message while generation is in progress")
 		}
@@ -1652,7 +1671,7 @@ func decodeEdit(o object, index int, truncate bool) (editPayload, error) {
 		return pl, err
 	}
 	if len(files) > 0 {
-		return pl, errorf(http.StatusBadRequest, "files are not supported: agentd takes no attachments")
+		return pl, errorf(http.StatusBadRequest, "files are not taken by an edit: add a new message with them")
 	}
 	if !pl.Truncate && !hasFiles && (pl.Content == nil || strings.TrimSpace(*pl.Content) == "") {
 		return pl, errorf(http.StatusBadRequest, "content or files is required")

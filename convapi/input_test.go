@@ -35,7 +35,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown model", "PUT", "/api/v2/conversations/x2", map[string]any{"config": map[string]any{"chat": map[string]any{"model": "nope/nope"}}}, 400, "Model not found: nope/nope (GET /api/v2/models lists the models that can be used)"},
 		{"auto_confirm a string", "PUT", "/api/v2/conversations/x2", map[string]any{"auto_confirm": "true"}, 400, "Invalid 'auto_confirm' value: 'auto_confirm' must be a boolean or a non-negative integer"},
 		{"auto_confirm a float", "POST", "/api/v2/conversations/ok/step", map[string]any{"session_id": sid, "auto_confirm": 1.5}, 400, "Invalid 'auto_confirm' value: 'auto_confirm' must be a boolean or a non-negative integer"},
-		{"files given", "POST", "/api/v2/conversations/ok", map[string]any{"role": "user", "content": "x", "files": []string{"a.png"}}, 400, "files are not supported: agentd takes no attachments; put the file's text in content, or let the agent read it from the workspace"},
+		{"files on an assistant message", "POST", "/api/v2/conversations/ok", map[string]any{"role": "assistant", "content": "x", "files": []string{"a.png"}}, 400, "files are taken on user messages only (this one's role is assistant)"},
 		{"files not strings", "POST", "/api/v2/conversations/ok", map[string]any{"role": "user", "content": "x", "files": []int{1}}, 400, "files must be a list of strings"},
 		{"unknown tool", "POST", "/api/v2/conversations/ok", map[string]any{"role": "user", "content": "x", "tools": []string{"nope"}}, 400, "Tool 'nope' not found (this conversation's tools: read, bash, edit, write, grep, find, ls, slow, ask_user, todo)"},
 		{"branch traversal", "POST", "/api/v2/conversations/ok", map[string]any{"role": "user", "content": "x", "branch": "../x"}, 400, "Invalid branch name"},

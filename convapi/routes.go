@@ -100,6 +100,7 @@ func (s *Server) routes() []route {
 			query: []queryParam{{"turn", "string", "the turn's id (from .../changes); the last turn that changed files without"}}, handle: (*Server).turnDiff},
 		{method: "POST", path: conv + "/changes/revert", summary: "Put the files back as they were before a turn, optionally truncating the conversation there", body: RevertRequest{}, resp: RevertResponse{}, statuses: []int{404, 409}, handle: (*Server).revert},
 		{method: "POST", path: conv + "/changes/undo", summary: "Undo the last revert (files, and the conversation if it was truncated)", resp: RevertResponse{}, statuses: []int{404, 409}, handle: (*Server).undoRevert},
+		{method: "POST", path: conv + "/workspace/upload", summary: "Keep files (multipart/form-data) with the conversation for a message's files (attachments/<name>)", resp: UploadResponse{}, statuses: []int{404, 409}, handle: (*Server).upload},
 		{method: "POST", path: conv + "/elicit/respond", summary: "Answer a question of the agent", body: ElicitRequest{}, resp: StatusResponse{}, statuses: []int{404, 409}, handle: (*Server).elicit},
 	}
 }

@@ -94,11 +94,13 @@ func lastFrameID(f []byte) []byte {
 func (l *sseLink) Close(server.Close) { l.once.Do(func() { close(l.closed) }) }
 
 // cursorOf reads where a client resumes: the Last-Event-ID header an
-// EventSource sends when it reconnects, or ?after=.
+// EventSource sends when it reconnects, or ?after=. The header wins: an
+// EventSource opened on a URL with ?after= keeps that URL on every
+// reconnect, and only its header says how far it has read since.
 func cursorOf(r *http.Request) (*uint64, error) {
 	v := r.Header.Get("Last-Event-ID")
 	name := "Last-Event-ID"
-	if q := r.URL.Query().Get("after"); q != "" {
+	if q := r.URL.Query().Get("after"); q != "" && v == "" {
 		v, name = q, "after"
 	}
 	if v == "" {

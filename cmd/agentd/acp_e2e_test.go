@@ -50,6 +50,7 @@ type acpStep struct {
 	Text          string           `json:"text"`
 	Updates       []map[string]any `json:"updates"`
 	Asked         []map[string]any `json:"asked"`
+	Elicited      []map[string]any `json:"elicited"`
 	FirstUpdateMs float64          `json:"firstUpdateMs"`
 	TotalMs       float64          `json:"totalMs"`
 	Code          *int             `json:"code"`

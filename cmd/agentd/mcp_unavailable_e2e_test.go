@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentd-dev/agentd/llm/llmtest"
 )
@@ -139,7 +140,9 @@ func TestMCPServersThatFailToStart(t *testing.T) {
 		s := svStart(t, e, "--mcp-config", path)
 		c := s.dial("A")
 		svCreate(c, "one")
-		r := c.must("get_tools", svM{"sessionId": "one"})
+		// The servers start in the background: their outcome is there
+		// once none is starting.
+		r := svToolsSettled(t, c, "one")
 		names := map[string]bool{}
 		for _, tl := range svArr(r.m, "data", "tools") {
 			names[svStr(tl, "name")] = true
@@ -168,10 +171,19 @@ func TestMCPServersThatFailToStart(t *testing.T) {
 			errs = append(errs, svStr(u, "source")+" "+svStr(u, "error"))
 		}
 		check(t, "get_tools sent again", errs)
-		h := c.must("health_check", nil)
+		// The watcher that makes each failure a health issue runs once
+		// the starts settled: its outcome follows get_tools's.
+		var h svFrame
 		var issues []string
-		for _, i := range svArr(h.m, "data", "issues") {
-			issues = append(issues, i.(string))
+		for deadline := time.Now().Add(svWait); ; time.Sleep(20 * time.Millisecond) {
+			h = c.must("health_check", nil)
+			issues = nil
+			for _, i := range svArr(h.m, "data", "issues") {
+				issues = append(issues, i.(string))
+			}
+			if len(issues) >= len(want) || time.Now().After(deadline) {
+				break
+			}
 		}
 		if healthy, _ := svAt(h.m, "data", "healthy").(bool); healthy {
 			t.Errorf("healthy with servers down: %s", h)

@@ -474,7 +474,7 @@ async function openConversation(id) {
   ui.model = '';
   ui.thinking = '';
   showModel();
-  for (const b of ['rename', 'fork', 'delete', 'prompt', 'send']) $(b).disabled = !id;
+  for (const b of ['rename', 'fork', 'delete', 'prompt', 'send', 'attach-btn']) $(b).disabled = !id;
   $('conv-actions').hidden = !id;
   $('state').hidden = !id;
   if (!id) {
@@ -600,6 +600,7 @@ function welcomeModel(id) {
   if (ui.convId) return;
   $('prompt').disabled = !id;
   $('send').disabled = !id;
+  $('attach-btn').disabled = !id;
   $('prompt').placeholder = id ? `Message a new conversation with ${id} (Enter sends)` : 'No model can be used yet';
   for (const b of $('welcome-examples').querySelectorAll('button')) b.disabled = !id;
 }
@@ -1507,16 +1508,71 @@ function clearElicits() { for (const id of [...ui.elicits.keys()]) settleElicit(
 
 // ---- composing, sending, interrupting ----
 
+// ---- attaching files ----
+
+// Files chosen for the next message: uploaded to the conversation when
+// it is sent (the server keeps them beside the conversation) and named
+// in its files; images reach the model as images, text files as text.
+const MAX_ATTACHED = 10;
+ui.attached = [];
+
+function showAttached() {
+  const box = $('attached');
+  box.replaceChildren();
+  ui.attached.forEach((f, i) => {
+    const chip = el('span', 'chip', f.name);
+    const x = el('button', '', '\u00d7');
+    x.type = 'button';
+    x.title = 'Remove ' + f.name;
+    x.setAttribute('aria-label', 'Remove ' + f.name);
+    x.addEventListener('click', () => { ui.attached.splice(i, 1); showAttached(); });
+    chip.append(x);
+    box.append(chip);
+  });
+  box.hidden = !ui.attached.length;
+}
+
+$('attach-btn').addEventListener('click', () => { if (!$('prompt').disabled) $('attach').click(); });
+$('attach').addEventListener('change', () => {
+  for (const f of $('attach').files) {
+    if (ui.attached.length >= MAX_ATTACHED) { banner(`At most ${MAX_ATTACHED} files a message.`); break; }
+    ui.attached.push(f);
+  }
+  $('attach').value = '';
+  showAttached();
+  $('prompt').focus();
+});
+
+// upload sends files to conversation id and returns their paths for a
+// message's files.
+async function upload(id, files) {
+  const form = new FormData();
+  for (const f of files) form.append('file', f, f.name);
+  let res;
+  try {
+    res = await fetch(convPath(id) + '/workspace/upload', { method: 'POST', body: form, credentials: 'same-origin' });
+  } catch (e) {
+    throw new APIError(0, 'The server cannot be reached: ' + e.message);
+  }
+  let data = null;
+  try { data = await res.json(); } catch { data = null; }
+  if (!res.ok) {
+    if (res.status === 401) showLogin();
+    throw new APIError(res.status, 'The files could not be attached: ' + ((data && data.error) || `${res.status} ${res.statusText}`));
+  }
+  return data.files.map((f) => f.path);
+}
+
 async function sendPrompt() {
   const ta = $('prompt');
   // Blank lines around the text are dropped; indentation is kept.
   const text = ta.value.replace(/^(\s*\n)+/, '').replace(/(\n\s*)+$/, '');
-  if (!text.trim()) return;
+  if (!text.trim() && !ui.attached.length) return;
   if (!ui.convId) {
     if (!ui.welcomeModel) return;
     banner('');
     try {
-      await startWith(text);
+      await startWith(text || ui.attached[0].name);
     } catch (e) {
       banner('The conversation could not be started: ' + e.message);
       return;
@@ -1525,8 +1581,15 @@ async function sendPrompt() {
   banner('');
   ta.value = '';
   ui.sentAt = performance.now();
+  const files = ui.attached.slice();
   try {
-    const r = await api('POST', convPath(ui.convId), { role: 'user', content: text });
+    const msg = { role: 'user', content: text };
+    if (files.length) {
+      msg.files = await upload(ui.convId, files);
+      ui.attached = [];
+      showAttached();
+    }
+    const r = await api('POST', convPath(ui.convId), msg);
     if (r && r.command !== undefined) {
       // A built-in command ran on the server: its output, no step.
       commandOutput(r.command, r.output);

@@ -21,6 +21,11 @@
 //   list                         session/list for the cwd
 //   load                         session/load of the remembered session; prints the replay
 //   commands                     waits for the agent's available_commands_update; prints it
+//   resume                       session/resume of the remembered session; prints what came
+//   fork                         session/fork of the remembered session; remembers the new one
+//   init-elicit                  initialize offering form elicitation
+//   elicit-answer:<json>         the answer to the elicitation/create requests that follow
+//                                (a prompt step prints the requests it saw as "elicited")
 import { spawn, spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -52,6 +57,9 @@ let commandWaiters = [];
 // editorLog is every fs and terminal request, as the editor got it.
 const editorLog = [];
 const terminals = new Map();
+// elicitAnswer answers elicitation/create; elicited are the requests.
+let elicitAnswer = { action: "decline" };
+const elicited = [];
 
 function start() {
   const child = spawn(agentd, agentdArgs, { stdio: ["pipe", "pipe", "inherit"] });
@@ -93,6 +101,10 @@ function start() {
       const r = terminals.get(params.terminalId);
       return { output: (r.stdout ?? "") + (r.stderr ?? ""), truncated: false };
     })
+    .onRequest("elicitation/create", async ({ params }) => {
+      elicited.push(params);
+      return elicitAnswer;
+    })
     .onRequest("terminal/release", async () => ({}))
     .onRequest("terminal/kill", async () => ({}));
   return { child, stream, app };
@@ -107,6 +119,7 @@ async function run(proc) {
       const kind = colon < 0 ? step : step.slice(0, colon);
       const arg = colon < 0 ? "" : step.slice(colon + 1);
       updates.length = 0;
+      elicited.length = 0;
       firstUpdateAt = 0;
       if (kind === "restart") {
         steps.splice(0, i + 1);
@@ -121,6 +134,28 @@ async function run(proc) {
             clientCapabilities: { fs: { readTextFile: editor, writeTextFile: editor }, terminal: editor },
           });
           out({ step, result: r });
+          break;
+        }
+        case "init-elicit": {
+          const r = await ctx.request("initialize", {
+            protocolVersion: acp.PROTOCOL_VERSION ?? 1,
+            clientCapabilities: { elicitation: { form: {} } },
+          });
+          out({ step, result: r });
+          break;
+        }
+        case "elicit-answer":
+          elicitAnswer = JSON.parse(arg);
+          break;
+        case "resume": {
+          const r = await ctx.request("session/resume", { sessionId, cwd, mcpServers: [] });
+          out({ step, result: r, updates: [...updates] });
+          break;
+        }
+        case "fork": {
+          const r = await ctx.request("session/fork", { sessionId, cwd, mcpServers: [] });
+          sessionId = r.sessionId;
+          out({ step, result: r, updates: [...updates] });
           break;
         }
         case "editor-log":
@@ -159,7 +194,7 @@ async function run(proc) {
             .filter((u) => u.sessionUpdate === "agent_message_chunk" && u.content.type === "text")
             .map((u) => u.content.text)
             .join("");
-          out({ step, stopReason: r.stopReason, text, updates: [...updates], asked, firstUpdateMs: firstUpdateAt ? firstUpdateAt - t0 : -1, totalMs: performance.now() - t0 });
+          out({ step, stopReason: r.stopReason, text, updates: [...updates], asked, elicited: [...elicited], firstUpdateMs: firstUpdateAt ? firstUpdateAt - t0 : -1, totalMs: performance.now() - t0 });
           break;
         }
         case "list": {

@@ -1,0 +1,73 @@
+package acp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/agentd-dev/agentd/fault"
+	"github.com/agentd-dev/agentd/transcript"
+)
+
+// canFork tells whether session/fork is offered: a local agentd acp
+// with session files (a fork is a new file holding a copy of the
+// source's current branch; agentd serve's sessions are not forked
+// through the bridge).
+func (a *Agent) canFork() bool { return a.opt.SessionsDir != "" && a.opt.Remote == nil }
+
+// forkSession serves session/fork: a new session, on this connection,
+// whose history is the source's current branch; the source is left as
+// it is, open or not.
+func (a *Agent) forkSession(ctx context.Context, params json.RawMessage) (any, error) {
+	const method = "session/fork"
+	var p loadSessionParams
+	if err := decodeParams(method, params, &p); err != nil {
+		return nil, err
+	}
+	if p.SessionID == "" {
+		return nil, invalidParams(method, "sessionId is required")
+	}
+	cwd, err := checkCwd(method, p.Cwd)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.checkServers(method, p.MCPServers); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	open := a.sessions[p.SessionID]
+	a.mu.Unlock()
+	var path string
+	if open != nil && open.local != nil {
+		if open.s.Running() {
+			return nil, fault.New(fault.Busy, "session "+p.SessionID+" is running a prompt; fork it once the prompt ends, or cancel it")
+		}
+		path = open.local.File()
+	} else {
+		info, ok := a.find(p.SessionID, cwd)
+		if !ok {
+			return nil, &Error{Code: CodeResourceNotFound, Message: "No session " + p.SessionID + " in " + a.opt.SessionsDir}
+		}
+		path = info.Path
+	}
+	src, err := transcript.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening session %s to fork it: %w", p.SessionID, err)
+	}
+	nf, err := src.Clone(a.opt.SessionsDir)
+	src.Close()
+	if err != nil {
+		return nil, fmt.Errorf("forking session %s: %w", p.SessionID, err)
+	}
+	file := nf.Path()
+	nf.Close()
+	ss, err := a.open(ctx, cwd, file, "", p.MCPServers)
+	if err != nil {
+		return nil, err
+	}
+	ss.listen()
+	return afterReply{result: newSessionResult{SessionID: ss.id}, then: func() {
+		ss.reportUnavailable()
+		ss.askTrust()
+	}}, nil
+}
