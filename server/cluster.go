@@ -875,7 +875,13 @@ func (cs *clusterState) claim(ctx context.Context, id string, first uint64, file
 // the seq continues after the stream's last one plus that (logSize, 0
 // for the default), or after the reservation if that is lower: a jump of
 // at most the event log's size after a crash, none after a handover.
+//
+// A session with nothing in the stream keeps its reservation: one from
+// before the cluster continues after what its single server numbered.
 func nextSeq(reserved, published uint64, logSize int) uint64 {
+	if published == 0 {
+		return reserved
+	}
 	if logSize <= 0 {
 		logSize = session.DefaultEventLogSize
 	}
