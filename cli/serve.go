@@ -162,7 +162,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		node = cn.node
 	}
 	srv, err := server.New(server.Config{
-		Cluster: node, SpreadSessions: sc.Cluster.Spread,
+		Cluster: node, SpreadSessions: sc.Cluster.Spread, EventLogSize: sc.EventLogSize,
 		Auth:         auth,
 		Tokens:       srvTokens,
 		ReturnMemory: true,

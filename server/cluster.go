@@ -863,7 +863,29 @@ func (cs *clusterState) claim(ctx context.Context, id string, first uint64, file
 			return fail("its transcript could not be copied to the cluster", err)
 		}
 	}
-	return l, max(first, last), []transcript.Option{transcript.WithMirror(l.TranscriptMirror())}, nil
+	return l, nextSeq(first, last, cs.s.cfg.EventLogSize), []transcript.Option{transcript.WithMirror(l.TranscriptMirror())}, nil
+}
+
+// nextSeq is where a session's seq continues on a node that claims it:
+// reserved is the highest seq its previous owner may have used (its
+// reservation; exactly its last seq after a clean handover), published
+// the last seq in the stream. The previous owner's clients may have seen
+// events it never published (it died first), but no more than its event
+// log holds: the publisher reads from there, and skips what left it. So
+// the seq continues after the stream's last one plus that (logSize, 0
+// for the default), or after the reservation if that is lower: a jump of
+// at most the event log's size after a crash, none after a handover.
+//
+// A session with nothing in the stream keeps its reservation: one from
+// before the cluster continues after what its single server numbered.
+func nextSeq(reserved, published uint64, logSize int) uint64 {
+	if published == 0 {
+		return reserved
+	}
+	if logSize <= 0 {
+		logSize = session.DefaultEventLogSize
+	}
+	return max(published, min(reserved, published+uint64(logSize)))
 }
 
 func (cs *clusterState) isDraining() bool {
@@ -902,7 +924,11 @@ func (cs *clusterState) lookup(ctx context.Context, id string, e indexEntry, ok 
 		cwd = cs.s.cfg.Cwd
 	}
 	ne := indexEntry{ID: id, File: file, Cwd: cwd, Owner: rec.Owner, Created: rec.Created,
-		Seq: max(e.Seq, rec.LastSeq), Sandbox: rec.Sandbox}
+		Seq: rec.LastSeq, Sandbox: rec.Sandbox}
+	if rec.LastSeq == 0 {
+		// A record from before seqs were kept in it.
+		ne.Seq = e.Seq
+	}
 	// open reads where the seq continues, the owner and the sandbox from
 	// this node's index.
 	if err := cs.s.index.put(ne, false); err != nil {
@@ -998,6 +1024,8 @@ type hosted struct {
 	// file is set when the session moved to another transcript file; the
 	// publisher records it in the cluster's index.
 	file atomic.Bool
+	// published is the seq of the last event the publisher is done with.
+	published atomic.Uint64
 }
 
 // host starts serving a session opened here under lease: its record in
@@ -1123,6 +1151,7 @@ func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 			pause = 0
 			last = ev.Seq
 		}
+		hc.published.Store(last)
 		return true
 	}
 	for {
@@ -1229,6 +1258,16 @@ func (cs *clusterState) unhost(h *Hosted, deleted bool) {
 		if deleted {
 			if err := cs.record(ctx, h, hc.lease, true); err != nil {
 				cs.s.log.Warn("cluster: recording a deleted session", "session", h.id, "err", err)
+			}
+		} else if seq := h.sess.Seq(); hc.published.Load() == seq {
+			// Every event is in the stream: the next owner numbers right
+			// after the last one instead of after this owner's
+			// reservation (seqs stay contiguous across a handover).
+			if _, err := hc.lease.UpdateSession(ctx, func(r *cluster.SessionRecord) error {
+				r.LastSeq = seq
+				return nil
+			}); err != nil {
+				cs.s.log.Warn("cluster: recording a session's last seq", "session", h.id, "err", err)
 			}
 		}
 		if err := hc.lease.Release(ctx); err != nil {

@@ -193,6 +193,11 @@ type Config struct {
 	// their commands. A session whose owner is gone always goes to its
 	// home.
 	SpreadSessions bool
+	// EventLogSize is how many events each session's log keeps (the
+	// engine's setting; zero for session.DefaultEventLogSize). In a
+	// cluster it bounds the seq jump after an owner's crash (nextSeq);
+	// every node must use the same.
+	EventLogSize int
 }
 
 // Server hosts sessions for every face.

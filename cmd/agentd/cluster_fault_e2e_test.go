@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -268,4 +269,94 @@ func TestClusterKill9EndsTheRunForWatchers(t *testing.T) {
 	svWantOK(t, w.must("prompt", svM{"id": "p2", "sessionId": sid, "message": "CMD:echo after-the-kill"}))
 	t.Logf("fault table: kill -9 of the owner mid-run, watcher on the non-home node %s: 1 run, %d events before, seqs increasing and none twice, re-run 0; run ended for the watcher %v after the kill (lease %v)",
 		watcher, len(before), ended.Round(100*time.Millisecond), ttl)
+}
+
+// SIGTERM on the owner hands the session over with its seqs contiguous:
+// the new owner numbers right after the last event the old one
+// published (before, every takeover jumped by about 65,450). A pi-server
+// client of C that watched throughout sees no gap and no seq twice; a
+// pi-server client resuming with afterSeq from before the handover, and
+// a per-session WebSocket client resuming with after_seq from before it,
+// each get exactly the events after their cursor, on either side of the
+// handover.
+func TestClusterHandoverKeepsSeqsContiguous(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	ns, keyPath := clStartNATS(t, e)
+	nodes := clStartOn(t, e, ns.addr, keyPath, "--shutdown-timeout", "20s")
+	sid := clSessionOn("B", "A", "B", "C")
+
+	a := nodes["A"].dial("a")
+	svCreate(a, sid)
+	c := nodes["C"].dial("c")
+	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	svWantOK(t, a.must("prompt", svM{"id": "p1", "sessionId": sid, "message": "CMD:echo before-the-handover"}))
+	c.waitEvent(sid, "agent_end")
+	svWaitUntil(t, "C's client has the first run's last event", func() bool {
+		s := clSeqs(c, sid)
+		return len(s) > 0 && len(clSeqs(a, sid)) > 0 && s[len(s)-1] == clSeqs(a, sid)[len(clSeqs(a, sid))-1]
+	})
+	cursor := clSeqs(c, sid)[len(clSeqs(c, sid))/2] // mid-run, before the handover
+
+	nodes["B"].sigterm()
+	if code := nodes["B"].waitExit(); code != 0 {
+		t.Fatalf("node B exited with %d after SIGTERM", code)
+	}
+	svWantOK(t, a.must("prompt", svM{"id": "p2", "sessionId": sid, "message": "CMD:echo after-the-handover"}))
+	at, _ := c.waitFor(0, "the second run's tool end", func(f svFrame) bool {
+		return f.isEvent(sid, "tool_execution_end") && strings.Contains(f.raw, "after-the-handover")
+	})
+	c.waitFor(at, "the second run's end", func(f svFrame) bool { return f.isEvent(sid, "agent_end") })
+	// The run's very last event (idle) may trail agent_end: wait until
+	// the watcher's and the driver's last seqs agree.
+	last := func(s []uint64) uint64 {
+		if len(s) == 0 {
+			return 0
+		}
+		return s[len(s)-1]
+	}
+	svWaitUntil(t, "both clients have the second run's last event", func() bool {
+		return last(clSeqs(a, sid)) == last(clSeqs(c, sid))
+	})
+	seqs := clSeqs(c, sid)
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			t.Errorf("the watcher's seqs jump from %d to %d across the handover: %v", seqs[i-1], seqs[i], seqs)
+		}
+	}
+	var want []uint64
+	for _, s := range seqs {
+		if s > cursor {
+			want = append(want, s)
+		}
+	}
+	owner := "A"
+	if clStatus(t, nodes["C"]).Leases == 1 {
+		owner = "C"
+	}
+	// pi-server: afterSeq, on the new owner and on the other node.
+	for _, on := range []string{"A", "C"} {
+		r := nodes[on].dial("resume-" + on)
+		r.must("switch_session", svM{"id": "r-" + on, "sessionId": sid, "afterSeq": cursor})
+		svWaitUntil(t, "the pi-server client resumed on "+on+" catches up", func() bool { return last(clSeqs(r, sid)) == last(want) })
+		svEq(t, "pi-server resume on "+on+" (owner "+owner+") after "+fmt.Sprint(cursor), clSeqs(r, sid), want)
+	}
+	// The per-session WebSocket: after_seq, on both nodes.
+	for _, on := range []string{"A", "C"} {
+		ws := swConnect(t, nodes[on], swSchema(t, nodes[on]), sid, swDial{})
+		sub := ws.subscribe(sid, map[string]any{"after_seq": cursor})
+		if sub.m["resumed"] != true {
+			t.Errorf("the per-session WebSocket on %s did not resume after %d: %s", on, cursor, sub.raw)
+			continue
+		}
+		ws.waitFor(0, "the resumed run's completion on "+on, func(m swMsg) bool {
+			return m.typ() == "completed" && strings.Contains(m.raw, "after-the-handover")
+		})
+		for _, m := range ws.all()[1:] {
+			if s := m.seq(); s != 0 && s <= cursor {
+				t.Errorf("the per-session WebSocket on %s sent seq %d at or before its cursor %d: %s", on, s, cursor, m.raw)
+			}
+		}
+	}
+	t.Logf("fault table: SIGTERM handover, 2 runs, %d events, lost 0, duplicated 0, re-run 0, seq jump 0", len(seqs))
 }
