@@ -167,3 +167,46 @@ func TestRPCCheckpoints(t *testing.T) {
 	}
 	p.close()
 }
+
+// TestACPConnectTurnChanges: an editor on `agentd acp --connect` to a
+// running agentd serve gets, at the end of a prompt whose turn edited two
+// files and made a third with bash, a completed edit tool call with a
+// diff per file (the changed regions, none before for the new file).
+func TestACPConnectTurnChanges(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	cpTurnScript(e)
+	os.WriteFile(filepath.Join(e.cwd, "a.txt"), []byte("one\ntwo\n"), 0o644)
+	os.WriteFile(filepath.Join(e.cwd, "b.txt"), []byte("b before\n"), 0o644)
+	s := svStart(t, e)
+	ed := startACPProc(t, e, "--connect", "ws://"+s.addr+"/")
+	ed.call("initialize", map[string]any{"protocolVersion": 1, "clientCapabilities": map[string]any{}})
+	sid, _ := ed.call("session/new", map[string]any{"cwd": e.cwd, "mcpServers": []any{}})["sessionId"].(string)
+	r := ed.call("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": "change the files"}}})
+	if r["stopReason"] != "end_turn" {
+		t.Fatalf("prompt: %v", r)
+	}
+	cpFiles(t, e.cwd, "after the turn", cpAfter)
+	var changes map[string]any
+	for _, u := range ed.takeUpdates() {
+		if id, _ := u["toolCallId"].(string); strings.HasPrefix(id, "agentd-changes-") {
+			changes = u
+		}
+	}
+	if changes == nil || changes["kind"] != "edit" || changes["status"] != "completed" {
+		t.Fatalf("no changes tool call: %v", changes)
+	}
+	got := map[string][2]any{}
+	for _, c := range changes["content"].([]any) {
+		c := c.(map[string]any)
+		if c["type"] == "diff" {
+			got[c["path"].(string)] = [2]any{c["oldText"], c["newText"]}
+		}
+	}
+	want := map[string][2]any{
+		filepath.Join(e.cwd, "a.txt"): {"one\ntwo\n", "one\nTWO\n"},
+		filepath.Join(e.cwd, "b.txt"): {"b before\n", "b after\n"},
+		filepath.Join(e.cwd, "c.txt"): {nil, "made\n"},
+	}
+	svEq(t, "the turn's diffs", got, want)
+}
