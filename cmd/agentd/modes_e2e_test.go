@@ -125,6 +125,19 @@ func TestServePlanModeRefusesWritesAcrossRestart(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.cwd, "made.txt")); err != nil {
 		t.Fatalf("back in build mode, bash could not write: %v", err)
 	}
+
+	// A conversation created in plan mode (PUT chat.mode) is in it from
+	// its first message; a mode that does not exist makes none.
+	rsOK(t, s, "PUT", rsConvPath("planned"), map[string]any{"config": map[string]any{"chat": map[string]any{"mode": "plan"}}})
+	if chat, _ := rsOK(t, s, "GET", rsConvPath("planned")+"/config", nil).m["chat"].(map[string]any); chat["mode"] != "plan" {
+		t.Fatalf("PUT with chat.mode plan: config chat %v", chat)
+	}
+	if r := rsDo(t, s, "PUT", rsConvPath("badmode"), map[string]any{"config": map[string]any{"chat": map[string]any{"mode": "nope"}}}); r.status != http.StatusBadRequest {
+		t.Fatalf("PUT with an unknown mode: %d %s", r.status, r)
+	}
+	if r := rsDo(t, s, "GET", rsConvPath("badmode"), nil); r.status != http.StatusNotFound {
+		t.Fatalf("a refused PUT left a conversation: %d %s", r.status, r)
+	}
 }
 
 // agentd rpc: set_mode plan, then a bash command that writes is refused
