@@ -64,7 +64,12 @@ func TestServePlanModeRefusesWritesAcrossRestart(t *testing.T) {
 		t.Fatalf("a build-mode session's get_state has a mode: %s", st)
 	}
 	svWantErrPrefix(t, c.do("set_mode", svM{"sessionId": "pm", "mode": "yolo"}), `unknown mode "yolo"; this session's modes are build, plan`)
+	w := s.dial("watcher")
+	w.must("switch_session", svM{"sessionId": "pm"})
 	r := c.must("set_mode", svM{"sessionId": "pm", "mode": "plan"})
+	if ev := w.waitEvent("pm", "mode_changed"); svStr(ev.m, "event", "mode") != "plan" {
+		t.Fatalf("a watcher's mode_changed: %s", ev)
+	}
 	if svStr(r.m, "data", "mode") != "plan" || len(svArr(r.m, "data", "modes")) < 2 {
 		t.Fatalf("set_mode answered %s", r)
 	}
