@@ -448,7 +448,11 @@ func (ss *acpSession) set(ctx context.Context, option, value string) error {
 		allowed = v.levels
 	}
 	if allowed != nil && !slices.Contains(allowed, value) {
-		return fault.Errorf(fault.Invalid, "unknown %s %q; this session's are %s", option, value, strings.Join(allowed, ", "))
+		shown := value
+		if r := []rune(shown); len(r) > 128 {
+			shown = string(r[:128]) + "…" // no more of the client's text than a name
+		}
+		return fault.Errorf(fault.Invalid, "unknown %s %q; this session's are %s", option, shown, strings.Join(allowed, ", "))
 	}
 	var err error
 	switch option {

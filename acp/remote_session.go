@@ -275,6 +275,14 @@ func (s *remoteSession) event(raw json.RawMessage) {
 		if w.Model != nil {
 			s.emit(session.Event{Type: session.EventModelChanged, Model: &llm.Model{ContextWindow: w.Model.ContextWindow}})
 		}
+	case "mode_changed":
+		// Any client's set_mode: the editor hears current_mode_update.
+		var m struct {
+			Mode string `json:"mode"`
+		}
+		if json.Unmarshal(raw, &m) == nil && m.Mode != "" {
+			s.emit(session.Event{Type: session.EventConfigChanged, Config: &session.ConfigChange{Changed: "mode", Mode: m.Mode}})
+		}
 	case "extension_ui_request":
 		var m struct {
 			Message string `json:"message"`

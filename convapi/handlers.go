@@ -339,6 +339,7 @@ type createPayload struct {
 	AutoNext   int            `json:"autoNext,omitempty"`
 	MCP        *MCPConfig     `json:"mcp,omitempty"`
 	Sandbox    string         `json:"sandbox,omitempty"`
+	Mode       string         `json:"mode,omitempty"`
 }
 
 type inputPayload struct {
@@ -484,6 +485,11 @@ func (s *Server) readChat(cfg object, pl *createPayload) error {
 	}
 	if pl.Sandbox, err = s.readSandbox(chat); err != nil {
 		return err
+	}
+	if m, err := readMode(chat); err != nil {
+		return err
+	} else if m != nil {
+		pl.Mode = *m
 	}
 	ws, _, err := chat.str("workspace")
 	if err != nil {
@@ -647,6 +653,14 @@ func (s *Server) setUp(h *server.Hosted, p createPayload) error {
 	sess := h.Session()
 	if err := sess.SetConfirmAll(true); err != nil {
 		return err
+	}
+	if p.Mode != "" {
+		if err := checkMode(sess, &p.Mode); err != nil {
+			return err
+		}
+		if err := sess.SetMode(p.Mode); err != nil {
+			return err
+		}
 	}
 	if p.Model != "" {
 		m, err := s.findModel(p.Model)

@@ -268,6 +268,10 @@ func (s *Set) Names() []string {
 // UnknownError refuses a mode that is not in the set, naming the ones
 // that are.
 func (s *Set) UnknownError(name string) error {
+	// A client's text comes back to it, so no more of it than a name.
+	if r := []rune(name); len(r) > 64 {
+		name = string(r[:64]) + "…"
+	}
 	return fmt.Errorf("unknown mode %q; this session's modes are %s", name, strings.Join(s.Names(), ", "))
 }
 

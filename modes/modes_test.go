@@ -124,3 +124,13 @@ func FuzzParse(f *testing.F) {
 		_ = m.PromptSection()
 	})
 }
+
+// An unknown name is echoed back clipped: a client's text comes back no
+// longer than a name.
+func TestUnknownErrorClips(t *testing.T) {
+	s, _ := New()
+	msg := s.UnknownError(strings.Repeat("é", 5000)).Error()
+	if want := `unknown mode "` + strings.Repeat("é", 64) + `…"; this session's modes are build, plan`; msg != want {
+		t.Fatalf("got %q", msg)
+	}
+}

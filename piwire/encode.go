@@ -135,6 +135,8 @@ func AppendEvent(b []byte, ev session.Event, delta bool) []byte {
 			Type  string            `json:"type"`
 			Level llm.ThinkingLevel `json:"level"`
 		}{"thinking_level_changed", ev.ThinkingLevel})...)
+	case session.EventConfigChanged:
+		return appendModeChanged(b, ev)
 	}
 	return nil
 }

@@ -41,3 +41,17 @@ func stateMode(s *session.Session) string {
 	}
 	return ""
 }
+
+// appendModeChanged encodes agentd's mode_changed event,
+// {"type":"mode_changed","mode":"plan"}, for a config_changed of the
+// mode (set_mode on any face), so every client of the session learns
+// it; nil for the other settings, which pi's events do not carry.
+func appendModeChanged(b []byte, ev session.Event) []byte {
+	if ev.Config == nil || ev.Config.Changed != "mode" {
+		return nil
+	}
+	return append(b, Marshal(struct {
+		Type string `json:"type"`
+		Mode string `json:"mode"`
+	}{"mode_changed", ev.Config.Mode})...)
+}

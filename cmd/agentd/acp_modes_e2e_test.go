@@ -172,3 +172,47 @@ func TestACPConnectModesWithTheOfficialClient(t *testing.T) {
 		t.Fatalf("pi-server get_state of the editor's session: mode %q", got)
 	}
 }
+
+// awaitUpdate reads agentd acp's frames until a session/update of kind
+// arrives and returns it.
+func (p *acpProc) awaitUpdate(kind string) map[string]any {
+	p.t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		for _, u := range p.takeUpdates() {
+			if u["sessionUpdate"] == kind {
+				return u
+			}
+		}
+		select {
+		case f, ok := <-p.frames:
+			if !ok {
+				p.t.Fatalf("agentd acp ended before a %s\nstderr:\n%s", kind, p.stderr.String())
+			}
+			if m, isReq := f["method"].(string); isReq {
+				p.handle(m, f)
+				continue
+			}
+			got, _ := f["id"].(float64)
+			p.early[int(got)] = f
+		case <-timeout:
+			p.t.Fatalf("no %s\nstderr:\n%s", kind, p.stderr.String())
+		}
+	}
+}
+
+// A mode switched by another client of agentd serve (pi-server's
+// set_mode) reaches the editor on the bridge as current_mode_update.
+func TestACPConnectHearsAnotherClientsModeSwitch(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	s := svStart(t, e)
+	ed := startACPProc(t, e, "--connect", "ws://"+s.addr+"/")
+	ed.call("initialize", map[string]any{"protocolVersion": 1, "clientCapabilities": map[string]any{}})
+	sid, _ := ed.call("session/new", map[string]any{"cwd": e.cwd, "mcpServers": []any{}})["sessionId"].(string)
+	c := s.dial("browser")
+	c.must("set_mode", svM{"sessionId": sid, "mode": "plan"})
+	if u := ed.awaitUpdate("current_mode_update"); u["currentModeId"] != "plan" {
+		t.Fatalf("current_mode_update %v", u)
+	}
+}

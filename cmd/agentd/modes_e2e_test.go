@@ -64,7 +64,12 @@ func TestServePlanModeRefusesWritesAcrossRestart(t *testing.T) {
 		t.Fatalf("a build-mode session's get_state has a mode: %s", st)
 	}
 	svWantErrPrefix(t, c.do("set_mode", svM{"sessionId": "pm", "mode": "yolo"}), `unknown mode "yolo"; this session's modes are build, plan`)
+	w := s.dial("watcher")
+	w.must("switch_session", svM{"sessionId": "pm"})
 	r := c.must("set_mode", svM{"sessionId": "pm", "mode": "plan"})
+	if ev := w.waitEvent("pm", "mode_changed"); svStr(ev.m, "event", "mode") != "plan" {
+		t.Fatalf("a watcher's mode_changed: %s", ev)
+	}
 	if svStr(r.m, "data", "mode") != "plan" || len(svArr(r.m, "data", "modes")) < 2 {
 		t.Fatalf("set_mode answered %s", r)
 	}
@@ -124,6 +129,19 @@ func TestServePlanModeRefusesWritesAcrossRestart(t *testing.T) {
 	svPrompt(c, "pm", "CMD:echo hi > made.txt")
 	if _, err := os.Stat(filepath.Join(e.cwd, "made.txt")); err != nil {
 		t.Fatalf("back in build mode, bash could not write: %v", err)
+	}
+
+	// A conversation created in plan mode (PUT chat.mode) is in it from
+	// its first message; a mode that does not exist makes none.
+	rsOK(t, s, "PUT", rsConvPath("planned"), map[string]any{"config": map[string]any{"chat": map[string]any{"mode": "plan"}}})
+	if chat, _ := rsOK(t, s, "GET", rsConvPath("planned")+"/config", nil).m["chat"].(map[string]any); chat["mode"] != "plan" {
+		t.Fatalf("PUT with chat.mode plan: config chat %v", chat)
+	}
+	if r := rsDo(t, s, "PUT", rsConvPath("badmode"), map[string]any{"config": map[string]any{"chat": map[string]any{"mode": "nope"}}}); r.status != http.StatusBadRequest {
+		t.Fatalf("PUT with an unknown mode: %d %s", r.status, r)
+	}
+	if r := rsDo(t, s, "GET", rsConvPath("badmode"), nil); r.status != http.StatusNotFound {
+		t.Fatalf("a refused PUT left a conversation: %d %s", r.status, r)
 	}
 }
 
