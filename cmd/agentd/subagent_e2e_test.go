@@ -78,6 +78,11 @@ func TestServeSubagentIsASessionClientsWatch(t *testing.T) {
 			t.Fatalf("the child %s is not in list_sessions", child)
 		}
 		done = child
+		// Finished and unwatched, it is known, not loaded: a model that
+		// starts child after child does not fill the session limit.
+		if n, _ := svNum(a.must("get_metrics", nil).m, "data", "sessionCount"); n != 1 {
+			t.Errorf("%v sessions loaded, want only the parent", n)
+		}
 		st := a.must("get_session_stats", svM{"sessionId": "p1"})
 		if in, _ := svNum(st.m, "data", "tokens", "input"); in != 10+20+300 {
 			t.Errorf("parent's input tokens %v, want the child's 300 counted: %s", in, st)
