@@ -199,3 +199,48 @@ func resultText(f svFrame) string {
 	}
 	return b.String()
 }
+
+// On agentd serve, a child's tool approval reaches the parent's client as
+// an extension_ui_request under "sub-<the child's id>"; answered there,
+// the child's call runs and its result comes back as the task's.
+func TestServeSubagentApprovalReachesTheParentsClient(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	e.mock.Handle(func(r *llmtest.Request) llmtest.Script {
+		msgs, _ := r.JSON["messages"].([]any)
+		first, last := "", map[string]any{}
+		for _, m := range msgs {
+			m, _ := m.(map[string]any)
+			if m["role"] == "user" && first == "" {
+				first = e2eChatText(m["content"])
+			}
+			last = m
+		}
+		switch {
+		case strings.HasPrefix(first, "JOB") && last["role"] == "tool":
+			return llmtest.Script{Text: []string{"child ran: " + strings.TrimSpace(e2eChatText(last["content"]))}}
+		case strings.HasPrefix(first, "JOB"):
+			return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "b1", Name: "bash", Args: []string{`{"command":"echo approved-run"}`}}}}
+		case last["role"] == "tool":
+			return llmtest.Script{Text: []string{"parent done"}}
+		}
+		args, _ := json.Marshal(map[string]string{"description": "run it", "prompt": "JOB run echo", "subagent_type": "general"})
+		return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "task1", Name: "task", Args: []string{string(args)}}}}
+	})
+	s := svLaunch(t, e, svOpts{}, "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`))
+	a := s.dial("a")
+	svCreate(a, "pa")
+	a.send(svM{"id": "pr", "type": "prompt", "sessionId": "pa", "message": "go"})
+	req := a.waitEvent("pa", "extension_ui_request")
+	rid := svStr(req.m, "event", "requestId")
+	if rid != "sub-tool-b1" || !strings.Contains(svStr(req.m, "event", "title"), "[subagent general]") {
+		a.fatalf("the relayed approval: %s", req)
+	}
+	a.send(svM{"id": "ans", "type": "extension_ui_response", "sessionId": "pa", "requestId": rid,
+		"response": svM{"method": "select", "value": "Allow"}})
+	end := a.waitEvent("pa", "tool_execution_end")
+	if got := resultText(end); svStr(end.m, "event", "toolName") != "task" || !strings.Contains(got, "approved-run") {
+		a.fatalf("task result %q: %s", got, end)
+	}
+	svWantOK(t, a.response("pr"))
+}
