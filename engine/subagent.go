@@ -67,8 +67,12 @@ func (e *Engine) taskTool(spec Spec, names []string) ([]string, *subagent.Tool) 
 	if !e.opt.Subagents.Enabled || !asked || depth >= e.maxDepth() {
 		return names, nil
 	}
+	catalog := subagent.Load(e.opt.Subagents.GlobalDirs, spec.Cwd)
+	for _, w := range catalog.Warnings {
+		e.opt.Logger.Warn("agent type skipped or read leniently", "file", w.Path, "reason", w.Message)
+	}
 	return names, subagent.New(subagent.Options{
-		Catalog: subagent.Load(e.opt.Subagents.GlobalDirs, spec.Cwd),
+		Catalog: catalog,
 		Depth:   depth, MaxDepth: e.maxDepth(), MaxConcurrent: e.opt.Subagents.MaxConcurrent,
 		Spawn: e.spawner(spec),
 	})

@@ -20,14 +20,30 @@ func (s *Server) hostChild(owner func() string) engine.ChildHost {
 		if err != nil {
 			return nil, err
 		}
-		return hostedChild{h}, nil
+		return hostedChild{s, h}, nil
 	}
 }
 
-// hostedChild is a child the server keeps after its task: its clients
-// may read it, and it is unloaded as any idle session is.
-type hostedChild struct{ h *Hosted }
+// hostedChild is a child the server hosts while its task runs.
+type hostedChild struct {
+	s *Server
+	h *Hosted
+}
 
 func (c hostedChild) ID() string                { return c.h.id }
 func (c hostedChild) Session() *session.Session { return c.h.sess }
-func (c hostedChild) Release()                  {}
+
+// Release unloads the child when its task is over unless a client
+// watches it: it stays known (listed, and loaded again by the first
+// command naming it), so a model that starts child after child holds
+// at most the ones running, not a session each, against the server's
+// session limit.
+func (c hostedChild) Release() {
+	h := c.h
+	if h.Subscribers() > 0 || h.sess.Running() || len(h.sess.Interactions()) > 0 {
+		return
+	}
+	if err := c.s.unload(h, false); err != nil {
+		c.s.log.Debug("unloading a finished subagent", "session", h.id, "err", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/llm"
@@ -16,6 +17,9 @@ import (
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/tool"
 )
+
+// progressEvery is the least time between two progress updates.
+const progressEvery = 200 * time.Millisecond
 
 // ToolName is the task tool's name, as opencode's.
 const ToolName = "task"
@@ -290,14 +294,38 @@ func (t *Tool) run(ctx context.Context, parent *session.Session, child Child, ty
 	if update != nil {
 		update(w.result())
 	}
+	// Updates go out at most every progressEvery: a child streaming
+	// tokens changes its progress far more often than anyone reads it.
+	last := time.Now()
+	var tick <-chan time.Time
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	send := func() {
+		if update != nil {
+			update(w.result())
+		}
+		last = time.Now()
+	}
 	aborted := false
 wait:
 	for {
 		select {
 		case <-w.changed:
-			if update != nil {
-				update(w.result())
+			if wait := progressEvery - time.Since(last); wait > 0 {
+				if tick == nil {
+					timer = time.NewTimer(wait)
+					tick = timer.C
+				}
+				continue
 			}
+			send()
+		case <-tick:
+			tick = nil
+			send()
 		case <-w.done:
 			break wait
 		case <-ctx.Done():

@@ -29,6 +29,9 @@ type watch struct {
 	mu   sync.Mutex
 	d    Details
 	text string
+	// live is the text of the answer being streamed, up to
+	// maxProgressText.
+	live strings.Builder
 	// changed has room for one signal: many events between two reads
 	// make one update.
 	changed chan struct{}
@@ -60,9 +63,18 @@ func (w *watch) observe(ev session.Event) {
 		if len(w.d.Activity) > maxActivity {
 			w.d.Activity = slices.Delete(w.d.Activity, 0, len(w.d.Activity)-maxActivity)
 		}
+	case ev.Agent != nil && ev.Agent.Type == agent.EventMessageUpdate && ev.Agent.Update != nil && ev.Agent.Update.Type == llm.EventTextDelta:
+		// Only the delta: the partial message is valid during this call
+		// only, and copying it whole per delta would cost its square.
+		if w.live.Len() < maxProgressText {
+			w.live.WriteString(ev.Agent.Update.Delta)
+		} else {
+			changed = false
+		}
 	case ev.Agent != nil && ev.Agent.Type == agent.EventMessageEnd && ev.Agent.Message != nil && ev.Agent.Message.Role == llm.RoleAssistant:
 		m := ev.Agent.Message
 		w.d.Usage.Add(m.Usage)
+		w.live.Reset()
 		if t := strings.TrimSpace(m.TextContent()); t != "" {
 			w.text = t
 		}
@@ -96,6 +108,9 @@ func (w *watch) result() tool.Result {
 	d := w.details()
 	w.mu.Lock()
 	text := w.text
+	if w.live.Len() > 0 {
+		text = w.live.String()
+	}
 	w.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "Subagent %s (session %s)", d.Agent, d.SessionID)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -52,6 +53,7 @@ func TestServeSubagentIsASessionClientsWatch(t *testing.T) {
 	s := svStart(t, e)
 	a := s.dial("a")
 	b := s.dial("b")
+	var done string // the child that completed
 
 	t.Run("completes", func(t *testing.T) {
 		a, b := a.on(t), b.on(t)
@@ -69,17 +71,23 @@ func TestServeSubagentIsASessionClientsWatch(t *testing.T) {
 		a.waitEvent("p1", "agent_end")
 
 		listed := false
-		for _, si := range svArr(b.must("list_sessions", nil).m, "data", "sessions") {
+		for _, si := range svArr(b.ok(svM{"id": "b-list", "type": "list_sessions"}).m, "data", "sessions") {
 			listed = listed || svStr(si, "sessionId") == child
 		}
 		if !listed {
 			t.Fatalf("the child %s is not in list_sessions", child)
 		}
+		done = child
+		// Finished and unwatched, it is known, not loaded: a model that
+		// starts child after child does not fill the session limit.
+		if n, _ := svNum(a.must("get_metrics", nil).m, "data", "sessionCount"); n != 1 {
+			t.Errorf("%v sessions loaded, want only the parent", n)
+		}
 		st := a.must("get_session_stats", svM{"sessionId": "p1"})
 		if in, _ := svNum(st.m, "data", "tokens", "input"); in != 10+20+300 {
 			t.Errorf("parent's input tokens %v, want the child's 300 counted: %s", in, st)
 		}
-		cs := b.must("get_state", svM{"sessionId": child})
+		cs := b.ok(svM{"id": "b-state1", "type": "get_state", "sessionId": child})
 		ps := a.must("get_state", svM{"sessionId": "p1"})
 		info, err := transcript.ReadInfo(svStr(cs.m, "data", "sessionFile"))
 		if err != nil {
@@ -98,16 +106,44 @@ func TestServeSubagentIsASessionClientsWatch(t *testing.T) {
 		upd := a.waitEvent("p2", "tool_execution_update")
 		child := svStr(upd.m, "event", "partialResult", "details", "sessionId")
 		b.ok(svM{"id": "watch", "type": "switch_session", "sessionId": child})
-		// The child is streaming (or about to): its watcher sees it.
-		b.waitEvent(child, "message_update")
+		// The child runs (its model hangs mid-answer) while b watches.
+		if cs := b.ok(svM{"id": "b-state2", "type": "get_state", "sessionId": child}); svAt(cs.m, "data", "isStreaming") != true {
+			b.fatalf("the child is not running: %s", cs)
+		}
 		a.must("abort", svM{"sessionId": "p2"})
 		end := a.waitEvent("p2", "tool_execution_end")
 		if svAt(end.m, "event", "isError") != true || !strings.Contains(resultText(end), "stopped before it finished") {
 			a.fatalf("task result after abort: %s", end)
 		}
 		b.waitEvent(child, "agent_end")
-		if cs := b.must("get_state", svM{"sessionId": child}); svAt(cs.m, "data", "isStreaming") != false {
+		if cs := b.ok(svM{"id": "b-state3", "type": "get_state", "sessionId": child}); svAt(cs.m, "data", "isStreaming") != false {
 			b.fatalf("the child still streams: %s", cs)
+		}
+	})
+
+	// After kill -9 and a restart, the child is still a session under
+	// its id, in its type's read-only sandbox with its type's tools (the
+	// server's is workspace-write).
+	t.Run("survives kill -9", func(t *testing.T) {
+		if done == "" {
+			t.Skip("no child completed")
+		}
+		a.close()
+		b.close()
+		s.kill9()
+		s2 := s.restart()
+		cfg := rsOK(t, s2, "GET", rsConvPath(done)+"/config", nil)
+		chat, _ := cfg.m["chat"].(map[string]any)
+		if chat["sandbox"] != "read-only" {
+			t.Errorf("child's sandbox after restart %v, want read-only: %s", chat["sandbox"], cfg)
+		}
+		var tools []string
+		for _, x := range svArr(chat, "tools") {
+			tools = append(tools, x.(string))
+		}
+		slices.Sort(tools)
+		if want := []string{"ask_user", "find", "grep", "ls", "read", "todo"}; !slices.Equal(tools, want) {
+			t.Errorf("child's tools after restart %v, want %v", tools, want)
 		}
 	})
 }
@@ -162,4 +198,49 @@ func resultText(f svFrame) string {
 		b.WriteString(svStr(c, "text"))
 	}
 	return b.String()
+}
+
+// On agentd serve, a child's tool approval reaches the parent's client as
+// an extension_ui_request under "sub-<the child's id>"; answered there,
+// the child's call runs and its result comes back as the task's.
+func TestServeSubagentApprovalReachesTheParentsClient(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	e.mock.Handle(func(r *llmtest.Request) llmtest.Script {
+		msgs, _ := r.JSON["messages"].([]any)
+		first, last := "", map[string]any{}
+		for _, m := range msgs {
+			m, _ := m.(map[string]any)
+			if m["role"] == "user" && first == "" {
+				first = e2eChatText(m["content"])
+			}
+			last = m
+		}
+		switch {
+		case strings.HasPrefix(first, "JOB") && last["role"] == "tool":
+			return llmtest.Script{Text: []string{"child ran: " + strings.TrimSpace(e2eChatText(last["content"]))}}
+		case strings.HasPrefix(first, "JOB"):
+			return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "b1", Name: "bash", Args: []string{`{"command":"echo approved-run"}`}}}}
+		case last["role"] == "tool":
+			return llmtest.Script{Text: []string{"parent done"}}
+		}
+		args, _ := json.Marshal(map[string]string{"description": "run it", "prompt": "JOB run echo", "subagent_type": "general"})
+		return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "task1", Name: "task", Args: []string{string(args)}}}}
+	})
+	s := svLaunch(t, e, svOpts{}, "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`))
+	a := s.dial("a")
+	svCreate(a, "pa")
+	a.send(svM{"id": "pr", "type": "prompt", "sessionId": "pa", "message": "go"})
+	req := a.waitEvent("pa", "extension_ui_request")
+	rid := svStr(req.m, "event", "requestId")
+	if rid != "sub-tool-b1" || !strings.Contains(svStr(req.m, "event", "title"), "[subagent general]") {
+		a.fatalf("the relayed approval: %s", req)
+	}
+	a.send(svM{"id": "ans", "type": "extension_ui_response", "sessionId": "pa", "requestId": rid,
+		"response": svM{"method": "select", "value": "Allow"}})
+	end := a.waitEvent("pa", "tool_execution_end")
+	if got := resultText(end); svStr(end.m, "event", "toolName") != "task" || !strings.Contains(got, "approved-run") {
+		a.fatalf("task result %q: %s", got, end)
+	}
+	svWantOK(t, a.response("pr"))
 }
