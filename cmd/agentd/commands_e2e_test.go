@@ -326,11 +326,28 @@ func TestPiRpcClientGetCommandsMatchesPi(t *testing.T) {
 // session/new lists the built-ins, templates and skills; session/new's
 // _meta names the files the system prompt was built from; a template is
 // expanded before the model; /help is answered by agentd itself.
+// Bridged to agentd serve (--connect), the same, from the server's
+// catalog.
 func TestACPCommandsWithTheOfficialClient(t *testing.T) {
+	acpNodeModules(t)
+	for _, bridged := range []bool{false, true} {
+		t.Run(map[bool]string{false: "local", true: "connect"}[bridged], func(t *testing.T) {
+			t.Parallel()
+			acpCommandsCase(t, bridged)
+		})
+	}
+}
+
+func acpCommandsCase(t *testing.T, bridged bool) {
 	e := e2eNewEnv(t, e2eOpts{})
 	e2eCommandFiles(t, e)
 	writeFileAll(t, filepath.Join(e.cwd, "AGENTS.md"), "ACP-RULE")
-	steps := e.acpClient([]string{"init", "new", "commands", "prompt:/review acp.go", "prompt:/help"})
+	var args []string
+	if bridged {
+		s := svStart(t, e)
+		args = []string{"--connect", "ws://" + s.addr + "/"}
+	}
+	steps := e.acpClient([]string{"init", "new", "commands", "prompt:/review acp.go", "prompt:/help"}, args...)
 
 	newS := acpFind(t, steps, "new")
 	files, _ := svAt(newS.Result, "_meta", "agentd", "contextFiles").([]any)
