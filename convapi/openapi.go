@@ -92,6 +92,8 @@ func (s *Server) openapiDoc() []byte {
 		case rt.resp != nil && rt.list && rt.alt != nil:
 			ok["content"] = map[string]any{"application/json": map[string]any{"schema": map[string]any{"oneOf": []any{
 				map[string]any{"type": "array", "items": ref(rt.resp)}, ref(rt.alt)}}}}
+		case rt.resp != nil && rt.alt != nil:
+			ok["content"] = map[string]any{"application/json": map[string]any{"schema": map[string]any{"oneOf": []any{ref(rt.resp), ref(rt.alt)}}}}
 		case rt.resp != nil && rt.list:
 			ok["content"] = map[string]any{"application/json": map[string]any{"schema": map[string]any{"type": "array", "items": ref(rt.resp)}}}
 		case rt.resp != nil:

@@ -77,7 +77,7 @@ func (s *Server) routes() []route {
 			query:  []queryParam{{"limit", "integer", "only the last N messages"}, {"before", "integer", "with limit: the N messages before this index"}},
 			handle: (*Server).getConversation},
 		{method: "PUT", path: conv, creates: true, summary: "Create a conversation (and an attachment)", body: CreateRequest{}, resp: CreatedResponse{}, statuses: []int{409}, handle: (*Server).createConversation},
-		{method: "POST", path: conv, summary: "Add a message without running the agent", body: AppendRequest{}, resp: StatusResponse{}, statuses: []int{404, 409}, handle: (*Server).appendMessage},
+		{method: "POST", path: conv, summary: "Add a message without running the agent (a built-in command such as /help runs instead and answers its output)", body: AppendRequest{}, resp: StatusResponse{}, alt: CommandResponse{}, statuses: []int{404, 409}, handle: (*Server).appendMessage},
 		{method: "DELETE", path: conv, summary: "Delete a conversation (its file stays on disk)", resp: StatusResponse{}, statuses: []int{404, 409}, handle: (*Server).deleteConversation},
 		{method: "GET", path: conv + "/events", summary: "The conversation's events (Server-Sent Events)", stream: true, statuses: []int{404},
 			query:  []queryParam{{"session_id", "string", "the attachment to use; a new one without"}, {"after", "integer", "resume after this seq (as Last-Event-ID)"}, {"token", "string", "the token, for EventSource"}},

@@ -20,6 +20,7 @@ var routeBodies = map[string]any{
 	"POST /conversations/{conversation_id}/step":               map[string]any{},
 	"POST /conversations/{conversation_id}/tool/confirm":       map[string]any{"tool_id": "tool-x", "action": "confirm"},
 	"POST /conversations/{conversation_id}/interrupt":          map[string]any{},
+	"GET /conversations/{conversation_id}/commands":            nil,
 	"GET /conversations/{conversation_id}/config":              nil,
 	"PATCH /conversations/{conversation_id}/config":            map[string]any{"chat": map[string]any{"name": "bob's now"}},
 	"PATCH /conversations/{conversation_id}/messages/{index}":  map[string]any{"content": "rewritten by bob"},

@@ -373,7 +373,9 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 	retry, comp := Saved(e.opt.Saved)
 	now := e.opt.Now()
 	footer := promptFooter(spec.Cwd, now)
-	if skills := catalog.PromptSection(); skills != "" {
+	// The section tells the model to load a skill with the read tool: a
+	// session without it gets none (as pi), /skill:name still works.
+	if skills := catalog.PromptSection(); skills != "" && slices.Contains(names, "read") {
 		footer = skills + "\n\n" + footer
 	}
 	prompt := instructions.Build(e.opt.Instructions, spec.Cwd, SystemPrompt(spec.Cwd, promptNames, now), footer)

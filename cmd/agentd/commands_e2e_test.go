@@ -77,8 +77,9 @@ func TestRPCCommandsSkillsAndTemplates(t *testing.T) {
 	e2eWantCommands(t, e2eAt(gc, "data", "commands").([]any), e, skill)
 	gs := p.ok(`{"id":"gs","type":"get_skills"}`)
 	skills := e2eAt(gs, "data", "skills").([]any)
-	if len(skills) != 2 || e2eStr(skills[0], "name") != "deploy" || e2eStr(skills[0], "filePath") != skill ||
-		e2eStr(skills[0], "baseDir") != filepath.Dir(skill) || e2eStr(skills[0], "source") != "user" {
+	// The project's skills come first, as pi lists them.
+	if len(skills) != 2 || e2eStr(skills[0], "name") != "lint" || e2eStr(skills[1], "name") != "deploy" || e2eStr(skills[1], "filePath") != skill ||
+		e2eStr(skills[1], "baseDir") != filepath.Dir(skill) || e2eStr(skills[1], "source") != "user" {
 		t.Fatalf("get_skills: %s", e2eJSON(skills))
 	}
 
@@ -139,7 +140,7 @@ func TestServeCommandsSkillsAndTemplates(t *testing.T) {
 	gc := c.must("get_commands", svM{"sessionId": "cmd"})
 	e2eWantCommands(t, svArr(gc.m, "data", "commands"), e, skill)
 	gs := c.must("get_skills", svM{"sessionId": "cmd"})
-	if sk := svArr(gs.m, "data", "skills"); len(sk) != 2 || svStr(sk[0], "name") != "deploy" {
+	if sk := svArr(gs.m, "data", "skills"); len(sk) != 2 || svStr(sk[1], "name") != "deploy" {
 		t.Fatalf("get_skills: %s", svJSON(sk))
 	}
 
@@ -325,11 +326,28 @@ func TestPiRpcClientGetCommandsMatchesPi(t *testing.T) {
 // session/new lists the built-ins, templates and skills; session/new's
 // _meta names the files the system prompt was built from; a template is
 // expanded before the model; /help is answered by agentd itself.
+// Bridged to agentd serve (--connect), the same, from the server's
+// catalog.
 func TestACPCommandsWithTheOfficialClient(t *testing.T) {
+	acpNodeModules(t)
+	for _, bridged := range []bool{false, true} {
+		t.Run(map[bool]string{false: "local", true: "connect"}[bridged], func(t *testing.T) {
+			t.Parallel()
+			acpCommandsCase(t, bridged)
+		})
+	}
+}
+
+func acpCommandsCase(t *testing.T, bridged bool) {
 	e := e2eNewEnv(t, e2eOpts{})
 	e2eCommandFiles(t, e)
 	writeFileAll(t, filepath.Join(e.cwd, "AGENTS.md"), "ACP-RULE")
-	steps := e.acpClient([]string{"init", "new", "commands", "prompt:/review acp.go", "prompt:/help"})
+	var args []string
+	if bridged {
+		s := svStart(t, e)
+		args = []string{"--connect", "ws://" + s.addr + "/"}
+	}
+	steps := e.acpClient([]string{"init", "new", "commands", "prompt:/review acp.go", "prompt:/help"}, args...)
 
 	newS := acpFind(t, steps, "new")
 	files, _ := svAt(newS.Result, "_meta", "agentd", "contextFiles").([]any)
