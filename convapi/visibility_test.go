@@ -28,6 +28,7 @@ var routeBodies = map[string]any{
 	"POST /conversations/{conversation_id}/rerun":              map[string]any{},
 	"POST /conversations/{conversation_id}/transcript":         transcriptBody("CA-alice", "from bob"),
 	"POST /conversations/{conversation_id}/elicit/respond":     map[string]any{"elicit_id": "e1", "action": "decline"},
+	"POST /conversations/{conversation_id}/workspace/upload":   []byte("--x--\r\n"),
 }
 
 func transcriptBody(sid, text string) map[string]any {
