@@ -81,3 +81,20 @@ func TestUploadThenAttach(t *testing.T) {
 	wantErr(t, fx.do("POST", "/api/v2/conversations/other", map[string]any{"role": "user", "content": "x", "files": []string{"attachments/notes.txt"}}),
 		http.StatusBadRequest, `file "attachments/notes.txt" not found in the workspace `+fx.cwd)
 }
+
+// An uploaded file's name, whatever the client sent, is refused or is
+// one visible path component.
+func FuzzUploadName(f *testing.F) {
+	for _, s := range []string{"notes.txt", "../../etc/passwd", ".env", `C:\x\y.png`, "a/b/", "/", "", "é\u200b.txt", "..", "x\x00y"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		got, err := uploadName(name)
+		if err != nil {
+			return
+		}
+		if got == "" || got == "." || got == ".." || strings.ContainsAny(got, "/\\\x00") || strings.HasPrefix(got, ".") || len(got) > 200 {
+			t.Fatalf("uploadName(%q) = %q", name, got)
+		}
+	})
+}

@@ -33,6 +33,7 @@ var routeBodies = map[string]any{
 	"GET /conversations/{conversation_id}/changes/diff":        nil,
 	"POST /conversations/{conversation_id}/changes/revert":     map[string]any{"truncate": true},
 	"POST /conversations/{conversation_id}/changes/undo":       nil,
+	"POST /conversations/{conversation_id}/workspace/upload":   []byte("--x--\r\n"),
 }
 
 func transcriptBody(sid, text string) map[string]any {
