@@ -106,6 +106,9 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if *baselineRounds < 1 || (set["baseline-rounds"] && !*baseline) {
 		return usageError{fmt.Errorf("--baseline-rounds %d: want at least 1, with --baseline", *baselineRounds)}
 	}
+	if *baseline && *clusterNodes > 1 {
+		return usageError{fmt.Errorf("--baseline: not with --cluster-nodes")}
+	}
 	if *clusterNodes < 0 || *clusterNodes == 1 || (*clusterNodes > 1 && *face != "pi") {
 		return usageError{fmt.Errorf("--cluster-nodes %d: want 2 or more, with --face pi", *clusterNodes)}
 	}
