@@ -84,10 +84,6 @@ type newSessionResult struct {
 	Meta      *sessionMeta `json:"_meta,omitempty"`
 }
 
-type loadSessionResult struct {
-	Meta *sessionMeta `json:"_meta,omitempty"`
-}
-
 type loadSessionParams struct {
 	SessionID  string      `json:"sessionId"`
 	Cwd        *string     `json:"cwd"`
