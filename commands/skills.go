@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -34,7 +35,7 @@ var skillFields = map[string]bool{
 	"metadata": true, "allowed-tools": true, "disable-model-invocation": true,
 }
 
-var skillNameChars = regexp.MustCompile(`^[a-z0-9-]+$`)
+var skillNameChars = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9-]+$`) })
 
 // Skill is one skill: a SKILL.md (or a Markdown file directly in a
 // skills directory) and the directory it lives in.
@@ -183,7 +184,7 @@ func nameProblems(name, parent string) []string {
 	if n := len([]rune(name)); n > maxSkillName {
 		out = append(out, fmt.Sprintf("name exceeds %d characters (%d)", maxSkillName, n))
 	}
-	if !skillNameChars.MatchString(name) {
+	if !skillNameChars().MatchString(name) {
 		out = append(out, "name contains invalid characters (must be lowercase a-z, 0-9, hyphens only)")
 	}
 	if strings.HasPrefix(name, "-") || strings.HasSuffix(name, "-") {

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Template is a prompt template: a Markdown file in a prompts/ directory
@@ -123,7 +124,7 @@ func SplitArgs(s string) []string {
 
 // placeholder matches what Substitute replaces: $1 $2 ..., $@,
 // $ARGUMENTS, ${@:N} and ${@:N:L}.
-var placeholder = regexp.MustCompile(`\$\{@:(\d+)(?::(\d+))?\}|\$ARGUMENTS|\$@|\$(\d+)`)
+var placeholder = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\$\{@:(\d+)(?::(\d+))?\}|\$ARGUMENTS|\$@|\$(\d+)`) })
 
 // Substitute puts args into a template's body: $1, $2, ... the
 // positional arguments (empty when missing), $@ and $ARGUMENTS all of
@@ -131,12 +132,12 @@ var placeholder = regexp.MustCompile(`\$\{@:(\d+)(?::(\d+))?\}|\$ARGUMENTS|\$@|\
 // them from the Nth (bash's slice, 1-based). It is one pass: an
 // argument that itself contains "$1" is left as written.
 func Substitute(body string, args []string) string {
-	return placeholder.ReplaceAllStringFunc(body, func(m string) string {
+	return placeholder().ReplaceAllStringFunc(body, func(m string) string {
 		switch {
 		case m == "$ARGUMENTS" || m == "$@":
 			return strings.Join(args, " ")
 		case strings.HasPrefix(m, "${"):
-			sub := placeholder.FindStringSubmatch(m)
+			sub := placeholder().FindStringSubmatch(m)
 			start, _ := strconv.Atoi(sub[1])
 			start = max(start-1, 0)
 			if start >= len(args) {

@@ -22,6 +22,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -275,10 +276,10 @@ func (s *Set) UnknownError(name string) error {
 	return fmt.Errorf("unknown mode %q; this session's modes are %s", name, strings.Join(s.Names(), ", "))
 }
 
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`) })
 
 func checkName(name string) error {
-	if !nameRE.MatchString(name) {
+	if !nameRE().MatchString(name) {
 		return fmt.Errorf("mode name %q must be 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", name)
 	}
 	return nil

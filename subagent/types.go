@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 
@@ -240,7 +241,9 @@ func readAgentFile(p string, project bool) ([]byte, error) {
 	return os.ReadFile(p)
 }
 
-var nameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*$`)
+var nameRe = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*$`)
+})
 
 // frontmatter is what an agent file's header may say: opencode's fields,
 // plus sandbox.
@@ -289,7 +292,7 @@ func Parse(name string, data []byte) (t *Type, disabled bool, warnings []string,
 	if fm.Name != "" {
 		name = fm.Name
 	}
-	if !nameRe.MatchString(name) || len(name) > 64 {
+	if !nameRe().MatchString(name) || len(name) > 64 {
 		return nil, false, nil, fmt.Errorf("agent name %q: use letters, digits, '.', '_', '-' and '/' (at most 64)", name)
 	}
 	if fm.Disable || fm.Disabled {

@@ -22,7 +22,7 @@ import (
 // protocol, stays empty.
 func TestLocalSessionCommandErrors(t *testing.T) {
 	t.Parallel()
-	const unknownTool = `--tools: unknown tool "nope" (known: read, bash, edit, write, grep, find, ls)`
+	const unknownTool = `--tools: unknown tool "nope" (known: read, bash, edit, write, grep, find, ls, task)`
 	tests := []struct {
 		name  string
 		home  string // "": clean; "models": a malformed models.json; "settings": a malformed settings.json
