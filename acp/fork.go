@@ -85,6 +85,7 @@ func (a *Agent) forkSession(ctx context.Context, params json.RawMessage) (any, e
 	}
 	ss.listen()
 	return afterReply{result: newSessionResult{SessionID: ss.id}, then: func() {
+		ss.sendCommands()
 		ss.reportUnavailable()
 		ss.askTrust()
 	}}, nil
