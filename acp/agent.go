@@ -328,33 +328,12 @@ func (a *Agent) open(ctx context.Context, cwd, file, id string, servers []MCPSer
 		terminals: map[string]string{}}
 	ss.ctx, ss.stop = context.WithCancel(context.Background())
 	if a.opt.Remote != nil {
-		var (
-			s   conversation
-			err error
-		)
-		if id == "" {
-			s, err = a.opt.Remote.Create(ctx, cwd)
-		} else {
-			s, err = a.opt.Remote.Load(ctx, id, cwd)
-		}
-		if err != nil {
-			ss.stop()
-			return nil, err
-		}
-		if c, ok := s.(configurable); ok {
-			ss.cfg = c
-		}
-		if len(servers) > 0 {
-			// The editor's servers run on the server, as the session's own.
-			failed, err := a.opt.Remote.setMCP(ctx, s.ID(), servers)
-			if err != nil {
-				_ = s.Close()
-				ss.stop()
-				return nil, err
+		return a.openRemote(ctx, ss, servers, func() (conversation, error) {
+			if id == "" {
+				return a.opt.Remote.Create(ctx, cwd)
 			}
-			ss.remoteUnavailable = failed
-		}
-		return a.register(ss, s), nil
+			return a.opt.Remote.Load(ctx, id, cwd)
+		})
 	}
 	ss.policy = sandbox.Policy{Mode: sandbox.FullAccess, Network: true}
 	if a.opt.Sandbox != nil {

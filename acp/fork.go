@@ -11,9 +11,9 @@ import (
 
 // canFork tells whether session/fork is offered: a local agentd acp
 // with session files (a fork is a new file holding a copy of the
-// source's current branch; agentd serve's sessions are not forked
-// through the bridge).
-func (a *Agent) canFork() bool { return a.opt.SessionsDir != "" && a.opt.Remote == nil }
+// source's current branch), or the bridge (agentd serve forks with its
+// clone command, Remote.Fork).
+func (a *Agent) canFork() bool { return a.opt.SessionsDir != "" || a.opt.Remote != nil }
 
 // forkSession serves session/fork: a new session, on this connection,
 // whose history is the source's current branch; the source is left as
@@ -37,6 +37,24 @@ func (a *Agent) forkSession(ctx context.Context, params json.RawMessage) (any, e
 	a.mu.Lock()
 	open := a.sessions[p.SessionID]
 	a.mu.Unlock()
+	if a.opt.Remote != nil {
+		if open != nil && open.s.Running() {
+			return nil, fault.New(fault.Busy, "session "+p.SessionID+" is running a prompt; fork it once the prompt ends, or cancel it")
+		}
+		id, err := a.opt.Remote.Fork(ctx, p.SessionID)
+		if err != nil {
+			return nil, err
+		}
+		ss, err := a.open(ctx, cwd, "", id, p.MCPServers)
+		if err != nil {
+			return nil, err
+		}
+		ss.listen()
+		return afterReply{result: ss.setup(ctx, ss.id), then: func() {
+			ss.sendCommands()
+			ss.reportUnavailable()
+		}}, nil
+	}
 	var path string
 	if open != nil && open.local != nil {
 		if open.s.Running() {
@@ -67,6 +85,7 @@ func (a *Agent) forkSession(ctx context.Context, params json.RawMessage) (any, e
 	}
 	ss.listen()
 	return afterReply{result: newSessionResult{SessionID: ss.id}, then: func() {
+		ss.sendCommands()
 		ss.reportUnavailable()
 		ss.askTrust()
 	}}, nil

@@ -15,9 +15,9 @@ import (
 
 // codec encodes session events as this face's SSE frames. Each session
 // event becomes zero, one or more gptme events, written as one frame
-// unit: "id: <seq>\ndata: <json>\n\n" per event, all with the session
-// event's seq, so a client resuming after that seq gets none of them
-// again and one resuming before it gets all of them.
+// unit: "id: <seq>\ndata: <json>\n\n" per event; when there are several,
+// their ids are "<seq>.1", "<seq>.2", … (eventID), so a client resuming
+// after any one of them gets exactly the ones after it.
 //
 // The mapping:
 //
@@ -152,7 +152,7 @@ func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
 	default:
 		return server.Frame{}
 	}
-	return server.Frame{Data: f}
+	return server.Frame{Data: numberParts(f, ev.Seq)}
 }
 
 func (cd *codec) agentEvent(sessionID string, ev session.Event, a *agent.Event) server.Frame {
@@ -204,7 +204,7 @@ func (cd *codec) agentEvent(sessionID string, ev session.Event, a *agent.Event) 
 	default:
 		return server.Frame{}
 	}
-	return server.Frame{Data: f}
+	return server.Frame{Data: numberParts(f, ev.Seq)}
 }
 
 // runs reports whether an approval's answer runs the call.
@@ -312,9 +312,14 @@ func elicitEvent(r interaction.Request) ElicitPendingEvent {
 
 // appendEvent appends one SSE frame holding v.
 func appendEvent(b []byte, seq uint64, v any) []byte {
+	return appendEventID(b, eventID{seq: seq}, v)
+}
+
+// appendEventID is appendEvent with a frame's whole id.
+func appendEventID(b []byte, id eventID, v any) []byte {
 	data := marshal(v)
 	b = append(b, "id: "...)
-	b = strconv.AppendUint(b, seq, 10)
+	b = id.appendTo(b)
 	b = append(b, "\ndata: "...)
 	b = append(b, data...)
 	return append(b, "\n\n"...)

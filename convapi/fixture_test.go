@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -291,7 +290,7 @@ func (e event) str(k string) string {
 	s, _ := e.m[k].(string)
 	return s
 }
-func (e event) seq() uint64 { n, _ := strconv.ParseUint(e.id, 10, 64); return n }
+func (e event) seq() uint64 { n, _ := parseEventID(e.id); return n.seq }
 
 // stream is an open event stream read by a goroutine of its own.
 type stream struct {

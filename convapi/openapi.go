@@ -70,7 +70,7 @@ func (s *Server) openapiDoc() []byte {
 			ps = append(ps, map[string]any{"name": q.name, "in": "query", "description": q.desc, "schema": map[string]any{"type": q.typ}})
 		}
 		if rt.stream {
-			ps = append(ps, map[string]any{"name": "Last-Event-ID", "in": "header", "description": "resume after this seq", "schema": map[string]any{"type": "integer"}})
+			ps = append(ps, map[string]any{"name": "Last-Event-ID", "in": "header", "description": "resume after this frame id: a seq, or <seq>.<part> for a frame of an event written as several", "schema": map[string]any{"type": "string", "pattern": `^[0-9]+(\.[1-9])?$`}})
 		}
 		if rt.body != nil || rt.method == "POST" || rt.method == "PATCH" || rt.method == "PUT" {
 			ps = append(ps, map[string]any{"name": "Idempotency-Key", "in": "header",
@@ -87,7 +87,7 @@ func (s *Server) openapiDoc() []byte {
 		ok := map[string]any{"description": "OK"}
 		switch {
 		case rt.stream:
-			ok["description"] = "Server-Sent Events: each frame is \"id: <seq>\\ndata: <event>\\n\\n\", never with an event: line; connected first, a ping at least every 15 s"
+			ok["description"] = "Server-Sent Events: each frame is \"id: <seq>\\ndata: <event>\\n\\n\" (id <seq>.1, <seq>.2, … when one event is several frames), never with an event: line; connected first, a ping at least every 15 s"
 			ok["content"] = map[string]any{"text/event-stream": map[string]any{"schema": map[string]any{"oneOf": events}}}
 		case rt.resp != nil && rt.list && rt.alt != nil:
 			ok["content"] = map[string]any{"application/json": map[string]any{"schema": map[string]any{"oneOf": []any{

@@ -81,9 +81,9 @@ func TestResumeCursorTooOld(t *testing.T) {
 		}
 	}
 	wantErr(t, fx.do("GET", "/api/v2/conversations/old/events", nil, "Last-Event-ID", "x1"), http.StatusBadRequest,
-		"Last-Event-ID must be a non-negative integer (the seq of the last event received)")
+		"Last-Event-ID must be the id of the last event received: a non-negative integer (its seq), or a seq and a part from 1 to 9 (\"7.1\")")
 	wantErr(t, fx.do("GET", "/api/v2/conversations/old/events?after=-1", nil), http.StatusBadRequest,
-		"after must be a non-negative integer (the seq of the last event received)")
+		"after must be the id of the last event received: a non-negative integer (its seq), or a seq and a part from 1 to 9 (\"7.1\")")
 }
 
 func mustFloat(s string) float64 {
@@ -113,7 +113,7 @@ func TestRestartKeepsCursorAndPendingConfirmation(t *testing.T) {
 	if len(pts) != 1 || pts[0].(map[string]any)["tool_id"] != pend.str("tool_id") {
 		t.Fatalf("after the restart: %s", conn.raw)
 	}
-	if seq, _ := strconv.ParseUint(conn.id, 10, 64); seq < pend.seq() {
+	if seq := conn.seq(); seq < pend.seq() {
 		t.Errorf("the seq went back: %d after %d", seq, pend.seq())
 	}
 	fx2.ok("POST", "/api/v2/conversations/rs/tool/confirm", map[string]any{"tool_id": pend.str("tool_id"), "action": "confirm"})
@@ -154,14 +154,14 @@ func TestResumeIDsNeverGoBack(t *testing.T) {
 	if conn.m["resumed"] != true || conn.id != cursor || ping.id != cursor {
 		t.Errorf("cursor %s: connected id %s (%s), ping id %s; want both at the cursor", cursor, conn.id, conn.raw, ping.id)
 	}
-	var prev uint64
+	var prev eventID
 	for _, e := range b.snapshot() {
 		if e.id == "" {
 			continue
 		}
-		n, err := strconv.ParseUint(e.id, 10, 64)
-		if err != nil || n < prev {
-			t.Fatalf("the stream's ids run backwards: id %s after %d\n%s", e.id, prev, b.dump())
+		n, ok := parseEventID(e.id)
+		if !ok || n.before(prev) {
+			t.Fatalf("the stream's ids run backwards: id %s after %s\n%s", e.id, prev, b.dump())
 		}
 		prev = n
 	}

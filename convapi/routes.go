@@ -80,7 +80,7 @@ func (s *Server) routes() []route {
 		{method: "POST", path: conv, summary: "Add a message without running the agent (a built-in command such as /help runs instead and answers its output)", body: AppendRequest{}, resp: StatusResponse{}, alt: CommandResponse{}, statuses: []int{404, 409}, handle: (*Server).appendMessage},
 		{method: "DELETE", path: conv, summary: "Delete a conversation (its file stays on disk)", resp: StatusResponse{}, statuses: []int{404, 409}, handle: (*Server).deleteConversation},
 		{method: "GET", path: conv + "/events", summary: "The conversation's events (Server-Sent Events)", stream: true, statuses: []int{404},
-			query:  []queryParam{{"session_id", "string", "the attachment to use; a new one without"}, {"after", "integer", "resume after this seq (as Last-Event-ID)"}, {"token", "string", "the token, for EventSource"}},
+			query:  []queryParam{{"session_id", "string", "the attachment to use; a new one without"}, {"after", "string", "resume after this frame id, a seq or <seq>.<part> (as Last-Event-ID)"}, {"token", "string", "the token, for EventSource"}},
 			handle: (*Server).events},
 		{method: "POST", path: conv + "/step", summary: "Run the agent on the conversation as it stands", body: StepRequest{}, resp: StepResponse{}, statuses: []int{404, 409}, handle: (*Server).step},
 		{method: "POST", path: conv + "/tool/confirm", summary: "Answer a pending tool call", body: ConfirmRequest{}, resp: StatusResponse{}, statuses: []int{404, 409}, handle: (*Server).confirm},

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -33,6 +32,13 @@ type sseLink struct {
 
 	lastID []byte // the id of the last frame written, for heartbeats
 	buf    []byte
+	// skip is a resume cursor inside an event ("7.1"): the frames of
+	// that event up to its part, which the client has seen, are dropped
+	// from the replay. Cleared at the first frame of a later event. The
+	// first frame written is the snapshot, which carries the cursor
+	// itself and is never dropped.
+	skip    eventID
+	started bool
 
 	once   sync.Once
 	closed chan struct{}
@@ -55,6 +61,15 @@ func (l *sseLink) Write(_ context.Context, frames [][]byte) error {
 			b = append(b, f...)
 			continue
 		}
+		if l.skip.part > 0 && l.started {
+			if id, ok := frameID(f); ok && id.seq >= l.skip.seq {
+				if id.seq == l.skip.seq {
+					f = dropParts(f, l.skip)
+				}
+				l.skip = eventID{}
+			}
+		}
+		l.started = true
 		b = append(b, f...)
 		if id := lastFrameID(f); id != nil {
 			l.lastID = append(l.lastID[:0], id...)
@@ -96,8 +111,9 @@ func (l *sseLink) Close(server.Close) { l.once.Do(func() { close(l.closed) }) }
 // cursorOf reads where a client resumes: the Last-Event-ID header an
 // EventSource sends when it reconnects, or ?after=. The header wins: an
 // EventSource opened on a URL with ?after= keeps that URL on every
-// reconnect, and only its header says how far it has read since.
-func cursorOf(r *http.Request) (*uint64, error) {
+// reconnect, and only its header says how far it has read since. A
+// cursor is a seq or a frame inside one ("7.1", eventID).
+func cursorOf(r *http.Request) (*eventID, error) {
 	v := r.Header.Get("Last-Event-ID")
 	name := "Last-Event-ID"
 	if q := r.URL.Query().Get("after"); q != "" && v == "" {
@@ -106,18 +122,23 @@ func cursorOf(r *http.Request) (*uint64, error) {
 	if v == "" {
 		return nil, nil
 	}
-	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
-		return nil, errorf(http.StatusBadRequest, name+" must be a non-negative integer (the seq of the last event received)")
+	id, ok := parseEventID(v)
+	if !ok {
+		return nil, errorf(http.StatusBadRequest, name+" must be the id of the last event received: a non-negative integer (its seq), or a seq and a part from 1 to 9 (\"7.1\")")
 	}
-	return &n, nil
+	return &id, nil
 }
 
 // events serves GET .../events: an attachment's event stream.
 func (s *Server) events(w http.ResponseWriter, r *http.Request, p params) error {
-	after, err := cursorOf(r)
+	cur, err := cursorOf(r)
 	if err != nil {
 		return err
+	}
+	var after *uint64
+	if cur != nil {
+		a := cur.after()
+		after = &a
 	}
 	sid, hasSID := r.URL.Query()["session_id"]
 	h, err := s.conversation(r.Context(), p.conv)
@@ -143,6 +164,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p params) error 
 	hdr.Set("Cache-Control", "no-cache")
 	hdr.Set("X-Accel-Buffering", "no")
 	link := newSSELink(w)
+	if cur != nil {
+		link.skip = *cur
+	}
 	c, err := s.srv.Attach(link, server.ClientOptions{Face: face, Transport: "sse"})
 	if err != nil {
 		hdr.Del("Content-Type")
@@ -165,13 +189,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p params) error 
 	// EventSource that drops now must come back asking for them, not
 	// for what the snapshot says is the last. Ids on a stream never go
 	// back.
-	cursor := sub.Seq
-	if sub.Resumed && after != nil {
-		cursor = *after
+	cursor := eventID{seq: sub.Seq}
+	if sub.Resumed && cur != nil {
+		cursor = *cur
 	}
-	c.Send(appendEvent(nil, cursor, s.snapshot(h, at.id, sub)))
+	c.Send(appendEventID(nil, cursor, s.snapshot(h, at.id, sub)))
 	if sub.TooOld {
-		c.Send(appendEvent(nil, sub.Seq, ResyncEvent{Type: "resync", Reason: "The cursor is older than the conversation's event log, or beyond its last event: reload the conversation (GET) and continue from seq", After: *after, Seq: sub.Seq}))
+		c.Send(appendEvent(nil, sub.Seq, ResyncEvent{Type: "resync", Reason: "The cursor is older than the conversation's event log, or beyond its last event: reload the conversation (GET) and continue from seq", After: cur.seq, Seq: sub.Seq}))
 	}
 	c.Send(pingFrame)
 	hold.Release()

@@ -255,6 +255,12 @@ func (s *sseStream) read() {
 	}
 }
 
+// seqOfID is the seq of a frame's id: "7" and "7.2" are both of seq 7.
+func seqOfID(id []byte) []byte {
+	seq, _, _ := bytes.Cut(id, []byte("."))
+	return seq
+}
+
 // event takes one frame: its id (the seq) and its data.
 func (s *sseStream) event(id []byte, hasID bool, data []byte) {
 	s.lastSeen.Store(time.Now().UnixNano())
@@ -271,7 +277,9 @@ func (s *sseStream) event(id []byte, hasID bool, data []byte) {
 	}
 	var seq uint64
 	if hasID {
-		n, err := strconv.ParseUint(string(id), 10, 64)
+		// An event written as several frames numbers them "<seq>.1",
+		// "<seq>.2": the seq is before the dot.
+		n, err := strconv.ParseUint(string(seqOfID(id)), 10, 64)
 		if err != nil {
 			fault("sse bad id", fmt.Sprintf("id %q", id))
 			return

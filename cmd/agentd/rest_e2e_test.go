@@ -17,7 +17,8 @@ func rsConvPath(id string) string { return "/api/v2/conversations/" + id }
 // rsSeq is an event's seq, from its id line.
 func rsSeq(t *testing.T, e rsEvent) uint64 {
 	t.Helper()
-	n, err := strconv.ParseUint(e.id, 10, 64)
+	seq, _, _ := strings.Cut(e.id, ".") // "<seq>.<part>" when an event is several frames
+	n, err := strconv.ParseUint(seq, 10, 64)
 	if err != nil {
 		t.Fatalf("an event without a numeric id line: id=%q %s", e.id, e.raw)
 	}

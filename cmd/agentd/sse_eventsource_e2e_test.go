@@ -28,6 +28,9 @@ type esCutter struct {
 	t        *testing.T
 	upstream string // agentd's host:port
 	cut      int
+	// cutAfter, when set, cuts right after the first frame of that type
+	// instead of after cut frames.
+	cutAfter string
 	release  chan struct{}
 
 	mu      sync.Mutex
@@ -93,6 +96,7 @@ func (c *esCutter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprint(w, "retry: 20\n\n")
 	br := bufio.NewReader(resp.Body)
 	frames := 0
+	var frame strings.Builder
 	for {
 		line, err := br.ReadString('\n')
 		if err != nil {
@@ -101,14 +105,17 @@ func (c *esCutter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if _, err := fmt.Fprint(w, line); err != nil {
 			return
 		}
+		frame.WriteString(line)
 		if line == "\n" {
 			frames++
 			if err := rc.Flush(); err != nil {
 				return
 			}
-			if n == 1 && frames == c.cut {
+			typed := c.cutAfter != "" && strings.Contains(frame.String(), `data: {"type":"`+c.cutAfter+`"`)
+			if n == 1 && (frames == c.cut || typed) {
 				return // the cut: the response ends, the browser reconnects
 			}
+			frame.Reset()
 		}
 	}
 }
@@ -129,13 +136,17 @@ func TestSSEEventSourceCutAndResume(t *testing.T) {
 		// old: the run happens before the page connects, which resumes
 		// from the run's first event with ?after=; otherwise the page
 		// connects first and the run happens while it is cut off.
-		old bool
-		cut int
+		old      bool
+		cut      int
+		cutAfter string
 	}{
 		{name: "cut after connected, run while away", cut: 1},
 		{name: "cut after connected and ping, run while away", cut: 2},
 		{name: "resume an old cursor, cut after connected", old: true, cut: 1},
 		{name: "resume an old cursor, cut after three frames", old: true, cut: 3},
+		// message_added and generation_complete are one layer event,
+		// two frames with ids of their own (<seq>.1, <seq>.2).
+		{name: "resume an old cursor, cut between message_added and generation_complete", old: true, cutAfter: "message_added"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,7 +163,7 @@ func TestSSEEventSourceCutAndResume(t *testing.T) {
 				ref.waitType(refFrom, "run_ended")
 			}
 
-			cutter := &esCutter{t: t, upstream: s.loopback(), cut: tt.cut, release: make(chan struct{}), held: make(chan struct{})}
+			cutter := &esCutter{t: t, upstream: s.loopback(), cut: tt.cut, cutAfter: tt.cutAfter, release: make(chan struct{}), held: make(chan struct{})}
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
@@ -202,12 +213,13 @@ func TestSSEEventSourceCutAndResume(t *testing.T) {
 
 			// Ids on what the browser saw never go back, and no event of
 			// the log comes twice.
-			var prev uint64
+			// Read as decimals, as the web UI does: "7.1" < "7.2" < "8".
+			var prev float64
 			var seen []string
 			for _, ev := range got {
-				n, err := strconv.ParseUint(ev.ID, 10, 64)
+				n, err := strconv.ParseFloat(ev.ID, 64)
 				if err != nil || n < prev {
-					t.Fatalf("id %q after %d: the browser's cursor ran backwards\nsaw %v\nLast-Event-IDs %q", ev.ID, prev, got, lastIDs)
+					t.Fatalf("id %q after %v: the browser's cursor ran backwards\nsaw %v\nLast-Event-IDs %q", ev.ID, prev, got, lastIDs)
 				}
 				prev = n
 				if ev.Type != "ping" && ev.Type != "connected" {
@@ -232,6 +244,18 @@ func TestSSEEventSourceCutAndResume(t *testing.T) {
 			}
 			if tt.cut > 1 && len(got) >= tt.cut {
 				wantID = got[tt.cut-1].ID // the last frame before the cut
+			}
+			if tt.cutAfter != "" {
+				wantID = ""
+				for _, ev := range got {
+					if ev.Type == tt.cutAfter {
+						wantID = ev.ID // the frame the cut came after
+						break
+					}
+				}
+				if !strings.HasSuffix(wantID, ".1") {
+					t.Errorf("%s's id %q: want the first part of its event, <seq>.1", tt.cutAfter, wantID)
+				}
 			}
 			if len(lastIDs) == 2 && (lastIDs[0] != "" || lastIDs[1] != wantID) {
 				t.Errorf("Last-Event-ID headers %q, want [\"\" %q]", lastIDs, wantID)

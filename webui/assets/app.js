@@ -46,6 +46,7 @@ const ui = {
   open: 0,            // counts conversation opens; events of an older one are dropped
   es: null,
   lastSeq: 0,
+  lastId: '',
   retryTimer: 0,
   retryDelay: 500,
   connected: false,
@@ -656,8 +657,10 @@ async function load(my) {
 
 function connect(my) {
   closeStream();
-  let after = ui.lastSeq;
-  if (ui.replay) after = Math.max(0, ui.replay.upTo - ui.replay.back[0]);
+  // The last frame's own id ("7.1" inside an event of several frames)
+  // when it is where the page stands, so no frame is lost or repeated.
+  let after = ui.lastId && Number(ui.lastId) === ui.lastSeq ? ui.lastId : Math.floor(ui.lastSeq);
+  if (ui.replay) after = Math.max(0, Math.floor(ui.replay.upTo) - ui.replay.back[0]);
   const url = convPath(ui.convId) + '/events?after=' + after;
   const es = new EventSource(url);
   ui.es = es;
@@ -666,7 +669,7 @@ function connect(my) {
     let ev;
     try { ev = JSON.parse(e.data); } catch { return; }
     const n = e.lastEventId ? Number(e.lastEventId) : NaN;
-    if (Number.isFinite(n) && n > ui.lastSeq) ui.lastSeq = n;
+    if (Number.isFinite(n) && n > ui.lastSeq) { ui.lastSeq = n; ui.lastId = e.lastEventId; }
     ui.retryDelay = 500;
     if (ui.replay && n <= ui.replay.upTo && ev.type !== 'connected' && ev.type !== 'resync') {
       replayed(ev);

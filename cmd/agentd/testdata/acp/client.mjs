@@ -23,6 +23,7 @@
 //   commands                     waits for the agent's available_commands_update; prints it
 //   resume                       session/resume of the remembered session; prints what came
 //   fork                         session/fork of the remembered session; remembers the new one
+//   use:<id>                     remembers <id> as the session (for resume, load, fork)
 //   init-elicit                  initialize offering form elicitation
 //   elicit-answer:<json>         the answer to the elicitation/create requests that follow
 //                                (a prompt step prints the requests it saw as "elicited")
@@ -152,6 +153,10 @@ async function run(proc) {
           out({ step, result: r, updates: [...updates] });
           break;
         }
+        case "use":
+          sessionId = arg;
+          out({ step });
+          break;
         case "fork": {
           const r = await ctx.request("session/fork", { sessionId, cwd, mcpServers: [] });
           sessionId = r.sessionId;
