@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/agentd-dev/agentd/commands"
 	"github.com/agentd-dev/agentd/llm/registry"
 	"io"
 	"net/http"
@@ -135,6 +136,9 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 				Stream: fx.faux.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,
 				Tools: append(tool.Builtins(env), &slowTool{}), BashEnv: env, EventLogSize: o.logSize,
 				CheckpointDir: filepath.Join(root, "checkpoints"),
+				// The built-in commands as the engine registers them:
+				// gptme's /undo posted as a message runs the registry's.
+				Slash: commands.Load(commands.Config{}, spec.Cwd, commands.NewRegistry(commands.Defaults(nil)...)),
 			})
 		}),
 		Cwd: fx.cwd, SessionsDir: filepath.Join(root, "sessions"), StateDir: state, Limits: o.limits, Tokens: o.tokens,
