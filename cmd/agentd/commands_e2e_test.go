@@ -40,6 +40,8 @@ func e2eWantCommands(t *testing.T, cmds []any, e *e2eEnv, skill string) {
 		"compact":      {"builtin", "", ""},
 		"model":        {"builtin", "", ""},
 		"fork":         {"builtin", "", ""},
+		"undo":         {"builtin", "", ""},
+		"redo":         {"builtin", "", ""},
 	}
 	seen := map[string]bool{}
 	for _, c := range cmds {
@@ -360,7 +362,7 @@ func acpCommandsCase(t *testing.T, bridged bool) {
 		m := c.(map[string]any)
 		byName[m["name"].(string)] = m
 	}
-	for _, n := range []string{"help", "compact", "model", "fork", "review", "skill:deploy", "skill:lint"} {
+	for _, n := range []string{"help", "compact", "model", "fork", "undo", "redo", "review", "skill:deploy", "skill:lint"} {
 		if byName[n] == nil || byName[n]["description"] == "" {
 			t.Errorf("available_commands_update lacks %s: %v", n, cu)
 		}
