@@ -44,8 +44,11 @@ const (
 
 // ReadOnlyTools are the tools a read-only mode offers when its file does
 // not list any: the ones that only look. bash is among them because a
-// read-only mode runs it under the read-only sandbox (or not at all).
-var ReadOnlyTools = []string{"read", "grep", "find", "ls", "bash"}
+// read-only mode runs it under the read-only sandbox (or not at all);
+// task (a subagent, where the session has it) because the child of a
+// session in a read-only mode is put in that mode and sandbox too, so an
+// explorer can still be sent to look.
+var ReadOnlyTools = []string{"read", "grep", "find", "ls", "bash", "task"}
 
 // WriteTools are the tools a read-only mode never offers, whatever its
 // tools say: they change files themselves, outside any sandbox's reach.
