@@ -515,3 +515,69 @@ func TestPlanModeParentHasAReadOnlyChild(t *testing.T) {
 		t.Errorf("the reopened child is in mode %q", m.Name)
 	}
 }
+
+// A child opened again (after a restart, or by a client loading its
+// file) keeps its type's prompt and the sandbox it ran in, not the
+// engine's defaults: a read-only type's child reopened in a full-access
+// engine still cannot write.
+func TestChildKeepsItsPromptAndSandboxWhenReopened(t *testing.T) {
+	f := newFixture(t, nil)
+	p := filepath.Join(f.cwd, ".agentd", "agents", "scribe.md")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("---\ndescription: notes things\ntools: [read, write]\nsandbox: read-only\n---\nSCRIBE-TYPE-PROMPT\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	reopened := false
+	var prompts []bool // whether each child request carried the type's prompt
+	f.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case isChild(r):
+			prompts = append(prompts, strings.Contains(string(r.Body), "SCRIBE-TYPE-PROMPT"))
+			if reopened && lastRole(r) == "user" {
+				return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "w1", Name: "write", Args: []string{`{"path":"x.txt","content":"hi"}`}}}}
+			}
+			return llmtest.Script{Text: []string{"ok"}}
+		case lastRole(r) == "tool":
+			return llmtest.Script{Text: []string{"done"}}
+		}
+		return llmtest.Script{ToolCalls: []llmtest.ToolCall{taskCall("t1", "scribe", "CHILDJOB note")}}
+	})
+	s, rec := f.session(engine.Spec{})
+	run(t, s, "go")
+	ends := rec.toolEnds("task")
+	if len(ends) != 1 || ends[0].IsError {
+		t.Fatalf("task results %v", ends)
+	}
+	d := details(t, ends[0])
+	mu.Lock()
+	reopened = true
+	mu.Unlock()
+	again, err := f.eng.Session(engine.Spec{Cwd: f.cwd, SessionsDir: f.dir, Open: d.SessionFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	run(t, again, "again")
+	mu.Lock()
+	if len(prompts) != 3 || slices.Contains(prompts, false) {
+		t.Errorf("the type's prompt in the child's requests: %v, want in all 3", prompts)
+	}
+	mu.Unlock()
+	if _, err := os.Stat(filepath.Join(f.cwd, "x.txt")); err == nil {
+		t.Error("the reopened read-only child wrote a file")
+	}
+	refused := false
+	for _, m := range again.Messages() {
+		if m.Role == llm.RoleToolResult && m.ToolName == "write" {
+			refused = m.IsError && strings.Contains(m.TextContent(), "read-only")
+		}
+	}
+	if !refused {
+		t.Error("the reopened child's write was not refused by its read-only sandbox")
+	}
+}
