@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/agentd-dev/agentd/commands"
 	"github.com/agentd-dev/agentd/llm/registry"
 	"io"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/agentd-dev/agentd/commands"
 	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/llm"
