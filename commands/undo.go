@@ -20,35 +20,38 @@ func undoBuiltins() []Builtin {
 }
 
 func runUndo(ctx context.Context, c Call) (string, error) {
-	if strings.TrimSpace(c.Args) != "" {
-		return "", fault.Errorf(fault.Invalid, "/undo takes no arguments (got %q)", clipArg(c.Args))
-	}
-	res, err := c.Session.Undo(ctx)
-	if err != nil {
-		return "", err
-	}
-	c.Detail(res)
-	moved := ""
-	if res.Truncated {
-		moved = fmt.Sprintf(" The conversation is back before: %q.", clipArg(res.Prompt))
-	}
-	return describeRevert("Undid your last message", res) + moved + " /redo brings it back.", nil
+	return revertCommand(ctx, c, "undo", c.Session.Undo, func(r *session.RevertResult) string {
+		msg := describeRevert("Undid your last message", r)
+		if r.Truncated {
+			msg += fmt.Sprintf(" The conversation is back before: %q.", clipArg(r.Prompt))
+		}
+		return msg + " /redo brings it back."
+	})
 }
 
 func runRedo(ctx context.Context, c Call) (string, error) {
+	return revertCommand(ctx, c, "redo", c.Session.UndoRevert, func(r *session.RevertResult) string {
+		msg := describeRevert("Redid what the last undo took back", r)
+		if r.Truncated {
+			msg += " The conversation is back where it was."
+		}
+		return msg
+	})
+}
+
+// revertCommand runs /undo or /redo: do, with no arguments; its result
+// goes to the face as the command's detail and to the person as say
+// puts it.
+func revertCommand(ctx context.Context, c Call, name string, do func(context.Context) (*session.RevertResult, error), say func(*session.RevertResult) string) (string, error) {
 	if strings.TrimSpace(c.Args) != "" {
-		return "", fault.Errorf(fault.Invalid, "/redo takes no arguments (got %q)", clipArg(c.Args))
+		return "", fault.Errorf(fault.Invalid, "/%s takes no arguments (got %q)", name, clipArg(c.Args))
 	}
-	res, err := c.Session.UndoRevert(ctx)
+	res, err := do(ctx)
 	if err != nil {
 		return "", err
 	}
 	c.Detail(res)
-	moved := ""
-	if res.Truncated {
-		moved = " The conversation is back where it was."
-	}
-	return describeRevert("Redid what the last undo took back", res) + moved, nil
+	return say(res), nil
 }
 
 // describeRevert says what a revert did, for a person.
