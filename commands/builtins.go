@@ -32,6 +32,17 @@ type Call struct {
 	// Args is the text after the command's name.
 	Args    string
 	Catalog *Catalog
+	// detail receives what Detail is given.
+	detail *any
+}
+
+// Detail hands the face a structured result besides the text Run
+// returns (/undo's revert), for a face whose protocol answers with one
+// (REST's gptme /undo). Faces that show only text ignore it.
+func (c Call) Detail(v any) {
+	if c.detail != nil {
+		*c.detail = v
+	}
 }
 
 // Registry holds the built-in commands. The engine makes one; another
@@ -90,16 +101,16 @@ func (r *Registry) All() []Builtin {
 	return slices.Clone(r.list)
 }
 
-// Defaults are agentd's own built-ins: /help, /compact, /model and
-// /fork. models lists the models /model may switch to.
+// Defaults are agentd's own built-ins: /help, /compact, /model, /fork,
+// /undo and /redo. models lists the models /model may switch to.
 func Defaults(models func() []*llm.Model) []Builtin {
-	return []Builtin{
+	return append([]Builtin{
 		{Name: "help", Description: "List the commands a prompt can start with", Run: runHelp},
 		{Name: "compact", Description: "Summarize the conversation so far to free context", ArgumentHint: "[instructions]", Run: runCompact},
 		{Name: "model", Description: "Show the model, or switch to another", ArgumentHint: "[provider/model]",
 			Run: func(ctx context.Context, c Call) (string, error) { return runModel(c, models) }},
 		{Name: "fork", Description: "Continue in a new session: a copy of this one, or from before the Nth user message", ArgumentHint: "[N | entry id]", Run: runFork},
-	}
+	}, undoBuiltins()...)
 }
 
 func runHelp(_ context.Context, c Call) (string, error) {

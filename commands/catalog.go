@@ -391,19 +391,26 @@ func (c *Catalog) IsBuiltin(text string) bool {
 // and returns what it has to say; ok is false when text names no
 // built-in (it is then a prompt like any other).
 func (c *Catalog) Run(ctx context.Context, s *session.Session, text string) (string, bool, error) {
+	out, _, ok, err := c.RunDetail(ctx, s, text)
+	return out, ok, err
+}
+
+// RunDetail is Run that also returns the structured result the command
+// gave (Call.Detail), or nil.
+func (c *Catalog) RunDetail(ctx context.Context, s *session.Session, text string) (out string, detail any, ok bool, err error) {
 	if c == nil {
-		return "", false, nil
+		return "", nil, false, nil
 	}
 	name, args, ok := split(text)
 	if !ok {
-		return "", false, nil
+		return "", nil, false, nil
 	}
 	b, ok := c.builtins.Get(name)
 	if !ok {
-		return "", false, nil
+		return "", nil, false, nil
 	}
-	out, err := b.Run(ctx, Call{Session: s, Args: args, Catalog: c})
-	return out, true, err
+	out, err = b.Run(ctx, Call{Session: s, Args: args, Catalog: c, detail: &detail})
+	return out, detail, true, err
 }
 
 // Of is the catalog of a session the engine made, or nil.

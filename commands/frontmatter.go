@@ -4,44 +4,24 @@ import (
 	"fmt"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/agentd-dev/agentd/frontmatter"
 )
 
-// splitFrontmatter separates a Markdown file's YAML frontmatter (between
-// a first line "---" and the next line "---") from its body. A file
-// without one has no fields; a frontmatter that is not a YAML mapping
-// is an error, with the body still returned, so a caller can warn and
-// go on as pi does.
+// splitFrontmatter separates a Markdown file's YAML frontmatter from
+// its body (package frontmatter). A file without one, or whose
+// frontmatter is never closed, has no fields (pi reads the latter as all
+// body); a frontmatter that is not a YAML mapping is an error, with the
+// body still returned, so a caller can warn and go on as pi does.
 func splitFrontmatter(text string) (fields map[string]any, body string, err error) {
-	text = strings.TrimPrefix(text, "\ufeff")
-	text = strings.ReplaceAll(text, "\r\n", "\n")
-	if !strings.HasPrefix(text, "---\n") && text != "---" {
-		return nil, text, nil
+	head, b, ok, err := frontmatter.Split([]byte(text))
+	if !ok || err != nil {
+		return nil, string(b), nil
 	}
-	rest := strings.TrimPrefix(text, "---")
-	rest = strings.TrimPrefix(rest, "\n")
-	end := -1
-	if strings.HasPrefix(rest, "---\n") || rest == "---" {
-		end = 0
-	} else if i := strings.Index(rest, "\n---\n"); i >= 0 {
-		end = i + 1
-	} else if strings.HasSuffix(rest, "\n---") {
-		end = len(rest) - 3
-	}
-	if end < 0 {
-		// No closing line: pi reads such a file as all body.
-		return nil, text, nil
-	}
-	head := rest[:end]
-	body = strings.TrimPrefix(rest[end+3:], "\n")
 	fields = map[string]any{}
-	if strings.TrimSpace(head) == "" {
-		return fields, body, nil
+	if err := frontmatter.Decode(head, &fields, false); err != nil {
+		return nil, string(b), err
 	}
-	if err := yaml.Unmarshal([]byte(head), &fields); err != nil {
-		return nil, body, fmt.Errorf("frontmatter is not valid YAML: %v", firstLine(err.Error()))
-	}
-	return fields, body, nil
+	return fields, string(b), nil
 }
 
 // str is a frontmatter field as a string: a string as it is, a number
@@ -69,11 +49,4 @@ func boolean(fields map[string]any, key string) bool {
 		return strings.EqualFold(strings.TrimSpace(x), "true")
 	}
 	return false
-}
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
 }

@@ -2,13 +2,13 @@ package commands
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
+
+	"github.com/agentd-dev/agentd/frontmatter"
 )
 
 // Bounds of the Agent Skills specification (agentskills.io).
@@ -248,26 +248,6 @@ func skillBlock(s Skill, args string) (string, error) {
 
 // readBounded reads a regular file of at most maxSkillFile bytes.
 func readBounded(path string) (string, error) {
-	// O_NONBLOCK: a file swapped for a FIFO must not hang a session's
-	// creation.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", err
-	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("not a regular file")
-	}
-	if fi.Size() > maxSkillFile {
-		return "", fmt.Errorf("file is %d bytes; the limit is %d", fi.Size(), maxSkillFile)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxSkillFile))
-	if err != nil {
-		return "", err
-	}
-	return string(b), nil
+	b, err := frontmatter.ReadFile(path, maxSkillFile, false)
+	return string(b), err
 }

@@ -3,11 +3,9 @@ package convapi
 import (
 	"context"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/agentd-dev/agentd/checkpoint"
-	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/server"
 	"github.com/agentd-dev/agentd/session"
 )
@@ -239,23 +237,4 @@ func (s *Server) runUndoRevert(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	return revertResponse(res), nil
-}
-
-// isUndoCommand: a user message that is gptme's /undo and nothing else.
-func isUndoCommand(m *llm.Message) bool {
-	return m != nil && m.Role == llm.RoleUser && strings.TrimSpace(m.TextContent()) == "/undo"
-}
-
-// runUndoCommand runs /undo posted as a message (gptme's clients do):
-// the last turn that changed files is reverted and the conversation goes
-// back to just before it; the message itself is not added.
-func runUndoCommand(ctx context.Context, c *call) (any, error) {
-	res, err := c.h.Session().Undo(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return struct {
-		Status string         `json:"status"`
-		Undo   RevertResponse `json:"undo"`
-	}{"ok", revertResponse(res)}, nil
 }

@@ -100,10 +100,21 @@ func TestChangesRevertUndoAcrossRestart(t *testing.T) {
 
 	// gptme's /undo, posted as a message.
 	u := fx2.ok("POST", "/api/v2/conversations/cp", map[string]any{"role": "user", "content": "/undo"})
-	if undo, _ := u.m["undo"].(map[string]any); undo == nil || undo["truncated"] != true {
+	if undo, _ := u.m["undo"].(map[string]any); undo == nil || undo["truncated"] != true || u.m["command"] != "undo" || !strings.Contains(u.m["output"].(string), "a.txt") {
 		t.Fatalf("/undo: %s", u)
 	}
 	check(fx2.cwd, "after /undo", before)
+	if c := fx2.ok("GET", "/api/v2/conversations/cp", nil); len(c.m["log"].([]any)) != 0 {
+		t.Fatalf("/undo left the conversation: %s", c)
+	}
+	// /redo, the same registry's built-in, brings the files and the
+	// conversation back; a second /redo has nothing to redo.
+	if r := fx2.ok("POST", "/api/v2/conversations/cp", map[string]any{"role": "user", "content": "/redo"}); r.m["command"] != "redo" || r.m["undo"] == nil {
+		t.Fatalf("/redo: %s", r)
+	}
+	check(fx2.cwd, "after /redo", after)
+	wantErr(t, fx2.do("POST", "/api/v2/conversations/cp", map[string]any{"role": "user", "content": "/redo"}), 409, "there is no revert to undo (a turn that changes files after a revert makes it final)")
+	wantErr(t, fx2.do("POST", "/api/v2/conversations/cp", map[string]any{"role": "user", "content": "/undo now"}), 400, `/undo takes no arguments (got "now")`)
 
 	wantErr(t, fx2.do("GET", "/api/v2/conversations/cp/changes/diff?turn=nope", nil), 404, `turn "nope" has no checkpoint (it changed no files, or is not in this session)`)
 	wantErr(t, fx2.do("POST", "/api/v2/conversations/cp/changes/revert", map[string]any{"turn": 3}), 400, "turn must be a string")

@@ -19,6 +19,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/agentd-dev/agentd/commands"
 	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/llm"
@@ -134,6 +135,9 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 				Stream: fx.faux.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,
 				Tools: append(tool.Builtins(env), &slowTool{}), BashEnv: env, EventLogSize: o.logSize,
 				CheckpointDir: filepath.Join(root, "checkpoints"),
+				// The built-in commands as the engine registers them:
+				// gptme's /undo posted as a message runs the registry's.
+				Slash: commands.Load(commands.Config{}, spec.Cwd, commands.NewRegistry(commands.Defaults(nil)...)),
 			})
 		}),
 		Cwd: fx.cwd, SessionsDir: filepath.Join(root, "sessions"), StateDir: state, Limits: o.limits, Tokens: o.tokens,

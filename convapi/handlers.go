@@ -794,9 +794,6 @@ func (s *Server) runAppend(ctx context.Context, c *call) (any, error) {
 	if err := c.decode(&in); err != nil {
 		return nil, err
 	}
-	if isUndoCommand(in.message()) {
-		return runUndoCommand(ctx, c)
-	}
 	if out, ok, err := runBuiltin(ctx, c.h.Session(), in); ok {
 		return out, err
 	}

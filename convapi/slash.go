@@ -25,6 +25,9 @@ type CommandResponse struct {
 	Status  string `json:"status"`
 	Command string `json:"command"`
 	Output  string `json:"output"`
+	// Undo is what /undo (gptme's) or /redo did to the files and the
+	// conversation.
+	Undo *RevertResponse `json:"undo,omitempty"`
 }
 
 func (s *Server) getCommands(w http.ResponseWriter, r *http.Request, p params) error {
@@ -48,10 +51,15 @@ func runBuiltin(ctx context.Context, sess *session.Session, in inputPayload) (an
 	if in.Role != "user" || !commands.Of(sess).IsBuiltin(in.Content) {
 		return nil, false, nil
 	}
-	out, _, err := sess.RunCommand(ctx, in.Content)
+	out, detail, _, err := commands.Of(sess).RunDetail(ctx, sess, in.Content)
 	if err != nil {
 		return nil, true, err
 	}
 	name, _, _ := commands.Split(in.Content)
-	return CommandResponse{Status: "ok", Command: name, Output: out}, true, nil
+	resp := CommandResponse{Status: "ok", Command: name, Output: out}
+	if r, ok := detail.(*session.RevertResult); ok {
+		rr := revertResponse(r)
+		resp.Undo = &rr
+	}
+	return resp, true, nil
 }

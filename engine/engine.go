@@ -312,6 +312,7 @@ func (e *Engine) sandboxPolicy(mode sandbox.Mode) sandbox.Policy {
 
 // Session builds a session.
 func (e *Engine) Session(spec Spec) (*session.Session, error) {
+	spec = e.asReopenedChild(spec)
 	names := spec.Tools
 	if names == nil {
 		names = tool.BuiltinNames
@@ -404,6 +405,14 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 	}
 	if task != nil {
 		task.Bind(sess)
+	}
+	if spec.Child != nil {
+		if _, ok := sess.Custom(CustomChild); !ok {
+			if err := sess.SaveCustom(CustomChild, childSetupOf(spec.Child, e.sandboxPolicy(spec.Sandbox).Mode)); err != nil {
+				_ = sess.Close()
+				return nil, err
+			}
+		}
 	}
 	e.addLive(env.Scope, spec.Cwd)
 	return sess, nil

@@ -45,8 +45,8 @@ func TestSessionPromptListsSkills(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := e.Builtins().Add(commands.Builtin{Name: "undo", Description: "Undo the last turn",
-				Run: func(_ context.Context, c commands.Call) (string, error) { return "undone " + c.Args, nil }}); err != nil {
+			if err := e.Builtins().Add(commands.Builtin{Name: "shout", Description: "Say it louder",
+				Run: func(_ context.Context, c commands.Call) (string, error) { return "loud " + c.Args, nil }}); err != nil {
 				t.Fatal(err)
 			}
 			s, err := e.Session(Spec{Cwd: cwd, Tools: tt.tools})
@@ -54,8 +54,8 @@ func TestSessionPromptListsSkills(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			if out, ok, err := s.RunCommand(context.Background(), "/undo 2"); !ok || err != nil || out != "undone 2" {
-				t.Fatalf("/undo: %q %v %v", out, ok, err)
+			if out, ok, err := s.RunCommand(context.Background(), "/shout 2"); !ok || err != nil || out != "loud 2" {
+				t.Fatalf("/shout: %q %v %v", out, ok, err)
 			}
 			if err := s.Prompt(session.UserMessage("hi", nil), session.BehaviorNone); err != nil {
 				t.Fatal(err)

@@ -12,10 +12,8 @@
 package modes
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -24,7 +22,7 @@ import (
 	"strings"
 	"sync"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/agentd-dev/agentd/frontmatter"
 )
 
 // The built-in modes' names.
@@ -45,8 +43,11 @@ const (
 
 // ReadOnlyTools are the tools a read-only mode offers when its file does
 // not list any: the ones that only look. bash is among them because a
-// read-only mode runs it under the read-only sandbox (or not at all).
-var ReadOnlyTools = []string{"read", "grep", "find", "ls", "bash"}
+// read-only mode runs it under the read-only sandbox (or not at all);
+// task (a subagent, where the session has it) because the child of a
+// session in a read-only mode is put in that mode and sandbox too, so an
+// explorer can still be sent to look.
+var ReadOnlyTools = []string{"read", "grep", "find", "ls", "bash", "task"}
 
 // WriteTools are the tools a read-only mode never offers, whatever its
 // tools say: they change files themselves, outside any sandbox's reach.
@@ -285,8 +286,8 @@ func checkName(name string) error {
 	return nil
 }
 
-// frontmatter is what a mode file's frontmatter may say.
-type frontmatter struct {
+// fields are what a mode file's frontmatter may say.
+type fields struct {
 	Name        string   `yaml:"name"`
 	Description string   `yaml:"description"`
 	Tools       []string `yaml:"tools"`
@@ -299,17 +300,9 @@ type frontmatter struct {
 // added to the system prompt. The name defaults to the file's name
 // without ".md".
 func ReadFile(path string) (Mode, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return Mode{}, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	data, err := frontmatter.ReadFile(path, MaxFileBytes, false)
 	if err != nil {
 		return Mode{}, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(data) > MaxFileBytes {
-		return Mode{}, fmt.Errorf("%s: larger than %d bytes", path, MaxFileBytes)
 	}
 	m, err := Parse(data)
 	if err != nil {
@@ -325,25 +318,13 @@ func ReadFile(path string) (Mode, error) {
 // Parse reads a mode from a mode file's bytes (see ReadFile); the name
 // is left empty when the frontmatter gives none.
 func Parse(data []byte) (Mode, error) {
-	data = bytes.TrimPrefix(data, []byte("\ufeff"))
-	text := strings.ReplaceAll(string(data), "\r\n", "\n")
-	var fm frontmatter
-	body := text
-	if rest, ok := strings.CutPrefix(text, "---\n"); ok {
-		head, after, found := strings.Cut(rest, "\n---")
-		if !found {
-			return Mode{}, errors.New("frontmatter has no closing ---")
-		}
-		// The closing line is "---" alone.
-		if after != "" && after[0] != '\n' {
-			return Mode{}, errors.New("frontmatter's closing --- must be a line of its own")
-		}
-		body = strings.TrimPrefix(after, "\n")
-		dec := yaml.NewDecoder(strings.NewReader(head))
-		dec.KnownFields(true)
-		if err := dec.Decode(&fm); err != nil && !errors.Is(err, io.EOF) {
-			return Mode{}, fmt.Errorf("frontmatter: %w", err)
-		}
+	var fm fields
+	head, body, _, err := frontmatter.Split(data)
+	if err != nil {
+		return Mode{}, err
+	}
+	if err := frontmatter.Decode(head, &fm, true); err != nil {
+		return Mode{}, err
 	}
 	for _, g := range append(slices.Clone(fm.Tools), fm.Ask...) {
 		if _, err := filepath.Match(g, ""); err != nil {
@@ -351,7 +332,7 @@ func Parse(data []byte) (Mode, error) {
 		}
 	}
 	m := Mode{Name: fm.Name, Description: strings.TrimSpace(fm.Description), Tools: fm.Tools, ReadOnly: fm.ReadOnly,
-		Ask: fm.Ask, Prompt: strings.TrimSpace(body)}
+		Ask: fm.Ask, Prompt: strings.TrimSpace(string(body))}
 	if m.Tools != nil && len(m.Tools) == 0 {
 		// "tools: []" means none besides ask_user and todo.
 		m.Tools = []string{}

@@ -23,7 +23,7 @@ func TestParse(t *testing.T) {
 		{name: "unknown key", in: "---\nnmae: x\n---\n", err: "field nmae not found"},
 		{name: "bad name", in: "---\nname: Bad Name\n---\n", err: "lowercase"},
 		{name: "bad glob", in: "---\ntools: [\"[\"]\n---\n", err: "tool pattern"},
-		{name: "closing not alone", in: "---\nname: x\n---x\n", err: "line of its own"},
+		{name: "closing not alone", in: "---\nname: x\n---x\n", err: "no closing ---"}, // "---x" is no fence
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -236,8 +237,18 @@ func (t *Tool) Execute(ctx context.Context, call tool.Call, update func(tool.Res
 	if t.opt.Spawn == nil {
 		return tool.Errorf("task: this session cannot start subagents")
 	}
+	tools, sb := ty.Allowed(parent.ToolNames()), ty.Sandbox
+	// A parent in a read-only mode (plan) gets no child that writes:
+	// the child has only the tools the parent's mode allows (never write
+	// or edit), runs in the read-only sandbox, and is put in the parent's
+	// mode before it starts (run), so its bash is the read-only one too.
+	pm := parent.Mode()
+	if pm.ReadOnly {
+		tools = slices.DeleteFunc(tools, func(n string) bool { return !pm.Allows(n) })
+		sb = sandbox.ReadOnly
+	}
 	child, err := t.opt.Spawn(ctx, Request{
-		Type: ty, Parent: parent, Tools: ty.Allowed(parent.ToolNames()), Sandbox: ty.Sandbox,
+		Type: ty, Parent: parent, Tools: tools, Sandbox: sb,
 		Depth: depth + 1, Description: a.Description,
 	})
 	if err != nil {
@@ -261,6 +272,14 @@ func (t *Tool) run(ctx context.Context, parent *session.Session, child Child, ty
 	// waits for a person has a child whose every call does too.
 	if parent.ConfirmAll() {
 		if err := cs.SetConfirmAll(true); err != nil {
+			return fail(err)
+		}
+	}
+	// ... and a parent that may change nothing has a child that may
+	// not either: the child is in the parent's read-only mode (recorded,
+	// so it stays in it when it is loaded again).
+	if pm := parent.Mode(); pm.ReadOnly {
+		if err := cs.SetMode(pm.Name); err != nil {
 			return fail(err)
 		}
 	}

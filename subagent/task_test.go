@@ -433,3 +433,151 @@ func TestChildKeepsItsToolsWhenReopened(t *testing.T) {
 		t.Fatalf("reopened child's tools %v, want %v", got, want)
 	}
 }
+
+// A parent in plan mode is offered task (an explorer may look for it),
+// but the child it starts, even a general one told to write, changes
+// nothing: it is offered neither write nor edit, its calls of them and of
+// bash are refused, and it is in plan mode itself, also when loaded
+// again.
+func TestPlanModeParentHasAReadOnlyChild(t *testing.T) {
+	f := newFixture(t, nil)
+	var mu sync.Mutex
+	var parentTools, childTools []string
+	f.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case isChild(r) && lastRole(r) == "tool":
+			return llmtest.Script{Text: []string{"child done"}}
+		case isChild(r):
+			childTools = toolNames(r)
+			return llmtest.Script{ToolCalls: []llmtest.ToolCall{
+				{ID: "w1", Name: "write", Args: []string{`{"path":"x.txt","content":"hi"}`}},
+				{ID: "e1", Name: "edit", Args: []string{`{"path":"keep.txt","edits":[{"oldText":"keep","newText":"changed"}]}`}},
+				{ID: "b1", Name: "bash", Args: []string{`{"command":"echo hi > y.txt"}`}},
+			}}
+		case lastRole(r) == "tool":
+			return llmtest.Script{Text: []string{"parent done"}}
+		}
+		parentTools = toolNames(r)
+		return llmtest.Script{ToolCalls: []llmtest.ToolCall{taskCall("t1", "general", "CHILDJOB write x.txt, edit keep.txt and make y.txt with bash")}}
+	})
+	if err := os.WriteFile(filepath.Join(f.cwd, "keep.txt"), []byte("keep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, rec := f.session(engine.Spec{Mode: "plan"})
+	run(t, s, "go")
+	ends := rec.toolEnds("task")
+	if len(ends) != 1 || ends[0].IsError {
+		t.Fatalf("task results %v", ends)
+	}
+	mu.Lock()
+	if !slices.Contains(parentTools, "task") {
+		t.Errorf("plan mode's tools %v lack task", parentTools)
+	}
+	if slices.Contains(childTools, "write") || slices.Contains(childTools, "edit") || len(childTools) == 0 {
+		t.Errorf("the plan-mode parent's child was offered %v", childTools)
+	}
+	mu.Unlock()
+	for _, name := range []string{"x.txt", "y.txt"} {
+		if _, err := os.Stat(filepath.Join(f.cwd, name)); err == nil {
+			t.Errorf("the child of a plan-mode parent made %s", name)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.cwd, "keep.txt")); string(b) != "keep\n" {
+		t.Errorf("keep.txt = %q", b)
+	}
+	d := details(t, ends[0])
+	child, err := transcript.Open(d.SessionFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for _, e := range child.Entries() {
+		if e.Type == transcript.TypeMessage && e.Message.Role == llm.RoleToolResult {
+			// Not offered, or refused by the mode: either way an error.
+			if e.Message.IsError {
+				refused++
+			} else {
+				t.Errorf("the child's %s ran: %s", e.Message.ToolName, e.Message.TextContent())
+			}
+		}
+	}
+	if refused != 3 {
+		t.Errorf("%d of the child's 3 calls refused", refused)
+	}
+	again, err := f.eng.Session(engine.Spec{Cwd: f.cwd, SessionsDir: f.dir, Open: d.SessionFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if m := again.Mode(); m.Name != "plan" || !m.ReadOnly {
+		t.Errorf("the reopened child is in mode %q", m.Name)
+	}
+}
+
+// A child opened again (after a restart, or by a client loading its
+// file) keeps its type's prompt and the sandbox it ran in, not the
+// engine's defaults: a read-only type's child reopened in a full-access
+// engine still cannot write.
+func TestChildKeepsItsPromptAndSandboxWhenReopened(t *testing.T) {
+	f := newFixture(t, nil)
+	p := filepath.Join(f.cwd, ".agentd", "agents", "scribe.md")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("---\ndescription: notes things\ntools: [read, write]\nsandbox: read-only\n---\nSCRIBE-TYPE-PROMPT\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	reopened := false
+	var prompts []bool // whether each child request carried the type's prompt
+	f.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case isChild(r):
+			prompts = append(prompts, strings.Contains(string(r.Body), "SCRIBE-TYPE-PROMPT"))
+			if reopened && lastRole(r) == "user" {
+				return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "w1", Name: "write", Args: []string{`{"path":"x.txt","content":"hi"}`}}}}
+			}
+			return llmtest.Script{Text: []string{"ok"}}
+		case lastRole(r) == "tool":
+			return llmtest.Script{Text: []string{"done"}}
+		}
+		return llmtest.Script{ToolCalls: []llmtest.ToolCall{taskCall("t1", "scribe", "CHILDJOB note")}}
+	})
+	s, rec := f.session(engine.Spec{})
+	run(t, s, "go")
+	ends := rec.toolEnds("task")
+	if len(ends) != 1 || ends[0].IsError {
+		t.Fatalf("task results %v", ends)
+	}
+	d := details(t, ends[0])
+	mu.Lock()
+	reopened = true
+	mu.Unlock()
+	again, err := f.eng.Session(engine.Spec{Cwd: f.cwd, SessionsDir: f.dir, Open: d.SessionFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	run(t, again, "again")
+	mu.Lock()
+	if len(prompts) != 3 || slices.Contains(prompts, false) {
+		t.Errorf("the type's prompt in the child's requests: %v, want in all 3", prompts)
+	}
+	mu.Unlock()
+	if _, err := os.Stat(filepath.Join(f.cwd, "x.txt")); err == nil {
+		t.Error("the reopened read-only child wrote a file")
+	}
+	refused := false
+	for _, m := range again.Messages() {
+		if m.Role == llm.RoleToolResult && m.ToolName == "write" {
+			refused = m.IsError && strings.Contains(m.TextContent(), "read-only")
+		}
+	}
+	if !refused {
+		t.Error("the reopened child's write was not refused by its read-only sandbox")
+	}
+}

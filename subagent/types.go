@@ -10,7 +10,6 @@
 package subagent
 
 import (
-	"bytes"
 	"fmt"
 	"io/fs"
 	"os"
@@ -23,6 +22,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/agentd-dev/agentd/frontmatter"
 	"github.com/agentd-dev/agentd/sandbox"
 )
 
@@ -224,30 +224,16 @@ func (c *Catalog) loadDir(dir, source string) {
 // outside any sandbox, into a prompt the model sees: it must be a
 // regular file itself, not a link to one elsewhere (a key file).
 func readAgentFile(p string, project bool) ([]byte, error) {
-	stat := os.Stat
-	if project {
-		stat = os.Lstat
-	}
-	fi, err := stat(p)
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("not a regular file")
-	}
-	if fi.Size() > MaxFileBytes {
-		return nil, fmt.Errorf("agent file is %d bytes, more than the %d allowed", fi.Size(), MaxFileBytes)
-	}
-	return os.ReadFile(p)
+	return frontmatter.ReadFile(p, MaxFileBytes, project)
 }
 
 var nameRe = sync.OnceValue(func() *regexp.Regexp {
 	return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*$`)
 })
 
-// frontmatter is what an agent file's header may say: opencode's fields,
+// fields are what an agent file's header may say: opencode's fields,
 // plus sandbox.
-type frontmatter struct {
+type fields struct {
 	Name        string    `yaml:"name"`
 	Description string    `yaml:"description"`
 	Mode        string    `yaml:"mode"`
@@ -271,23 +257,13 @@ type frontmatter struct {
 // of "deny" for edit, bash or task removes those tools too, so a file
 // written for opencode is never wider here than there.
 func Parse(name string, data []byte) (t *Type, disabled bool, warnings []string, err error) {
-	var fm frontmatter
-	body := data
-	if rest, ok := bytes.CutPrefix(bytes.TrimLeft(data, "\ufeff"), []byte("---")); ok {
-		rest = bytes.TrimLeft(rest, " \t")
-		if len(rest) > 0 && rest[0] == '\r' {
-			rest = rest[1:]
-		}
-		if len(rest) > 0 && rest[0] == '\n' {
-			head, after, found := cutFence(rest[1:])
-			if !found {
-				return nil, false, nil, fmt.Errorf("frontmatter has no closing ---")
-			}
-			if err := yaml.Unmarshal(head, &fm); err != nil {
-				return nil, false, nil, fmt.Errorf("frontmatter: %v", err)
-			}
-			body = after
-		}
+	var fm fields
+	head, body, _, err := frontmatter.Split(data)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	if err := frontmatter.Decode(head, &fm, false); err != nil {
+		return nil, false, nil, err
 	}
 	if fm.Name != "" {
 		name = fm.Name
@@ -347,30 +323,6 @@ func Parse(name string, data []byte) (t *Type, disabled bool, warnings []string,
 		t.Prompt = strings.TrimSpace(fm.Prompt)
 	}
 	return t, false, warnings, nil
-}
-
-// cutFence splits at the first line that is exactly "---".
-func cutFence(b []byte) (head, after []byte, found bool) {
-	at := 0
-	for at <= len(b) {
-		end := bytes.IndexByte(b[at:], '\n')
-		line := b[at:]
-		next := len(b) + 1
-		if end >= 0 {
-			line, next = b[at:at+end], at+end+1
-		}
-		if string(bytes.TrimRight(line, " \t\r")) == "---" {
-			if next > len(b) {
-				next = len(b)
-			}
-			return b[:at], b[next:], true
-		}
-		if end < 0 {
-			break
-		}
-		at = next
-	}
-	return nil, nil, false
 }
 
 // toolsField reads tools: a list or a comma-separated string names the

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -209,4 +210,94 @@ func TestACPConnectTurnChanges(t *testing.T) {
 		filepath.Join(e.cwd, "c.txt"): {nil, "made\n"},
 	}
 	svEq(t, "the turn's diffs", got, want)
+}
+
+// TestUndoCommandAsAPrompt: /undo sent as a prompt, on agentd serve's
+// pi-server and on agentd rpc, is the registry's built-in: a turn edits
+// two files and makes a third with bash; /undo puts the files back and
+// the conversation before the turn's message, without reaching the
+// model; /redo brings both back. get_commands lists both as built-ins.
+func TestUndoCommandAsAPrompt(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		run  func(t *testing.T, e *e2eEnv) (prompt func(text string) string, messages func() int, commands func() []any)
+	}{
+		{"pi-server", func(t *testing.T, e *e2eEnv) (func(string) string, func() int, func() []any) {
+			s := svStart(t, e)
+			c := s.dial("A")
+			svCreate(c, "u1")
+			return func(text string) string {
+					if !strings.HasPrefix(text, "/") {
+						svPrompt(c, "u1", text)
+						return ""
+					}
+					return svStr(c.must("prompt", svM{"sessionId": "u1", "message": text}).m, "data", "output")
+				}, func() int { return len(svMessages(c, "u1")) },
+				func() []any { return svArr(c.must("get_commands", svM{"sessionId": "u1"}).m, "data", "commands") }
+		}},
+		{"rpc", func(t *testing.T, e *e2eEnv) (func(string) string, func() int, func() []any) {
+			p := e.start()
+			t.Cleanup(func() { p.close() })
+			// Responses are found by id anywhere in the output: each
+			// command gets its own.
+			n := 0
+			id := func() string { n++; return strconv.Itoa(n) }
+			return func(text string) string {
+					if !strings.HasPrefix(text, "/") {
+						p.ok(`{"id":"` + id() + `","type":"prompt","message":` + e2eJSON(text) + `}`)
+						p.event("agent_end")
+						return ""
+					}
+					p.ok(`{"id":"` + id() + `","type":"prompt","message":` + e2eJSON(text) + `}`)
+					return e2eStr(p.eventWhere("notify", func(v any) bool { return e2eStr(v, "method") == "notify" }), "message")
+				}, func() int {
+					return len(e2eAt(p.ok(`{"id":"`+id()+`","type":"get_messages"}`), "data", "messages").([]any))
+				},
+				func() []any {
+					return e2eAt(p.ok(`{"id":"`+id()+`","type":"get_commands"}`), "data", "commands").([]any)
+				}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := e2eNewEnv(t, e2eOpts{})
+			cpTurnScript(e)
+			os.WriteFile(filepath.Join(e.cwd, "a.txt"), []byte("one\ntwo\n"), 0o644)
+			os.WriteFile(filepath.Join(e.cwd, "b.txt"), []byte("b before\n"), 0o644)
+			prompt, messages, list := tc.run(t, e)
+
+			seen := map[string]string{}
+			for _, c := range list() {
+				seen[cmdStr(c, "name")] = cmdStr(c, "source")
+			}
+			if seen["undo"] != "builtin" || seen["redo"] != "builtin" {
+				t.Fatalf("get_commands: %v", seen)
+			}
+			prompt("change the files")
+			cpFiles(t, e.cwd, "after the turn", cpAfter)
+			if n := messages(); n != 6 {
+				t.Fatalf("%d messages after the turn, want 6", n)
+			}
+			asked := len(e.mock.Requests())
+
+			out := prompt("/undo")
+			if !strings.Contains(out, "a.txt") || !strings.Contains(out, "change the files") {
+				t.Errorf("/undo said %q", out)
+			}
+			cpFiles(t, e.cwd, "after /undo", cpBefore)
+			if n := messages(); n != 0 {
+				t.Errorf("%d messages after /undo (%q), want 0", n, out)
+			}
+			prompt("/redo")
+			cpFiles(t, e.cwd, "after /redo", cpAfter)
+			if n := messages(); n != 6 {
+				t.Errorf("%d messages after /redo, want 6", n)
+			}
+			if n := len(e.mock.Requests()); n != asked {
+				t.Errorf("the commands reached the model: %d requests, then %d", asked, n)
+			}
+		})
+	}
 }

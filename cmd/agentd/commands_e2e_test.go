@@ -40,6 +40,8 @@ func e2eWantCommands(t *testing.T, cmds []any, e *e2eEnv, skill string) {
 		"compact":      {"builtin", "", ""},
 		"model":        {"builtin", "", ""},
 		"fork":         {"builtin", "", ""},
+		"undo":         {"builtin", "", ""},
+		"redo":         {"builtin", "", ""},
 	}
 	seen := map[string]bool{}
 	for _, c := range cmds {
@@ -347,7 +349,7 @@ func acpCommandsCase(t *testing.T, bridged bool) {
 		s := svStart(t, e)
 		args = []string{"--connect", "ws://" + s.addr + "/"}
 	}
-	steps := e.acpClient([]string{"init", "new", "commands", "prompt:/review acp.go", "prompt:/help"}, args...)
+	steps := e.acpClient([]string{"init", "new", "commands", "prompt:/review acp.go", "prompt:/help", "prompt:/undo"}, args...)
 
 	newS := acpFind(t, steps, "new")
 	files, _ := svAt(newS.Result, "_meta", "agentd", "contextFiles").([]any)
@@ -360,7 +362,7 @@ func acpCommandsCase(t *testing.T, bridged bool) {
 		m := c.(map[string]any)
 		byName[m["name"].(string)] = m
 	}
-	for _, n := range []string{"help", "compact", "model", "fork", "review", "skill:deploy", "skill:lint"} {
+	for _, n := range []string{"help", "compact", "model", "fork", "undo", "redo", "review", "skill:deploy", "skill:lint"} {
 		if byName[n] == nil || byName[n]["description"] == "" {
 			t.Errorf("available_commands_update lacks %s: %v", n, cu)
 		}
@@ -376,9 +378,15 @@ func acpCommandsCase(t *testing.T, bridged bool) {
 	if h.StopReason != "end_turn" || !strings.Contains(h.Text, "/skill:deploy") {
 		t.Fatalf("/help: %q %q", h.StopReason, h.Text)
 	}
+	// /undo, the built-in, takes the /review prompt back (it changed
+	// no files).
+	u := acpFind(t, steps, "prompt:/undo")
+	if u.StopReason != "end_turn" || !strings.Contains(u.Text, "Undid your last message") || !strings.Contains(u.Text, "REVIEW-TEMPLATE: review acp.go") {
+		t.Fatalf("/undo: %q %q", u.StopReason, u.Text)
+	}
 	for _, r := range e.mock.Requests() {
-		if strings.Contains(string(r.Body), "/help") {
-			t.Fatalf("/help reached the model: %s", r.Body)
+		if strings.Contains(string(r.Body), "/help") || strings.Contains(string(r.Body), "/undo") {
+			t.Fatalf("a built-in reached the model: %s", r.Body)
 		}
 	}
 }

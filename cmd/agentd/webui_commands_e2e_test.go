@@ -25,9 +25,10 @@ func TestWebUISlashCommands(t *testing.T) {
 
 	items := `[...document.querySelectorAll('#slash-list li')].map((li) => li.dataset.name)`
 	p.run(chromedp.Focus(chromedp.CSS("#prompt")), chromedp.SendKeys(chromedp.CSS("#prompt"), "/"))
-	p.until("every command offered", `!document.getElementById('slash-list').hidden && ['help','compact','model','fork','review','skill:deploy','skill:lint'].every((n) => `+items+`.includes(n))`)
+	p.until("every command offered", `!document.getElementById('slash-list').hidden && ['help','compact','model','fork','undo','redo','review','skill:deploy','skill:lint'].every((n) => `+items+`.includes(n))`)
 	p.shot("offered")
-	p.run(chromedp.SendKeys(chromedp.CSS("#prompt"), "re"))
+	// ("/re" is /redo's start too)
+	p.run(chromedp.SendKeys(chromedp.CSS("#prompt"), "rev"))
 	p.until("only /review", `JSON.stringify(`+items+`) === '["review"]' && document.getElementById('slash-list').textContent.includes('Review a file')`)
 	p.run(chromedp.SendKeys(chromedp.CSS("#prompt"), "\t"))
 	p.until("completed", `document.getElementById('prompt').value === '/review ' && document.getElementById('slash-list').hidden`)
