@@ -3,7 +3,9 @@ package cli
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,8 +15,9 @@ import (
 // A provider's 401 names the key agentd sent on the stdio faces too: pi's
 // RPC (`agentd rpc`) and the pi-server protocol (`agentd serve --stdio`)
 // show the failed message's errorMessage with the engine's hint, as ask
-// does. The REST and session-WebSocket faces show the same errorMessage
-// from the same session.
+// does, and ACP (`agentd acp`) answers session/prompt with that message
+// as its error. The REST face (and the web UI, which shows its error
+// event) is tested in convapi (TestREST401NamesTheKey).
 func TestStdioFaces401NameTheKey(t *testing.T) {
 	srv := llmtest.NewServer(t)
 	srv.Handle(func(r *llmtest.Request) llmtest.Script {
@@ -25,12 +28,17 @@ func TestStdioFaces401NameTheKey(t *testing.T) {
 		name  string
 		args  []string
 		lines []string
+		end   string // the line that ends the exchange contains it
 	}{
-		{"rpc", []string{"rpc", "--model", "mock/m1", "--sandbox", "full-access"}, []string{`{"id":"p","type":"prompt","message":"hi"}`}},
+		{"rpc", []string{"rpc", "--model", "mock/m1", "--sandbox", "full-access"}, []string{`{"id":"p","type":"prompt","message":"hi"}`}, `"agent_end"`},
 		{"serve --stdio", []string{"serve", "--stdio", "--model", "mock/m1", "--sandbox", "full-access"}, []string{
 			`{"type":"create_session","id":"c","sessionId":"s1"}`,
 			`{"type":"prompt","id":"p","sessionId":"s1","message":"hi"}`,
-		}},
+		}, `"agent_end"`},
+		{"acp", []string{"acp", "--model", "mock/m1", "--sandbox", "full-access"}, []string{
+			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}`,
+			`{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}`,
+		}, `"id":3`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			home := t.TempDir()
@@ -72,8 +80,15 @@ func TestStdioFaces401NameTheKey(t *testing.T) {
 			for sc.Scan() {
 				line := sc.Text()
 				seen = append(seen, line)
-				if strings.Contains(line, `"agent_end"`) {
-					found = strings.Contains(strings.Join(seen, "\n"), want)
+				if sid, ok := acpSessionID(line); ok {
+					// ACP's prompt names the session session/new made.
+					if _, err := io.WriteString(inW, `{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":`+
+						strconv.Quote(sid)+`,"prompt":[{"type":"text","text":"hi"}]}}`+"\n"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if strings.Contains(line, tt.end) {
+					found = strings.Contains(line, want)
 					break
 				}
 			}
@@ -83,4 +98,18 @@ func TestStdioFaces401NameTheKey(t *testing.T) {
 			}
 		})
 	}
+}
+
+// acpSessionID is the sessionId of ACP's answer to session/new (id 2).
+func acpSessionID(line string) (string, bool) {
+	var r struct {
+		ID     any `json:"id"`
+		Result struct {
+			SessionID string `json:"sessionId"`
+		} `json:"result"`
+	}
+	if json.Unmarshal([]byte(line), &r) != nil || r.ID != float64(2) || r.Result.SessionID == "" {
+		return "", false
+	}
+	return r.Result.SessionID, true
 }

@@ -69,6 +69,12 @@ func TestBashCompletion(t *testing.T) {
 	has(complete("agentd", "serve", "--port", "80", "--clu"), "--cluster", "--cluster-key")
 	has(complete("agentd", "ask", "--"), "--model", "--tools", "--quiet")
 	has(complete("agentd", "rpc", "--no"), "--no-session", "--no-tools")
+	// Flags added with modes, skills, templates, subagents and bench's
+	// baseline come from the same flag sets.
+	has(complete("agentd", "rpc", "--"), "--mode", "--no-subagents", "--no-skills", "--no-prompt-templates", "--nc")
+	has(complete("agentd", "serve", "--no-"), "--no-subagents", "--no-skills", "--no-prompt-templates", "--no-context-files")
+	has(complete("agentd", "acp", "--no-"), "--no-subagents", "--no-skills")
+	has(complete("agentd", "bench", "--base"), "--baseline", "--baseline-rounds")
 	has(complete("agentd", "completion", ""), "bash", "zsh", "fish")
 	has(complete("agentd", "help", "s"), "serve")
 	if got := complete("agentd", "token", "--"); len(got) != 0 {

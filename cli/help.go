@@ -52,14 +52,23 @@ func helpOf(name string) helpText {
 		return helpText{
 			synopsis: []string{`rpc [flags]`},
 			about: "Speak pi's RPC protocol on stdin and stdout, one JSON command or event per line: a drop-in for `pi --mode rpc`. " +
-				"One session, kept in the data directory unless --no-session; logs go to stderr.",
-			examples: []string{`agentd rpc --model anthropic/claude-sonnet-4-6`, `agentd rpc --continue  # the last session of this directory`},
+				"One session, kept in the data directory unless --no-session; logs go to stderr. " +
+				"--mode starts a new session in a mode (build, plan or one of modes/*.md; set_mode switches it). " +
+				"A prompt starting with / runs a prompt template, a skill or a built-in (get_commands lists them); the model may hand jobs " +
+				"to subagents with the task tool (--no-subagents takes it away); get_checkpoints, get_turn_diff and revert_turn show and undo what a turn changed.",
+			examples: []string{
+				`agentd rpc --model anthropic/claude-sonnet-4-6`,
+				`agentd rpc --continue  # the last session of this directory`,
+				`agentd rpc --mode plan --no-session  # read-only: no writes, bash confined`,
+			},
 		}
 	case "acp":
 		return helpText{
 			synopsis: []string{`acp [flags]`},
 			about: "Speak the Agent Client Protocol on stdin and stdout, for editors (Zed, JetBrains, Neovim): configure your editor to start this command. " +
-				"Tools are confined to the project by default. With --connect it bridges to a running agentd serve instead, sharing its sessions.",
+				"Tools are confined to the project by default. The editor switches the session's mode (build, plan, modes/*.md), model and thinking level, " +
+				"is offered the / commands (prompt templates, skills, built-ins), and sees at the end of a prompt the files it changed. " +
+				"With --connect it bridges to a running agentd serve instead, sharing its sessions.",
 			examples: []string{`agentd acp`, `agentd acp --connect ws://127.0.0.1:3141/ --token "$AGENTD_TOKEN"`},
 		}
 	case "serve":
@@ -67,7 +76,8 @@ func helpOf(name string) helpText {
 			synopsis: []string{`serve [flags]`},
 			about: "Serve many sessions on one port: the web UI at /, pi-server's protocol over WebSocket, the REST + SSE API at /api/v2 " +
 				"and a per-session WebSocket; or pi-server's protocol on stdin/stdout with --stdio. It runs until interrupted (Ctrl+C or SIGTERM), " +
-				"then drains running commands. Add --cluster to share sessions between nodes over NATS JetStream.",
+				"then drains running commands. Every face has the same sessions: modes (build, plan, modes/*.md), / commands (prompt templates, skills, built-ins), " +
+				"subagents (the task tool) and checkpoints of the files each turn changed, with revert. Add --cluster to share sessions between nodes over NATS JetStream.",
 			examples: []string{
 				`agentd serve  # http://127.0.0.1:3141/, this machine only`,
 				`agentd serve --host 0.0.0.0 --token "$(agentd token)"`,
@@ -77,9 +87,10 @@ func helpOf(name string) helpText {
 	case "bench":
 		return helpText{
 			synopsis: []string{`bench [flags]`},
-			about: "Start agentd serve against a mock model, drive N sessions over WebSocket (or the REST API with --face rest), " +
-				"and report events per second, latencies and the server's memory per session.",
-			examples: []string{`agentd bench --sessions 1,100`, `agentd bench --face rest --sessions 50 --json`},
+			about: "Start agentd serve against a mock model, drive N sessions over the pi-server WebSocket (--face session-ws adds per-session WebSocket watchers; " +
+				"--face rest drives the REST API with SSE watchers), and report events per second, latencies and the server's memory per session. " +
+				"--baseline compares the face's rate with coder/websocket's own; --cluster-nodes times a node's takeover after kill -9.",
+			examples: []string{`agentd bench --sessions 1,100`, `agentd bench --face rest --sessions 50 --json`, `agentd bench --sessions 100 --baseline`},
 		}
 	case "token":
 		return helpText{

@@ -85,7 +85,8 @@ func TestEveryCommandHasHelp(t *testing.T) {
 }
 
 // serve -h lists its flags under headings in config.ServeFlagGroups'
-// order, each flag once; every flag the table names is one serve has.
+// order, each flag once; every flag the table names is one serve has,
+// and every flag serve has is named in the table.
 func TestServeHelpGroupsFlags(t *testing.T) {
 	_, _, help := cliRun(t, t.TempDir(), nil, "serve", "-h")
 	fs := serveFlags(t)
@@ -102,9 +103,20 @@ func TestServeHelpGroupsFlags(t *testing.T) {
 			}
 		}
 	}
+	grouped := map[string]bool{}
+	for _, g := range config.ServeFlagGroups() {
+		for _, n := range g.Names {
+			grouped[n] = true
+		}
+	}
 	fs.VisitAll(func(f *flag.Flag) {
 		if n := strings.Count(help, "\n  -"+f.Name+" ") + strings.Count(help, "\n  -"+f.Name+"\n"); n != 1 {
 			t.Errorf("--%s is listed %d times", f.Name, n)
+		}
+		// The fallback under the last heading keeps a new flag visible;
+		// it still belongs under the heading a person would look in.
+		if !grouped[f.Name] {
+			t.Errorf("--%s is in none of config.ServeFlagGroups: add it to the group it belongs to", f.Name)
 		}
 	})
 	// The defaults shown are the registered ones.
@@ -159,5 +171,34 @@ func TestUsageErrorIsShort(t *testing.T) {
 	code, _, stderr := cliRun(t, t.TempDir(), nil, "frobnicate")
 	if code != ExitUsage || stderr != "agentd: unknown command \"frobnicate\"\nRun 'agentd help' for the commands.\n" {
 		t.Fatalf("unknown command: exit %d\n%s", code, stderr)
+	}
+}
+
+// A command's description keeps up with what it gained: each help names
+// the flags and features a person would otherwise only find in the list.
+func TestHelpNamesTheNewerFeatures(t *testing.T) {
+	home := t.TempDir()
+	for _, tt := range []struct {
+		cmd  string
+		want []string
+	}{
+		{"rpc", []string{"--mode", "set_mode", "get_commands", "--no-subagents", "revert_turn", "agentd rpc --mode plan"}},
+		{"acp", []string{"mode", "commands", "--connect"}},
+		{"serve", []string{"modes", "subagents", "checkpoints", "\n  -no-subagents\n", "\n  -no-skills\n", "\n  -no-prompt-templates\n", "\nContext files, skills, prompt templates and subagents:\n"}},
+		{"bench", []string{"--baseline", "--cluster-nodes", "--face rest"}},
+	} {
+		t.Run(tt.cmd, func(t *testing.T) {
+			for _, args := range [][]string{{tt.cmd, "-h"}, {"help", tt.cmd}} {
+				code, _, help := cliRun(t, home, nil, args...)
+				if code != ExitOK {
+					t.Fatalf("%v: exit %d", args, code)
+				}
+				for _, w := range tt.want {
+					if !strings.Contains(help, w) {
+						t.Errorf("%v does not say %q:\n%s", args, w, help)
+					}
+				}
+			}
+		})
 	}
 }

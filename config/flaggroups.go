@@ -11,7 +11,8 @@ type FlagGroup struct {
 // alphabetical list of well over a hundred was of no use to a person
 // looking for "how do I set the port". A flag named in no group is shown
 // under the last one, so a new flag is never hidden; the cli tests check
-// that every name here is a flag serve has.
+// that every name here is a flag serve has, and that every flag serve has
+// is named here (so a new flag gets its heading, not "other").
 func ServeFlagGroups() []FlagGroup {
 	return []FlagGroup{
 		{"Network", []string{"host", "port", "stdio", "allowed-host", "allow-origin", "session-ws",
@@ -19,6 +20,8 @@ func ServeFlagGroups() []FlagGroup {
 		{"Authentication", []string{"token", "auth-command", "jwt-secret-file", "jwt-keys", "jwt-issuer", "jwt-audience"}},
 		{"Sessions and models", []string{"model", "policy", "stream-format", "sessions-dir", "allow-session-dir",
 			"approval-timeout", "ui-timeout", "rest-session-idle", "max-turns", "max-tool-failures", "bash-timeout"}},
+		{"Context files, skills, prompt templates and subagents", []string{"no-context-files", "nc",
+			"no-skills", "no-prompt-templates", "no-subagents"}},
 		{"Limits", []string{"max-sessions", "max-connections", "max-frame-bytes", "rate-limit", "global-rate-limit",
 			"control-rate-limit", "max-pending", "max-queued-bytes", "max-queued-bytes-total", "max-queued-messages",
 			"max-queued-message-bytes", "command-timeout", "ws-max-connections-per-subject", "ws-message-rate",

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -233,5 +235,13 @@ func (s *Server) snapshot(h *server.Hosted, sid string, sub server.Subscribed) C
 			ev.PendingElicitations = append(ev.PendingElicitations, elicitEvent(req))
 		}
 	}
+	// An update after sub.Seq reaches this stream live, with its output;
+	// one at or before it only from the log, without: that one is here.
+	for _, p := range sess.ToolProgress() {
+		if out := resultText(p.Partial); out != "" && p.Seq <= sub.Seq {
+			ev.ToolOutputs = append(ev.ToolOutputs, ToolOutputEvent{Type: "tool_output", ToolID: toolID(p.ToolCallID), Output: out})
+		}
+	}
+	slices.SortFunc(ev.ToolOutputs, func(a, b ToolOutputEvent) int { return strings.Compare(a.ToolID, b.ToolID) })
 	return ev
 }

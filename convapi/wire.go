@@ -458,6 +458,12 @@ type ConnectedEvent struct {
 	// Resumed is set when the stream resumes after a cursor
 	// (Last-Event-ID or ?after=): every event after it follows (agentd).
 	Resumed bool `json:"resumed,omitempty"`
+	// ToolOutputs are the output so far of the tool calls running now
+	// whose newest tool_output this stream does not bring: the event log
+	// keeps no output of a running call, so a client that connects or
+	// reconnects mid-call shows these until the next tool_output or the
+	// result (agentd).
+	ToolOutputs []ToolOutputEvent `json:"tool_outputs,omitempty"`
 }
 
 // PendingTool is a tool call waiting for a person.

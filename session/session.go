@@ -177,6 +177,7 @@ type Session struct {
 	events    *eventLog
 	listeners map[int]func(Event)
 	nextLis   int
+	progress  map[string]ToolProgress // running calls' latest output (toolprogress.go)
 
 	mu            sync.Mutex
 	file          *transcript.File
@@ -453,6 +454,7 @@ func (s *Session) emit(ev Event) {
 	ev.Seq = s.seq
 	ev.Time = time.Now()
 	s.events.add(ev)
+	s.noteProgress(ev)
 	for _, fn := range s.listeners {
 		fn(ev)
 	}

@@ -944,7 +944,13 @@ func TestSessionWSErrors(t *testing.T) {
 	}
 
 	from = c.mark()
+	piFrom := pi.mark()
 	swPrompt(pi, id, "FAIL:401")
+	// The pi-server WebSocket client that prompted sees the failed
+	// message's errorMessage with the hint naming the key, as on stdio.
+	pi.waitFor(piFrom, "agent_end naming MOCK_API_KEY", func(f svFrame) bool {
+		return strings.Contains(f.raw, `"type":"agent_end"`) && strings.Contains(f.raw, "mock failure 401 (mock refused the API key: check MOCK_API_KEY)")
+	})
 	_, auth := c.waitType(from, "error")
 	if auth.str("error_type") != "provider_auth" || auth.m["recoverable"] != false || auth.str("severity") != "critical" ||
 		!strings.Contains(fmt.Sprint(auth.m["recovery_suggestions"]), "MOCK_API_KEY") {

@@ -373,11 +373,11 @@ func TestWebUIToolState(t *testing.T) {
 	p.until("running", `document.querySelector('.tool .status-running')?.textContent === 'running…'`)
 	p.until("its output", `[...document.querySelectorAll('.tool-output')].some((e) => e.textContent.includes('started'))`)
 
-	// After a reload the call still shows as running. (Its output so far
-	// is not in the server's event log, which keeps no partial output:
-	// it shows with the next output or the result.)
+	// After a reload the call still shows as running, with its output so
+	// far (the event log keeps none: the stream's connected event has it).
 	p.run(chromedp.Reload())
 	p.until("running after the reload", `document.querySelector('.tool .status-running')?.textContent === 'running…' && document.getElementById('state').textContent === 'running'`)
+	p.until("its output after the reload", `[...document.querySelectorAll('.tool-output')].some((e) => e.textContent.includes('started'))`)
 	p.shot("running-after-reload")
 
 	// Stop says stopped, not failed.

@@ -728,6 +728,9 @@ function handle(ev, my) {
       for (const t of ev.pending_tools || []) addApproval(t);
       for (const q of ev.pending_elicitations || []) addElicit(q);
       markRunning(ev.generating);
+      // The output so far of calls still running: the log the page was
+      // built from keeps none of it.
+      for (const o of ev.tool_outputs || []) if (!hasResult(o.tool_id)) toolOutput(o);
       if (ev.last_error && !ui.generating) showError(ev.last_error);
       break;
     case 'resync':
