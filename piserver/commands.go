@@ -18,6 +18,7 @@ import (
 	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/llm/registry"
 	"github.com/agentd-dev/agentd/pipeline"
 	"github.com/agentd-dev/agentd/piwire"
 	"github.com/agentd-dev/agentd/server"
@@ -643,18 +644,9 @@ func (s *Server) getMessages(_ context.Context, c *call) (any, error) {
 	return json.RawMessage(append(b, '}')), nil
 }
 
-func (s *Server) findModel(provider, id string) *llm.Model {
-	for _, m := range s.opt.Models.Available() {
-		if m.Provider == provider && m.ID == id {
-			return m
-		}
-	}
-	return nil
-}
-
 func (s *Server) setModel(_ context.Context, c *call) (any, error) {
-	m := s.findModel(c.p.Provider, c.p.ModelID)
-	if m == nil {
+	m, err := registry.Pick(s.opt.Models.Available(), c.p.Provider+"/"+c.p.ModelID)
+	if err != nil {
 		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Model not found: %s/%s", c.p.Provider, c.p.ModelID)
 	}
 	if err := c.h.Session().SetModel(m); err != nil {
