@@ -269,6 +269,8 @@ func (p *Pipeline) CommandHistory(q HistoryQuery) CommandHistory {
 // entries as they come instead of being made whole at start: a server
 // that has handled few commands holds few entries, not the whole ring.
 type history struct {
+	// mu is a leaf: Pipeline.mu may be held when it is taken (Adopt);
+	// nothing is taken under it.
 	mu   sync.Mutex
 	ring []HistoryEntry // len(ring) == next until it is full, then max
 	max  int

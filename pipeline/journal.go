@@ -122,6 +122,7 @@ func capRecords(recs []Record, max int) []Record {
 // process. It compacts itself as it grows and keeps at most
 // DefaultMaxOutcomes outcomes.
 type MemJournal struct {
+	// mu is a leaf; the pipeline calls the journal without Pipeline.mu.
 	mu      sync.Mutex
 	recs    []Record
 	compact int // length after the last compaction
@@ -259,6 +260,8 @@ type FileJournal struct {
 	path string
 	opt  FileJournalOptions
 
+	// mu (and cond, which waits on it) is a leaf: the pipeline appends
+	// without holding Pipeline.mu, and nothing is taken under it.
 	mu      sync.Mutex
 	cond    *sync.Cond
 	f       *os.File // nil once closed

@@ -39,6 +39,12 @@ type Pipeline struct {
 	wg         sync.WaitGroup // lanes, handlers and control commands
 	flights    sync.WaitGroup // admitted commands not yet finished
 
+	// mu guards the fields below. Lock order: take it holding none of
+	// the pipeline's locks. Under it the pipeline takes history.mu
+	// (Adopt seeds the history) and runs Command.Admit, which takes the
+	// server's rate-limit lock (a leaf); it never calls the journal,
+	// a handler or a respond callback with mu held (couriers and lanes
+	// run those after Unlock).
 	mu        sync.Mutex
 	closing   bool
 	lanes     map[string]*lane

@@ -36,6 +36,11 @@ type Hosted struct {
 	unsub   func()
 	lastCmd atomic.Int64 // unix ms of the last command, for zombie detection
 
+	// subMu guards subs and orders every frame queued to them. Lock
+	// order: taken under the session's emitMu (fanOut runs in its
+	// listener), never under Server.mu or Client.mu; under it are taken
+	// Client.mu (SendFrame, watch, forget), Hold.mu (Subscribe) and
+	// tracker.mu (a codec reading the status), which take nothing more.
 	subMu sync.Mutex
 	subs  map[*Client]*subscription
 

@@ -222,6 +222,11 @@ type Server struct {
 	onShutdown  []func(drain time.Duration)
 	onOpen      []func(h *Hosted)
 
+	// mu guards the session and client maps and the fields below. Lock
+	// order: it is taken under a session's emitMu (Hosted.onEvent records
+	// a new transcript file) and never held while calling a session,
+	// the index, a subscription (Hosted.subMu) or a client: those are
+	// read out under it and used after RUnlock.
 	mu      sync.RWMutex
 	clients map[*Client]struct{}
 	// clientList is a snapshot of clients, replaced on every change.
