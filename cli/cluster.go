@@ -58,7 +58,7 @@ func joinCluster(ctx context.Context, cc config.Cluster, stateDir string, log *s
 	}
 	jctx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
-	ncfg := cluster.Config{NodeID: cc.NodeID, URL: url, LeaseTTL: cc.LeaseTTL, Replicas: cc.Replicas, Logger: log, Key: key, NATS: cc.NATS}
+	ncfg := cluster.Config{NodeID: cc.NodeID, URL: url, LeaseTTL: cc.LeaseTTL, Replicas: cc.Replicas, Logger: log, Key: key, NATS: cluster.Credentials(cc.NATS)}
 	if inProcess != nil {
 		ncfg.InProcess = inProcess
 	}

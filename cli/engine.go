@@ -50,7 +50,7 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 	// was told holds a key.
 	sc.Hide = append(append(slices.Clone(sc.Hide), cfg.DataDir, cfg.ConfigDir), c.hide...)
 	support := sandbox.Probe()
-	if sc.Policy().Confined() && support.Err == nil {
+	if policyOf(sc).Confined() && support.Err == nil {
 		support.Isolation = sandbox.ProbeIsolation("/proc/self/exe")
 	}
 	policy, err := sandboxPolicy(sc, support, log)
@@ -100,7 +100,7 @@ func (m *Main) engine(cfg *config.Config, ms *engine.Models, saved settings.Sett
 // if the configuration says so, runs the tools unconfined and says so
 // loudly. It never pretends to confine.
 func sandboxPolicy(sc config.Sandbox, support sandbox.Support, log *slog.Logger) (sandbox.Policy, error) {
-	p := sc.Policy()
+	p := policyOf(sc)
 	if err := support.Enforces(p); err != nil {
 		if sc.Fallback != config.SandboxUnconfined {
 			return p, fmt.Errorf("cannot confine tools in %s mode: %w (use --sandbox full-access to run without a sandbox, or --sandbox-fallback unconfined to do so whenever the kernel cannot confine)", p.Mode, err)

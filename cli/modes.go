@@ -14,7 +14,7 @@ import (
 // the network as the engine's tools have it, and namespaces of their own
 // unless the server runs confined tools without them.
 func readOnlySandbox(sc config.Sandbox, engine sandbox.Policy, support sandbox.Support, log *slog.Logger) *sandbox.Policy {
-	p := sc.Policy()
+	p := policyOf(sc)
 	p.Mode = sandbox.ReadOnly
 	p.Writable = nil
 	p.Network = engine.Network || !engine.Confined()

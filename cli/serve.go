@@ -115,7 +115,7 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	if err != nil {
 		return err
 	}
-	if want := sc.Engine.Sandbox.Policy(); want.Confined() && !eng.SandboxMode().Stricter(sandbox.FullAccess) {
+	if want := policyOf(sc.Engine.Sandbox); want.Confined() && !eng.SandboxMode().Stricter(sandbox.FullAccess) {
 		// --sandbox-fallback unconfined took effect: every health_check
 		// says so for as long as the server runs.
 		hl.AddLasting(fmt.Sprintf("Tools are not sandboxed: %s was configured, but %s", want.Mode, sandbox.Probe()))

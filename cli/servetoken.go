@@ -27,7 +27,7 @@ const TokenFile = "token"
 // is never put in the environment or on a command line, so tools cannot
 // read it there.
 func networkToken(sc *config.Serve, stateDir string, log *slog.Logger) error {
-	p := sc.Engine.Sandbox.Policy()
+	p := policyOf(sc.Engine.Sandbox)
 	if p.Confined() && p.Network && sc.PprofAddr != "" {
 		// The profiler takes no token, and its cmdline page shows --token.
 		return fmt.Errorf("--pprof-addr with --sandbox-network: tools may then connect to the profiling listener, which asks no token and shows agentd's command line; profile without --sandbox-network, or with --sandbox full-access")

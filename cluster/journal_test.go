@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/pipeline"
 )
 
@@ -92,7 +93,7 @@ func TestJournalTakeoverReplay(t *testing.T) {
 	if r := byID["c1"]; r.Response == nil || !r.Response.Success || r.Interrupted {
 		t.Fatalf("c1 after the takeover: %+v", r)
 	}
-	if r := byID["c2"]; r.Response == nil || r.Response.Err == nil || r.Response.Err.Code != pipeline.CodeInterrupted || !r.Interrupted {
+	if r := byID["c2"]; r.Response == nil || r.Response.Err == nil || r.Response.Err.Code != fault.Interrupted || !r.Interrupted {
 		t.Fatalf("c2 after the takeover: %+v, want interrupted", r)
 	}
 	if n := pb.Adopt(recs); n != 2 {
@@ -104,7 +105,7 @@ func TestJournalTakeoverReplay(t *testing.T) {
 		t.Fatalf("set_name replayed on b: %+v", r)
 	}
 	r = pb.Do(prompt)
-	if r.Err == nil || r.Err.Code != pipeline.CodeInterrupted || !r.Replayed {
+	if r.Err == nil || r.Err.Code != fault.Interrupted || !r.Replayed {
 		t.Fatalf("prompt replayed on b: %+v, want interrupted", r)
 	}
 	if n := runsB.Load(); n != 0 {

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/agentd-dev/agentd/cluster"
 )
 
 // Cluster is how `agentd serve` joins a cluster of nodes on NATS
@@ -56,12 +54,51 @@ type Cluster struct {
 	TLSCert, TLSKey string
 	// NATS is how a node authenticates to an external NATS and checks
 	// its certificate; with no credential it uses the cluster key.
-	NATS cluster.Credentials
+	NATS NATSCredentials
+}
+
+// NATSCredentials are the flags of cluster.Credentials, field for field
+// (cli converts one to the other, so the compiler keeps them alike):
+// config holds plain values and does not import the NATS client.
+type NATSCredentials struct {
+	User         string
+	PasswordFile string
+	TokenFile    string
+	NkeyFile     string // a user nkey seed
+	CredsFile    string // a .creds file (user JWT and seed)
+	// TLSCA verifies the server's certificate instead of the system's
+	// roots; TLSCert and TLSKey are this node's client certificate.
+	TLSCA, TLSCert, TLSKey string
+}
+
+// HasAuth reports whether any credential other than the cluster key is
+// given.
+func (c NATSCredentials) HasAuth() bool {
+	return c.User != "" || c.PasswordFile != "" || c.TokenFile != "" || c.NkeyFile != "" || c.CredsFile != ""
+}
+
+// DefaultLeaseTTL is --cluster-lease-ttl's default: cluster.DefaultLeaseTTL
+// (cli's tests check they agree).
+const DefaultLeaseTTL = 10 * time.Second
+
+// ValidNodeID is cluster.ValidID's rule (cli's tests check they agree):
+// one NATS subject token of letters, digits, '-' and '_', at most 200.
+func ValidNodeID(id string) bool {
+	if len(id) == 0 || len(id) > 200 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // ClusterDefaults reads the environment's cluster settings.
 func ClusterDefaults(getenv func(string) string) Cluster {
-	return Cluster{Spec: getenv("AGENTD_CLUSTER"), NodeID: getenv("AGENTD_NODE_ID"), Listen: "127.0.0.1:4222", LeaseTTL: cluster.DefaultLeaseTTL, Replicas: 1,
+	return Cluster{Spec: getenv("AGENTD_CLUSTER"), NodeID: getenv("AGENTD_NODE_ID"), Listen: "127.0.0.1:4222", LeaseTTL: DefaultLeaseTTL, Replicas: 1,
 		KeyFile: getenv("AGENTD_CLUSTER_KEY")}
 }
 
@@ -136,7 +173,7 @@ func (c *Cluster) check(port int, stdio bool) []error {
 	if c.NodeID == "" {
 		c.NodeID = defaultNodeID(port)
 	}
-	if !cluster.ValidID(c.NodeID) {
+	if !ValidNodeID(c.NodeID) {
 		errs = append(errs, fmt.Errorf("--node-id %q: use letters, digits, '-' and '_' only (at most 200)", c.NodeID))
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
@@ -181,7 +218,7 @@ func loopbackHost(h string) bool {
 var nodeIDStrip = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^A-Za-z0-9_-]+`) })
 
 // defaultNodeID is <hostname>-<port>, with anything a NATS subject token
-// cannot hold replaced (what cluster.ValidID allows).
+// cannot hold replaced (what ValidNodeID allows).
 func defaultNodeID(port int) string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {

@@ -4,9 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
-
-	"github.com/agentd-dev/agentd/sandbox"
 )
 
 // Sandbox is how the tools of every session are confined (see package
@@ -39,6 +38,12 @@ type Sandbox struct {
 	Hide StringList
 }
 
+// SandboxModes are the values of --sandbox, from the strictest: the
+// modes of package sandbox, which config does not import (it holds plain
+// values; cli turns them into a sandbox.Policy, and its tests check the
+// two lists agree).
+var SandboxModes = []string{"read-only", "workspace-write", "full-access"}
+
 // Sandbox fallbacks.
 const (
 	SandboxRefuse     = "refuse"
@@ -57,8 +62,8 @@ func (s *Sandbox) Register(fs *flag.FlagSet) {
 
 // Check validates s.
 func (s *Sandbox) Check() error {
-	if _, err := sandbox.ParseMode(s.Mode); err != nil {
-		return fmt.Errorf("--sandbox: %w", err)
+	if !slices.Contains(SandboxModes, s.Mode) {
+		return fmt.Errorf("--sandbox: sandbox mode %q: want read-only, workspace-write or full-access", s.Mode)
 	}
 	for _, d := range s.AllowWrite {
 		if !filepath.IsAbs(d) {
@@ -79,16 +84,4 @@ func (s *Sandbox) Check() error {
 		return fmt.Errorf("--sandbox-fallback %q: want refuse or unconfined", s.Fallback)
 	}
 	return nil
-}
-
-// Policy is the sandbox policy s describes, before a session adds its
-// writable directories. A command that registers no sandbox flags (ask,
-// where a person watches every step) leaves Mode empty: full access.
-func (s *Sandbox) Policy() sandbox.Policy {
-	m, err := sandbox.ParseMode(s.Mode)
-	if err != nil {
-		m = sandbox.FullAccess
-	}
-	return sandbox.Policy{Mode: m, Network: s.Network || m == sandbox.FullAccess, Writable: append([]string(nil), s.AllowWrite...),
-		Hidden: append([]string(nil), s.Hide...)}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/agentd-dev/agentd/sandbox"
 	"net"
 	"strconv"
 	"strings"
@@ -140,7 +139,7 @@ func ServeDefaults(getenv func(string) string) Serve {
 		SessionWS: true, WSHeartbeat: 30 * time.Second, WSProgressInterval: time.Second,
 		WSMaxConnectionsPerSubject: 100, WSMessageRate: 10, WSMaxMessageBytes: 1 << 20, WSMaxQueuedBytes: 8 << 20,
 		RESTSessionIdle: 30 * time.Minute, Cluster: ClusterDefaults(getenv),
-		Engine: Engine{Sandbox: Sandbox{Mode: string(sandbox.WorkspaceWrite)}},
+		Engine: Engine{Sandbox: Sandbox{Mode: "workspace-write"}},
 	}
 	s.GCPercent = DefaultGCPercent
 	if v := getenv("GOGC"); v != "" {

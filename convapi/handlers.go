@@ -67,25 +67,17 @@ func (s *Server) body(w http.ResponseWriter, r *http.Request, emptyMsg string) (
 }
 
 // findModel finds "provider/id" (or a bare id, when one provider has it)
-// among the models that can be used now.
+// among the models that can be used now (registry.Pick), in this face's
+// words.
 func (s *Server) findModel(name string) (*llm.Model, error) {
-	provider, id, hasProvider := strings.Cut(name, "/")
-	var found *llm.Model
-	for _, m := range s.opt.Models.Available() {
-		switch {
-		case hasProvider && m.Provider == provider && m.ID == id:
-			return m, nil
-		case !hasProvider && m.ID == name:
-			if found != nil {
-				return nil, errorf(http.StatusBadRequest, "Model "+name+" is ambiguous: name it as provider/id")
-			}
-			found = m
-		}
-	}
-	if found == nil {
+	m, err := registry.Pick(s.opt.Models.Available(), name)
+	switch {
+	case errors.Is(err, registry.ErrAmbiguousModel):
+		return nil, errorf(http.StatusBadRequest, "Model "+name+" is ambiguous: name it as provider/id")
+	case err != nil:
 		return nil, errorf(http.StatusBadRequest, "Model not found: "+name+" (GET /api/v2/models lists the models that can be used)")
 	}
-	return found, nil
+	return m, nil
 }
 
 func modelName(m *llm.Model) string {
@@ -100,11 +92,8 @@ func modelName(m *llm.Model) string {
 func (s *Server) root(w http.ResponseWriter, _ *http.Request, _ params) error {
 	configured := false
 	if d := s.opt.DefaultModel; d != nil {
-		for _, m := range s.opt.Models.Available() {
-			if m.Provider == d.Provider && m.ID == d.ID {
-				configured = true
-			}
-		}
+		_, err := registry.Pick(s.opt.Models.Available(), modelName(d))
+		configured = err == nil
 	}
 	w.Header().Set("X-API-Version", "2")
 	writeJSON(w, http.StatusOK, RootResponse{Message: "agentd v2 API", Documentation: "/api/v2/openapi.json", Version: s.opt.Version,

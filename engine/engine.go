@@ -27,10 +27,10 @@ import (
 	"github.com/agentd-dev/agentd/modes"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/sessionspec"
 	"github.com/agentd-dev/agentd/settings"
 	"github.com/agentd-dev/agentd/subagent"
 	"github.com/agentd-dev/agentd/tool"
-	"github.com/agentd-dev/agentd/transcript"
 )
 
 // Models is the model catalog and a provider for each wire API.
@@ -245,42 +245,9 @@ func (e *Engine) Models() *Models { return e.opt.Models }
 // Model is the default model of new sessions.
 func (e *Engine) Model() *llm.Model { return e.opt.Model }
 
-// Spec says which session to build.
-type Spec struct {
-	// Cwd is the directory the tools work in.
-	Cwd string
-	// SessionsDir is where the transcript is created; "" keeps it in
-	// memory.
-	SessionsDir string
-	// Open loads this transcript instead of creating one.
-	Open string
-	// Tools names the built-in tools to enable; nil enables all of them,
-	// an empty non-nil list none.
-	Tools []string
-	// Sandbox, when set, is a mode stricter than the engine's for this
-	// session (a client's choice); a looser one is refused.
-	Sandbox sandbox.Mode
-	// Extra are tools from elsewhere (an editor's file access, MCP
-	// servers). One named like an enabled built-in takes its place;
-	// the others are added.
-	Extra []tool.Tool
-	// Mode is the mode of a session whose transcript records none ("" for
-	// build); one the session's cwd does not define is refused.
-	Mode string
-	// Seq continues a session's event numbering (see session.Config).
-	FirstSeq   uint64
-	ReserveSeq func(next uint64) uint64
-	// TranscriptOptions go to every transcript file of the session (see
-	// session.Config): a cluster node's mirror of it in JetStream.
-	TranscriptOptions []transcript.Option
-	// Child says what a subagent's session is (its type, depth, parent);
-	// nil for a session a client made (see subagent.go).
-	Child *ChildSpec
-	// Children hosts the sessions this session's task tool starts (the
-	// server lists them with the others); nil builds them here, known
-	// only by their transcripts.
-	Children ChildHost
-}
+// Spec says which session to build. It is sessionspec.Spec, so that the
+// server, which hands specs to its Builder, does not import the engine.
+type Spec = sessionspec.Spec
 
 // ToolEnv is the environment the tools of a session in cwd run in. Each
 // call has a Scope of its own: the tools and user commands of one session

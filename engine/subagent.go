@@ -10,6 +10,7 @@ import (
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/sessionspec"
 	"github.com/agentd-dev/agentd/subagent"
 	"github.com/agentd-dev/agentd/tool"
 	"github.com/agentd-dev/agentd/transcript"
@@ -30,22 +31,11 @@ type Subagents struct {
 	MaxConcurrent int
 }
 
-// ChildSpec is what makes a session a subagent's.
-type ChildSpec struct {
-	Type *subagent.Type
-	// Depth is the session's depth: 1 for a child of a session a client
-	// made.
-	Depth int
-	// ParentFile is the parent's transcript, written as the child's
-	// header's parentSession (pi's field).
-	ParentFile string
-	// Model and Thinking are what the child starts with.
-	Model    *llm.Model
-	Thinking llm.ThinkingLevel
-}
+// ChildSpec is what makes a session a subagent's (sessionspec.ChildSpec).
+type ChildSpec = sessionspec.ChildSpec
 
-// ChildHost starts a child session from spec (see Spec.Children).
-type ChildHost func(ctx context.Context, spec Spec) (subagent.Child, error)
+// ChildHost starts a child session from spec (sessionspec.ChildHost).
+type ChildHost = sessionspec.ChildHost
 
 // maxDepth is the deepest a subagent may be.
 func (e *Engine) maxDepth() int {

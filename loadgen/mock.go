@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/llm/wiremock"
 	"github.com/agentd-dev/agentd/todo"
 )
 
@@ -33,7 +33,7 @@ const (
 // flushed is the model's share of a prompt's latency, which the report
 // subtracts to get what agentd itself adds.
 type mock struct {
-	llm    *llmtest.Server
+	llm    *wiremock.Server
 	srv    *http.Server
 	answer string // the text of every answer
 	url    string
@@ -47,7 +47,7 @@ type mock struct {
 	// gets the same answer (without a plan), and encoding 2,000 chunks
 	// with encoding/json per request made the mock cost more CPU than
 	// the server it feeds, on the machine both share. The server still
-	// gets each chunk in a flush of its own, as from llmtest.
+	// gets each chunk in a flush of its own, as from wiremock.
 	replay    *recorded
 	same      bool          // every request has the same answer: record it
 	recording chan struct{} // closed when the first answer is recorded
@@ -91,14 +91,14 @@ type recorded struct {
 // plan moves.
 func startMock(chunks, planSteps int) (*mock, error) {
 	script := textScript(chunks)
-	m := &mock{llm: llmtest.NewUnstarted(), answer: strings.Join(script.Text, ""), took: map[string]time.Duration{}, byTag: map[string]int{}, served: make(chan struct{}),
+	m := &mock{llm: wiremock.NewUnstarted(), answer: strings.Join(script.Text, ""), took: map[string]time.Duration{}, byTag: map[string]int{}, served: make(chan struct{}),
 		same: planSteps == 0}
 	// The unstarted llmtest server is only a handler here; its own
 	// listener is never served, and closing it is all Close does.
 	if planSteps > 0 {
-		m.llm.Handle(func(r *llmtest.Request) llmtest.Script { return planScript(script, planSteps, r) })
+		m.llm.Handle(func(r *wiremock.Request) wiremock.Script { return planScript(script, planSteps, r) })
 	} else {
-		m.llm.Handle(func(*llmtest.Request) llmtest.Script { return script })
+		m.llm.Handle(func(*wiremock.Request) wiremock.Script { return script })
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -117,13 +117,13 @@ func startMock(chunks, planSteps int) (*mock, error) {
 // textScript is an answer of chunks text deltas of 4 bytes each, a
 // typical token's size, so that a full-format stream carries what a real
 // one of as many tokens would.
-func textScript(chunks int) llmtest.Script {
+func textScript(chunks int) wiremock.Script {
 	text := make([]string, chunks)
 	for i := range text {
 		text[i] = fmt.Sprintf("w%02d ", i%100)
 	}
 	// One response id for all: the answers are replayed byte for byte.
-	return llmtest.Script{Text: text, Usage: &llmtest.Usage{Input: 42, Output: int64(chunks)}, ResponseID: "chatcmpl-bench"}
+	return wiremock.Script{Text: text, Usage: &wiremock.Usage{Input: 42, Output: int64(chunks)}, ResponseID: "chatcmpl-bench"}
 }
 
 // planScript is the answer to r in a run that works through a plan of
@@ -134,7 +134,7 @@ func textScript(chunks int) llmtest.Script {
 // text alone. Where a run is comes from the request itself, the tool
 // results since its last user message, so the mock keeps no state per
 // session and a retried request gets the same answer.
-func planScript(text llmtest.Script, steps int, r *llmtest.Request) llmtest.Script {
+func planScript(text wiremock.Script, steps int, r *wiremock.Request) wiremock.Script {
 	done := 0
 	msgs, _ := r.JSON["messages"].([]any)
 	for _, m := range slices.Backward(msgs) {
@@ -165,7 +165,7 @@ func planScript(text llmtest.Script, steps int, r *llmtest.Request) llmtest.Scri
 	}
 	args, _ := json.Marshal(map[string]any{"todos": list}) // strings only: cannot fail
 	s := text
-	s.ToolCalls = []llmtest.ToolCall{{ID: fmt.Sprintf("bench-call-%d", done), Name: todo.ToolName, Args: []string{string(args)}}}
+	s.ToolCalls = []wiremock.ToolCall{{ID: fmt.Sprintf("bench-call-%d", done), Name: todo.ToolName, Args: []string{string(args)}}}
 	return s
 }
 

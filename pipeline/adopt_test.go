@@ -3,6 +3,8 @@ package pipeline
 import (
 	"testing"
 	"time"
+
+	"github.com/agentd-dev/agentd/fault"
 )
 
 // TestAdopt: outcomes another process recorded (a cluster node that owned
@@ -42,7 +44,7 @@ func TestAdopt(t *testing.T) {
 	if r := h.p.Do(byKey); !r.Success || !r.Replayed {
 		t.Fatalf("replay of r1 by idempotency key: %+v", r)
 	}
-	if r := h.p.Do(prompt); r.Err == nil || r.Err.Code != CodeInterrupted || !r.Replayed {
+	if r := h.p.Do(prompt); r.Err == nil || r.Err.Code != fault.Interrupted || !r.Replayed {
 		t.Fatalf("replay of p1, in flight on the old owner: %+v", r)
 	}
 	if n := h.count("set_session_name") + h.count("prompt"); n != 1 {

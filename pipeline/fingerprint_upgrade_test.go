@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"testing"
+
+	"github.com/agentd-dev/agentd/fault"
 )
 
 // A journal written before its fingerprints were keyed (by a version
@@ -59,7 +61,7 @@ func TestUnkeyedJournalReplaysUnderKey(t *testing.T) {
 				}
 				return
 			}
-			if r.Err == nil || r.Err.Code != CodeConflict {
+			if r.Err == nil || r.Err.Code != fault.Conflict {
 				t.Fatalf("a different request was not refused: %+v", r)
 			}
 		})

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agentd-dev/agentd/fault"
 )
 
 // The introspection pi-server offers beyond protocol 1.0.0:
@@ -53,7 +55,7 @@ type JournalInfo struct {
 }
 
 // RecoveredCommand is a command that was in flight when agentd stopped; it
-// was marked failed (CodeInterrupted) when the journal was opened.
+// was marked failed (fault.Interrupted) when the journal was opened.
 type RecoveredCommand struct {
 	CommandID   string `json:"commandId"`
 	CommandType string `json:"commandType"`
@@ -165,7 +167,7 @@ type HistoryQuery struct {
 }
 
 // Validate checks q as pi-server does, with its messages.
-func (q HistoryQuery) Validate() *Error {
+func (q HistoryQuery) Validate() *fault.Error {
 	var problems []string
 	bad := func(field, msg string) { problems = append(problems, field+": "+msg) }
 	if q.CommandID != "" && len(q.CommandID) > 256 {
@@ -186,7 +188,7 @@ func (q HistoryQuery) Validate() *Error {
 	if len(problems) == 0 {
 		return nil
 	}
-	return Errorf(CodeInvalid, "Validation failed: %s", strings.Join(problems, "; "))
+	return fault.Errorf(fault.Invalid, "Validation failed: %s", strings.Join(problems, "; "))
 }
 
 // HistoryEntry is one lifecycle phase of one command.
@@ -267,6 +269,8 @@ func (p *Pipeline) CommandHistory(q HistoryQuery) CommandHistory {
 // entries as they come instead of being made whole at start: a server
 // that has handled few commands holds few entries, not the whole ring.
 type history struct {
+	// mu is a leaf: Pipeline.mu may be held when it is taken (Adopt);
+	// nothing is taken under it.
 	mu   sync.Mutex
 	ring []HistoryEntry // len(ring) == next until it is full, then max
 	max  int

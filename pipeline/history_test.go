@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/agentd-dev/agentd/fault"
 )
 
 // crashedJournal leaves a journal as a crash would: "done" finished,
@@ -248,7 +250,7 @@ func TestHistoryQueryValidate(t *testing.T) {
 		{HistoryQuery{CommandID: long, ToTimestamp: &neg}, "Validation failed: commandId: Too long (max 256 chars); toTimestamp: Must be a non-negative integer timestamp"},
 	} {
 		err := tc.q.Validate()
-		if got := errMsg(Response{Err: err}); got != tc.want || (err != nil && err.Code != CodeInvalid) {
+		if got := errMsg(Response{Err: err}); got != tc.want || (err != nil && err.Code != fault.Invalid) {
 			t.Errorf("%+v: %q, want %q", tc.q, got, tc.want)
 		}
 	}

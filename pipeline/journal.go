@@ -13,6 +13,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/agentd-dev/agentd/fault"
 )
 
 // Record operations.
@@ -50,7 +52,7 @@ type Journal interface {
 	Append(Record) error
 	// Load returns the finished outcomes known when the journal was
 	// opened: begun-but-unfinished commands come back as failed
-	// (CodeInterrupted, Recovered and Interrupted set), expired ones are
+	// (fault.Interrupted, Recovered and Interrupted set), expired ones are
 	// gone.
 	Load() ([]Record, error)
 }
@@ -78,7 +80,7 @@ func fold(recs []Record, now time.Time) []Record {
 	for i, r := range out {
 		if r.Op == OpBegin {
 			out[i].Op = OpFinish
-			out[i].Response = &Response{ID: r.ID, Command: r.Command, Err: &Error{Code: CodeInterrupted, Message: msgInterrupted}}
+			out[i].Response = &Response{ID: r.ID, Command: r.Command, Err: &fault.Error{Code: fault.Interrupted, Message: msgInterrupted}}
 			out[i].Recovered, out[i].Interrupted = true, true
 		}
 	}
@@ -88,7 +90,7 @@ func fold(recs []Record, now time.Time) []Record {
 // Recover is what a Journal's Load returns for a log of records in the
 // order they were appended: the latest record of each command, expired
 // ones dropped, commands begun but not finished turned into failed
-// outcomes (CodeInterrupted, Recovered and Interrupted set), and at most
+// outcomes (fault.Interrupted, Recovered and Interrupted set), and at most
 // DefaultMaxOutcomes outcomes, the oldest dropped first. A Journal kept
 // outside this package (a cluster's) uses it so that its Load means what
 // FileJournal's does.
@@ -120,6 +122,7 @@ func capRecords(recs []Record, max int) []Record {
 // process. It compacts itself as it grows and keeps at most
 // DefaultMaxOutcomes outcomes.
 type MemJournal struct {
+	// mu is a leaf; the pipeline calls the journal without Pipeline.mu.
 	mu      sync.Mutex
 	recs    []Record
 	compact int // length after the last compaction
@@ -257,6 +260,8 @@ type FileJournal struct {
 	path string
 	opt  FileJournalOptions
 
+	// mu (and cond, which waits on it) is a leaf: the pipeline appends
+	// without holding Pipeline.mu, and nothing is taken under it.
 	mu      sync.Mutex
 	cond    *sync.Cond
 	f       *os.File // nil once closed

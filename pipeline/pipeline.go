@@ -12,6 +12,8 @@ import (
 	"reflect"
 	"sync"
 	"time"
+
+	"github.com/agentd-dev/agentd/fault"
 )
 
 // Pipeline admits, orders and executes commands. Submit may be called from
@@ -37,6 +39,12 @@ type Pipeline struct {
 	wg         sync.WaitGroup // lanes, handlers and control commands
 	flights    sync.WaitGroup // admitted commands not yet finished
 
+	// mu guards the fields below. Lock order: take it holding none of
+	// the pipeline's locks. Under it the pipeline takes history.mu
+	// (Adopt seeds the history) and runs Command.Admit, which takes the
+	// server's rate-limit lock (a leaf); it never calls the journal,
+	// a handler or a respond callback with mu held (couriers and lanes
+	// run those after Unlock).
 	mu        sync.Mutex
 	closing   bool
 	lanes     map[string]*lane
@@ -299,7 +307,7 @@ func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 	var (
 		hit      *outcome
 		waitFor  *flight
-		conflict *Error
+		conflict *fault.Error
 	)
 	if cmd.ID != "" {
 		if o := p.out.byID(cmd.ID, now); o != nil {
@@ -381,7 +389,7 @@ func (p *Pipeline) Submit(cmd Command, respond func(Response)) {
 		})
 		if err != nil {
 			p.mu.Lock()
-			p.deliverLocked(cmd.Sender, func() { p.finish(f, Response{Err: Errorf(CodeInternal, "journal: %v", err)}) })
+			p.deliverLocked(cmd.Sender, func() { p.finish(f, Response{Err: fault.Errorf(fault.Internal, "journal: %v", err)}) })
 			p.mu.Unlock()
 			return
 		}
@@ -484,23 +492,23 @@ func (p *Pipeline) Handler(typ string) (Handler, bool) {
 	return h, ok
 }
 
-func (p *Pipeline) validate(cmd Command) (Handler, *Error) {
+func (p *Pipeline) validate(cmd Command) (Handler, *fault.Error) {
 	if cmd.Type == "" {
-		return Handler{}, Errorf(CodeInvalid, "Validation failed: type is required")
+		return Handler{}, fault.Errorf(fault.Invalid, "Validation failed: type is required")
 	}
 	h, ok := p.reg[cmd.Type]
 	if !ok || h.Run == nil {
-		return Handler{}, Errorf(CodeUnknownCommand, "Validation failed: type: Unknown command type '%s'", cmd.Type)
+		return Handler{}, fault.Errorf(fault.UnknownCommand, "Validation failed: type: Unknown command type '%s'", cmd.Type)
 	}
 	if h.Lane == LaneSession && cmd.SessionID == "" {
-		return Handler{}, Errorf(CodeInvalid, "Validation failed: sessionId is required for %s", cmd.Type)
+		return Handler{}, fault.Errorf(fault.Invalid, "Validation failed: sessionId is required for %s", cmd.Type)
 	}
 	if cmd.IfSessionVersion != nil && cmd.SessionID == "" {
-		return Handler{}, Errorf(CodeInvalid, "Validation failed: ifSessionVersion requires sessionId")
+		return Handler{}, fault.Errorf(fault.Invalid, "Validation failed: ifSessionVersion requires sessionId")
 	}
 	for _, d := range cmd.DependsOn {
 		if d == "" {
-			return Handler{}, Errorf(CodeInvalid, "Validation failed: dependsOn entries must be non-empty")
+			return Handler{}, fault.Errorf(fault.Invalid, "Validation failed: dependsOn entries must be non-empty")
 		}
 	}
 	return h, nil
@@ -566,7 +574,7 @@ func (p *Pipeline) execute(f *flight) {
 		}
 		if v != *want {
 			p.mu.Unlock()
-			p.finish(f, Response{Err: Errorf(CodeVersionMismatch,
+			p.finish(f, Response{Err: fault.Errorf(fault.VersionMismatch,
 				"Session version mismatch: expected %d, got %d", *want, v)})
 			return
 		}
@@ -590,7 +598,7 @@ func (p *Pipeline) execute(f *flight) {
 		defer p.wg.Done()
 		defer func() {
 			if r := recover(); r != nil {
-				res <- result{err: Errorf(CodeInternal, "handler panic: %v", r)}
+				res <- result{err: fault.Errorf(fault.Internal, "handler panic: %v", r)}
 			}
 		}()
 		data, err := f.h.Run(ctx, f.cmd)
@@ -605,9 +613,9 @@ func (p *Pipeline) execute(f *flight) {
 	select {
 	case r := <-res:
 		if r.err != nil {
-			var e *Error
+			var e *fault.Error
 			if !errors.As(r.err, &e) {
-				e = &Error{Code: CodeFailed, Message: r.err.Error(), Cause: r.err}
+				e = &fault.Error{Code: fault.Failed, Message: r.err.Error(), Cause: r.err}
 			}
 			p.finish(f, Response{Err: e})
 		} else {
@@ -616,7 +624,7 @@ func (p *Pipeline) execute(f *flight) {
 	case <-timer:
 		// Terminal: the late completion is discarded (spec §11).
 		cancel(ErrTimeout)
-		p.finish(f, Response{TimedOut: true, Err: Errorf(CodeTimeout,
+		p.finish(f, Response{TimedOut: true, Err: fault.Errorf(fault.Timeout,
 			"Command '%s' timed out after %dms", f.cmd.Type, timeout.Milliseconds())})
 		// The client has its answer; the lane waits a little for the
 		// cancelled handler to let go (a killed bash, a closed stream), so
@@ -633,7 +641,7 @@ func (p *Pipeline) execute(f *flight) {
 }
 
 // awaitDeps checks f's dependencies (spec §9) when f is about to run.
-func (p *Pipeline) awaitDeps(f *flight) *Error {
+func (p *Pipeline) awaitDeps(f *flight) *fault.Error {
 	if len(f.cmd.DependsOn) == 0 {
 		return nil
 	}
@@ -644,21 +652,21 @@ func (p *Pipeline) awaitDeps(f *flight) *Error {
 			ok, e := o.resp.Success, o.resp.Err
 			p.mu.Unlock()
 			if !ok {
-				return Errorf(CodeDependency, "Dependency '%s' failed: %s", d, errText(e))
+				return fault.Errorf(fault.Dependency, "Dependency '%s' failed: %s", d, errText(e))
 			}
 			continue
 		}
 		df := p.byID[d]
 		p.mu.Unlock()
 		if df == nil {
-			return Errorf(CodeDependency, "Dependency '%s' is unknown", d)
+			return fault.Errorf(fault.Dependency, "Dependency '%s' is unknown", d)
 		}
 		if df == f {
-			return Errorf(CodeDependency, "Command '%s' cannot depend on itself", d)
+			return fault.Errorf(fault.Dependency, "Command '%s' cannot depend on itself", d)
 		}
 		if f.lane != "" && df.lane == f.lane {
 			// f holds its lane, so d is queued behind it: waiting would deadlock.
-			return Errorf(CodeDependency, "Dependency '%s' is queued in the same lane and cannot be awaited from this command", d)
+			return fault.Errorf(fault.Dependency, "Dependency '%s' is queued in the same lane and cannot be awaited from this command", d)
 		}
 		if deadline == nil {
 			t := time.NewTimer(p.depTimeout)
@@ -668,10 +676,10 @@ func (p *Pipeline) awaitDeps(f *flight) *Error {
 		select {
 		case <-df.done:
 			if !df.resp.Success {
-				return Errorf(CodeDependency, "Dependency '%s' failed: %s", d, errText(df.resp.Err))
+				return fault.Errorf(fault.Dependency, "Dependency '%s' failed: %s", d, errText(df.resp.Err))
 			}
 		case <-deadline:
-			return Errorf(CodeDependency, "Command 'dependsOn:%s' timed out after %dms", d, p.depTimeout.Milliseconds())
+			return fault.Errorf(fault.Dependency, "Command 'dependsOn:%s' timed out after %dms", d, p.depTimeout.Milliseconds())
 		case <-p.hard.Done():
 			return errShuttingDown()
 		}
@@ -915,7 +923,7 @@ func Fingerprint(key []byte, cmd Command) string {
 }
 
 // errText is a dependency's error for the message of its dependents.
-func errText(e *Error) string {
+func errText(e *fault.Error) string {
 	if e == nil || e.Message == "" {
 		return "unknown error"
 	}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/agentd-dev/agentd/fault"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -62,7 +64,7 @@ func newHarness(t *testing.T, j Journal, tweak func(*Options)) *harness {
 		"abort":            {Class: ClassControl, Lane: LaneSession, Run: ok},
 		"set_session_name": {Class: ClassMutate, Lane: LaneSession, Mutating: true, Run: ok},
 		"bad_mutate": {Class: ClassMutate, Lane: LaneSession, Mutating: true, Run: func(context.Context, Command) (json.RawMessage, error) {
-			return nil, Errorf(CodeFailed, "nope")
+			return nil, fault.Errorf(fault.Failed, "nope")
 		}},
 		"prompt":       {Class: ClassLong, Lane: LaneSession, Mutating: true, Run: block},
 		"server_block": {Class: ClassLong, Lane: LaneServer, Run: block},
@@ -152,14 +154,14 @@ func TestAdmission(t *testing.T) {
 		cmd      Command
 		shutdown bool
 		err      string
-		code     Code
+		code     fault.Code
 	}{
-		{"shutdown", Command{Type: "list_sessions", ID: "a"}, true, "Server is shutting down", CodeShuttingDown},
-		{"missing type", Command{ID: "a"}, false, "Validation failed: type is required", CodeInvalid},
-		{"unknown type", Command{Type: "nope", ID: "a"}, false, "Validation failed: type: Unknown command type 'nope'", CodeUnknownCommand},
-		{"session command without session", Command{Type: "get_messages", ID: "a"}, false, "Validation failed: sessionId is required for get_messages", CodeInvalid},
-		{"ifSessionVersion without session", Command{Type: "list_sessions", ID: "a", IfSessionVersion: ip(0)}, false, "Validation failed: ifSessionVersion requires sessionId", CodeInvalid},
-		{"empty dependency", Command{Type: "list_sessions", ID: "a", DependsOn: []string{""}}, false, "Validation failed: dependsOn entries must be non-empty", CodeInvalid},
+		{"shutdown", Command{Type: "list_sessions", ID: "a"}, true, "Server is shutting down", fault.ShuttingDown},
+		{"missing type", Command{ID: "a"}, false, "Validation failed: type is required", fault.Invalid},
+		{"unknown type", Command{Type: "nope", ID: "a"}, false, "Validation failed: type: Unknown command type 'nope'", fault.UnknownCommand},
+		{"session command without session", Command{Type: "get_messages", ID: "a"}, false, "Validation failed: sessionId is required for get_messages", fault.Invalid},
+		{"ifSessionVersion without session", Command{Type: "list_sessions", ID: "a", IfSessionVersion: ip(0)}, false, "Validation failed: ifSessionVersion requires sessionId", fault.Invalid},
+		{"empty dependency", Command{Type: "list_sessions", ID: "a", DependsOn: []string{""}}, false, "Validation failed: dependsOn entries must be non-empty", fault.Invalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, nil, nil)
@@ -194,7 +196,7 @@ func TestLifecycle(t *testing.T) {
 	}
 	r = h.p.Do(Command{Type: "fail", ID: "bad"})
 	wantFail(t, r, "boom")
-	if r.Err.Code != CodeFailed {
+	if r.Err.Code != fault.Failed {
 		t.Fatalf("code %v", r.Err.Code)
 	}
 	for _, id := range []string{"ok", "bad"} {
@@ -365,7 +367,7 @@ func TestReplay(t *testing.T) {
 				if ran != 1 || r.Replayed || !r.Success || !slices.Equal(types, normal) {
 					t.Fatalf("want a fresh execution: ran=%d %+v %v", ran, r, types)
 				}
-			case tc.err != "" && r.Err.Code == CodeConflict:
+			case tc.err != "" && r.Err.Code == fault.Conflict:
 				wantFail(t, r, tc.err)
 				if ran != 0 || r.Replayed || !slices.Equal(types, noStart) {
 					t.Fatalf("conflict: ran=%d %+v %v", ran, r, types)
@@ -444,7 +446,7 @@ func TestDependsOn(t *testing.T) {
 				return
 			}
 			wantFail(t, r, tc.err)
-			if r.Err.Code != CodeDependency || !slices.Equal(h.phases("c"), noStart) {
+			if r.Err.Code != fault.Dependency || !slices.Equal(h.phases("c"), noStart) {
 				t.Fatalf("%+v %v", r, h.phases("c"))
 			}
 		})
@@ -565,7 +567,7 @@ func TestTimeoutIsTerminal(t *testing.T) {
 		start := time.Now()
 		r := h.p.Do(Command{Type: "slow", SessionID: "s", ID: "t"})
 		wantFail(t, r, "Command 'slow' timed out after 1000ms")
-		if !r.TimedOut || r.Err.Code != CodeTimeout || time.Since(start) != time.Second {
+		if !r.TimedOut || r.Err.Code != fault.Timeout || time.Since(start) != time.Second {
 			t.Fatalf("%+v after %v", r, time.Since(start))
 		}
 		// The lane moves on while the handler is still running.
@@ -703,7 +705,7 @@ func TestCrashReplay(t *testing.T) {
 		wantFail(t, h2.p.Do(Command{Type: "list_sessions", ID: "done"}), "Conflicting id 'done': previously used for 'list_sessions', now used for 'list_sessions'")
 		r = h2.p.Do(Command{Type: "server_block", ID: "running"})
 		wantFail(t, r, "Command interrupted by server restart")
-		if !r.Replayed || r.Err.Code != CodeInterrupted || h2.count("server_block") != 0 {
+		if !r.Replayed || r.Err.Code != fault.Interrupted || h2.count("server_block") != 0 {
 			t.Fatalf("restart %d: running: %+v", restart, r)
 		}
 		r = h2.p.Do(Command{Type: "health_check", IdempotencyKey: "key"})
@@ -750,7 +752,7 @@ func TestFileJournalCompaction(t *testing.T) {
 	for _, r := range recs {
 		ids = append(ids, r.ID)
 	}
-	if !slices.Equal(ids, []string{"live", "cut"}) || recs[1].Response.Err.Code != CodeInterrupted {
+	if !slices.Equal(ids, []string{"live", "cut"}) || recs[1].Response.Err.Code != fault.Interrupted {
 		t.Fatalf("loaded %+v", recs)
 	}
 	raw, _ := os.ReadFile(path)

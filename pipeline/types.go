@@ -64,7 +64,7 @@ type Command struct {
 	// (spec §8.1: a replay returns the prior outcome, and does not count).
 	// It runs under the pipeline's lock: it must be quick and call nothing
 	// of the pipeline. Not part of the fingerprint; not journaled.
-	Admit func() *Error `json:"-"`
+	Admit func() *fault.Error `json:"-"`
 }
 
 // Response is the outcome of one command. The face maps it to the wire
@@ -74,7 +74,7 @@ type Response struct {
 	Command        string          `json:"command"`
 	Success        bool            `json:"success"`
 	Data           json.RawMessage `json:"data,omitempty"`
-	Err            *Error          `json:"error,omitempty"`
+	Err            *fault.Error    `json:"error,omitempty"`
 	SessionVersion *int            `json:"sessionVersion,omitempty"`
 	Replayed       bool            `json:"replayed,omitempty"`
 	TimedOut       bool            `json:"timedOut,omitempty"`
@@ -82,36 +82,6 @@ type Response struct {
 	// keep (see the package doc): the command's outcome is as stated, its
 	// data is gone.
 	DataDropped bool `json:"dataDropped,omitempty"`
-}
-
-// Code classifies a failure; the face maps it to its wire. It is the
-// shared fault code: the pipeline's failures and the handlers' errors are
-// one type.
-type Code = fault.Code
-
-// Failure codes of the pipeline (spec §12 categories), as fault codes.
-const (
-	CodeInvalid         = fault.Invalid
-	CodeUnknownCommand  = fault.UnknownCommand
-	CodeShuttingDown    = fault.ShuttingDown
-	CodeConflict        = fault.Conflict
-	CodeDependency      = fault.Dependency
-	CodeVersionMismatch = fault.VersionMismatch
-	CodeSessionNotFound = fault.NotFound
-	CodeTimeout         = fault.Timeout
-	CodeInterrupted     = fault.Interrupted
-	CodeFailed          = fault.Failed // the handler returned a plain error
-	CodeInternal        = fault.Internal
-)
-
-// Error is the one error type clients see (fault.Error). Handlers may
-// return one to choose the code; any other error becomes CodeFailed with
-// its text.
-type Error = fault.Error
-
-// Errorf builds an *Error.
-func Errorf(code Code, format string, args ...any) *Error {
-	return fault.Errorf(code, format, args...)
 }
 
 // Error strings. The pi-server spec gives verbatim strings for conflicts
@@ -122,19 +92,19 @@ const (
 	msgInterrupted  = "Command interrupted by server restart"
 )
 
-func errShuttingDown() *Error { return fault.New(CodeShuttingDown, msgShuttingDown) }
+func errShuttingDown() *fault.Error { return fault.New(fault.ShuttingDown, msgShuttingDown) }
 
 // errConflictID and errConflictKey say what the identity was used for
 // (pi-server's wording, which says it even when only the payload differs):
 // a client that reused an id learns which of its commands it clashed with.
-func errConflictID(id, was, now string) *Error {
-	return Errorf(CodeConflict, "Conflicting id '%s': previously used for '%s', now used for '%s'", id, was, now)
+func errConflictID(id, was, now string) *fault.Error {
+	return fault.Errorf(fault.Conflict, "Conflicting id '%s': previously used for '%s', now used for '%s'", id, was, now)
 }
-func errConflictKey(k, was, now string) *Error {
-	return Errorf(CodeConflict, "Conflicting idempotencyKey '%s': previously used for '%s', now used for '%s'", k, was, now)
+func errConflictKey(k, was, now string) *fault.Error {
+	return fault.Errorf(fault.Conflict, "Conflicting idempotencyKey '%s': previously used for '%s', now used for '%s'", k, was, now)
 }
-func errSessionNotFound(s string) *Error {
-	return Errorf(CodeSessionNotFound, "Session %s not found", s)
+func errSessionNotFound(s string) *fault.Error {
+	return fault.Errorf(fault.NotFound, "Session %s not found", s)
 }
 
 // EventType names a global lifecycle event.
@@ -164,12 +134,12 @@ type Event struct {
 	Origin any `json:"-"`
 	// Announced is the command's Announced, on its CommandAccepted and
 	// CommandStarted: the face's clients were told already.
-	Announced      bool   `json:"-"`
-	Success        bool   `json:"success,omitempty"`
-	Err            *Error `json:"error,omitempty"`
-	Replayed       bool   `json:"replayed,omitempty"`
-	TimedOut       bool   `json:"timedOut,omitempty"`
-	SessionVersion *int   `json:"sessionVersion,omitempty"`
+	Announced      bool         `json:"-"`
+	Success        bool         `json:"success,omitempty"`
+	Err            *fault.Error `json:"error,omitempty"`
+	Replayed       bool         `json:"replayed,omitempty"`
+	TimedOut       bool         `json:"timedOut,omitempty"`
+	SessionVersion *int         `json:"sessionVersion,omitempty"`
 }
 
 // Class groups commands for timeouts and scheduling.

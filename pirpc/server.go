@@ -20,6 +20,7 @@ import (
 	"github.com/agentd-dev/agentd/commands"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/llm/registry"
 	"github.com/agentd-dev/agentd/piwire"
 	"github.com/agentd-dev/agentd/session"
 	"github.com/agentd-dev/agentd/settings"
@@ -354,8 +355,8 @@ func (srv *Server) dispatch(c *command) {
 	case "get_state":
 		srv.reply(success(id, typ, srv.state()))
 	case "set_model":
-		m := srv.findModel(c.Provider, c.ModelID)
-		if m == nil {
+		m, err := registry.Pick(srv.opt.Models.Available(), c.Provider+"/"+c.ModelID)
+		if err != nil {
 			srv.reply(failure(id, typ, fmt.Sprintf("Model not found: %s/%s", c.Provider, c.ModelID)))
 			return
 		}
@@ -589,15 +590,6 @@ type bashResult struct {
 	Cancelled      bool   `json:"cancelled"`
 	Truncated      bool   `json:"truncated"`
 	FullOutputPath string `json:"fullOutputPath,omitempty"`
-}
-
-func (srv *Server) findModel(provider, id string) *llm.Model {
-	for _, m := range srv.opt.Models.Available() {
-		if m.Provider == provider && m.ID == id {
-			return m
-		}
-	}
-	return nil
 }
 
 func (srv *Server) persist(f func(*settings.Settings)) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/sandbox"
 	"log/slog"
 	"path/filepath"
@@ -14,10 +15,10 @@ import (
 	"unicode"
 
 	"github.com/agentd-dev/agentd/agent"
-	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
+	"github.com/agentd-dev/agentd/llm/registry"
 	"github.com/agentd-dev/agentd/pipeline"
 	"github.com/agentd-dev/agentd/piwire"
 	"github.com/agentd-dev/agentd/server"
@@ -50,7 +51,7 @@ func (spec *commandSpec) decode(payload json.RawMessage, p *params) error {
 	}
 	var all map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &all); err != nil {
-		return pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: %s", shapeProblem(err))
+		return fault.Errorf(fault.Invalid, "Validation failed: %s", shapeProblem(err))
 	}
 	b := []byte{'{'}
 	for _, f := range spec.fields {
@@ -65,7 +66,7 @@ func (spec *commandSpec) decode(payload json.RawMessage, p *params) error {
 		b = append(b, raw...)
 	}
 	if err := json.Unmarshal(append(b, '}'), p); err != nil {
-		return pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: %s", shapeProblem(err))
+		return fault.Errorf(fault.Invalid, "Validation failed: %s", shapeProblem(err))
 	}
 	return nil
 }
@@ -586,7 +587,7 @@ func (s *Server) prompt(ctx context.Context, c *call) (any, error) {
 	}
 	sess := c.h.Session()
 	if b := s.srv.Breakers().Provider(sess.Model().Provider); b.State() == health.StateOpen {
-		return nil, pipeline.Errorf(pipeline.CodeFailed, "%s for provider %s; retry later", health.ProviderOpenText, sess.Model().Provider)
+		return nil, fault.Errorf(fault.Failed, "%s for provider %s; retry later", health.ProviderOpenText, sess.Model().Provider)
 	}
 	switch c.p.StreamingBehavior {
 	case "steer":
@@ -610,7 +611,7 @@ func (s *Server) prompt(ctx context.Context, c *call) (any, error) {
 func userMessage(p params) (*llm.Message, error) {
 	for i, img := range p.Images {
 		if img.Type != llm.ContentImage || img.Data == "" || img.MimeType == "" {
-			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: images[%d]: must be {type: \"image\", data, mimeType}", i)
+			return nil, fault.Errorf(fault.Invalid, "Validation failed: images[%d]: must be {type: \"image\", data, mimeType}", i)
 		}
 	}
 	return session.UserMessage(*p.Message, p.Images), nil
@@ -643,19 +644,10 @@ func (s *Server) getMessages(_ context.Context, c *call) (any, error) {
 	return json.RawMessage(append(b, '}')), nil
 }
 
-func (s *Server) findModel(provider, id string) *llm.Model {
-	for _, m := range s.opt.Models.Available() {
-		if m.Provider == provider && m.ID == id {
-			return m
-		}
-	}
-	return nil
-}
-
 func (s *Server) setModel(_ context.Context, c *call) (any, error) {
-	m := s.findModel(c.p.Provider, c.p.ModelID)
-	if m == nil {
-		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Model not found: %s/%s", c.p.Provider, c.p.ModelID)
+	m, err := registry.Pick(s.opt.Models.Available(), c.p.Provider+"/"+c.p.ModelID)
+	if err != nil {
+		return nil, fault.Errorf(fault.Invalid, "Model not found: %s/%s", c.p.Provider, c.p.ModelID)
 	}
 	if err := c.h.Session().SetModel(m); err != nil {
 		return nil, err
@@ -678,7 +670,7 @@ func (s *Server) setThinking(_ context.Context, c *call) (any, error) {
 	}
 	l, err := llm.ParseThinkingLevel(level)
 	if err != nil {
-		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: level: %v", err)
+		return nil, fault.Errorf(fault.Invalid, "Validation failed: level: %v", err)
 	}
 	if _, err := c.h.Session().SetThinking(l); err != nil {
 		return nil, err
@@ -697,10 +689,10 @@ func (s *Server) cycleThinking(_ context.Context, c *call) (any, error) {
 func (s *Server) setName(_ context.Context, c *call) (any, error) {
 	name := strings.TrimSpace(*c.p.Name)
 	if name == "" {
-		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: name: must not be empty")
+		return nil, fault.Errorf(fault.Invalid, "Validation failed: name: must not be empty")
 	}
 	if strings.IndexFunc(name, unicode.IsControl) >= 0 {
-		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: name: must not contain control characters")
+		return nil, fault.Errorf(fault.Invalid, "Validation failed: name: must not contain control characters")
 	}
 	return nil, c.h.Session().SetName(name)
 }
@@ -718,7 +710,7 @@ func (s *Server) setQueueMode(_ context.Context, c *call) (any, error) {
 func (s *Server) compact(ctx context.Context, c *call) (any, error) {
 	sess := c.h.Session()
 	if b := s.srv.Breakers().Provider(sess.Model().Provider); b.State() == health.StateOpen {
-		return nil, pipeline.Errorf(pipeline.CodeFailed, "%s for provider %s; retry later", health.ProviderOpenText, sess.Model().Provider)
+		return nil, fault.Errorf(fault.Failed, "%s for provider %s; retry later", health.ProviderOpenText, sess.Model().Provider)
 	}
 	res, err := sess.Compact(ctx, c.p.CustomInstructions)
 	if err != nil {
@@ -757,7 +749,7 @@ type bashResult struct {
 func (s *Server) bash(ctx context.Context, c *call) (any, error) {
 	report, err := s.srv.Breakers().Bash().Allow()
 	if err != nil {
-		return nil, pipeline.Errorf(pipeline.CodeFailed, "%s; retry later", health.BashOpenText)
+		return nil, fault.Errorf(fault.Failed, "%s; retry later", health.BashOpenText)
 	}
 	m, err := c.h.Session().Bash(ctx, *c.p.Command, c.p.ExcludeFromContext)
 	switch {
@@ -907,11 +899,11 @@ func (s *Server) sessionFiles(_ context.Context, c *call) (any, error) {
 func (s *Server) uiResponse(_ context.Context, c *call) (any, error) {
 	rid := c.p.RequestID
 	if !idChars(rid, true) {
-		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: requestId: must match ^[a-zA-Z0-9:_.-]+$")
+		return nil, fault.Errorf(fault.Invalid, "Validation failed: requestId: must match ^[a-zA-Z0-9:_.-]+$")
 	}
 	a := c.p.Response
 	if a == nil {
-		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: response: is required")
+		return nil, fault.Errorf(fault.Invalid, "Validation failed: response: is required")
 	}
 	var ans piwire.Answer
 	switch a.Method {
@@ -919,40 +911,40 @@ func (s *Server) uiResponse(_ context.Context, c *call) (any, error) {
 		ans.Cancelled = true
 	case "select", "input", "editor":
 		if a.Value == nil {
-			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: response.value: is required for %s", a.Method)
+			return nil, fault.Errorf(fault.Invalid, "Validation failed: response.value: is required for %s", a.Method)
 		}
 		ans.Value = a.Value
 	case "confirm":
 		if a.Confirmed == nil {
-			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: response.confirmed: is required for confirm")
+			return nil, fault.Errorf(fault.Invalid, "Validation failed: response.confirmed: is required for confirm")
 		}
 		ans.Confirmed = a.Confirmed
 	case "interview":
 		if a.Responses == nil {
-			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: response.responses: is required for interview")
+			return nil, fault.Errorf(fault.Invalid, "Validation failed: response.responses: is required for interview")
 		}
 		ans.Responses = a.Responses
 	default:
-		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: response.method: must be one of select, confirm, input, editor, interview, cancelled")
+		return nil, fault.Errorf(fault.Invalid, "Validation failed: response.method: must be one of select, confirm, input, editor, interview, cancelled")
 	}
 	req, ok := c.h.Session().InteractionByID(rid)
 	if !ok {
 		// Not pending: answered, timed out or never asked. Answering a
 		// settled request changes nothing and says which it is.
 		if err := c.h.Session().Answer(rid, interaction.Response{Cancelled: true}); errors.Is(err, interaction.ErrAlreadyResolved) {
-			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Request %s already settled", rid)
+			return nil, fault.Errorf(fault.Invalid, "Request %s already settled", rid)
 		}
-		return nil, pipeline.Errorf(pipeline.CodeInvalid, "No pending UI request with id %s", rid)
+		return nil, fault.Errorf(fault.Invalid, "No pending UI request with id %s", rid)
 	}
 	resp, err := ans.Response(req)
 	if err != nil {
-		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: response: %v", err)
+		return nil, fault.Errorf(fault.Invalid, "Validation failed: response: %v", err)
 	}
 	if err := c.h.Session().Answer(rid, resp); err != nil {
 		if errors.Is(err, interaction.ErrAlreadyResolved) || errors.Is(err, interaction.ErrNotFound) {
-			return nil, pipeline.Errorf(pipeline.CodeInvalid, "Request %s already settled", rid)
+			return nil, fault.Errorf(fault.Invalid, "Request %s already settled", rid)
 		}
-		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: response: %v", err)
+		return nil, fault.Errorf(fault.Invalid, "Validation failed: response: %v", err)
 	}
 	return nil, nil
 }

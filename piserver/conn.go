@@ -193,7 +193,7 @@ func (c *conn) handle(data []byte) {
 	// also when the bucket is full: it is the retry path clients are told
 	// to use.
 	sid, class := cmd.SessionID, rateClass(cmd.Type)
-	cmd.Admit = func() *pipeline.Error {
+	cmd.Admit = func() *fault.Error {
 		if e := s.srv.Admit(sid, class); e != nil {
 			return e.Error
 		}

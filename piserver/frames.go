@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/pipeline"
@@ -94,11 +95,11 @@ func createsSession(command string) bool {
 
 // errorText is what a client reads of a failure: the pipeline's and the
 // handlers' errors are written for clients; anything internal is not.
-func errorText(e *pipeline.Error) string {
+func errorText(e *fault.Error) string {
 	switch {
 	case e == nil:
 		return "unknown error"
-	case e.Code == pipeline.CodeInternal:
+	case e.Code == fault.Internal:
 		return "Internal error"
 	}
 	return e.Message

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/agentd-dev/agentd/agent"
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/interaction"
 	"github.com/agentd-dev/agentd/llm"
 	"github.com/agentd-dev/agentd/pipeline"
@@ -340,18 +341,18 @@ func TestResponseFrame(t *testing.T) {
 		{
 			name: "failure: error text, data dropped",
 			r: pipeline.Response{ID: "p", Command: "prompt", Data: json.RawMessage(`{"x":1}`),
-				Err: pipeline.Errorf(pipeline.CodeSessionNotFound, "Session %s not found", "s9")},
+				Err: fault.Errorf(fault.NotFound, "Session %s not found", "s9")},
 			want: `{"id":"p","type":"response","command":"prompt","success":false,"error":"Session s9 not found"}`,
 		},
 		{
 			name: "timeout",
 			r: pipeline.Response{ID: "b", Command: "bash", TimedOut: true, SessionVersion: intp(2),
-				Err: pipeline.Errorf(pipeline.CodeTimeout, "Command 'bash' timed out after 5ms")},
+				Err: fault.Errorf(fault.Timeout, "Command 'bash' timed out after 5ms")},
 			want: `{"id":"b","type":"response","command":"bash","success":false,"error":"Command 'bash' timed out after 5ms","sessionVersion":2,"timedOut":true}`,
 		},
 		{
 			name: "internal errors are not shown",
-			r:    pipeline.Response{Command: "get_state", Err: pipeline.Errorf(pipeline.CodeInternal, "journal: disk full at /secret")},
+			r:    pipeline.Response{Command: "get_state", Err: fault.Errorf(fault.Internal, "journal: disk full at /secret")},
 			want: `{"type":"response","command":"get_state","success":false,"error":"Internal error"}`,
 		},
 		{
@@ -371,7 +372,7 @@ func TestResponseFrame(t *testing.T) {
 		},
 		{
 			name: "create_session failure has no version",
-			r:    pipeline.Response{Command: "create_session", Err: pipeline.Errorf(pipeline.CodeInvalid, "Session s already exists")},
+			r:    pipeline.Response{Command: "create_session", Err: fault.Errorf(fault.Invalid, "Session s already exists")},
 			want: `{"type":"response","command":"create_session","success":false,"error":"Session s already exists"}`,
 		},
 	}
@@ -423,12 +424,12 @@ func TestLifecycleFrame(t *testing.T) {
 		{
 			name: "finished failure",
 			ev: pipeline.Event{Type: pipeline.CommandFinished, CommandID: "b", Command: "bash", SessionID: "s1", DependsOn: []string{},
-				TimedOut: true, Err: pipeline.Errorf(pipeline.CodeTimeout, "Command 'bash' timed out after 1ms")},
+				TimedOut: true, Err: fault.Errorf(fault.Timeout, "Command 'bash' timed out after 1ms")},
 			want: `{"type":"command_finished","data":{"commandId":"b","commandType":"bash","sessionId":"s1","dependsOn":[],"success":false,"error":"Command 'bash' timed out after 1ms","timedOut":true}}`,
 		},
 		{
 			name: "finished internal failure",
-			ev:   pipeline.Event{Type: pipeline.CommandFinished, CommandID: "g", Command: "get_state", DependsOn: []string{}, Err: pipeline.Errorf(pipeline.CodeInternal, "boom")},
+			ev:   pipeline.Event{Type: pipeline.CommandFinished, CommandID: "g", Command: "get_state", DependsOn: []string{}, Err: fault.Errorf(fault.Internal, "boom")},
 			want: `{"type":"command_finished","data":{"commandId":"g","commandType":"get_state","dependsOn":[],"success":false,"error":"Internal error"}}`,
 		},
 		{

@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/health"
-	"github.com/agentd-dev/agentd/pipeline"
 	"github.com/agentd-dev/agentd/session"
 )
 
@@ -101,12 +101,12 @@ func (s *Server) navigateTree(ctx context.Context, c *call) (any, error) {
 	}
 	// The decoder has checked every field read here.
 	if err := json.Unmarshal(c.cmd.Payload, &p); err != nil {
-		return nil, pipeline.Errorf(pipeline.CodeInvalid, "Validation failed: %s", shapeProblem(err))
+		return nil, fault.Errorf(fault.Invalid, "Validation failed: %s", shapeProblem(err))
 	}
 	sess := c.h.Session()
 	if p.Options.Summarize {
 		if b := s.srv.Breakers().Provider(sess.Model().Provider); b.State() == health.StateOpen {
-			return nil, pipeline.Errorf(pipeline.CodeFailed, "%s for provider %s; retry later", health.ProviderOpenText, sess.Model().Provider)
+			return nil, fault.Errorf(fault.Failed, "%s for provider %s; retry later", health.ProviderOpenText, sess.Model().Provider)
 		}
 	}
 	res, err := sess.NavigateTree(ctx, p.TargetID, session.NavigateOptions{

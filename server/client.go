@@ -164,6 +164,9 @@ type Client struct {
 	// Value is the face's own state for the connection.
 	Value any
 
+	// mu (and cond) guard the queue and the fields below. Lock order:
+	// a leaf, taken under Hosted.subMu when frames are queued; the
+	// shared budget under it is atomic.
 	mu       sync.Mutex
 	cond     *sync.Cond
 	queue    []queued

@@ -15,10 +15,10 @@ import (
 
 	"github.com/agentd-dev/agentd/agent"
 	"github.com/agentd-dev/agentd/cluster"
-	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/sessionspec"
 	"github.com/agentd-dev/agentd/transcript"
 )
 
@@ -36,6 +36,11 @@ type Hosted struct {
 	unsub   func()
 	lastCmd atomic.Int64 // unix ms of the last command, for zombie detection
 
+	// subMu guards subs and orders every frame queued to them. Lock
+	// order: taken under the session's emitMu (fanOut runs in its
+	// listener), never under Server.mu or Client.mu; under it are taken
+	// Client.mu (SendFrame, watch, forget), Hold.mu (Subscribe) and
+	// tracker.mu (a codec reading the status), which take nothing more.
 	subMu sync.Mutex
 	subs  map[*Client]*subscription
 
@@ -387,12 +392,12 @@ func (s *Server) open(ctx context.Context, id, cwd, file, owner string, mode san
 // openAs is open; restore (a cluster node taking the session over) first
 // writes file from the cluster's copy of the transcript.
 func (s *Server) openAs(ctx context.Context, id, cwd, file, owner string, mode sandbox.Mode, fresh, restore bool) (*Hosted, error) {
-	return s.openSpec(ctx, id, cwd, file, owner, mode, fresh, restore, engine.Spec{})
+	return s.openSpec(ctx, id, cwd, file, owner, mode, fresh, restore, sessionspec.Spec{})
 }
 
 // openSpec is openAs building the session from base, a spec the server
 // completes (a subagent's, see hostChild).
-func (s *Server) openSpec(ctx context.Context, id, cwd, file, owner string, mode sandbox.Mode, fresh, restore bool, base engine.Spec) (*Hosted, error) {
+func (s *Server) openSpec(ctx context.Context, id, cwd, file, owner string, mode sandbox.Mode, fresh, restore bool, base sessionspec.Spec) (*Hosted, error) {
 	s.mu.RLock()
 	full := len(s.sessions) >= s.lim.MaxSessions
 	s.mu.RUnlock()

@@ -33,6 +33,9 @@ const seqBlock = 1 << 16
 type index struct {
 	path string // "" keeps the index in memory
 
+	// mu guards the maps and the file. Lock order: a leaf, taken under a
+	// session's emitMu (Hosted.onEvent) and without Server.mu held;
+	// update's fn runs under it and must take no lock.
 	mu     sync.Mutex
 	byID   map[string]indexEntry
 	byFile map[string]string // file -> the id it was last recorded under

@@ -121,6 +121,8 @@ const maxTransitions = 512
 // out, so a codec encoding a live event reads the status as of that
 // event.
 type tracker struct {
+	// mu is a leaf: taken under a session's emitMu (observe) and under
+	// Hosted.subMu (a codec reading the status); nothing under it.
 	mu      sync.Mutex
 	st      Status
 	history []Transition

@@ -50,6 +50,8 @@ type rateLimits struct {
 	lim    Limits
 	window time.Duration
 
+	// mu is a leaf, taken under pipeline.Pipeline.mu (a command's Admit
+	// runs there); nothing is taken under it.
 	mu      sync.Mutex
 	global  window
 	data    map[string]*window

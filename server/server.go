@@ -33,24 +33,24 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/cluster"
-	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/fault"
 	"github.com/agentd-dev/agentd/health"
 	"github.com/agentd-dev/agentd/pipeline"
 	"github.com/agentd-dev/agentd/sandbox"
 	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/sessionspec"
 )
 
-// Builder makes sessions; engine.Engine is one.
+// Builder makes sessions; the engine (package engine) is one.
 type Builder interface {
-	Session(spec engine.Spec) (*session.Session, error)
+	Session(spec sessionspec.Spec) (*session.Session, error)
 }
 
 // BuilderFunc is a function used as a Builder.
-type BuilderFunc func(spec engine.Spec) (*session.Session, error)
+type BuilderFunc func(spec sessionspec.Spec) (*session.Session, error)
 
 // Session calls f.
-func (f BuilderFunc) Session(spec engine.Spec) (*session.Session, error) { return f(spec) }
+func (f BuilderFunc) Session(spec sessionspec.Spec) (*session.Session, error) { return f(spec) }
 
 // Limits bound what clients can ask of the server. Zero values take the
 // defaults of DefaultLimits; a negative rate disables that rate limit.
@@ -222,6 +222,11 @@ type Server struct {
 	onShutdown  []func(drain time.Duration)
 	onOpen      []func(h *Hosted)
 
+	// mu guards the session and client maps and the fields below. Lock
+	// order: it is taken under a session's emitMu (Hosted.onEvent records
+	// a new transcript file) and never held while calling a session,
+	// the index, a subscription (Hosted.subMu) or a client: those are
+	// read out under it and used after RUnlock.
 	mu      sync.RWMutex
 	clients map[*Client]struct{}
 	// clientList is a snapshot of clients, replaced on every change.

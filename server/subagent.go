@@ -3,8 +3,8 @@ package server
 import (
 	"context"
 
-	"github.com/agentd-dev/agentd/engine"
 	"github.com/agentd-dev/agentd/session"
+	"github.com/agentd-dev/agentd/sessionspec"
 	"github.com/agentd-dev/agentd/subagent"
 )
 
@@ -14,8 +14,8 @@ import (
 // switch_session, REST's events, the per-session WebSocket). The spec is
 // the engine's for the child (its type, tools, and a sandbox no looser
 // than the parent's); the server adds what it adds to every session.
-func (s *Server) hostChild(owner func() string) engine.ChildHost {
-	return func(ctx context.Context, spec engine.Spec) (subagent.Child, error) {
+func (s *Server) hostChild(owner func() string) sessionspec.ChildHost {
+	return func(ctx context.Context, spec sessionspec.Spec) (subagent.Child, error) {
 		h, err := s.openSpec(ctx, NewID(), spec.Cwd, "", owner(), spec.Sandbox, true, false, spec)
 		if err != nil {
 			return nil, err

@@ -49,6 +49,8 @@ type subscription struct {
 // queued, so the client reads the answer before the events. Subscribing
 // with a released Hold sends at once.
 type Hold struct {
+	// mu is a leaf, taken under Hosted.subMu (Subscribe adds to the
+	// Hold); Release drops it before taking each subMu.
 	mu       sync.Mutex
 	released bool
 	subs     []heldSub

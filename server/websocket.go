@@ -28,7 +28,9 @@ type WebSocket struct {
 	conn net.Conn
 	br   *bufio.Reader
 
-	wmu       sync.Mutex // one writer at a time: batches, pongs, pings, close
+	// wmu: one writer at a time (batches, pongs, pings, close). A leaf:
+	// taken by the connection's own goroutines, nothing under it.
+	wmu       sync.Mutex
 	closeSent bool
 	bufs      *WriteBuffers
 	// hdr is where a frame header is made, under wmu: the library's

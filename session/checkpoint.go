@@ -16,6 +16,8 @@ import (
 // checkpoints is a session's tracker, opened for the transcript it is on
 // (a new_session or switch moves it to that transcript's own).
 type checkpoints struct {
+	// mu is a leaf: taken without the session's other locks (tracker
+	// reads the id first), nothing locked under it.
 	mu      sync.Mutex
 	id      string
 	tracker *checkpoint.Tracker

@@ -171,6 +171,10 @@ type Session struct {
 
 	// emitMu orders events: seq assignment, the log and listener calls
 	// happen under it, so every listener sees every event in seq order.
+	// Lock order: the session's own code never emits holding mu (setState
+	// and the rest release it first); it may emit holding parkMu or
+	// settingsMu. Listeners run under it: they may take their own locks
+	// and read the session (mu), and must not emit or subscribe.
 	emitMu    sync.Mutex
 	seq       uint64
 	seqLimit  uint64 // seqs up to this were reserved (ReserveSeq)
@@ -179,6 +183,10 @@ type Session struct {
 	nextLis   int
 	progress  map[string]ToolProgress // running calls' latest output (toolprogress.go)
 
+	// mu guards the fields below (and those marked s.mu). Lock order:
+	// it is taken last of the session's locks: under parkMu or
+	// settingsMu, and by listeners under emitMu; nothing of the session
+	// is locked under it, and it is released before emitting.
 	mu            sync.Mutex
 	file          *transcript.File
 	state         State
@@ -202,7 +210,8 @@ type Session struct {
 	// parkMu orders what settles the tool calls the conversation ends
 	// with when no run executes them: answering one of their parked
 	// requests (which starts the run), a step, a new message moving on,
-	// an abort, a change of context.
+	// an abort, a change of context. Lock order: outermost; mu and
+	// emitMu are taken under it, never it under them.
 	parkMu sync.Mutex
 	// parked are the requests published for those calls (s.mu); a run
 	// that starts takes them over as runParked, call id to request id.
@@ -214,7 +223,9 @@ type Session struct {
 	runAuto bool
 
 	// settingsMu orders the durable settings entries, so the last one
-	// written is the setting in force.
+	// written is the setting in force. Lock order: outermost, like
+	// parkMu (the session's code does not nest the two); mu and emitMu are taken
+	// under it.
 	settingsMu  sync.Mutex
 	confirmAll  bool               // s.mu
 	savedGrants interaction.Grants // settingsMu

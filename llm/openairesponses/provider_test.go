@@ -718,7 +718,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // streaming-event examples: a reasoning item with two summary parts, a
 // message, and a function call.
 func TestReferenceStream(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("..", "llmtest", "testdata", "openai-responses", "reference-stream.sse"))
+	raw, err := os.ReadFile(filepath.Join("..", "wiremock", "testdata", "openai-responses", "reference-stream.sse"))
 	if err != nil {
 		t.Fatal(err)
 	}

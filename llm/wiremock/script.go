@@ -1,10 +1,13 @@
-// Package llmtest serves local HTTP endpoints that stream exactly what the
-// Anthropic Messages, OpenAI Chat Completions and OpenAI Responses APIs
-// stream, so agentd's production provider code can be tested end to end
-// without a network. One Server answers all three APIs; each request takes
+// Package wiremock serves local HTTP endpoints that stream exactly what
+// the Anthropic Messages, OpenAI Chat Completions and OpenAI Responses
+// APIs stream: the model faked at the wire. The bench command (package
+// loadgen) serves it to the server it measures; tests use it through
+// package llmtest, which adds what ties it to a testing.TB. It imports
+// neither testing nor net/http/httptest, so the agentd binary, which
+// carries it for the bench, carries no test machinery. One Server answers all three APIs; each request takes
 // the next queued Script (or asks a Handler) and renders it in the wire
 // format of the path it arrived on.
-package llmtest
+package wiremock
 
 import "time"
 

@@ -1,14 +1,13 @@
-package llmtest
+package wiremock
 
 import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -36,8 +35,17 @@ type Handler func(r *Request) Script
 
 // Server is a mock of all three model APIs on 127.0.0.1.
 type Server struct {
-	srv   *httptest.Server
 	wires map[string]Wire
+
+	// srv, url, closed and running belong to Start and Close: running
+	// counts the started server's requests so that Close can wait for
+	// them, and closed turns away any that arrive while it does.
+	srvMu   sync.Mutex
+	srv     *http.Server
+	url     string
+	closed  bool
+	running sync.WaitGroup
+	served  chan struct{}
 
 	mu       sync.Mutex
 	queue    []Script
@@ -53,48 +61,84 @@ const (
 	PathResponses         = "/v1/responses"
 )
 
-// NewServer starts a mock and stops it when the test ends.
-func NewServer(t testing.TB) *Server {
-	s := NewUnstarted()
-	s.Start()
-	t.Cleanup(s.Close)
-	return s
-}
-
-// NewUnstarted returns a mock that is not yet listening, for use outside
-// tests (benchmarks, the bench command). Call Start and Close.
+// NewUnstarted returns a mock that is not yet listening: call Start to
+// serve it on 127.0.0.1, or mount it (ServeHTTP) behind another handler.
+// Close it in either case.
 func NewUnstarted() *Server {
-	s := &Server{wires: map[string]Wire{
+	return &Server{wires: map[string]Wire{
 		PathAnthropicMessages: anthropicWire{},
 		PathChatCompletions:   chatWire{},
 		PathResponses:         responsesWire{},
 	}}
-	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
-	return s
 }
 
-// Start starts listening.
-func (s *Server) Start() { s.srv.Start() }
+// Start starts listening on a port of its own on 127.0.0.1. Like
+// net/http/httptest, it panics if it cannot listen: the mock is for tests
+// and benchmarks, where that leaves nothing to do.
+func (s *Server) Start() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(fmt.Sprintf("wiremock: cannot listen: %v", err))
+	}
+	s.srvMu.Lock()
+	defer s.srvMu.Unlock()
+	s.url = "http://" + ln.Addr().String()
+	s.srv = &http.Server{Handler: http.HandlerFunc(s.serveStarted), ReadHeaderTimeout: time.Minute}
+	s.served = make(chan struct{})
+	go func() {
+		defer close(s.served)
+		_ = s.srv.Serve(ln)
+	}()
+}
+
+// serveStarted answers one request of the started server, counted for
+// Close.
+func (s *Server) serveStarted(w http.ResponseWriter, r *http.Request) {
+	s.srvMu.Lock()
+	if s.closed {
+		s.srvMu.Unlock()
+		http.Error(w, `{"error":{"message":"llmtest: closed"}}`, http.StatusServiceUnavailable)
+		return
+	}
+	s.running.Add(1)
+	s.srvMu.Unlock()
+	defer s.running.Done()
+	s.serve(w, r)
+}
 
 // ServeHTTP answers one request as the started server would, so the mock
 // can be mounted behind another handler: the bench command wraps it to
 // time each answer.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serve(w, r) }
 
-// Close stops the server and closes held connections.
+// Close stops the server, closes every connection it holds, and waits
+// for the requests it was answering to end.
 func (s *Server) Close() {
-	s.srv.CloseClientConnections()
-	s.srv.Close()
+	s.srvMu.Lock()
+	srv, already := s.srv, s.closed
+	s.closed = true
+	s.srvMu.Unlock()
+	if srv == nil || already {
+		return
+	}
+	_ = srv.Close()
+	<-s.served
+	s.running.Wait()
+	// As httptest does: a test's next client must not reuse a pooled
+	// connection to this server.
+	if t, ok := http.DefaultTransport.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
 }
 
 // URL is the server's root, the base URL for the Anthropic SDK.
-func (s *Server) URL() string { return s.srv.URL }
+func (s *Server) URL() string { return s.url }
 
 // AnthropicURL is the base URL an Anthropic client is pointed at.
-func (s *Server) AnthropicURL() string { return s.srv.URL }
+func (s *Server) AnthropicURL() string { return s.url }
 
 // OpenAIURL is the base URL an OpenAI client is pointed at ("<root>/v1").
-func (s *Server) OpenAIURL() string { return s.srv.URL + "/v1" }
+func (s *Server) OpenAIURL() string { return s.url + "/v1" }
 
 // Enqueue adds scripts to answer the next requests, in order.
 func (s *Server) Enqueue(scripts ...Script) {
@@ -117,9 +161,16 @@ func (s *Server) Requests() []Request {
 	return append([]Request(nil), s.requests...)
 }
 
+// TB is what LastRequest needs of a test (testing.TB has it), so that
+// this package need not import testing.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+}
+
 // LastRequest returns the most recent request; it fails the test if there
 // was none.
-func (s *Server) LastRequest(t testing.TB) Request {
+func (s *Server) LastRequest(t TB) Request {
 	t.Helper()
 	rs := s.Requests()
 	if len(rs) == 0 {

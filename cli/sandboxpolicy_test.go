@@ -1,4 +1,4 @@
-package config
+package cli
 
 import (
 	"flag"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentd-dev/agentd/cluster"
+	"github.com/agentd-dev/agentd/config"
 	"github.com/agentd-dev/agentd/sandbox"
 )
 
@@ -32,7 +34,7 @@ func TestSandboxFlags(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(append([]string{c.def}, c.args...), " "), func(t *testing.T) {
-			e := Engine{Sandbox: Sandbox{Mode: c.def}}
+			e := config.Engine{Sandbox: config.Sandbox{Mode: c.def}}
 			fs := flag.NewFlagSet("x", flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
 			e.Register(fs)
@@ -49,9 +51,29 @@ func TestSandboxFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := e.Sandbox.Policy(); got.Mode != c.want.Mode || got.Network != c.want.Network || !slices.Equal(got.Writable, c.want.Writable) || !slices.Equal(got.Hidden, c.want.Hidden) {
+			if got := policyOf(e.Sandbox); got.Mode != c.want.Mode || got.Network != c.want.Network || !slices.Equal(got.Writable, c.want.Writable) || !slices.Equal(got.Hidden, c.want.Hidden) {
 				t.Fatalf("Policy = %+v, want %+v", got, c.want)
 			}
 		})
+	}
+}
+
+// TestConfigAgreesWithPackages checks the plain values config keeps in
+// place of importing sandbox and cluster against those packages.
+func TestConfigAgreesWithPackages(t *testing.T) {
+	var modes []string
+	for _, m := range sandbox.Modes {
+		modes = append(modes, string(m))
+	}
+	if !slices.Equal(modes, config.SandboxModes) {
+		t.Errorf("config.SandboxModes = %q, sandbox.Modes = %q", config.SandboxModes, modes)
+	}
+	if config.DefaultLeaseTTL != cluster.DefaultLeaseTTL {
+		t.Errorf("config.DefaultLeaseTTL = %v, cluster.DefaultLeaseTTL = %v", config.DefaultLeaseTTL, cluster.DefaultLeaseTTL)
+	}
+	for _, id := range []string{"", "a", "node-1_B", "a.b", "a b", "é", "a*", "a>", strings.Repeat("x", 200), strings.Repeat("x", 201)} {
+		if got, want := config.ValidNodeID(id), cluster.ValidID(id); got != want {
+			t.Errorf("config.ValidNodeID(%q) = %v, cluster.ValidID = %v", id, got, want)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package llmtest
+package wiremock
 
 import (
 	"encoding/json"
