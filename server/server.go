@@ -340,6 +340,9 @@ func (s *Server) Start() error {
 	if s.pipe != nil {
 		return errors.New("server: started twice")
 	}
+	if s.cl != nil {
+		s.cl.wrapHandlers(s.reg)
+	}
 	p, err := pipeline.New(pipeline.Options{
 		Registry:          s.reg,
 		Journal:           s.cfg.Journal,
@@ -631,6 +634,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	if s.pipe != nil {
 		err = s.pipe.Shutdown(dctx)
+	}
+	if s.cl != nil {
+		// Commands passed on for this node's clients (those held by
+		// the handover among them) get their answers before the
+		// clients are closed.
+		if dl, ok := dctx.Deadline(); ok {
+			s.cl.awaitInflight(time.Until(dl))
+		}
 	}
 	clients := s.Clients("")
 	for _, c := range clients {
