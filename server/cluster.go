@@ -207,6 +207,10 @@ type envelope struct {
 	Who  Principal        `json:"who"`
 	From string           `json:"from"`
 	Hops int              `json:"hops"`
+	// Via is the node whose client sent the command, which told its
+	// clients of it (From when empty): a command a draining node held
+	// and passed on comes from that node, but was sent by Via's client.
+	Via string `json:"via,omitempty"`
 }
 
 // reply is the owner's answer: the response, and the subscription the
@@ -282,6 +286,7 @@ type forwardItem struct {
 	hops    int
 	respond func(pipeline.Response)
 	reply   func([]byte, error) // set when the command came from another node
+	via     string              // with reply: the node whose client sent it
 	// gone is when the command first found its node gone: until the
 	// node's leases expire and its sessions are taken over, the command
 	// waits for the new owner rather than fail.
@@ -434,7 +439,10 @@ type ownerSeen struct {
 func (cs *clusterState) destination(id string, passedOn bool) (dest string, orphan bool, err error) {
 	ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
 	defer cancel()
-	owner, held, err := cs.leaseHolder(ctx, id, false)
+	// A command passed on means the session may be moving: its owner
+	// is read, not taken from what this node saw a moment ago, or the
+	// command goes back to where it came from.
+	owner, held, err := cs.leaseHolder(ctx, id, passedOn)
 	if err != nil {
 		return "", false, err
 	}
@@ -600,7 +608,10 @@ var errNodeStopped = errors.New("the node running it stopped")
 
 // send forwards a command to node dest and answers it when dest does.
 func (cs *clusterState) send(it forwardItem, dest string) {
-	env := envelope{Cmd: it.cmd, Who: it.who, From: cs.node.ID(), Hops: it.hops + 1}
+	env := envelope{Cmd: it.cmd, Who: it.who, From: cs.node.ID(), Hops: it.hops + 1, Via: it.via}
+	if it.reply == nil {
+		env.Via = cs.node.ID()
+	}
 	env.Cmd.Origin, env.Cmd.Sender = nil, nil
 	payload, err := json.Marshal(env)
 	if err != nil {
@@ -756,8 +767,12 @@ func (cs *clusterState) serveNode(_ context.Context, payload []byte, answer func
 		return
 	}
 	cs.received.Add(1)
-	it := forwardItem{cmd: env.Cmd, who: env.Who, hops: env.Hops, reply: answer}
-	it.cmd.Origin = &Remote{Who: env.Who, Node: env.From}
+	via := env.Via
+	if via == "" {
+		via = env.From
+	}
+	it := forwardItem{cmd: env.Cmd, who: env.Who, hops: env.Hops, reply: answer, via: via}
+	it.cmd.Origin = &Remote{Who: env.Who, Node: via}
 	if cs.hostsOrMakes(it.cmd.SessionID) {
 		cs.runOrHold(it)
 		return

@@ -89,6 +89,7 @@ func (cs *clusterState) handOver(ctx context.Context) {
 		}
 	}
 	cs.laneMu.Unlock()
+	cs.s.log.Info("cluster: handing sessions over", "sessions", len(hds))
 	// Each session goes as soon as it can: one with a long run does not
 	// keep the others' held commands waiting.
 	var wg sync.WaitGroup
@@ -110,21 +111,56 @@ func (cs *clusterState) handOne(ctx context.Context, hd *handing) {
 	if err := cs.s.unload(h, false); err != nil {
 		cs.s.log.Warn("cluster: handing a session over", "session", h.id, "err", err)
 	}
-	cs.mu.Lock()
-	held := hd.held
-	hd.held, hd.done = nil, true
-	var refused []forwardItem
-	for _, it := range held {
-		if !cs.enqueueLocked(it) {
-			refused = append(refused, it)
+	n := cs.passHeld(ctx, hd)
+	if n > 0 {
+		cs.s.log.Info("cluster: passed the commands held during a handover on", "session", h.id, "commands", n)
+	}
+}
+
+// passHeld passes the commands held for hd's session on to its next
+// node, one after another, each once the one before it was answered
+// (within ctx): commands of two clients, even of two nodes, run in the
+// order this node got them, as they would have here. Commands arriving
+// meanwhile join the end of the line. It returns how many it passed.
+func (cs *clusterState) passHeld(ctx context.Context, hd *handing) int {
+	n := 0
+	for {
+		cs.mu.Lock()
+		if len(hd.held) == 0 {
+			hd.done = true
+			cs.mu.Unlock()
+			return n
 		}
-	}
-	cs.mu.Unlock()
-	for _, it := range refused {
-		cs.fail(it, fault.New(fault.ShuttingDown, "Server is shutting down"))
-	}
-	if len(held) > 0 {
-		cs.s.log.Info("cluster: passed the commands held during a handover on", "session", h.id, "commands", len(held))
+		it := hd.held[0]
+		hd.held = hd.held[1:]
+		cs.mu.Unlock()
+		n++
+		// Held, not passed on: the command starts its way between the
+		// nodes afresh from here, where the session was.
+		it.hops = 0
+		answered := make(chan struct{})
+		if it.reply != nil {
+			reply := it.reply
+			it.reply = func(b []byte, err error) {
+				reply(b, err)
+				close(answered)
+			}
+		} else {
+			respond := it.respond
+			it.respond = func(r pipeline.Response) {
+				respond(r)
+				close(answered)
+			}
+		}
+		if !cs.enqueue(it) {
+			cs.fail(it, fault.New(fault.ShuttingDown, "Server is shutting down"))
+			continue
+		}
+		select {
+		case <-answered:
+		case <-ctx.Done():
+			// The drain time is over: the rest go at once, in order.
+		}
 	}
 }
 
@@ -237,6 +273,7 @@ func (cs *clusterState) hold(it *forwardItem) bool {
 	}
 	if hd.closing || (cs.s.pipe != nil && cs.s.pipe.Laned(it.cmd)) || !hd.h.sess.Running() {
 		hd.held = append(hd.held, *it)
+		cs.s.log.Info("cluster: holding a command for the session's next node", "session", it.cmd.SessionID, "command", it.cmd.Type, "id", it.cmd.ID)
 		return true
 	}
 	hd.active++

@@ -557,7 +557,11 @@ func (s *Server) broadcastHere(face string, f []byte) {
 // listeners get it, and in a cluster so do the clients of every other
 // node, as one server's clients would.
 func (s *Server) emitPipelineEvent(ev pipeline.Event) {
-	if !ev.Announced {
+	// A command of this node's client that came back through another
+	// node (a draining one held it) was told to this node's clients as
+	// it was forwarded, and is answered so: not again here.
+	r, remote := ev.Origin.(*Remote)
+	if !ev.Announced && (!remote || s.cl == nil || r.Node != s.cl.node.ID()) {
 		s.emitLifecycle(ev)
 	}
 	if s.cl != nil {
