@@ -33,7 +33,6 @@ type sseCut struct {
 	buf    []byte // read, not yet a whole event
 	out    []byte // whole events (or the final reason) to give out
 	ended  bool
-	closed bool
 }
 
 func (c *sseCut) Read(p []byte) (int, error) {
