@@ -28,11 +28,11 @@ import (
 // sseCut passes an event stream on by whole events (each ends with a
 // blank line), and ends it with a reason when the stream breaks.
 type sseCut struct {
-	body   io.ReadCloser
-	id     string
-	buf    []byte // read, not yet a whole event
-	out    []byte // whole events (or the final reason) to give out
-	ended  bool
+	body  io.ReadCloser
+	id    string
+	buf   []byte // read, not yet a whole event
+	out   []byte // whole events (or the final reason) to give out
+	ended bool
 }
 
 func (c *sseCut) Read(p []byte) (int, error) {
