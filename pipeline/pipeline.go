@@ -93,6 +93,10 @@ type flight struct {
 
 	anon string // the lifecycle id of a command without an id
 
+	// barrier, when set, makes the flight no command but a point in its
+	// lane (Barrier).
+	barrier func()
+
 	done chan struct{} // closed once resp is final
 	resp Response
 }
@@ -537,6 +541,10 @@ func (p *Pipeline) runLane(l *lane) {
 		l.queue[0] = nil
 		l.queue = l.queue[1:]
 		p.mu.Unlock()
+		if f.barrier != nil {
+			p.passBarrier(f)
+			continue
+		}
 		p.execute(f)
 	}
 }

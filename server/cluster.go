@@ -103,6 +103,15 @@ type clusterState struct {
 	nodesAt  time.Time
 	owners   map[string]ownerSeen // recent lease reads, by session id
 	draining bool
+	// handing has the sessions this node hands over as it drains, by
+	// id (cluster_handover.go); runs the handlers running here of
+	// commands of a session, by its id.
+	handing map[string]*handing
+	runs    map[string]map[*runMark]struct{}
+	// laneMu orders a command's way into the pipeline (read) with the
+	// start of the handovers (write): none slips into a session's lane
+	// after its handover began.
+	laneMu sync.RWMutex
 
 	forwarded atomic.Int64
 	received  atomic.Int64
@@ -116,7 +125,7 @@ func newClusterState(s *Server, node *cluster.Node) *clusterState {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &clusterState{s: s, node: node, ctx: ctx, cancel: cancel,
 		forwarders: map[string]*forwarder{}, inflight: map[*inflight]struct{}{}, feeds: map[string]*Hosted{},
-		owners: map[string]ownerSeen{}, httpTransport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}}
+		owners: map[string]ownerSeen{}, handing: map[string]*handing{}, runs: map[string]map[*runMark]struct{}{}, httpTransport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}}
 }
 
 // start serves this node's address and announces it, so other nodes can
@@ -198,6 +207,10 @@ type envelope struct {
 	Who  Principal        `json:"who"`
 	From string           `json:"from"`
 	Hops int              `json:"hops"`
+	// Via is the node whose client sent the command, which told its
+	// clients of it (From when empty): a command a draining node held
+	// and passed on comes from that node, but was sent by Via's client.
+	Via string `json:"via,omitempty"`
 }
 
 // reply is the owner's answer: the response, and the subscription the
@@ -273,6 +286,7 @@ type forwardItem struct {
 	hops    int
 	respond func(pipeline.Response)
 	reply   func([]byte, error) // set when the command came from another node
+	via     string              // with reply: the node whose client sent it
 	// gone is when the command first found its node gone: until the
 	// node's leases expire and its sessions are taken over, the command
 	// waits for the new owner rather than fail.
@@ -285,8 +299,12 @@ type forwardItem struct {
 
 // route decides where a command runs; false means here, now.
 func (cs *clusterState) route(cmd pipeline.Command, respond func(pipeline.Response)) bool {
-	if cmd.SessionID == "" || cs.hostsOrMakes(cmd.SessionID) {
+	if cmd.SessionID == "" {
 		return false
+	}
+	if cs.hostsOrMakes(cmd.SessionID) {
+		cs.runOrHold(forwardItem{cmd: cmd, who: principalOf(cmd.Origin), respond: respond})
+		return true
 	}
 	return cs.enqueue(forwardItem{cmd: cmd, who: principalOf(cmd.Origin), respond: respond})
 }
@@ -314,20 +332,23 @@ func (cs *clusterState) hostsOrMakes(id string) bool {
 
 func (cs *clusterState) enqueue(it forwardItem) bool {
 	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.enqueueLocked(it)
+}
+
+// enqueueLocked is enqueue with cs.mu held.
+func (cs *clusterState) enqueueLocked(it forwardItem) bool {
 	if cs.ctx.Err() != nil {
-		cs.mu.Unlock()
 		return false
 	}
 	f := cs.forwarders[it.cmd.SessionID]
 	if f != nil {
 		f.queue = append(f.queue, it)
-		cs.mu.Unlock()
 		return true
 	}
 	f = &forwarder{id: it.cmd.SessionID, queue: []forwardItem{it}}
 	cs.forwarders[f.id] = f
 	cs.wg.Add(1)
-	cs.mu.Unlock()
 	go cs.runForwarder(f)
 	return true
 }
@@ -340,6 +361,7 @@ func (cs *clusterState) runForwarder(f *forwarder) {
 		cs.mu.Lock()
 		if len(f.queue) == 0 {
 			delete(cs.forwarders, f.id)
+			cs.idleLocked()
 			cs.mu.Unlock()
 			return
 		}
@@ -355,7 +377,7 @@ func (cs *clusterState) runForwarder(f *forwarder) {
 func (cs *clusterState) dispatch(it forwardItem) {
 	id := it.cmd.SessionID
 	if cs.hostsOrMakes(id) {
-		cs.runHere(it)
+		cs.runOrHold(it)
 		return
 	}
 	dest, orphan, err := cs.destination(id, it.hops > 0)
@@ -417,7 +439,10 @@ type ownerSeen struct {
 func (cs *clusterState) destination(id string, passedOn bool) (dest string, orphan bool, err error) {
 	ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
 	defer cancel()
-	owner, held, err := cs.leaseHolder(ctx, id, false)
+	// A command passed on means the session may be moving: its owner
+	// is read, not taken from what this node saw a moment ago, or the
+	// command goes back to where it came from.
+	owner, held, err := cs.leaseHolder(ctx, id, passedOn)
 	if err != nil {
 		return "", false, err
 	}
@@ -566,7 +591,13 @@ func (cs *clusterState) answered(fl *inflight) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	delete(cs.inflight, fl)
-	if len(cs.inflight) == 0 && cs.noInflight != nil {
+	cs.idleLocked()
+}
+
+// idleLocked tells a wait for the commands passed on (awaitInflight)
+// when none is queued or in flight any more; cs.mu is held.
+func (cs *clusterState) idleLocked() {
+	if len(cs.inflight) == 0 && len(cs.forwarders) == 0 && cs.noInflight != nil {
 		close(cs.noInflight)
 		cs.noInflight = nil
 	}
@@ -577,7 +608,10 @@ var errNodeStopped = errors.New("the node running it stopped")
 
 // send forwards a command to node dest and answers it when dest does.
 func (cs *clusterState) send(it forwardItem, dest string) {
-	env := envelope{Cmd: it.cmd, Who: it.who, From: cs.node.ID(), Hops: it.hops + 1}
+	env := envelope{Cmd: it.cmd, Who: it.who, From: cs.node.ID(), Hops: it.hops + 1, Via: it.via}
+	if it.reply == nil {
+		env.Via = cs.node.ID()
+	}
 	env.Cmd.Origin, env.Cmd.Sender = nil, nil
 	payload, err := json.Marshal(env)
 	if err != nil {
@@ -733,10 +767,14 @@ func (cs *clusterState) serveNode(_ context.Context, payload []byte, answer func
 		return
 	}
 	cs.received.Add(1)
-	it := forwardItem{cmd: env.Cmd, who: env.Who, hops: env.Hops, reply: answer}
-	it.cmd.Origin = &Remote{Who: env.Who, Node: env.From}
+	via := env.Via
+	if via == "" {
+		via = env.From
+	}
+	it := forwardItem{cmd: env.Cmd, who: env.Who, hops: env.Hops, reply: answer, via: via}
+	it.cmd.Origin = &Remote{Who: env.Who, Node: via}
 	if cs.hostsOrMakes(it.cmd.SessionID) {
-		cs.runHere(it)
+		cs.runOrHold(it)
 		return
 	}
 	// Not hosted here: the lease may have moved, or the session is new or
@@ -1610,55 +1648,6 @@ func (cs *clusterState) checkNodes() {
 	}
 }
 
-// handOver gives this node's sessions to other nodes before it stops:
-// it leaves the cluster's placement, lets each session's run end (within
-// ctx), then unloads it and releases its lease, so the next command for
-// it, from any node, is taken over by another node at once. Commands
-// arriving meanwhile for a session already handed over are passed on.
-func (cs *clusterState) handOver(ctx context.Context) {
-	cs.mu.Lock()
-	cs.draining = true
-	cs.nodesAt = time.Time{}
-	cs.mu.Unlock()
-	if cs.member != nil {
-		lctx, cancel := context.WithTimeout(ctx, clusterReadTimeout)
-		if err := cs.member.Leave(lctx); err != nil {
-			cs.s.log.Warn("cluster: leaving", "err", err)
-		}
-		cancel()
-	}
-	for _, h := range cs.s.Sessions() {
-		cs.settle(ctx, h)
-		if err := cs.s.unload(h, false); err != nil {
-			cs.s.log.Warn("cluster: handing a session over", "session", h.id, "err", err)
-		}
-	}
-}
-
-// settle waits until h can be handed over: its run ended, or it waits for
-// a person (its question is asked again by the next owner), or ctx ended.
-// A question comes with an event of the session, which ends the wait for
-// a look again; a run's end need not (a navigation ends after its last
-// event), so the wait is the session's own. The session is subscribed to
-// itself, not through the cluster's publisher: a session the cluster
-// does not host (its id is no cluster id) asks too.
-func (cs *clusterState) settle(ctx context.Context, h *Hosted) {
-	for {
-		wctx, cancel := context.WithCancel(ctx)
-		// Before the check, so no event is missed.
-		unsub := h.sess.Subscribe(func(session.Event) { cancel() })
-		busy := h.sess.Running() && len(h.sess.Interactions()) == 0 && ctx.Err() == nil
-		if busy {
-			_ = h.sess.Wait(wctx)
-		}
-		unsub()
-		cancel()
-		if !busy {
-			return
-		}
-	}
-}
-
 // stop ends the cluster's goroutines, and this node's serving.
 func (cs *clusterState) stop() {
 	if cs.stopNode != nil {
@@ -1689,11 +1678,11 @@ func (cs *clusterState) stop() {
 	}
 }
 
-// awaitInflight waits until no command this node passed on waits for its
-// answer, or for timeout.
+// awaitInflight waits until no command this node passes on waits to be
+// sent or for its answer, or for timeout.
 func (cs *clusterState) awaitInflight(timeout time.Duration) {
 	cs.mu.Lock()
-	if len(cs.inflight) == 0 {
+	if len(cs.inflight) == 0 && len(cs.forwarders) == 0 {
 		cs.mu.Unlock()
 		return
 	}

@@ -43,16 +43,17 @@ func (s *Server) ClusterProxy(sessionOf func(*http.Request) string, next http.Ha
 	// context, so nothing is built per request.
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			t := pr.In.Context().Value(proxyTargetKey{}).(proxyTarget)
+			t := pr.In.Context().Value(proxyTargetKey{}).(*proxyTarget)
 			pr.SetURL(&url.URL{Scheme: "http", Host: t.addr})
 			pr.Out.Host = t.addr
 			pr.Out.Header.Add(hdrProxied, cs.node.ID())
 			pr.SetXForwarded()
 		},
-		Transport:     cs.httpTransport,
-		FlushInterval: -1, // event streams go out as they come
+		Transport:      cs.httpTransport,
+		FlushInterval:  -1, // event streams go out as they come
+		ModifyResponse: cutStreams,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			t := r.Context().Value(proxyTargetKey{}).(proxyTarget)
+			t := r.Context().Value(proxyTargetKey{}).(*proxyTarget)
 			if r.Context().Err() != nil {
 				// The client left (or the server stops): nobody reads an
 				// answer, and the node said nothing about itself.
@@ -62,6 +63,10 @@ func (s *Server) ClusterProxy(sessionOf func(*http.Request) string, next http.Ha
 			s.log.Warn("cluster: passing a request on", "session", t.id, "to", t.addr, "err", err)
 			// The node may be gone: the next request looks its sessions up again.
 			cs.forgetMembers()
+			if t.retry {
+				t.failed = errOwnerGone // ClusterProxy waits for the next owner
+				return
+			}
 			http.Error(w, "The node running session "+t.id+" did not answer; try again", http.StatusBadGateway)
 		},
 	}
@@ -77,7 +82,26 @@ func (s *Server) ClusterProxy(sessionOf func(*http.Request) string, next http.Ha
 			next.ServeHTTP(w, r) // nobody else runs it: served (or taken over) here
 			return
 		}
-		proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), proxyTargetKey{}, proxyTarget{id: id, addr: addr})))
+		// A bodiless request can be sent again: to the session's next
+		// owner when this one does not answer (awaitOwner).
+		retry := r.Method == http.MethodGet || r.Method == http.MethodHead
+		for {
+			t := &proxyTarget{id: id, addr: addr, retry: retry}
+			proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), proxyTargetKey{}, t)))
+			if t.failed == nil {
+				return
+			}
+			to, ok := cs.awaitOwner(r.Context(), id, addr)
+			if !ok {
+				http.Error(w, "The node running session "+id+" did not answer and no node has taken the session over yet; try again", http.StatusBadGateway)
+				return
+			}
+			if to == "" {
+				break
+			}
+			addr = to
+		}
+		next.ServeHTTP(w, r) // nobody else runs it now: served (or taken over) here
 	})
 }
 
@@ -89,7 +113,11 @@ const proxyHops = 2
 type proxyTargetKey struct{}
 
 // proxyTarget is where ClusterProxy passes a request on.
-type proxyTarget struct{ id, addr string }
+type proxyTarget struct {
+	id, addr string
+	retry    bool  // the request may be sent again
+	failed   error // set when the node did not answer and retry is set
+}
 
 // ownerAddr is the client address of the live node, other than this one,
 // that runs session id; "" when there is none. The owner comes from the

@@ -345,6 +345,9 @@ func (s *Server) Start() error {
 	if s.pipe != nil {
 		return errors.New("server: started twice")
 	}
+	if s.cl != nil {
+		s.cl.wrapHandlers(s.reg)
+	}
 	p, err := pipeline.New(pipeline.Options{
 		Registry:          s.reg,
 		Journal:           s.cfg.Journal,
@@ -559,7 +562,11 @@ func (s *Server) broadcastHere(face string, f []byte) {
 // listeners get it, and in a cluster so do the clients of every other
 // node, as one server's clients would.
 func (s *Server) emitPipelineEvent(ev pipeline.Event) {
-	if !ev.Announced {
+	// A command of this node's client that came back through another
+	// node (a draining one held it) was told to this node's clients as
+	// it was forwarded, and is answered so: not again here.
+	r, remote := ev.Origin.(*Remote)
+	if !ev.Announced && (!remote || s.cl == nil || r.Node != s.cl.node.ID()) {
 		s.emitLifecycle(ev)
 	}
 	if s.cl != nil {
@@ -636,6 +643,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	if s.pipe != nil {
 		err = s.pipe.Shutdown(dctx)
+	}
+	if s.cl != nil {
+		// Commands passed on for this node's clients (those held by
+		// the handover among them) get their answers before the
+		// clients are closed.
+		if dl, ok := dctx.Deadline(); ok {
+			s.cl.awaitInflight(time.Until(dl))
+		}
 	}
 	clients := s.Clients("")
 	for _, c := range clients {
