@@ -254,8 +254,11 @@ func runUndoCommand(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Command names what ran, as CommandResponse does for the other
+	// built-ins: clients tell a command's answer from a message's by it.
 	return struct {
-		Status string         `json:"status"`
-		Undo   RevertResponse `json:"undo"`
-	}{"ok", revertResponse(res)}, nil
+		Status  string         `json:"status"`
+		Command string         `json:"command"`
+		Undo    RevertResponse `json:"undo"`
+	}{"ok", "undo", revertResponse(res)}, nil
 }

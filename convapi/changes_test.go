@@ -100,7 +100,7 @@ func TestChangesRevertUndoAcrossRestart(t *testing.T) {
 
 	// gptme's /undo, posted as a message.
 	u := fx2.ok("POST", "/api/v2/conversations/cp", map[string]any{"role": "user", "content": "/undo"})
-	if undo, _ := u.m["undo"].(map[string]any); undo == nil || undo["truncated"] != true {
+	if undo, _ := u.m["undo"].(map[string]any); undo == nil || undo["truncated"] != true || u.m["command"] != "undo" {
 		t.Fatalf("/undo: %s", u)
 	}
 	check(fx2.cwd, "after /undo", before)
