@@ -47,7 +47,8 @@ func checkFileNames(role string, files []string) error {
 	}
 	for _, f := range files {
 		if f == "" || strings.ContainsRune(f, 0) || len(f) > 4096 {
-			return errorf(http.StatusBadRequest, "invalid file path "+quoteClip(f))
+			// "files" in the wording: gptme clients look for the field name.
+			return errorf(http.StatusBadRequest, "invalid path in files: "+quoteClip(f))
 		}
 	}
 	return nil

@@ -73,7 +73,7 @@ func TestMessageFiles(t *testing.T) {
 		{name: "text too large", files: []string{"big.txt"}, status: 400, msg: `file "big.txt" is 1048577 bytes: a text file may have 1048576`},
 		{name: "image too large", files: []string{"huge.png"}, status: 400, msg: `file "huge.png" is 5242948 bytes: at most 5242880`},
 		{name: "too many", files: strings.Split(strings.Repeat("notes.txt ", 11), " ")[:11], status: 400, msg: "too many files: 11 (at most 10 a message)"},
-		{name: "empty name", files: []string{""}, status: 400, msg: `invalid file path ""`},
+		{name: "empty name", files: []string{""}, status: 400, msg: `invalid path in files: ""`},
 		{name: "assistant message", files: []string{"notes.txt"}, role: "assistant", status: 400, msg: "files are taken on user messages only (this one's role is assistant)"},
 	}
 	for _, tt := range tests {

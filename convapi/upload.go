@@ -57,13 +57,16 @@ func attachmentsDir(h *server.Hosted) string {
 // printable, not hidden.
 func uploadName(name string) (string, error) {
 	base := filepath.Base(strings.ReplaceAll(name, "\\", "/"))
+	// Refusals start with gptme's "No valid files uploaded", which its
+	// clients show and its tests look for; the rest says what was wrong.
+	const refused = "No valid files uploaded: "
 	switch {
-	case name == "" || base == "." || base == "/":
-		return "", errorf(http.StatusBadRequest, "an uploaded file needs a name")
+	case strings.TrimSpace(base) == "" || base == "." || base == "/":
+		return "", errorf(http.StatusBadRequest, refused+"an uploaded file needs a name (not only spaces)")
 	case strings.HasPrefix(base, "."):
-		return "", errorf(http.StatusBadRequest, "file name "+quoteClip(name)+" starts with a dot")
+		return "", errorf(http.StatusBadRequest, refused+"file name "+quoteClip(name)+" starts with a dot")
 	case len(base) > 200 || !utf8.ValidString(base) || strings.IndexFunc(base, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
-		return "", errorf(http.StatusBadRequest, "invalid file name "+quoteClip(name)+" (printable UTF-8, at most 200 bytes)")
+		return "", errorf(http.StatusBadRequest, refused+"invalid file name "+quoteClip(name)+" (printable UTF-8, at most 200 bytes)")
 	}
 	return base, nil
 }

@@ -62,7 +62,9 @@ func TestUploadThenAttach(t *testing.T) {
 		status int
 		msg    string
 	}{
-		{"hidden name", "up", [][2]string{{".env", "x"}}, "", 400, `file name ".env" starts with a dot`},
+		{"hidden name", "up", [][2]string{{".env", "x"}}, "", 400, `No valid files uploaded: file name ".env" starts with a dot`},
+		{"spaces only", "up", [][2]string{{"   ", "x"}}, "", 400, "No valid files uploaded: an uploaded file needs a name (not only spaces)"},
+		{"tab only", "up", [][2]string{{" \t ", "x"}}, "", 400, "No valid files uploaded: an uploaded file needs a name (not only spaces)"},
 		{"no files", "up", nil, "", 400, "No files provided"},
 		{"not multipart", "up", nil, "application/json", 400, "an upload is multipart/form-data"},
 		{"too large", "up", [][2]string{{"big.png", strings.Repeat("x", maxImageBytes+1)}}, "", 413, `file "big.png" is more than 5242880 bytes`},
@@ -85,7 +87,7 @@ func TestUploadThenAttach(t *testing.T) {
 // An uploaded file's name, whatever the client sent, is refused or is
 // one visible path component.
 func FuzzUploadName(f *testing.F) {
-	for _, s := range []string{"notes.txt", "../../etc/passwd", ".env", `C:\x\y.png`, "a/b/", "/", "", "é\u200b.txt", "..", "x\x00y"} {
+	for _, s := range []string{"notes.txt", "../../etc/passwd", ".env", `C:\x\y.png`, "a/b/", "/", "", "é\u200b.txt", "..", "x\x00y", "   ", "\t"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
@@ -93,7 +95,7 @@ func FuzzUploadName(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if got == "" || got == "." || got == ".." || strings.ContainsAny(got, "/\\\x00") || strings.HasPrefix(got, ".") || len(got) > 200 {
+		if strings.TrimSpace(got) == "" || got == "." || got == ".." || strings.ContainsAny(got, "/\\\x00") || strings.HasPrefix(got, ".") || len(got) > 200 {
 			t.Fatalf("uploadName(%q) = %q", name, got)
 		}
 	})
