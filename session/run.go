@@ -63,6 +63,13 @@ func (s *Session) PromptThen(m *llm.Message, b Behavior, accepted func()) error 
 		s.parkMu.Unlock()
 		return ErrClosed
 	}
+	if wake, ending := s.runEndingLocked(); ending && b == "" {
+		// The run is past its agent_end: this prompt is the next one.
+		s.mu.Unlock()
+		s.parkMu.Unlock()
+		<-wake
+		return s.PromptThen(m, b, accepted)
+	}
 	if s.runDone != nil {
 		s.mu.Unlock()
 		s.parkMu.Unlock()
@@ -136,6 +143,8 @@ func (s *Session) launch(sl runSlot, start func(context.Context) ([]*llm.Message
 		sl.cancel(nil)
 		s.mu.Lock()
 		s.runCancel, s.runDone = nil, nil
+		wake := s.runEnd.wake
+		s.runEnd = runEnd{}
 		s.lastOutcome = outcome
 		bash := s.pendingBash
 		s.pendingBash = nil
@@ -147,6 +156,9 @@ func (s *Session) launch(sl runSlot, start func(context.Context) ([]*llm.Message
 			s.appendOutsideRun(bm)
 		}
 		s.setState(StateIdle, outcome)
+		if wake != nil {
+			close(wake) // the prompts sent after agent_end start now
+		}
 		close(sl.done)
 	}()
 }
@@ -335,6 +347,7 @@ func (s *Session) run(ctx context.Context, start func(context.Context) ([]*llm.M
 		}
 		attempt++
 		delay := retryDelay(retry, attempt, e.RetryAfter)
+		s.setRunEnded(false)
 		s.setState(StateRetrying, "")
 		s.emit(Event{Type: EventAutoRetryStart, Attempt: attempt, MaxAttempts: retry.MaxRetries, DelayMs: delay.Milliseconds(), ErrorMessage: last.ErrorMessage})
 		t := time.NewTimer(delay)
@@ -447,6 +460,9 @@ func (s *Session) compactNow(ctx context.Context, reason, instructions string, w
 		return nil, fault.New(fault.Busy, "a compaction is already running")
 	}
 	s.compactCancel = cancel
+	if s.runEnd.ended {
+		s.wakeRunEndLocked() // a compaction after agent_end: the run goes on
+	}
 	prevState := s.state
 	items := append([]item(nil), s.items...)
 	model, settings := s.model, s.compact

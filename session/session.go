@@ -235,6 +235,7 @@ type Session struct {
 	sources     []*toolSource      // sources of tools added after New (s.mu)
 
 	checkpoints checkpoints
+	runEnd      runEnd // a run winding down after agent_end (s.mu)
 
 	// detach: Close is stopping the run. What the stop makes of the tool
 	// calls in progress is not recorded, so that they wait for a person
@@ -506,6 +507,9 @@ func (s *Session) onAgent(ev agent.Event) {
 			s.lastErr = ev.Err
 			s.mu.Unlock()
 		}
+	}
+	if ev.Type == agent.EventAgentEnd {
+		s.setRunEnded(true) // before the client can read it
 	}
 	s.emit(Event{Type: EventType(ev.Type), Agent: &ev})
 	// As pi, a retry ends when its answer ends, before turn_end and agent_end.
