@@ -764,12 +764,18 @@ func serveArgs(o Options, env benchEnv, conns int) []string {
 	return append(args, o.ServerArgs...)
 }
 
-// createSession creates session sid on c.
+// createSession creates session sid on c. While the server answers
+// that it should try again, it asks again until timeout has passed, then
+// returns that answer. Each create_session has timeout of its own to be
+// answered, apart from the time to keep asking: one sent just before the
+// time is up is answered, not cut off mid-write, so a slow machine gets
+// the server's last word rather than an error of the client's own.
 func createSession(ctx context.Context, c *client, sid string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	until := time.Now().Add(timeout)
 	for attempt := 0; ; attempt++ {
-		r, _, err := c.call(ctx, fmt.Sprintf("bench.create.%s.%d", sid, attempt), map[string]any{"type": "create_session", "sessionId": sid})
+		cctx, ccancel := context.WithTimeout(ctx, timeout)
+		r, _, err := c.call(cctx, fmt.Sprintf("bench.create.%s.%d", sid, attempt), map[string]any{"type": "create_session", "sessionId": sid})
+		ccancel()
 		switch {
 		case err != nil:
 			return fmt.Errorf("create_session %s: %w", sid, err)
@@ -781,10 +787,14 @@ func createSession(ctx context.Context, c *client, sid string, timeout time.Dura
 		// Just after a cluster's nodes start, two of them may place a new
 		// id on each other until their node lists agree; the server says
 		// to try again.
+		pause := min(50*time.Millisecond, time.Until(until))
+		if pause <= 0 {
+			return fmt.Errorf("create_session %s failed: %s", sid, r.err)
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("create_session %s failed: %s", sid, r.err)
-		case <-time.After(50 * time.Millisecond):
+			return fmt.Errorf("create_session %s failed: %s (%w)", sid, r.err, ctx.Err())
+		case <-time.After(pause):
 		}
 	}
 }

@@ -38,6 +38,10 @@ type WebSocket struct {
 	hdr [ws.MaxHeaderSize]byte
 
 	inMessage bool // a fragmented message is being read
+	// draining: Drain is reading; drainLeft is how many more bytes it
+	// takes. Only the reader touches them.
+	draining  bool
+	drainLeft int64
 	lastPong  atomic.Int64
 	closeOnce sync.Once
 }
@@ -155,6 +159,9 @@ func (c *WebSocket) Read(buf *[]byte, max int) (int, error) {
 		if err != nil {
 			return total, err
 		}
+		if err := c.drained(2); err != nil {
+			return total, err
+		}
 		state := ws.StateServerSide
 		if c.inMessage {
 			state |= ws.StateFragmented
@@ -166,6 +173,9 @@ func (c *WebSocket) Read(buf *[]byte, max int) (int, error) {
 		if h.OpCode.IsControl() {
 			payload := make([]byte, h.Length)
 			if _, err := io.ReadFull(c.br, payload); err != nil {
+				return total, err
+			}
+			if err := c.drained(len(payload)); err != nil {
 				return total, err
 			}
 			ws.Cipher(payload, h.Mask, 0)
@@ -197,6 +207,9 @@ func (c *WebSocket) Read(buf *[]byte, max int) (int, error) {
 			}
 			chunk := scratch[:n]
 			if _, err := io.ReadFull(c.br, chunk); err != nil {
+				return total, err
+			}
+			if err := c.drained(len(chunk)); err != nil {
 				return total, err
 			}
 			ws.Cipher(chunk, h.Mask, int(off))
@@ -265,6 +278,10 @@ func (c *WebSocket) Ping() error { return c.writeControl(ws.OpPing, nil) }
 // PongSince reports whether a pong arrived after t.
 func (c *WebSocket) PongSince(t time.Time) bool { return c.lastPong.Load() >= t.UnixNano() }
 
+// closeWait is how long a peer has to answer a close, and how long a
+// peer being drained may send nothing.
+const closeWait = 5 * time.Second
+
 // Close closes the connection with a close code and a reason (cut to the
 // 123 bytes a close frame holds): it sends the close frame, stops writing,
 // and gives the peer a few seconds to answer before the connection is
@@ -273,7 +290,43 @@ func (c *WebSocket) PongSince(t time.Time) bool { return c.lastPong.Load() >= t.
 func (c *WebSocket) Close(code int, reason string) {
 	c.sendClose(code, reason)
 	// Read returns when the peer's close arrives, or at this deadline.
-	_ = c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = c.conn.SetReadDeadline(time.Now().Add(closeWait))
+}
+
+// ErrDrainLimit is Drain's error once the peer has sent its limit.
+var ErrDrainLimit = errors.New("websocket: the peer sent more than the drain limit after the close")
+
+// Drain reads and drops what the peer sends after Close until its close
+// answer arrives (ErrWebSocketClosed), it sends nothing for closeWait, or
+// it has sent limit bytes (ErrDrainLimit). The close's deadline moves on
+// with every chunk read: a peer still sending a burst is alive, and
+// however long reading the burst takes on a loaded machine, the peer's
+// writes go through and its close frame then reaches it. A connection
+// closed with unread input is reset instead, and the reset makes the
+// peer's kernel drop what it had not read yet, the close frame with it.
+// The limit bounds what a peer that never stops costs.
+func (c *WebSocket) Drain(limit int64) error {
+	c.draining, c.drainLeft = true, limit
+	defer func() { c.draining = false }()
+	var buf []byte
+	for {
+		if _, err := c.Read(&buf, 0); err != nil {
+			return err
+		}
+		buf = buf[:0]
+	}
+}
+
+// drained counts n bytes read against a drain, and gives the peer
+// closeWait more; outside Drain it does nothing.
+func (c *WebSocket) drained(n int) error {
+	if !c.draining {
+		return nil
+	}
+	if c.drainLeft -= int64(n); c.drainLeft < 0 {
+		return ErrDrainLimit
+	}
+	return c.conn.SetReadDeadline(time.Now().Add(closeWait))
 }
 
 // sendClose writes the close frame once.

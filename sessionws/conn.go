@@ -90,7 +90,7 @@ func (c *conn) read() {
 		c.lastActive.Store(c.f.opt.Now().UnixNano())
 		if !c.admitMessage() {
 			c.fail(closeTooMany, protocolError("rate_limit_exceeded", "Too many messages: at most "+strconv.Itoa(c.f.opt.MessageRate)+" per second", nil, c.f.opt.Now()))
-			c.drain(max)
+			c.drain()
 			return
 		}
 		if n > max {
@@ -105,20 +105,22 @@ func (c *conn) read() {
 }
 
 // drain reads and drops what the client still sends after the server
-// closed, until its close answer arrives or the close's deadline passes.
-// A connection closed with unread input is reset by the kernel, and a
+// closed, until its close answer arrives, it goes quiet past the close's
+// deadline, or it has sent drainLimit bytes (server.WebSocket.Drain). A
+// connection closed with unread input is reset by the kernel, and a
 // reset makes the client's kernel drop what it had not read yet: the
 // close frame with its code, so a client that sent a burst would see
-// 1006 instead of 4429.
-func (c *conn) drain(max int) {
-	buf := make([]byte, 0, 4096)
-	for {
-		buf = buf[:0]
-		if _, err := c.ws.Read(&buf, max); err != nil {
-			return
-		}
-	}
-}
+// 1006 instead of 4429. The deadline moves on while the client sends:
+// a fixed one ran out on a loaded machine while the server was still
+// reading a 24 MiB burst.
+func (c *conn) drain() { _ = c.ws.Drain(drainLimit) }
+
+// drainLimit bounds what a client closed for its message rate may send
+// before the server hangs up without reading further: many times what
+// the kernel buffers between client and server hold, so a client that
+// bursts and then reads learns why it was closed; one that sends more
+// is not listening.
+const drainLimit = 256 << 20
 
 // admitMessage counts a message against the rate limit.
 func (c *conn) admitMessage() bool {
