@@ -56,12 +56,28 @@ func (s *Session) PromptThen(m *llm.Message, b Behavior, accepted func()) error 
 	if err != nil {
 		return err
 	}
+	return s.promptExpanded(m, b, accepted)
+}
+
+func (s *Session) promptExpanded(m *llm.Message, b Behavior, accepted func()) error {
 	s.parkMu.Lock()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		s.parkMu.Unlock()
 		return ErrClosed
+	}
+	if s.runDone != nil && s.runEnding {
+		// The run's agent_end is out: to a client the session is idle
+		// (pi accepts a prompt right after agent_end), so wait out the
+		// run's last bookkeeping (the checkpoint after it, which can
+		// take a while on a big or busy workspace) and start a new run
+		// instead of answering busy.
+		done := s.runDone
+		s.mu.Unlock()
+		s.parkMu.Unlock()
+		<-done
+		return s.promptExpanded(m, b, accepted)
 	}
 	if s.runDone != nil {
 		s.mu.Unlock()
@@ -132,10 +148,13 @@ func (s *Session) launch(sl runSlot, start func(context.Context) ([]*llm.Message
 	go func() {
 		defer s.wg.Done()
 		outcome := s.run(sl.ctx, start)
+		s.mu.Lock()
+		s.runEnding = true
+		s.mu.Unlock()
 		s.checkpointEnd()
 		sl.cancel(nil)
 		s.mu.Lock()
-		s.runCancel, s.runDone = nil, nil
+		s.runCancel, s.runDone, s.runEnding = nil, nil, false
 		s.lastOutcome = outcome
 		bash := s.pendingBash
 		s.pendingBash = nil

@@ -189,6 +189,7 @@ type Session struct {
 	retryAttempt  int // the retry in progress, ended by the next answer that is not an error
 	runCancel     func(cause error)
 	runDone       chan struct{}
+	runEnding     bool // the run's agent_end is out; its checkpoint still holds the slot
 	lastOutcome   Outcome
 	compactCancel context.CancelFunc
 	pendingBash   []*llm.Message // user bash results recorded while a run was in progress

@@ -314,7 +314,7 @@ try {
     await stopClient(a, "approval");
   }
 } catch (err) {
-  summary.errors.push(`step ${step}: ${err?.stack ?? err}\nevents in the step: ${stepSeq().join(" ")}`);
+  summary.errors.push(`step ${step}: ${err?.stack ?? err}\nevents in the step: ${stepSeq().join(" ")}\nresponses in the step: ${JSON.stringify(summary.responses.filter((r) => r.step === step))}`);
 } finally {
   clearTimeout(guard);
   for (const [client, name] of clients) {
