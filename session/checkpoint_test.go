@@ -188,3 +188,30 @@ func TestCheckpointHostileTurn(t *testing.T) {
 		t.Errorf("outside has %d entries, want secret and planted", len(ents))
 	}
 }
+
+// TestPromptRightAfterAgentEnd: a prompt sent as soon as agent_end is out
+// starts the next run, while the workspace checkpoint after the run still
+// holds the run slot; it is not refused as busy (pi's RpcClient prompts
+// on agent_end).
+func TestPromptRightAfterAgentEnd(t *testing.T) {
+	h := newHarness(t, func(c *session.Config) { c.CheckpointDir = t.TempDir() })
+	os.WriteFile(filepath.Join(h.cwd, "a.txt"), []byte("one\ntwo\n"), 0o644)
+	ended := make(chan struct{}, 1)
+	h.s.Subscribe(func(ev session.Event) {
+		if ev.Type == "agent_end" {
+			select {
+			case ended <- struct{}{}:
+			default:
+			}
+		}
+	})
+	scriptFileTurn(h.srv)
+	h.srv.Enqueue(llmtest.Script{Text: []string{"again"}})
+	h.prompt("change the files")
+	<-ended
+	if err := h.s.Prompt(session.UserMessage("next", nil), session.BehaviorNone); err != nil {
+		t.Fatalf("a prompt right after agent_end: %v", err)
+	}
+	<-ended
+	h.wait()
+}

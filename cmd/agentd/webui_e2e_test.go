@@ -100,8 +100,11 @@ func (p *wuPage) fail(format string, args ...any) {
 	ctx, cancel := context.WithTimeout(p.ctx, 3*time.Second)
 	defer cancel()
 	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+	// Where the focus is, and the message box's text, which the page
+	// text leaves out: a focus test's failure names what holds it.
+	focus, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => { const a = document.activeElement; const d = a ? a.tagName + (a.id ? '#' + a.id : '') + (a.className ? '.' + a.className : '') + (a.dataset && a.dataset.action ? '[' + a.dataset.action + ']' : '') : 'none'; const b = document.getElementById('prompt'); return d + ', message box ' + JSON.stringify(b ? b.value : null); })()`))
 	p.shot("failed")
-	p.t.Fatalf(format+"\npage text:\n%s\nserver stderr:\n%s", append(args, e2eClip(text, 3000), p.srv.stderrTail(3000))...)
+	p.t.Fatalf(format+"\nfocus: %s\npage text:\n%s\nserver stderr:\n%s", append(args, focus, e2eClip(text, 3000), p.srv.stderrTail(3000))...)
 }
 
 // until waits for a JavaScript expression to be true.

@@ -29,6 +29,10 @@ const stepTimeout = cfg.stepTimeoutMs ?? 60000;
 const summary = { responses: [], unmatched: [], errors: [] };
 let step = "load";
 
+// stepSeq gives the event types the current step has seen, for a
+// failure's message.
+let stepSeq = () => [];
+
 function finish(code) {
   summary.finalStep = step;
   process.stdout.write(JSON.stringify(summary) + "\n", () => process.exit(code));
@@ -91,6 +95,12 @@ function waitEvent(client, pred, label) {
       }
     });
   });
+  // A step awaits its waits in turn; one it has not reached yet when an
+  // earlier await hangs times out unawaited. Marked handled, it does not
+  // crash the script with its own message (masking where the step
+  // really stopped, and losing the summary): the await that hangs
+  // reports, and an unawaited one rejects to no one.
+  p.catch(() => {});
   return p;
 }
 
@@ -149,6 +159,7 @@ function digest(events) {
 async function runStep(rec, name, fn) {
   step = name;
   const from = rec.events.length;
+  stepSeq = () => digest(rec.events.slice(from)).seq;
   const extra = (await fn()) ?? {};
   return { ...digest(rec.events.slice(from)), ...extra };
 }
@@ -303,7 +314,7 @@ try {
     await stopClient(a, "approval");
   }
 } catch (err) {
-  summary.errors.push(`step ${step}: ${err?.stack ?? err}`);
+  summary.errors.push(`step ${step}: ${err?.stack ?? err}\nevents in the step: ${stepSeq().join(" ")}\nresponses in the step: ${JSON.stringify(summary.responses.filter((r) => r.step === step))}`);
 } finally {
   clearTimeout(guard);
   for (const [client, name] of clients) {
