@@ -589,10 +589,10 @@ func TestReadCPU(t *testing.T) {
 			t.Fatal(err)
 		}
 		// /proc counts in ticks, the process's and the machine's each
-		// rounded on its own: work until this process's count moved by a
-		// few, so that one tick of rounding cannot put it past the
-		// machine's.
-		if m1.server-m0.server >= 3*ticks(1) && m1.total > m0.total {
+		// rounded on its own, and an idle CPU's ticks reach /proc/stat
+		// late (tickless idle): work until this process's count moved by
+		// a few and the machine's has caught up with it.
+		if d := m1.server - m0.server; d >= 3*ticks(1) && m1.total-m0.total >= d {
 			break
 		}
 	}
