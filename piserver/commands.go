@@ -135,6 +135,13 @@ func (s *Server) commands() map[string]*commandSpec {
 	read := func(run func(context.Context, *call) (any, error)) *commandSpec {
 		return &commandSpec{session: true, class: pipeline.ClassRead, readOnly: true, run: run}
 	}
+	// peek reads what a client needs to show a session (its modes,
+	// models and commands) without waiting in the session's lane behind
+	// a run, as get_state does: an editor opening a session whose run
+	// waits for an approval asks these before it can answer it.
+	peek := func(run func(context.Context, *call) (any, error)) *commandSpec {
+		return &commandSpec{session: true, class: pipeline.ClassControl, readOnly: true, run: run}
+	}
 	mutate := func(run func(context.Context, *call) (any, error), fields ...field) *commandSpec {
 		return &commandSpec{session: true, class: pipeline.ClassMutate, fields: fields, run: run}
 	}
@@ -207,15 +214,15 @@ func (s *Server) commands() map[string]*commandSpec {
 		"navigate_tree":           long(s.navigateTree, fTargetID, fTreeOptions),
 		"get_last_assistant_text": read(s.lastText),
 		"get_context_usage":       read(s.contextUsage),
-		"get_available_models":    read(s.availableModels),
-		"get_commands":            read(s.getCommands),
-		"get_skills":              read(s.getSkills),
+		"get_available_models":    peek(s.availableModels),
+		"get_commands":            peek(s.getCommands),
+		"get_skills":              peek(s.getSkills),
 		// get_tools names why an MCP server did not start, which may quote
 		// its secret: the answer is not kept, and a replay asks again.
 		"get_tools":          {session: true, class: pipeline.ClassRead, readOnly: true, run: s.tools, keep: pipeline.RunAgain},
 		"list_session_files": read(s.sessionFiles),
 		// agentd's: a session's mode (see package modes).
-		"get_modes": read(s.getModes),
+		"get_modes": peek(s.getModes),
 		"set_mode":  mutate(s.setMode, field{name: "mode", kind: kString, required: true, max: 64}),
 		"extension_ui_response": {session: true, class: pipeline.ClassControl, readOnly: true, run: s.uiResponse,
 			fields: []field{{name: "requestId", kind: kString, required: true, max: 256}, {name: "response", kind: kObject, required: true}}},
