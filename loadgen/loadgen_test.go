@@ -102,7 +102,9 @@ func TestRunSmall(t *testing.T) {
 	if rep.SendBudgetCuts != 0 {
 		t.Errorf("send budget cuts %d, want 0", rep.SendBudgetCuts)
 	}
-	if rep.LoadCPU.Capacity <= 0 {
+	// A load of a few milliseconds may not move an idle machine's ticks
+	// in /proc/stat (tickless idle): the reading must exist, not be big.
+	if rep.LoadCPU.Capacity < 0 || rep.LoadCPU.Server < 0 {
 		t.Errorf("load CPU %+v", rep.LoadCPU)
 	}
 	if rep.Planned != 4 || rep.NotRun != 0 || rep.AnswersChecked != 2 || rep.StreamFormat != "full" {
