@@ -221,8 +221,12 @@ func TestNATSRestartShorterThanTheLease(t *testing.T) {
 	for {
 		mu.Lock()
 		n := len(got)
+		var last uint64
+		if n > 0 {
+			last = got[n-1]
+		}
 		mu.Unlock()
-		if n > 0 && got[n-1] == total {
+		if last == total {
 			break
 		}
 		select {
@@ -230,7 +234,7 @@ func TestNATSRestartShorterThanTheLease(t *testing.T) {
 		case <-f.Done():
 			t.Fatalf("the follow on b stopped: %v", f.Err())
 		case <-deadline:
-			t.Fatalf("the follow on b stopped at %v of %d, no error (%v)", got[max(0, n-1):], total, f.Err())
+			t.Fatalf("the follow on b stopped at %d of %d, no error (%v)", last, total, f.Err())
 		}
 	}
 	mu.Lock()
