@@ -454,21 +454,28 @@ func (a *Agent) loadSession(ctx context.Context, params json.RawMessage) (any, e
 	return a.reopen(ctx, "session/load", params, true)
 }
 
-// reopen opens a stored session again: session/load replays its
-// history to the client (replay), session/resume does not.
-func (a *Agent) reopen(ctx context.Context, method string, params json.RawMessage, replay bool) (any, error) {
+// sessionRef reads the parameters that name a stored session (load,
+// resume, fork): its id, a cwd that exists, MCP servers this agent can run.
+func (a *Agent) sessionRef(method string, params json.RawMessage) (loadSessionParams, string, error) {
 	var p loadSessionParams
 	if err := decodeParams(method, params, &p); err != nil {
-		return nil, err
+		return p, "", err
 	}
 	if p.SessionID == "" {
-		return nil, invalidParams(method, "sessionId is required")
+		return p, "", invalidParams(method, "sessionId is required")
 	}
 	cwd, err := checkCwd(method, p.Cwd)
 	if err != nil {
-		return nil, err
+		return p, "", err
 	}
-	if err := a.checkServers(method, p.MCPServers); err != nil {
+	return p, cwd, a.checkServers(method, p.MCPServers)
+}
+
+// reopen opens a stored session again: session/load replays its
+// history to the client (replay), session/resume does not.
+func (a *Agent) reopen(ctx context.Context, method string, params json.RawMessage, replay bool) (any, error) {
+	p, cwd, err := a.sessionRef(method, params)
+	if err != nil {
 		return nil, err
 	}
 	var file string

@@ -20,18 +20,8 @@ func (a *Agent) canFork() bool { return a.opt.SessionsDir != "" || a.opt.Remote 
 // it is, open or not.
 func (a *Agent) forkSession(ctx context.Context, params json.RawMessage) (any, error) {
 	const method = "session/fork"
-	var p loadSessionParams
-	if err := decodeParams(method, params, &p); err != nil {
-		return nil, err
-	}
-	if p.SessionID == "" {
-		return nil, invalidParams(method, "sessionId is required")
-	}
-	cwd, err := checkCwd(method, p.Cwd)
+	p, cwd, err := a.sessionRef(method, params)
 	if err != nil {
-		return nil, err
-	}
-	if err := a.checkServers(method, p.MCPServers); err != nil {
 		return nil, err
 	}
 	a.mu.Lock()
