@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
-	"github.com/agentd-dev/agentd/sandbox"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/sandbox"
 )
 
 // The editor (the official SDK as a client offering fs and terminal)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // acpSDKVersion is the official ACP TypeScript SDK the end-to-end tests

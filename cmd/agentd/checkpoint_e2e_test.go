@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // cpTurnScript answers "change the files" with a turn that edits a.txt,

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/server"
+	"github.com/agentd-dev/agentd/internal/server"
 )
 
 // These tests run agentd as a cluster of real `agentd serve` processes on

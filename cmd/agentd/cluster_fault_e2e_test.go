@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/cluster"
-	"github.com/agentd-dev/agentd/cluster/embeddednats"
-	"github.com/agentd-dev/agentd/server"
+	"github.com/agentd-dev/agentd/internal/cluster"
+	"github.com/agentd-dev/agentd/internal/cluster/embeddednats"
+	"github.com/agentd-dev/agentd/internal/server"
 )
 
 // Faults of the cluster's transport, as an operator meets them: NATS is a

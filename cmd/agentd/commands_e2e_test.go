@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
-	"github.com/agentd-dev/agentd/sandbox"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/sandbox"
 )
 
 // e2eCommandFiles writes a global skill (agentd's config dir), a

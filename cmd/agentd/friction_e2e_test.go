@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // Tests of what a newcomer meets first: piping a prompt into agentd rpc,
@@ -242,7 +242,7 @@ func TestVersion(t *testing.T) {
 
 	// A release build sets the version with -ldflags.
 	ld := filepath.Join(t.TempDir(), "agentd")
-	build := exec.Command("go", "build", "-ldflags", "-X github.com/agentd-dev/agentd/cli.Version=v9.8.7-test", "-o", ld, ".")
+	build := exec.Command("go", "build", "-ldflags", "-X github.com/agentd-dev/agentd/internal/cli.Version=v9.8.7-test", "-o", ld, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build -ldflags: %v\n%s", err, out)
 	}

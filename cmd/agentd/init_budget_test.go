@@ -90,7 +90,7 @@ func heaviest(trace string) string {
 
 func TestParseInitTrace(t *testing.T) {
 	trace := "init internal/bytealg @0.005 ms, 0 ms clock, 0 bytes, 0 allocs\n" +
-		"init github.com/agentd-dev/agentd/llm @31 ms, 0.076 ms clock, 32568 bytes, 128 allocs\n" +
+		"init github.com/agentd-dev/agentd/internal/llm @31 ms, 0.076 ms clock, 32568 bytes, 128 allocs\n" +
 		"init github.com/openai/openai-go/v3 @41 ms, 20 ms clock, 143360 bytes, 1057 allocs\n" +
 		"agentd 1.0\n" +
 		"init broken line\n"

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/proclimit"
+	"github.com/agentd-dev/agentd/internal/proclimit"
 )
 
 // limitsHealthBound is how long /healthz may take to answer while a tool

@@ -7,7 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/agentd-dev/agentd/cli"
+	"github.com/agentd-dev/agentd/internal/cli"
 	"golang.org/x/sys/unix"
 )
 

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // An MCP server's progress for a call reaches a pi-server client as the

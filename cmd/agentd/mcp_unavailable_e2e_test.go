@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // MCP servers that cannot start (a command that does not exist, one that

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
-	"github.com/agentd-dev/agentd/sandbox"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/sandbox"
 )
 
 // needLandlock skips a test of plan mode's bash where the kernel cannot

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // procsGuard bounds the waits for processes to appear and to go; the

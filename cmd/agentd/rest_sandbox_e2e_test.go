@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
-	"github.com/agentd-dev/agentd/sandbox"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/sandbox"
 )
 
 // rsSandboxOf is config.chat.sandbox of a GET .../config answer.

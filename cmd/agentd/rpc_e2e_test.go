@@ -42,8 +42,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
-	"github.com/agentd-dev/agentd/transcript"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/transcript"
 )
 
 var (

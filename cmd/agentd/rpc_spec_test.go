@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // TestRPCSpecExampleSession replays the example session of the RPC spec

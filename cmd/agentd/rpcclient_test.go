@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // pcNodeModules returns the node_modules directory pi 0.73.1 is installed

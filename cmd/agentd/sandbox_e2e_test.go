@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/sandbox"
+	"github.com/agentd-dev/agentd/internal/sandbox"
 )
 
 // agentd serve confines the model's bash commands by default

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
-	"github.com/agentd-dev/agentd/sandbox"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/sandbox"
 )
 
 // What a confined tool can read, through a real agentd serve under its

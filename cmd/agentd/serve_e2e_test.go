@@ -22,7 +22,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // ---------------------------------------------------------------------------

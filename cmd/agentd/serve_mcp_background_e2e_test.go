@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // svToolsSettled asks get_tools of session sid until no MCP server is

@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // A prompt sent while a --mcp-config server of agentd serve is still

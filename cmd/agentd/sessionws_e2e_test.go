@@ -23,7 +23,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // swSession creates a session over pi-server and returns its id and the

@@ -28,7 +28,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/agentd-dev/agentd/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // swNodeModules finds node and the ws package and returns the

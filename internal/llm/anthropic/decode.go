@@ -1,0 +1,321 @@
+package anthropic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+
+	sdk "github.com/anthropics/anthropic-sdk-go"
+	"github.com/anthropics/anthropic-sdk-go/option"
+	"github.com/anthropics/anthropic-sdk-go/packages/ssestream"
+
+	"github.com/agentd-dev/agentd/internal/llm"
+)
+
+// decoder is the wire half of one streamed request.
+//
+// The SDK sends the request (body, auth, headers, error answers) and
+// splits the answer into server-sent events, but the events are decoded
+// here rather than by Messages.NewStreaming, for two reasons: its stream
+// swallows ping events inside one Next call, so a server that only sends
+// keep-alives would trip the idle timeout, and its reflective decoding of
+// the event union costs about three times the CPU and twice the
+// allocations of decoding into the few fields read below.
+type decoder struct {
+	p *Provider
+	m *llm.Model
+	c *llm.Context
+	o *llm.StreamOptions
+
+	sse    ssestream.Decoder
+	ev     wireEvent
+	blocks map[int64]*block // by the wire's content-block index
+	stop   string
+	detail stopDetails
+}
+
+// wireEvent holds the fields of every stream event the decoder reads.
+// Field names are the Messages API's.
+type wireEvent struct {
+	Type    string `json:"type"`
+	Index   int64  `json:"index"`
+	Message struct {
+		ID    string    `json:"id"`
+		Usage wireUsage `json:"usage"`
+	} `json:"message"`
+	ContentBlock struct {
+		Type      string          `json:"type"`
+		ID        string          `json:"id"`
+		Name      string          `json:"name"`
+		Input     json.RawMessage `json:"input"`
+		Text      string          `json:"text"`
+		Thinking  string          `json:"thinking"`
+		Signature string          `json:"signature"`
+		Data      string          `json:"data"`
+	} `json:"content_block"`
+	Delta struct {
+		Type        string       `json:"type"`
+		Text        string       `json:"text"`
+		Thinking    string       `json:"thinking"`
+		Signature   string       `json:"signature"`
+		PartialJSON string       `json:"partial_json"`
+		StopReason  string       `json:"stop_reason"`
+		StopDetails *stopDetails `json:"stop_details"`
+	} `json:"delta"`
+	Usage wireUsage      `json:"usage"`
+	Error apiErrorObject `json:"error"`
+}
+
+// wireUsage is usage as message_start and message_delta report it; nil
+// means the event did not include the count.
+type wireUsage struct {
+	InputTokens              *int64 `json:"input_tokens"`
+	CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
+	OutputTokens             *int64 `json:"output_tokens"`
+}
+
+// stopDetails explains a refusal.
+type stopDetails struct {
+	Category    string `json:"category"`
+	Explanation string `json:"explanation"`
+}
+
+// apiErrorObject is the error of an HTTP error answer and of an
+// "event: error" frame: {"type":"error","error":{"type":…,"message":…}}.
+type apiErrorObject struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// block is one content block of the answer as the wire numbers it.
+type block struct {
+	i   int    // index in the message's content
+	sig string // thinking signature so far
+	// tool_use: the input sent with content_block_start, used when no
+	// input_json_delta follows (some compatible servers send it whole).
+	input  json.RawMessage
+	deltas bool
+}
+
+// Open builds the request and sends it.
+func (d *decoder) Open(ctx context.Context) error {
+	params, err := buildParams(d.m, d.c, d.o)
+	if err != nil {
+		return &llm.Error{Kind: llm.ErrBadRequest, Message: "invalid request: " + err.Error(), Err: err}
+	}
+	opts := append(requestOptions(d.m, d.o), option.WithJSONSet("stream", true))
+	var resp *http.Response
+	if err := d.p.client.Post(ctx, "v1/messages", params, &resp, opts...); err != nil {
+		return apiError(err)
+	}
+	d.sse = ssestream.NewDecoder(resp)
+	if d.sse == nil {
+		return &llm.Error{Kind: llm.ErrStream, Message: "the provider answered without a body"}
+	}
+	return nil
+}
+
+// Close releases the response body.
+func (d *decoder) Close() error {
+	if d.sse == nil {
+		return nil
+	}
+	return d.sse.Close()
+}
+
+// Next reads one event.
+func (d *decoder) Next(b *llm.Builder) error {
+	if !d.sse.Next() {
+		if err := d.sse.Err(); err != nil {
+			return err
+		}
+		return io.EOF
+	}
+	b.Chunk()
+	frame := d.sse.Event()
+	if frame.Type == "ping" || len(frame.Data) == 0 || frame.Data[0] == '\n' {
+		return nil
+	}
+	ev := &d.ev
+	*ev = wireEvent{}
+	if err := json.Unmarshal(frame.Data, ev); err != nil {
+		return &llm.Error{Kind: llm.ErrStream, Message: "the provider sent a malformed chunk: " + err.Error(), Err: err}
+	}
+	if frame.Type == "error" || ev.Type == "error" {
+		return llm.StreamError(ev.Error.Type, ev.Error.Message)
+	}
+	switch ev.Type {
+	case "message_start":
+		b.SetResponseID(ev.Message.ID)
+		b.SetUsage(ev.Message.Usage.apply(llm.Usage{}))
+	case "content_block_start":
+		d.blockStart(b)
+	case "content_block_delta":
+		d.blockDelta(b)
+	case "content_block_stop":
+		d.blockStop(b)
+	case "message_delta":
+		b.SetUsage(ev.Usage.apply(b.Usage()))
+		if ev.Delta.StopReason != "" {
+			d.stop = ev.Delta.StopReason
+			if ev.Delta.StopDetails != nil {
+				d.detail = *ev.Delta.StopDetails
+			}
+		}
+		if d.stop == string(sdk.StopReasonRefusal) {
+			return refusal(d.detail)
+		}
+	case "message_stop":
+		b.Finish(stopReason(d.stop))
+	}
+	return nil
+}
+
+func (d *decoder) blockStart(b *llm.Builder) {
+	cb := &d.ev.ContentBlock
+	var bl *block
+	switch cb.Type {
+	case "text":
+		bl = &block{i: b.TextStart()}
+		b.TextDelta(bl.i, cb.Text)
+	case "thinking":
+		bl = &block{i: b.ThinkingStart(), sig: cb.Signature}
+		b.ThinkingDelta(bl.i, cb.Thinking)
+		if bl.sig != "" {
+			b.SetThinkingSignature(bl.i, bl.sig, false)
+		}
+	case "redacted_thinking":
+		bl = &block{i: b.ThinkingStart()}
+		b.SetThinkingSignature(bl.i, cb.Data, true)
+		b.ThinkingDelta(bl.i, "[Reasoning redacted]")
+	case "tool_use":
+		bl = &block{i: b.ToolCallStart(cb.ID, cb.Name), input: cb.Input}
+	default:
+		// Server tools and their results run on Anthropic's side; they
+		// are not part of the transcript.
+		return
+	}
+	if d.blocks == nil {
+		d.blocks = make(map[int64]*block, 4)
+	}
+	d.blocks[d.ev.Index] = bl
+}
+
+func (d *decoder) blockDelta(b *llm.Builder) {
+	bl := d.blocks[d.ev.Index]
+	if bl == nil {
+		return
+	}
+	delta := &d.ev.Delta
+	switch delta.Type {
+	case "text_delta":
+		b.TextDelta(bl.i, delta.Text)
+	case "thinking_delta":
+		b.ThinkingDelta(bl.i, delta.Thinking)
+	case "signature_delta":
+		bl.sig += delta.Signature
+		b.SetThinkingSignature(bl.i, bl.sig, false)
+	case "input_json_delta":
+		bl.deltas = true
+		if delta.PartialJSON != "" {
+			b.ToolCallDelta(bl.i, delta.PartialJSON)
+		}
+	}
+}
+
+func (d *decoder) blockStop(b *llm.Builder) {
+	bl := d.blocks[d.ev.Index]
+	if bl == nil {
+		return
+	}
+	delete(d.blocks, d.ev.Index)
+	if !bl.deltas && len(bl.input) > 0 {
+		if in := string(bl.input); in != "{}" && in != "null" {
+			b.ToolCallDelta(bl.i, in)
+		}
+	}
+	b.End(bl.i)
+}
+
+// apply returns u with the counts w reports. In message_delta the output
+// count is cumulative and the input counts, when sent, are final; a zero
+// there is not taken over the count message_start gave.
+func (w *wireUsage) apply(u llm.Usage) llm.Usage {
+	if w.OutputTokens != nil {
+		u.Output = *w.OutputTokens
+	}
+	if w.InputTokens != nil && *w.InputTokens > 0 {
+		u.Input = *w.InputTokens
+	}
+	if w.CacheReadInputTokens != nil && *w.CacheReadInputTokens > 0 {
+		u.CacheRead = *w.CacheReadInputTokens
+	}
+	if w.CacheCreationInputTokens != nil && *w.CacheCreationInputTokens > 0 {
+		u.CacheWrite = *w.CacheCreationInputTokens
+	}
+	return u
+}
+
+// stopReason maps Anthropic's stop reason to agentd's.
+func stopReason(r string) llm.StopReason {
+	switch sdk.StopReason(r) {
+	case sdk.StopReasonMaxTokens, sdk.StopReasonModelContextWindowExceeded:
+		return llm.StopLength
+	case sdk.StopReasonToolUse:
+		return llm.StopToolUse
+	}
+	// end_turn, stop_sequence, pause_turn, and none at all.
+	return llm.StopStop
+}
+
+// refusal is the error that ends a message the model declined to write.
+func refusal(d stopDetails) *llm.Error {
+	msg := "the model refused to answer this request"
+	if d.Category != "" {
+		msg += " (" + d.Category + ")"
+	}
+	if d.Explanation != "" {
+		msg += ": " + d.Explanation
+	}
+	return &llm.Error{Kind: llm.ErrBadRequest, Message: msg}
+}
+
+// apiError classifies an error from sending the request. An HTTP error
+// answer becomes an *llm.Error with the API's own message; any other
+// error is returned as it is for the stream to classify.
+func apiError(err error) error {
+	var ae *sdk.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	var body struct {
+		Error apiErrorObject `json:"error"`
+	}
+	raw := ae.RawJSON()
+	if json.Unmarshal([]byte(raw), &body) != nil || body.Error.Message == "" {
+		body.Error.Message = plainMessage(raw)
+	}
+	if body.Error.Type == "" {
+		body.Error.Type = string(ae.Type())
+	}
+	var h http.Header
+	if ae.Response != nil {
+		h = ae.Response.Header
+	}
+	return llm.HTTPError(ae.StatusCode, h, body.Error.Type, body.Error.Message, err)
+}
+
+// plainMessage is the text of an error answer that is not the API's JSON,
+// such as a proxy's: short plain text is kept, anything else (an HTML
+// page) gives way to the status text.
+func plainMessage(body string) string {
+	body = strings.TrimSpace(body)
+	if len(body) > 200 || strings.HasPrefix(body, "<") || strings.HasPrefix(body, "{") {
+		return ""
+	}
+	return body
+}

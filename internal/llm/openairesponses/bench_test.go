@@ -1,0 +1,135 @@
+package openairesponses
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/agentd-dev/agentd/internal/llm"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+)
+
+// recordedStream renders a long answer with the mock once: 2000 text
+// deltas, then a tool call whose arguments come in 50 chunks.
+func recordedStream(b *testing.B) []byte {
+	b.Helper()
+	text := make([]string, 2000)
+	for i := range text {
+		text[i] = "token "
+	}
+	args := make([]string, 0, 52)
+	args = append(args, `{"command":"`)
+	for i := 0; i < 50; i++ {
+		args = append(args, "echo hi; ")
+	}
+	args = append(args, `"}`)
+	srv := llmtest.NewServer(b)
+	srv.Enqueue(llmtest.Script{
+		ResponseID: "resp_bench",
+		Text:       text,
+		ToolCalls:  []llmtest.ToolCall{{ID: "call_bench", Name: "bash", Args: args}},
+		Usage:      &llmtest.Usage{Input: 1200, CacheRead: 800, Output: 2100},
+	})
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	req := `{"model":"gpt-4.1-mini","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]}],"store":false,"stream":true}`
+	res, err := (&http.Client{Transport: tr}).Post(srv.OpenAIURL()+"/responses", "application/json", strings.NewReader(req))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return body
+}
+
+// replay answers every request with the recorded stream, in memory.
+type replay []byte
+
+func (r replay) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+		_ = req.Body.Close()
+	}
+	return &http.Response{
+		StatusCode: http.StatusOK, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:  http.Header{"Content-Type": []string{"text/event-stream"}},
+		Body:    io.NopCloser(bytes.NewReader(r)),
+		Request: req,
+	}, nil
+}
+
+// BenchmarkDecode measures the whole path of one response: the SDK builds
+// and sends the request, the decoder maps the recorded stream, and the
+// builder assembles the message. events/s counts llm stream events.
+func BenchmarkDecode(b *testing.B) {
+	body := recordedStream(b)
+	p := New(&http.Client{Transport: replay(body)})
+	m := &llm.Model{ID: "gpt-4.1-mini", API: llm.APIOpenAIResponses, Provider: "openai", BaseURL: "http://llm.invalid/v1",
+		Cost: llm.ModelCost{Input: 0.4, Output: 1.6, CacheRead: 0.1}}
+	c := hello()
+	o := &llm.StreamOptions{APIKey: "sk-bench"}
+	ctx := context.Background()
+
+	var events int
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	for b.Loop() {
+		s := p.Stream(ctx, m, c, o)
+		for s.Next() {
+			events++
+		}
+		if err := s.Err(); err != nil {
+			b.Fatal(err)
+		}
+		if msg := s.Result(); msg.StopReason != llm.StopToolUse || len(msg.Content) != 2 {
+			b.Fatalf("unexpected message: %s", msg.StopReason)
+		}
+		s.Close()
+	}
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(events)/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(events), "allocs/event")
+}
+
+// BenchmarkDecodeSDKUnion decodes the same stream with the SDK's own
+// event-stream decoder into its typed event union, without building a
+// message: the cost this package avoids.
+func BenchmarkDecodeSDKUnion(b *testing.B) {
+	body := recordedStream(b)
+	var events int
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	for b.Loop() {
+		res, _ := replay(body).RoundTrip(&http.Request{})
+		st := ssestream.NewStream[responses.ResponseStreamEventUnion](ssestream.NewDecoder(res), nil)
+		for st.Next() {
+			if st.Current().Type != "" {
+				events++
+			}
+		}
+		if err := st.Err(); err != nil {
+			b.Fatal(err)
+		}
+		_ = st.Close()
+	}
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(events)/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(events), "allocs/event")
+}

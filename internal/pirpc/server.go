@@ -1,0 +1,647 @@
+// Package pirpc is pi's RPC mode as an agentd face: JSON commands on one
+// line each on stdin, responses and events on stdout, for one session.
+// Programs written against `pi --mode rpc` (editor plugins, bots, web
+// bridges) drive `agentd rpc` unchanged.
+package pirpc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/agentd-dev/agentd/internal/ndjson"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/agentd-dev/agentd/internal/agent"
+	"github.com/agentd-dev/agentd/internal/commands"
+	"github.com/agentd-dev/agentd/internal/interaction"
+	"github.com/agentd-dev/agentd/internal/llm"
+	"github.com/agentd-dev/agentd/internal/llm/registry"
+	"github.com/agentd-dev/agentd/internal/piwire"
+	"github.com/agentd-dev/agentd/internal/session"
+	"github.com/agentd-dev/agentd/internal/settings"
+)
+
+// Models is what the face needs of the model registry.
+type Models interface {
+	// Available lists the models that can be used now, in a stable order.
+	Available() []*llm.Model
+}
+
+// Options configure a Server.
+type Options struct {
+	Session *session.Session
+	Models  Models
+	// Settings, when set, receives the choices pi persists (model,
+	// thinking level, queue modes, auto-compaction, auto-retry).
+	Settings *settings.Store
+	// MaxLineBytes bounds one command line (default 10 MiB).
+	MaxLineBytes int
+	// Delta makes message_update carry only the delta, not the whole
+	// partial message twice: bytes per token stay constant however long
+	// the answer grows.
+	Delta bool
+	// Cwd is where export_html writes by default.
+	Cwd string
+	// ExportsDir is the other directory export_html may write to (the
+	// data dir's exports folder).
+	ExportsDir string
+	Logger     *slog.Logger
+}
+
+// Server speaks pi's RPC protocol for one session.
+type Server struct {
+	opt  Options
+	s    *session.Session
+	log  *slog.Logger
+	out  *ndjson.Writer
+	wg   sync.WaitGroup
+	ctx  context.Context
+	stop context.CancelFunc
+	// inputClosed is set when the input has ended; from then on every
+	// new interaction wakes Run to cancel it.
+	inputClosed atomic.Bool
+	wake        chan struct{}
+	// inFlight counts the commands running off the read loop (wg has no
+	// way to ask).
+	inFlight atomic.Int64
+}
+
+// New returns a server for opt.Session.
+func New(opt Options) *Server {
+	if opt.MaxLineBytes <= 0 {
+		opt.MaxLineBytes = 10 << 20
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{opt: opt, s: opt.Session, log: opt.Logger, wake: make(chan struct{}, 1)}
+}
+
+// Run serves commands from in until it ends or ctx is cancelled, writing
+// responses and events to out.
+//
+// When in ends, the work already accepted finishes first, as a shell user
+// piping a prompt in expects: the run in progress goes on to agent_end
+// (follow-ups and retries included), and bash commands and a compaction
+// complete. Nobody can answer a question or an approval any more, so
+// those are cancelled (approvals are rejected with a reason the model
+// sees). When ctx is cancelled, even during that wait, the run in
+// progress is aborted at once and in-flight commands are cancelled.
+// Either way everything written is flushed before Run returns.
+func (srv *Server) Run(ctx context.Context, in io.Reader, out io.Writer) error {
+	srv.ctx, srv.stop = context.WithCancel(ctx)
+	defer srv.stop()
+	srv.out = ndjson.New(out)
+	defer srv.out.Close()
+	unsubscribe := srv.s.Subscribe(srv.onEvent)
+	defer unsubscribe()
+
+	lines, readErr := piwire.ReadLines(srv.ctx, in, srv.opt.MaxLineBytes, func() {
+		srv.out.Write(piwire.Marshal(failure(nil, "parse", fmt.Sprintf("Failed to parse command: line exceeds the maximum size of %d bytes", srv.opt.MaxLineBytes))))
+	})
+	var err error
+loop:
+	for {
+		select {
+		case line := <-lines:
+			srv.handleLine(line)
+		case err = <-readErr:
+			break loop
+		case <-srv.ctx.Done():
+			break loop
+		}
+	}
+	var settled <-chan struct{}
+	if errors.Is(err, io.EOF) {
+		settled = srv.finish()
+	}
+	srv.stop()
+	srv.s.Abort()
+	srv.wg.Wait()
+	if settled != nil {
+		<-settled
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// finish waits, after the input ended, for the accepted work to end or
+// for ctx to be cancelled, whichever comes first. Every line read was
+// handled before the end of input was seen, so nothing new starts: a
+// prompt was accepted (its run registered) by the time its line was
+// handled, and the commands that run off the loop are counted in wg.
+// The returned channel is closed once the waiting goroutine is gone.
+func (srv *Server) finish() <-chan struct{} {
+	srv.inputClosed.Store(true)
+	if srv.s.Running() || srv.inFlight.Load() > 0 {
+		// Someone piping commands in sees why agentd has not exited yet.
+		srv.log.Info("input ended: finishing the work in progress, then exiting (interrupt to abort it)")
+	}
+	settled := make(chan struct{})
+	go func() {
+		defer close(settled)
+		for srv.ctx.Err() == nil {
+			_ = srv.s.Wait(srv.ctx)
+			srv.wg.Wait()
+			if !srv.s.Running() {
+				return
+			}
+		}
+	}()
+	for {
+		srv.cancelInteractions()
+		select {
+		case <-settled:
+			return settled
+		case <-srv.wake:
+		case <-srv.ctx.Done():
+			return settled
+		}
+	}
+}
+
+// inputEnded is what the model is told when an approval it waits for can
+// no longer be given.
+const inputEnded = "nobody can answer: the client closed agentd rpc's input"
+
+// cancelInteractions ends the pending interactions once no client can
+// answer them. It runs on Run's goroutine, never inside onEvent: answering
+// emits an event, and onEvent runs under the session's emit lock.
+func (srv *Server) cancelInteractions() {
+	for _, req := range srv.s.Interactions() {
+		resp := interaction.Response{Cancelled: true}
+		if req.Kind == interaction.KindApproval {
+			resp = interaction.Response{Verdict: interaction.VerdictReject, Feedback: inputEnded}
+		}
+		err := srv.s.Answer(req.ID, resp)
+		switch {
+		case err == nil:
+			srv.log.Info("cancelled an interaction after the end of input", "id", req.ID, "kind", req.Kind)
+		case !errors.Is(err, interaction.ErrAlreadyResolved) && !errors.Is(err, interaction.ErrNotFound):
+			srv.log.Warn("cancelling an interaction after the end of input", "id", req.ID, "err", err)
+		}
+	}
+}
+
+// response is pi's response frame.
+type response struct {
+	ID      *rawID `json:"id,omitempty"`
+	Type    string `json:"type"`
+	Command string `json:"command,omitempty"`
+	Success bool   `json:"success"`
+	Data    any    `json:"data,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// withData distinguishes "data": null (cycle_model with one model) from
+// no data at all.
+type withData struct {
+	ID      *rawID `json:"id,omitempty"`
+	Type    string `json:"type"`
+	Command string `json:"command"`
+	Success bool   `json:"success"`
+	Data    any    `json:"data"`
+}
+
+func success(id *rawID, cmd string, data any) any {
+	if data == nil {
+		return response{ID: id, Type: "response", Command: cmd, Success: true}
+	}
+	return withData{ID: id, Type: "response", Command: cmd, Success: true, Data: data}
+}
+
+func successNull(id *rawID, cmd string) any {
+	return withData{ID: id, Type: "response", Command: cmd, Success: true, Data: nil}
+}
+
+func failure(id *rawID, cmd, msg string) response {
+	return response{ID: id, Type: "response", Command: cmd, Success: false, Error: msg}
+}
+
+func (srv *Server) reply(v any) { srv.out.Write(piwire.Marshal(v)) }
+
+// async runs a command that waits (abort, compact, bash) without holding
+// up the commands after it.
+func (srv *Server) async(f func()) {
+	srv.wg.Add(1)
+	srv.inFlight.Add(1)
+	go func() {
+		defer srv.wg.Done()
+		defer srv.inFlight.Add(-1)
+		f()
+	}()
+}
+
+// command is the union of every command's fields: pi's shared ones and
+// the answer fields of pi's extension UI responses.
+type command struct {
+	ID   *rawID  `json:"id"`
+	Type *string `json:"type"`
+	piwire.Fields
+	Value     *string `json:"value"`
+	Confirmed *bool   `json:"confirmed"`
+	Cancelled bool    `json:"cancelled"`
+}
+
+func (srv *Server) handleLine(line []byte) {
+	if len(strings.TrimSpace(string(line))) == 0 {
+		return
+	}
+	var probe any
+	if err := json.Unmarshal(line, &probe); err != nil {
+		srv.reply(failure(nil, "parse", "Failed to parse command: "+piwire.DescribeJSONError(err)))
+		return
+	}
+	obj, isObj := probe.(map[string]any)
+	var c command
+	if isObj {
+		if err := json.Unmarshal(line, &c); err != nil {
+			cmdType, _ := obj["type"].(string)
+			var id *rawID
+			var env struct {
+				ID json.RawMessage `json:"id"`
+			}
+			if json.Unmarshal(line, &env) == nil && len(env.ID) > 0 {
+				var r rawID
+				if r.UnmarshalJSON(env.ID) == nil {
+					id = &r
+				}
+			}
+			srv.reply(failure(id, cmdType, "Invalid command: "+piwire.DescribeJSONError(err)))
+			return
+		}
+	}
+	if c.Type == nil {
+		srv.reply(response{Type: "response", Success: false, Error: "Unknown command: undefined"})
+		return
+	}
+	srv.dispatch(&c)
+}
+
+func (srv *Server) dispatch(c *command) {
+	id, typ := c.ID, *c.Type
+	need := func(ok bool, field string) bool {
+		if !ok {
+			srv.reply(failure(id, typ, fmt.Sprintf("%s requires %s", typ, field)))
+		}
+		return ok
+	}
+	switch typ {
+	case "prompt", "steer", "follow_up":
+		if !need(c.Message != nil, `a "message" string`) {
+			return
+		}
+		for i, img := range c.Images {
+			if img.Type != llm.ContentImage || img.Data == "" || img.MimeType == "" {
+				srv.reply(failure(id, typ, fmt.Sprintf("images[%d] must be {type: \"image\", data, mimeType}", i)))
+				return
+			}
+		}
+		if commands.Of(srv.s).IsBuiltin(*c.Message) {
+			srv.async(func() { srv.runBuiltin(id, typ, *c.Message) })
+			return
+		}
+		m := session.UserMessage(*c.Message, c.Images)
+		b := session.BehaviorNone
+		switch {
+		case typ == "steer":
+			b = session.BehaviorSteer
+		case typ == "follow_up":
+			b = session.BehaviorFollowUp
+		case c.StreamingBehavior == "steer":
+			b = session.BehaviorSteer
+		case c.StreamingBehavior == "followUp":
+			b = session.BehaviorFollowUp
+		case c.StreamingBehavior != "":
+			srv.reply(failure(id, typ, fmt.Sprintf("Invalid streamingBehavior %q: use \"steer\" or \"followUp\"", c.StreamingBehavior)))
+			return
+		}
+		var err error
+		switch typ {
+		case "steer":
+			// Queued, running or not: delivered after the current turn,
+			// or with the next prompt's run.
+			if err = srv.s.Steer(m); err == nil {
+				srv.reply(success(id, typ, nil))
+			}
+		case "follow_up":
+			if err = srv.s.FollowUp(m); err == nil {
+				srv.reply(success(id, typ, nil))
+			}
+		default:
+			err = srv.s.PromptThen(m, b, func() { srv.reply(success(id, typ, nil)) })
+		}
+		if err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+		}
+	case "abort":
+		srv.async(func() {
+			srv.s.Abort()
+			srv.reply(success(id, typ, nil))
+		})
+	case "new_session":
+		if err := srv.s.NewSession(c.ParentSession); err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.reply(success(id, typ, map[string]bool{"cancelled": false}))
+	case "get_state":
+		srv.reply(success(id, typ, srv.state()))
+	case "set_model":
+		m, err := registry.Pick(srv.opt.Models.Available(), c.Provider+"/"+c.ModelID)
+		if err != nil {
+			srv.reply(failure(id, typ, fmt.Sprintf("Model not found: %s/%s", c.Provider, c.ModelID)))
+			return
+		}
+		if err := srv.s.SetModel(m); err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.persist(func(st *settings.Settings) { st.DefaultProvider, st.DefaultModel = m.Provider, m.ID })
+		srv.reply(success(id, typ, m))
+	case "cycle_model":
+		next, ok, err := srv.s.CycleModel(srv.opt.Models.Available(), false)
+		switch {
+		case err != nil:
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		case !ok:
+			srv.reply(successNull(id, typ))
+			return
+		}
+		srv.persist(func(st *settings.Settings) { st.DefaultProvider, st.DefaultModel = next.Provider, next.ID })
+		srv.reply(success(id, typ, map[string]any{"model": next, "thinkingLevel": srv.s.Thinking(), "isScoped": false}))
+	case "get_available_models":
+		models := srv.opt.Models.Available()
+		if models == nil {
+			models = []*llm.Model{}
+		}
+		srv.reply(success(id, typ, map[string]any{"models": models}))
+	case "set_thinking_level":
+		level, err := llm.ParseThinkingLevel(c.Level)
+		if err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		got, err := srv.s.SetThinking(level)
+		if err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.persist(func(st *settings.Settings) { st.DefaultThinkingLevel = string(got) })
+		srv.reply(success(id, typ, nil))
+	case "cycle_thinking_level":
+		got, ok, err := srv.s.CycleThinking()
+		switch {
+		case err != nil:
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		case !ok:
+			srv.reply(successNull(id, typ))
+			return
+		}
+		srv.persist(func(st *settings.Settings) { st.DefaultThinkingLevel = string(got) })
+		srv.reply(success(id, typ, map[string]any{"level": got}))
+	case "set_steering_mode", "set_follow_up_mode":
+		mode := agent.QueueMode(c.Mode)
+		if mode != agent.All && mode != agent.OneAtATime {
+			srv.reply(failure(id, typ, fmt.Sprintf("Invalid mode %q: use \"all\" or \"one-at-a-time\"", c.Mode)))
+			return
+		}
+		if typ == "set_steering_mode" {
+			srv.s.SetQueueModes(mode, "")
+			srv.persist(func(st *settings.Settings) { st.SteeringMode = c.Mode })
+		} else {
+			srv.s.SetQueueModes("", mode)
+			srv.persist(func(st *settings.Settings) { st.FollowUpMode = c.Mode })
+		}
+		srv.reply(success(id, typ, nil))
+	case "compact":
+		instructions := c.CustomInstructions
+		srv.async(func() {
+			res, err := srv.s.Compact(srv.ctx, instructions)
+			if err != nil {
+				srv.reply(failure(id, typ, err.Error()))
+				return
+			}
+			srv.reply(success(id, typ, res))
+		})
+	case "set_auto_compaction", "set_auto_retry":
+		if !need(c.Enabled != nil, `an "enabled" boolean`) {
+			return
+		}
+		on := *c.Enabled
+		if typ == "set_auto_compaction" {
+			srv.s.SetAutoCompaction(on)
+			srv.persist(func(st *settings.Settings) {
+				if st.Compaction == nil {
+					st.Compaction = &settings.Compaction{}
+				}
+				st.Compaction.Enabled = settings.Ptr(on)
+			})
+		} else {
+			srv.s.SetAutoRetry(on)
+			srv.persist(func(st *settings.Settings) {
+				if st.Retry == nil {
+					st.Retry = &settings.Retry{}
+				}
+				st.Retry.Enabled = settings.Ptr(on)
+			})
+		}
+		srv.reply(success(id, typ, nil))
+	case "abort_retry":
+		srv.async(func() {
+			srv.s.AbortRetry()
+			srv.reply(success(id, typ, nil))
+		})
+	case "bash":
+		if !need(c.Command != nil, `a "command" string`) {
+			return
+		}
+		command := *c.Command
+		srv.async(func() {
+			m, err := srv.s.Bash(srv.ctx, command, false)
+			if err != nil {
+				srv.reply(failure(id, typ, err.Error()))
+				return
+			}
+			srv.reply(success(id, typ, bashResult{Output: m.Output, ExitCode: m.ExitCode, Cancelled: m.Cancelled, Truncated: m.Truncated, FullOutputPath: m.FullOutputPath}))
+		})
+	case "abort_bash":
+		srv.s.AbortBash()
+		srv.reply(success(id, typ, nil))
+	case "get_session_stats":
+		srv.reply(success(id, typ, srv.stats()))
+	case "export_html":
+		path, err := srv.s.ExportHTMLFile(session.ExportRequest{Path: c.OutputPath, Cwd: srv.opt.Cwd, ExportsDir: srv.opt.ExportsDir, Overwrite: c.Overwrite})
+		if err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.reply(success(id, typ, map[string]string{"path": path}))
+	case "switch_session":
+		if !need(c.SessionPath != "", `a "sessionPath"`) {
+			return
+		}
+		if err := srv.s.Switch(c.SessionPath); err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.reply(success(id, typ, map[string]bool{"cancelled": false}))
+	case "fork":
+		if !need(c.EntryID != "", `an "entryId"`) {
+			return
+		}
+		text, err := srv.s.Fork(c.EntryID)
+		if err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.reply(success(id, typ, struct {
+			Text      string `json:"text"`
+			Cancelled bool   `json:"cancelled"`
+		}{text, false}))
+	case "clone":
+		if err := srv.s.Clone(); err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.reply(success(id, typ, map[string]bool{"cancelled": false}))
+	case "get_fork_messages":
+		type fm struct {
+			EntryID string `json:"entryId"`
+			Text    string `json:"text"`
+		}
+		out := []fm{}
+		for _, m := range srv.s.ForkMessages() {
+			out = append(out, fm{m.EntryID, m.Text})
+		}
+		srv.reply(success(id, typ, map[string]any{"messages": out}))
+	case "get_last_assistant_text":
+		text, ok := srv.s.LastAssistantText()
+		var v any
+		if ok {
+			v = text
+		}
+		srv.reply(success(id, typ, map[string]any{"text": v}))
+	case "set_session_name":
+		if !need(c.Name != nil, `a "name" string`) {
+			return
+		}
+		name := strings.TrimSpace(*c.Name)
+		if name == "" {
+			srv.reply(failure(id, typ, "Session name cannot be empty"))
+			return
+		}
+		if err := srv.s.SetName(name); err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.reply(success(id, typ, nil))
+	case "get_messages":
+		b := append([]byte(nil), `{`...)
+		if id != nil {
+			b = append(b, `"id":`...)
+			b = append(b, *id...)
+			b = append(b, ',')
+		}
+		b = append(b, `"type":"response","command":"get_messages","success":true,"data":{"messages":`...)
+		b = piwire.AppendMessages(b, srv.s.Messages())
+		b = append(b, `}}`...)
+		srv.out.Write(b)
+	case "get_commands":
+		srv.reply(success(id, typ, map[string]any{"commands": commands.Of(srv.s).List()}))
+	case "get_skills":
+		srv.reply(success(id, typ, map[string]any{"skills": skillsOf(srv.s)}))
+	case piwire.CmdGetCheckpoints, piwire.CmdGetTurnDiff, piwire.CmdRevertTurn, piwire.CmdUndoRevert:
+		// agentd's checkpoint commands, the same table as pi-server's.
+		data, err := piwire.CheckpointCommand(srv.ctx, srv.s, typ, c.Fields)
+		if err != nil {
+			srv.reply(failure(id, typ, err.Error()))
+			return
+		}
+		srv.reply(success(id, typ, data))
+	case "extension_ui_response":
+		srv.answerUI(c)
+	case "get_modes", "set_mode":
+		srv.modeCommand(id, typ, c.Mode)
+	default:
+		srv.reply(failure(nil, typ, "Unknown command: "+typ))
+	}
+}
+
+// uiRequestFrame is pi's extension_ui_request: the dialog with an "id".
+type uiRequestFrame struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+	piwire.Dialog
+}
+
+type bashResult struct {
+	Output         string `json:"output"`
+	ExitCode       *int   `json:"exitCode,omitempty"`
+	Cancelled      bool   `json:"cancelled"`
+	Truncated      bool   `json:"truncated"`
+	FullOutputPath string `json:"fullOutputPath,omitempty"`
+}
+
+func (srv *Server) persist(f func(*settings.Settings)) {
+	if srv.opt.Settings == nil {
+		return
+	}
+	if err := srv.opt.Settings.Update(f); err != nil {
+		srv.log.Warn("saving settings", "err", err)
+	}
+}
+
+func (srv *Server) state() piwire.SessionState { return piwire.StateOf(srv.s) }
+
+func (srv *Server) stats() any { return piwire.SessionStats(srv.s.Stats()) }
+
+// onEvent turns session events into lines. It runs on the session's
+// emitting goroutine and only encodes and queues: a slow reader of
+// stdout never stalls the session.
+func (srv *Server) onEvent(ev session.Event) {
+	if ev.Type == session.EventInteractionRequested {
+		if d, ok := piwire.NewDialog(ev.Interaction.Request, false); ok {
+			srv.out.Write(piwire.Marshal(uiRequestFrame{Type: "extension_ui_request", ID: ev.Interaction.Request.ID, Dialog: d}))
+		}
+		if srv.inputClosed.Load() {
+			select {
+			case srv.wake <- struct{}{}:
+			default: // a wake-up is already pending; it covers this one
+			}
+		}
+		return
+	}
+	if line := piwire.AppendEvent(nil, ev, srv.opt.Delta); line != nil {
+		srv.out.Write(line)
+	}
+}
+
+// answerUI routes an extension_ui_response to the pending interaction.
+func (srv *Server) answerUI(c *command) {
+	if c.ID == nil {
+		return
+	}
+	uid := c.ID.text()
+	req, ok := srv.s.InteractionByID(uid)
+	if !ok {
+		return // pi ignores responses to unknown ids
+	}
+	resp, err := piwire.Answer{Value: c.Value, Confirmed: c.Confirmed, Cancelled: c.Cancelled}.Response(req)
+	if err != nil {
+		srv.log.Warn("extension_ui_response", "id", uid, "err", err)
+		return
+	}
+	if err := srv.s.Answer(uid, resp); err != nil && !errors.Is(err, interaction.ErrAlreadyResolved) {
+		srv.log.Warn("extension_ui_response", "id", uid, "err", err)
+	}
+}

@@ -1,0 +1,36 @@
+package piserver
+
+import (
+	"context"
+
+	"github.com/agentd-dev/agentd/internal/commands"
+)
+
+// getCommands answers get_commands: the session's built-ins, prompt
+// templates and skills in pi's shape.
+func (s *Server) getCommands(_ context.Context, c *call) (any, error) {
+	return map[string]any{"commands": commands.Of(c.h.Session()).List()}, nil
+}
+
+// getSkills answers get_skills: pi's Skill objects.
+func (s *Server) getSkills(_ context.Context, c *call) (any, error) {
+	sk := commands.Of(c.h.Session()).Skills()
+	if sk == nil {
+		sk = []commands.Skill{}
+	}
+	return map[string]any{"skills": sk}, nil
+}
+
+// builtin runs a prompt, steer or follow_up whose message is a built-in
+// command (/help, /compact, ...): the command's answer carries its
+// output. ok is false for any other message.
+func (s *Server) builtin(ctx context.Context, c *call) (any, bool, error) {
+	if c.p.Message == nil || !commands.Of(c.h.Session()).IsBuiltin(*c.p.Message) {
+		return nil, false, nil
+	}
+	out, _, err := c.h.Session().RunCommand(ctx, *c.p.Message)
+	if err != nil {
+		return nil, true, err
+	}
+	return map[string]any{"output": out}, true, nil
+}
