@@ -20,7 +20,7 @@ type Follow struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu  sync.Mutex
+	mu  sync.Mutex // a leaf: guards err only
 	err error
 }
 

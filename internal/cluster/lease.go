@@ -93,6 +93,11 @@ type Lease struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
+	// Lock order within a lease: write, pub and a fencedLog's mu (each
+	// held across a NATS round trip, never two of them at once) are
+	// taken before mu, which is a leaf held only to read or set the two
+	// fields it guards. No lease lock is taken under Node.mu: Close and
+	// the reconnect path copy the lease list first and release after.
 	write sync.Mutex // serializes the bucket writes of Renew and Release
 
 	pub     sync.Mutex // serializes Publish, and guards the two fields below

@@ -377,7 +377,7 @@ type replyMux struct {
 	// a request: a forged answer must not take the real one's place.
 	accept func(*nats.Msg) bool
 
-	mu      sync.Mutex
+	mu      sync.Mutex // a leaf: guards next and waiting
 	next    uint64
 	waiting map[string]chan *nats.Msg
 }

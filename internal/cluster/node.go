@@ -116,6 +116,8 @@ type Node struct {
 	events jetstream.Stream
 	st     store // session state: transcripts, journal, index (store.go)
 
+	// mu guards the fields below. Lock order: a leaf; no lease, follow
+	// or signal lock is taken under it (leaseList copies the leases out).
 	mu      sync.Mutex
 	leases  map[string]*Lease // live leases by session id
 	closed  bool

@@ -35,7 +35,7 @@ func reconnectDelay(attempts int) time.Duration {
 // is closed at the next fire, so any number of goroutines can select on
 // it without registering.
 type signal struct {
-	mu sync.Mutex
+	mu sync.Mutex // a leaf: guards ch
 	ch chan struct{}
 }
 

@@ -58,7 +58,7 @@ func newSigner(k *Key, node string) *signer {
 // nonces remembers the nonces of the messages one subscription accepted,
 // while they are fresh, to refuse them a second time.
 type nonces struct {
-	mu        sync.Mutex
+	mu        sync.Mutex       // a leaf: guards seen and pruneNext
 	seen      map[string]int64 // nonce → unix ms after which it is stale
 	pruneNext int
 }

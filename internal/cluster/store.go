@@ -150,6 +150,8 @@ func (n *Node) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) (je
 // its next write expects. Held across a write, so a session's writes to
 // one subject go one at a time.
 type fencedLog struct {
+	// mu is held across one write's round trip; Lease.mu may be taken
+	// under it, never the reverse (lock order in lease.go).
 	mu    sync.Mutex
 	known bool
 	pos   uint64
