@@ -10,7 +10,6 @@ package main
 // own output, normalised, is kept in testdata/rpc/*.jsonl:
 //
 //	go test ./cmd/agentd -run RPC -update    # rewrite the golden files
-//	go test ./cmd/agentd -run RPC -rpc.strict # fail, not skip, on known agentd bugs
 //
 // Synchronisation is on output only (a response, an event); sleeps appear
 // nowhere. The mock pauses a stream mid-way (e2eProxy, Script.HangAfter)
@@ -46,10 +45,7 @@ import (
 	"github.com/agentd-dev/agentd/internal/transcript"
 )
 
-var (
-	e2eUpdate = flag.Bool("update", false, "rewrite the golden transcripts in testdata/rpc")
-	e2eStrict = flag.Bool("rpc.strict", false, "fail, instead of skip, where agentd is known to differ from pi (the bugs listed in e2eKnownBug calls)")
-)
+var e2eUpdate = flag.Bool("update", false, "rewrite the golden transcripts in testdata/rpc")
 
 // e2eHangGuard bounds every wait for output. It only fires when something is
 // broken; it is generous so that a loaded machine never trips it.
@@ -59,16 +55,13 @@ const e2eHangGuard = 30 * time.Second
 // /work/shared/reference/pi-0.73.1 so the suite is self-contained).
 const e2ePiRefDir = "testdata/rpc/pi-0.73.1"
 
-// e2eKnownBug reports a place where agentd differs from pi in a way the
-// production code must fix. It skips the (sub)test, so the rest of the
-// suite stays green, unless -rpc.strict is given.
-func e2eKnownBug(t *testing.T, format string, args ...any) {
+// e2eDiffersFromPi fails where agentd answers otherwise than pi 0.73.1
+// in a place it once differed (TestRPCOnceDifferedFromPi): each of those
+// differences is fixed, and a change that brings one back fails here
+// rather than being skipped.
+func e2eDiffersFromPi(t *testing.T, format string, args ...any) {
 	t.Helper()
-	msg := "agentd bug: " + fmt.Sprintf(format, args...)
-	if *e2eStrict {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	t.Fatalf("agentd differs from pi: "+format, args...)
 }
 
 // ---------------------------------------------------------------------------
@@ -1154,10 +1147,6 @@ type e2eCompare struct {
 	ref string // file name in e2ePiRefDir
 	// skip are shape paths whose differences are expected, with why.
 	skip map[string]string
-	// tolerate names known agentd bugs (e2eTolerances) to undo before
-	// comparing, so the rest of the scenario is still checked; each has
-	// its own failing test in TestRPCKnownBugs.
-	tolerate []string
 	// refFilter drops reference lines agentd cannot produce (pi's demo
 	// extension's notifications); gotFilter drops agentd lines.
 	refFilter, gotFilter func(v any) bool
@@ -1166,89 +1155,11 @@ type e2eCompare struct {
 	run string
 }
 
-// e2eTolerance undoes one known difference: fixGot rewrites agentd's
-// lines, fixRef pi's (given agentd's), skip lists shape paths. Each is a
-// no-op once the bug is fixed, so fixing one never breaks a comparison.
-type e2eTolerance struct {
-	fixGot func(got []e2eLine) []e2eLine
-	fixRef func(ref, got []e2eLine) []e2eLine
-	skip   []string
-}
-
-// e2eTolerances are the known agentd bugs, by the name of their test in
-// TestRPCKnownBugs, as undone for the comparisons with pi.
-var e2eTolerances = map[string]e2eTolerance{
-	// agentd sends message_start/message_end for a user bash command.
-	"bash_emits_no_events": {fixGot: func(ls []e2eLine) []e2eLine {
-		return e2eDrop(ls, func(v any) bool {
-			t := e2eStr(v, "type")
-			return (t == "message_start" || t == "message_end") && e2eStr(v, "message", "role") == "bashExecution"
-		})
-	}},
-	// agentd sends thinking_level_changed when the level did not change.
-	"thinking_unchanged_no_event": {fixGot: func(ls []e2eLine) []e2eLine {
-		return e2eDrop(ls, func(v any) bool { return e2eStr(v, "type") == "thinking_level_changed" })
-	}},
-	// agentd answers steer/follow_up before sending its queue_update.
-	"queue_update_before_response": {fixGot: func(ls []e2eLine) []e2eLine {
-		out := append([]e2eLine(nil), ls...)
-		for i := 0; i+1 < len(out); i++ {
-			a, b := out[i].v, out[i+1].v
-			c := e2eStr(a, "command")
-			ok, _ := e2eAt(a, "success").(bool)
-			queued := e2eStr(a, "type") == "response" && ok && (c == "steer" || c == "follow_up" || c == "prompt")
-			// Fixed, the queue_update comes right before the response.
-			answeredAfter := i > 0 && out[i-1].typ() == "queue_update"
-			if queued && !answeredAfter && e2eStr(b, "type") == "queue_update" {
-				out[i], out[i+1] = out[i+1], out[i]
-				i++
-			}
-		}
-		return out
-	}},
-	// agentd sends the queue_update of a delivered message before its turn_start.
-	"queue_update_after_turn_start": {fixGot: func(ls []e2eLine) []e2eLine {
-		return e2eSwap(ls, func(a, b any) bool { return e2eStr(a, "type") == "queue_update" && e2eStr(b, "type") == "turn_start" })
-	}},
-	// agentd does not close the open content block (text_end) when a stream is aborted.
-	"abort_closes_block": {fixRef: func(ref, got []e2eLine) []e2eLine {
-		closing := func(v any) bool {
-			return e2eStr(v, "type") == "message_update" && strings.HasSuffix(e2eStr(v, "assistantMessageEvent", "type"), "_end") &&
-				(e2eStr(v, "assistantMessageEvent", "partial", "stopReason") == "aborted" || e2eStr(v, "message", "stopReason") == "aborted")
-		}
-		if len(e2eDrop(got, closing)) < len(got) {
-			return ref // agentd closes the block: fixed
-		}
-		return e2eDrop(ref, closing)
-	}},
-	// contextUsage.tokens/percent are null right after a compaction in pi.
-	"stats_after_compaction": {skip: []string{"*.contextUsage.tokens", "*.contextUsage.percent"}},
-	// fork's data is {"text","cancelled"} in pi's order.
-	"fork_field_order": {skip: []string{"response fk (fork).data#order"}},
-	// pi's bash results carry details ({} at least) in every
-	// tool_execution_update but the first and when the command failed or
-	// was aborted; agentd leaves details out unless the output was cut.
-	"bash_details": {skip: []string{"tool_execution_update.partialResult.details", "tool_execution_end.result.details",
-		"*.details"}},
-}
-
 func e2eDrop(ls []e2eLine, drop func(v any) bool) []e2eLine {
 	var out []e2eLine
 	for _, l := range ls {
 		if !drop(l.v) {
 			out = append(out, l)
-		}
-	}
-	return out
-}
-
-// e2eSwap swaps each adjacent pair that match accepts.
-func e2eSwap(ls []e2eLine, match func(a, b any) bool) []e2eLine {
-	out := append([]e2eLine(nil), ls...)
-	for i := 0; i+1 < len(out); i++ {
-		if match(out[i].v, out[i+1].v) {
-			out[i], out[i+1] = out[i+1], out[i]
-			i++
 		}
 	}
 	return out
@@ -1267,19 +1178,6 @@ func e2eCompareWithPi(t *testing.T, c e2eCompare, got []e2eLine) {
 	var skips []string
 	for p := range c.skip {
 		skips = append(skips, p)
-	}
-	for _, name := range c.tolerate {
-		tol, ok := e2eTolerances[name]
-		if !ok {
-			t.Fatalf("unknown tolerance %q", name)
-		}
-		if tol.fixGot != nil {
-			got = tol.fixGot(got)
-		}
-		if tol.fixRef != nil {
-			ref = tol.fixRef(ref, got)
-		}
-		skips = append(skips, tol.skip...)
 	}
 	skip := func(path string) bool {
 		for _, p := range skips {
@@ -1561,8 +1459,7 @@ func TestRPCPiTranscript1(t *testing.T) {
 		}
 	}
 	e2eWantLine(t, out, `{"type":"response","success":false,"error":"Unknown command: undefined"}`)
-	e2eCompareWithPi(t, e2eCompare{ref: "rpc-transcript.jsonl", skip: e2eSkipPiInternals,
-		tolerate: []string{"bash_emits_no_events", "bash_details"}}, out)
+	e2eCompareWithPi(t, e2eCompare{ref: "rpc-transcript.jsonl", skip: e2eSkipPiInternals}, out)
 	e2eGolden(t, e, "transcript1", out)
 }
 
@@ -1583,9 +1480,8 @@ func e2eWantLine(t *testing.T, lines []e2eLine, raw string) {
 
 func TestRPCPiTranscript2(t *testing.T) {
 	t.Parallel()
-	// pi compacted this small session keeping everything; agentd will not
-	// compact what it would keep anyway (TestRPCKnownBugs/compact_small_session),
-	// so keep less to compact at all.
+	// keepRecentTokens 1 makes both compact the same part of this small
+	// session (compact_small_session checks the default).
 	e := e2eNewEnv(t, e2eOpts{proxy: true, settings: map[string]any{"compaction": map[string]any{"keepRecentTokens": 1}}})
 	release := e.proxy.holdAfter("first long prompt", 2) // the role chunk, the first delta
 	e.tweak("prompt to abort", func(s *llmtest.Script) { s.HangAfter = 1 })
@@ -1602,8 +1498,8 @@ func TestRPCPiTranscript2(t *testing.T) {
 	gs := p.ok(`{"id":"gs","type":"get_state"}`)
 	e2eEqual(t, "isStreaming", e2eAt(gs, "data", "isStreaming"), true)
 	e2eEqual(t, "pendingMessageCount", e2eNum(gs, "data", "pendingMessageCount"), 2)
-	// pi: 1 (the streaming message is not in the conversation yet); agentd
-	// counts it, see TestRPCKnownBugs/message_count_while_streaming.
+	// pi: 1, the streaming message is not in the conversation yet
+	// (TestRPCOnceDifferedFromPi/message_count_while_streaming).
 	sessionFile := e2eStr(gs, "data", "sessionFile")
 	if !strings.HasPrefix(sessionFile, filepath.Join(e.data, "sessions")) {
 		t.Fatalf("sessionFile %q is not under AGENTD_DATA_DIR", sessionFile)
@@ -1697,8 +1593,6 @@ func TestRPCPiTranscript2(t *testing.T) {
 		// pi 0.73.1's clone failed here (its fork left it pointing at an
 		// entry of the old file): a pi bug, not compared.
 		refFilter: func(v any) bool { return !(e2eStr(v, "type") == "response" && e2eStr(v, "id") == "cl") },
-		tolerate: []string{"thinking_unchanged_no_event", "queue_update_before_response", "queue_update_after_turn_start",
-			"abort_closes_block", "stats_after_compaction", "fork_field_order"},
 	}, out)
 	e2eGolden(t, e, "transcript2", out)
 }
@@ -1806,7 +1700,7 @@ func TestRPCPiTranscript4(t *testing.T) {
 		p.ok(`{"id":"x-ar","type":"abort_retry"}`)
 		p.event("auto_retry_end")
 		p.close()
-		e2eKnownBug(t, "settings.json retry.maxRetries/baseDelayMs are ignored: auto_retry_start %s, pi sends maxAttempts 2, delayMs 300 (see TestRPCKnownBugs/retry_settings)", e2eJSON(rs))
+		e2eDiffersFromPi(t, "settings.json retry.maxRetries/baseDelayMs are ignored: auto_retry_start %s, pi sends maxAttempts 2, delayMs 300 (see TestRPCOnceDifferedFromPi/retry_settings)", e2eJSON(rs))
 	}
 	e2eEqual(t, "errorMessage", e2eStr(rs, "errorMessage"), "503 mock failure 503")
 	rs = p.event("auto_retry_start")
@@ -1872,8 +1766,7 @@ func TestRPCPiTranscript5(t *testing.T) {
 	last := msgs[len(msgs)-1]
 	e2eEqual(t, "last message", e2eStr(last, "role")+" cancelled="+fmt.Sprint(e2eAt(last, "cancelled")), "bashExecution cancelled=true")
 	out := p.close()
-	e2eCompareWithPi(t, e2eCompare{ref: "rpc-transcript5.jsonl", skip: e2eSkipPiInternals,
-		tolerate: []string{"bash_emits_no_events", "bash_details"}}, out)
+	e2eCompareWithPi(t, e2eCompare{ref: "rpc-transcript5.jsonl", skip: e2eSkipPiInternals}, out)
 	e2eGolden(t, e, "transcript5", out)
 }
 
@@ -2074,7 +1967,7 @@ func TestRPCCommands(t *testing.T) {
 
 func TestRPCRetry(t *testing.T) {
 	t.Parallel()
-	// pi's retry settings (agentd ignores all but enabled: TestRPCKnownBugs/retry_settings).
+	// pi's retry settings (TestRPCOnceDifferedFromPi/retry_settings).
 	e := e2eNewEnv(t, e2eOpts{settings: map[string]any{"retry": map[string]any{"enabled": true, "maxRetries": 2, "baseDelayMs": 300}}})
 	p := e.start("--no-session")
 
@@ -2117,7 +2010,7 @@ func TestRPCRetry(t *testing.T) {
 		}
 		seq := strings.Join(e2eCollapse(keys), " ")
 		if !strings.Contains(seq, "message_end:assistant auto_retry_end turn_end agent_end") {
-			e2eKnownBug(t, "auto_retry_end(success) comes after the retried run's agent_end; pi sends it right after the assistant's message_end:\n%s", seq)
+			e2eDiffersFromPi(t, "auto_retry_end(success) comes after the retried run's agent_end; pi sends it right after the assistant's message_end:\n%s", seq)
 		}
 	})
 }
@@ -2382,17 +2275,17 @@ func TestRPCStreamFormatDelta(t *testing.T) {
 	}
 	// Apart from message_update's payload, the stream is pi's.
 	e2eCompareWithPi(t, e2eCompare{ref: "rpc-transcript.jsonl", run: "p2", skip: e2eMerge(e2eSkipPiInternals, map[string]string{
-		"message_update:*.message": "delta format", "message_update:*.partial": "delta format"}), tolerate: []string{"bash_details"}}, e2eUntilAgentEnd(out, "p2"))
+		"message_update:*.message": "delta format", "message_update:*.partial": "delta format"})}, e2eUntilAgentEnd(out, "p2"))
 	e2eGolden(t, e, "stream_format_delta", out)
 }
 
 // ---------------------------------------------------------------------------
-// Where agentd differs from pi 0.73.1. Each subtest states pi's behaviour
-// (from its transcripts or its source) and skips with "agentd bug" while
-// agentd differs; -rpc.strict makes them fail. The comparisons with pi's
-// transcripts undo these differences by the same names (e2eTolerances).
+// Where agentd once differed from pi 0.73.1. Each subtest states pi's
+// behaviour (from its transcripts or its source) and fails if agentd
+// differs again; the comparisons with pi's transcripts no longer undo
+// any of them.
 
-func TestRPCKnownBugs(t *testing.T) {
+func TestRPCOnceDifferedFromPi(t *testing.T) {
 	t.Parallel()
 
 	// Lines between the mark and the response id.
@@ -2411,7 +2304,7 @@ func TestRPCKnownBugs(t *testing.T) {
 		extra := before(p, mark, "b")
 		p.close()
 		if len(extra) > 0 {
-			e2eKnownBug(t, "bash sends %d events before its response, pi none: %s", len(extra), extra[0])
+			e2eDiffersFromPi(t, "bash sends %d events before its response, pi none: %s", len(extra), extra[0])
 		}
 	})
 
@@ -2429,7 +2322,7 @@ func TestRPCKnownBugs(t *testing.T) {
 		extra = append(extra, before(p, mark, "t2")...)
 		p.close()
 		if len(extra) > 0 {
-			e2eKnownBug(t, "set_thinking_level that leaves the level as it is sends %s; pi sends nothing", extra[0])
+			e2eDiffersFromPi(t, "set_thinking_level that leaves the level as it is sends %s; pi sends nothing", extra[0])
 		}
 	})
 
@@ -2449,7 +2342,7 @@ func TestRPCKnownBugs(t *testing.T) {
 		p.event("agent_end")
 		p.close()
 		if n, m := e2eNum(st, "data", "messageCount"), len(e2eAt(ms, "data", "messages").([]any)); n != 1 || m != 1 {
-			e2eKnownBug(t, "while streaming, messageCount is %v and get_messages has %d messages (the partial answer counted); pi: 1 and 1", n, m)
+			e2eDiffersFromPi(t, "while streaming, messageCount is %v and get_messages has %d messages (the partial answer counted); pi: 1 and 1", n, m)
 		}
 	})
 
@@ -2465,7 +2358,7 @@ func TestRPCKnownBugs(t *testing.T) {
 		lt := p.ok(`{"id":"lt","type":"get_last_assistant_text"}`)
 		p.close()
 		if got := e2eJSON(e2eAt(lt, "data")); got != `{"text":null}` {
-			e2eKnownBug(t, "get_last_assistant_text after an answer without text is %s; pi: {\"text\":null}", got)
+			e2eDiffersFromPi(t, "get_last_assistant_text after an answer without text is %s; pi: {\"text\":null}", got)
 		}
 	})
 
@@ -2480,7 +2373,7 @@ func TestRPCKnownBugs(t *testing.T) {
 		p.ok(`{"id":"ar","type":"abort_retry"}`)
 		p.close()
 		if e2eNum(rs, "maxAttempts") != 2 || e2eNum(rs, "delayMs") != 300 {
-			e2eKnownBug(t, "with retry {maxRetries: 2, baseDelayMs: 300} in settings.json, %s; pi: maxAttempts 2, delayMs 300", e2eJSON(rs))
+			e2eDiffersFromPi(t, "with retry {maxRetries: 2, baseDelayMs: 300} in settings.json, %s; pi: maxAttempts 2, delayMs 300", e2eJSON(rs))
 		}
 	})
 
@@ -2508,7 +2401,7 @@ func TestRPCKnownBugs(t *testing.T) {
 			problems = append(problems, fmt.Sprintf("totalMessages %v but messageCount %v (pi counts the same messages)", a, b))
 		}
 		if len(problems) > 0 {
-			e2eKnownBug(t, "get_session_stats right after compact: %s", strings.Join(problems, "; "))
+			e2eDiffersFromPi(t, "get_session_stats right after compact: %s", strings.Join(problems, "; "))
 		}
 	})
 
@@ -2528,7 +2421,7 @@ func TestRPCKnownBugs(t *testing.T) {
 		p.event("agent_end")
 		p.close()
 		if strings.Join(order, " ") != "queue_update response:steer" {
-			e2eKnownBug(t, "steer while streaming writes %v; pi: [queue_update response:steer]", order)
+			e2eDiffersFromPi(t, "steer while streaming writes %v; pi: [queue_update response:steer]", order)
 		}
 	})
 
@@ -2551,7 +2444,7 @@ func TestRPCKnownBugs(t *testing.T) {
 		p.event("agent_end")
 		p.close()
 		if strings.Join(order, " ") != "turn_start queue_update message_start:user" {
-			e2eKnownBug(t, "delivering a steering message writes %v; pi: [turn_start queue_update message_start:user]", order)
+			e2eDiffersFromPi(t, "delivering a steering message writes %v; pi: [turn_start queue_update message_start:user]", order)
 		}
 	})
 
@@ -2570,7 +2463,7 @@ func TestRPCKnownBugs(t *testing.T) {
 		order := e2eKeys(p.snapshot()[mark:p.cursor])
 		p.close()
 		if strings.Join(order, " ") != "message_update:text_end message_end:assistant" {
-			e2eKnownBug(t, "abort mid-text writes %v; pi: [message_update:text_end message_end:assistant]", order)
+			e2eDiffersFromPi(t, "abort mid-text writes %v; pi: [message_update:text_end message_end:assistant]", order)
 		}
 	})
 
@@ -2584,7 +2477,7 @@ func TestRPCKnownBugs(t *testing.T) {
 		fk := p.ok(fmt.Sprintf(`{"id":"fk","type":"fork","entryId":%q}`, e2eStr(fm, "data", "messages", "0", "entryId")))
 		p.close()
 		if got := e2eJSON(e2eAt(fk, "data")); got != `{"text":"fork me","cancelled":false}` {
-			e2eKnownBug(t, "fork data is %s; pi: {\"text\":\"fork me\",\"cancelled\":false}", got)
+			e2eDiffersFromPi(t, "fork data is %s; pi: {\"text\":\"fork me\",\"cancelled\":false}", got)
 		}
 	})
 
@@ -2600,7 +2493,7 @@ func TestRPCKnownBugs(t *testing.T) {
 		p.event("agent_end")
 		p.close()
 		if !e2eHas(up, "partialResult", "details") {
-			e2eKnownBug(t, "bash tool_execution_update without details: %s; pi: \"partialResult\":{\"content\":[...],\"details\":{}}", e2eJSON(up))
+			e2eDiffersFromPi(t, "bash tool_execution_update without details: %s; pi: \"partialResult\":{\"content\":[...],\"details\":{}}", e2eJSON(up))
 		}
 	})
 
@@ -2639,7 +2532,7 @@ func TestRPCKnownBugs(t *testing.T) {
 			started = started || l.typ() == "agent_start"
 		}
 		if started || e2eNum(st, "data", "pendingMessageCount") != 1 {
-			e2eKnownBug(t, "steer with no run in progress started a run (%v) / pendingMessageCount %v; pi queues it: %v", started, e2eNum(st, "data", "pendingMessageCount"), e2eKeys(lines))
+			e2eDiffersFromPi(t, "steer with no run in progress started a run (%v) / pendingMessageCount %v; pi queues it: %v", started, e2eNum(st, "data", "pendingMessageCount"), e2eKeys(lines))
 		}
 	})
 }
