@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/checkpoint"
+	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/server"
 	"github.com/agentd-dev/agentd/internal/session"
 )
@@ -122,7 +123,7 @@ func (s *Server) turnDiff(w http.ResponseWriter, r *http.Request, p params) erro
 	}
 	turn := r.URL.Query().Get("turn")
 	if len(turn) > 200 {
-		return errorf(http.StatusBadRequest, "turn is at most 200 characters")
+		return fault.New(fault.Invalid, "turn is at most 200 characters")
 	}
 	sess := h.Session()
 	d, err := sess.TurnDiff(r.Context(), turn)
@@ -189,7 +190,7 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, p params) error 
 		return err
 	}
 	if len(pl.Turn) > 200 {
-		return errorf(http.StatusBadRequest, "turn is at most 200 characters")
+		return fault.New(fault.Invalid, "turn is at most 200 characters")
 	}
 	if v, ok, err := o.boolean("truncate"); err != nil {
 		return err

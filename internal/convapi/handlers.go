@@ -30,7 +30,7 @@ func (s *Server) conversation(ctx context.Context, id string) (*server.Hosted, e
 	h, err := s.srv.SessionFor(ctx, id, principalOf(ctx))
 	if err != nil {
 		if fault.CodeOf(err) == fault.NotFound {
-			return nil, errorf(http.StatusNotFound, "Conversation not found: "+id)
+			return nil, fault.New(fault.NotFound, "Conversation not found: "+id)
 		}
 		return nil, err
 	}
@@ -46,13 +46,13 @@ func (s *Server) attachmentOf(ctx context.Context, conv, sid string) (*attachmen
 	}
 	at, ok := s.att.get(sid)
 	if !ok {
-		return nil, errorf(http.StatusNotFound, "Session not found: "+sid)
+		return nil, fault.New(fault.NotFound, "Session not found: "+sid)
 	}
 	if _, err := s.conversation(ctx, conv); err != nil {
 		return nil, err
 	}
 	if at.conv != conv {
-		return nil, errorf(http.StatusForbidden, "Session "+sid+" does not belong to conversation "+conv)
+		return nil, fault.New(fault.Forbidden, "Session "+sid+" does not belong to conversation "+conv)
 	}
 	return at, nil
 }
@@ -73,9 +73,9 @@ func (s *Server) findModel(name string) (*llm.Model, error) {
 	m, err := registry.Pick(s.opt.Models.Available(), name)
 	switch {
 	case errors.Is(err, registry.ErrAmbiguousModel):
-		return nil, errorf(http.StatusBadRequest, "Model "+name+" is ambiguous: name it as provider/id")
+		return nil, fault.New(fault.Invalid, "Model "+name+" is ambiguous: name it as provider/id")
 	case err != nil:
-		return nil, errorf(http.StatusBadRequest, "Model not found: "+name+" (GET /api/v2/models lists the models that can be used)")
+		return nil, fault.New(fault.Invalid, "Model not found: "+name+" (GET /api/v2/models lists the models that can be used)")
 	}
 	return m, nil
 }
@@ -116,7 +116,7 @@ func (s *Server) setCookie(w http.ResponseWriter, r *http.Request, _ params) err
 	}
 	h := strings.TrimSpace(r.Header.Get("Authorization"))
 	if !strings.HasPrefix(strings.ToLower(h), "bearer ") {
-		return errorf(http.StatusUnauthorized, "Missing authentication credentials: send Authorization: Bearer <token> to set the cookie")
+		return fault.New(fault.Unauthorized, "Missing authentication credentials: send Authorization: Bearer <token> to set the cookie")
 	}
 	// The cookie holds the credential the request was authorized with:
 	// a JWT's holder gets its JWT back, never the shared token.
@@ -148,7 +148,7 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, _ params) error 
 	}
 	all := r.URL.Query().Get("all")
 	if all != "" && all != "true" && all != "false" {
-		return errorf(http.StatusBadRequest, "all must be true or false")
+		return fault.New(fault.Invalid, "all must be true or false")
 	}
 	if c, ok := s.opt.Models.(catalog); ok && all == "true" {
 		for _, e := range c.All() {
@@ -226,11 +226,11 @@ func (s *Server) serverHealth(w http.ResponseWriter, r *http.Request, _ params) 
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, p params) error {
 	if at, ok := s.att.get(p.sid); ok && !s.sees(r.Context(), at.conv) {
-		return errorf(http.StatusNotFound, "Session not found: "+p.sid)
+		return fault.New(fault.NotFound, "Session not found: "+p.sid)
 	}
 	streams, ok := s.att.remove(p.sid)
 	if !ok {
-		return errorf(http.StatusNotFound, "Session not found: "+p.sid)
+		return fault.New(fault.NotFound, "Session not found: "+p.sid)
 	}
 	for _, c := range streams {
 		c.Close(server.Close{Kind: server.CloseNormal, Reason: "Session deleted"})
@@ -247,18 +247,18 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request, p param
 	if v, ok := q["limit"]; ok {
 		n, err := atoi(v[0])
 		if err != nil || n <= 0 {
-			return errorf(http.StatusBadRequest, "limit must be a positive integer")
+			return fault.New(fault.Invalid, "limit must be a positive integer")
 		}
 		limit = min(n, 10000)
 	}
 	if v, ok := q["before"]; ok {
 		n, err := atoi(v[0])
 		if err != nil || n < 0 {
-			return errorf(http.StatusBadRequest, "before must be a non-negative integer")
+			return fault.New(fault.Invalid, "before must be a non-negative integer")
 		}
 		before = n
 		if limit < 0 {
-			return errorf(http.StatusBadRequest, "before requires limit to be set")
+			return fault.New(fault.Invalid, "before requires limit to be set")
 		}
 	}
 	h, err := s.conversation(r.Context(), p.conv)
@@ -383,12 +383,12 @@ func (s *Server) decodeCreate(o object) (createPayload, error) {
 	if o.present("messages") {
 		var raw []json.RawMessage
 		if unmarshalInto(o["messages"], &raw) != nil {
-			return pl, errorf(http.StatusBadRequest, "'messages' must be a list")
+			return pl, fault.New(fault.Invalid, "'messages' must be a list")
 		}
 		for _, item := range raw {
 			var m object
 			if unmarshalInto(item, &m) != nil || m == nil {
-				return pl, errorf(http.StatusBadRequest, "Each message must be an object")
+				return pl, fault.New(fault.Invalid, "Each message must be an object")
 			}
 			in, err := inputOf(m, true)
 			if err != nil {
@@ -407,7 +407,7 @@ func (s *Server) decodeCreate(o object) (createPayload, error) {
 		}
 		if cfg.present("mcp") {
 			if pl.MCP, err = s.decodeMCP(cfg, "mcp"); err != nil {
-				return pl, errorf(http.StatusBadRequest, "config."+err.(*apiError).msg)
+				return pl, fault.New(fault.Invalid, "config."+err.Error())
 			}
 			if err := keepSecrets(pl.MCP, nil, "config.mcp"); err != nil {
 				return pl, err
@@ -416,7 +416,7 @@ func (s *Server) decodeCreate(o object) (createPayload, error) {
 	}
 	prompt, _, err := o.str("prompt")
 	if err != nil {
-		return pl, errorf(http.StatusBadRequest, "'prompt' must be a string")
+		return pl, fault.New(fault.Invalid, "'prompt' must be a string")
 	}
 	if customPrompt(prompt) {
 		// gptme starts such a conversation with the text as its system
@@ -447,7 +447,7 @@ func (s *Server) readChat(cfg object, pl *createPayload) error {
 		return err
 	}
 	if m, ok, err := chat.str("model"); err != nil {
-		return errorf(http.StatusBadRequest, "model must be a string (provider/id, as GET /api/v2/models lists them)")
+		return fault.New(fault.Invalid, "model must be a string (provider/id, as GET /api/v2/models lists them)")
 	} else if ok && m != "" {
 		if _, err := s.findModel(m); err != nil {
 			return err
@@ -468,7 +468,7 @@ func (s *Server) readChat(cfg object, pl *createPayload) error {
 		return err
 	} else if ok {
 		if _, err := llm.ParseThinkingLevel(v); err != nil {
-			return errorf(http.StatusBadRequest, "thinking: "+err.Error())
+			return fault.New(fault.Invalid, "thinking: "+err.Error())
 		}
 		pl.Thinking = v
 	}
@@ -489,7 +489,7 @@ func (s *Server) readChat(cfg object, pl *createPayload) error {
 		// The server's working directory.
 	default:
 		if err := server.CheckCwd(ws); err != nil {
-			return errorf(http.StatusBadRequest, "workspace: "+strings.TrimPrefix(err.Error(), "Validation failed: cwd: "))
+			return fault.New(fault.Invalid, "workspace: "+strings.TrimPrefix(err.Error(), "Validation failed: cwd: "))
 		}
 		pl.Cwd = ws
 	}
@@ -523,36 +523,36 @@ func inputOf(m object, inList bool) (inputPayload, error) {
 		if m.present("role") {
 			raw = strings.Trim(string(m["role"]), `"`)
 		}
-		return in, errorf(http.StatusBadRequest, "Invalid role: "+clip(raw, 100)+". Must be one of: ('system', 'user', 'assistant')")
+		return in, fault.New(fault.Invalid, "Invalid role: "+clip(raw, 100)+". Must be one of: ('system', 'user', 'assistant')")
 	}
 	if !m.present("content") {
 		if inList {
-			return in, errorf(http.StatusBadRequest, "Message missing required 'content' field")
+			return in, fault.New(fault.Invalid, "Message missing required 'content' field")
 		}
-		return in, errorf(http.StatusBadRequest, "Missing required fields (role, content)")
+		return in, fault.New(fault.Invalid, "Missing required fields (role, content)")
 	}
 	content, _, err := m.str("content")
 	if err != nil {
 		if inList {
-			return in, errorf(http.StatusBadRequest, "Message 'content' must be a string")
+			return in, fault.New(fault.Invalid, "Message 'content' must be a string")
 		}
-		return in, errorf(http.StatusBadRequest, "content must be a string")
+		return in, fault.New(fault.Invalid, "content must be a string")
 	}
 	if ts, ok, err := m.str("timestamp"); err != nil {
-		return in, errorf(http.StatusBadRequest, "Invalid timestamp format: "+clip(string(m["timestamp"]), 100))
+		return in, fault.New(fault.Invalid, "Invalid timestamp format: "+clip(string(m["timestamp"]), 100))
 	} else if ok {
 		t, ok := parseISO(ts)
 		if !ok {
-			return in, errorf(http.StatusBadRequest, "Invalid timestamp format: "+clip(ts, 100))
+			return in, fault.New(fault.Invalid, "Invalid timestamp format: "+clip(ts, 100))
 		}
 		in.TimeMs = t.UnixMilli()
 	}
 	files, _, err := m.strings("files")
 	if err != nil {
 		if inList {
-			return in, errorf(http.StatusBadRequest, "Message 'files' must be a list of strings")
+			return in, fault.New(fault.Invalid, "Message 'files' must be a list of strings")
 		}
-		return in, errorf(http.StatusBadRequest, "files must be a list of strings")
+		return in, fault.New(fault.Invalid, "files must be a list of strings")
 	}
 	if err := checkFileNames(role, files); err != nil {
 		return in, err
@@ -624,7 +624,7 @@ func (s *Server) make(ctx context.Context, id string, p createPayload) (*server.
 	h, err := s.srv.Create(ctx, server.CreateRequest{ID: id, Cwd: p.Cwd, Who: principalOf(ctx), Sandbox: sandbox.Mode(p.Sandbox)})
 	if err != nil {
 		if fault.CodeOf(err) == fault.Conflict {
-			return nil, errorf(http.StatusConflict, "Conversation already exists: "+id)
+			return nil, fault.New(fault.Conflict, "Conversation already exists: "+id)
 		}
 		return nil, err
 	}
@@ -663,7 +663,7 @@ func (s *Server) setUp(h *server.Hosted, p createPayload) error {
 	if p.Thinking != "" {
 		l, err := llm.ParseThinkingLevel(p.Thinking)
 		if err != nil {
-			return errorf(http.StatusBadRequest, "thinking: "+err.Error())
+			return fault.New(fault.Invalid, "thinking: "+err.Error())
 		}
 		if _, err := sess.SetThinking(l); err != nil {
 			return err
@@ -722,7 +722,7 @@ func (s *Server) appendMessage(w http.ResponseWriter, r *http.Request, p params)
 // and the tools named.
 func decodeAppend(o object) (inputPayload, string, []string, error) {
 	if !o.present("role") || !o.present("content") {
-		return inputPayload{}, "", nil, errorf(http.StatusBadRequest, "Missing required fields (role, content)")
+		return inputPayload{}, "", nil, fault.New(fault.Invalid, "Missing required fields (role, content)")
 	}
 	if _, _, err := o.str("content"); err != nil {
 		return inputPayload{}, "", nil, err
@@ -750,11 +750,11 @@ func branchOf(o object) (string, error) {
 	b, _, err := o.str("branch")
 	switch {
 	case err != nil, b == "":
-		return "", errorf(http.StatusBadRequest, "Invalid branch name")
+		return "", fault.New(fault.Invalid, "Invalid branch name")
 	case len(b) > maxIDBytes-len(".jsonl"):
-		return "", errorf(http.StatusBadRequest, "branch name too long")
+		return "", fault.New(fault.Invalid, "branch name too long")
 	case strings.Contains(b, "..") || strings.ContainsAny(b, "/\\\x00"):
-		return "", errorf(http.StatusBadRequest, "Invalid branch name")
+		return "", fault.New(fault.Invalid, "Invalid branch name")
 	}
 	return b, nil
 }
@@ -762,7 +762,7 @@ func branchOf(o object) (string, error) {
 // checkBranch answers a branch other than main.
 func checkBranch(b string) error {
 	if b != "main" {
-		return errorf(http.StatusNotFound, "Branch not found: "+clip(b, 100))
+		return fault.New(fault.NotFound, "Branch not found: "+clip(b, 100))
 	}
 	return nil
 }
@@ -772,7 +772,7 @@ func checkTools(sess *session.Session, names []string) error {
 	avail := sess.AvailableTools()
 	for _, n := range names {
 		if !slices.Contains(avail, n) {
-			return errorf(http.StatusBadRequest, fmt.Sprintf("Tool '%s' not found (this conversation's tools: %s)", clip(n, 100), strings.Join(avail, ", ")))
+			return fault.New(fault.Invalid, fmt.Sprintf("Tool '%s' not found (this conversation's tools: %s)", clip(n, 100), strings.Join(avail, ", ")))
 		}
 	}
 	return nil
@@ -792,7 +792,7 @@ func (s *Server) runAppend(ctx context.Context, c *call) (any, error) {
 	}
 	if err := c.h.Session().Append(m); err != nil {
 		if fault.CodeOf(err) == fault.Busy {
-			return nil, errorf(http.StatusConflict, "Cannot add message while generation is in progress")
+			return nil, fault.New(fault.Conflict, "Cannot add message while generation is in progress")
 		}
 		return nil, err
 	}
@@ -820,11 +820,11 @@ func (s *Server) runDelete(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	if h.Session().Running() {
-		return nil, errorf(http.StatusConflict, "Cannot delete while generation is in progress")
+		return nil, fault.New(fault.Conflict, "Cannot delete while generation is in progress")
 	}
 	if err := s.srv.Delete(ctx, id); err != nil {
 		if fault.CodeOf(err) == fault.NotFound {
-			return nil, errorf(http.StatusNotFound, "Conversation not found: "+id)
+			return nil, fault.New(fault.NotFound, "Conversation not found: "+id)
 		}
 		if fault.CodeOf(err) != fault.Internal {
 			return nil, err
@@ -895,7 +895,7 @@ func (s *Server) step(w http.ResponseWriter, r *http.Request, p params) error {
 	}
 	if !sub.replayed {
 		if msg, failed := s.awaitStart(r.Context(), h.Session(), ans.Seq); failed {
-			return &apiError{status: http.StatusInternalServerError, msg: msg, extra: map[string]any{"status": "error", "session_id": sid}}
+			return withFields(fault.New(fault.Failed, msg), map[string]any{"status": "error", "session_id": sid})
 		}
 	}
 	writeJSON(w, http.StatusOK, ans.StepResponse)
@@ -945,7 +945,7 @@ func (s *Server) decodeStep(o object, design bool) (stepPayload, string, error) 
 	if acp, _, err := o.boolean("use_acp"); err != nil {
 		return pl, "", err
 	} else if acp {
-		return pl, "", errorf(http.StatusBadRequest, "use_acp is not supported: agentd runs its own agent")
+		return pl, "", fault.New(fault.Invalid, "use_acp is not supported: agentd runs its own agent")
 	}
 	if _, _, err := o.integer("max_tokens"); err != nil {
 		return pl, "", err
@@ -1033,7 +1033,7 @@ func (s *Server) runStep(_ context.Context, c *call) (any, error) {
 	}
 	sess := c.h.Session()
 	if sess.Running() {
-		return nil, errorf(http.StatusConflict, "Generation already in progress")
+		return nil, fault.New(fault.Conflict, "Generation already in progress")
 	}
 	if p.Model != "" {
 		m, err := s.findModel(p.Model)
@@ -1063,7 +1063,7 @@ func (s *Server) runStep(_ context.Context, c *call) (any, error) {
 
 func stepError(err error) error {
 	if fault.CodeOf(err) == fault.Busy {
-		return errorf(http.StatusConflict, "Generation already in progress")
+		return fault.New(fault.Conflict, "Generation already in progress")
 	}
 	return err
 }
@@ -1138,13 +1138,13 @@ func decodeConfirm(o object) (confirmPayload, string, error) {
 		return pl, "", err
 	}
 	if _, ok := confirmActions[pl.Action]; !ok {
-		return pl, "", errorf(http.StatusBadRequest, "Unknown action: "+clip(pl.Action, 100)+" (want confirm, edit, skip, auto, reject or always)")
+		return pl, "", fault.New(fault.Invalid, "Unknown action: "+clip(pl.Action, 100)+" (want confirm, edit, skip, auto, reject or always)")
 	}
 	switch pl.Action {
 	case "edit":
 		content, _, err := o.str("content")
 		if err != nil || content == "" {
-			return pl, "", errorf(http.StatusBadRequest, "content must be a non-empty string for edit action")
+			return pl, "", fault.New(fault.Invalid, "content must be a non-empty string for edit action")
 		}
 		pl.Content = content
 	case "auto":
@@ -1152,7 +1152,7 @@ func decodeConfirm(o object) (confirmPayload, string, error) {
 		if o.present("count") {
 			n, isInt := jsonInt(o["count"])
 			if !isInt || n <= 0 || n > 1<<31 || string(o["count"]) == "true" {
-				return pl, "", errorf(http.StatusBadRequest, "count must be a positive integer")
+				return pl, "", fault.New(fault.Invalid, "count must be a positive integer")
 			}
 			pl.Count = int(n)
 		}
@@ -1200,10 +1200,10 @@ func findRequest(sess *session.Session, id string, kind func(interaction.Kind) b
 
 func isApproval(k interaction.Kind) bool { return k == interaction.KindApproval }
 
-// settled says how a request that is no longer pending ended: a probe
-// with an answer no request accepts, so a request that has just become
-// pending is left alone.
-func settled(sess *session.Session, requestID string) error {
+// settled says how a request that is no longer pending ended, and false
+// when it knows of no such request: a probe with an answer no request
+// accepts, so a request that has just become pending is left alone.
+func settled(sess *session.Session, requestID string) (string, bool) {
 	err := sess.Answer(requestID, interaction.Response{Value: "\x00"})
 	var re *interaction.ResolvedError
 	if errors.As(err, &re) {
@@ -1214,9 +1214,9 @@ func settled(sess *session.Session, requestID string) error {
 		case interaction.ResolvedCancelled:
 			how = "cancelled (interrupted, or the conversation moved on)"
 		}
-		return errorf(http.StatusConflict, "Already settled: "+how)
+		return how, true
 	}
-	return errorf(http.StatusNotFound, "")
+	return "", false
 }
 
 func (s *Server) runConfirm(_ context.Context, c *call) (any, error) {
@@ -1227,9 +1227,9 @@ func (s *Server) runConfirm(_ context.Context, c *call) (any, error) {
 	sess := c.h.Session()
 	notFound := func() error {
 		if p.BySession {
-			return errorf(http.StatusNotFound, "Tool not found: "+p.ToolID)
+			return fault.New(fault.NotFound, "Tool not found: "+p.ToolID)
 		}
-		return errorf(http.StatusNotFound, "Tool not found in any session for conversation: "+p.ToolID)
+		return fault.New(fault.NotFound, "Tool not found in any session for conversation: "+p.ToolID)
 	}
 	req, ok := findRequest(sess, p.ToolID, isApproval)
 	if !ok {
@@ -1237,9 +1237,8 @@ func (s *Server) runConfirm(_ context.Context, c *call) (any, error) {
 		if mapped, ok := s.codec.requests.get(p.ToolID); ok {
 			rid = mapped
 		}
-		err := settled(sess, rid)
-		if ae, ok := err.(*apiError); ok && ae.status == http.StatusConflict {
-			return nil, errorf(http.StatusConflict, "Tool "+p.ToolID+" was "+strings.TrimPrefix(ae.msg, "Already settled: "))
+		if how, ok := settled(sess, rid); ok {
+			return nil, fault.New(fault.Conflict, "Tool "+p.ToolID+" was "+how)
 		}
 		return nil, notFound()
 	}
@@ -1265,15 +1264,14 @@ func (s *Server) runConfirm(_ context.Context, c *call) (any, error) {
 		var ve *interaction.ValidationError
 		switch {
 		case errors.As(err, &re):
-			serr := settled(sess, req.ID)
-			if ae, ok := serr.(*apiError); ok && ae.status == http.StatusConflict {
-				return nil, errorf(http.StatusConflict, "Tool "+p.ToolID+" was "+strings.TrimPrefix(ae.msg, "Already settled: "))
+			if how, ok := settled(sess, req.ID); ok {
+				return nil, fault.New(fault.Conflict, "Tool "+p.ToolID+" was "+how)
 			}
 			return nil, notFound()
 		case errors.Is(err, interaction.ErrNotFound):
 			return nil, notFound()
 		case errors.As(err, &ve):
-			return nil, errorf(http.StatusBadRequest, "Invalid answer: "+ve.Error())
+			return nil, fault.New(fault.Invalid, "Invalid answer: "+ve.Error())
 		}
 		return nil, err
 	}
@@ -1377,7 +1375,7 @@ func (s *Server) patchConfig(w http.ResponseWriter, r *http.Request, p params) e
 	if mode != "" && mode != string(h.Sandbox()) {
 		// The tools were built in their mode; a config sent back as GET
 		// answered it is fine, a new mode is not.
-		return errorf(http.StatusBadRequest, "sandbox cannot change: this conversation's tools run in "+string(h.Sandbox())+"; create a conversation to choose another mode")
+		return fault.New(fault.Invalid, "sandbox cannot change: this conversation's tools run in "+string(h.Sandbox())+"; create a conversation to choose another mode")
 	}
 	if pl.Tools != nil {
 		// Tools of the conversation's MCP servers, or of those the
@@ -1407,7 +1405,7 @@ func (s *Server) decodeConfig(o object) (pl configPayload, mode string, err erro
 	}
 	if ok {
 		if m, ok, err := chat.str("model"); err != nil {
-			return pl, "", errorf(http.StatusBadRequest, "model must be a string (provider/id, as GET /api/v2/models lists them)")
+			return pl, "", fault.New(fault.Invalid, "model must be a string (provider/id, as GET /api/v2/models lists them)")
 		} else if ok && m != "" {
 			if _, err := s.findModel(m); err != nil {
 				return pl, "", err
@@ -1423,7 +1421,7 @@ func (s *Server) decodeConfig(o object) (pl configPayload, mode string, err erro
 			return pl, "", err
 		} else if ok {
 			if _, err := llm.ParseThinkingLevel(v); err != nil {
-				return pl, "", errorf(http.StatusBadRequest, "thinking: "+err.Error())
+				return pl, "", fault.New(fault.Invalid, "thinking: "+err.Error())
 			}
 			pl.Thinking = &v
 		}
@@ -1460,11 +1458,11 @@ func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 	}
 	sess := c.h.Session()
 	if sess.Running() {
-		return nil, errorf(http.StatusConflict, "Cannot update config while generation is in progress")
+		return nil, fault.New(fault.Conflict, "Cannot update config while generation is in progress")
 	}
 	busy := func(err error) error {
 		if fault.CodeOf(err) == fault.Busy {
-			return errorf(http.StatusConflict, "Cannot update config while generation is in progress")
+			return fault.New(fault.Conflict, "Cannot update config while generation is in progress")
 		}
 		return err
 	}
@@ -1499,7 +1497,7 @@ func (s *Server) runConfig(ctx context.Context, c *call) (any, error) {
 	if p.Thinking != nil {
 		l, err := llm.ParseThinkingLevel(*p.Thinking)
 		if err != nil {
-			return nil, errorf(http.StatusBadRequest, "thinking: "+err.Error())
+			return nil, fault.New(fault.Invalid, "thinking: "+err.Error())
 		}
 		level = l
 	}
@@ -1671,21 +1669,21 @@ func decodeEdit(o object, index int, truncate bool) (editPayload, error) {
 		return pl, err
 	}
 	if len(files) > 0 {
-		return pl, errorf(http.StatusBadRequest, "files are not taken by an edit: add a new message with them")
+		return pl, fault.New(fault.Invalid, "files are not taken by an edit: add a new message with them")
 	}
 	if !pl.Truncate && !hasFiles && (pl.Content == nil || strings.TrimSpace(*pl.Content) == "") {
-		return pl, errorf(http.StatusBadRequest, "content or files is required")
+		return pl, fault.New(fault.Invalid, "content or files is required")
 	}
 	return pl, nil
 }
 
 func outOfRange(i, n int) error {
-	return errorf(http.StatusNotFound, fmt.Sprintf("Message index %d out of range (0-%d)", i, n-1))
+	return fault.New(fault.NotFound, fmt.Sprintf("Message index %d out of range (0-%d)", i, n-1))
 }
 
 func editBusy(err error, what string) error {
 	if fault.CodeOf(err) == fault.Busy {
-		return errorf(http.StatusConflict, "Cannot "+what+" while generation is in progress")
+		return fault.New(fault.Conflict, "Cannot "+what+" while generation is in progress")
 	}
 	return err
 }
@@ -1712,7 +1710,7 @@ func reappendable(msgs []*llm.Message) bool {
 
 // errKeepAfter refuses an edit that would have to carry tool calls onto
 // the new branch.
-var errKeepAfter = errorf(http.StatusConflict, "The messages after this one include tool calls and their results, which cannot be carried onto the edited branch: edit with ?truncate=1 (the old branch keeps them in the session file)")
+var errKeepAfter = fault.New(fault.Conflict, "The messages after this one include tool calls and their results, which cannot be carried onto the edited branch: edit with ?truncate=1 (the old branch keeps them in the session file)")
 
 // reappend adds msgs again after an edit branched the conversation; the
 // old branch keeps them too.
@@ -1732,7 +1730,7 @@ func (s *Server) runEdit(_ context.Context, c *call) (any, error) {
 	}
 	sess := c.h.Session()
 	if sess.Running() {
-		return nil, errorf(http.StatusConflict, "Cannot edit while generation is in progress")
+		return nil, fault.New(fault.Conflict, "Cannot edit while generation is in progress")
 	}
 	msgs := sess.Messages()
 	if p.Index >= len(msgs) {
@@ -1742,7 +1740,7 @@ func (s *Server) runEdit(_ context.Context, c *call) (any, error) {
 	changed := p.Content != nil && *p.Content != contentText(m.Content)
 	switch {
 	case changed && m.Role != llm.RoleUser:
-		return nil, errorf(http.StatusBadRequest, "Can only edit user messages")
+		return nil, fault.New(fault.Invalid, "Can only edit user messages")
 	case changed:
 		if !p.Truncate && !reappendable(msgs[p.Index+1:]) {
 			return nil, errKeepAfter
@@ -1768,7 +1766,7 @@ func (s *Server) runEdit(_ context.Context, c *call) (any, error) {
 			}
 		}
 	default:
-		return nil, errorf(http.StatusBadRequest, "No changes requested")
+		return nil, fault.New(fault.Invalid, "No changes requested")
 	}
 	return s.conversationOf(c.h), nil
 }
@@ -1803,7 +1801,7 @@ func (s *Server) runDeleteMessage(_ context.Context, c *call) (any, error) {
 	}
 	sess := c.h.Session()
 	if sess.Running() {
-		return nil, errorf(http.StatusConflict, "Cannot delete while generation is in progress")
+		return nil, fault.New(fault.Conflict, "Cannot delete while generation is in progress")
 	}
 	msgs := sess.Messages()
 	if p.Index >= len(msgs) {
@@ -1811,11 +1809,11 @@ func (s *Server) runDeleteMessage(_ context.Context, c *call) (any, error) {
 	}
 	m := msgs[p.Index]
 	if m.Role == llm.RoleToolResult || (m.Role == llm.RoleAssistant && len(m.ToolCalls()) > 0) {
-		return nil, errorf(http.StatusBadRequest, "Cannot delete a tool call or a tool result on its own: the model needs both (edit the user message before them instead)")
+		return nil, fault.New(fault.Invalid, "Cannot delete a tool call or a tool result on its own: the model needs both (edit the user message before them instead)")
 	}
 	if gptmeRole(m) == "system" {
 		// gptme's rule, on what clients see as role "system".
-		return nil, errorf(http.StatusBadRequest, "Cannot delete system messages")
+		return nil, fault.New(fault.Invalid, "Cannot delete system messages")
 	}
 	var prev, next string
 	for i := p.Index - 1; i >= 0 && prev == ""; i-- {
@@ -1832,7 +1830,7 @@ func (s *Server) runDeleteMessage(_ context.Context, c *call) (any, error) {
 		return nil, errKeepAfter
 	}
 	if prev != "" && prev == next {
-		return nil, errorf(http.StatusBadRequest, fmt.Sprintf("Deleting this message would create consecutive '%s' messages, which is not supported by LLM APIs", next))
+		return nil, fault.New(fault.Invalid, fmt.Sprintf("Deleting this message would create consecutive '%s' messages, which is not supported by LLM APIs", next))
 	}
 	if err := sess.TruncateAt(p.Index); err != nil {
 		return nil, editBusy(err, "delete")
@@ -1854,14 +1852,14 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, p params) error {
 	q := r.URL.Query()
 	v, ok := q["after_message"]
 	if !ok {
-		return errorf(http.StatusBadRequest, "after_message query parameter is required")
+		return fault.New(fault.Invalid, "after_message query parameter is required")
 	}
 	n, err := atoi(v[0])
 	if err != nil {
-		return errorf(http.StatusBadRequest, "after_message must be an integer")
+		return fault.New(fault.Invalid, "after_message must be an integer")
 	}
 	if b, ok := q["branch"]; ok && b[0] != "main" {
-		return errorf(http.StatusNotFound, "Branch not found: "+clip(b[0], 100))
+		return fault.New(fault.NotFound, "Branch not found: "+clip(b[0], 100))
 	}
 	if _, err := s.conversation(r.Context(), p.conv); err != nil {
 		return err
@@ -1881,18 +1879,18 @@ func (s *Server) runFork(ctx context.Context, c *call) (any, error) {
 	}
 	src := c.h.Session()
 	if src.Running() {
-		return nil, errorf(http.StatusConflict, "Cannot fork while generation is in progress")
+		return nil, fault.New(fault.Conflict, "Cannot fork while generation is in progress")
 	}
 	msgs := src.Messages()
 	if p.After < 0 || p.After >= len(msgs) {
-		return nil, errorf(http.StatusBadRequest, fmt.Sprintf("Message index %d out of range (0-%d)", p.After, len(msgs)-1))
+		return nil, fault.New(fault.Invalid, fmt.Sprintf("Message index %d out of range (0-%d)", p.After, len(msgs)-1))
 	}
 	// A copy of the session file's current branch becomes a session of
 	// its own, cut after the message asked for: tool calls, results and
 	// settings come along as they are.
 	file := src.File()
 	if file == "" {
-		return nil, errorf(http.StatusConflict, "This conversation is kept in memory only and cannot be forked")
+		return nil, fault.New(fault.Conflict, "This conversation is kept in memory only and cannot be forked")
 	}
 	f, err := transcript.Open(file)
 	if err != nil {
@@ -1957,7 +1955,7 @@ func (s *Server) rerun(w http.ResponseWriter, r *http.Request, p params) error {
 func (s *Server) runRerun(_ context.Context, c *call) (any, error) {
 	sess := c.h.Session()
 	if sess.Running() {
-		return nil, errorf(http.StatusConflict, "Cannot rerun while generation is in progress")
+		return nil, fault.New(fault.Conflict, "Cannot rerun while generation is in progress")
 	}
 	msgs := sess.Messages()
 	last := -1
@@ -1972,11 +1970,11 @@ func (s *Server) runRerun(_ context.Context, c *call) (any, error) {
 		}
 	}
 	if last < 0 {
-		return nil, errorf(http.StatusBadRequest, "No assistant message found")
+		return nil, fault.New(fault.Invalid, "No assistant message found")
 	}
 	calls := msgs[last].ToolCalls()
 	if len(calls) == 0 {
-		return nil, errorf(http.StatusBadRequest, "No tool uses found in the last assistant message")
+		return nil, fault.New(fault.Invalid, "No tool uses found in the last assistant message")
 	}
 	var ids []string
 	if last == len(msgs)-1 {
@@ -2040,7 +2038,7 @@ func decodeElicit(o object) (elicitPayload, string, error) {
 		return pl, "", err
 	}
 	if !o.present("elicit_id") || !o.present("action") {
-		return pl, "", errorf(http.StatusBadRequest, "elicit_id and action are required")
+		return pl, "", fault.New(fault.Invalid, "elicit_id and action are required")
 	}
 	id, _, err := o.str("elicit_id")
 	if err != nil {
@@ -2048,20 +2046,20 @@ func decodeElicit(o object) (elicitPayload, string, error) {
 	}
 	switch {
 	case strings.TrimSpace(id) == "":
-		return pl, "", errorf(http.StatusBadRequest, "elicit_id must not be blank")
+		return pl, "", fault.New(fault.Invalid, "elicit_id must not be blank")
 	case strings.TrimSpace(id) != id:
-		return pl, "", errorf(http.StatusBadRequest, "elicit_id must not contain leading or trailing whitespace")
+		return pl, "", fault.New(fault.Invalid, "elicit_id must not contain leading or trailing whitespace")
 	}
 	pl.ElicitID = id
 	if pl.Action, _, err = o.str("action"); err != nil {
 		return pl, "", err
 	}
 	if pl.Action != "accept" && pl.Action != "decline" && pl.Action != "cancel" {
-		return pl, "", errorf(http.StatusBadRequest, "Unknown action: "+clip(pl.Action, 100)+". Must be accept, decline, or cancel")
+		return pl, "", fault.New(fault.Invalid, "Unknown action: "+clip(pl.Action, 100)+". Must be accept, decline, or cancel")
 	}
 	if o.present("value") {
 		if err := unmarshalInto(o["value"], &pl.Value); err != nil {
-			return pl, "", errorf(http.StatusBadRequest, "value must be JSON")
+			return pl, "", fault.New(fault.Invalid, "value must be JSON")
 		}
 	}
 	if vals, ok, err := o.obj("values", "values must be an object"); err != nil {
@@ -2071,7 +2069,7 @@ func decodeElicit(o object) (elicitPayload, string, error) {
 		for k, raw := range vals {
 			var v any
 			if err := unmarshalInto(raw, &v); err != nil {
-				return pl, "", errorf(http.StatusBadRequest, "values must be an object")
+				return pl, "", fault.New(fault.Invalid, "values must be an object")
 			}
 			pl.Values[k] = v
 		}
@@ -2091,14 +2089,13 @@ func (s *Server) runElicit(_ context.Context, c *call) (any, error) {
 	sess := c.h.Session()
 	req, ok := findRequest(sess, p.ElicitID, func(k interaction.Kind) bool { return true })
 	if !ok {
-		err := settled(sess, p.ElicitID)
-		if ae, ok := err.(*apiError); ok && ae.status == http.StatusConflict {
-			return nil, errorf(http.StatusConflict, "Elicitation "+p.ElicitID+" was "+strings.TrimPrefix(ae.msg, "Already settled: "))
+		if how, ok := settled(sess, p.ElicitID); ok {
+			return nil, fault.New(fault.Conflict, "Elicitation "+p.ElicitID+" was "+how)
 		}
-		return nil, errorf(http.StatusNotFound, "Elicitation not found: "+p.ElicitID)
+		return nil, fault.New(fault.NotFound, "Elicitation not found: "+p.ElicitID)
 	}
 	if req.Kind == interaction.KindApproval {
-		return nil, errorf(http.StatusBadRequest, p.ElicitID+" is a tool call waiting for confirmation: answer it with tool/confirm")
+		return nil, fault.New(fault.Invalid, p.ElicitID+" is a tool call waiting for confirmation: answer it with tool/confirm")
 	}
 	resp := interaction.Response{Cancelled: true}
 	if p.Action == "accept" {
@@ -2111,11 +2108,11 @@ func (s *Server) runElicit(_ context.Context, c *call) (any, error) {
 		var ve *interaction.ValidationError
 		switch {
 		case errors.As(err, &ve):
-			return nil, errorf(http.StatusBadRequest, "Invalid answer: "+ve.Error())
+			return nil, fault.New(fault.Invalid, "Invalid answer: "+ve.Error())
 		case errors.Is(err, interaction.ErrAlreadyResolved):
-			return nil, errorf(http.StatusConflict, "Elicitation "+p.ElicitID+" was already settled")
+			return nil, fault.New(fault.Conflict, "Elicitation "+p.ElicitID+" was already settled")
 		case errors.Is(err, interaction.ErrNotFound):
-			return nil, errorf(http.StatusNotFound, "Elicitation not found: "+p.ElicitID)
+			return nil, fault.New(fault.NotFound, "Elicitation not found: "+p.ElicitID)
 		}
 		return nil, err
 	}
@@ -2127,7 +2124,7 @@ func (s *Server) runElicit(_ context.Context, c *call) (any, error) {
 // kind takes.
 func answerOf(req interaction.Request, p elicitPayload) (interaction.Response, error) {
 	bad := func(msg string) (interaction.Response, error) {
-		return interaction.Response{}, errorf(http.StatusBadRequest, msg)
+		return interaction.Response{}, fault.New(fault.Invalid, msg)
 	}
 	switch req.Kind {
 	case interaction.KindConfirm:
