@@ -357,20 +357,11 @@ func (in inputPayload) message() *llm.Message {
 }
 
 func (s *Server) createConversation(w http.ResponseWriter, r *http.Request, p params) error {
-	o, err := s.body(w, r, "")
-	if err != nil {
-		return err
-	}
-	pl, err := s.decodeCreate(o)
-	if err != nil {
-		return err
-	}
-	sub, err := s.submit(r, "rest.create", p.conv, pl, server.RateData)
-	if err != nil {
-		return err
-	}
-	writeRaw(w, http.StatusOK, sub.data)
-	return nil
+	return s.answerCommand(w, r, p, commandRequest{name: "rest.create", rate: server.RateData, body: true, creates: true,
+		decode: func(o object) (any, string, error) {
+			pl, err := s.decodeCreate(o)
+			return pl, "", err
+		}})
 }
 
 // decodeCreate reads PUT's body.
@@ -692,30 +683,20 @@ func (s *Server) setUp(h *server.Hosted, p createPayload) error {
 }
 
 func (s *Server) appendMessage(w http.ResponseWriter, r *http.Request, p params) error {
-	o, err := s.body(w, r, "No JSON data provided")
-	if err != nil {
-		return err
-	}
-	in, branch, tools, err := decodeAppend(o)
-	if err != nil {
-		return err
-	}
-	h, err := s.conversation(r.Context(), p.conv)
-	if err != nil {
-		return err
-	}
-	if err := checkBranch(branch); err != nil {
-		return err
-	}
-	if err := checkTools(h.Session(), tools); err != nil {
-		return err
-	}
-	sub, err := s.submit(r, "rest.append", p.conv, in, server.RateData)
-	if err != nil {
-		return err
-	}
-	writeRaw(w, http.StatusOK, sub.data)
-	return nil
+	var branch string
+	var tools []string
+	return s.answerCommand(w, r, p, commandRequest{name: "rest.append", rate: server.RateData, body: true, empty: "No JSON data provided",
+		decode: func(o object) (any, string, error) {
+			in, b, t, err := decodeAppend(o)
+			branch, tools = b, t
+			return in, "", err
+		},
+		check: func(h *server.Hosted, _ *attachment) error {
+			if err := checkBranch(branch); err != nil {
+				return err
+			}
+			return checkTools(h.Session(), tools)
+		}})
 }
 
 // decodeAppend reads the body of POST .../{id}: the message, the branch
@@ -800,10 +781,7 @@ func (s *Server) runAppend(ctx context.Context, c *call) (any, error) {
 }
 
 func (s *Server) deleteConversation(w http.ResponseWriter, r *http.Request, p params) error {
-	if _, err := s.conversation(r.Context(), p.conv); err != nil {
-		return err
-	}
-	if _, err := s.submit(r, "rest.delete", p.conv, nil, server.RateControl); err != nil {
+	if _, _, err := s.command(w, r, p, commandRequest{name: "rest.delete", rate: server.RateControl}); err != nil {
 		return err
 	}
 	for _, c := range s.att.removeConversation(p.conv) {
@@ -853,39 +831,32 @@ type stepAnswer struct {
 }
 
 func (s *Server) step(w http.ResponseWriter, r *http.Request, p params) error {
-	o, err := s.body(w, r, "")
-	if err != nil {
-		return err
-	}
-	pl, branch, err := s.decodeStep(o, designPath(r))
-	if err != nil {
-		return err
-	}
-	sid := pl.SessionID
-	at, err := s.attachmentOf(r.Context(), p.conv, sid)
-	if err != nil {
-		return err
-	}
-	h, err := s.conversation(r.Context(), p.conv)
-	if err != nil {
-		return err
-	}
-	if err := checkBranch(branch); err != nil {
-		return err
-	}
-	if at != nil {
-		// PUT's auto_confirm: always for this attachment, or a count given
-		// once.
-		s.att.update(at.id, func(a *attachment) {
-			if a.autoAlways {
-				pl.AutoAlways = true
+	var pl stepPayload
+	var branch string
+	sub, h, err := s.command(w, r, p, commandRequest{name: "rest.step", rate: server.RateData, body: true,
+		decode: func(o object) (any, string, error) {
+			var err error
+			pl, branch, err = s.decodeStep(o, designPath(r))
+			return &pl, pl.SessionID, err
+		},
+		check: func(_ *server.Hosted, at *attachment) error {
+			if err := checkBranch(branch); err != nil {
+				return err
 			}
-			if a.autoNext > 0 && pl.AutoNext == 0 {
-				pl.AutoNext, a.autoNext = a.autoNext, 0
+			if at != nil {
+				// PUT's auto_confirm: always for this attachment, or a
+				// count given once.
+				s.att.update(at.id, func(a *attachment) {
+					if a.autoAlways {
+						pl.AutoAlways = true
+					}
+					if a.autoNext > 0 && pl.AutoNext == 0 {
+						pl.AutoNext, a.autoNext = a.autoNext, 0
+					}
+				})
 			}
-		})
-	}
-	sub, err := s.submit(r, "rest.step", p.conv, pl, server.RateData)
+			return nil
+		}})
 	if err != nil {
 		return err
 	}
@@ -895,7 +866,7 @@ func (s *Server) step(w http.ResponseWriter, r *http.Request, p params) error {
 	}
 	if !sub.replayed {
 		if msg, failed := s.awaitStart(r.Context(), h.Session(), ans.Seq); failed {
-			return withFields(fault.New(fault.Failed, msg), map[string]any{"status": "error", "session_id": sid})
+			return withFields(fault.New(fault.Failed, msg), map[string]any{"status": "error", "session_id": pl.SessionID})
 		}
 	}
 	writeJSON(w, http.StatusOK, ans.StepResponse)
@@ -917,6 +888,16 @@ func sessionID(o object, design bool) (string, error) {
 		return o.optionalStrRequired("session_id")
 	}
 	return o.requiredStr("session_id")
+}
+
+// attachmentNamed reads the body of interrupt and rerun, whose only
+// field is the attachment they name (see sessionID); request is its
+// wire type.
+func attachmentNamed(o object, design bool, request any) (string, error) {
+	if err := o.only(fieldNames(request)...); err != nil {
+		return "", err
+	}
+	return sessionID(o, design)
 }
 
 // decodeStep reads step's body; design tells whether the request came
@@ -1088,33 +1069,8 @@ var confirmActions = map[string]string{
 }
 
 func (s *Server) confirm(w http.ResponseWriter, r *http.Request, p params) error {
-	o, err := s.body(w, r, "")
-	if err != nil {
-		return err
-	}
-	pl, sid, err := decodeConfirm(o)
-	if err != nil {
-		return err
-	}
-	return s.submitAttached(w, r, p, sid, "rest.confirm", pl, server.RateUIResponse)
-}
-
-// submitAttached submits a command that names an attachment (confirm,
-// elicit, interrupt, rerun) once the attachment and the conversation are
-// known to the caller, and answers with its outcome.
-func (s *Server) submitAttached(w http.ResponseWriter, r *http.Request, p params, sid, command string, pl any, rate server.RateClass) error {
-	if _, err := s.attachmentOf(r.Context(), p.conv, sid); err != nil {
-		return err
-	}
-	if _, err := s.conversation(r.Context(), p.conv); err != nil {
-		return err
-	}
-	sub, err := s.submit(r, command, p.conv, pl, rate)
-	if err != nil {
-		return err
-	}
-	writeRaw(w, http.StatusOK, sub.data)
-	return nil
+	return s.answerCommand(w, r, p, commandRequest{name: "rest.confirm", rate: server.RateUIResponse, body: true,
+		decode: func(o object) (any, string, error) { return decodeConfirm(o) }})
 }
 
 // decodeConfirm reads tool/confirm's body, and the session_id it names.
@@ -1291,18 +1247,11 @@ func (s *Server) runConfirm(_ context.Context, c *call) (any, error) {
 // ---- interrupt ----
 
 func (s *Server) interrupt(w http.ResponseWriter, r *http.Request, p params) error {
-	o, err := s.body(w, r, "")
-	if err != nil {
-		return err
-	}
-	if err := o.only(fieldNames(InterruptRequest{})...); err != nil {
-		return err
-	}
-	sid, err := sessionID(o, designPath(r))
-	if err != nil {
-		return err
-	}
-	return s.submitAttached(w, r, p, sid, "rest.interrupt", nil, server.RateControl)
+	return s.answerCommand(w, r, p, commandRequest{name: "rest.interrupt", rate: server.RateControl, body: true,
+		decode: func(o object) (any, string, error) {
+			sid, err := attachmentNamed(o, designPath(r), InterruptRequest{})
+			return nil, sid, err
+		}})
 }
 
 func (s *Server) runInterrupt(ctx context.Context, c *call) (any, error) {
@@ -1360,38 +1309,30 @@ type configPayload struct {
 }
 
 func (s *Server) patchConfig(w http.ResponseWriter, r *http.Request, p params) error {
-	o, err := s.body(w, r, "No JSON data provided")
-	if err != nil {
-		return err
-	}
-	pl, mode, err := s.decodeConfig(o)
-	if err != nil {
-		return err
-	}
-	h, err := s.conversation(r.Context(), p.conv)
-	if err != nil {
-		return err
-	}
-	if mode != "" && mode != string(h.Sandbox()) {
-		// The tools were built in their mode; a config sent back as GET
-		// answered it is fine, a new mode is not.
-		return fault.New(fault.Invalid, "sandbox cannot change: this conversation's tools run in "+string(h.Sandbox())+"; create a conversation to choose another mode")
-	}
-	if pl.Tools != nil {
-		// Tools of the conversation's MCP servers, or of those the
-		// request gives, are checked in the lane, once the servers run.
-		cur := mcpOf(h.Session())
-		mayBeMCP := func(n string) bool { return pl.MCP.mayOffer(n) || cur.mayOffer(n) }
-		if err := checkTools(h.Session(), slices.DeleteFunc(slices.Clone(*pl.Tools), mayBeMCP)); err != nil {
-			return err
-		}
-	}
-	sub, err := s.submit(r, "rest.config", p.conv, pl, server.RateData)
-	if err != nil {
-		return err
-	}
-	writeRaw(w, http.StatusOK, sub.data)
-	return nil
+	var pl configPayload
+	var mode string
+	return s.answerCommand(w, r, p, commandRequest{name: "rest.config", rate: server.RateData, body: true, empty: "No JSON data provided",
+		decode: func(o object) (any, string, error) {
+			var err error
+			pl, mode, err = s.decodeConfig(o)
+			return &pl, "", err
+		},
+		check: func(h *server.Hosted, _ *attachment) error {
+			if mode != "" && mode != string(h.Sandbox()) {
+				// The tools were built in their mode; a config sent back
+				// as GET answered it is fine, a new mode is not.
+				return fault.New(fault.Invalid, "sandbox cannot change: this conversation's tools run in "+string(h.Sandbox())+"; create a conversation to choose another mode")
+			}
+			if pl.Tools != nil {
+				// Tools of the conversation's MCP servers, or of those the
+				// request gives, are checked in the lane, once the servers
+				// run.
+				cur := mcpOf(h.Session())
+				mayBeMCP := func(n string) bool { return pl.MCP.mayOffer(n) || cur.mayOffer(n) }
+				return checkTools(h.Session(), slices.DeleteFunc(slices.Clone(*pl.Tools), mayBeMCP))
+			}
+			return nil
+		}})
 }
 
 // decodeConfig reads the body of PATCH .../config: chat's model, tools,
@@ -1634,23 +1575,11 @@ type editPayload struct {
 }
 
 func (s *Server) editMessage(w http.ResponseWriter, r *http.Request, p params) error {
-	o, err := s.body(w, r, "")
-	if err != nil {
-		return err
-	}
-	pl, err := decodeEdit(o, p.index, r.URL.Query().Get("truncate") == "1")
-	if err != nil {
-		return err
-	}
-	if _, err := s.conversation(r.Context(), p.conv); err != nil {
-		return err
-	}
-	sub, err := s.submit(r, "rest.edit", p.conv, pl, server.RateData)
-	if err != nil {
-		return err
-	}
-	writeRaw(w, http.StatusOK, sub.data)
-	return nil
+	return s.answerCommand(w, r, p, commandRequest{name: "rest.edit", rate: server.RateData, body: true,
+		decode: func(o object) (any, string, error) {
+			pl, err := decodeEdit(o, p.index, r.URL.Query().Get("truncate") == "1")
+			return pl, "", err
+		}})
 }
 
 // decodeEdit reads the body of PATCH .../messages/{index}.
@@ -1772,15 +1701,8 @@ func (s *Server) runEdit(_ context.Context, c *call) (any, error) {
 }
 
 func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request, p params) error {
-	if _, err := s.conversation(r.Context(), p.conv); err != nil {
-		return err
-	}
-	sub, err := s.submit(r, "rest.delete_message", p.conv, editPayload{Index: p.index}, server.RateData)
-	if err != nil {
-		return err
-	}
-	writeRaw(w, http.StatusOK, sub.data)
-	return nil
+	return s.answerCommand(w, r, p, commandRequest{name: "rest.delete_message", rate: server.RateData,
+		decode: func(object) (any, string, error) { return editPayload{Index: p.index}, "", nil }})
 }
 
 // gptmeRole is a message's role as gptme's role rules see it.
@@ -1849,27 +1771,29 @@ type forkPayload struct {
 }
 
 func (s *Server) fork(w http.ResponseWriter, r *http.Request, p params) error {
+	return s.answerCommand(w, r, p, commandRequest{name: "rest.fork", rate: server.RateData,
+		decode: func(object) (any, string, error) {
+			pl, err := decodeFork(r)
+			return pl, "", err
+		}})
+}
+
+// decodeFork reads fork's query: the message to copy up to and the
+// branch (main).
+func decodeFork(r *http.Request) (forkPayload, error) {
 	q := r.URL.Query()
 	v, ok := q["after_message"]
 	if !ok {
-		return fault.New(fault.Invalid, "after_message query parameter is required")
+		return forkPayload{}, fault.New(fault.Invalid, "after_message query parameter is required")
 	}
 	n, err := atoi(v[0])
 	if err != nil {
-		return fault.New(fault.Invalid, "after_message must be an integer")
+		return forkPayload{}, fault.New(fault.Invalid, "after_message must be an integer")
 	}
 	if b, ok := q["branch"]; ok && b[0] != "main" {
-		return fault.New(fault.NotFound, "Branch not found: "+clip(b[0], 100))
+		return forkPayload{}, fault.New(fault.NotFound, "Branch not found: "+clip(b[0], 100))
 	}
-	if _, err := s.conversation(r.Context(), p.conv); err != nil {
-		return err
-	}
-	sub, err := s.submit(r, "rest.fork", p.conv, forkPayload{After: n}, server.RateData)
-	if err != nil {
-		return err
-	}
-	writeRaw(w, http.StatusOK, sub.data)
-	return nil
+	return forkPayload{After: n}, nil
 }
 
 func (s *Server) runFork(ctx context.Context, c *call) (any, error) {
@@ -1938,18 +1862,11 @@ func (s *Server) runFork(ctx context.Context, c *call) (any, error) {
 // ---- rerun ----
 
 func (s *Server) rerun(w http.ResponseWriter, r *http.Request, p params) error {
-	o, err := s.body(w, r, "")
-	if err != nil {
-		return err
-	}
-	if err := o.only(fieldNames(RerunRequest{})...); err != nil {
-		return err
-	}
-	sid, err := sessionID(o, designPath(r))
-	if err != nil {
-		return err
-	}
-	return s.submitAttached(w, r, p, sid, "rest.rerun", nil, server.RateData)
+	return s.answerCommand(w, r, p, commandRequest{name: "rest.rerun", rate: server.RateData, body: true,
+		decode: func(o object) (any, string, error) {
+			sid, err := attachmentNamed(o, designPath(r), RerunRequest{})
+			return nil, sid, err
+		}})
 }
 
 func (s *Server) runRerun(_ context.Context, c *call) (any, error) {
@@ -2020,15 +1937,8 @@ type elicitPayload struct {
 }
 
 func (s *Server) elicit(w http.ResponseWriter, r *http.Request, p params) error {
-	o, err := s.body(w, r, "")
-	if err != nil {
-		return err
-	}
-	pl, sid, err := decodeElicit(o)
-	if err != nil {
-		return err
-	}
-	return s.submitAttached(w, r, p, sid, "rest.elicit", pl, server.RateUIResponse)
+	return s.answerCommand(w, r, p, commandRequest{name: "rest.elicit", rate: server.RateUIResponse, body: true,
+		decode: func(o object) (any, string, error) { return decodeElicit(o) }})
 }
 
 // decodeElicit reads elicit/respond's body, and the session_id it names.

@@ -30,20 +30,11 @@ type transcriptPayload struct {
 }
 
 func (s *Server) transcript(w http.ResponseWriter, r *http.Request, p params) error {
-	o, err := s.body(w, r, "")
-	if err != nil {
-		return err
-	}
-	pl, err := decodeTranscript(o)
-	if err != nil {
-		return err
-	}
-	sub, err := s.submit(r, "rest.transcript", p.conv, pl, server.RateData)
-	if err != nil {
-		return err
-	}
-	writeRaw(w, http.StatusOK, sub.data)
-	return nil
+	return s.answerCommand(w, r, p, commandRequest{name: "rest.transcript", rate: server.RateData, body: true, creates: true,
+		decode: func(o object) (any, string, error) {
+			pl, err := decodeTranscript(o)
+			return pl, "", err
+		}})
 }
 
 // decodeTranscript reads the body with gptme's checks, in its order and
