@@ -80,7 +80,13 @@ type errorBody struct {
 func writeError(w http.ResponseWriter, log *slog.Logger, r *http.Request, err error) {
 	fe := fault.As(err)
 	if fe == nil || fe.Code == fault.Internal {
-		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		// A command's internal failure comes back from the pipeline as an
+		// Internal fault: its cause is the detail.
+		detail := err
+		if fe != nil && fe.Cause != nil {
+			detail = fe.Cause
+		}
+		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", detail)
 		writeJSON(w, http.StatusInternalServerError, errorBody{"Internal error"})
 		return
 	}
