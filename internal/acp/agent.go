@@ -555,7 +555,7 @@ func (a *Agent) listSessions(ctx context.Context, params json.RawMessage) (any, 
 		}
 		list, err := a.opt.Remote.List(ctx, cwd)
 		if err != nil {
-			return nil, err
+			return nil, fromRemote(err)
 		}
 		return listSessionsResult{Sessions: list}, nil
 	}

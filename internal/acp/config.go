@@ -238,7 +238,7 @@ func (s *remoteSession) settings(ctx context.Context) (settingsView, error) {
 }
 
 func (s *remoteSession) setMode(ctx context.Context, id string) error {
-	return s.r.call(ctx, map[string]any{"type": "set_mode", "sessionId": s.id, "mode": id}, nil)
+	return fromRemote(s.r.call(ctx, map[string]any{"type": "set_mode", "sessionId": s.id, "mode": id}, nil))
 }
 
 func (s *remoteSession) setModel(ctx context.Context, id string) error {
@@ -246,11 +246,11 @@ func (s *remoteSession) setModel(ctx context.Context, id string) error {
 	if !ok {
 		return fault.Errorf(fault.Invalid, "model %q: want provider/id, as the models of session/new name them", id)
 	}
-	return s.r.call(ctx, map[string]any{"type": "set_model", "sessionId": s.id, "provider": provider, "modelId": model}, nil)
+	return fromRemote(s.r.call(ctx, map[string]any{"type": "set_model", "sessionId": s.id, "provider": provider, "modelId": model}, nil))
 }
 
 func (s *remoteSession) setThinking(ctx context.Context, level string) error {
-	return s.r.call(ctx, map[string]any{"type": "set_thinking_level", "sessionId": s.id, "level": level}, nil)
+	return fromRemote(s.r.call(ctx, map[string]any{"type": "set_thinking_level", "sessionId": s.id, "level": level}, nil))
 }
 
 // setup is the answer of session/new and session/load for ss: its

@@ -33,7 +33,7 @@ func (a *Agent) forkSession(ctx context.Context, params json.RawMessage) (any, e
 		}
 		id, err := a.opt.Remote.Fork(ctx, p.SessionID)
 		if err != nil {
-			return nil, err
+			return nil, fromRemote(err)
 		}
 		ss, err := a.open(ctx, cwd, "", id, p.MCPServers)
 		if err != nil {

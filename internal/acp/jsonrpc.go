@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentd-dev/agentd/internal/ndjson"
 	"io"
 	"log/slog"
 	"strconv"
 	"sync"
 
 	"github.com/agentd-dev/agentd/internal/fault"
+	"github.com/agentd-dev/agentd/internal/ndjson"
 	"github.com/agentd-dev/agentd/internal/piwire"
 )
 
@@ -233,7 +233,7 @@ func (c *conn) dispatch(ctx context.Context, line []byte) {
 			ar.then()
 			return
 		}
-		c.reply(f.ID, res, rpcError(err))
+		c.reply(f.ID, res, c.rpcError(f.Method, err))
 	}()
 }
 
@@ -254,9 +254,19 @@ func trimSpace(b []byte) []byte {
 	return b
 }
 
-// rpcError maps a handler's error to its wire form: *Error as it is,
-// agentd's fault codes to the nearest JSON-RPC or ACP code.
-func rpcError(err error) *Error {
+// rpcCodes is the face's one table from agentd's fault codes to
+// JSON-RPC's and ACP's error codes; a fault whose code is not here is
+// answered -32603 with its message.
+var rpcCodes = map[fault.Code]int{
+	fault.Invalid:  CodeInvalidParams,
+	fault.NotFound: CodeResourceNotFound,
+}
+
+// rpcError is the face's one error path: a handler's *Error as it is, a
+// fault by its code (rpcCodes) with its message, and anything else (an
+// Internal fault too) logged and answered -32603 "Internal error", so
+// that no internal detail (a path, a library's words) reaches the editor.
+func (c *conn) rpcError(method string, err error) *Error {
 	if err == nil {
 		return nil
 	}
@@ -264,13 +274,16 @@ func rpcError(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
-	switch fault.CodeOf(err) {
-	case fault.Invalid:
-		return &Error{Code: CodeInvalidParams, Message: err.Error()}
-	case fault.NotFound:
-		return &Error{Code: CodeResourceNotFound, Message: err.Error()}
+	fe := fault.As(err)
+	if fe == nil || fe.Code == fault.Internal {
+		c.log.Error("acp request failed", "method", method, "err", err)
+		return &Error{Code: CodeInternalError, Message: "Internal error"}
 	}
-	return &Error{Code: CodeInternalError, Message: err.Error()}
+	code, ok := rpcCodes[fe.Code]
+	if !ok {
+		code = CodeInternalError
+	}
+	return &Error{Code: code, Message: fe.Message}
 }
 
 func (c *conn) reply(id json.RawMessage, result any, e *Error) {

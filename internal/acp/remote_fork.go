@@ -12,7 +12,7 @@ func (a *Agent) openRemote(ctx context.Context, ss *acpSession, servers []MCPSer
 	s, err := get()
 	if err != nil {
 		ss.stop()
-		return nil, err
+		return nil, fromRemote(err)
 	}
 	if c, ok := s.(configurable); ok {
 		ss.cfg = c
@@ -23,7 +23,7 @@ func (a *Agent) openRemote(ctx context.Context, ss *acpSession, servers []MCPSer
 		if err != nil {
 			_ = s.Close()
 			ss.stop()
-			return nil, err
+			return nil, fromRemote(err)
 		}
 		ss.remoteUnavailable = failed
 	}

@@ -81,7 +81,7 @@ func (s *remoteSession) Prompt(m *llm.Message, _ session.Behavior) error {
 		// started, whose end would then end this turn.
 		return fault.New(fault.Busy, "Session "+s.id+" is running a prompt on agentd serve (perhaps from another client): wait for it to end or send session/cancel")
 	}
-	return s.r.prompt(s.r.ctx, s.id, m)
+	return fromRemote(s.r.prompt(s.r.ctx, s.id, m))
 }
 
 func (s *remoteSession) Abort() {
@@ -134,7 +134,7 @@ func (s *remoteSession) Answer(id string, resp interaction.Response) error {
 	}
 	ctx, cancel := context.WithTimeout(s.r.ctx, 30*time.Second)
 	defer cancel()
-	return s.r.call(ctx, map[string]any{"type": "extension_ui_response", "sessionId": s.id, "requestId": id, "response": answer}, nil)
+	return fromRemote(s.r.call(ctx, map[string]any{"type": "extension_ui_response", "sessionId": s.id, "requestId": id, "response": answer}, nil))
 }
 
 func (s *remoteSession) Interactions() []interaction.Request {

@@ -2,12 +2,10 @@ package convapi
 
 import (
 	"context"
-	"crypto/subtle"
 	"net/http"
 	"strings"
 
 	"github.com/agentd-dev/agentd/internal/fault"
-	"github.com/agentd-dev/agentd/internal/jwtauth"
 	"github.com/agentd-dev/agentd/internal/server"
 )
 
@@ -37,10 +35,10 @@ func credential(r *http.Request) (string, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, rest, ok := strings.Cut(strings.TrimSpace(h), " ")
 		if !ok {
-			return "", errorf(http.StatusUnauthorized, "Invalid authorization header format")
+			return "", fault.New(fault.Unauthorized, "Invalid authorization header format")
 		}
 		if !strings.EqualFold(scheme, "Bearer") {
-			return "", errorf(http.StatusUnauthorized, "Invalid authentication scheme")
+			return "", fault.New(fault.Unauthorized, "Invalid authentication scheme")
 		}
 		if got := strings.TrimSpace(rest); got != "" {
 			return got, nil
@@ -52,61 +50,28 @@ func credential(r *http.Request) (string, error) {
 	return r.URL.Query().Get("token"), nil
 }
 
-// authorize checks a request's credentials and says who it acts for.
-//
-// A JWT (when the server verifies them) is checked by the layer, as on
-// the other faces: its subject owns the conversations it creates and it
-// sees only those and the ones its sessions claim grants. The shared
-// token, compared in constant time, and a loopback server with neither a
-// token nor JWT keys reach every conversation. With JWT keys and no
-// shared token, a JWT is required. Then the operator's auth command, when
-// there is one, has its say.
-func (s *Server) authorize(r *http.Request) (server.Principal, error) {
-	jwts := s.srv.VerifiesJWT()
-	var cred string
-	if jwts || s.opt.Token != "" {
-		var err error
-		if cred, err = credential(r); err != nil {
-			return server.Principal{}, err
-		}
-	}
-	switch {
-	case jwts && jwtauth.LooksLikeJWT(cred):
-		return s.identifyJWT(r, cred)
-	case s.opt.Token != "":
-		if cred == "" {
-			return server.Principal{}, errorf(http.StatusUnauthorized, "Missing authentication credentials")
-		}
-		if subtle.ConstantTimeCompare([]byte(cred), []byte(s.opt.Token)) != 1 {
-			return server.Principal{}, errorf(http.StatusUnauthorized, "Invalid or expired token")
-		}
-	case jwts:
-		if cred == "" {
-			return server.Principal{}, errorf(http.StatusUnauthorized, "Missing authentication credentials")
-		}
-		return server.Principal{}, errorf(http.StatusUnauthorized, "Invalid or expired token: this server takes a JWT")
-	}
-	res := s.srv.Authenticate(r.Context(), server.RequestOf("http", r))
-	if !res.Allowed {
-		return server.Principal{}, errorf(http.StatusForbidden, res.Reason)
-	}
-	return server.Principal{Subject: res.Identity}, nil
+// gptmeAuthTexts are gptme's words for the layer's refusals, which its
+// clients and portable suite read.
+var gptmeAuthTexts = server.AuthTexts{
+	Missing: "Missing authentication credentials",
+	Invalid: "Invalid or expired token",
+	NotJWT:  "Invalid or expired token: this server takes a JWT",
 }
 
-// identifyJWT has the layer verify a JWT, wherever the request carried
-// it (the cookie included, which the layer does not read).
-func (s *Server) identifyJWT(r *http.Request, cred string) (server.Principal, error) {
-	rr := r.Clone(r.Context())
-	rr.Header.Set("Authorization", "Bearer "+cred)
-	who, err := s.srv.Identify(r.Context(), rr, server.IdentifyOptions{Transport: "http"})
-	if err != nil {
-		msg := "Invalid or expired token"
-		if fe := fault.As(err); fe != nil && fe.Message != "" {
-			msg = fe.Message
-		}
-		return server.Principal{}, errorf(http.StatusUnauthorized, msg)
-	}
-	return who, nil
+// authorize checks a request's credentials and says who it acts for,
+// by the layer's rule (server.Identify), as on the other faces, with
+// what this face reads (credential) and gptme's words.
+//
+// A JWT (when the server verifies them) makes its subject the owner of
+// the conversations it creates, and it sees only those and the ones its
+// claims grant. The shared token, compared in constant time, and a
+// loopback server with neither a token nor JWT keys reach every
+// conversation. With JWT keys and no shared token, a JWT is required.
+// Then the operator's auth command, when there is one, has its say; its
+// refusal is a 403 here.
+func (s *Server) authorize(r *http.Request) (server.Principal, error) {
+	return s.srv.Identify(r.Context(), r, server.IdentifyOptions{Token: s.opt.Token, Transport: "http",
+		Credential: credential, Texts: gptmeAuthTexts, Refused: fault.Forbidden})
 }
 
 // sees reports whether the request's principal may see conversation id

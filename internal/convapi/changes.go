@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/checkpoint"
+	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/server"
 	"github.com/agentd-dev/agentd/internal/session"
 )
@@ -122,7 +123,7 @@ func (s *Server) turnDiff(w http.ResponseWriter, r *http.Request, p params) erro
 	}
 	turn := r.URL.Query().Get("turn")
 	if len(turn) > 200 {
-		return errorf(http.StatusBadRequest, "turn is at most 200 characters")
+		return fault.New(fault.Invalid, "turn is at most 200 characters")
 	}
 	sess := h.Session()
 	d, err := sess.TurnDiff(r.Context(), turn)
@@ -177,34 +178,32 @@ type revertPayload struct {
 }
 
 func (s *Server) revert(w http.ResponseWriter, r *http.Request, p params) error {
-	o, err := s.body(w, r, "")
-	if err != nil {
-		return err
-	}
-	if err := o.only(fieldNames(RevertRequest{})...); err != nil {
-		return err
-	}
+	return s.answerCommand(w, r, p, commandRequest{name: "rest.revert", rate: server.RateData, body: true,
+		decode: func(o object) (any, string, error) {
+			pl, err := decodeRevert(o)
+			return pl, "", err
+		}})
+}
+
+// decodeRevert reads changes/revert's body.
+func decodeRevert(o object) (revertPayload, error) {
 	var pl revertPayload
+	if err := o.only(fieldNames(RevertRequest{})...); err != nil {
+		return pl, err
+	}
+	var err error
 	if pl.Turn, err = o.optionalStr("turn"); err != nil {
-		return err
+		return pl, err
 	}
 	if len(pl.Turn) > 200 {
-		return errorf(http.StatusBadRequest, "turn is at most 200 characters")
+		return pl, fault.New(fault.Invalid, "turn is at most 200 characters")
 	}
 	if v, ok, err := o.boolean("truncate"); err != nil {
-		return err
+		return pl, err
 	} else if ok {
 		pl.Truncate = v
 	}
-	if _, err := s.conversation(r.Context(), p.conv); err != nil {
-		return err
-	}
-	sub, err := s.submit(r, "rest.revert", p.conv, pl, server.RateData)
-	if err != nil {
-		return err
-	}
-	writeRaw(w, http.StatusOK, sub.data)
-	return nil
+	return pl, nil
 }
 
 func (s *Server) runRevert(ctx context.Context, c *call) (any, error) {
@@ -220,15 +219,7 @@ func (s *Server) runRevert(ctx context.Context, c *call) (any, error) {
 }
 
 func (s *Server) undoRevert(w http.ResponseWriter, r *http.Request, p params) error {
-	if _, err := s.conversation(r.Context(), p.conv); err != nil {
-		return err
-	}
-	sub, err := s.submit(r, "rest.undo_revert", p.conv, nil, server.RateData)
-	if err != nil {
-		return err
-	}
-	writeRaw(w, http.StatusOK, sub.data)
-	return nil
+	return s.answerCommand(w, r, p, commandRequest{name: "rest.undo_revert", rate: server.RateData})
 }
 
 func (s *Server) runUndoRevert(ctx context.Context, c *call) (any, error) {

@@ -146,44 +146,13 @@ func keepable(keep func(json.RawMessage) json.RawMessage) func(pipeline.Response
 	}
 }
 
-// asFault turns a handler's error into what the pipeline keeps: a fault
-// with the code of the HTTP status it stands for.
+// asFault turns a handler's error into what the pipeline keeps: its
+// fault as it is, or an internal error whose detail stays in the log.
 func asFault(err error) error {
-	var ae *apiError
-	if errors.As(err, &ae) {
-		if ae.kept != "" {
-			return &fault.Error{Code: codeOf(ae.status), Message: ae.msg, Cause: keptMessage(ae.kept)}
-		}
-		return fault.New(codeOf(ae.status), ae.msg)
-	}
 	if fe := fault.As(err); fe != nil {
 		return fe
 	}
 	return fault.Wrap(fault.Internal, err, "Internal error")
-}
-
-func codeOf(status int) fault.Code {
-	switch status {
-	case http.StatusBadRequest:
-		return fault.Invalid
-	case http.StatusUnauthorized:
-		return fault.Unauthorized
-	case http.StatusForbidden:
-		return fault.Forbidden
-	case http.StatusNotFound:
-		return fault.NotFound
-	case http.StatusConflict:
-		return fault.Conflict
-	case http.StatusRequestEntityTooLarge:
-		return fault.TooLarge
-	case http.StatusTooManyRequests:
-		return fault.Limit
-	case http.StatusServiceUnavailable:
-		return fault.Unavailable
-	case http.StatusGatewayTimeout:
-		return fault.Timeout
-	}
-	return fault.Failed
 }
 
 // submitted is a command's outcome as the HTTP handler sees it.
@@ -198,7 +167,7 @@ type submitted struct {
 func (s *Server) submit(r *http.Request, name, conv string, payload any, rate server.RateClass) (submitted, error) {
 	key := r.Header.Get("Idempotency-Key")
 	if len(key) > 256 || (key == "" && len(r.Header.Values("Idempotency-Key")) > 0) {
-		return submitted{}, errorf(http.StatusBadRequest, "Idempotency-Key must be a non-empty string of at most 256 characters")
+		return submitted{}, fault.New(fault.Invalid, "Idempotency-Key must be a non-empty string of at most 256 characters")
 	}
 	if e := s.srv.Admit(conv, rate); e != nil {
 		return submitted{}, e.Error

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/server"
 )
 
@@ -34,13 +35,13 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int) ([]byte, error)
 		return nil, tooLarge(limit)
 	}
 	if err != nil {
-		return nil, errorf(http.StatusBadRequest, "Could not read the request body: "+err.Error())
+		return nil, fault.New(fault.Invalid, "Could not read the request body: "+err.Error())
 	}
 	return body, nil
 }
 
-func tooLarge(limit int) *apiError {
-	return errorf(http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body too large: the limit is %d bytes", limit))
+func tooLarge(limit int) *fault.Error {
+	return fault.New(fault.TooLarge, fmt.Sprintf("Request body too large: the limit is %d bytes", limit))
 }
 
 // object is a request body that is one JSON object.
@@ -51,28 +52,28 @@ type object map[string]json.RawMessage
 func parseObject(body []byte, emptyMsg string) (object, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		if emptyMsg != "" {
-			return nil, errorf(http.StatusBadRequest, emptyMsg)
+			return nil, fault.New(fault.Invalid, emptyMsg)
 		}
 		return object{}, nil
 	}
 	if !utf8.Valid(body) {
-		return nil, errorf(http.StatusBadRequest, "Malformed JSON in request body")
+		return nil, fault.New(fault.Invalid, "Malformed JSON in request body")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, errorf(http.StatusBadRequest, "Malformed JSON in request body")
+		return nil, fault.New(fault.Invalid, "Malformed JSON in request body")
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, errorf(http.StatusBadRequest, "Malformed JSON in request body")
+		return nil, fault.New(fault.Invalid, "Malformed JSON in request body")
 	}
 	if _, ok := v.(map[string]any); !ok {
-		return nil, errorf(http.StatusBadRequest, "JSON body must be an object")
+		return nil, fault.New(fault.Invalid, "JSON body must be an object")
 	}
 	var o object
 	if err := json.Unmarshal(body, &o); err != nil {
-		return nil, errorf(http.StatusBadRequest, "Malformed JSON in request body")
+		return nil, fault.New(fault.Invalid, "Malformed JSON in request body")
 	}
 	return o, nil
 }
@@ -97,7 +98,7 @@ func (o object) only(allowed ...string) error {
 		return nil
 	}
 	sort.Strings(unknown)
-	return errorf(http.StatusBadRequest, fmt.Sprintf("Unknown field %s; allowed fields: %s", strconv.Quote(clip(unknown[0], 100)), strings.Join(allowed, ", ")))
+	return fault.New(fault.Invalid, fmt.Sprintf("Unknown field %s; allowed fields: %s", strconv.Quote(clip(unknown[0], 100)), strings.Join(allowed, ", ")))
 }
 
 // present reports whether k is set to something other than null.
@@ -112,7 +113,7 @@ func (o object) str(k string) (v string, ok bool, err error) {
 		return "", false, nil
 	}
 	if json.Unmarshal(o[k], &v) != nil {
-		return "", false, errorf(http.StatusBadRequest, k+" must be a string")
+		return "", false, fault.New(fault.Invalid, k+" must be a string")
 	}
 	return v, true, nil
 }
@@ -125,7 +126,7 @@ func (o object) requiredStr(k string) (string, error) {
 		return "", err
 	}
 	if !ok || strings.TrimSpace(v) == "" {
-		return "", errorf(http.StatusBadRequest, k+" is required")
+		return "", fault.New(fault.Invalid, k+" is required")
 	}
 	return strings.TrimSpace(v), nil
 }
@@ -138,7 +139,7 @@ func (o object) optionalStr(k string) (string, error) {
 		return "", err
 	}
 	if strings.TrimSpace(v) == "" {
-		return "", errorf(http.StatusBadRequest, k+" must be a non-empty string")
+		return "", fault.New(fault.Invalid, k+" must be a non-empty string")
 	}
 	return strings.TrimSpace(v), nil
 }
@@ -149,7 +150,7 @@ func (o object) boolean(k string) (v bool, ok bool, err error) {
 		return false, false, nil
 	}
 	if json.Unmarshal(o[k], &v) != nil {
-		return false, false, errorf(http.StatusBadRequest, fmt.Sprintf("Invalid '%s' value: '%s' must be a boolean", k, k))
+		return false, false, fault.New(fault.Invalid, fmt.Sprintf("Invalid '%s' value: '%s' must be a boolean", k, k))
 	}
 	return v, true, nil
 }
@@ -162,7 +163,7 @@ func (o object) integer(k string) (v int64, ok bool, err error) {
 	}
 	n, isInt := jsonInt(o[k])
 	if !isInt {
-		return 0, false, errorf(http.StatusBadRequest, k+" must be an integer")
+		return 0, false, fault.New(fault.Invalid, k+" must be an integer")
 	}
 	return n, true, nil
 }
@@ -185,7 +186,7 @@ func (o object) number(k string) (v float64, ok bool, err error) {
 		return 0, false, nil
 	}
 	if json.Unmarshal(o[k], &v) != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, false, errorf(http.StatusBadRequest, k+" must be a number")
+		return 0, false, fault.New(fault.Invalid, k+" must be a number")
 	}
 	return v, true, nil
 }
@@ -197,7 +198,7 @@ func (o object) strings(k string) (v []string, ok bool, err error) {
 		return nil, false, nil
 	}
 	if json.Unmarshal(o[k], &v) != nil {
-		return nil, false, errorf(http.StatusBadRequest, k+" must be a list of strings")
+		return nil, false, fault.New(fault.Invalid, k+" must be a list of strings")
 	}
 	if v == nil {
 		v = []string{}
@@ -212,7 +213,7 @@ func (o object) obj(k, msg string) (object, bool, error) {
 	}
 	var v object
 	if json.Unmarshal(o[k], &v) != nil || v == nil {
-		return nil, false, errorf(http.StatusBadRequest, msg)
+		return nil, false, fault.New(fault.Invalid, msg)
 	}
 	return v, true, nil
 }
@@ -223,8 +224,8 @@ func (o object) autoConfirm() (always bool, next int, err error) {
 	if !o.present("auto_confirm") {
 		return false, 0, nil
 	}
-	bad := &apiError{status: http.StatusBadRequest, msg: "Invalid 'auto_confirm' value: 'auto_confirm' must be a boolean or a non-negative integer",
-		extra: map[string]any{"message": "'auto_confirm' must be a boolean or integer"}}
+	bad := withFields(fault.New(fault.Invalid, "Invalid 'auto_confirm' value: 'auto_confirm' must be a boolean or a non-negative integer"),
+		map[string]any{"message": "'auto_confirm' must be a boolean or integer"})
 	var b bool
 	if json.Unmarshal(o["auto_confirm"], &b) == nil {
 		return b, 0, nil

@@ -11,22 +11,10 @@ import (
 	"github.com/agentd-dev/agentd/internal/fault"
 )
 
-// apiError is a refusal with the HTTP status a client sees and the
-// message it reads. Handlers return one where gptme's wire fixes the
-// status or the words; everything else is a *fault.Error mapped by
-// statusOf.
-type apiError struct {
-	status int
-	msg    string
-	// extra are more top-level fields of the error body (step's early
-	// failure carries "status" and "session_id").
-	extra map[string]any
-	// kept, when set, is the message kept for replays (the command
-	// journal) in place of msg, which quotes what must not be kept.
-	kept string
-}
-
-func (e *apiError) Error() string { return e.msg }
+// codeMethodNotAllowed is this face's one code of its own: a path that
+// exists, asked with a method it does not take (405). It never leaves
+// the face, so fault has no code for it.
+const codeMethodNotAllowed fault.Code = "method_not_allowed"
 
 // keptMessage rides as the cause of a fault whose message must not be
 // kept for replays: it is the message that is (see keepable).
@@ -34,7 +22,20 @@ type keptMessage string
 
 func (k keptMessage) Error() string { return string(k) }
 
-func errorf(status int, msg string) *apiError { return &apiError{status: status, msg: msg} }
+// fieldsError is a fault whose error body carries more top-level fields
+// than "error", where gptme's wire has them (step's early failure carries
+// "status" and "session_id").
+type fieldsError struct {
+	err    *fault.Error
+	fields map[string]any
+}
+
+func (e *fieldsError) Error() string { return e.err.Error() }
+func (e *fieldsError) Unwrap() error { return e.err }
+
+func withFields(err *fault.Error, fields map[string]any) error {
+	return &fieldsError{err: err, fields: fields}
+}
 
 // statusOf maps a fault code to its HTTP status, once for the face.
 func statusOf(code fault.Code) int {
@@ -47,6 +48,8 @@ func statusOf(code fault.Code) int {
 		return http.StatusForbidden
 	case fault.NotFound:
 		return http.StatusNotFound
+	case codeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
 	case fault.Conflict, fault.Busy:
 		return http.StatusConflict
 	case fault.VersionMismatch:
@@ -70,33 +73,39 @@ type errorBody struct {
 	Error string `json:"error"`
 }
 
-// writeError answers err: an apiError as it says, a fault by its code, and
-// anything else as 500 "Internal error" with the detail logged, never
-// shown.
+// writeError is the face's one error path: a fault is answered with its
+// code's status (statusOf) and its message in gptme's error body;
+// anything else, and an Internal fault, is logged and answered 500
+// "Internal error", its detail never shown.
 func writeError(w http.ResponseWriter, log *slog.Logger, r *http.Request, err error) {
-	var ae *apiError
-	if errors.As(err, &ae) {
-		if len(ae.extra) == 0 {
-			writeJSON(w, ae.status, errorBody{ae.msg})
-			return
-		}
-		body := map[string]any{"error": ae.msg}
-		for k, v := range ae.extra {
-			body[k] = v
-		}
-		writeJSON(w, ae.status, body)
-		return
-	}
 	fe := fault.As(err)
 	if fe == nil || fe.Code == fault.Internal {
-		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		// A command's internal failure comes back from the pipeline as an
+		// Internal fault: its cause is the detail.
+		detail := err
+		if fe != nil && fe.Cause != nil {
+			detail = fe.Cause
+		}
+		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", detail)
 		writeJSON(w, http.StatusInternalServerError, errorBody{"Internal error"})
 		return
 	}
-	if fe.Code == fault.RateLimited || fe.Code == fault.Limit {
+	switch fe.Code {
+	case fault.RateLimited, fault.Limit:
 		// A client that backs off for a minute is always within the
 		// sliding window again.
 		w.Header().Set("Retry-After", "60")
+	case fault.Unauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="agentd"`)
+	}
+	var fields *fieldsError
+	if errors.As(err, &fields) && len(fields.fields) > 0 {
+		body := map[string]any{"error": fe.Message}
+		for k, v := range fields.fields {
+			body[k] = v
+		}
+		writeJSON(w, statusOf(fe.Code), body)
+		return
 	}
 	writeJSON(w, statusOf(fe.Code), errorBody{fe.Message})
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/server"
 )
@@ -40,15 +41,15 @@ func checkFileNames(role string, files []string) error {
 		return nil
 	}
 	if role != "user" {
-		return errorf(http.StatusBadRequest, "files are taken on user messages only (this one's role is "+role+")")
+		return fault.New(fault.Invalid, "files are taken on user messages only (this one's role is "+role+")")
 	}
 	if len(files) > maxMessageFiles {
-		return errorf(http.StatusBadRequest, fmt.Sprintf("too many files: %d (at most %d a message)", len(files), maxMessageFiles))
+		return fault.New(fault.Invalid, fmt.Sprintf("too many files: %d (at most %d a message)", len(files), maxMessageFiles))
 	}
 	for _, f := range files {
 		if f == "" || strings.ContainsRune(f, 0) || len(f) > 4096 {
 			// "files" in the wording: gptme clients look for the field name.
-			return errorf(http.StatusBadRequest, "invalid path in files: "+quoteClip(f))
+			return fault.New(fault.Invalid, "invalid path in files: "+quoteClip(f))
 		}
 	}
 	return nil
@@ -84,7 +85,7 @@ func attachFiles(h *server.Hosted, m *llm.Message, files []string) error {
 				return err
 			}
 			if total += len(data); total > maxFilesBytes {
-				return errorf(http.StatusBadRequest, fmt.Sprintf("files too large: more than %d bytes in one message", maxFilesBytes))
+				return fault.New(fault.Invalid, fmt.Sprintf("files too large: more than %d bytes in one message", maxFilesBytes))
 			}
 			if err := attachData(&text, &images, name, f, data); err != nil {
 				return err
@@ -98,15 +99,15 @@ func attachFiles(h *server.Hosted, m *llm.Message, files []string) error {
 		// Every link resolved, the file must still be in the workspace.
 		real, err := filepath.EvalSymlinks(filepath.Join(realWS, rel))
 		if errors.Is(err, fs.ErrNotExist) {
-			return errorf(http.StatusBadRequest, "file "+quoteClip(f)+" not found in the workspace "+ws)
+			return fault.New(fault.Invalid, "file "+quoteClip(f)+" not found in the workspace "+ws)
 		} else if err != nil {
-			return errorf(http.StatusBadRequest, "file "+quoteClip(f)+": "+err.Error())
+			return fault.New(fault.Invalid, "file "+quoteClip(f)+": "+err.Error())
 		}
 		if !within(realWS, real) {
-			return errorf(http.StatusBadRequest, "file "+quoteClip(f)+" is outside the workspace "+ws+" (it leads to "+real+")")
+			return fault.New(fault.Invalid, "file "+quoteClip(f)+" is outside the workspace "+ws+" (it leads to "+real+")")
 		}
 		if err := env.Readable(real, f); err != nil {
-			return errorf(http.StatusBadRequest, err.Error())
+			return fault.New(fault.Invalid, err.Error())
 		}
 		data, err := readWorkspaceFile(root, rel, f)
 		if err != nil {
@@ -114,7 +115,7 @@ func attachFiles(h *server.Hosted, m *llm.Message, files []string) error {
 		}
 		total += len(data)
 		if total > maxFilesBytes {
-			return errorf(http.StatusBadRequest, fmt.Sprintf("files too large: more than %d bytes in one message", maxFilesBytes))
+			return fault.New(fault.Invalid, fmt.Sprintf("files too large: more than %d bytes in one message", maxFilesBytes))
 		}
 		if err := attachData(&text, &images, filepath.ToSlash(rel), f, data); err != nil {
 			return err
@@ -137,7 +138,7 @@ func workspaceRel(ws, realWS, f string) (string, error) {
 	if !filepath.IsAbs(f) {
 		rel := filepath.Clean(f)
 		if rel == ".." || strings.HasPrefix(rel, "../") {
-			return "", errorf(http.StatusBadRequest, "file "+quoteClip(f)+" is outside the workspace "+ws)
+			return "", fault.New(fault.Invalid, "file "+quoteClip(f)+" is outside the workspace "+ws)
 		}
 		return rel, nil
 	}
@@ -146,7 +147,7 @@ func workspaceRel(ws, realWS, f string) (string, error) {
 			return rel, nil
 		}
 	}
-	return "", errorf(http.StatusBadRequest, "file "+quoteClip(f)+" is outside the workspace "+ws)
+	return "", fault.New(fault.Invalid, "file "+quoteClip(f)+" is outside the workspace "+ws)
 }
 
 // within reports whether path is dir or below it (both real).
@@ -161,7 +162,7 @@ func within(dir, path string) bool {
 func readWorkspaceFile(root *os.Root, rel, name string) ([]byte, error) {
 	fh, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, errorf(http.StatusBadRequest, "file "+quoteClip(name)+": "+strings.TrimPrefix(err.Error(), "openat "))
+		return nil, fault.New(fault.Invalid, "file "+quoteClip(name)+": "+strings.TrimPrefix(err.Error(), "openat "))
 	}
 	defer fh.Close()
 	fi, err := fh.Stat()
@@ -169,17 +170,17 @@ func readWorkspaceFile(root *os.Root, rel, name string) ([]byte, error) {
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, errorf(http.StatusBadRequest, "file "+quoteClip(name)+" is not a regular file")
+		return nil, fault.New(fault.Invalid, "file "+quoteClip(name)+" is not a regular file")
 	}
 	if fi.Size() > maxImageBytes {
-		return nil, errorf(http.StatusBadRequest, fmt.Sprintf("file %s is %d bytes: at most %d", quoteClip(name), fi.Size(), maxImageBytes))
+		return nil, fault.New(fault.Invalid, fmt.Sprintf("file %s is %d bytes: at most %d", quoteClip(name), fi.Size(), maxImageBytes))
 	}
 	data, err := io.ReadAll(io.LimitReader(fh, maxImageBytes+1))
 	if err != nil {
-		return nil, errorf(http.StatusBadRequest, "file "+quoteClip(name)+": "+err.Error())
+		return nil, fault.New(fault.Invalid, "file "+quoteClip(name)+": "+err.Error())
 	}
 	if len(data) > maxImageBytes {
-		return nil, errorf(http.StatusBadRequest, fmt.Sprintf("file %s is more than %d bytes", quoteClip(name), maxImageBytes))
+		return nil, fault.New(fault.Invalid, fmt.Sprintf("file %s is more than %d bytes", quoteClip(name), maxImageBytes))
 	}
 	return data, nil
 }
@@ -192,10 +193,10 @@ func attachData(text *strings.Builder, images *[]llm.Content, label, name string
 		return nil
 	}
 	if len(data) > maxTextBytes {
-		return errorf(http.StatusBadRequest, fmt.Sprintf("file %s is %d bytes: a text file may have %d", quoteClip(name), len(data), maxTextBytes))
+		return fault.New(fault.Invalid, fmt.Sprintf("file %s is %d bytes: a text file may have %d", quoteClip(name), len(data), maxTextBytes))
 	}
 	if !utf8.Valid(data) || strings.ContainsRune(string(data), 0) {
-		return errorf(http.StatusBadRequest, "file "+quoteClip(name)+" is neither text (UTF-8) nor an image (PNG, JPEG, GIF, WebP)")
+		return fault.New(fault.Invalid, "file "+quoteClip(name)+" is neither text (UTF-8) nor an image (PNG, JPEG, GIF, WebP)")
 	}
 	fmt.Fprintf(text, "\n\n```%s\n%s", label, data)
 	if len(data) > 0 && data[len(data)-1] != '\n' {
@@ -219,17 +220,17 @@ func isUpload(h *server.Hosted, name string) bool {
 // it): one component, in the conversation's attachments directory.
 func readUpload(h *server.Hosted, name, f string) ([]byte, error) {
 	if name == "" || strings.ContainsAny(name, "/\\") || name == "." || name == ".." {
-		return nil, errorf(http.StatusBadRequest, "file "+quoteClip(f)+" is not an upload of this conversation")
+		return nil, fault.New(fault.Invalid, "file "+quoteClip(f)+" is not an upload of this conversation")
 	}
 	root, err := os.OpenRoot(attachmentsDir(h))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, errorf(http.StatusBadRequest, "file "+quoteClip(f)+" not found: this conversation has no uploads")
+		return nil, fault.New(fault.Invalid, "file "+quoteClip(f)+" not found: this conversation has no uploads")
 	} else if err != nil {
 		return nil, err
 	}
 	defer root.Close()
 	if _, err := root.Lstat(name); errors.Is(err, fs.ErrNotExist) {
-		return nil, errorf(http.StatusBadRequest, "file "+quoteClip(f)+" not found among this conversation's uploads")
+		return nil, fault.New(fault.Invalid, "file "+quoteClip(f)+" not found among this conversation's uploads")
 	}
 	return readWorkspaceFile(root, name, f)
 }

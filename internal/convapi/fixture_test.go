@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/agentd-dev/agentd/internal/llm/registry"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -98,6 +99,8 @@ type fixtureOptions struct {
 	journal bool
 	// health is the server's health registry; nil for none.
 	health *health.Health
+	// log is the server's logger; nil discards.
+	log *slog.Logger
 }
 
 func newFixture(t *testing.T, o fixtureOptions) *fixture {
@@ -141,7 +144,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 			})
 		}),
 		Cwd: fx.cwd, SessionsDir: filepath.Join(root, "sessions"), StateDir: state, Limits: o.limits, Tokens: o.tokens,
-		Sandbox: o.sandbox, Health: o.health,
+		Sandbox: o.sandbox, Health: o.health, Logger: o.log,
 	})
 	if err != nil {
 		t.Fatal(err)

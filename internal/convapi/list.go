@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/server"
 )
@@ -22,10 +23,10 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request, _ par
 	if v, ok := q["limit"]; ok {
 		n, err := atoi(v[0])
 		if err != nil {
-			return errorf(http.StatusBadRequest, "limit must be an integer")
+			return fault.New(fault.Invalid, "limit must be an integer")
 		}
 		if n <= 0 {
-			return errorf(http.StatusBadRequest, "limit must be a positive integer")
+			return fault.New(fault.Invalid, "limit must be a positive integer")
 		}
 		limit = min(n, 1000)
 	}
@@ -41,7 +42,7 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request, _ par
 	if c := q.Get("cursor"); c != "" {
 		var err error
 		if curMod, curID, err = parseCursor(c); err != nil {
-			return errorf(http.StatusBadRequest, "cursor must be a numeric Unix timestamp or opaque cursor token")
+			return fault.New(fault.Invalid, "cursor must be a numeric Unix timestamp or opaque cursor token")
 		}
 		hasCursor = true
 	}

@@ -5,12 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
 
+	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/mcp"
 	"github.com/agentd-dev/agentd/internal/server"
 	"github.com/agentd-dev/agentd/internal/session"
@@ -161,14 +161,14 @@ func (cfg *MCPConfig) mayOffer(name string) bool {
 // url, headers?}]}. A bad field is a 400 naming it.
 func (s *Server) decodeMCP(raw object, field string) (*MCPConfig, error) {
 	bad := func(format string, args ...any) error {
-		return errorf(http.StatusBadRequest, fmt.Sprintf(format, args...))
+		return fault.New(fault.Invalid, fmt.Sprintf(format, args...))
 	}
 	var o object
 	if unmarshalInto(raw[field], &o) != nil || o == nil {
 		return nil, bad("%s must be an object {enabled, auto_start, servers}", field)
 	}
 	if err := o.only("enabled", "auto_start", "servers"); err != nil {
-		return nil, bad("%s: %s", field, err.(*apiError).msg)
+		return nil, bad("%s: %s", field, err.Error())
 	}
 	cfg := &MCPConfig{Enabled: true, AutoStart: true, Servers: []MCPServerConfig{}}
 	if v, ok, e := o.boolean("enabled"); e != nil {
@@ -192,7 +192,7 @@ func (s *Server) decodeMCP(raw object, field string) (*MCPConfig, error) {
 			return nil, bad("%s must be an object {name, command, args, env} or {name, url, headers}", at)
 		}
 		if err := it.only("name", "enabled", "command", "args", "env", "url", "headers"); err != nil {
-			return nil, bad("%s: %s", at, err.(*apiError).msg)
+			return nil, bad("%s: %s", at, err.Error())
 		}
 		sc := MCPServerConfig{Enabled: true}
 		name, ok, err := it.str("name")
@@ -316,9 +316,9 @@ func keepSecrets(cfg, old *MCPConfig, field string) error {
 				prevVal, ok := m.from[k]
 				switch {
 				case !had || !ok:
-					return errorf(http.StatusBadRequest, fmt.Sprintf("%s: %q stands for the value the conversation has, and server %s has none for %s; send the value", at, SecretPlaceholder, clip(sc.Name, 100), clip(k, 100)))
+					return fault.New(fault.Invalid, fmt.Sprintf("%s: %q stands for the value the conversation has, and server %s has none for %s; send the value", at, SecretPlaceholder, clip(sc.Name, 100), clip(k, 100)))
 				case changed != "":
-					return errorf(http.StatusBadRequest, fmt.Sprintf("%s: %q keeps the value the conversation has only for the same command or url and args, and server %s's %s changed; send the value of %s again", at, SecretPlaceholder, clip(sc.Name, 100), changed, clip(k, 100)))
+					return fault.New(fault.Invalid, fmt.Sprintf("%s: %q keeps the value the conversation has only for the same command or url and args, and server %s's %s changed; send the value of %s again", at, SecretPlaceholder, clip(sc.Name, 100), changed, clip(k, 100)))
 				}
 				m.vals[k] = prevVal
 			}
@@ -508,7 +508,7 @@ func (s *Server) checkToolNames(ctx context.Context, sess *session.Session, name
 		return nil
 	}
 	msg := fmt.Sprintf("Tool '%s' not found (this conversation's tools: %s)", clip(out[0], 100), strings.Join(have, ", "))
-	e := errorf(http.StatusBadRequest, msg)
+	e := fault.New(fault.Invalid, msg)
 	if src != nil {
 		// The causes may quote what a server printed (its secrets): the
 		// sender reads them, the journal keeps the servers' names only.
@@ -518,8 +518,8 @@ func (s *Server) checkToolNames(ctx context.Context, sess *session.Session, name
 			kept = append(kept, notStarted(u.Source))
 		}
 		if len(causes) > 0 {
-			e.msg = msg + "; " + strings.Join(causes, "; ")
-			e.kept = msg + "; " + strings.Join(kept, "; ")
+			e.Message = msg + "; " + strings.Join(causes, "; ")
+			e.Cause = keptMessage(msg + "; " + strings.Join(kept, "; "))
 		}
 	}
 	return e

@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/interaction"
 	"github.com/agentd-dev/agentd/internal/llm"
 )
@@ -87,11 +87,11 @@ func editedArgs(name string, original json.RawMessage, content string) (json.Raw
 	}
 	var edited map[string]json.RawMessage
 	if json.Unmarshal([]byte(content), &edited) != nil || edited == nil {
-		return nil, errorf(http.StatusBadRequest, fmt.Sprintf("content must be a JSON object of the arguments of %s: it has no single text to edit, so the edited content replaces all its arguments", name))
+		return nil, fault.New(fault.Invalid, fmt.Sprintf("content must be a JSON object of the arguments of %s: it has no single text to edit, so the edited content replaces all its arguments", name))
 	}
 	var b bytes.Buffer
 	if err := json.Compact(&b, []byte(content)); err != nil {
-		return nil, errorf(http.StatusBadRequest, "content is not valid JSON")
+		return nil, fault.New(fault.Invalid, "content is not valid JSON")
 	}
 	return b.Bytes(), nil
 }

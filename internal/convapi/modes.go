@@ -1,8 +1,7 @@
 package convapi
 
 import (
-	"net/http"
-
+	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/session"
 )
 
@@ -41,7 +40,7 @@ func checkMode(sess *session.Session, mode *string) error {
 		return nil
 	}
 	if _, err := sess.FindMode(*mode); err != nil {
-		return errorf(http.StatusBadRequest, "chat.mode: "+err.Error())
+		return fault.New(fault.Invalid, "chat.mode: "+err.Error())
 	}
 	return nil
 }

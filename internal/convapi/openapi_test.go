@@ -241,7 +241,7 @@ func TestOpenAPIMatchesTheWire(t *testing.T) {
 	call("POST", "/api/v2/conversations/doc", map[string]any{"role": "user", "content": "again"})
 	call("PATCH", "/api/v2/conversations/doc/config", map[string]any{"chat": map[string]any{"thinking": "low", "name": "Doc", "tools": []string{"read", "write", "slow", "ask_user"}}})
 	call("GET", "/api/v2/conversations/doc/config", nil)
-	wantErr(t, call("PATCH", "/api/v2/conversations/doc/messages/0", map[string]any{"content": "hi!"}), http.StatusConflict, errKeepAfter.msg)
+	wantErr(t, call("PATCH", "/api/v2/conversations/doc/messages/0", map[string]any{"content": "hi!"}), http.StatusConflict, errKeepAfter.Message)
 	call("PATCH", "/api/v2/conversations/doc/messages/0?truncate=1", map[string]any{"content": "hi!"})
 	st.next("conversation_edited")
 	call("POST", "/api/v2/conversations/doc/fork?after_message=0", nil)

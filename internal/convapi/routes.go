@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/server"
 )
 
@@ -113,7 +114,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rel, ok := relative(r.URL.EscapedPath())
 	if !ok {
-		writeJSON(w, http.StatusNotFound, errorBody{"Not found: " + clip(r.URL.Path, 200)})
+		writeError(w, log, r, fault.New(fault.NotFound, "Not found: "+clip(r.URL.Path, 200)))
 		return
 	}
 	rt, p, allow, err := s.match(r.Method, rel)
@@ -129,18 +130,15 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
-			writeJSON(w, http.StatusMethodNotAllowed, errorBody{"Method " + r.Method + " is not allowed on " + clip(r.URL.Path, 200) + "; use " + strings.Join(allow, " or ")})
+			writeError(w, log, r, fault.New(codeMethodNotAllowed, "Method "+r.Method+" is not allowed on "+clip(r.URL.Path, 200)+"; use "+strings.Join(allow, " or ")))
 			return
 		}
-		writeJSON(w, http.StatusNotFound, errorBody{"Not found: " + clip(r.URL.Path, 200)})
+		writeError(w, log, r, fault.New(fault.NotFound, "Not found: "+clip(r.URL.Path, 200)))
 		return
 	}
 	if !rt.public {
 		who, err := s.authorize(r)
 		if err != nil {
-			if ae, ok := err.(*apiError); ok && ae.status == http.StatusUnauthorized {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="agentd"`)
-			}
 			writeError(w, log, r, err)
 			return
 		}
@@ -150,7 +148,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			// passes, so a new route cannot forget it: another subject's
 			// conversation is answered exactly as one that does not
 			// exist. Handlers check again where they load it.
-			writeError(w, log, r, errorf(http.StatusNotFound, "Conversation not found: "+p.conv))
+			writeError(w, log, r, fault.New(fault.NotFound, "Conversation not found: "+p.conv))
 			return
 		}
 	}
@@ -203,7 +201,7 @@ func (s *Server) match(method, rel string) (*route, params, []string, error) {
 		// still answered as one (400), whatever follows it.
 		raw, err := url.PathUnescape(segs[1])
 		if err != nil {
-			return nil, params{}, nil, errorf(http.StatusBadRequest, "Invalid conversation_id")
+			return nil, params{}, nil, fault.New(fault.Invalid, "Invalid conversation_id")
 		}
 		perr = checkConversationID(raw)
 	}
@@ -228,7 +226,7 @@ func matchPath(pattern string, segs []string) (params, bool, error) {
 		switch ps {
 		case "{conversation_id}":
 			if err != nil {
-				idErr = errorf(http.StatusBadRequest, "Invalid conversation_id")
+				idErr = fault.New(fault.Invalid, "Invalid conversation_id")
 				continue
 			}
 			if e := checkConversationID(raw); e != nil {
@@ -266,10 +264,10 @@ const maxIDBytes = 255
 // most 255 bytes, with its error texts) and then the layer's session id
 // rule, since a conversation is a session.
 func checkConversationID(id string) error {
-	invalid := errorf(http.StatusBadRequest, "Invalid conversation_id")
+	invalid := fault.New(fault.Invalid, "Invalid conversation_id")
 	switch {
 	case len(id) > maxIDBytes:
-		return errorf(http.StatusBadRequest, "conversation_id too long")
+		return fault.New(fault.Invalid, "conversation_id too long")
 	case strings.TrimSpace(id) == "", strings.TrimSpace(id) != id, !utf8.ValidString(id):
 		return invalid
 	case id == ".", strings.Contains(id, ".."), strings.ContainsAny(id, "/\\\x00"):
@@ -278,7 +276,7 @@ func checkConversationID(id string) error {
 		return invalid
 	}
 	if server.CheckID(id) != nil {
-		return errorf(http.StatusBadRequest, "Invalid conversation_id: use only letters, digits, '_', '-' and '.' (at most 255 bytes)")
+		return fault.New(fault.Invalid, "Invalid conversation_id: use only letters, digits, '_', '-' and '.' (at most 255 bytes)")
 	}
 	return nil
 }
@@ -292,7 +290,7 @@ func (s *Server) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	if err := server.CheckOrigin(r, s.opt.OriginPatterns); err != nil {
-		writeJSON(w, http.StatusForbidden, errorBody{"Cross-origin request refused: " + err.Error() + " (start agentd with --allow-origin to allow it)"})
+		writeError(w, s.srv.Logger(), r, fault.New(fault.Forbidden, "Cross-origin request refused: "+err.Error()+" (start agentd with --allow-origin to allow it)"))
 		return false
 	}
 	h := w.Header()

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/server"
 )
 
@@ -126,7 +127,7 @@ func cursorOf(r *http.Request) (*eventID, error) {
 	}
 	id, ok := parseEventID(v)
 	if !ok {
-		return nil, errorf(http.StatusBadRequest, name+" must be the id of the last event received: a non-negative integer (its seq), or a seq and a part from 1 to 9 (\"7.1\")")
+		return nil, fault.New(fault.Invalid, name+" must be the id of the last event received: a non-negative integer (its seq), or a seq and a part from 1 to 9 (\"7.1\")")
 	}
 	return &id, nil
 }
@@ -151,10 +152,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p params) error 
 	if hasSID && sid[0] != "" {
 		a, ok := s.att.get(sid[0])
 		if !ok {
-			return errorf(http.StatusNotFound, "Session not found: "+sid[0])
+			return fault.New(fault.NotFound, "Session not found: "+sid[0])
 		}
 		if a.conv != p.conv {
-			return errorf(http.StatusForbidden, "Session "+sid[0]+" does not belong to conversation "+p.conv)
+			return fault.New(fault.Forbidden, "Session "+sid[0]+" does not belong to conversation "+p.conv)
 		}
 		at = a
 	} else {
@@ -178,7 +179,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p params) error 
 	if !s.att.attach(at.id, c) {
 		c.Close(server.Close{Kind: server.CloseNormal})
 		<-c.Done()
-		return errorf(http.StatusNotFound, "Session not found: "+at.id)
+		return fault.New(fault.NotFound, "Session not found: "+at.id)
 	}
 	defer s.att.detach(at.id, c)
 

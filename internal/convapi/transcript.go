@@ -3,7 +3,6 @@ package convapi
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -31,20 +30,11 @@ type transcriptPayload struct {
 }
 
 func (s *Server) transcript(w http.ResponseWriter, r *http.Request, p params) error {
-	o, err := s.body(w, r, "")
-	if err != nil {
-		return err
-	}
-	pl, err := decodeTranscript(o)
-	if err != nil {
-		return err
-	}
-	sub, err := s.submit(r, "rest.transcript", p.conv, pl, server.RateData)
-	if err != nil {
-		return err
-	}
-	writeRaw(w, http.StatusOK, sub.data)
-	return nil
+	return s.answerCommand(w, r, p, commandRequest{name: "rest.transcript", rate: server.RateData, body: true, creates: true,
+		decode: func(o object) (any, string, error) {
+			pl, err := decodeTranscript(o)
+			return pl, "", err
+		}})
 }
 
 // decodeTranscript reads the body with gptme's checks, in its order and
@@ -54,16 +44,16 @@ func decodeTranscript(o object) (transcriptPayload, error) {
 	var pl transcriptPayload
 	var turns []json.RawMessage
 	if !o.present("turns") || json.Unmarshal(o["turns"], &turns) != nil || len(turns) == 0 {
-		return pl, errorf(http.StatusBadRequest, "turns (list) is required")
+		return pl, fault.New(fault.Invalid, "turns (list) is required")
 	}
 	for i, raw := range turns {
 		var t object
 		if json.Unmarshal(raw, &t) != nil || t == nil {
-			return pl, errorf(http.StatusBadRequest, fmt.Sprintf("turns[%d] must be an object", i))
+			return pl, fault.New(fault.Invalid, fmt.Sprintf("turns[%d] must be an object", i))
 		}
 		text, _, err := t.str("text")
 		if err != nil {
-			return pl, errorf(http.StatusBadRequest, fmt.Sprintf("turns[%d].text must be a string", i))
+			return pl, fault.New(fault.Invalid, fmt.Sprintf("turns[%d].text must be a string", i))
 		}
 		var role string
 		if json.Unmarshal(t["role"], &role) != nil || (role != "user" && role != "assistant") {
@@ -75,14 +65,14 @@ func decodeTranscript(o object) (transcriptPayload, error) {
 	}
 	call, ok, err := o.obj("call_metadata", "call_metadata (object) is required")
 	if err != nil || !ok || len(call) == 0 {
-		return pl, errorf(http.StatusBadRequest, "call_metadata (object) is required")
+		return pl, fault.New(fault.Invalid, "call_metadata (object) is required")
 	}
 	if !call.present("call_sid") || string(call["call_sid"]) == `""` {
-		return pl, errorf(http.StatusBadRequest, "call_metadata.call_sid is required")
+		return pl, fault.New(fault.Invalid, "call_metadata.call_sid is required")
 	}
 	sid, _, err := call.str("call_sid")
 	if err != nil {
-		return pl, errorf(http.StatusBadRequest, "call_metadata.call_sid must be a string")
+		return pl, fault.New(fault.Invalid, "call_metadata.call_sid must be a string")
 	}
 	pl.CallSID, pl.Call = sid, o["call_metadata"]
 	return pl, nil
@@ -102,10 +92,10 @@ func (s *Server) runTranscript(ctx context.Context, c *call) (any, error) {
 	// subject's conversation. Its id is taken, so it cannot be made
 	// either; the answer says no more than PUT's 409 does.
 	h, err := s.conversation(ctx, id)
-	if apiStatus(err) == http.StatusNotFound {
+	if fault.CodeOf(err) == fault.NotFound {
 		h, err = s.make(ctx, id, createPayload{})
-		if apiStatus(err) == http.StatusConflict {
-			err = errorf(http.StatusNotFound, "Conversation not found: "+id)
+		if fault.CodeOf(err) == fault.Conflict {
+			err = fault.New(fault.NotFound, "Conversation not found: "+id)
 		}
 	}
 	if err != nil {
@@ -121,14 +111,14 @@ func (s *Server) runTranscript(ctx context.Context, c *call) (any, error) {
 		return TranscriptResponse{Status: "ok", ConversationID: id}, nil
 	}
 	if sess.Running() {
-		return nil, errorf(http.StatusConflict, "Cannot add message while generation is in progress")
+		return nil, fault.New(fault.Conflict, "Cannot add message while generation is in progress")
 	}
 	marker := &llm.Message{Role: llm.RoleCustom, CustomType: customVoiceCall, Details: p.Call, Timestamp: time.Now().UnixMilli(),
 		Content: []llm.Content{llm.Text("The messages that follow are the transcript of voice call " + p.CallSID + ".")}}
 	for _, m := range append([]*llm.Message{marker}, messagesOf(p.Turns)...) {
 		if err := sess.Append(m); err != nil {
 			if fault.CodeOf(err) == fault.Busy {
-				return nil, errorf(http.StatusConflict, "Cannot add message while generation is in progress")
+				return nil, fault.New(fault.Conflict, "Cannot add message while generation is in progress")
 			}
 			return nil, err
 		}
@@ -151,14 +141,4 @@ func callSID(details json.RawMessage) string {
 	}
 	_ = json.Unmarshal(details, &d)
 	return d.CallSID
-}
-
-// apiStatus is the HTTP status err carries, 0 for an error that carries
-// none.
-func apiStatus(err error) int {
-	var ae *apiError
-	if errors.As(err, &ae) {
-		return ae.status
-	}
-	return 0
 }

@@ -14,6 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/server"
 )
 
@@ -62,11 +63,11 @@ func uploadName(name string) (string, error) {
 	const refused = "No valid files uploaded: "
 	switch {
 	case strings.TrimSpace(base) == "" || base == "." || base == "/":
-		return "", errorf(http.StatusBadRequest, refused+"an uploaded file needs a name (not only spaces)")
+		return "", fault.New(fault.Invalid, refused+"an uploaded file needs a name (not only spaces)")
 	case strings.HasPrefix(base, "."):
-		return "", errorf(http.StatusBadRequest, refused+"file name "+quoteClip(name)+" starts with a dot")
+		return "", fault.New(fault.Invalid, refused+"file name "+quoteClip(name)+" starts with a dot")
 	case len(base) > 200 || !utf8.ValidString(base) || strings.IndexFunc(base, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
-		return "", errorf(http.StatusBadRequest, refused+"invalid file name "+quoteClip(name)+" (printable UTF-8, at most 200 bytes)")
+		return "", fault.New(fault.Invalid, refused+"invalid file name "+quoteClip(name)+" (printable UTF-8, at most 200 bytes)")
 	}
 	return base, nil
 }
@@ -81,15 +82,15 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, p params) error 
 	}
 	dir := attachmentsDir(h)
 	if dir == "" {
-		return errorf(http.StatusConflict, "Conversation "+p.conv+" keeps no files (its session is in memory)")
+		return fault.New(fault.Conflict, "Conversation "+p.conv+" keeps no files (its session is in memory)")
 	}
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "multipart/form-data" {
-		return errorf(http.StatusBadRequest, "an upload is multipart/form-data")
+		return fault.New(fault.Invalid, "an upload is multipart/form-data")
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxFilesBytes+1<<20)
 	mr, err := r.MultipartReader()
 	if err != nil {
-		return errorf(http.StatusBadRequest, "reading the upload: "+err.Error())
+		return fault.New(fault.Invalid, "reading the upload: "+err.Error())
 	}
 	type part struct {
 		name string
@@ -104,9 +105,9 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, p params) error 
 		}
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return errorf(http.StatusRequestEntityTooLarge, fmt.Sprintf("upload too large: at most %d bytes of files", maxFilesBytes))
+			return fault.New(fault.TooLarge, fmt.Sprintf("upload too large: at most %d bytes of files", maxFilesBytes))
 		} else if err != nil {
-			return errorf(http.StatusBadRequest, "reading the upload: "+err.Error())
+			return fault.New(fault.Invalid, "reading the upload: "+err.Error())
 		}
 		if fp.FileName() == "" {
 			fp.Close()
@@ -117,25 +118,25 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, p params) error 
 			return err
 		}
 		if len(parts) == maxMessageFiles {
-			return errorf(http.StatusBadRequest, fmt.Sprintf("too many files: at most %d an upload", maxMessageFiles))
+			return fault.New(fault.Invalid, fmt.Sprintf("too many files: at most %d an upload", maxMessageFiles))
 		}
 		data, err := io.ReadAll(io.LimitReader(fp, maxImageBytes+1))
 		fp.Close()
 		if errors.As(err, &mbe) {
-			return errorf(http.StatusRequestEntityTooLarge, fmt.Sprintf("upload too large: at most %d bytes of files", maxFilesBytes))
+			return fault.New(fault.TooLarge, fmt.Sprintf("upload too large: at most %d bytes of files", maxFilesBytes))
 		} else if err != nil {
-			return errorf(http.StatusBadRequest, "reading the upload: "+err.Error())
+			return fault.New(fault.Invalid, "reading the upload: "+err.Error())
 		}
 		if len(data) > maxImageBytes {
-			return errorf(http.StatusRequestEntityTooLarge, fmt.Sprintf("file %s is more than %d bytes", quoteClip(name), maxImageBytes))
+			return fault.New(fault.TooLarge, fmt.Sprintf("file %s is more than %d bytes", quoteClip(name), maxImageBytes))
 		}
 		if total += len(data); total > maxFilesBytes {
-			return errorf(http.StatusRequestEntityTooLarge, fmt.Sprintf("upload too large: at most %d bytes of files", maxFilesBytes))
+			return fault.New(fault.TooLarge, fmt.Sprintf("upload too large: at most %d bytes of files", maxFilesBytes))
 		}
 		parts = append(parts, part{name, data})
 	}
 	if len(parts) == 0 {
-		return errorf(http.StatusBadRequest, "No files provided")
+		return fault.New(fault.Invalid, "No files provided")
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -181,5 +182,5 @@ func createUnique(root *os.Root, name string) (string, *os.File, error) {
 		}
 		return n, f, err
 	}
-	return "", nil, errorf(http.StatusConflict, "too many files named "+quoteClip(name))
+	return "", nil, fault.New(fault.Conflict, "too many files named "+quoteClip(name))
 }

@@ -102,6 +102,35 @@ type IdentifyOptions struct {
 	RequireJWT bool
 	// Transport names the transport for the auth command.
 	Transport string
+	// Credential reads what the request presents, when the face reads
+	// more than Credential does (REST's cookie) or refuses a malformed
+	// header; nil is Credential. It is asked only when a token or JWT
+	// keys are configured.
+	Credential func(*http.Request) (string, error)
+	// Texts are the face's words for the refusals, where its clients
+	// expect their own (gptme's on REST); empty ones are the layer's.
+	Texts AuthTexts
+	// Refused is the code of the auth command's refusal; "" is
+	// Unauthorized.
+	Refused fault.Code
+}
+
+// AuthTexts are the messages of Identify's refusals.
+type AuthTexts struct {
+	// Missing: no credential where one is needed.
+	Missing string
+	// Invalid: a credential that is not the shared token.
+	Invalid string
+	// NotJWT: a credential that is not a JWT, where only JWTs are taken.
+	NotJWT string
+}
+
+// textOr is msg, or def when the face gave none.
+func textOr(msg, def string) string {
+	if msg != "" {
+		return msg
+	}
+	return def
 }
 
 // Identify authenticates a request: a JWT when the server verifies them
@@ -111,7 +140,18 @@ type IdentifyOptions struct {
 // configuration refuses that anywhere else). The error is an
 // Unauthorized *fault.Error whose message says what was wrong.
 func (s *Server) Identify(ctx context.Context, r *http.Request, o IdentifyOptions) (Principal, error) {
-	cred := Credential(r)
+	var cred string
+	if s.cfg.Tokens != nil || o.Token != "" || o.RequireJWT {
+		read := o.Credential
+		if read == nil {
+			read = func(r *http.Request) (string, error) { return Credential(r), nil }
+		}
+		var err error
+		if cred, err = read(r); err != nil {
+			return Principal{}, err
+		}
+	}
+	t := o.Texts
 	var p Principal
 	switch {
 	case s.cfg.Tokens != nil && jwtauth.LooksLikeJWT(cred):
@@ -128,20 +168,24 @@ func (s *Server) Identify(ctx context.Context, r *http.Request, o IdentifyOption
 		return Principal{}, fault.New(fault.Unauthorized, "Invalid or expired token: this endpoint takes a JWT")
 	case o.Token != "":
 		if cred == "" {
-			return Principal{}, fault.New(fault.Unauthorized, "Missing authorization token")
+			return Principal{}, fault.New(fault.Unauthorized, textOr(t.Missing, "Missing authorization token"))
 		}
 		if subtle.ConstantTimeCompare([]byte(cred), []byte(o.Token)) != 1 {
-			return Principal{}, fault.New(fault.Unauthorized, "Invalid token")
+			return Principal{}, fault.New(fault.Unauthorized, textOr(t.Invalid, "Invalid token"))
 		}
 	case s.cfg.Tokens != nil:
 		if cred == "" {
-			return Principal{}, fault.New(fault.Unauthorized, "Missing authorization token")
+			return Principal{}, fault.New(fault.Unauthorized, textOr(t.Missing, "Missing authorization token"))
 		}
-		return Principal{}, fault.New(fault.Unauthorized, "Invalid token: not a JWT")
+		return Principal{}, fault.New(fault.Unauthorized, textOr(t.NotJWT, "Invalid token: not a JWT"))
 	}
 	res := s.Authenticate(ctx, RequestOf(o.Transport, r))
 	if !res.Allowed {
-		return Principal{}, fault.New(fault.Unauthorized, res.Reason)
+		code := o.Refused
+		if code == "" {
+			code = fault.Unauthorized
+		}
+		return Principal{}, fault.New(code, res.Reason)
 	}
 	if p.Subject == "" {
 		p.Subject = res.Identity

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -37,6 +38,13 @@ func (e *env) startWithTokens(t *testing.T) *Server {
 	return e.startConfig(t, Config{Tokens: v})
 }
 
+var restTexts = AuthTexts{Missing: "Missing authentication credentials", Invalid: "Invalid or expired token",
+	NotJWT: "Invalid or expired token: this server takes a JWT"}
+
+func refuseScheme(*http.Request) (string, error) {
+	return "", fault.New(fault.Unauthorized, "Invalid authentication scheme")
+}
+
 func TestIdentify(t *testing.T) {
 	e := newEnv(t)
 	withJWT := e.startWithTokens(t)
@@ -65,6 +73,15 @@ func TestIdentify(t *testing.T) {
 		{"wrong shared token", plain, "Bearer " + shared + "x", "", IdentifyOptions{Token: shared}, "Invalid token", Principal{}},
 		{"a jwt where none are verified", plain, "Bearer " + jwtFor(t, "alice"), "", IdentifyOptions{Token: shared}, "Invalid token", Principal{}},
 		{"nothing configured", plain, "", "", IdentifyOptions{}, "", Principal{}},
+		// A face's own words and credential reader (REST: gptme's words,
+		// the cookie, a malformed header refused).
+		{"face words, nothing given", plain, "", "", IdentifyOptions{Token: shared, Texts: restTexts}, "Missing authentication credentials", Principal{}},
+		{"face words, wrong token", plain, "Bearer nope", "", IdentifyOptions{Token: shared, Texts: restTexts}, "Invalid or expired token", Principal{}},
+		{"face words, not a JWT", withJWT, "Bearer nope", "", IdentifyOptions{Texts: restTexts}, "Invalid or expired token: this server takes a JWT", Principal{}},
+		{"face reader", plain, "", "", IdentifyOptions{Token: shared, Credential: func(*http.Request) (string, error) { return shared, nil }}, "", Principal{}},
+		{"face reader refuses", plain, "Basic x", "", IdentifyOptions{Token: shared, Credential: refuseScheme}, "Invalid authentication scheme", Principal{}},
+		{"face reader not asked with nothing configured", plain, "Basic x", "", IdentifyOptions{Credential: refuseScheme}, "", Principal{}},
+		{"face reader, jwt", withJWT, "", "", IdentifyOptions{Credential: func(*http.Request) (string, error) { return jwtFor(t, "dave"), nil }}, "", Principal{Subject: "dave", Scoped: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
