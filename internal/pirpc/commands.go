@@ -27,7 +27,7 @@ type notifyFrame struct {
 func (srv *Server) runBuiltin(id *rawID, typ, text string) {
 	out, _, err := srv.s.RunCommand(srv.ctx, text)
 	if err != nil {
-		srv.reply(failure(id, typ, err.Error()))
+		srv.fail(id, typ, err)
 		return
 	}
 	if out != "" {

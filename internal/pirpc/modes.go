@@ -12,7 +12,7 @@ func (srv *Server) modeCommand(id *rawID, typ, mode string) {
 			return
 		}
 		if err := srv.s.SetMode(mode); err != nil {
-			srv.reply(failure(id, typ, err.Error()))
+			srv.fail(id, typ, err)
 			return
 		}
 	}

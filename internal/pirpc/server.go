@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/ndjson"
 	"io"
 	"log/slog"
@@ -227,6 +228,20 @@ func failure(id *rawID, cmd, msg string) response {
 
 func (srv *Server) reply(v any) { srv.out.Write(piwire.Marshal(v)) }
 
+// fail answers a command that failed: the one place rpc maps an error to
+// the client. A fault.Error is written for the client and goes out as
+// its message; anything else (a bug, a disk that failed) is logged with
+// the session and the command, and the client reads "Internal error".
+func (srv *Server) fail(id *rawID, typ string, err error) {
+	fe := fault.Public(err)
+	msg := fe.Message
+	if fe.Code == fault.Internal {
+		srv.log.Error("command failed", "session", srv.s.ID(), "command", typ, "err", err)
+		msg = "Internal error"
+	}
+	srv.reply(failure(id, typ, msg))
+}
+
 // async runs a command that waits (abort, compact, bash) without holding
 // up the commands after it.
 func (srv *Server) async(f func()) {
@@ -339,7 +354,7 @@ func (srv *Server) dispatch(c *command) {
 			err = srv.s.PromptThen(m, b, func() { srv.reply(success(id, typ, nil)) })
 		}
 		if err != nil {
-			srv.reply(failure(id, typ, err.Error()))
+			srv.fail(id, typ, err)
 		}
 	case "abort":
 		srv.async(func() {
@@ -348,7 +363,7 @@ func (srv *Server) dispatch(c *command) {
 		})
 	case "new_session":
 		if err := srv.s.NewSession(c.ParentSession); err != nil {
-			srv.reply(failure(id, typ, err.Error()))
+			srv.fail(id, typ, err)
 			return
 		}
 		srv.reply(success(id, typ, map[string]bool{"cancelled": false}))
@@ -361,7 +376,7 @@ func (srv *Server) dispatch(c *command) {
 			return
 		}
 		if err := srv.s.SetModel(m); err != nil {
-			srv.reply(failure(id, typ, err.Error()))
+			srv.fail(id, typ, err)
 			return
 		}
 		srv.persist(func(st *settings.Settings) { st.DefaultProvider, st.DefaultModel = m.Provider, m.ID })
@@ -370,7 +385,7 @@ func (srv *Server) dispatch(c *command) {
 		next, ok, err := srv.s.CycleModel(srv.opt.Models.Available(), false)
 		switch {
 		case err != nil:
-			srv.reply(failure(id, typ, err.Error()))
+			srv.fail(id, typ, err)
 			return
 		case !ok:
 			srv.reply(successNull(id, typ))
@@ -387,12 +402,13 @@ func (srv *Server) dispatch(c *command) {
 	case "set_thinking_level":
 		level, err := llm.ParseThinkingLevel(c.Level)
 		if err != nil {
-			srv.reply(failure(id, typ, err.Error()))
+			// The parser's text is pi's message for a bad level.
+			srv.fail(id, typ, fault.Wrap(fault.Invalid, err, err.Error()))
 			return
 		}
 		got, err := srv.s.SetThinking(level)
 		if err != nil {
-			srv.reply(failure(id, typ, err.Error()))
+			srv.fail(id, typ, err)
 			return
 		}
 		srv.persist(func(st *settings.Settings) { st.DefaultThinkingLevel = string(got) })
@@ -401,7 +417,7 @@ func (srv *Server) dispatch(c *command) {
 		got, ok, err := srv.s.CycleThinking()
 		switch {
 		case err != nil:
-			srv.reply(failure(id, typ, err.Error()))
+			srv.fail(id, typ, err)
 			return
 		case !ok:
 			srv.reply(successNull(id, typ))
@@ -428,7 +444,7 @@ func (srv *Server) dispatch(c *command) {
 		srv.async(func() {
 			res, err := srv.s.Compact(srv.ctx, instructions)
 			if err != nil {
-				srv.reply(failure(id, typ, err.Error()))
+				srv.fail(id, typ, err)
 				return
 			}
 			srv.reply(success(id, typ, res))
@@ -469,7 +485,7 @@ func (srv *Server) dispatch(c *command) {
 		srv.async(func() {
 			m, err := srv.s.Bash(srv.ctx, command, false)
 			if err != nil {
-				srv.reply(failure(id, typ, err.Error()))
+				srv.fail(id, typ, err)
 				return
 			}
 			srv.reply(success(id, typ, bashResult{Output: m.Output, ExitCode: m.ExitCode, Cancelled: m.Cancelled, Truncated: m.Truncated, FullOutputPath: m.FullOutputPath}))
@@ -482,7 +498,7 @@ func (srv *Server) dispatch(c *command) {
 	case "export_html":
 		path, err := srv.s.ExportHTMLFile(session.ExportRequest{Path: c.OutputPath, Cwd: srv.opt.Cwd, ExportsDir: srv.opt.ExportsDir, Overwrite: c.Overwrite})
 		if err != nil {
-			srv.reply(failure(id, typ, err.Error()))
+			srv.fail(id, typ, err)
 			return
 		}
 		srv.reply(success(id, typ, map[string]string{"path": path}))
@@ -491,7 +507,7 @@ func (srv *Server) dispatch(c *command) {
 			return
 		}
 		if err := srv.s.Switch(c.SessionPath); err != nil {
-			srv.reply(failure(id, typ, err.Error()))
+			srv.fail(id, typ, err)
 			return
 		}
 		srv.reply(success(id, typ, map[string]bool{"cancelled": false}))
@@ -501,7 +517,7 @@ func (srv *Server) dispatch(c *command) {
 		}
 		text, err := srv.s.Fork(c.EntryID)
 		if err != nil {
-			srv.reply(failure(id, typ, err.Error()))
+			srv.fail(id, typ, err)
 			return
 		}
 		srv.reply(success(id, typ, struct {
@@ -510,7 +526,7 @@ func (srv *Server) dispatch(c *command) {
 		}{text, false}))
 	case "clone":
 		if err := srv.s.Clone(); err != nil {
-			srv.reply(failure(id, typ, err.Error()))
+			srv.fail(id, typ, err)
 			return
 		}
 		srv.reply(success(id, typ, map[string]bool{"cancelled": false}))
@@ -541,7 +557,7 @@ func (srv *Server) dispatch(c *command) {
 			return
 		}
 		if err := srv.s.SetName(name); err != nil {
-			srv.reply(failure(id, typ, err.Error()))
+			srv.fail(id, typ, err)
 			return
 		}
 		srv.reply(success(id, typ, nil))
@@ -564,7 +580,7 @@ func (srv *Server) dispatch(c *command) {
 		// agentd's checkpoint commands, the same table as pi-server's.
 		data, err := piwire.CheckpointCommand(srv.ctx, srv.s, typ, c.Fields)
 		if err != nil {
-			srv.reply(failure(id, typ, err.Error()))
+			srv.fail(id, typ, err)
 			return
 		}
 		srv.reply(success(id, typ, data))

@@ -262,18 +262,18 @@ func (s *Server) registry() pipeline.Registry {
 			Run: func(ctx context.Context, cmd pipeline.Command) (json.RawMessage, error) {
 				c := &call{cmd: cmd}
 				if err := spec.decode(cmd.Payload, &c.p); err != nil {
-					return nil, err
+					return nil, s.clientError(cmd, err)
 				}
 				if spec.session {
 					h, err := s.srv.SessionFor(ctx, cmd.SessionID, c.who())
 					if err != nil {
-						return nil, err
+						return nil, s.clientError(cmd, err)
 					}
 					c.h = h
 				}
 				v, err := spec.run(ctx, c)
 				if err != nil {
-					return nil, clientError(err)
+					return nil, s.clientError(cmd, err)
 				}
 				switch v := v.(type) {
 				case nil:
@@ -288,13 +288,16 @@ func (s *Server) registry() pipeline.Registry {
 	return reg
 }
 
-// clientError makes sure what reaches a client is written for it: the
-// engine's errors are, so their text is kept.
-func clientError(err error) error {
-	if fe := fault.As(err); fe != nil {
-		return fe
+// clientError is the one place pi-server maps a command's error for the
+// client: a fault.Error is written for the client and goes out as it is;
+// anything else (a bug, a disk that failed) is logged with the session
+// and the command, and the client reads "Internal error" (errorText).
+func (s *Server) clientError(cmd pipeline.Command, err error) error {
+	fe := fault.Public(err)
+	if fe.Code == fault.Internal {
+		s.srv.Logger().Error("command failed", "session", cmd.SessionID, "command", cmd.Type, "err", err)
 	}
-	return fault.Wrap(fault.Failed, err, err.Error())
+	return fe
 }
 
 // ---- server commands ----
