@@ -139,6 +139,20 @@ func CheckMessage(typ string, f *piwire.Fields) error {
 	return nil
 }
 
+// Behavior is what a prompt's streamingBehavior asks of a prompt sent
+// while a run is in progress, refused in pi's words if it is neither.
+func Behavior(streamingBehavior string) (session.Behavior, error) {
+	switch streamingBehavior {
+	case "":
+		return session.BehaviorNone, nil
+	case "steer":
+		return session.BehaviorSteer, nil
+	case "followUp":
+		return session.BehaviorFollowUp, nil
+	}
+	return session.BehaviorNone, fault.Errorf(fault.Invalid, "Invalid streamingBehavior %q: use \"steer\" or \"followUp\"", streamingBehavior)
+}
+
 // steer queues a steer or a follow_up, running or not: it is delivered
 // after the current turn, or with the next prompt's run.
 func steer(_ context.Context, e Env, typ string, f *piwire.Fields) (any, error) {

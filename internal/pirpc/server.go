@@ -395,15 +395,9 @@ func (srv *Server) answer(id *rawID, typ string, data any, err error) {
 // while one is running; pi answers once the prompt is accepted.
 func (srv *Server) prompt(id *rawID, f *piwire.Fields) {
 	const typ = "prompt"
-	b := session.BehaviorNone
-	switch f.StreamingBehavior {
-	case "":
-	case "steer":
-		b = session.BehaviorSteer
-	case "followUp":
-		b = session.BehaviorFollowUp
-	default:
-		srv.reply(failure(id, typ, fmt.Sprintf("Invalid streamingBehavior %q: use \"steer\" or \"followUp\"", f.StreamingBehavior)))
+	b, err := picommand.Behavior(f.StreamingBehavior)
+	if err != nil {
+		srv.fail(id, typ, err)
 		return
 	}
 	m := session.UserMessage(*f.Message, f.Images)
