@@ -200,8 +200,9 @@ type response struct {
 	Error   string `json:"error,omitempty"`
 }
 
-// withData distinguishes "data": null (cycle_model with one model) from
-// no data at all.
+// withData is a success with data; success without data leaves "data"
+// out (JSON null data, cycle_model's with one model, is a
+// json.RawMessage that answer writes as it is).
 type withData struct {
 	ID      *rawID `json:"id,omitempty"`
 	Type    string `json:"type"`
@@ -215,10 +216,6 @@ func success(id *rawID, cmd string, data any) any {
 		return response{ID: id, Type: "response", Command: cmd, Success: true}
 	}
 	return withData{ID: id, Type: "response", Command: cmd, Success: true, Data: data}
-}
-
-func successNull(id *rawID, cmd string) any {
-	return withData{ID: id, Type: "response", Command: cmd, Success: true, Data: nil}
 }
 
 func failure(id *rawID, cmd, msg string) response {
