@@ -15,7 +15,10 @@ import (
 	"github.com/agentd-dev/agentd/internal/settings"
 )
 
-// table holds every pi command both faces run the same way.
+// table holds pi's commands that run the same way on both faces. pirpc
+// runs every one; piserver runs all but get_state (its answer is the
+// session's pi-server SessionInfo, which holds this state) and
+// switch_session (its own switch_session watches another session).
 var table = map[string]Command{
 	"steer":     {Check: CheckMessage, Run: steer},
 	"follow_up": {Check: CheckMessage, Run: steer},
@@ -58,8 +61,8 @@ var table = map[string]Command{
 		return map[string]string{"path": path}, nil
 	}},
 	// switch_session is pi's: load a transcript file in place of the
-	// session's. (pi-server's switch_session watches another session; its
-	// switch_session_file checks the path and runs this.)
+	// session's. (pi-server's switch_session_file does the same once the
+	// server has checked the path: server.SwitchFile.)
 	"switch_session": {
 		Check: func(typ string, f *piwire.Fields) error { return require(f.SessionPath != "", typ, `a "sessionPath"`) },
 		Run: func(_ context.Context, e Env, _ string, f *piwire.Fields) (any, error) {
