@@ -3,9 +3,6 @@ package pirpc
 import (
 	"strconv"
 	"sync/atomic"
-
-	"github.com/agentd-dev/agentd/internal/commands"
-	"github.com/agentd-dev/agentd/internal/session"
 )
 
 // notices numbers the notify frames of built-in commands.
@@ -27,7 +24,7 @@ type notifyFrame struct {
 func (srv *Server) runBuiltin(id *rawID, typ, text string) {
 	out, _, err := srv.s.RunCommand(srv.ctx, text)
 	if err != nil {
-		srv.reply(failure(id, typ, err.Error()))
+		srv.fail(id, typ, err)
 		return
 	}
 	if out != "" {
@@ -35,13 +32,4 @@ func (srv *Server) runBuiltin(id *rawID, typ, text string) {
 		srv.reply(notifyFrame{Type: "extension_ui_request", ID: "agentd-command-" + strconv.FormatInt(n, 10), Method: "notify", Message: out, NotifyType: "info"})
 	}
 	srv.reply(success(id, typ, nil))
-}
-
-// skillsOf is get_skills' answer: pi's Skill objects.
-func skillsOf(s *session.Session) []commands.Skill {
-	sk := commands.Of(s).Skills()
-	if sk == nil {
-		sk = []commands.Skill{}
-	}
-	return sk
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/ndjson"
 	"io"
 	"log/slog"
@@ -16,11 +17,10 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/agentd-dev/agentd/internal/agent"
 	"github.com/agentd-dev/agentd/internal/commands"
 	"github.com/agentd-dev/agentd/internal/interaction"
 	"github.com/agentd-dev/agentd/internal/llm"
-	"github.com/agentd-dev/agentd/internal/llm/registry"
+	"github.com/agentd-dev/agentd/internal/picommand"
 	"github.com/agentd-dev/agentd/internal/piwire"
 	"github.com/agentd-dev/agentd/internal/session"
 	"github.com/agentd-dev/agentd/internal/settings"
@@ -200,8 +200,9 @@ type response struct {
 	Error   string `json:"error,omitempty"`
 }
 
-// withData distinguishes "data": null (cycle_model with one model) from
-// no data at all.
+// withData is a success with data; success without data leaves "data"
+// out (JSON null data, cycle_model's with one model, is a
+// json.RawMessage that answer writes as it is).
 type withData struct {
 	ID      *rawID `json:"id,omitempty"`
 	Type    string `json:"type"`
@@ -217,15 +218,25 @@ func success(id *rawID, cmd string, data any) any {
 	return withData{ID: id, Type: "response", Command: cmd, Success: true, Data: data}
 }
 
-func successNull(id *rawID, cmd string) any {
-	return withData{ID: id, Type: "response", Command: cmd, Success: true, Data: nil}
-}
-
 func failure(id *rawID, cmd, msg string) response {
 	return response{ID: id, Type: "response", Command: cmd, Success: false, Error: msg}
 }
 
 func (srv *Server) reply(v any) { srv.out.Write(piwire.Marshal(v)) }
+
+// fail answers a command that failed: the one place rpc maps an error to
+// the client. A fault.Error is written for the client and goes out as
+// its message; anything else (a bug, a disk that failed) is logged with
+// the session and the command, and the client reads "Internal error".
+func (srv *Server) fail(id *rawID, typ string, err error) {
+	fe := fault.Public(err)
+	msg := fe.Message
+	if fe.Code == fault.Internal {
+		srv.log.Error("command failed", "session", srv.s.ID(), "command", typ, "err", err)
+		msg = "Internal error"
+	}
+	srv.reply(failure(id, typ, msg))
+}
 
 // async runs a command that waits (abort, compact, bash) without holding
 // up the commands after it.
@@ -287,294 +298,126 @@ func (srv *Server) handleLine(line []byte) {
 
 func (srv *Server) dispatch(c *command) {
 	id, typ := c.ID, *c.Type
-	need := func(ok bool, field string) bool {
-		if !ok {
-			srv.reply(failure(id, typ, fmt.Sprintf("%s requires %s", typ, field)))
-		}
-		return ok
-	}
 	switch typ {
 	case "prompt", "steer", "follow_up":
-		if !need(c.Message != nil, `a "message" string`) {
+		if err := picommand.CheckMessage(typ, &c.Fields); err != nil {
+			srv.fail(id, typ, err)
 			return
-		}
-		for i, img := range c.Images {
-			if img.Type != llm.ContentImage || img.Data == "" || img.MimeType == "" {
-				srv.reply(failure(id, typ, fmt.Sprintf("images[%d] must be {type: \"image\", data, mimeType}", i)))
-				return
-			}
 		}
 		if commands.Of(srv.s).IsBuiltin(*c.Message) {
 			srv.async(func() { srv.runBuiltin(id, typ, *c.Message) })
 			return
 		}
-		m := session.UserMessage(*c.Message, c.Images)
-		b := session.BehaviorNone
-		switch {
-		case typ == "steer":
-			b = session.BehaviorSteer
-		case typ == "follow_up":
-			b = session.BehaviorFollowUp
-		case c.StreamingBehavior == "steer":
-			b = session.BehaviorSteer
-		case c.StreamingBehavior == "followUp":
-			b = session.BehaviorFollowUp
-		case c.StreamingBehavior != "":
-			srv.reply(failure(id, typ, fmt.Sprintf("Invalid streamingBehavior %q: use \"steer\" or \"followUp\"", c.StreamingBehavior)))
+		if typ == "prompt" {
+			srv.prompt(id, &c.Fields)
 			return
 		}
-		var err error
-		switch typ {
-		case "steer":
-			// Queued, running or not: delivered after the current turn,
-			// or with the next prompt's run.
-			if err = srv.s.Steer(m); err == nil {
-				srv.reply(success(id, typ, nil))
-			}
-		case "follow_up":
-			if err = srv.s.FollowUp(m); err == nil {
-				srv.reply(success(id, typ, nil))
-			}
-		default:
-			err = srv.s.PromptThen(m, b, func() { srv.reply(success(id, typ, nil)) })
-		}
-		if err != nil {
-			srv.reply(failure(id, typ, err.Error()))
-		}
-	case "abort":
-		srv.async(func() {
-			srv.s.Abort()
-			srv.reply(success(id, typ, nil))
-		})
-	case "new_session":
-		if err := srv.s.NewSession(c.ParentSession); err != nil {
-			srv.reply(failure(id, typ, err.Error()))
-			return
-		}
-		srv.reply(success(id, typ, map[string]bool{"cancelled": false}))
-	case "get_state":
-		srv.reply(success(id, typ, srv.state()))
-	case "set_model":
-		m, err := registry.Pick(srv.opt.Models.Available(), c.Provider+"/"+c.ModelID)
-		if err != nil {
-			srv.reply(failure(id, typ, fmt.Sprintf("Model not found: %s/%s", c.Provider, c.ModelID)))
-			return
-		}
-		if err := srv.s.SetModel(m); err != nil {
-			srv.reply(failure(id, typ, err.Error()))
-			return
-		}
-		srv.persist(func(st *settings.Settings) { st.DefaultProvider, st.DefaultModel = m.Provider, m.ID })
-		srv.reply(success(id, typ, m))
 	case "cycle_model":
-		next, ok, err := srv.s.CycleModel(srv.opt.Models.Available(), false)
-		switch {
-		case err != nil:
-			srv.reply(failure(id, typ, err.Error()))
-			return
-		case !ok:
-			srv.reply(successNull(id, typ))
-			return
-		}
-		srv.persist(func(st *settings.Settings) { st.DefaultProvider, st.DefaultModel = next.Provider, next.ID })
-		srv.reply(success(id, typ, map[string]any{"model": next, "thinkingLevel": srv.s.Thinking(), "isScoped": false}))
-	case "get_available_models":
-		models := srv.opt.Models.Available()
-		if models == nil {
-			models = []*llm.Model{}
-		}
-		srv.reply(success(id, typ, map[string]any{"models": models}))
+		// pi's RPC mode cycles forward only.
+		data, err := picommand.CycleModel(srv.env(), false)
+		srv.answer(id, typ, data, err)
+		return
 	case "set_thinking_level":
 		level, err := llm.ParseThinkingLevel(c.Level)
 		if err != nil {
-			srv.reply(failure(id, typ, err.Error()))
+			// The parser's text is pi's message for a bad level.
+			srv.fail(id, typ, fault.Wrap(fault.Invalid, err, err.Error()))
 			return
 		}
-		got, err := srv.s.SetThinking(level)
-		if err != nil {
-			srv.reply(failure(id, typ, err.Error()))
-			return
-		}
-		srv.persist(func(st *settings.Settings) { st.DefaultThinkingLevel = string(got) })
-		srv.reply(success(id, typ, nil))
-	case "cycle_thinking_level":
-		got, ok, err := srv.s.CycleThinking()
-		switch {
-		case err != nil:
-			srv.reply(failure(id, typ, err.Error()))
-			return
-		case !ok:
-			srv.reply(successNull(id, typ))
-			return
-		}
-		srv.persist(func(st *settings.Settings) { st.DefaultThinkingLevel = string(got) })
-		srv.reply(success(id, typ, map[string]any{"level": got}))
-	case "set_steering_mode", "set_follow_up_mode":
-		mode := agent.QueueMode(c.Mode)
-		if mode != agent.All && mode != agent.OneAtATime {
-			srv.reply(failure(id, typ, fmt.Sprintf("Invalid mode %q: use \"all\" or \"one-at-a-time\"", c.Mode)))
-			return
-		}
-		if typ == "set_steering_mode" {
-			srv.s.SetQueueModes(mode, "")
-			srv.persist(func(st *settings.Settings) { st.SteeringMode = c.Mode })
-		} else {
-			srv.s.SetQueueModes("", mode)
-			srv.persist(func(st *settings.Settings) { st.FollowUpMode = c.Mode })
-		}
-		srv.reply(success(id, typ, nil))
-	case "compact":
-		instructions := c.CustomInstructions
-		srv.async(func() {
-			res, err := srv.s.Compact(srv.ctx, instructions)
-			if err != nil {
-				srv.reply(failure(id, typ, err.Error()))
-				return
-			}
-			srv.reply(success(id, typ, res))
-		})
-	case "set_auto_compaction", "set_auto_retry":
-		if !need(c.Enabled != nil, `an "enabled" boolean`) {
-			return
-		}
-		on := *c.Enabled
-		if typ == "set_auto_compaction" {
-			srv.s.SetAutoCompaction(on)
-			srv.persist(func(st *settings.Settings) {
-				if st.Compaction == nil {
-					st.Compaction = &settings.Compaction{}
-				}
-				st.Compaction.Enabled = settings.Ptr(on)
-			})
-		} else {
-			srv.s.SetAutoRetry(on)
-			srv.persist(func(st *settings.Settings) {
-				if st.Retry == nil {
-					st.Retry = &settings.Retry{}
-				}
-				st.Retry.Enabled = settings.Ptr(on)
-			})
-		}
-		srv.reply(success(id, typ, nil))
-	case "abort_retry":
-		srv.async(func() {
-			srv.s.AbortRetry()
-			srv.reply(success(id, typ, nil))
-		})
+		srv.answer(id, typ, nil, picommand.SetThinking(srv.env(), level))
+		return
 	case "bash":
-		if !need(c.Command != nil, `a "command" string`) {
-			return
-		}
-		command := *c.Command
-		srv.async(func() {
-			m, err := srv.s.Bash(srv.ctx, command, false)
-			if err != nil {
-				srv.reply(failure(id, typ, err.Error()))
-				return
-			}
-			srv.reply(success(id, typ, bashResult{Output: m.Output, ExitCode: m.ExitCode, Cancelled: m.Cancelled, Truncated: m.Truncated, FullOutputPath: m.FullOutputPath}))
-		})
-	case "abort_bash":
-		srv.s.AbortBash()
-		srv.reply(success(id, typ, nil))
-	case "get_session_stats":
-		srv.reply(success(id, typ, srv.stats()))
-	case "export_html":
-		path, err := srv.s.ExportHTMLFile(session.ExportRequest{Path: c.OutputPath, Cwd: srv.opt.Cwd, ExportsDir: srv.opt.ExportsDir, Overwrite: c.Overwrite})
-		if err != nil {
-			srv.reply(failure(id, typ, err.Error()))
-			return
-		}
-		srv.reply(success(id, typ, map[string]string{"path": path}))
-	case "switch_session":
-		if !need(c.SessionPath != "", `a "sessionPath"`) {
-			return
-		}
-		if err := srv.s.Switch(c.SessionPath); err != nil {
-			srv.reply(failure(id, typ, err.Error()))
-			return
-		}
-		srv.reply(success(id, typ, map[string]bool{"cancelled": false}))
-	case "fork":
-		if !need(c.EntryID != "", `an "entryId"`) {
-			return
-		}
-		text, err := srv.s.Fork(c.EntryID)
-		if err != nil {
-			srv.reply(failure(id, typ, err.Error()))
-			return
-		}
-		srv.reply(success(id, typ, struct {
-			Text      string `json:"text"`
-			Cancelled bool   `json:"cancelled"`
-		}{text, false}))
-	case "clone":
-		if err := srv.s.Clone(); err != nil {
-			srv.reply(failure(id, typ, err.Error()))
-			return
-		}
-		srv.reply(success(id, typ, map[string]bool{"cancelled": false}))
-	case "get_fork_messages":
-		type fm struct {
-			EntryID string `json:"entryId"`
-			Text    string `json:"text"`
-		}
-		out := []fm{}
-		for _, m := range srv.s.ForkMessages() {
-			out = append(out, fm{m.EntryID, m.Text})
-		}
-		srv.reply(success(id, typ, map[string]any{"messages": out}))
-	case "get_last_assistant_text":
-		text, ok := srv.s.LastAssistantText()
-		var v any
-		if ok {
-			v = text
-		}
-		srv.reply(success(id, typ, map[string]any{"text": v}))
-	case "set_session_name":
-		if !need(c.Name != nil, `a "name" string`) {
-			return
-		}
-		name := strings.TrimSpace(*c.Name)
-		if name == "" {
-			srv.reply(failure(id, typ, "Session name cannot be empty"))
-			return
-		}
-		if err := srv.s.SetName(name); err != nil {
-			srv.reply(failure(id, typ, err.Error()))
-			return
-		}
-		srv.reply(success(id, typ, nil))
-	case "get_messages":
+		srv.bash(id, typ, c.Command)
+		return
+	case "extension_ui_response":
+		srv.answerUI(c)
+		return
+	}
+	if _, ok := picommand.Lookup(typ); !ok {
+		srv.reply(failure(nil, typ, "Unknown command: "+typ))
+		return
+	}
+	if waits[typ] {
+		f := c.Fields
+		srv.async(func() { srv.run(id, typ, &f) })
+		return
+	}
+	srv.run(id, typ, &c.Fields)
+}
+
+// waits are the commands that wait for the session (an abort for the
+// run to end, a compaction for the model): they run off the read loop,
+// so the commands after them are not held up.
+var waits = map[string]bool{"abort": true, "abort_retry": true, "compact": true}
+
+// env is what the shared pi commands run against.
+func (srv *Server) env() picommand.Env {
+	return picommand.Env{Session: srv.s, Models: srv.opt.Models, Settings: srv.opt.Settings, Logger: srv.log,
+		Export: func(path string, overwrite bool) (string, error) {
+			return srv.s.ExportHTMLFile(session.ExportRequest{Path: path, Cwd: srv.opt.Cwd, ExportsDir: srv.opt.ExportsDir, Overwrite: overwrite})
+		}}
+}
+
+// run runs one of the shared pi commands and answers it.
+func (srv *Server) run(id *rawID, typ string, f *piwire.Fields) {
+	data, _, err := picommand.Run(srv.ctx, srv.env(), typ, f)
+	srv.answer(id, typ, data, err)
+}
+
+// answer replies to a command with its data, or its error.
+func (srv *Server) answer(id *rawID, typ string, data any, err error) {
+	if err != nil {
+		srv.fail(id, typ, err)
+		return
+	}
+	if raw, ok := data.(json.RawMessage); ok {
+		// Sent as it is: get_messages' data is written by hand.
 		b := append([]byte(nil), `{`...)
 		if id != nil {
 			b = append(b, `"id":`...)
 			b = append(b, *id...)
 			b = append(b, ',')
 		}
-		b = append(b, `"type":"response","command":"get_messages","success":true,"data":{"messages":`...)
-		b = piwire.AppendMessages(b, srv.s.Messages())
-		b = append(b, `}}`...)
-		srv.out.Write(b)
-	case "get_commands":
-		srv.reply(success(id, typ, map[string]any{"commands": commands.Of(srv.s).List()}))
-	case "get_skills":
-		srv.reply(success(id, typ, map[string]any{"skills": skillsOf(srv.s)}))
-	case piwire.CmdGetCheckpoints, piwire.CmdGetTurnDiff, piwire.CmdRevertTurn, piwire.CmdUndoRevert:
-		// agentd's checkpoint commands, the same table as pi-server's.
-		data, err := piwire.CheckpointCommand(srv.ctx, srv.s, typ, c.Fields)
+		b = append(b, `"type":"response","command":`...)
+		b = llm.AppendJSONString(b, typ)
+		b = append(b, `,"success":true,"data":`...)
+		b = append(b, raw...)
+		srv.out.Write(append(b, '}'))
+		return
+	}
+	srv.reply(success(id, typ, data))
+}
+
+// prompt starts a run, or queues the message as streamingBehavior says
+// while one is running; pi answers once the prompt is accepted.
+func (srv *Server) prompt(id *rawID, f *piwire.Fields) {
+	const typ = "prompt"
+	b, err := picommand.Behavior(f.StreamingBehavior)
+	if err != nil {
+		srv.fail(id, typ, err)
+		return
+	}
+	m := session.UserMessage(*f.Message, f.Images)
+	if err := srv.s.PromptThen(m, b, func() { srv.reply(success(id, typ, nil)) }); err != nil {
+		srv.fail(id, typ, err)
+	}
+}
+
+// bash runs a shell command, off the read loop. pi's answer leaves out
+// the exit code of a command that was killed.
+func (srv *Server) bash(id *rawID, typ string, command *string) {
+	if command == nil {
+		srv.fail(id, typ, fault.Errorf(fault.Invalid, "%s requires a \"command\" string", typ))
+		return
+	}
+	srv.async(func() {
+		m, err := srv.s.Bash(srv.ctx, *command, false)
 		if err != nil {
-			srv.reply(failure(id, typ, err.Error()))
+			srv.fail(id, typ, err)
 			return
 		}
-		srv.reply(success(id, typ, data))
-	case "extension_ui_response":
-		srv.answerUI(c)
-	case "get_modes", "set_mode":
-		srv.modeCommand(id, typ, c.Mode)
-	default:
-		srv.reply(failure(nil, typ, "Unknown command: "+typ))
-	}
+		srv.reply(success(id, typ, bashResult{Output: m.Output, ExitCode: m.ExitCode, Cancelled: m.Cancelled, Truncated: m.Truncated, FullOutputPath: m.FullOutputPath}))
+	})
 }
 
 // uiRequestFrame is pi's extension_ui_request: the dialog with an "id".
@@ -591,19 +434,6 @@ type bashResult struct {
 	Truncated      bool   `json:"truncated"`
 	FullOutputPath string `json:"fullOutputPath,omitempty"`
 }
-
-func (srv *Server) persist(f func(*settings.Settings)) {
-	if srv.opt.Settings == nil {
-		return
-	}
-	if err := srv.opt.Settings.Update(f); err != nil {
-		srv.log.Warn("saving settings", "err", err)
-	}
-}
-
-func (srv *Server) state() piwire.SessionState { return piwire.StateOf(srv.s) }
-
-func (srv *Server) stats() any { return piwire.SessionStats(srv.s.Stats()) }
 
 // onEvent turns session events into lines. It runs on the session's
 // emitting goroutine and only encodes and queues: a slow reader of

@@ -14,11 +14,10 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/agentd-dev/agentd/internal/agent"
 	"github.com/agentd-dev/agentd/internal/health"
 	"github.com/agentd-dev/agentd/internal/interaction"
 	"github.com/agentd-dev/agentd/internal/llm"
-	"github.com/agentd-dev/agentd/internal/llm/registry"
+	"github.com/agentd-dev/agentd/internal/picommand"
 	"github.com/agentd-dev/agentd/internal/pipeline"
 	"github.com/agentd-dev/agentd/internal/piwire"
 	"github.com/agentd-dev/agentd/internal/server"
@@ -186,44 +185,44 @@ func (s *Server) commands() map[string]*commandSpec {
 			}},
 		"steer":                   control(s.steer, fMessage, fImages),
 		"follow_up":               control(s.steer, fMessage, fImages),
-		"abort":                   control(s.abort),
+		"abort":                   control(s.pi),
 		"get_state":               {session: true, class: pipeline.ClassControl, readOnly: true, run: s.getState},
-		"get_messages":            read(s.getMessages),
+		"get_messages":            read(s.pi),
 		"set_model":               mutate(s.setModel, field{name: "provider", kind: kString, required: true}, field{name: "modelId", kind: kString, required: true}),
 		"cycle_model":             mutate(s.cycleModel, field{name: "direction", kind: kString, oneOf: []string{"forward", "backward"}}),
 		"set_thinking_level":      mutate(s.setThinking, field{name: "level", kind: kString, required: true}),
-		"cycle_thinking_level":    mutate(s.cycleThinking),
+		"cycle_thinking_level":    mutate(s.pi),
 		"set_session_name":        mutate(s.setName, field{name: "name", kind: kString, required: true, max: 256}),
-		"set_steering_mode":       mutate(s.setQueueMode, field{name: "mode", kind: kString, required: true, oneOf: []string{"all", "one-at-a-time"}}),
-		"set_follow_up_mode":      mutate(s.setQueueMode, field{name: "mode", kind: kString, required: true, oneOf: []string{"all", "one-at-a-time"}}),
+		"set_steering_mode":       mutate(s.pi, field{name: "mode", kind: kString, required: true, oneOf: []string{"all", "one-at-a-time"}}),
+		"set_follow_up_mode":      mutate(s.pi, field{name: "mode", kind: kString, required: true, oneOf: []string{"all", "one-at-a-time"}}),
 		"compact":                 long(s.compact, field{name: "customInstructions", kind: kString}),
 		"abort_compaction":        control(s.abortCompaction),
-		"set_auto_compaction":     mutate(s.setAuto, field{name: "enabled", kind: kBool, required: true}),
-		"set_auto_retry":          mutate(s.setAuto, field{name: "enabled", kind: kBool, required: true}),
-		"abort_retry":             control(s.abortRetry),
+		"set_auto_compaction":     mutate(s.pi, field{name: "enabled", kind: kBool, required: true}),
+		"set_auto_retry":          mutate(s.pi, field{name: "enabled", kind: kBool, required: true}),
+		"abort_retry":             control(s.pi),
 		"bash":                    long(s.bash, field{name: "command", kind: kString, required: true, max: 20000}, field{name: "excludeFromContext", kind: kBool}),
-		"abort_bash":              control(s.abortBash),
-		"get_session_stats":       read(s.stats),
-		"export_html":             mutate(s.exportHTML, field{name: "outputPath", kind: kString, max: 4096}, field{name: "overwrite", kind: kBool}),
-		"new_session":             long(s.newSession, field{name: "parentSession", kind: kString, max: 4096}),
+		"abort_bash":              control(s.pi),
+		"get_session_stats":       read(s.pi),
+		"export_html":             mutate(s.pi, field{name: "outputPath", kind: kString, max: 4096}, field{name: "overwrite", kind: kBool}),
+		"new_session":             long(s.pi, field{name: "parentSession", kind: kString, max: 4096}),
 		"switch_session_file":     long(s.switchFile, field{name: "sessionPath", kind: kString, required: true, max: 4096}),
-		"fork":                    long(s.fork, field{name: "entryId", kind: kString, required: true}),
-		"clone":                   long(s.clone),
-		"get_fork_messages":       read(s.forkMessages),
+		"fork":                    long(s.pi, field{name: "entryId", kind: kString, required: true}),
+		"clone":                   long(s.pi),
+		"get_fork_messages":       read(s.pi),
 		"get_tree":                read(s.getTree),
 		"navigate_tree":           long(s.navigateTree, fTargetID, fTreeOptions),
-		"get_last_assistant_text": read(s.lastText),
+		"get_last_assistant_text": read(s.pi),
 		"get_context_usage":       read(s.contextUsage),
-		"get_available_models":    peek(s.availableModels),
-		"get_commands":            peek(s.getCommands),
-		"get_skills":              peek(s.getSkills),
+		"get_available_models":    peek(s.pi),
+		"get_commands":            peek(s.pi),
+		"get_skills":              peek(s.pi),
 		// get_tools names why an MCP server did not start, which may quote
 		// its secret: the answer is not kept, and a replay asks again.
 		"get_tools":          {session: true, class: pipeline.ClassRead, readOnly: true, run: s.tools, keep: pipeline.RunAgain},
 		"list_session_files": read(s.sessionFiles),
 		// agentd's: a session's mode (see package modes).
-		"get_modes": peek(s.getModes),
-		"set_mode":  mutate(s.setMode, field{name: "mode", kind: kString, required: true, max: 64}),
+		"get_modes": peek(s.pi),
+		"set_mode":  mutate(s.pi, field{name: "mode", kind: kString, required: true, max: 64}),
 		"extension_ui_response": {session: true, class: pipeline.ClassControl, readOnly: true, run: s.uiResponse,
 			fields: []field{{name: "requestId", kind: kString, required: true, max: 256}, {name: "response", kind: kObject, required: true}}},
 	}
@@ -231,13 +230,10 @@ func (s *Server) commands() map[string]*commandSpec {
 	// diff is a read; a revert and its undo change the files and may
 	// move the conversation, one at a time in the session's lane.
 	fTurn := field{name: "turn", kind: kString, max: 200}
-	checkpoints := func(ctx context.Context, c *call) (any, error) {
-		return piwire.CheckpointCommand(ctx, c.h.Session(), c.cmd.Type, c.p.Fields)
-	}
-	m[piwire.CmdGetCheckpoints] = read(checkpoints)
-	m[piwire.CmdGetTurnDiff] = &commandSpec{session: true, class: pipeline.ClassRead, readOnly: true, run: checkpoints, fields: []field{fTurn}}
-	m[piwire.CmdRevertTurn] = mutate(checkpoints, fTurn, field{name: "truncate", kind: kBool})
-	m[piwire.CmdUndoRevert] = mutate(checkpoints)
+	m[piwire.CmdGetCheckpoints] = read(s.pi)
+	m[piwire.CmdGetTurnDiff] = &commandSpec{session: true, class: pipeline.ClassRead, readOnly: true, run: s.pi, fields: []field{fTurn}}
+	m[piwire.CmdRevertTurn] = mutate(s.pi, fTurn, field{name: "truncate", kind: kBool})
+	m[piwire.CmdUndoRevert] = mutate(s.pi)
 	// The long commands of a session: one at a time in its lane, and the
 	// command timeout applies to them.
 	return m
@@ -262,18 +258,18 @@ func (s *Server) registry() pipeline.Registry {
 			Run: func(ctx context.Context, cmd pipeline.Command) (json.RawMessage, error) {
 				c := &call{cmd: cmd}
 				if err := spec.decode(cmd.Payload, &c.p); err != nil {
-					return nil, err
+					return nil, s.clientError(cmd, err)
 				}
 				if spec.session {
 					h, err := s.srv.SessionFor(ctx, cmd.SessionID, c.who())
 					if err != nil {
-						return nil, err
+						return nil, s.clientError(cmd, err)
 					}
 					c.h = h
 				}
 				v, err := spec.run(ctx, c)
 				if err != nil {
-					return nil, clientError(err)
+					return nil, s.clientError(cmd, err)
 				}
 				switch v := v.(type) {
 				case nil:
@@ -288,13 +284,16 @@ func (s *Server) registry() pipeline.Registry {
 	return reg
 }
 
-// clientError makes sure what reaches a client is written for it: the
-// engine's errors are, so their text is kept.
-func clientError(err error) error {
-	if fe := fault.As(err); fe != nil {
-		return fe
+// clientError is the one place pi-server maps a command's error for the
+// client: a fault.Error is written for the client and goes out as it is;
+// anything else (a bug, a disk that failed) is logged with the session
+// and the command, and the client reads "Internal error" (errorText).
+func (s *Server) clientError(cmd pipeline.Command, err error) error {
+	fe := fault.Public(err)
+	if fe.Code == fault.Internal {
+		s.srv.Logger().Error("command failed", "session", cmd.SessionID, "command", cmd.Type, "err", err)
 	}
-	return fault.Wrap(fault.Failed, err, err.Error())
+	return fe
 }
 
 // ---- server commands ----
@@ -584,6 +583,24 @@ func (s *Server) metrics(context.Context, *call) (any, error) {
 
 // ---- session commands ----
 
+// pi runs a session command through the shared pi command layer
+// (package picommand): the frame was checked against pi-server's schema
+// when it arrived, so the layer's own checks (pi's RPC wording) are not
+// run again.
+func (s *Server) pi(ctx context.Context, c *call) (any, error) {
+	cmd, ok := picommand.Lookup(c.cmd.Type)
+	if !ok {
+		return nil, fault.Errorf(fault.Internal, "no shared pi command %s", c.cmd.Type)
+	}
+	return cmd.Run(ctx, s.env(c), c.cmd.Type, &c.p.Fields)
+}
+
+// env is what the shared pi commands run against: the call's session.
+// pi-server keeps no settings of pi's.
+func (s *Server) env(c *call) picommand.Env {
+	return picommand.Env{Session: c.h.Session(), Models: s.opt.Models, Logger: s.srv.Logger(), Export: c.h.ExportHTML}
+}
+
 func (s *Server) prompt(ctx context.Context, c *call) (any, error) {
 	if out, ok, err := s.builtin(ctx, c); ok {
 		return out, err
@@ -596,11 +613,13 @@ func (s *Server) prompt(ctx context.Context, c *call) (any, error) {
 	if b := s.srv.Breakers().Provider(sess.Model().Provider); b.State() == health.StateOpen {
 		return nil, fault.Errorf(fault.Failed, "%s for provider %s; retry later", health.ProviderOpenText, sess.Model().Provider)
 	}
-	switch c.p.StreamingBehavior {
-	case "steer":
-		return nil, sess.PromptThen(m, session.BehaviorSteer, nil)
-	case "followUp":
-		return nil, sess.PromptThen(m, session.BehaviorFollowUp, nil)
+	b, err := picommand.Behavior(c.p.StreamingBehavior) // the schema allowed only these
+	if err != nil {
+		return nil, err
+	}
+	if b != session.BehaviorNone {
+		// Queued behind the run in progress, or run now: answered at once.
+		return nil, sess.PromptThen(m, b, nil)
 	}
 	if err := sess.PromptThen(m, session.BehaviorNone, nil); err != nil {
 		return nil, err
@@ -616,58 +635,47 @@ func (s *Server) prompt(ctx context.Context, c *call) (any, error) {
 }
 
 func userMessage(p params) (*llm.Message, error) {
-	for i, img := range p.Images {
-		if img.Type != llm.ContentImage || img.Data == "" || img.MimeType == "" {
-			return nil, fault.Errorf(fault.Invalid, "Validation failed: images[%d]: must be {type: \"image\", data, mimeType}", i)
-		}
+	if err := checkImages(p); err != nil {
+		return nil, err
 	}
 	return session.UserMessage(*p.Message, p.Images), nil
+}
+
+// checkImages checks what the schema cannot: that each image has its
+// data and type (pi-server's message; pi's RPC mode words it its own way).
+func checkImages(p params) error {
+	for i, img := range p.Images {
+		if img.Type != llm.ContentImage || img.Data == "" || img.MimeType == "" {
+			return fault.Errorf(fault.Invalid, "Validation failed: images[%d]: must be {type: \"image\", data, mimeType}", i)
+		}
+	}
+	return nil
 }
 
 func (s *Server) steer(ctx context.Context, c *call) (any, error) {
 	if out, ok, err := s.builtin(ctx, c); ok {
 		return out, err
 	}
-	m, err := userMessage(c.p)
-	if err != nil {
+	if err := checkImages(c.p); err != nil {
 		return nil, err
 	}
-	if c.cmd.Type == "steer" {
-		return nil, c.h.Session().Steer(m)
-	}
-	return nil, c.h.Session().FollowUp(m)
-}
-
-func (s *Server) abort(_ context.Context, c *call) (any, error) {
-	c.h.Session().Abort()
-	return nil, nil
+	return s.pi(ctx, c)
 }
 
 func (s *Server) getState(_ context.Context, c *call) (any, error) { return s.info(c.h), nil }
 
-func (s *Server) getMessages(_ context.Context, c *call) (any, error) {
-	b := append([]byte(nil), `{"messages":`...)
-	b = piwire.AppendMessages(b, c.h.Session().Messages())
-	return json.RawMessage(append(b, '}')), nil
-}
-
+// setModel answers {"model": ...}, where pi's RPC mode answers the model.
 func (s *Server) setModel(_ context.Context, c *call) (any, error) {
-	m, err := registry.Pick(s.opt.Models.Available(), c.p.Provider+"/"+c.p.ModelID)
+	m, err := picommand.SetModel(s.env(c), c.p.Provider, c.p.ModelID)
 	if err != nil {
-		return nil, fault.Errorf(fault.Invalid, "Model not found: %s/%s", c.p.Provider, c.p.ModelID)
-	}
-	if err := c.h.Session().SetModel(m); err != nil {
 		return nil, err
 	}
 	return map[string]any{"model": m}, nil
 }
 
+// cycleModel takes pi-server's direction; pi's RPC mode cycles forward.
 func (s *Server) cycleModel(_ context.Context, c *call) (any, error) {
-	next, ok, err := c.h.Session().CycleModel(s.opt.Models.Available(), c.p.Direction == "backward")
-	if err != nil || !ok {
-		return null, err
-	}
-	return map[string]any{"model": next, "thinkingLevel": c.h.Session().Thinking(), "isScoped": false}, nil
+	return picommand.CycleModel(s.env(c), c.p.Direction == "backward")
 }
 
 func (s *Server) setThinking(_ context.Context, c *call) (any, error) {
@@ -679,21 +687,12 @@ func (s *Server) setThinking(_ context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, fault.Errorf(fault.Invalid, "Validation failed: level: %v", err)
 	}
-	if _, err := c.h.Session().SetThinking(l); err != nil {
-		return nil, err
-	}
-	return nil, nil
+	return nil, picommand.SetThinking(s.env(c), l)
 }
 
-func (s *Server) cycleThinking(_ context.Context, c *call) (any, error) {
-	got, ok, err := c.h.Session().CycleThinking()
-	if err != nil || !ok {
-		return null, err
-	}
-	return map[string]any{"level": got}, nil
-}
-
-func (s *Server) setName(_ context.Context, c *call) (any, error) {
+// setName checks the name with pi-server's messages (and refuses control
+// characters, which pi allows) before the layer sets it.
+func (s *Server) setName(ctx context.Context, c *call) (any, error) {
 	name := strings.TrimSpace(*c.p.Name)
 	if name == "" {
 		return nil, fault.Errorf(fault.Invalid, "Validation failed: name: must not be empty")
@@ -701,17 +700,7 @@ func (s *Server) setName(_ context.Context, c *call) (any, error) {
 	if strings.IndexFunc(name, unicode.IsControl) >= 0 {
 		return nil, fault.Errorf(fault.Invalid, "Validation failed: name: must not contain control characters")
 	}
-	return nil, c.h.Session().SetName(name)
-}
-
-func (s *Server) setQueueMode(_ context.Context, c *call) (any, error) {
-	mode := agent.QueueMode(c.p.Mode)
-	if c.cmd.Type == "set_steering_mode" {
-		c.h.Session().SetQueueModes(mode, "")
-	} else {
-		c.h.Session().SetQueueModes("", mode)
-	}
-	return nil, nil
+	return s.pi(ctx, c)
 }
 
 func (s *Server) compact(ctx context.Context, c *call) (any, error) {
@@ -719,29 +708,11 @@ func (s *Server) compact(ctx context.Context, c *call) (any, error) {
 	if b := s.srv.Breakers().Provider(sess.Model().Provider); b.State() == health.StateOpen {
 		return nil, fault.Errorf(fault.Failed, "%s for provider %s; retry later", health.ProviderOpenText, sess.Model().Provider)
 	}
-	res, err := sess.Compact(ctx, c.p.CustomInstructions)
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
+	return s.pi(ctx, c)
 }
 
 func (s *Server) abortCompaction(_ context.Context, c *call) (any, error) {
 	c.h.Session().AbortCompaction()
-	return nil, nil
-}
-
-func (s *Server) setAuto(_ context.Context, c *call) (any, error) {
-	if c.cmd.Type == "set_auto_compaction" {
-		c.h.Session().SetAutoCompaction(*c.p.Enabled)
-	} else {
-		c.h.Session().SetAutoRetry(*c.p.Enabled)
-	}
-	return nil, nil
-}
-
-func (s *Server) abortRetry(_ context.Context, c *call) (any, error) {
-	c.h.Session().AbortRetry()
 	return nil, nil
 }
 
@@ -777,71 +748,11 @@ func (s *Server) bash(ctx context.Context, c *call) (any, error) {
 	return r, nil
 }
 
-func (s *Server) abortBash(_ context.Context, c *call) (any, error) {
-	c.h.Session().AbortBash()
-	return nil, nil
-}
-
-func (s *Server) stats(_ context.Context, c *call) (any, error) {
-	return piwire.SessionStats(c.h.Session().Stats()), nil
-}
-
-func (s *Server) exportHTML(_ context.Context, c *call) (any, error) {
-	path, err := c.h.ExportHTML(c.p.OutputPath, c.p.Overwrite)
-	if err != nil {
-		return nil, err
-	}
-	return map[string]string{"path": path}, nil
-}
-
-func (s *Server) newSession(_ context.Context, c *call) (any, error) {
-	if err := c.h.Session().NewSession(c.p.ParentSession); err != nil {
-		return nil, err
-	}
-	return map[string]bool{"cancelled": false}, nil
-}
-
 func (s *Server) switchFile(_ context.Context, c *call) (any, error) {
 	if err := s.srv.SwitchFile(c.h, c.p.SessionPath); err != nil {
 		return nil, err
 	}
 	return map[string]bool{"cancelled": false}, nil
-}
-
-func (s *Server) fork(_ context.Context, c *call) (any, error) {
-	text, err := c.h.Session().Fork(c.p.EntryID)
-	if err != nil {
-		return nil, err
-	}
-	return map[string]any{"text": text, "cancelled": false}, nil
-}
-
-func (s *Server) clone(_ context.Context, c *call) (any, error) {
-	if err := c.h.Session().Clone(); err != nil {
-		return nil, err
-	}
-	return map[string]bool{"cancelled": false}, nil
-}
-
-func (s *Server) forkMessages(_ context.Context, c *call) (any, error) {
-	type fm struct {
-		EntryID string `json:"entryId"`
-		Text    string `json:"text"`
-	}
-	out := []fm{}
-	for _, m := range c.h.Session().ForkMessages() {
-		out = append(out, fm{m.EntryID, m.Text})
-	}
-	return map[string]any{"messages": out}, nil
-}
-
-func (s *Server) lastText(_ context.Context, c *call) (any, error) {
-	text, ok := c.h.Session().LastAssistantText()
-	var v any
-	if ok {
-		v = text
-	}
-	return map[string]any{"text": v}, nil
 }
 
 func (s *Server) contextUsage(_ context.Context, c *call) (any, error) {
@@ -859,14 +770,6 @@ func (s *Server) contextUsage(_ context.Context, c *call) (any, error) {
 		u.Tokens, u.Percent = &st.ContextTokens, &st.ContextPercent
 	}
 	return u, nil
-}
-
-func (s *Server) availableModels(context.Context, *call) (any, error) {
-	models := s.opt.Models.Available()
-	if models == nil {
-		models = []*llm.Model{}
-	}
-	return map[string]any{"models": models}, nil
 }
 
 func (s *Server) tools(_ context.Context, c *call) (any, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -212,6 +213,7 @@ type fixture struct {
 type testOptions struct {
 	Limits  server.Limits
 	Journal pipeline.Journal
+	Logger  *slog.Logger
 }
 
 type fixtureConfig struct {
@@ -246,6 +248,7 @@ func newFixture(t testing.TB, fc fixtureConfig) *fixture {
 		StateDir:    filepath.Join(root, "state"),
 		Journal:     to.Journal,
 		Limits:      to.Limits,
+		Logger:      to.Logger,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -6,21 +6,6 @@ import (
 	"github.com/agentd-dev/agentd/internal/commands"
 )
 
-// getCommands answers get_commands: the session's built-ins, prompt
-// templates and skills in pi's shape.
-func (s *Server) getCommands(_ context.Context, c *call) (any, error) {
-	return map[string]any{"commands": commands.Of(c.h.Session()).List()}, nil
-}
-
-// getSkills answers get_skills: pi's Skill objects.
-func (s *Server) getSkills(_ context.Context, c *call) (any, error) {
-	sk := commands.Of(c.h.Session()).Skills()
-	if sk == nil {
-		sk = []commands.Skill{}
-	}
-	return map[string]any{"skills": sk}, nil
-}
-
 // builtin runs a prompt, steer or follow_up whose message is a built-in
 // command (/help, /compact, ...): the command's answer carries its
 // output. ok is false for any other message.

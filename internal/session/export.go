@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/transcript"
 )
 
@@ -20,14 +21,16 @@ import (
 // to write: the client's mistake, not the server's.
 var ErrExportRefused = errors.New("export refused")
 
-// refusal is a refused export; its text is the reason alone.
-type refusal struct{ msg string }
-
-func (r *refusal) Error() string { return r.msg }
-func (r *refusal) Unwrap() error { return ErrExportRefused }
-
+// refused is a refused export: a fault whose text is the reason alone,
+// and which matches ErrExportRefused.
 func refused(format string, args ...any) error {
-	return &refusal{fmt.Sprintf(format, args...)}
+	return &fault.Error{Code: fault.Forbidden, Message: fmt.Sprintf(format, args...), Cause: ErrExportRefused}
+}
+
+// writeFailed is a failure to write the file the client named; the
+// system's reason is its to see.
+func writeFailed(p string, err error) error {
+	return fault.Wrap(fault.Failed, err, fmt.Sprintf("cannot write %s: %v", p, err))
 }
 
 // ExportRequest says where ExportHTMLFile writes and what it may replace.
@@ -87,7 +90,7 @@ func (s *Session) ExportHTMLFile(req ExportRequest) (string, error) {
 		if errors.Is(err, fs.ErrExist) {
 			return "", refused("export path %s exists; send overwrite: true to replace it", p)
 		}
-		return "", fmt.Errorf("cannot write %s: %w", p, err)
+		return "", writeFailed(p, err)
 	}
 	return target, nil
 }
@@ -100,7 +103,7 @@ func exportDir(req ExportRequest, p string) (*os.Root, string, error) {
 	parent := filepath.Dir(p)
 	if req.ExportsDir != "" && parent == filepath.Clean(req.ExportsDir) {
 		if err := os.MkdirAll(req.ExportsDir, 0o700); err != nil {
-			return nil, "", fmt.Errorf("cannot write %s: %w", p, err)
+			return nil, "", writeFailed(p, err)
 		}
 	}
 	real, err := filepath.EvalSymlinks(parent)
@@ -108,7 +111,7 @@ func exportDir(req ExportRequest, p string) (*os.Root, string, error) {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, "", refused("cannot write %s: directory %s does not exist", p, parent)
 		}
-		return nil, "", fmt.Errorf("cannot write %s: %w", p, err)
+		return nil, "", writeFailed(p, err)
 	}
 	for _, r := range []string{req.Cwd, req.ExportsDir} {
 		if r == "" {
@@ -124,7 +127,7 @@ func exportDir(req ExportRequest, p string) (*os.Root, string, error) {
 		}
 		root, err := os.OpenRoot(rr)
 		if err != nil {
-			return nil, "", fmt.Errorf("cannot write %s: %w", p, err)
+			return nil, "", writeFailed(p, err)
 		}
 		if rel == "." {
 			return root, real, nil
@@ -132,7 +135,7 @@ func exportDir(req ExportRequest, p string) (*os.Root, string, error) {
 		sub, err := root.OpenRoot(rel)
 		root.Close()
 		if err != nil {
-			return nil, "", fmt.Errorf("cannot write %s: %w", p, err)
+			return nil, "", writeFailed(p, err)
 		}
 		return sub, real, nil
 	}
@@ -159,7 +162,7 @@ func (s *Session) checkExportTarget(req ExportRequest, dir *os.Root, name, p, ta
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("cannot write %s: %w", p, err)
+		return writeFailed(p, err)
 	}
 	if fi.IsDir() {
 		return refused("export path %s is a directory", p)

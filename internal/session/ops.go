@@ -3,7 +3,6 @@ package session
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -393,7 +392,7 @@ func (s *Session) Bash(ctx context.Context, command string, exclude bool) (*llm.
 	timeout := bashTimeoutSeconds(s.cfg.BashTimeout)
 	run := tool.RunBash(ctx, s.cfg.BashEnv, command, timeout, nil)
 	if run.StartError != "" {
-		return nil, errors.New(run.StartError)
+		return nil, fault.New(fault.Failed, run.StartError) // why the shell did not start, for the client
 	}
 	output := run.Output
 	if run.TimedOut {
@@ -540,7 +539,8 @@ func (s *Session) Switch(path string) error {
 	}
 	f, err := transcript.Open(path, s.fileOptions()...)
 	if err != nil {
-		return fmt.Errorf("opening session %s: %w", path, err)
+		// The client named the file; what is wrong with it is its to see.
+		return fault.Wrap(fault.Invalid, err, fmt.Sprintf("opening session %s: %v", path, err))
 	}
 	if err := s.swap(f, nil); err != nil {
 		f.Close()

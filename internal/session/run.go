@@ -450,6 +450,20 @@ func (s *Session) Compact(ctx context.Context, instructions string) (*Compaction
 	return s.compactNow(ctx, "manual", instructions, false)
 }
 
+// compactionFault says why a compaction did not happen as a client sees
+// it, as pi does: nothing to compact, the model's failure to summarise,
+// the abort. Recording the result is the server's own failure and stays
+// internal.
+func compactionFault(err error) error {
+	switch {
+	case fault.As(err) != nil:
+		return err
+	case errors.Is(err, compaction.ErrNothingToCompact), errors.Is(err, compaction.ErrAlreadyCompacted):
+		return fault.Wrap(fault.Invalid, err, err.Error())
+	}
+	return fault.Wrap(fault.Failed, err, err.Error())
+}
+
 // compactNow runs one compaction and emits its start and end.
 func (s *Session) compactNow(ctx context.Context, reason, instructions string, willRetry bool) (*CompactionResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -510,21 +524,21 @@ func (s *Session) compactNow(ctx context.Context, reason, instructions string, w
 	// pi refuses when the newest entry of the path is the compaction: the
 	// context holds the summary first, so the transcript's leaf says it.
 	if prev != nil && f != nil && f.Leaf() == prev.EntryID {
-		return end(nil, compaction.ErrAlreadyCompacted)
+		return end(nil, compactionFault(compaction.ErrAlreadyCompacted))
 	}
 	plan, err := compaction.Prepare(in, prev, settings)
 	if err != nil {
-		return end(nil, err)
+		return end(nil, compactionFault(err))
 	}
 	var opts llm.StreamOptions
 	if s.cfg.Options != nil {
 		if opts, err = s.cfg.Options(ctx, model); err != nil {
-			return end(nil, err)
+			return end(nil, compactionFault(err))
 		}
 	}
 	result, err := compaction.Summarize(ctx, compaction.StreamFunc(s.cfg.Stream), model, opts, plan, instructions)
 	if err != nil {
-		return end(nil, err)
+		return end(nil, compactionFault(err))
 	}
 	details := result.Details
 	detailsJSON, _ := jsonMarshal(details)
