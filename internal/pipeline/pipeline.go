@@ -7,8 +7,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"sync"
 	"time"
@@ -24,6 +24,7 @@ type Pipeline struct {
 	journal    Journal
 	emitFn     func(Event)
 	onJErr     func(error)
+	log        *slog.Logger
 	ttl        time.Duration
 	retention  time.Duration
 	depTimeout time.Duration
@@ -121,6 +122,7 @@ func New(opts Options) (*Pipeline, error) {
 		journal:    opts.Journal,
 		emitFn:     opts.Emit,
 		onJErr:     opts.OnJournalError,
+		log:        cmpOr(opts.Log, slog.New(slog.DiscardHandler)),
 		ttl:        opts.IdempotencyTTL,
 		retention:  opts.OutcomeRetention,
 		depTimeout: opts.DependencyTimeout,
@@ -621,9 +623,12 @@ func (p *Pipeline) execute(f *flight) {
 	select {
 	case r := <-res:
 		if r.err != nil {
-			var e *fault.Error
-			if !errors.As(r.err, &e) {
-				e = &fault.Error{Code: fault.Failed, Message: r.err.Error(), Cause: r.err}
+			e := fault.As(r.err)
+			if e == nil {
+				// Not meant for the client: the operator reads the
+				// cause, the client "Internal error".
+				p.log.Error("command failed", "command", f.cmd.Type, "session", f.cmd.SessionID, "err", r.err)
+				e = fault.Public(r.err)
 			}
 			p.finish(f, Response{Err: e})
 		} else {
@@ -936,4 +941,12 @@ func errText(e *fault.Error) string {
 		return "unknown error"
 	}
 	return e.Message
+}
+
+// cmpOr is the first of a and b that is not nil.
+func cmpOr[T any](a, b *T) *T {
+	if a != nil {
+		return a
+	}
+	return b
 }

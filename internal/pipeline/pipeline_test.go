@@ -1,10 +1,13 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -50,7 +53,7 @@ func newHarness(t *testing.T, j Journal, tweak func(*Options)) *harness {
 	reg := Registry{
 		"list_sessions": {Class: ClassRead, Lane: LaneServer, Run: ok},
 		"health_check":  {Class: ClassRead, Lane: LaneServer, Run: ok},
-		"fail":          {Class: ClassRead, Lane: LaneServer, Run: func(context.Context, Command) (json.RawMessage, error) { return nil, errors.New("boom") }},
+		"fail":          {Class: ClassRead, Lane: LaneServer, Run: func(context.Context, Command) (json.RawMessage, error) { return nil, fault.Errorf(fault.Failed, "boom") }},
 		"create_session": {Class: ClassMutate, Lane: LaneServer, Run: func(_ context.Context, c Command) (json.RawMessage, error) {
 			h.p.CreateSession(c.SessionID)
 			return nil, nil
@@ -900,4 +903,40 @@ func TestFileJournalGroupCommit(t *testing.T) {
 	if len(got) != n {
 		t.Fatalf("%d of %d outcomes survived", len(got), n)
 	}
+}
+
+// A handler's error that is not a fault.Error is the operator's to read:
+// the client gets "Internal error" (also on replay), the log the cause.
+func TestPlainErrorIsInternal(t *testing.T) {
+	var logged bytes.Buffer
+	var mu sync.Mutex
+	h := newHarness(t, nil, func(o *Options) {
+		o.Registry["oops"] = Handler{Class: ClassRead, Lane: LaneServer, Run: func(context.Context, Command) (json.RawMessage, error) {
+			return nil, errors.New("open /var/lib/agentd/secret: permission denied")
+		}}
+		o.Log = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))
+	})
+	for _, id := range []string{"o1", "o1"} { // the second is a replay
+		r := h.p.Do(Command{Type: "oops", ID: id})
+		wantFail(t, r, "Internal error")
+		if r.Err.Code != fault.Internal {
+			t.Fatalf("code %v", r.Err.Code)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logged.String(), "permission denied"); n != 1 || !strings.Contains(logged.String(), "command=oops") {
+		t.Fatalf("the cause is logged %d times:\n%s", n, logged.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

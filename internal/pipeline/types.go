@@ -24,6 +24,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/fault"
@@ -258,6 +259,10 @@ type Options struct {
 	// OnJournalError learns of a failed durable write of an outcome (the
 	// response is still delivered and replayable until restart).
 	OnJournalError func(error)
+	// Log records a handler's error that is not a fault.Error (its text
+	// is for the operator; the client is answered "Internal error").
+	// Nil discards.
+	Log *slog.Logger
 
 	MaxOutcomes      int // outcomes kept in memory (by id and by key)
 	MaxOutcomeMemory int // bytes of outcome data kept in memory

@@ -361,6 +361,7 @@ func (s *Server) Start() error {
 			pipeline.ClassLong:   s.lim.LongCommandTimeout,
 		},
 		OnJournalError: func(err error) { s.log.Error("command journal", "err", err) },
+		Log:            s.log,
 	})
 	if err != nil {
 		return err
