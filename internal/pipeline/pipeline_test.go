@@ -53,7 +53,9 @@ func newHarness(t *testing.T, j Journal, tweak func(*Options)) *harness {
 	reg := Registry{
 		"list_sessions": {Class: ClassRead, Lane: LaneServer, Run: ok},
 		"health_check":  {Class: ClassRead, Lane: LaneServer, Run: ok},
-		"fail":          {Class: ClassRead, Lane: LaneServer, Run: func(context.Context, Command) (json.RawMessage, error) { return nil, fault.Errorf(fault.Failed, "boom") }},
+		"fail": {Class: ClassRead, Lane: LaneServer, Run: func(context.Context, Command) (json.RawMessage, error) {
+			return nil, fault.Errorf(fault.Failed, "boom")
+		}},
 		"create_session": {Class: ClassMutate, Lane: LaneServer, Run: func(_ context.Context, c Command) (json.RawMessage, error) {
 			h.p.CreateSession(c.SessionID)
 			return nil, nil
