@@ -51,7 +51,7 @@ func parseInitTrace(t *testing.T, trace string) (own, all initCost, lines int) {
 func TestInitBudget(t *testing.T) {
 	const (
 		ownBytes, ownAllocs = 8 << 10, 120
-		allBytes, allAllocs = 1040 << 10, 7800
+		allBytes, allAllocs = 1015 << 10, 7500
 	)
 	r := run(t, t.TempDir(), []string{"GODEBUG=inittrace=1"}, "", "version")
 	if r.code != 0 {
