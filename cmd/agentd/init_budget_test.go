@@ -51,7 +51,7 @@ func parseInitTrace(t *testing.T, trace string) (own, all initCost, lines int) {
 func TestInitBudget(t *testing.T) {
 	const (
 		ownBytes, ownAllocs = 8 << 10, 120
-		allBytes, allAllocs = 1300 << 10, 9000
+		allBytes, allAllocs = 992 << 10, 7400
 	)
 	r := run(t, t.TempDir(), []string{"GODEBUG=inittrace=1"}, "", "version")
 	if r.code != 0 {

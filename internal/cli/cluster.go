@@ -11,10 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/agentd-dev/agentd/internal/cluster"
 	"github.com/agentd-dev/agentd/internal/config"
+	"github.com/agentd-dev/agentd/internal/metrics"
 	"github.com/agentd-dev/agentd/internal/server"
 	"github.com/agentd-dev/agentd/internal/sessionws"
 )
@@ -117,7 +116,7 @@ func (cn *clusterNode) leave() {
 }
 
 // clusterMetrics adds the cluster's gauges to the server's registry.
-func clusterMetrics(reg *prometheus.Registry, srv *server.Server) error {
+func clusterMetrics(reg *metrics.Registry, srv *server.Server) error {
 	read := func(f func(*server.ClusterStatus) float64) func() float64 {
 		return func() float64 {
 			if st := srv.ClusterStatus(); st != nil {
@@ -126,13 +125,13 @@ func clusterMetrics(reg *prometheus.Registry, srv *server.Server) error {
 			return 0
 		}
 	}
-	gauge := func(name, help string, f func(*server.ClusterStatus) float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, read(f))
+	gauge := func(name, help string, f func(*server.ClusterStatus) float64) metrics.Collector {
+		return metrics.NewGaugeFunc(name, help, read(f))
 	}
-	counter := func(name, help string, f func(*server.ClusterStatus) float64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, read(f))
+	counter := func(name, help string, f func(*server.ClusterStatus) float64) metrics.Collector {
+		return metrics.NewCounterFunc(name, help, read(f))
 	}
-	for _, c := range []prometheus.Collector{
+	for _, c := range []metrics.Collector{
 		gauge("agentd_cluster_connected", "1 while this node is connected to NATS.", func(st *server.ClusterStatus) float64 {
 			if st.Connected {
 				return 1

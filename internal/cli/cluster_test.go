@@ -8,17 +8,17 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agentd-dev/agentd/internal/cluster"
 	"github.com/agentd-dev/agentd/internal/cluster/embeddednats"
 	"github.com/agentd-dev/agentd/internal/config"
 	"github.com/agentd-dev/agentd/internal/engine"
 	"github.com/agentd-dev/agentd/internal/llm/faux"
+	"github.com/agentd-dev/agentd/internal/metrics"
 	"github.com/agentd-dev/agentd/internal/server"
 	"github.com/agentd-dev/agentd/internal/session"
 )
@@ -84,22 +84,23 @@ func TestClusterMetrics(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := testServer(t, tc.clustered)
-			reg := prometheus.NewRegistry()
+			reg := metrics.NewRegistry()
 			if err := clusterMetrics(reg, srv); err != nil {
 				t.Fatal(err)
 			}
-			mfs, err := reg.Gather()
-			if err != nil {
-				t.Fatal(err)
-			}
 			got := map[string]float64{}
-			for _, mf := range mfs {
-				m := mf.GetMetric()[0]
+			types := map[string]string{}
+			for line := range strings.Lines(metrics.Scrape(reg)) {
+				f := strings.Fields(line)
 				switch {
-				case m.GetGauge() != nil:
-					got[mf.GetName()] = m.GetGauge().GetValue()
-				case m.GetCounter() != nil:
-					got[mf.GetName()] = m.GetCounter().GetValue()
+				case len(f) == 4 && f[0] == "#" && f[1] == "TYPE":
+					types[f[2]] = f[3]
+				case len(f) == 2 && (types[f[0]] == "gauge" || types[f[0]] == "counter"):
+					v, err := strconv.ParseFloat(f[1], 64)
+					if err != nil {
+						t.Fatalf("sample %q: %v", line, err)
+					}
+					got[f[0]] = v
 				}
 			}
 			if len(got) != 7 {

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"syscall"
 
-	"go.yaml.in/yaml/v3"
+	"go.yaml.in/yaml/v4"
 )
 
 // ErrUnclosed is Split's error for a file whose first line opens a
@@ -68,7 +68,11 @@ func Decode(head []byte, v any, strict bool) error {
 		var te *yaml.TypeError
 		if errors.As(err, &te) {
 			// "line 2: field x not found in type ...", one per field.
-			msg = strings.Join(te.Errors, "; ")
+			lines := make([]string, len(te.Errors))
+			for i, e := range te.Errors {
+				lines[i] = e.Error()
+			}
+			msg = strings.Join(lines, "; ")
 		} else if i := strings.IndexByte(msg, '\n'); i >= 0 {
 			msg = msg[:i]
 		}

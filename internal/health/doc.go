@@ -1,5 +1,5 @@
 // Package health holds agentd's circuit breakers, the pi-server protocol's
-// health_check payload (spec §21) and the Prometheus metrics with the
+// health_check payload (spec §21) and agentd's metrics with the
 // /metrics, /healthz and /readyz HTTP handlers.
 //
 // Circuit breakers (spec §21.1) guard model providers, one per provider
@@ -14,6 +14,6 @@
 // [DefaultProviderOptions] and [DefaultBashOptions] and every value is an
 // option.
 //
-// Metrics live on a registry of their own ([Metrics.Registry]);
-// nothing here touches prometheus.DefaultRegisterer.
+// Metrics live on a registry of their own ([Metrics.Registry], package
+// metrics), which the server owns: there is no process-wide registry.
 package health

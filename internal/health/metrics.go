@@ -2,14 +2,10 @@ package health
 
 import (
 	"net/http"
-	"regexp"
-	"sync"
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/llm"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/agentd-dev/agentd/internal/metrics"
 )
 
 // Metric names.
@@ -31,76 +27,52 @@ const (
 	OutcomeError   = "error"
 )
 
-// Metrics holds agentd's Prometheus metrics on a registry of its own.
+// Metrics holds agentd's metrics on a registry of its own.
 // All methods are safe for concurrent use.
 type Metrics struct {
-	reg *prometheus.Registry
+	reg *metrics.Registry
 
-	commands    *prometheus.CounterVec
-	duration    *prometheus.HistogramVec
-	events      *prometheus.CounterVec
-	sessions    prometheus.Gauge
-	connections *prometheus.GaugeVec
-	provReqs    *prometheus.CounterVec
-	provErrs    *prometheus.CounterVec
-	// eventCounters caches the counter of each event type: Event runs for
-	// every event of every watched session, and finding a labelled
-	// counter hashes its labels each time.
-	eventCounters sync.Map // string -> prometheus.Counter
+	commands    *metrics.CounterVec
+	duration    *metrics.HistogramVec
+	events      *metrics.CounterVec
+	sessions    *metrics.Gauge
+	connections *metrics.GaugeVec
+	provReqs    *metrics.CounterVec
+	provErrs    *metrics.CounterVec
 }
 
 // NewMetrics makes the metrics and their private registry, with the Go
-// runtime and process collectors.
+// runtime's and the process's figures. Labels are listed by name, the
+// order the exposition has always had them in.
 func NewMetrics() *Metrics {
+	sessions, sessionsFamily := metrics.NewGauge(MetricSessions, "Sessions loaded in memory.")
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricCommandsTotal,
-			Help: "Protocol commands handled, by command type and outcome.",
-		}, []string{"command", "outcome"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    MetricCommandDuration,
-			Help:    "Time from receiving a command to its response, by command type.",
-			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 30, 120, 600},
-		}, []string{"command"}),
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricEventsTotal,
-			Help: "Events sent to clients, by event type.",
-		}, []string{"type"}),
-		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: MetricSessions,
-			Help: "Sessions loaded in memory.",
-		}),
-		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: MetricConnections,
-			Help: "Open client connections, by transport.",
-		}, []string{"transport"}),
-		provReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricProviderRequestsTotal,
-			Help: "Model requests sent, by provider.",
-		}, []string{"provider"}),
-		provErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricProviderErrorsTotal,
-			Help: "Model requests that failed, by provider and error kind.",
-		}, []string{"provider", "kind"}),
+		reg: metrics.NewRegistry(),
+		commands: metrics.NewCounterVec(MetricCommandsTotal,
+			"Protocol commands handled, by command type and outcome.", "command", "outcome"),
+		duration: metrics.NewHistogramVec(MetricCommandDuration,
+			"Time from receiving a command to its response, by command type.",
+			[]float64{.001, .005, .01, .05, .1, .5, 1, 5, 30, 120, 600}, "command"),
+		events:      metrics.NewCounterVec(MetricEventsTotal, "Events sent to clients, by event type.", "type"),
+		sessions:    sessions,
+		connections: metrics.NewGaugeVec(MetricConnections, "Open client connections, by transport.", "transport"),
+		provReqs:    metrics.NewCounterVec(MetricProviderRequestsTotal, "Model requests sent, by provider.", "provider"),
+		provErrs: metrics.NewCounterVec(MetricProviderErrorsTotal,
+			"Model requests that failed, by provider and error kind.", "kind", "provider"),
 	}
-	m.reg.MustRegister(m.commands, m.duration, m.events, m.sessions, m.connections, m.provReqs, m.provErrs,
-		// go_gc_heap_live_bytes besides the defaults: the heap the last
-		// collection found live, what RSS is measured against after load
-		// (agentd bench --idle-wait).
-		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
-			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// go_gc_heap_live_bytes is among the Go collector's: the heap the
+	// last collection found live, what RSS is measured against after
+	// load (agentd bench --idle-wait).
+	m.reg.MustRegister(m.commands, m.duration, m.events, sessionsFamily, m.connections, m.provReqs, m.provErrs,
+		metrics.NewGoCollector(), metrics.NewProcessCollector())
 	return m
 }
 
 // Registry is the private registry, for registering more collectors.
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+func (m *Metrics) Registry() *metrics.Registry { return m.reg }
 
-// Handler serves the registry in the Prometheus exposition formats.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
-}
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler { return m.reg }
 
 // labelValue bounds label cardinality: names come from clients, so only
 // short snake_case names are kept, anything else becomes "other".
@@ -124,19 +96,13 @@ func (m *Metrics) ObserveCommand(command string, ok bool, d time.Duration) {
 	if !ok {
 		outcome = OutcomeError
 	}
-	m.commands.WithLabelValues(command, outcome).Inc()
-	m.duration.WithLabelValues(command).Observe(d.Seconds())
+	m.commands.With(command, outcome).Inc()
+	m.duration.With(command).Observe(d.Seconds())
 }
 
 // Event records an event sent to a client.
 func (m *Metrics) Event(eventType string) {
-	if c, ok := m.eventCounters.Load(eventType); ok {
-		c.(prometheus.Counter).Inc()
-		return
-	}
-	c := m.events.WithLabelValues(labelValue(eventType))
-	m.eventCounters.Store(eventType, c)
-	c.Inc()
+	m.events.With(labelValue(eventType)).Inc()
 }
 
 // SetSessions sets the number of sessions in memory.
@@ -151,12 +117,12 @@ func (m *Metrics) SessionClosed() { m.sessions.Dec() }
 // ConnectionOpened and ConnectionClosed move the connection gauge of a
 // transport ("stdio", "websocket", "sse", ...) by one.
 func (m *Metrics) ConnectionOpened(transport string) {
-	m.connections.WithLabelValues(labelValue(transport)).Inc()
+	m.connections.With(labelValue(transport)).Inc()
 }
 
 // ConnectionClosed: see ConnectionOpened.
 func (m *Metrics) ConnectionClosed(transport string) {
-	m.connections.WithLabelValues(labelValue(transport)).Dec()
+	m.connections.With(labelValue(transport)).Dec()
 }
 
 // ProviderRequest records a finished model request and, when err is not
@@ -164,7 +130,7 @@ func (m *Metrics) ConnectionClosed(transport string) {
 // context, else "other").
 func (m *Metrics) ProviderRequest(provider string, err error) {
 	provider = labelValue(provider)
-	m.provReqs.WithLabelValues(provider).Inc()
+	m.provReqs.With(provider).Inc()
 	if err == nil {
 		return
 	}
@@ -174,7 +140,7 @@ func (m *Metrics) ProviderRequest(provider string, err error) {
 	} else if Aborted(err) {
 		kind = string(llm.ErrAborted)
 	}
-	m.provErrs.WithLabelValues(provider, labelValue(kind)).Inc()
+	m.provErrs.With(labelValue(kind), provider).Inc()
 }
 
 // WatchBreakers exports the breakers of bs, read at scrape time:
@@ -183,13 +149,6 @@ func (m *Metrics) ProviderRequest(provider string, err error) {
 func (m *Metrics) WatchBreakers(bs *Breakers) error {
 	return m.reg.Register(&breakerCollector{bs: bs})
 }
-
-var (
-	breakerStateDesc = prometheus.NewDesc(MetricBreakerState,
-		"Circuit breaker state: 0 closed, 1 half_open, 2 open.", []string{"kind", "name"}, nil)
-	breakerRejectedDesc = prometheus.NewDesc(MetricBreakerRejectionsTotal,
-		"Requests turned away by a circuit breaker.", []string{"kind", "name"}, nil)
-)
 
 // StateValue is a state's value in agentd_circuit_breaker_state.
 func StateValue(s State) float64 {
@@ -204,16 +163,18 @@ func StateValue(s State) float64 {
 
 type breakerCollector struct{ bs *Breakers }
 
-func (c *breakerCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- breakerStateDesc
-	ch <- breakerRejectedDesc
+func (c *breakerCollector) Names() []string {
+	return []string{MetricBreakerState, MetricBreakerRejectionsTotal}
 }
 
-func (c *breakerCollector) Collect(ch chan<- prometheus.Metric) {
-	all := append(c.bs.Providers(), c.bs.Bash())
+func (c *breakerCollector) Collect(w *metrics.Writer) {
+	all := append([]*Breaker{c.bs.Bash()}, c.bs.Providers()...)
+	w.Family(MetricBreakerState, "Circuit breaker state: 0 closed, 1 half_open, 2 open.", metrics.TypeGauge)
 	for _, b := range all {
-		kind, name := string(b.Kind()), labelValue(b.Name())
-		ch <- prometheus.MustNewConstMetric(breakerStateDesc, prometheus.GaugeValue, StateValue(b.State()), kind, name)
-		ch <- prometheus.MustNewConstMetric(breakerRejectedDesc, prometheus.CounterValue, float64(b.Rejected()), kind, name)
+		w.Sample(MetricBreakerState, StateValue(b.State()), "kind", string(b.Kind()), "name", labelValue(b.Name()))
+	}
+	w.Family(MetricBreakerRejectionsTotal, "Requests turned away by a circuit breaker.", metrics.TypeCounter)
+	for _, b := range all {
+		w.Sample(MetricBreakerRejectionsTotal, float64(b.Rejected()), "kind", string(b.Kind()), "name", labelValue(b.Name()))
 	}
 }

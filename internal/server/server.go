@@ -299,7 +299,7 @@ func (s *Server) Breakers() *health.Breakers { return s.cfg.Breakers }
 // Health is the server's health.
 func (s *Server) Health() *health.Health { return s.cfg.Health }
 
-// Metrics are the server's Prometheus metrics (nil when none).
+// Metrics are the server's /metrics (nil when none).
 func (s *Server) Metrics() *health.Metrics { return s.cfg.Metrics }
 
 // Logger is the server's logger.

@@ -20,7 +20,7 @@ import (
 	"strings"
 	"sync"
 
-	"go.yaml.in/yaml/v3"
+	"go.yaml.in/yaml/v4"
 
 	"github.com/agentd-dev/agentd/internal/frontmatter"
 	"github.com/agentd-dev/agentd/internal/sandbox"

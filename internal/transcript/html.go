@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"html/template"
 	"io"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/llm"
@@ -26,8 +24,8 @@ type ExportOptions struct {
 
 // ExportHTML writes one branch of the session as a self-contained HTML
 // page: inline CSS, no scripts, no external resources; images are inline
-// data URLs. Everything from the session is escaped by html/template, so
-// a transcript can hold any text without it becoming markup.
+// data URLs. Everything from the session is escaped (page.write), so a
+// transcript can hold any text without it becoming markup.
 //
 // The page shows every entry on the branch, including messages that a
 // later compaction summarised away, since an export is a record of what
@@ -87,7 +85,7 @@ func ExportHTML(w io.Writer, f *File, opts ExportOptions) error {
 	if p.Title == "" {
 		p.Title = firstNonEmpty(name, oneLine(p.First, 80), "Session "+f.header.ID)
 	}
-	return pageTemplate().Execute(w, p)
+	return p.write(w)
 }
 
 type page struct {
@@ -116,7 +114,7 @@ type part struct {
 	Kind  string // text, thinking, call, image, pre
 	Text  string
 	Name  string
-	Image template.URL
+	Image string // a data URL, from imageURL
 }
 
 func renderEntry(e *Entry) (block, bool) {
@@ -251,7 +249,7 @@ func contentParts(content []llm.Content) []part {
 // imageURL builds a data URL for raster types only, and only from data
 // that is plain base64, so nothing in it can end the attribute or smuggle
 // in a scriptable document (SVG).
-func imageURL(mime, data string) (template.URL, bool) {
+func imageURL(mime, data string) (string, bool) {
 	switch mime {
 	case "image/png", "image/jpeg", "image/gif", "image/webp":
 	default:
@@ -263,7 +261,7 @@ func imageURL(mime, data string) (template.URL, bool) {
 			return "", false
 		}
 	}
-	return template.URL("data:" + mime + ";base64," + data), true
+	return "data:" + mime + ";base64," + data, true
 }
 
 func prettyJSON(raw []byte) string {
@@ -328,22 +326,170 @@ func firstNonEmpty(s ...string) string {
 	return ""
 }
 
-// pageTemplate is parsed on first use: only an HTML export needs it.
-var pageTemplate = sync.OnceValue(func() *template.Template {
-	return template.Must(template.New("page").Funcs(template.FuncMap{
-		"thousands": thousands,
-		"dollars":   dollars,
-	}).Parse(pageHTML))
-})
+// write writes the page: a fixed layout around the session's values,
+// each one escaped by writeEscaped, so no text from a session becomes
+// markup. (It replaced an html/template whose package initialisation
+// every agentd start paid for, export or not: 18 KB in 90 allocations;
+// TestExportHTMLMatchesTemplate holds it to that template's output.)
+func (p *page) write(w io.Writer) error {
+	var b bytes.Buffer
+	lit := func(s ...string) {
+		for _, x := range s {
+			b.WriteString(x)
+		}
+	}
+	val := func(s string) { writeEscaped(&b, s) }
+	lit(pageHead)
+	val(p.Title)
+	lit("</title>\n", pageStyle, "</head>\n<body>\n<main>\n<header>\n<h1>")
+	val(p.Title)
+	lit("</h1>\n<dl>\n")
+	if p.Name != "" {
+		lit("<dt>Name</dt><dd>")
+		val(p.Name)
+		lit("</dd>")
+	}
+	lit("\n<dt>Session</dt><dd>")
+	val(p.ID)
+	lit("</dd>\n")
+	if p.Created != "" {
+		lit("<dt>Created</dt><dd>")
+		val(p.Created)
+		lit("</dd>")
+	}
+	lit("\n<dt>Directory</dt><dd>")
+	val(p.Cwd)
+	lit("</dd>\n")
+	if p.Parent != "" {
+		lit("<dt>Forked from</dt><dd>")
+		val(p.Parent)
+		lit("</dd>")
+	}
+	lit("\n<dt>Entries</dt><dd>", strconv.Itoa(p.Entries), " on this branch · ", strconv.Itoa(p.Responses), " model responses in the session</dd>\n<dt>Tokens</dt><dd>")
+	val(thousands(p.Total.Input))
+	lit(" in · ")
+	val(thousands(p.Total.Output))
+	lit(" out")
+	if p.Total.CacheRead != 0 || p.Total.CacheWrite != 0 {
+		lit(" · cache ")
+		val(thousands(p.Total.CacheRead))
+		lit(" read, ")
+		val(thousands(p.Total.CacheWrite))
+		lit(" write")
+	}
+	lit("</dd>\n<dt>Cost</dt><dd>")
+	val(dollars(p.Total.Cost.Total))
+	lit("</dd>\n</dl>\n</header>\n")
+	for _, bl := range p.Blocks {
+		lit("\n<section class=\"entry ")
+		val(bl.Kind)
+		if bl.IsErr {
+			lit(" err")
+		}
+		lit("\">\n<div class=\"head\"><b>")
+		val(bl.Title)
+		lit("</b>")
+		if bl.Meta != "" {
+			lit("<span>")
+			val(bl.Meta)
+			lit("</span>")
+		}
+		if bl.Label != "" {
+			lit(`<span class="label">`)
+			val(bl.Label)
+			lit("</span>")
+		}
+		lit(`<span class="time">`)
+		val(bl.Time)
+		lit("</span></div>\n")
+		for _, pt := range bl.Parts {
+			switch pt.Kind {
+			case "text":
+				lit(`<div class="text">`)
+				val(pt.Text)
+				lit("</div>\n")
+			case "thinking":
+				lit(`<details class="thinking"><summary>Thinking</summary><div class="text">`)
+				val(pt.Text)
+				lit("</div></details>\n")
+			case "call":
+				lit(`<div class="call"><span class="name">`)
+				val(pt.Name)
+				lit("</span><pre>")
+				val(pt.Text)
+				lit("</pre></div>\n")
+			case "image":
+				// pt.Image is a data URL of base64 (imageURL), which
+				// nothing but escaping needs to be done to.
+				lit(`<img src="`)
+				val(pt.Image)
+				lit(`" alt="`)
+				val(pt.Name)
+				lit("\">\n")
+			default:
+				lit("<pre>")
+				val(pt.Text)
+				lit("</pre>\n")
+			}
+		}
+		if bl.Error != "" {
+			lit(`<div class="error">`)
+			val(bl.Error)
+			lit("</div>")
+		}
+		if bl.Detail != "" {
+			lit("<details><summary>Details</summary><pre>")
+			val(bl.Detail)
+			lit("</pre></details>")
+		}
+		lit("\n</section>\n")
+	}
+	lit("\n</main>\n</body>\n</html>\n")
+	_, err := w.Write(b.Bytes())
+	return err
+}
 
-const pageHTML = `<!DOCTYPE html>
+// writeEscaped writes s as HTML text or a quoted attribute's value, with
+// the replacements html/template makes: the five characters that can
+// end text or an attribute, '+' (a UTF-7 sign) and NUL.
+func writeEscaped(b *bytes.Buffer, s string) {
+	last := 0
+	for i := 0; i < len(s); i++ {
+		var r string
+		switch s[i] {
+		case 0:
+			r = "\uFFFD"
+		case '"':
+			r = "&#34;"
+		case '&':
+			r = "&amp;"
+		case '\'':
+			r = "&#39;"
+		case '+':
+			r = "&#43;"
+		case '<':
+			r = "&lt;"
+		case '>':
+			r = "&gt;"
+		default:
+			continue
+		}
+		b.WriteString(s[last:i])
+		b.WriteString(r)
+		last = i + 1
+	}
+	b.WriteString(s[last:])
+}
+
+const pageHead = `<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="generator" content="agentd">
-<title>{{.Title}}</title>
-<style>
+<title>`
+
+const pageStyle = `<style>
 :root { --bg:#fbfbfa; --fg:#1d1d1f; --muted:#6b6b70; --card:#fff; --line:#e3e3e6;
   --user:#eef4ff; --tool:#f6f6f7; --err:#fdecec; --errfg:#a21c1c; --sum:#fff8e6; --code:#f3f3f5; }
 @media (prefers-color-scheme: dark) {
@@ -377,34 +523,4 @@ details { margin:6px 0; } summary { cursor:pointer; color:var(--muted); font-siz
 .error { color:var(--errfg); font-weight:600; margin:6px 0; }
 img { max-width:100%; border-radius:6px; border:1px solid var(--line); margin:6px 0; }
 </style>
-</head>
-<body>
-<main>
-<header>
-<h1>{{.Title}}</h1>
-<dl>
-{{if .Name}}<dt>Name</dt><dd>{{.Name}}</dd>{{end}}
-<dt>Session</dt><dd>{{.ID}}</dd>
-{{if .Created}}<dt>Created</dt><dd>{{.Created}}</dd>{{end}}
-<dt>Directory</dt><dd>{{.Cwd}}</dd>
-{{if .Parent}}<dt>Forked from</dt><dd>{{.Parent}}</dd>{{end}}
-<dt>Entries</dt><dd>{{.Entries}} on this branch · {{.Responses}} model responses in the session</dd>
-<dt>Tokens</dt><dd>{{thousands .Total.Input}} in · {{thousands .Total.Output}} out{{if or .Total.CacheRead .Total.CacheWrite}} · cache {{thousands .Total.CacheRead}} read, {{thousands .Total.CacheWrite}} write{{end}}</dd>
-<dt>Cost</dt><dd>{{dollars .Total.Cost.Total}}</dd>
-</dl>
-</header>
-{{range .Blocks}}
-<section class="entry {{.Kind}}{{if .IsErr}} err{{end}}">
-<div class="head"><b>{{.Title}}</b>{{if .Meta}}<span>{{.Meta}}</span>{{end}}{{if .Label}}<span class="label">{{.Label}}</span>{{end}}<span class="time">{{.Time}}</span></div>
-{{range .Parts}}{{if eq .Kind "text"}}<div class="text">{{.Text}}</div>
-{{else if eq .Kind "thinking"}}<details class="thinking"><summary>Thinking</summary><div class="text">{{.Text}}</div></details>
-{{else if eq .Kind "call"}}<div class="call"><span class="name">{{.Name}}</span><pre>{{.Text}}</pre></div>
-{{else if eq .Kind "image"}}<img src="{{.Image}}" alt="{{.Name}}">
-{{else}}<pre>{{.Text}}</pre>
-{{end}}{{end}}{{if .Error}}<div class="error">{{.Error}}</div>{{end}}{{if .Detail}}<details><summary>Details</summary><pre>{{.Detail}}</pre></details>{{end}}
-</section>
-{{end}}
-</main>
-</body>
-</html>
 `
