@@ -45,7 +45,8 @@ type Options struct {
 	// handled as any other); when nil, Dial fails.
 	NotReady func(typ []byte)
 	// Ended, when set, is called once by the reader when the connection
-	// ends, with why, before the commands still waiting fail.
+	// ends, with why, before the commands still waiting fail and Send
+	// refuses new ones.
 	Ended func(err error)
 }
 
@@ -175,7 +176,7 @@ func Dial(ctx context.Context, url string, o Options) (*Conn, error) {
 	stop := context.AfterFunc(dctx, func() { _ = ws.CloseNow() })
 	err = ReadMessage(ws, &buf)
 	if !stop() || (err != nil && dctx.Err() != nil) {
-		err = fmt.Errorf("waiting for server_ready: %w", dctx.Err())
+		err = dctx.Err()
 	}
 	if err != nil {
 		_ = ws.CloseNow()
@@ -273,16 +274,16 @@ func (c *Conn) deliver(at time.Time, data []byte, v *fastjson.Value) bool {
 	return true
 }
 
-// die records why the reader stopped and fails every waiting command.
+// die tells the owner why the reader stopped, then fails every waiting
+// command and every one after: the owner's state says why before any
+// command learns it.
 func (c *Conn) die(err error) {
-	c.mu.Lock()
-	c.dead = err
-	c.mu.Unlock()
 	if c.opt.Ended != nil {
 		c.opt.Ended(err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.dead = err
 	for id, ch := range c.pending {
 		ch <- Reply{Lost: err}
 		delete(c.pending, id)
