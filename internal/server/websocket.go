@@ -176,6 +176,10 @@ func AcceptWebSocket(w http.ResponseWriter, r *http.Request, o WebSocketOptions)
 		http.Error(w, err.Error(), http.StatusForbidden)
 		return nil, err
 	}
+	if status, err := checkHandshake(w, r); err != nil {
+		http.Error(w, err.Error(), status)
+		return nil, fmt.Errorf("websocket handshake: %w", err)
+	}
 	c := &WebSocket{bufs: o.Buffers}
 	hj := &hijacker{ResponseWriter: w}
 	ws, err := websocket.Accept(hj, r, &websocket.AcceptOptions{
@@ -207,6 +211,40 @@ func AcceptWebSocket(w http.ResponseWriter, r *http.Request, o WebSocketOptions)
 // write its pong on a connection whose writing side is shut).
 func (c *WebSocket) onPing(_ context.Context, payload []byte) bool {
 	_ = c.writeControl(opPong, payload)
+	return false
+}
+
+// checkHandshake answers a request that is not a WebSocket handshake
+// with the statuses agentd has always given (the library answers 426 to
+// a plain GET, where agentd's clients and tests know 400): 405 for a
+// method but GET, 400 without Upgrade: websocket and Connection: Upgrade,
+// 426 (naming version 13) for another protocol version. The library
+// checks the rest (the key).
+func checkHandshake(w http.ResponseWriter, r *http.Request) (int, error) {
+	switch {
+	case r.Method != http.MethodGet:
+		return http.StatusMethodNotAllowed, fmt.Errorf("a WebSocket handshake is a GET, not %s", r.Method)
+	case !headerHasToken(r.Header, "Upgrade", "websocket"):
+		return http.StatusBadRequest, errors.New("not a WebSocket handshake: no Upgrade: websocket header")
+	case !headerHasToken(r.Header, "Connection", "upgrade"):
+		return http.StatusBadRequest, errors.New("not a WebSocket handshake: no Connection: Upgrade header")
+	case r.Header.Get("Sec-WebSocket-Version") != "13":
+		w.Header().Set("Sec-WebSocket-Version", "13")
+		return http.StatusUpgradeRequired, fmt.Errorf("WebSocket version %q is not supported: only 13", r.Header.Get("Sec-WebSocket-Version"))
+	}
+	return 0, nil
+}
+
+// headerHasToken reports whether a comma-separated header names token
+// (case-insensitive).
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
 	return false
 }
 
