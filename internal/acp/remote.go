@@ -122,6 +122,9 @@ func (r *Remote) ended(err error) {
 func (r *Remote) frame(pf piclient.Frame) {
 	switch string(pf.Type) {
 	case "command_started", "event":
+	case "":
+		r.log.Warn("agentd serve sent a frame that is not JSON or has no type", "frame", string(pf.Data[:min(len(pf.Data), 120)]))
+		return
 	default:
 		return
 	}
