@@ -67,7 +67,8 @@ func fakeServer(t *testing.T, first string, answer func(id, typ string) []string
 }
 
 // piAnswers answers as pi-server does: a lifecycle frame, an event and
-// the response; "fail" fails, "later" is answered with the next command,
+// the response; "fail" fails, "later" is answered with the next command
+// (before its response),
 // "end" ends the connection.
 func piAnswers() func(id, typ string) []string {
 	var held string
@@ -85,11 +86,12 @@ func piAnswers() func(id, typ string) []string {
 		case "end":
 			return []string{"end"}
 		}
-		out := []string{`{"type":"command_started","data":{"commandId":"` + id + `"}}`, `{"type":"event","sessionId":"s","seq":1,"event":{"type":"agent_start"}}`, resp(id, typ)}
+		out := []string{`{"type":"command_started","data":{"commandId":"` + id + `"}}`, `{"type":"event","sessionId":"s","seq":1,"event":{"type":"agent_start"}}`}
 		if held != "" {
+			// Before the response: the caller looks at Late once it has it.
 			out, held = append(out, held), ""
 		}
-		return out
+		return append(out, resp(id, typ))
 	}
 }
 
