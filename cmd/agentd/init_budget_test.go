@@ -45,8 +45,8 @@ func parseInitTrace(t *testing.T, trace string) (own, all initCost, lines int) {
 // are made on first use). The whole budget is what the dependencies
 // allocate in their init functions, which a single binary cannot skip
 // (openai-go's union registrations, nats-server's tables, the
-// Prometheus client's and procfs's, jsonschema-go's, anthropic-sdk-go's,
-// gobwas/ws's), with a margin: a dependency that grows past it fails
+// Prometheus client's and procfs's, jsonschema-go's, anthropic-sdk-go's),
+// with a margin: a dependency that grows past it fails
 // here the day it is updated.
 func TestInitBudget(t *testing.T) {
 	const (

@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/agentd-dev/agentd/internal/llm"
+	"github.com/agentd-dev/agentd/internal/piclient"
 	"github.com/agentd-dev/agentd/internal/session"
 )
 
@@ -23,14 +24,13 @@ import (
 // WebSocket: `agentd acp --connect` bridges the editor's sessions to it,
 // so an editor and a browser watch and drive the same sessions.
 type Remote struct {
-	ws  *websocket.Conn
-	log *slog.Logger
+	conn *piclient.Conn
+	log  *slog.Logger
 	// url and token reach the same server's REST face (remote_mcp.go).
 	url, token string
 
 	ctx    context.Context // ends with Close
 	cancel context.CancelFunc
-	done   chan struct{} // the read loop ended
 
 	// prefix makes the command ids of this connection its own: pi-server
 	// remembers ids across connections to replay duplicates.
@@ -38,18 +38,9 @@ type Remote struct {
 
 	mu       sync.Mutex
 	nextID   int64
-	pending  map[string]chan remoteReply
 	started  map[string]chan struct{} // prompt ids → closed at command_started
 	sessions map[string]*remoteSession
 	err      error // why the connection ended
-}
-
-// remoteReply is a pi-server response.
-type remoteReply struct {
-	Command string          `json:"command"`
-	Success bool            `json:"success"`
-	Error   string          `json:"error"`
-	Data    json.RawMessage `json:"data"`
 }
 
 // DialRemote connects to the pi-server WebSocket at url (ws:// or
@@ -59,45 +50,37 @@ func DialRemote(ctx context.Context, url, token string, log *slog.Logger) (*Remo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
 	h := http.Header{}
 	if token != "" {
 		h.Set("Authorization", "Bearer "+token)
 	}
-	ws, resp, err := websocket.Dial(dctx, url, &websocket.DialOptions{HTTPHeader: h})
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:]) // crypto/rand.Read never fails
+	r := &Remote{log: log, url: url, token: token, prefix: "acp-" + hex.EncodeToString(nonce[:]) + "-",
+		started: map[string]chan struct{}{}, sessions: map[string]*remoteSession{}}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	conn, err := piclient.Dial(ctx, url, piclient.Options{Header: h, Timeout: 15 * time.Second, Frame: r.frame, Ended: r.ended})
 	if err != nil {
-		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
-			return nil, fmt.Errorf("connecting to agentd serve at %s: %s: give the server's token with --token or AGENTD_TOKEN", url, resp.Status)
-		}
-		return nil, fmt.Errorf("connecting to agentd serve at %s: %w (is `agentd serve` running there?)", url, err)
-	}
-	ws.SetReadLimit(64 << 20)
-	_, first, err := ws.Read(dctx)
-	if err != nil {
-		_ = ws.CloseNow()
+		r.cancel()
+		var de *piclient.DialError
 		var ce websocket.CloseError
-		if errors.As(err, &ce) && ce.Code == websocket.StatusPolicyViolation {
+		switch {
+		case errors.As(err, &de):
+			if de.Status == http.StatusUnauthorized || de.Status == http.StatusForbidden {
+				return nil, fmt.Errorf("connecting to agentd serve at %s: %d %s: give the server's token with --token or AGENTD_TOKEN", url, de.Status, http.StatusText(de.Status))
+			}
+			return nil, fmt.Errorf("connecting to agentd serve at %s: %w (is `agentd serve` running there?)", url, de.Err)
+		case errors.Is(err, piclient.ErrNotReady):
+			return nil, fmt.Errorf("connecting to agentd serve at %s: the first frame is not server_ready, is this a pi-server WebSocket?", url)
+		case errors.As(err, &ce) && ce.Code == websocket.StatusPolicyViolation:
 			if token == "" {
 				return nil, fmt.Errorf("connecting to agentd serve at %s: refused: %s: give the server's token with --token or AGENTD_TOKEN", url, ce.Reason)
 			}
 			return nil, fmt.Errorf("connecting to agentd serve at %s: refused: %s", url, ce.Reason)
 		}
-		return nil, fmt.Errorf("connecting to agentd serve at %s: no server_ready: %w", url, err)
+		return nil, fmt.Errorf("connecting to agentd serve at %s: %w", url, err)
 	}
-	var ready struct {
-		Type string `json:"type"`
-	}
-	if json.Unmarshal(first, &ready) != nil || ready.Type != "server_ready" {
-		_ = ws.CloseNow()
-		return nil, fmt.Errorf("connecting to agentd serve at %s: the first frame is not server_ready, is this a pi-server WebSocket?", url)
-	}
-	var nonce [8]byte
-	_, _ = rand.Read(nonce[:]) // crypto/rand.Read never fails
-	r := &Remote{ws: ws, log: log, url: url, token: token, prefix: "acp-" + hex.EncodeToString(nonce[:]) + "-", done: make(chan struct{}), pending: map[string]chan remoteReply{},
-		started: map[string]chan struct{}{}, sessions: map[string]*remoteSession{}}
-	r.ctx, r.cancel = context.WithCancel(context.Background())
-	go r.read()
+	r.conn = conn
 	return r, nil
 }
 
@@ -105,24 +88,13 @@ func DialRemote(ctx context.Context, url, token string, log *slog.Logger) (*Remo
 func (r *Remote) Close() error {
 	r.cancel()
 	// A connection the server already ended has nothing left to close.
-	_ = r.ws.Close(websocket.StatusNormalClosure, "")
-	<-r.done
+	r.conn.Close("")
 	return nil
 }
 
-// read dispatches frames until the connection ends; then every call
-// waiting fails and every session's run ends.
-func (r *Remote) read() {
-	defer close(r.done)
-	var err error
-	for {
-		var b []byte
-		_, b, err = r.ws.Read(r.ctx)
-		if err != nil {
-			break
-		}
-		r.dispatch(b)
-	}
+// ended is the end of the connection: every call waiting fails, and so
+// does every one after, and every session's run ends.
+func (r *Remote) ended(err error) {
 	if r.ctx.Err() == nil {
 		err = fmt.Errorf("the connection to agentd serve ended: %w", err)
 		r.log.Error("agentd serve connection", "err", err)
@@ -131,8 +103,6 @@ func (r *Remote) read() {
 	}
 	r.mu.Lock()
 	r.err = err
-	pending := r.pending
-	r.pending = map[string]chan remoteReply{}
 	for _, c := range r.started {
 		close(c)
 	}
@@ -142,39 +112,35 @@ func (r *Remote) read() {
 		sessions = append(sessions, s)
 	}
 	r.mu.Unlock()
-	for _, c := range pending {
-		c <- remoteReply{Error: err.Error()}
-	}
 	for _, s := range sessions {
 		s.lost(err)
 	}
 }
 
-func (r *Remote) dispatch(b []byte) {
+// frame takes the frames that are not a response to a command waiting:
+// command_started for a prompt, and the sessions' events.
+func (r *Remote) frame(pf piclient.Frame) {
+	switch string(pf.Type) {
+	case "command_started", "event":
+	case "":
+		r.log.Warn("agentd serve sent a frame that is not JSON or has no type", "frame", string(pf.Data[:min(len(pf.Data), 120)]))
+		return
+	default:
+		return
+	}
 	var f struct {
 		Type      string          `json:"type"`
-		ID        string          `json:"id"`
 		SessionID string          `json:"sessionId"`
 		Event     json.RawMessage `json:"event"`
 		Data      struct {
 			CommandID string `json:"commandId"`
 		} `json:"data"`
 	}
-	if err := json.Unmarshal(b, &f); err != nil {
+	if err := json.Unmarshal(pf.Data, &f); err != nil {
 		r.log.Warn("agentd serve sent a frame that is not JSON", "err", err)
 		return
 	}
 	switch f.Type {
-	case "response":
-		var rep remoteReply
-		_ = json.Unmarshal(b, &rep)
-		r.mu.Lock()
-		c := r.pending[f.ID]
-		delete(r.pending, f.ID)
-		r.mu.Unlock()
-		if c != nil {
-			c <- rep
-		}
 	case "command_started":
 		r.mu.Lock()
 		if c := r.started[f.Data.CommandID]; c != nil {
@@ -194,8 +160,7 @@ func (r *Remote) dispatch(b []byte) {
 
 // send writes cmd with a fresh id and returns the channel its response
 // arrives on; started, when not nil, is closed when the command starts.
-func (r *Remote) send(ctx context.Context, cmd map[string]any, started chan struct{}) (string, chan remoteReply, error) {
-	c := make(chan remoteReply, 1)
+func (r *Remote) send(ctx context.Context, cmd map[string]any, started chan struct{}) (string, <-chan piclient.Reply, error) {
 	r.mu.Lock()
 	if r.err != nil {
 		err := r.err
@@ -204,21 +169,20 @@ func (r *Remote) send(ctx context.Context, cmd map[string]any, started chan stru
 	}
 	r.nextID++
 	id := r.prefix + strconv.FormatInt(r.nextID, 10)
-	r.pending[id] = c
 	if started != nil {
 		r.started[id] = started
 	}
 	r.mu.Unlock()
-	cmd["id"] = id
-	b, err := json.Marshal(cmd)
-	if err == nil {
-		err = r.ws.Write(ctx, websocket.MessageText, b)
-	}
+	c, err := r.conn.Send(ctx, id, cmd)
 	if err != nil {
 		r.mu.Lock()
-		delete(r.pending, id)
 		delete(r.started, id)
+		lost := r.err
 		r.mu.Unlock()
+		var ce *piclient.CallError
+		if errors.As(err, &ce) && ce.Kind == piclient.ErrLost && lost != nil {
+			return "", nil, lost
+		}
 		return "", nil, fmt.Errorf("sending %s to agentd serve: %w", cmd["type"], err)
 	}
 	return id, c, nil
@@ -233,21 +197,27 @@ func (r *Remote) call(ctx context.Context, cmd map[string]any, out any) error {
 	}
 	select {
 	case rep := <-c:
-		return rep.decode(typ, out)
+		return r.decode(rep, typ, out)
 	case <-ctx.Done():
-		r.mu.Lock()
-		delete(r.pending, id)
-		r.mu.Unlock()
+		r.conn.Forget(id, false)
 		return ctx.Err()
 	}
 }
 
-func (rep remoteReply) decode(typ any, out any) error {
+// decode is a command's outcome: its data into out (when not nil), the
+// server's refusal, or the connection's end.
+func (r *Remote) decode(rep piclient.Reply, typ any, out any) error {
+	if rep.Lost != nil {
+		r.mu.Lock()
+		err := r.err
+		r.mu.Unlock()
+		return fmt.Errorf("agentd serve: %v: %s", typ, err)
+	}
 	if !rep.Success {
 		return fmt.Errorf("agentd serve: %v: %s", typ, rep.Error)
 	}
-	if out != nil && len(rep.Data) > 0 {
-		if err := json.Unmarshal(rep.Data, out); err != nil {
+	if out != nil {
+		if err := rep.Decode(out); err != nil {
 			return fmt.Errorf("agentd serve: %v: reading the response: %w", typ, err)
 		}
 	}
@@ -466,10 +436,11 @@ func (r *Remote) prompt(ctx context.Context, sid string, m *llm.Message) error {
 		r.mu.Lock()
 		delete(r.started, id)
 		r.mu.Unlock()
-		return rep.decode("prompt", nil)
+		return r.decode(rep, "prompt", nil)
 	case <-started:
 		return nil
 	case <-ctx.Done():
+		r.conn.Forget(id, false)
 		return ctx.Err()
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/agentd-dev/agentd/internal/piclient"
 )
 
 // BaselineServerCommand, as the argument after `agentd bench`, runs the
@@ -156,13 +158,13 @@ func Baseline(ctx context.Context, o BaselineOptions) (BaselineReport, error) {
 				probs.add("send", fmt.Sprintf("baseline connection %d: %v", i, err))
 				return
 			}
-			// Read as the bench's clients do (readMessage); the end of
+			// Read as the bench's clients do (piclient.ReadMessage); the end of
 			// mctx closes the connection.
 			stop := context.AfterFunc(mctx, func() { _ = c.CloseNow() })
 			defer stop()
 			var buf bytes.Buffer
 			for n := 0; n < o.Messages; n++ {
-				if err := readMessage(c, &buf); err != nil {
+				if err := piclient.ReadMessage(c, &buf); err != nil {
 					probs.add("read", fmt.Sprintf("baseline connection %d: after %d of %d messages: %v", i, n, o.Messages, err))
 					return
 				}

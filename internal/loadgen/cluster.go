@@ -516,7 +516,7 @@ func takeover(ctx context.Context, o Options, hc *http.Client, nodes []clusterNo
 				cctx, cancel := context.WithDeadline(ctx, deadline)
 				r, _, err := p.call(cctx, fmt.Sprintf("takeover.%s.%d", sid, try), map[string]any{"type": "get_state", "sessionId": sid})
 				cancel()
-				if err == nil && r.success {
+				if err == nil && r.Success {
 					times[i] = time.Since(killed)
 					return
 				}

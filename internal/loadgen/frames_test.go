@@ -5,7 +5,6 @@ import (
 	"maps"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/valyala/fastjson"
 
@@ -17,34 +16,6 @@ func frameType(data []byte) []byte {
 	var c client
 	typ, _ := c.frameType(data)
 	return typ
-}
-
-// TestResponseOutlivesTheBuffer checks a response handed to its command
-// holds its own copies: the reader reads the next frame into the same
-// buffer and parses it with the same parser right after.
-func TestResponseOutlivesTheBuffer(t *testing.T) {
-	var probs tally
-	c := &client{faults: &probs, pending: map[string]chan reply{}, abandoned: map[string]struct{}{}}
-	ch := make(chan reply, 1)
-	c.pending["c1"] = ch
-	buf := []byte(`{"id":"c1","type":"response","success":false,"error":"first error","data":{"sessionId":"s-one"}}`)
-	typ, v := c.frameType(buf)
-	if string(typ) != "response" {
-		t.Fatalf("type %q", typ)
-	}
-	c.deliver(time.Now(), buf, v)
-	r := <-ch
-	next := []byte(`{"id":"c2","type":"response","success":true,"error":"XXXXXXXXXXXX","data":{"sessionId":"s-two"}}`)
-	if len(next) != len(buf) {
-		t.Fatalf("frames of %d and %d bytes", len(buf), len(next))
-	}
-	copy(buf, next)
-	if _, v := c.frameType(buf); v == nil {
-		t.Fatal("next frame not parsed")
-	}
-	if r.err != "first error" || r.success || jsonfield.String(r.get("sessionId")) != "s-one" {
-		t.Errorf("reply after the next frame: err %q, success %t, sessionId %q", r.err, r.success, jsonfield.String(r.get("sessionId")))
-	}
 }
 
 // TestEventOddFrames checks how the reader takes session events that are

@@ -25,6 +25,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/agentd-dev/agentd/internal/jsonfield"
+	"github.com/agentd-dev/agentd/internal/piclient"
 )
 
 // Options says what to run.
@@ -514,7 +515,7 @@ func countClients(rep *Report, clients []*client) {
 		if c.shutdown.Load() {
 			rep.ShutdownNotices++
 		}
-		rep.LateResponses += int(c.late.Load())
+		rep.LateResponses += int(c.conn.Late())
 		rep.AnswersChecked += c.answers.Load()
 	}
 }
@@ -779,21 +780,21 @@ func createSession(ctx context.Context, c *client, sid string, timeout time.Dura
 		switch {
 		case err != nil:
 			return fmt.Errorf("create_session %s: %w", sid, err)
-		case r.success:
+		case r.Success:
 			return nil
-		case !strings.HasSuffix(r.err, "try again"):
-			return fmt.Errorf("create_session %s failed: %s", sid, r.err)
+		case !strings.HasSuffix(r.Error, "try again"):
+			return fmt.Errorf("create_session %s failed: %s", sid, r.Error)
 		}
 		// Just after a cluster's nodes start, two of them may place a new
 		// id on each other until their node lists agree; the server says
 		// to try again.
 		pause := min(50*time.Millisecond, time.Until(until))
 		if pause <= 0 {
-			return fmt.Errorf("create_session %s failed: %s", sid, r.err)
+			return fmt.Errorf("create_session %s failed: %s", sid, r.Error)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("create_session %s failed: %s (%w)", sid, r.err, ctx.Err())
+			return fmt.Errorf("create_session %s failed: %s (%w)", sid, r.Error, ctx.Err())
 		case <-time.After(pause):
 		}
 	}
@@ -805,9 +806,9 @@ func sendBudgetCuts(ctx context.Context, c *client, timeout time.Duration, log *
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	r, _, err := c.call(cctx, "bench.metrics", map[string]any{"type": "get_metrics"})
-	cuts := r.get("commandsRejected", "sendBudget")
-	if err != nil || !r.success || cuts == nil {
-		log.Warn("get_metrics", "err", err, "error", r.err)
+	cuts := r.Get("commandsRejected", "sendBudget")
+	if err != nil || !r.Success || cuts == nil {
+		log.Warn("get_metrics", "err", err, "error", r.Error)
 		return -1
 	}
 	return cuts.GetInt64()
@@ -954,10 +955,10 @@ func connectAllTo(ctx context.Context, o Options, hc *http.Client, url, name fun
 			switch {
 			case err != nil:
 				probs.add(failureKind(err, ctx.Err() != nil), fmt.Sprintf("session %s: %v", sid, err))
-			case !r.success:
-				probs.add("create_session failed", fmt.Sprintf("create_session %s: %s", sid, r.err))
-			case jsonfield.String(r.get("sessionId")) != sid:
-				probs.add("create_session wrong id", fmt.Sprintf("create_session %s: answered sessionId %q", sid, jsonfield.String(r.get("sessionId"))))
+			case !r.Success:
+				probs.add("create_session failed", fmt.Sprintf("create_session %s: %s", sid, r.Error))
+			case jsonfield.String(r.Get("sessionId")) != sid:
+				probs.add("create_session wrong id", fmt.Sprintf("create_session %s: answered sessionId %q", sid, jsonfield.String(r.Get("sessionId"))))
 			default:
 				clients[i] = c
 				return
@@ -977,7 +978,7 @@ func drive(ctx context.Context, o Options, c *client, probs *tally) sessionResul
 	var res sessionResult
 	res.prompts = make([]promptSample, 0, o.Rounds)
 	res.gets = make([]time.Duration, 0, o.Rounds*o.GetStates)
-	call := func(id string, cmd map[string]any) (reply, time.Duration, bool) {
+	call := func(id string, cmd map[string]any) (piclient.Reply, time.Duration, bool) {
 		cctx, cancel := context.WithTimeout(ctx, o.CommandTimeout)
 		defer cancel()
 		// Command ids are server-wide (they key duplicate replay), so
@@ -997,8 +998,8 @@ func drive(ctx context.Context, o Options, c *client, probs *tally) sessionResul
 			return r, 0, false
 		}
 		res.done++
-		if !r.success {
-			probs.add(fmt.Sprintf("%s failed", cmd["type"]), fmt.Sprintf("session %s: %s %s failed: %s", c.sid, cmd["type"], id, r.err))
+		if !r.Success {
+			probs.add(fmt.Sprintf("%s failed", cmd["type"]), fmt.Sprintf("session %s: %s %s failed: %s", c.sid, cmd["type"], id, r.Error))
 		}
 		return r, lat, true
 	}
@@ -1009,7 +1010,7 @@ func drive(ctx context.Context, o Options, c *client, probs *tally) sessionResul
 		if !ok {
 			return res
 		}
-		if r.success {
+		if r.Success {
 			res.prompts = append(res.prompts, promptSample{tag: tag, latency: lat})
 			// The response of a prompt comes after its agent run ended.
 			if ends := c.agentEnds.Load(); ends != int64(round+1) {
@@ -1021,7 +1022,7 @@ func drive(ctx context.Context, o Options, c *client, probs *tally) sessionResul
 			if !ok {
 				return res
 			}
-			if r.success {
+			if r.Success {
 				res.gets = append(res.gets, lat)
 			}
 		}
@@ -1033,14 +1034,14 @@ func drive(ctx context.Context, o Options, c *client, probs *tally) sessionResul
 // error kinds; phaseOver says the phase's own time ran out, rather than
 // the command's.
 func failureKind(err error, phaseOver bool) string {
-	var ce *callError
+	var ce *piclient.CallError
 	if !errors.As(err, &ce) {
 		return "transport"
 	}
-	switch ce.kind {
-	case errSend:
+	switch ce.Kind {
+	case piclient.ErrSend:
 		return "send failed"
-	case errLost:
+	case piclient.ErrLost:
 		if code := websocket.CloseStatus(err); code != -1 {
 			// The server closed it on purpose: a too-slow client, the
 			// send budget, shutdown. The samples carry the reason.

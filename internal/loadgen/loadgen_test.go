@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/piclient"
 	"github.com/coder/websocket"
 )
 
@@ -514,12 +515,12 @@ func TestFailureKind(t *testing.T) {
 		phaseOver bool
 		want      string
 	}{
-		{"closed by the server", &callError{kind: errLost, err: fmt.Errorf("prompt p0: connection closed before the response: %w", closed)}, false,
+		{"closed by the server", &piclient.CallError{Kind: piclient.ErrLost, Err: fmt.Errorf("prompt p0: connection closed before the response: %w", closed)}, false,
 			"connection closed by the server (1008 StatusPolicyViolation)"},
-		{"cut", &callError{kind: errLost, err: errors.New("EOF")}, false, "connection lost"},
-		{"command timeout", &callError{kind: errWait, err: context.DeadlineExceeded}, false, "command timeout"},
-		{"load timeout", &callError{kind: errWait, err: context.DeadlineExceeded}, true, "load timeout"},
-		{"send", &callError{kind: errSend, err: errors.New("broken pipe")}, false, "send failed"},
+		{"cut", &piclient.CallError{Kind: piclient.ErrLost, Err: errors.New("EOF")}, false, "connection lost"},
+		{"command timeout", &piclient.CallError{Kind: piclient.ErrWait, Err: context.DeadlineExceeded}, false, "command timeout"},
+		{"load timeout", &piclient.CallError{Kind: piclient.ErrWait, Err: context.DeadlineExceeded}, true, "load timeout"},
+		{"send", &piclient.CallError{Kind: piclient.ErrSend, Err: errors.New("broken pipe")}, false, "send failed"},
 		{"other", errors.New("encode"), false, "transport"},
 	}
 	for _, tc := range cases {

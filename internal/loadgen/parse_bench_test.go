@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 )
 
 // benchMessage is an assistant message as agentd writes it, words long.
@@ -21,8 +20,9 @@ func benchMessage(words int) string {
 // BenchmarkFrames is what a bench reader pays to read one frame of each
 // kind it checks: a session event in the delta format and in the full
 // format (late in a 1,000-word answer, so the partial message it carries
-// twice is long), an assistant message_end checked against the answer, a
-// command's response, an SSE event and a session-WebSocket message.
+// twice is long), an assistant message_end checked against the answer, an
+// SSE event and a session-WebSocket message (a command's response:
+// piclient's BenchmarkDeliver).
 func BenchmarkFrames(b *testing.B) {
 	msg := benchMessage(1000)
 	ev := func(seq int, event string) []byte {
@@ -31,7 +31,6 @@ func BenchmarkFrames(b *testing.B) {
 	delta := ev(1, `{"type":"message_update","assistantMessageEvent":{"type":"text_delta","contentIndex":0,"delta":"word999 "}}`)
 	full := ev(1, `{"type":"message_update","assistantMessageEvent":{"type":"text_delta","contentIndex":0,"delta":"word999 ","partial":`+msg+`},"message":`+msg+`}`)
 	end := ev(1, `{"type":"message_end","message":`+msg+`}`)
-	response := []byte(`{"id":"bench-000001.g0.0","type":"response","command":"get_state","success":true,"data":{"sessionId":"bench-000001","isStreaming":false,"messageCount":4,"pendingMessageCount":0,"thinkingLevel":"off","autoCompactionEnabled":true}}`)
 	sse := []byte(`{"type":"generation_progress","token":"word999 ","seq":1234}`)
 	ws := []byte(`{"type":"progress_update","session_id":"s1","seq":77,"timestamp":"2026-01-01T00:00:00.123456789Z","status":"running","tokens":1234}`)
 	var probs tally
@@ -59,15 +58,6 @@ func BenchmarkFrames(b *testing.B) {
 			for b.Loop() {
 				c.lastSeq = 0
 				c.event(end)
-			}
-		}},
-		{"response", func(b *testing.B) {
-			c := &client{faults: &probs, pending: map[string]chan reply{}, abandoned: map[string]struct{}{}}
-			ch := make(chan reply, 1)
-			for b.Loop() {
-				c.pending["bench-000001.g0.0"] = ch
-				c.deliver(time.Time{}, response, nil)
-				<-ch
 			}
 		}},
 		{"sse", func(b *testing.B) {

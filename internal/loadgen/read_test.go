@@ -11,12 +11,13 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/agentd-dev/agentd/internal/jsonfield"
+	"github.com/agentd-dev/agentd/internal/piclient"
 )
 
 // BenchmarkClientRead reads small messages (a lifecycle frame's size)
 // from the baseline server over loopback, as the bench's clients read
 // them: with the library's Read and a cancellable context (a
-// context.AfterFunc and a new buffer per message), or with readMessage.
+// context.AfterFunc and a new buffer per message), or with piclient.ReadMessage.
 func BenchmarkClientRead(b *testing.B) {
 	var h baselineHandlers
 	ts := httptest.NewServer(http.HandlerFunc(h.serve))
@@ -24,7 +25,7 @@ func BenchmarkClientRead(b *testing.B) {
 		ts.Close()
 		h.wait()
 	}()
-	for _, mode := range []string{"Read(ctx)", "readMessage"} {
+	for _, mode := range []string{"Read(ctx)", "ReadMessage"} {
 		b.Run(mode, func(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -40,8 +41,8 @@ func BenchmarkClientRead(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
-				if mode == "readMessage" {
-					err = readMessage(c, &buf)
+				if mode == "ReadMessage" {
+					err = piclient.ReadMessage(c, &buf)
 				} else {
 					_, _, err = c.Read(ctx)
 				}

@@ -4,17 +4,50 @@ import (
 	"bufio"
 	"bytes"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 )
 
-// nopConn is a net.Conn that accepts every write and deadline.
-type nopConn struct{ net.Conn }
+// inputConn is a net.Conn whose reads are input, and which accepts
+// every write and deadline.
+type inputConn struct {
+	net.Conn
+	in *bytes.Reader
+}
 
-func (nopConn) Write(p []byte) (int, error)      { return len(p), nil }
-func (nopConn) SetWriteDeadline(time.Time) error { return nil }
-func (nopConn) SetReadDeadline(time.Time) error  { return nil }
-func (nopConn) Close() error                     { return nil }
+func (c inputConn) Read(p []byte) (int, error)     { return c.in.Read(p) }
+func (inputConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (inputConn) SetDeadline(time.Time) error      { return nil }
+func (inputConn) SetWriteDeadline(time.Time) error { return nil }
+func (inputConn) SetReadDeadline(time.Time) error  { return nil }
+func (inputConn) Close() error                     { return nil }
+func (inputConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+
+// hijackable is a ResponseWriter whose connection is conn.
+type hijackable struct {
+	*httptest.ResponseRecorder
+	conn net.Conn
+}
+
+func (h hijackable) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return h.conn, bufio.NewReadWriter(bufio.NewReader(h.conn), bufio.NewWriter(h.conn)), nil
+}
+
+// acceptInput is a WebSocket, past the handshake, that reads input.
+func acceptInput(t *testing.T, input []byte) *WebSocket {
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("Connection", "Upgrade")
+	r.Header.Set("Upgrade", "websocket")
+	r.Header.Set("Sec-WebSocket-Version", "13")
+	r.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+	c, err := AcceptWebSocket(hijackable{httptest.NewRecorder(), inputConn{in: bytes.NewReader(input)}}, r, WebSocketOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
 
 // FuzzWebSocketRead feeds a client's bytes to the frame reader: it never
 // panics, never keeps more than max+1 bytes of a message, and ends with
@@ -39,7 +72,8 @@ func FuzzWebSocketRead(f *testing.F) {
 	f.Add([]byte{0x81, 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, input []byte) {
 		const max = 16
-		c := &WebSocket{conn: nopConn{}, br: bufio.NewReader(bytes.NewReader(input))}
+		c := acceptInput(t, input)
+		defer c.Drop()
 		for range 1000 {
 			var buf []byte
 			n, err := c.Read(&buf, max)

@@ -201,6 +201,50 @@ func TestWebSocketOrigin(t *testing.T) {
 	}
 }
 
+// A request that is not a WebSocket handshake gets the status it always
+// got: 405, 400 or 426 (with the version the server speaks).
+func TestWebSocketNotAHandshake(t *testing.T) {
+	srv := wsServer(t, WebSocketOptions{}, func(c *WebSocket) { c.Close(1000, "") })
+	ws := http.Header{"Connection": {"keep-alive, Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"}, "Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="}}
+	with := func(k, v string) http.Header {
+		h := ws.Clone()
+		if v == "" {
+			h.Del(k)
+		} else {
+			h.Set(k, v)
+		}
+		return h
+	}
+	tests := []struct {
+		name    string
+		method  string
+		h       http.Header
+		status  int
+		version string
+	}{
+		{"plain GET", http.MethodGet, http.Header{}, http.StatusBadRequest, ""},
+		{"POST", http.MethodPost, ws, http.StatusMethodNotAllowed, ""},
+		{"no Upgrade", http.MethodGet, with("Upgrade", ""), http.StatusBadRequest, ""},
+		{"no Connection: Upgrade", http.MethodGet, with("Connection", "keep-alive"), http.StatusBadRequest, ""},
+		{"version 8", http.MethodGet, with("Sec-Websocket-Version", "8"), http.StatusUpgradeRequired, "13"},
+		{"bad key", http.MethodGet, with("Sec-Websocket-Key", "short"), http.StatusBadRequest, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, srv.URL, nil)
+			req.Header = tt.h
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.status || resp.Header.Get("Sec-Websocket-Version") != tt.version {
+				t.Errorf("%d (version %q), want %d (%q)", resp.StatusCode, resp.Header.Get("Sec-Websocket-Version"), tt.status, tt.version)
+			}
+		})
+	}
+}
+
 // A client frame without a mask breaks the protocol: the server answers
 // 1002 and ends the connection.
 func TestWebSocketUnmaskedFrame(t *testing.T) {
