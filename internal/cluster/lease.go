@@ -165,7 +165,7 @@ func (n *Node) Acquire(ctx context.Context, sessionID string) (*Lease, error) {
 	}
 	start := time.Now()
 	val := n.value(0, start)
-	rev, err := n.kv.Create(ctx, sessionID, val)
+	rev, err := whileLeaderless(ctx, func() (uint64, error) { return n.kv.Create(ctx, sessionID, val) })
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, n.heldBy(ctx, sessionID, err)
 	}
