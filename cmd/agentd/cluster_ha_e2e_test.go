@@ -304,3 +304,29 @@ func TestClusterEmbeddedRoutesRefuseAnotherKey(t *testing.T) {
 		t.Errorf("the intruder joined:\n%s", intruder.stderrTail(3000))
 	}
 }
+
+// With a certificate the routes speak TLS both ways, each server
+// verifying the others' certificates with --cluster-tls-ca (here one
+// self-signed certificate for all three, its own CA): the three form the
+// cluster, its state in 3 replicas, and a session on B is driven from C.
+func TestClusterEmbeddedRoutesWithTLS(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	cert, key := clWriteCert(t, e.root)
+	h := clStartHA(t, e, "--cluster-tls-cert", cert, "--cluster-tls-key", key, "--cluster-tls-ca", cert)
+	if !strings.Contains(h.nodes["A"].stderr.String(), "tls=true") {
+		t.Errorf("node A's embedded NATS does not say TLS:\n%s", h.nodes["A"].stderrTail(2000))
+	}
+	sid := clSessionOn("B", "A", "B", "C")
+	c := h.nodes["C"].dial("c")
+	svCreate(c, sid)
+	svWantOK(t, c.must("prompt", svM{"id": "p1", "sessionId": sid, "message": "CMD:echo over-tls-routes"}))
+	a := h.nodes["A"].dial("a")
+	msgs := a.must("get_messages", svM{"id": "a-msgs", "sessionId": sid})
+	if !strings.Contains(msgs.raw, "over-tls-routes") {
+		t.Errorf("get_messages through A: %s", e2eClip(msgs.raw, 1500))
+	}
+	if st := clStatus(t, h.nodes["B"]); st.Leases != 1 {
+		t.Errorf("node B: %+v, want the session's lease", st)
+	}
+}

@@ -135,7 +135,7 @@ func (c *Cluster) Register(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&c.TLSCA, "cluster-tls-ca", c.TLSCA, "with --cluster-route-listen and --cluster-tls-cert: CA certificates (PEM) that verify the other nodes' route certificates, which must allow server and client authentication (default: the system's)")
 	fs.StringVar(&c.KeyFile, "cluster-key", c.KeyFile, "the cluster key file (0600), the same on every node: nodes sign what they send each other with it, and authenticate to the embedded NATS with it (default <data-dir>/server/cluster.key, made on first start; give other nodes a copy) (env AGENTD_CLUSTER_KEY)")
-	fs.StringVar(&c.TLSCert, "cluster-tls-cert", c.TLSCert, "with --cluster embedded: the NATS listener's TLS certificate (PEM); required off loopback")
+	fs.StringVar(&c.TLSCert, "cluster-tls-cert", c.TLSCert, "with --cluster embedded: the NATS listener's TLS certificate (PEM), and its routes' with --cluster-route-listen; required off loopback")
 	fs.StringVar(&c.TLSKey, "cluster-tls-key", c.TLSKey, "with --cluster embedded: the key of --cluster-tls-cert (PEM)")
 	fs.StringVar(&c.NATS.User, "nats-user", c.NATS.User, "with --cluster nats://…: the NATS user name (with --nats-password-file)")
 	fs.StringVar(&c.NATS.PasswordFile, "nats-password-file", c.NATS.PasswordFile, "with --cluster nats://…: file holding the NATS password of --nats-user")
