@@ -120,7 +120,8 @@ func (h *clHA) wantReplicas(t *testing.T, id string, want int) {
 // one whose NATS every node used before --cluster-routes) is killed -9
 // mid-stream. The run goes on on B; the clients of B and C see every
 // event, each once, in order; B keeps the session (no takeover), and the
-// surviving two nodes go on: a further prompt, and a new session.
+// surviving two nodes go on: a further prompt, and a new session. A,
+// restarted, rejoins with all three replicas current.
 func TestClusterEmbeddedHAKillANode(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
@@ -200,6 +201,15 @@ func TestClusterEmbeddedHAKillANode(t *testing.T) {
 	// every replicated bucket), from either.
 	svWantOK(t, c.must("prompt", svM{"id": "p2", "sessionId": sid, "message": "CMD:echo after-a-died"}))
 	svCreate(b, clSessionOn("C", "B", "C"))
+	// A, restarted on its data directory, rejoins the routes and JetStream
+	// and serves what happened while it was away.
+	nodes["A"] = nodes["A"].restart()
+	svWaitUntil(t, "the restarted A sees three members", func() bool { return clStatus(t, nodes["A"]).Members == 3 })
+	a2 := nodes["A"].dial("a-again")
+	if msgs := a2.must("get_messages", svM{"id": "a2-msgs", "sessionId": sid}); !strings.Contains(msgs.raw, "after-a-died") {
+		t.Errorf("get_messages through the restarted A lacks the run made while it was away: %s", e2eClip(msgs.raw, 1500))
+	}
+	h.wantReplicas(t, "A", 3)
 	t.Logf("fault table: kill -9 of a node (not the owner) of 3 embedded NATS, 1 run, %d events, lost 0, duplicated 0, re-run 0; the run's last event reached C's client %v after the kill",
 		len(truth), recovered.Round(100*time.Millisecond))
 }
