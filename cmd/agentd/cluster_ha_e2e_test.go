@@ -340,3 +340,52 @@ func TestClusterEmbeddedRoutesWithTLS(t *testing.T) {
 		t.Errorf("node B: %+v, want the session's lease", st)
 	}
 }
+
+// SIGTERM on the owner, node B, hands its session over and stops B's
+// NATS server after: the next prompt, from a client of A, runs on the
+// node that took it over, on the two servers left, and C's watcher sees
+// both runs with no seq missing or twice.
+func TestClusterEmbeddedHASigtermTheOwner(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	h := clStartHA(t, e, "--shutdown-timeout", "20s")
+	nodes := h.nodes
+	sid := clSessionOn("B", "A", "B", "C")
+
+	a := nodes["A"].dial("a")
+	svCreate(a, sid)
+	c := nodes["C"].dial("c")
+	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	a.send(svM{"id": "p1", "type": "prompt", "sessionId": sid, "message": "CMD:sleep 1; echo before-the-drain"})
+	c.waitEvent(sid, "tool_execution_start")
+	nodes["B"].sigterm()
+	stopped := time.Now()
+	if code := nodes["B"].waitExit(); code != 0 {
+		t.Errorf("node B exited with %d after SIGTERM\n%s", code, nodes["B"].stderrTail(3000))
+	}
+	svWantOK(t, a.response("p1"))
+	svWantOK(t, a.must("prompt", svM{"id": "p2", "sessionId": sid, "message": "CMD:echo after-the-drain"}))
+	c.waitFor(0, "the second run's tool end", func(f svFrame) bool {
+		return f.isEvent(sid, "tool_execution_end") && strings.Contains(f.raw, "after-the-drain")
+	})
+	c.waitEvent(sid, "agent_end")
+	took := time.Since(stopped)
+	if n := clStatus(t, nodes["A"]).Leases + clStatus(t, nodes["C"]).Leases; n != 1 {
+		t.Errorf("A and C hold %d leases after the drain, want 1", n)
+	}
+	seqs := clSeqs(c, sid)
+	clCheckSeqs(t, "client of C", seqs)
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			t.Errorf("the watcher's seqs jump from %d to %d: %v", seqs[i-1], seqs[i], seqs)
+		}
+	}
+	msgs := c.must("get_messages", svM{"id": "c-msgs", "sessionId": sid})
+	for _, want := range []string{"before-the-drain", "after-the-drain"} {
+		if !strings.Contains(msgs.raw, want) {
+			t.Errorf("the conversation lacks %q: %s", want, e2eClip(msgs.raw, 2000))
+		}
+	}
+	t.Logf("fault table: SIGTERM of the owner of 3 embedded NATS, 2 runs, %d events seen by C, lost 0, duplicated 0, re-run 0; the second run ended %v after the SIGTERM",
+		len(seqs), took.Round(100*time.Millisecond))
+}
