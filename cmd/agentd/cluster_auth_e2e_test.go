@@ -186,7 +186,8 @@ func TestClusterTLS(t *testing.T) {
 	}
 }
 
-// clWriteCert writes a self-signed certificate for 127.0.0.1 (its own CA)
+// clWriteCert writes a self-signed certificate for 127.0.0.1 (its own CA,
+// good for a server and a client: embedded NATS routes use it both ways)
 // and its key.
 func clWriteCert(t *testing.T, dir string) (cert, key string) {
 	t.Helper()
@@ -199,7 +200,7 @@ func clWriteCert(t *testing.T, dir string) (cert, key string) {
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, IsCA: true, BasicConstraintsValid: true,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
 	if err != nil {

@@ -53,7 +53,7 @@ func joinCluster(ctx context.Context, cc config.Cluster, stateDir string, log *s
 			// reach it by; in the process there is nothing to encrypt.
 			inProcess, url = ns.inProcess, ns.inProcessURL
 		}
-		log.Info("embedded NATS listening", "url", ns.url, "tls", cc.TLSCert != "")
+		log.Info("embedded NATS listening", "url", ns.url, "tls", cc.TLSCert != "", "routes", ns.routes, "replicas", cc.Replicas)
 	}
 	jctx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
@@ -79,6 +79,7 @@ type inProcessNATS interface{ InProcessConn() (net.Conn, error) }
 // embeddedNATS is a running embedded NATS server.
 type embeddedNATS struct {
 	url, inProcessURL string
+	routes            string // where it takes routes; "" when it forms no cluster
 	inProcess         inProcessNATS
 	stop              func()
 }

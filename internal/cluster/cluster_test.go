@@ -625,7 +625,7 @@ func TestTwoClusteredServers(t *testing.T) {
 	for i, r := range []string{r1, r2} {
 		e, err := embeddednats.Start(embeddednats.Config{
 			StoreDir: t.TempDir(), ServerName: "n" + strconv.Itoa(i+1), Nkey: testKey.PublicKey(),
-			ClusterName: "agentd-test", ClusterListen: r, Routes: routes,
+			ClusterName: "agentd-test", ClusterListen: r, Routes: routes, RouteSecret: testKey.RouteSecret(),
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -57,7 +57,7 @@ func (n *Node) PutSession(ctx context.Context, rec SessionRecord) (uint64, error
 	if err != nil {
 		return 0, fmt.Errorf("cluster: encoding the index record of session %s: %w", rec.ID, err)
 	}
-	rev, err := n.st.index.Put(ctx, rec.ID, b)
+	rev, err := whileLeaderless(ctx, func() (uint64, error) { return n.st.index.Put(ctx, rec.ID, b) })
 	if err != nil {
 		return 0, fmt.Errorf("cluster: writing the index record of session %s: %w", rec.ID, err)
 	}
@@ -131,11 +131,12 @@ func (n *Node) UpdateSession(ctx context.Context, id string, fn func(*SessionRec
 			return SessionRecord{}, fmt.Errorf("cluster: encoding the index record of session %s: %w", id, err)
 		}
 		var rev uint64
-		if found {
-			rev, err = n.st.index.Update(ctx, id, b, rec.Revision)
-		} else {
-			rev, err = n.st.index.Create(ctx, id, b)
-		}
+		rev, err = whileLeaderless(ctx, func() (uint64, error) {
+			if found {
+				return n.st.index.Update(ctx, id, b, rec.Revision)
+			}
+			return n.st.index.Create(ctx, id, b)
+		})
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 			if ctx.Err() != nil {
 				return SessionRecord{}, fmt.Errorf("cluster: updating the index record of session %s: %w", id, context.Cause(ctx))

@@ -170,7 +170,7 @@ func (n *Node) Acquire(ctx context.Context, sessionID string) (*Lease, error) {
 	}
 	start := time.Now()
 	val := n.value(0, start)
-	rev, err := n.kv.Create(ctx, sessionID, val)
+	rev, err := whileLeaderless(ctx, func() (uint64, error) { return n.kv.Create(ctx, sessionID, val) })
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, n.heldBy(ctx, sessionID, err)
 	}
@@ -280,7 +280,19 @@ func (l *Lease) Renew(ctx context.Context) error {
 	if start.After(deadline) {
 		return l.lose("its time ran out before it could be renewed", "", 0)
 	}
-	newRev, err := l.node.kv.Update(ctx, l.sessionID, l.node.value(l.epoch, start), rev)
+	// While the bucket has no leader (a NATS server of the cluster died
+	// and the others are electing one), try again as soon as it has one
+	// rather than at the next renewal, a third of a TTL later: an
+	// election takes 6-10 s, most of a default lease. Never past the
+	// deadline: a lease renewed after it would have been stale meanwhile.
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	newRev, err := whileLeaderless(wctx, func() (uint64, error) {
+		if start = time.Now(); start.After(deadline) {
+			return 0, errors.New("the lease bucket had no leader until the lease's time ran out")
+		}
+		return l.node.kv.Update(ctx, l.sessionID, l.node.value(l.epoch, start), rev)
+	})
+	cancel()
 	switch {
 	case err == nil:
 		l.mu.Lock()

@@ -43,8 +43,21 @@ type Cluster struct {
 	Spread bool
 	// Replicas is how many copies JetStream keeps of the cluster's state
 	// when this node is the first to create it: 1 for one NATS server, 3
-	// for a NATS cluster.
+	// for a NATS cluster. 0 (the default) is 1, or with RouteListen the
+	// number of embedded servers up to 3 (check sets it).
 	Replicas int
+	// RouteListen is where the embedded NATS server takes routes from
+	// the embedded servers of other nodes (--cluster-route-listen); with
+	// it, the nodes' embedded servers form one NATS cluster with
+	// JetStream replicated among them, and no node is needed by all.
+	RouteListen string
+	// Routes are the route addresses (host:port) of the other nodes'
+	// embedded servers (--cluster-routes); this node's own may be among
+	// them, so every node can be given the same list.
+	Routes []string
+	// TLSCA verifies the certificates route peers present when routes
+	// speak TLS (with TLSCert); empty means the system's roots.
+	TLSCA string
 	// KeyFile is the cluster key's file (--cluster-key), the same key on
 	// every node. Empty means cluster.key in the server's state
 	// directory, made there on the first start.
@@ -98,7 +111,7 @@ func ValidNodeID(id string) bool {
 
 // ClusterDefaults reads the environment's cluster settings.
 func ClusterDefaults(getenv func(string) string) Cluster {
-	return Cluster{Spec: getenv("AGENTD_CLUSTER"), NodeID: getenv("AGENTD_NODE_ID"), Listen: "127.0.0.1:4222", LeaseTTL: DefaultLeaseTTL, Replicas: 1,
+	return Cluster{Spec: getenv("AGENTD_CLUSTER"), NodeID: getenv("AGENTD_NODE_ID"), Listen: "127.0.0.1:4222", LeaseTTL: DefaultLeaseTTL,
 		KeyFile: getenv("AGENTD_CLUSTER_KEY")}
 }
 
@@ -109,9 +122,20 @@ func (c *Cluster) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this node's id in the cluster, unique among nodes: letters, digits, '-' and '_' (default <hostname>-<port>) (env AGENTD_NODE_ID)")
 	fs.DurationVar(&c.LeaseTTL, "cluster-lease-ttl", c.LeaseTTL, "how long a node's sessions stay its own after it stops renewing them (a crash); another node takes them over after that")
 	fs.BoolVar(&c.Spread, "cluster-spread", c.Spread, "place each new session on a node chosen by hashing its id over the live nodes, instead of the node that received the command creating it")
-	fs.IntVar(&c.Replicas, "cluster-replicas", c.Replicas, "copies JetStream keeps of the cluster's state (set by the first node to start): 1 for one NATS server, 3 for a NATS cluster")
+	fs.IntVar(&c.Replicas, "cluster-replicas", c.Replicas, "copies JetStream keeps of the cluster's state (set by the first node to start): 1 for one NATS server, 3 for a NATS cluster (default 1; with --cluster-route-listen, the number of nodes up to 3)")
+	fs.StringVar(&c.RouteListen, "cluster-route-listen", c.RouteListen, "with --cluster embedded: where the embedded NATS server takes routes from the other nodes' embedded servers, host:port; with it the nodes form one NATS cluster with JetStream replicated among them (3 nodes: any one may die). Routes are authenticated with the cluster key; off loopback they need --cluster-tls-cert")
+	fs.Func("cluster-routes", "with --cluster-route-listen: the other nodes' route addresses, host:port, comma-separated (this node's own may be listed too, so every node can be given the same list)", func(v string) error {
+		c.Routes = nil
+		for _, r := range strings.Split(v, ",") {
+			if r = strings.TrimSpace(r); r != "" {
+				c.Routes = append(c.Routes, r)
+			}
+		}
+		return nil
+	})
+	fs.StringVar(&c.TLSCA, "cluster-tls-ca", c.TLSCA, "with --cluster-route-listen and --cluster-tls-cert: CA certificates (PEM) that verify the other nodes' route certificates, which must allow server and client authentication (default: the system's)")
 	fs.StringVar(&c.KeyFile, "cluster-key", c.KeyFile, "the cluster key file (0600), the same on every node: nodes sign what they send each other with it, and authenticate to the embedded NATS with it (default <data-dir>/server/cluster.key, made on first start; give other nodes a copy) (env AGENTD_CLUSTER_KEY)")
-	fs.StringVar(&c.TLSCert, "cluster-tls-cert", c.TLSCert, "with --cluster embedded: the NATS listener's TLS certificate (PEM); required off loopback")
+	fs.StringVar(&c.TLSCert, "cluster-tls-cert", c.TLSCert, "with --cluster embedded: the NATS listener's TLS certificate (PEM), and its routes' with --cluster-route-listen; required off loopback")
 	fs.StringVar(&c.TLSKey, "cluster-tls-key", c.TLSKey, "with --cluster embedded: the key of --cluster-tls-cert (PEM)")
 	fs.StringVar(&c.NATS.User, "nats-user", c.NATS.User, "with --cluster nats://…: the NATS user name (with --nats-password-file)")
 	fs.StringVar(&c.NATS.PasswordFile, "nats-password-file", c.NATS.PasswordFile, "with --cluster nats://…: file holding the NATS password of --nats-user")
@@ -148,12 +172,16 @@ func (c *Cluster) check(port int, stdio bool) []error {
 			// crosses the network must be encrypted as well.
 			errs = append(errs, fmt.Errorf("--cluster-listen %s is reachable from other hosts: the embedded NATS needs TLS there; set --cluster-tls-cert and --cluster-tls-key (other nodes verify it with --nats-tls-ca), or listen on 127.0.0.1", c.Listen))
 		}
+		errs = append(errs, c.checkRoutes()...)
 		if c.NATS.HasAuth() || c.NATS.TLSCA != "" || c.NATS.TLSCert != "" || c.NATS.TLSKey != "" {
 			errs = append(errs, errors.New("--nats-*: only with --cluster nats://…; with --cluster embedded the node connects to its own NATS server with the cluster key"))
 		}
 	} else {
 		if c.TLSCert != "" || c.TLSKey != "" {
 			errs = append(errs, errors.New("--cluster-tls-cert, --cluster-tls-key: only with --cluster embedded (for the TLS of an external NATS, see --nats-tls-ca, --nats-tls-cert)"))
+		}
+		if c.RouteListen != "" || len(c.Routes) > 0 || c.TLSCA != "" {
+			errs = append(errs, errors.New("--cluster-route-listen, --cluster-routes, --cluster-tls-ca: only with --cluster embedded (an external NATS forms its own cluster)"))
 		}
 		for _, raw := range strings.Split(c.Spec, ",") {
 			raw = strings.TrimSpace(raw)
@@ -194,8 +222,13 @@ func (c *Cluster) check(port int, stdio bool) []error {
 	if creds > 1 {
 		errs = append(errs, errors.New("--nats-user, --nats-token-file, --nats-nkey, --nats-creds: give one NATS credential"))
 	}
-	if c.Replicas < 1 || c.Replicas > 5 {
+	if c.Replicas < 0 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("--cluster-replicas %d: from 1 to 5 (JetStream's limit)", c.Replicas))
+	} else if c.Replicas == 0 {
+		c.Replicas = 1
+		if c.Embedded && c.RouteListen != "" {
+			c.Replicas = min(3, c.routedNodes())
+		}
 	}
 	if c.LeaseTTL < 300*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--cluster-lease-ttl %s: at least 300ms (renewals run every third of it)", c.LeaseTTL))

@@ -56,7 +56,7 @@ func TestServeCluster(t *testing.T) {
 		{name: "bad listen address", args: []string{"--cluster", "embedded", "--cluster-listen", "4222"}, want: `--cluster-listen "4222": want host:port`},
 		{name: "bad node id", args: []string{"--cluster", "embedded", "--node-id", "a.b"}, want: `--node-id "a.b": use letters, digits`},
 		{name: "TTL too short", args: []string{"--cluster", "embedded", "--cluster-lease-ttl", "10ms"}, want: "--cluster-lease-ttl 10ms: at least 300ms"},
-		{name: "replicas", args: []string{"--cluster", "embedded", "--cluster-replicas", "0"}, want: "--cluster-replicas 0: from 1 to 5"},
+		{name: "replicas", args: []string{"--cluster", "embedded", "--cluster-replicas", "6"}, want: "--cluster-replicas 6: from 1 to 5"},
 		{name: "stdio", args: []string{"--cluster", "embedded", "--stdio"}, want: "--cluster: a --stdio server has one client"},
 		// Off loopback the embedded NATS takes TLS or does not start.
 		{name: "every address without TLS", args: []string{"--cluster", "embedded", "--cluster-listen", "0.0.0.0:4222"},

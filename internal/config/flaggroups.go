@@ -29,7 +29,7 @@ func ServeFlagGroups() []FlagGroup {
 		{"Sandbox (what the model's tools may touch)", []string{"sandbox", "sandbox-network", "sandbox-allow-write",
 			"sandbox-fallback", "sandbox-env-allow", "sandbox-hide"}},
 		{"Cluster", []string{"cluster", "cluster-listen", "node-id", "cluster-lease-ttl", "cluster-spread",
-			"cluster-replicas", "cluster-key", "cluster-tls-cert", "cluster-tls-key", "nats-user", "nats-password-file",
+			"cluster-replicas", "cluster-route-listen", "cluster-routes", "cluster-key", "cluster-tls-cert", "cluster-tls-key", "cluster-tls-ca", "nats-user", "nats-password-file",
 			"nats-token-file", "nats-nkey", "nats-creds", "nats-tls-ca", "nats-tls-cert", "nats-tls-key"}},
 		{"MCP servers", []string{"mcp-config", "mcp-start-timeout", "mcp-call-timeout"}},
 		{"Configuration and logging", []string{"config-dir", "data-dir", "pi-models", "log-level", "log-format",

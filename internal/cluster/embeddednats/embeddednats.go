@@ -34,12 +34,21 @@ type Config struct {
 	// ClusterName, ClusterListen and Routes join other embedded servers:
 	// set all three (Routes may name this server's own route address) to
 	// form a JetStream cluster. Empty ClusterListen runs a single server.
-	// Routes carry no authentication of their own: agentd serve never
-	// sets them (it runs one embedded server); a route listener must stay
-	// on loopback or behind a firewall.
+	// Routes are host:port or nats-route://host:port addresses.
 	ClusterName   string
 	ClusterListen string
 	Routes        []string
+	// RouteSecret authenticates routes, both ways: a server takes a route
+	// only from a peer that presents it, and presents it to the peers it
+	// dials. Required with ClusterListen (cluster.Key.RouteSecret, so the
+	// cluster key's holders and nobody else form the cluster).
+	RouteSecret string
+	// TLSCA verifies the certificates of route peers, with TLSCert and
+	// TLSKey: with a certificate, routes speak TLS both ways and each
+	// side must present a certificate the CA signed (so the certificate
+	// needs both server and client authentication in its key usage).
+	// Empty means the system's roots.
+	TLSCA string
 	// Nkey is the public nkey (U…) of the one NATS user the server admits:
 	// the cluster key's (cluster.Key.PublicKey). Required: a client must
 	// prove it holds the key's seed, and nobody else gets in.
@@ -104,9 +113,24 @@ func Start(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("embeddednats: cluster listen address %q: %w", cfg.ClusterListen, err)
 		}
-		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: ch, Port: cp}
+		if cfg.RouteSecret == "" {
+			return nil, errors.New("embeddednats: NATS with a cluster listen address needs a route secret: routes without one would admit any server")
+		}
+		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: ch, Port: cp,
+			Username: routeUser, Password: cfg.RouteSecret}
+		if cfg.TLSCert != "" {
+			tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, CaFile: cfg.TLSCA, Verify: true})
+			if err != nil {
+				return nil, fmt.Errorf("embeddednats: route TLS (certificate %s, CA %q): %w", cfg.TLSCert, cfg.TLSCA, err)
+			}
+			// A route is dialled and accepted with the same
+			// configuration: the CA verifies the peer either way.
+			tc.RootCAs = tc.ClientCAs
+			opts.Cluster.TLSConfig = tc
+			opts.Cluster.TLSTimeout = 5
+		}
 		for _, r := range cfg.Routes {
-			u, err := url.Parse(r)
+			u, err := routeURL(r, cfg.RouteSecret)
 			if err != nil {
 				return nil, fmt.Errorf("embeddednats: route %q: %w", r, err)
 			}
@@ -155,6 +179,39 @@ func (e *Server) InProcessURL() string {
 func (e *Server) Shutdown() {
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
+}
+
+// routeUser is the user name routes authenticate as; the secret is what
+// matters.
+const routeUser = "agentd-route"
+
+// routeURL is a route address with the route credentials in it: a
+// host:port, or a nats-route:// (or nats://) URL.
+func routeURL(r, secret string) (*url.URL, error) {
+	if !strings.Contains(r, "://") {
+		r = "nats-route://" + r
+	}
+	u, err := url.Parse(r)
+	if err != nil {
+		return nil, err
+	}
+	if u.Hostname() == "" || u.Port() == "" {
+		return nil, errors.New("want host:port")
+	}
+	u.User = url.UserPassword(routeUser, secret)
+	return u, nil
+}
+
+// NumRoutes is how many routes to other servers this server has now.
+func (e *Server) NumRoutes() int { return e.srv.NumRoutes() }
+
+// ClusterAddr is the address the server takes routes on ("" without a
+// cluster listen address).
+func (e *Server) ClusterAddr() string {
+	if a := e.srv.ClusterAddr(); a != nil {
+		return a.String()
+	}
+	return ""
 }
 
 func splitHostPort(addr, defHost string, defPort int) (string, int, error) {

@@ -1,0 +1,127 @@
+package embeddednats
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// logLines collects a server's log messages, for a test to wait on one.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, r.Message)
+	return nil
+}
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logLines) WithGroup(string) slog.Handler      { return l }
+
+func (l *logLines) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 30s", what)
+		}
+	}
+}
+
+// Routes admit only a server presenting the route secret: two servers
+// with it form a route, a third with another secret routing to the first
+// is refused, and neither side counts it as a route. With a certificate
+// and the CA that signed the others', routes speak TLS both ways.
+func TestRoutesNeedTheSecret(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	pub, _ := user(t)
+	dir := t.TempDir()
+	cert, key, ca := writeCert(t, dir)
+	for _, tc := range []struct {
+		name          string
+		cert, key, ca string
+	}{
+		{name: "plain, on loopback"},
+		{name: "TLS", cert: cert, key: key, ca: ca},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r1, r2, r3 := freeAddr(t), freeAddr(t), freeAddr(t)
+			start := func(name, listen, secret string, routes []string, log *logLines) *Server {
+				t.Helper()
+				s, err := Start(Config{StoreDir: t.TempDir(), ServerName: name, Nkey: pub, ClusterName: "agentd",
+					ClusterListen: listen, Routes: routes, RouteSecret: secret, TLSCert: tc.cert, TLSKey: tc.key, TLSCA: tc.ca,
+					Logger: slog.New(log)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(s.Shutdown)
+				return s
+			}
+			log1, log3 := &logLines{}, &logLines{}
+			s1 := start("n1", r1, "the-secret", []string{r1, r2}, log1)
+			s2 := start("n2", r2, "the-secret", []string{r1, r2}, &logLines{})
+			waitUntil(t, "n1 and n2 routed", func() bool { return s1.NumRoutes() > 0 && s2.NumRoutes() > 0 })
+			if got := s1.ClusterAddr(); got != r1 {
+				t.Errorf("ClusterAddr %q, want %q", got, r1)
+			}
+			s3 := start("intruder", r3, "another-secret", []string{"nats-route://" + r1}, log3)
+			waitUntil(t, "n1 refuses the intruder's route", func() bool { return log1.has("authentication error") })
+			waitUntil(t, "the intruder is told", func() bool { return log3.has("Authorization Violation") })
+			if n := s3.NumRoutes(); n != 0 {
+				t.Errorf("the intruder has %d routes", n)
+			}
+			if n := s1.NumRoutes(); n != s2.NumRoutes() {
+				t.Errorf("n1 has %d routes, n2 %d: n1 counts the intruder", n, s2.NumRoutes())
+			}
+		})
+	}
+}
+
+func TestRoutesRejectBadConfig(t *testing.T) {
+	pub, _ := user(t)
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"routes without a secret", Config{StoreDir: "x", Nkey: pub, ClusterName: "agentd", ClusterListen: "127.0.0.1:0"}, "route secret"},
+		{"a route without a port", Config{StoreDir: "x", Nkey: pub, ClusterName: "agentd", ClusterListen: "127.0.0.1:0", RouteSecret: "s", Routes: []string{"n1"}}, `route "n1"`},
+		{"a missing CA", Config{StoreDir: "x", Nkey: pub, ClusterName: "agentd", ClusterListen: "127.0.0.1:0", RouteSecret: "s", TLSCert: "c.pem", TLSKey: "k.pem", TLSCA: "none.pem"}, "TLS"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := Start(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Start: %v, want an error mentioning %s", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,56 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+)
+
+// checkRoutes checks the embedded server's routes: addresses that are
+// host:port, and TLS wherever the route secret would cross the network
+// (the same rule as the client listener's: off loopback, TLS or nothing).
+func (c *Cluster) checkRoutes() []error {
+	var errs []error
+	if c.RouteListen == "" {
+		if len(c.Routes) > 0 {
+			errs = append(errs, errors.New("--cluster-routes: needs --cluster-route-listen, where this node's embedded NATS takes the routes of the others"))
+		}
+		if c.TLSCA != "" {
+			errs = append(errs, errors.New("--cluster-tls-ca: only with --cluster-route-listen (it verifies route peers)"))
+		}
+		return errs
+	}
+	offLoopback := func(flag, addr string) {
+		h, p, err := net.SplitHostPort(addr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: want host:port (%v)", flag, addr, err))
+			return
+		}
+		if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 65535 {
+			errs = append(errs, fmt.Errorf("%s %q: port %q is not a number from 0 to 65535", flag, addr, p))
+			return
+		}
+		if !loopbackHost(h) && c.TLSCert == "" {
+			errs = append(errs, fmt.Errorf("%s %s is on the network: routes between embedded NATS servers need TLS there; set --cluster-tls-cert and --cluster-tls-key (and --cluster-tls-ca to verify the other nodes), or use 127.0.0.1", flag, addr))
+		}
+	}
+	offLoopback("--cluster-route-listen", c.RouteListen)
+	for _, r := range c.Routes {
+		offLoopback("--cluster-routes", r)
+	}
+	if c.TLSCA != "" && c.TLSCert == "" {
+		errs = append(errs, errors.New("--cluster-tls-ca: only with --cluster-tls-cert (routes speak TLS only with a certificate)"))
+	}
+	return errs
+}
+
+// routedNodes is how many embedded servers the routes name, this one
+// included: the routes other than its own route address, plus one.
+func (c *Cluster) routedNodes() int {
+	seen := map[string]bool{c.RouteListen: true}
+	for _, r := range c.Routes {
+		seen[r] = true
+	}
+	return len(seen)
+}
