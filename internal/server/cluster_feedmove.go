@@ -67,6 +67,20 @@ func (cs *clusterState) moveFeed(h *Hosted) {
 			cs.s.Unsubscribe(m.c, h)
 			cs.s.log.Warn("cluster: a client following a session taken over here could not be moved onto it", "session", h.id, "after", after)
 			m.c.Close(Close{Kind: CloseOverloaded, Reason: "Lost the session's event stream; reconnect and resume from the last seq you saw"})
+			continue
+		}
+		if cs.hostedHere(h.id) != h && !cs.feedHas(h.id, m.c) {
+			// Unloaded meanwhile (its lease lost, lost() moving its
+			// clients back to the stream may have missed this one): back
+			// to the stream from what h sent it.
+			h.subMu.Lock()
+			sub := h.subs[m.c]
+			delete(h.subs, m.c)
+			h.subMu.Unlock()
+			if sub != nil && !sub.held {
+				after = sub.after
+			}
+			cs.subscribeRemote(m.c, h.id, m.codec, &after, nil)
 		}
 	}
 	cs.unwatched(f)
@@ -81,4 +95,10 @@ func (cs *clusterState) hostedHere(id string) *Hosted {
 		return h
 	}
 	return nil
+}
+
+// feedHas reports whether c follows session id from the stream here.
+func (cs *clusterState) feedHas(id string, c *Client) bool {
+	f := cs.feedHosted(id)
+	return f != nil && f.Subscribed(c)
 }
