@@ -5,7 +5,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -307,9 +306,26 @@ func TestClusterHandoverKeepsSeqsContiguous(t *testing.T) {
 	at, _ := c.waitFor(0, "the second run's tool end", func(f svFrame) bool {
 		return f.isEvent(sid, "tool_execution_end") && strings.Contains(f.raw, "after-the-handover")
 	})
-	c.waitFor(at, "the second run's end", func(f svFrame) bool { return f.isEvent(sid, "agent_end") })
-	// The run's very last event (idle) may trail agent_end: wait until
-	// the watcher's and the driver's last seqs agree.
+	// The run's very last event is the idle state after agent_end: both
+	// clients must have it before their seqs are the run's whole (two
+	// clients agreeing on agent_end as their last seq, idle still on its
+	// way to both, once made this test take agent_end for the tail).
+	idle := func(f svFrame) bool {
+		return f.isEvent(sid, "state_changed") && svStr(f.m, "event", "state") == "idle"
+	}
+	at, _ = c.waitFor(at, "the second run's end", func(f svFrame) bool { return f.isEvent(sid, "agent_end") })
+	_, end := c.waitFor(at, "the session idle after the second run", idle)
+	endSeq, _ := svNum(end.m, "seq")
+	idleAt, _ := a.waitFor(0, "the session idle after the second run, for the driving client", func(f svFrame) bool {
+		n, _ := svNum(f.m, "seq")
+		return idle(f) && n == endSeq
+	})
+	// As from one server, the driving client reads the prompt's answer
+	// after the run's events, also when its node took the session over
+	// while it watched it from the stream (cluster_feedmove.go).
+	if respAt, _ := a.responseFrom(0, "p2"); respAt < idleAt {
+		t.Errorf("the driving client got p2's answer (frame %d) before the run's last event (frame %d)\n%s", respAt, idleAt, a.tail(12))
+	}
 	last := func(s []uint64) uint64 {
 		if len(s) == 0 {
 			return 0
@@ -346,15 +362,9 @@ func TestClusterHandoverKeepsSeqsContiguous(t *testing.T) {
 				break
 			}
 		}
-		if got := clSeqs(r, sid); !caught {
-			// Open in issue 26: under the race detector with the whole
-			// suite running, a client resuming right after the handover
-			// sometimes stops short of the run's tail. What it got must
-			// still be the start of what it should have, in order.
-			t.Logf("KNOWN (issue 26): the pi-server client resumed on %s (owner %s) got %v, want %v", on, owner, got, want)
-			if len(got) > len(want) || !slices.Equal(got, want[:len(got)]) {
-				t.Errorf("pi-server resume on %s: %v is not the start of %v", on, got, want)
-			}
+		if !caught {
+			t.Errorf("the pi-server client resumed on %s (owner %s) after %d got %v, want %v\n%s\n--- %s stderr ---\n%s\n--- owner %s stderr ---\n%s",
+				on, owner, cursor, clSeqs(r, sid), want, r.tail(20), on, nodes[on].stderrTail(6000), owner, nodes[owner].stderrTail(6000))
 			continue
 		}
 		svEq(t, "pi-server resume on "+on+" (owner "+owner+") after "+fmt.Sprint(cursor), clSeqs(r, sid), want)

@@ -111,6 +111,9 @@ type swDial struct {
 	// smallBuffer shrinks the client's socket receive buffer, so a client
 	// that stops reading backs up into the server's queue quickly.
 	smallBuffer bool
+	// wait bounds the dial (svReadyWait when 0): a node may hold an
+	// upgrade until a session's next owner can take it.
+	wait time.Duration
 }
 
 // swConnect dials the face for session id; it does not subscribe.
@@ -131,7 +134,11 @@ func swConnect(t *testing.T, s *svServer, schema *jsonschema.Schema, id string, 
 	if o.token != "" {
 		h.Set("Authorization", "Bearer "+o.token)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), svReadyWait)
+	wait := svReadyWait
+	if o.wait > 0 {
+		wait = o.wait
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	do := &websocket.DialOptions{HTTPHeader: h}
 	if o.smallBuffer {

@@ -46,6 +46,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 	watchers := fs.Int("watchers", 0, "with --face session-ws: watcher connections, spread evenly over the N sessions (default 10 per session); with --face rest: SSE clients per conversation besides its driver (default 10)")
 	planSteps := fs.Int("plan-steps", 0, "the mock works through a plan of this many steps in every run, with a todo tool call per step, so a run has this many turns plus 2 (default 3 with --face session-ws, else 0: one turn)")
 	timeout := fs.Duration("command-timeout", 2*time.Minute, "longest wait for one command's response")
+	lagSessions := fs.Int("lag-sessions", 0, "with --cluster-nodes, how many sessions get watchers on every face (pi-server, REST SSE, session WebSocket), on their node and on another, whose lag behind the first client to see each event the report gives (default 10; -1 none)")
 	clusterNodes := fs.Int("cluster-nodes", 0, "run this many agentd serve nodes as a cluster (the first with embedded NATS, all with --cluster-spread), connect the sessions to them round-robin, and after the load kill -9 one and time its sessions' takeover (e.g. 3; --face pi only)")
 	loadTimeout := fs.Duration("load-timeout", 10*time.Minute, "longest load phase per N: commands still waiting then are errors (load timeout), the rest are reported as not run")
 	if err := parseFlagsOnly(cfg, fs, args); err != nil {
@@ -136,7 +137,7 @@ func (m *Main) runBench(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		o := loadgen.Options{Binary: *binary, Sessions: n, Rounds: *rounds, Chunks: *chunks, GetStates: g,
 			StreamFormat: *format, ReadDelay: *readDelay, IdleWait: *idleWait, Settle: st, IdleSessions: *idleSessions,
 			CommandTimeout: *timeout, LoadTimeout: *loadTimeout, Logger: log, ServerArgs: strings.Fields(*serverFlags), OwnLifecycle: *ownLifecycle,
-			Watchers: watchersFor(*face, *watchers, n), PlanSteps: *planSteps, ClusterNodes: *clusterNodes}
+			Watchers: watchersFor(*face, *watchers, n), PlanSteps: *planSteps, ClusterNodes: *clusterNodes, LagSessions: *lagSessions}
 		if *face == "rest" {
 			o.REST, o.SSEWatchers = true, *watchers
 		}

@@ -55,6 +55,10 @@ type ClusterReport struct {
 	Takeover       time.Duration `json:"takeover_ns"`
 	TakeoverP50    time.Duration `json:"takeover_p50_ns"`
 	TakeoverFailed int           `json:"takeover_failed_commands"`
+
+	// Lag is how far watchers on every face trail the first client to
+	// see each event, on the session's node and on another (lag.go).
+	Lag *LagReport `json:"lag,omitempty"`
 }
 
 // clusterNode is one node of a bench cluster.
@@ -266,6 +270,22 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	}
 	log.Info("sessions created", "took", rep.Setup.Round(time.Millisecond))
 
+	// Watchers on every face, on each watched session's node and on
+	// another, through the load (lag.go).
+	var lag *lagWatchers
+	if n := lagSessionsOf(o); n > 0 {
+		var sids []string
+		var drivers []int
+		for i, c := range clients {
+			if c != nil && len(sids) < n {
+				sids, drivers = append(sids, c.sid), append(drivers, awayFrom(name(i), ids, i))
+			}
+		}
+		lag = openLagWatchers(ctx, o, hc, nodes, ids, sids, func(i int) int { return drivers[i] })
+		defer lag.closeAll()
+		log.Info("lag watchers open", "sessions", len(sids), "watchers", len(lag.ws), "failed", len(lag.failed))
+	}
+
 	// The nodes' counters together: commands forwarded, takeovers.
 	totals := func() (fwd, took int64) {
 		for _, n := range nodes {
@@ -325,6 +345,13 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	}
 	rep.Frames, rep.Bytes, rep.SessionEvents = frames1-frames0, bytes1-bytes0, events1-events0
 	log.Info("load done", "took", rep.Duration.Round(time.Millisecond))
+	if lag != nil {
+		lag.settle(ctx, 15*time.Second)
+		cr.Lag = lag.report(len(lag.sessions()))
+		for _, f := range cr.Lag.Failed {
+			probs.add("lag watcher", f)
+		}
+	}
 
 	// Who owns what: each node's leases, and the sessions of the node to
 	// kill by the placement every node computes.

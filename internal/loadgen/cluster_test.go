@@ -66,6 +66,19 @@ func TestRunCluster(t *testing.T) {
 	if rep.ServerExit != 0 {
 		t.Errorf("surviving nodes' exit code %d", rep.ServerExit)
 	}
+	// Watchers on every face, on each session's node and on another,
+	// got the run's events (lag.go): none failed, none missed one.
+	if l := c.Lag; l == nil || l.Sessions != 6 || len(l.Failed) != 0 {
+		t.Errorf("lag report %+v: want 6 sessions watched, no watcher failed", l)
+	} else {
+		for _, face := range lagFaces {
+			for name, f := range map[string]LagFigures{"single": l.Single[face], "cross": l.Cross[face]} {
+				if f.Events == 0 || f.Max < f.P99 || f.P99 < f.P50 {
+					t.Errorf("lag of %s, %s node: %+v", face, name, f)
+				}
+			}
+		}
+	}
 	var b strings.Builder
 	if err := WriteTable(&b, []Report{rep}); err != nil || !strings.Contains(b.String(), "takeover: all / p50") {
 		t.Errorf("table: %v\n%s", err, b.String())

@@ -122,6 +122,10 @@ type Options struct {
 	// after one node is killed (see ClusterReport). The pi face only:
 	// not with REST, Watchers, IdleSessions, IdleWait or Baseline.
 	ClusterNodes int
+	// LagSessions is how many of a cluster run's sessions get watchers on
+	// every face, on their owner and on another node, whose lag the
+	// report gives (ClusterReport.Lag; lag.go): default 10, negative none.
+	LagSessions int
 	// ServerArgs are extra `agentd serve` flags, after the bench's own.
 	ServerArgs []string
 	// ServerLog, if set, gets a copy of the server's stderr.
@@ -1204,7 +1208,7 @@ func WriteTable(w io.Writer, reps []Report) error {
 		rows = append(rows, restRows...)
 	}
 	if slices.ContainsFunc(reps, func(r Report) bool { return r.Cluster != nil }) {
-		rows = append(rows, clusterRows...)
+		rows = append(append(rows, clusterRows...), lagRows...)
 	}
 	if !slices.ContainsFunc(reps, func(r Report) bool { return r.REST == nil }) {
 		rows = slices.DeleteFunc(rows, func(row tableRow) bool { return piOnlyRows[row.name] })

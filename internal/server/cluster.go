@@ -1626,6 +1626,10 @@ func (cs *clusterState) checkNodes() {
 		fl.cancel(errNodeStopped)
 	}
 	for _, id := range followed {
+		if h := cs.hostedHere(id); h != nil {
+			cs.moveFeed(h) // its clients still on the feed (cluster_feedmove.go)
+			continue
+		}
 		_, alive, held, err := cs.node.LeaseOwner(ctx, id)
 		if err != nil || (held && alive) {
 			continue

@@ -79,14 +79,18 @@ func lastEventEnd(b []byte) int {
 	}
 }
 
-// cutStreams makes an event stream passed on end cleanly (sseCut).
+// cutStreams makes an event stream or a WebSocket passed on end cleanly
+// (sseCut, wsCut).
 func cutStreams(res *http.Response) error {
+	t, _ := res.Request.Context().Value(proxyTargetKey{}).(*proxyTarget)
+	id := ""
+	if t != nil {
+		id = t.id
+	}
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		return cutWebSocket(res, id)
+	}
 	if strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
-		t, _ := res.Request.Context().Value(proxyTargetKey{}).(*proxyTarget)
-		id := ""
-		if t != nil {
-			id = t.id
-		}
 		res.Body = &sseCut{body: res.Body, id: id}
 	}
 	return nil

@@ -531,6 +531,9 @@ func (s *Server) openSpec(ctx context.Context, id, cwd, file, owner string, mode
 	n := len(s.sessions)
 	s.mu.Unlock()
 	h.unsub = sess.Subscribe(func(ev session.Event) { h.onEvent(ev) })
+	if lease != nil {
+		s.cl.adoptFeed(h) // clients here that followed it from the stream
+	}
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.SetSessions(n)
 	}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// A per-session WebSocket client of node A watches a session node B runs
+// (A passes the connection on to B). B is killed (-9) mid-run: A ends the
+// client's connection with a close frame (1001, with a reason saying to
+// resume with after_seq) instead of breaking it off; the client
+// reconnects to A at once, A holds the upgrade until a node has taken the
+// session over (not 502), and the client, subscribed with after_seq, gets
+// every state change after its cursor once, up to the interrupted run's
+// end, as a pi-server client of C fed from the stream sees them. The
+// tool that was running is not run again.
+func TestClusterSessionWSResumesAcrossAKill9(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	ns, keyPath := clStartNATS(t, e)
+	const ttl = 10 * time.Second
+	nodes := clStartOn(t, e, ns.addr, keyPath)
+	sid := clSessionOn("B", "A", "B", "C")
+
+	b := nodes["B"].dial("b")
+	svCreate(b, sid)
+	c := nodes["C"].dial("c")
+	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	schema := swSchema(t, nodes["A"])
+	ws := swConnect(t, nodes["A"], schema, sid, swDial{})
+	ws.subscribe(sid, nil)
+	c.send(svM{"id": "p1", "type": "prompt", "sessionId": sid, "message": "CMD:echo start >> run.log; sleep 120"})
+	ws.waitFor(0, "the run starting, through A", swIsState("running"))
+	svWaitUntil(t, "the tool runs on B", func() bool {
+		_, err := os.Stat(filepath.Join(e.cwd, "run.log"))
+		return err == nil
+	})
+
+	nodes["B"].kill9()
+	killed := time.Now()
+	code, reason := ws.waitClosed()
+	closed := time.Since(killed)
+	if code != websocket.StatusGoingAway || !strings.Contains(reason, "after_seq") {
+		t.Errorf("the connection through A closed with %d %q, want 1001 with a reason that says to resume with after_seq", code, reason)
+	}
+	var cursor uint64
+	for _, m := range ws.all() {
+		cursor = max(cursor, m.seq())
+	}
+	if cursor == 0 {
+		t.Fatalf("no message with a seq before the kill:\n%s", ws.dump(0))
+	}
+
+	// At once, as a client that was told to reconnect: A holds the
+	// upgrade until the session has an owner again.
+	ws2 := swConnect(t, nodes["A"], schema, sid, swDial{wait: 3 * ttl})
+	reopened := time.Since(killed)
+	sub := ws2.subscribe(sid, map[string]any{"after_seq": cursor})
+	if sub.m["resumed"] != true {
+		t.Errorf("the per-session WebSocket reopened through A did not resume after %d: %s", cursor, sub.raw)
+	}
+	_, done := ws2.waitFor(0, "the interrupted run's end", func(m swMsg) bool { return m.typ() == "completed" })
+	ended := time.Since(killed)
+
+	// What the stream holds of the run's end, as C's client saw it.
+	idle := func(f svFrame) bool {
+		return f.isEvent(sid, "state_changed") && svStr(f.m, "event", "state") == "idle"
+	}
+	c.waitFor(0, "the interrupted run's end on C", idle)
+	var truth []uint64
+	for _, f := range c.events(sid) {
+		if n, _ := svNum(f.m, "seq"); f.isEvent(sid, "state_changed") && uint64(n) > cursor {
+			truth = append(truth, uint64(n))
+		}
+	}
+	if len(truth) == 0 {
+		t.Fatalf("C's client saw no state change after %d:\n%s", cursor, c.tail(10))
+	}
+	var got []uint64
+	seen := map[uint64]int{}
+	for _, m := range ws2.all() {
+		switch m.typ() {
+		case "status_change":
+			got = append(got, m.seq())
+			seen[m.seq()]++
+			fallthrough
+		case "completed", "error", "input_required":
+			if m.seq() <= cursor {
+				t.Errorf("the resumed connection repeats seq %d (cursor %d): %s", m.seq(), cursor, e2eClip(m.raw, 200))
+			}
+		}
+	}
+	lost, dup := clTally(truth, got)
+	if lost != 0 || dup != 0 {
+		t.Errorf("state changes after %d: %d of %v lost, %d duplicated (got %v)", cursor, lost, truth, dup, got)
+	}
+	if done.seq() != truth[len(truth)-1] {
+		t.Errorf("completed came with seq %d, want the run's end %d: %s", done.seq(), truth[len(truth)-1], done.raw)
+	}
+	if got := strings.Join(svLines(t, filepath.Join(e.cwd, "run.log")), ","); got != "start" {
+		t.Errorf("run.log reads %q: the interrupted tool ran again", got)
+	}
+	t.Logf("fault table: kill -9 of the owner, per-session WebSocket client of another node: 1 run, %d state changes after the cursor, lost %d, duplicated %d, re-run 0; closed with %d %v after the kill, reopened %v and saw the run end %v after the kill (lease %v)",
+		len(truth), lost, dup, code, closed.Round(100*time.Millisecond), reopened.Round(100*time.Millisecond), ended.Round(100*time.Millisecond), ttl)
+}
