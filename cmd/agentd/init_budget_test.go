@@ -44,14 +44,16 @@ func parseInitTrace(t *testing.T, trace string) (own, all initCost, lines int) {
 // init that a command may not use (regexps, templates, schemas and maps
 // are made on first use). The whole budget is what the dependencies
 // allocate in their init functions, which a single binary cannot skip
-// (openai-go's union registrations, nats-server's tables, the
-// Prometheus client's and procfs's, jsonschema-go's, anthropic-sdk-go's,
-// gobwas/ws's), with a margin: a dependency that grows past it fails
-// here the day it is updated.
+// (nats-server's tables, the Prometheus client's and procfs's,
+// jsonschema-go's, gobwas/ws's), with a margin of about 10 %: a
+// dependency that grows past it fails here the day it is updated. (The
+// provider SDKs, openai-go's union registrations above all, took a
+// further 330 KB in 2,300 allocations until agentd's own request code
+// replaced them.)
 func TestInitBudget(t *testing.T) {
 	const (
 		ownBytes, ownAllocs = 8 << 10, 120
-		allBytes, allAllocs = 1300 << 10, 9000
+		allBytes, allAllocs = 920 << 10, 7000
 	)
 	r := run(t, t.TempDir(), []string{"GODEBUG=inittrace=1"}, "", "version")
 	if r.code != 0 {

@@ -28,7 +28,6 @@ func Endpoint(base, path string) (string, error) {
 	}
 	if u.Path != "" && !strings.HasSuffix(u.Path, "/") {
 		u.Path += "/"
-		u.RawPath = ""
 	}
 	ref, err := url.Parse(path)
 	if err != nil {
