@@ -3,34 +3,29 @@ package anthropic
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
-
-	sdk "github.com/anthropics/anthropic-sdk-go"
-	"github.com/anthropics/anthropic-sdk-go/option"
-	"github.com/anthropics/anthropic-sdk-go/packages/ssestream"
 
 	"github.com/agentd-dev/agentd/internal/llm"
 )
 
 // decoder is the wire half of one streamed request.
 //
-// The SDK sends the request (body, auth, headers, error answers) and
-// splits the answer into server-sent events, but the events are decoded
-// here rather than by Messages.NewStreaming, for two reasons: its stream
-// swallows ping events inside one Next call, so a server that only sends
-// keep-alives would trip the idle timeout, and its reflective decoding of
-// the event union costs about three times the CPU and twice the
-// allocations of decoding into the few fields read below.
+// Each event is decoded into the few fields read below, not into a typed
+// union of every event the API has: the SDK's reflective decoding of that
+// union cost about three times the CPU and twice the allocations. Every
+// event, ping included, returns from Next, so a server that only sends
+// keep-alives does not trip the idle timeout.
 type decoder struct {
 	p *Provider
 	m *llm.Model
 	c *llm.Context
 	o *llm.StreamOptions
 
-	sse    ssestream.Decoder
+	body   io.ReadCloser
+	sse    *llm.SSEReader
 	ev     wireEvent
 	blocks map[int64]*block // by the wire's content-block index
 	stop   string
@@ -107,37 +102,44 @@ func (d *decoder) Open(ctx context.Context) error {
 	if err != nil {
 		return &llm.Error{Kind: llm.ErrBadRequest, Message: "invalid request: " + err.Error(), Err: err}
 	}
-	opts := append(requestOptions(d.m, d.o), option.WithJSONSet("stream", true))
-	var resp *http.Response
-	if err := d.p.client.Post(ctx, "v1/messages", params, &resp, opts...); err != nil {
-		return apiError(err)
+	base := d.m.BaseURL
+	if base == "" {
+		base = DefaultBaseURL
 	}
-	d.sse = ssestream.NewDecoder(resp)
-	if d.sse == nil {
-		return &llm.Error{Kind: llm.ErrStream, Message: "the provider answered without a body"}
+	endpoint, err := llm.Endpoint(base, "v1/messages")
+	if err != nil {
+		return err
 	}
+	resp, err := llm.PostJSON(ctx, d.p.hc, endpoint, requestHeader(d.m, d.o), params)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= http.StatusBadRequest {
+		return apiError(resp)
+	}
+	d.body = resp.Body
+	d.sse = llm.NewSSEReader(resp.Body)
 	return nil
 }
 
 // Close releases the response body.
 func (d *decoder) Close() error {
-	if d.sse == nil {
+	if d.body == nil {
 		return nil
 	}
-	return d.sse.Close()
+	err := d.body.Close()
+	d.body = nil
+	return err
 }
 
 // Next reads one event.
 func (d *decoder) Next(b *llm.Builder) error {
-	if !d.sse.Next() {
-		if err := d.sse.Err(); err != nil {
-			return err
-		}
-		return io.EOF
+	frame, err := d.sse.Next()
+	if err != nil {
+		return err
 	}
 	b.Chunk()
-	frame := d.sse.Event()
-	if frame.Type == "ping" || len(frame.Data) == 0 || frame.Data[0] == '\n' {
+	if string(frame.Name) == "ping" || len(frame.Data) == 0 {
 		return nil
 	}
 	ev := &d.ev
@@ -145,7 +147,7 @@ func (d *decoder) Next(b *llm.Builder) error {
 	if err := json.Unmarshal(frame.Data, ev); err != nil {
 		return &llm.Error{Kind: llm.ErrStream, Message: "the provider sent a malformed chunk: " + err.Error(), Err: err}
 	}
-	if frame.Type == "error" || ev.Type == "error" {
+	if string(frame.Name) == "error" || ev.Type == "error" {
 		return llm.StreamError(ev.Error.Type, ev.Error.Message)
 	}
 	switch ev.Type {
@@ -166,7 +168,7 @@ func (d *decoder) Next(b *llm.Builder) error {
 				d.detail = *ev.Delta.StopDetails
 			}
 		}
-		if d.stop == string(sdk.StopReasonRefusal) {
+		if d.stop == "refusal" {
 			return refusal(d.detail)
 		}
 	case "message_stop":
@@ -262,10 +264,10 @@ func (w *wireUsage) apply(u llm.Usage) llm.Usage {
 
 // stopReason maps Anthropic's stop reason to agentd's.
 func stopReason(r string) llm.StopReason {
-	switch sdk.StopReason(r) {
-	case sdk.StopReasonMaxTokens, sdk.StopReasonModelContextWindowExceeded:
+	switch r {
+	case "max_tokens", "model_context_window_exceeded":
 		return llm.StopLength
-	case sdk.StopReasonToolUse:
+	case "tool_use":
 		return llm.StopToolUse
 	}
 	// end_turn, stop_sequence, pause_turn, and none at all.
@@ -284,29 +286,28 @@ func refusal(d stopDetails) *llm.Error {
 	return &llm.Error{Kind: llm.ErrBadRequest, Message: msg}
 }
 
-// apiError classifies an error from sending the request. An HTTP error
-// answer becomes an *llm.Error with the API's own message; any other
-// error is returned as it is for the stream to classify.
-func apiError(err error) error {
-	var ae *sdk.Error
-	if !errors.As(err, &ae) {
-		return err
+// maxErrorBody bounds how much of an HTTP error answer is read: enough
+// for any real error message, not enough for a misrouted download to
+// matter.
+const maxErrorBody = 1 << 20
+
+// apiError turns an HTTP error answer into an *llm.Error with the API's
+// own message and type ({"type":"error","error":{"type","message"}}).
+func apiError(resp *http.Response) error {
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	_ = resp.Body.Close()
+	if err != nil {
+		// The answer was cut off: as when the SDK read it, the failed read
+		// is the error, for the stream to classify.
+		return fmt.Errorf("reading the error answer: %w", err)
 	}
 	var body struct {
 		Error apiErrorObject `json:"error"`
 	}
-	raw := ae.RawJSON()
-	if json.Unmarshal([]byte(raw), &body) != nil || body.Error.Message == "" {
-		body.Error.Message = plainMessage(raw)
+	if json.Unmarshal(raw, &body) != nil || body.Error.Message == "" {
+		body.Error.Message = plainMessage(string(raw))
 	}
-	if body.Error.Type == "" {
-		body.Error.Type = string(ae.Type())
-	}
-	var h http.Header
-	if ae.Response != nil {
-		h = ae.Response.Header
-	}
-	return llm.HTTPError(ae.StatusCode, h, body.Error.Type, body.Error.Message, err)
+	return llm.HTTPError(resp.StatusCode, resp.Header, body.Error.Type, body.Error.Message, llm.StatusError(resp))
 }
 
 // plainMessage is the text of an error answer that is not the API's JSON,

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	sdk "github.com/anthropics/anthropic-sdk-go"
-
 	"github.com/agentd-dev/agentd/internal/llm"
 )
 
@@ -15,16 +13,17 @@ import (
 const minThinkingBudget = 1024
 
 // buildParams turns a context into the body of a streaming request.
-func buildParams(m *llm.Model, c *llm.Context, o *llm.StreamOptions) (sdk.MessageNewParams, error) {
-	p := sdk.MessageNewParams{
-		Model:     sdk.Model(m.ID),
+func buildParams(m *llm.Model, c *llm.Context, o *llm.StreamOptions) (*messageRequest, error) {
+	p := &messageRequest{
+		Model:     m.ID,
 		MaxTokens: o.MaxTokens,
+		Stream:    true,
 	}
 	if p.MaxTokens <= 0 {
 		p.MaxTokens = llm.DefaultMaxTokens(m)
 	}
 	if c.SystemPrompt != "" {
-		p.System = []sdk.TextBlockParam{{Text: c.SystemPrompt, CacheControl: ephemeral()}}
+		p.System = []textBlock{{Text: c.SystemPrompt, CacheControl: ephemeral(), Type: "text"}}
 	}
 	p.Messages = convertMessages(m, c.Messages)
 	tools, err := convertTools(c.Tools)
@@ -33,31 +32,27 @@ func buildParams(m *llm.Model, c *llm.Context, o *llm.StreamOptions) (sdk.Messag
 	}
 	p.Tools = tools
 
-	thinking := applyThinking(&p, m, o)
+	thinking := applyThinking(p, m, o)
 	if o.Temperature != nil && !thinking {
 		// The API rejects a temperature other than 1 with thinking on.
-		p.Temperature = sdk.Float(*o.Temperature)
+		p.Temperature = new(*o.Temperature)
 	}
 	return p, nil
 }
-
-func ephemeral() sdk.CacheControlEphemeralParam { return sdk.NewCacheControlEphemeralParam() }
 
 // applyThinking sets the thinking parameters for the requested level and
 // reports whether thinking is on. Models with adaptive thinking take an
 // effort; the others a token budget, which must be at least 1024 and
 // below max_tokens, so max_tokens is raised to make room for the answer.
-func applyThinking(p *sdk.MessageNewParams, m *llm.Model, o *llm.StreamOptions) bool {
+func applyThinking(p *messageRequest, m *llm.Model, o *llm.StreamOptions) bool {
 	level := m.ClampThinking(o.Thinking)
 	if level == llm.ThinkingOff {
 		return false
 	}
 	if llm.Flag(m.CompatOrDefault().AdaptiveThinking, false) {
-		p.Thinking = sdk.ThinkingConfigParamUnion{OfAdaptive: &sdk.ThinkingConfigAdaptiveParam{
-			// Newer models omit the thinking text unless asked for it.
-			Display: sdk.ThinkingConfigAdaptiveDisplaySummarized,
-		}}
-		p.OutputConfig = sdk.OutputConfigParam{Effort: effort(level)}
+		// Newer models omit the thinking text unless asked for it.
+		p.Thinking = &thinkingConfig{Display: "summarized", Type: "adaptive"}
+		p.OutputConfig = &outputConfig{Effort: effort(level)}
 		return true
 	}
 	maxTokens, budget, ok := thinkingBudget(p.MaxTokens, m.MaxTokens, o.ThinkingBudget(level))
@@ -65,7 +60,7 @@ func applyThinking(p *sdk.MessageNewParams, m *llm.Model, o *llm.StreamOptions) 
 		return false
 	}
 	p.MaxTokens = maxTokens
-	p.Thinking = sdk.ThinkingConfigParamUnion{OfEnabled: &sdk.ThinkingConfigEnabledParam{BudgetTokens: budget}}
+	p.Thinking = &thinkingConfig{BudgetTokens: budget, Type: "enabled"}
 	return true
 }
 
@@ -87,46 +82,42 @@ func thinkingBudget(maxTokens, modelMax, budget int64) (int64, int64, bool) {
 }
 
 // effort maps a thinking level to the effort of adaptive thinking.
-func effort(l llm.ThinkingLevel) sdk.OutputConfigEffort {
+func effort(l llm.ThinkingLevel) string {
 	switch l {
 	case llm.ThinkingMinimal, llm.ThinkingLow:
-		return sdk.OutputConfigEffortLow
+		return "low"
 	case llm.ThinkingMedium:
-		return sdk.OutputConfigEffortMedium
+		return "medium"
 	case llm.ThinkingXHigh:
-		return sdk.OutputConfigEffortMax
+		return "max"
 	}
-	return sdk.OutputConfigEffortHigh
+	return "high"
 }
 
 // convertTools turns tool definitions into Anthropic tools. The last one
 // carries the cache breakpoint that caches the whole tool list.
-func convertTools(tools []llm.Tool) ([]sdk.ToolUnionParam, error) {
+func convertTools(tools []llm.Tool) ([]tool, error) {
 	if len(tools) == 0 {
 		return nil, nil
 	}
-	out := make([]sdk.ToolUnionParam, len(tools))
+	out := make([]tool, len(tools))
 	for i, t := range tools {
 		schema, err := inputSchema(t.Parameters)
 		if err != nil {
 			return nil, fmt.Errorf("tool %q: %w", t.Name, err)
 		}
-		tp := &sdk.ToolParam{Name: t.Name, InputSchema: schema}
-		if t.Description != "" {
-			tp.Description = sdk.String(t.Description)
-		}
+		out[i] = tool{Name: t.Name, InputSchema: schema, Description: t.Description}
 		if i == len(tools)-1 {
-			tp.CacheControl = ephemeral()
+			out[i].CacheControl = ephemeral()
 		}
-		out[i] = sdk.ToolUnionParam{OfTool: tp}
 	}
 	return out, nil
 }
 
-// inputSchema splits a JSON Schema object into the SDK's fields, keeping
-// every value as raw JSON so property order survives.
-func inputSchema(raw json.RawMessage) (sdk.ToolInputSchemaParam, error) {
-	var s sdk.ToolInputSchemaParam
+// inputSchema splits a JSON Schema object into its fields, keeping every
+// value as raw JSON so property order survives.
+func inputSchema(raw json.RawMessage) (toolSchema, error) {
+	var s toolSchema
 	if len(raw) == 0 || string(raw) == "null" {
 		s.Properties = json.RawMessage("{}")
 		return s, nil
@@ -138,7 +129,7 @@ func inputSchema(raw json.RawMessage) (sdk.ToolInputSchemaParam, error) {
 	for k, v := range fields {
 		switch k {
 		case "type":
-			// Always "object"; the SDK writes it.
+			// Always "object"; MarshalJSON writes it.
 		case "properties":
 			s.Properties = v
 		case "required":
@@ -147,7 +138,7 @@ func inputSchema(raw json.RawMessage) (sdk.ToolInputSchemaParam, error) {
 			}
 		default:
 			if s.ExtraFields == nil {
-				s.ExtraFields = make(map[string]any, len(fields))
+				s.ExtraFields = make(map[string]json.RawMessage, len(fields))
 			}
 			s.ExtraFields[k] = v
 		}
@@ -171,19 +162,18 @@ func inputSchema(raw json.RawMessage) (sdk.ToolInputSchemaParam, error) {
 //     the call and its result;
 //   - the last user message carries a cache breakpoint, so the next
 //     request reads the conversation so far from the cache.
-func convertMessages(m *llm.Model, msgs []llm.Message) []sdk.MessageParam {
-	out := make([]sdk.MessageParam, 0, len(msgs))
+func convertMessages(m *llm.Model, msgs []llm.Message) []message {
+	out := make([]message, 0, len(msgs))
 	var pending []string // tool-call ids of the last assistant message still without a result
-	var results *sdk.MessageParam
+	var results *message
 	flush := func() {
 		for _, id := range pending {
 			if results == nil {
-				results = &sdk.MessageParam{Role: sdk.MessageParamRoleUser}
+				results = &message{Role: "user"}
 			}
-			results.Content = append(results.Content, sdk.ContentBlockParamUnion{OfToolResult: &sdk.ToolResultBlockParam{
-				ToolUseID: id, IsError: sdk.Bool(true),
-				Content: []sdk.ToolResultBlockParamContentUnion{{OfText: &sdk.TextBlockParam{Text: noResult}}},
-			}})
+			results.Content = append(results.Content, &toolResultBlock{
+				ToolUseID: id, IsError: new(true), Content: []any{text(noResult)}, Type: "tool_result",
+			})
 		}
 		pending = pending[:0]
 		if results != nil {
@@ -197,7 +187,7 @@ func convertMessages(m *llm.Model, msgs []llm.Message) []sdk.MessageParam {
 		case llm.RoleUser:
 			flush()
 			if blocks := userBlocks(m, msg.Content); len(blocks) > 0 {
-				out = append(out, sdk.MessageParam{Role: sdk.MessageParamRoleUser, Content: blocks})
+				out = append(out, message{Role: "user", Content: blocks})
 			}
 		case llm.RoleAssistant:
 			if msg.StopReason == llm.StopError || msg.StopReason == llm.StopAborted {
@@ -209,11 +199,11 @@ func convertMessages(m *llm.Model, msgs []llm.Message) []sdk.MessageParam {
 				continue
 			}
 			for _, b := range blocks {
-				if b.OfToolUse != nil {
-					pending = append(pending, b.OfToolUse.ID)
+				if tu, ok := b.(*toolUseBlock); ok {
+					pending = append(pending, tu.ID)
 				}
 			}
-			out = append(out, sdk.MessageParam{Role: sdk.MessageParamRoleAssistant, Content: blocks})
+			out = append(out, message{Role: "assistant", Content: blocks})
 		case llm.RoleToolResult:
 			id := ToolCallID(msg.ToolCallID)
 			k := indexOf(pending, id)
@@ -222,9 +212,9 @@ func convertMessages(m *llm.Model, msgs []llm.Message) []sdk.MessageParam {
 			}
 			pending = append(pending[:k], pending[k+1:]...)
 			if results == nil {
-				results = &sdk.MessageParam{Role: sdk.MessageParamRoleUser}
+				results = &message{Role: "user"}
 			}
-			results.Content = append(results.Content, toolResultBlock(m, id, msg))
+			results.Content = append(results.Content, toolResult(m, id, msg))
 		}
 	}
 	flush()
@@ -244,20 +234,20 @@ func indexOf(ids []string, id string) int {
 // userBlocks converts user content. Empty text is dropped (the API
 // rejects it); images go to models that take them and become a note for
 // the others.
-func userBlocks(m *llm.Model, content []llm.Content) []sdk.ContentBlockParamUnion {
-	blocks := make([]sdk.ContentBlockParamUnion, 0, len(content))
+func userBlocks(m *llm.Model, content []llm.Content) []any {
+	blocks := make([]any, 0, len(content))
 	for i := range content {
 		c := &content[i]
 		switch c.Type {
 		case llm.ContentText:
 			if c.Text != "" {
-				blocks = append(blocks, sdk.ContentBlockParamUnion{OfText: &sdk.TextBlockParam{Text: c.Text}})
+				blocks = append(blocks, text(c.Text))
 			}
 		case llm.ContentImage:
 			if m.SupportsImages() {
-				blocks = append(blocks, sdk.ContentBlockParamUnion{OfImage: imageBlock(c)})
+				blocks = append(blocks, image(c))
 			} else {
-				blocks = append(blocks, sdk.ContentBlockParamUnion{OfText: &sdk.TextBlockParam{Text: imageOmitted}})
+				blocks = append(blocks, text(imageOmitted))
 			}
 		}
 	}
@@ -270,45 +260,41 @@ const (
 	noResult     = "No result provided"
 )
 
-func imageBlock(c *llm.Content) *sdk.ImageBlockParam {
-	return &sdk.ImageBlockParam{Source: sdk.ImageBlockParamSourceUnion{OfBase64: &sdk.Base64ImageSourceParam{
-		Data: c.Data, MediaType: sdk.Base64ImageSourceMediaType(c.MimeType),
-	}}}
+func image(c *llm.Content) *imageBlock {
+	return &imageBlock{Source: imageSource{Data: c.Data, MediaType: c.MimeType, Type: "base64"}, Type: "image"}
 }
 
 // assistantBlocks converts an assistant message. Signed thinking is
 // replayed to the model that produced it; unsigned thinking (an aborted
 // block) and thinking from other models become text, so the context is
 // kept without a signature the API would reject.
-func assistantBlocks(m *llm.Model, msg *llm.Message) []sdk.ContentBlockParamUnion {
+func assistantBlocks(m *llm.Model, msg *llm.Message) []any {
 	sameModel := msg.Provider == m.Provider && msg.API == m.API && msg.Model == m.ID
-	blocks := make([]sdk.ContentBlockParamUnion, 0, len(msg.Content))
+	blocks := make([]any, 0, len(msg.Content))
 	for i := range msg.Content {
 		c := &msg.Content[i]
 		switch c.Type {
 		case llm.ContentText:
 			if !isBlank(c.Text) {
-				blocks = append(blocks, sdk.ContentBlockParamUnion{OfText: &sdk.TextBlockParam{Text: c.Text}})
+				blocks = append(blocks, text(c.Text))
 			}
 		case llm.ContentThinking:
 			switch {
 			case c.Redacted:
 				if sameModel && c.ThinkingSignature != "" {
-					blocks = append(blocks, sdk.ContentBlockParamUnion{OfRedactedThinking: &sdk.RedactedThinkingBlockParam{Data: c.ThinkingSignature}})
+					blocks = append(blocks, &redactedThinkingBlock{Data: c.ThinkingSignature, Type: "redacted_thinking"})
 				}
 			case sameModel && c.ThinkingSignature != "":
-				blocks = append(blocks, sdk.ContentBlockParamUnion{OfThinking: &sdk.ThinkingBlockParam{Thinking: c.Thinking, Signature: c.ThinkingSignature}})
+				blocks = append(blocks, &thinkingBlock{Signature: c.ThinkingSignature, Thinking: c.Thinking, Type: "thinking"})
 			case !isBlank(c.Thinking):
-				blocks = append(blocks, sdk.ContentBlockParamUnion{OfText: &sdk.TextBlockParam{Text: c.Thinking}})
+				blocks = append(blocks, text(c.Thinking))
 			}
 		case llm.ContentToolCall:
 			args := c.Arguments
 			if len(args) == 0 || !json.Valid(args) {
 				args = json.RawMessage("{}")
 			}
-			blocks = append(blocks, sdk.ContentBlockParamUnion{OfToolUse: &sdk.ToolUseBlockParam{
-				ID: ToolCallID(c.ID), Name: c.Name, Input: args,
-			}})
+			blocks = append(blocks, &toolUseBlock{ID: ToolCallID(c.ID), Input: args, Name: c.Name, Type: "tool_use"})
 		}
 	}
 	return blocks
@@ -316,10 +302,10 @@ func assistantBlocks(m *llm.Model, msg *llm.Message) []sdk.ContentBlockParamUnio
 
 // toolResultBlock converts a tool result, images included. A result with
 // only images gets a short text so the model knows what it is looking at.
-func toolResultBlock(m *llm.Model, id string, msg *llm.Message) sdk.ContentBlockParamUnion {
-	tr := &sdk.ToolResultBlockParam{ToolUseID: id}
+func toolResult(m *llm.Model, id string, msg *llm.Message) *toolResultBlock {
+	tr := &toolResultBlock{ToolUseID: id, Type: "tool_result"}
 	if msg.IsError {
-		tr.IsError = sdk.Bool(true)
+		tr.IsError = new(true)
 	}
 	hasText := false
 	for i := range msg.Content {
@@ -328,41 +314,41 @@ func toolResultBlock(m *llm.Model, id string, msg *llm.Message) sdk.ContentBlock
 		case llm.ContentText:
 			if c.Text != "" {
 				hasText = true
-				tr.Content = append(tr.Content, sdk.ToolResultBlockParamContentUnion{OfText: &sdk.TextBlockParam{Text: c.Text}})
+				tr.Content = append(tr.Content, text(c.Text))
 			}
 		case llm.ContentImage:
 			if m.SupportsImages() {
-				tr.Content = append(tr.Content, sdk.ToolResultBlockParamContentUnion{OfImage: imageBlock(c)})
+				tr.Content = append(tr.Content, image(c))
 			} else {
 				hasText = true
-				tr.Content = append(tr.Content, sdk.ToolResultBlockParamContentUnion{OfText: &sdk.TextBlockParam{Text: imageOmitted}})
+				tr.Content = append(tr.Content, text(imageOmitted))
 			}
 		}
 	}
 	if len(tr.Content) > 0 && !hasText {
-		tr.Content = append([]sdk.ToolResultBlockParamContentUnion{{OfText: &sdk.TextBlockParam{Text: "(see attached image)"}}}, tr.Content...)
+		tr.Content = append([]any{text("(see attached image)")}, tr.Content...)
 	}
-	return sdk.ContentBlockParamUnion{OfToolResult: tr}
+	return tr
 }
 
 // cacheLastUserMessage puts a cache breakpoint on the last block of the
 // last user message.
-func cacheLastUserMessage(msgs []sdk.MessageParam) {
+func cacheLastUserMessage(msgs []message) {
 	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role != sdk.MessageParamRoleUser {
+		if msgs[i].Role != "user" {
 			continue
 		}
 		blocks := msgs[i].Content
 		if len(blocks) == 0 {
 			return
 		}
-		switch b := blocks[len(blocks)-1]; {
-		case b.OfText != nil:
-			b.OfText.CacheControl = ephemeral()
-		case b.OfImage != nil:
-			b.OfImage.CacheControl = ephemeral()
-		case b.OfToolResult != nil:
-			b.OfToolResult.CacheControl = ephemeral()
+		switch b := blocks[len(blocks)-1].(type) {
+		case *textBlock:
+			b.CacheControl = ephemeral()
+		case *imageBlock:
+			b.CacheControl = ephemeral()
+		case *toolResultBlock:
+			b.CacheControl = ephemeral()
 		}
 		return
 	}

@@ -52,7 +52,7 @@ type decoder struct {
 	o *llm.StreamOptions
 
 	body  io.ReadCloser
-	sse   *sseReader
+	sse   *llm.SSEReader
 	whole []byte // a non-streamed answer, replayed by Next
 	ended bool   // [DONE] seen
 	gotID bool
@@ -74,10 +74,11 @@ func (d *decoder) Next(b *llm.Builder) error {
 	if d.ended || d.sse == nil {
 		return io.EOF
 	}
-	event, data, err := d.sse.next()
+	ev, err := d.sse.Next()
 	if err != nil {
 		return err
 	}
+	event, data := ev.Name, ev.Data
 	if isDone(data) {
 		d.ended = true
 		// [DONE] is the server's own end of stream: one that never sent a

@@ -3,21 +3,18 @@
 // "openai-completions") and from the many servers that imitate it: Ollama,
 // vLLM, llama.cpp's server, LM Studio, OpenRouter, DeepSeek and others.
 //
-// The official Go SDK (github.com/openai/openai-go/v3) builds and sends the
-// request, authenticates it and reports HTTP errors. The SDK is used
-// without anything that depends on the environment: its service is built
-// directly rather than through openai.NewClient, which would read
-// OPENAI_API_KEY, OPENAI_BASE_URL, OPENAI_ORG_ID and friends; the base URL
-// is the model's, the key is the request's (no Authorization header when
-// it is empty, as local servers expect), and the SDK never retries. Retry
+// The request is agentd's own (request.go, sent with llm.PostJSON), not the
+// OpenAI SDK's: the SDK linked about a quarter of the binary's symbols for
+// one POST. Nothing depends on the environment: the base URL is the
+// model's, the key is the request's (no Authorization header when it is
+// empty, as local servers expect), and the request is sent once. Retry
 // belongs to the caller, which sees every failure as an *llm.Error.
 //
-// The response body is not decoded by the SDK's stream: its typed
-// ChatCompletionChunk costs about 50 allocations and 10µs per chunk, and
-// the fields compatible servers add (reasoning_content, reasoning,
-// reasoning_details) are exactly the ones it does not model. A small SSE
-// reader (sse.go) and a one-pass chunk walker (decode.go) cost one
-// allocation per text delta instead.
+// The response is split by llm.SSEReader and decoded by a one-pass chunk
+// walker (decode.go): a typed ChatCompletionChunk would cost about 50
+// allocations and 10µs per chunk, and the fields compatible servers add
+// (reasoning_content, reasoning, reasoning_details) are exactly the ones
+// such types do not model.
 package openaichat
 
 import (
@@ -30,8 +27,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/valyala/fastjson"
 
 	"github.com/agentd-dev/agentd/internal/llm"
@@ -49,7 +44,7 @@ const maxErrorBody = 64 << 10
 
 // Provider speaks the Chat Completions API. It is safe for concurrent use.
 type Provider struct {
-	svc openai.ChatCompletionService
+	hc *http.Client
 }
 
 // New returns a provider that sends its requests with hc; nil uses a
@@ -59,10 +54,7 @@ func New(hc *http.Client) *Provider {
 	if hc == nil {
 		hc = &http.Client{}
 	}
-	return &Provider{svc: openai.NewChatCompletionService(
-		option.WithHTTPClient(hc),
-		option.WithMaxRetries(0),
-	)}
+	return &Provider{hc: hc}
 }
 
 // Stream sends one request and streams the answer. Everything the request
@@ -77,25 +69,22 @@ func (p *Provider) Stream(ctx context.Context, m *llm.Model, c *llm.Context, o *
 	return llm.NewStream(ctx, m, &decoder{p: p, m: m, c: c, o: o, cur: -1}, o.IdleTimeout)
 }
 
-// requestOptions are the per-request SDK options: where to send it, how
-// to authenticate, the model's and then the caller's headers, and where
-// to put the raw response so the body is ours to decode.
-func requestOptions(m *llm.Model, o *llm.StreamOptions, resp **http.Response) []option.RequestOption {
-	opts := make([]option.RequestOption, 0, 3+len(m.Headers)+len(o.Headers))
-	base := m.BaseURL
-	if base == "" {
-		base = DefaultBaseURL
+// requestHeader is what the request says besides its body: how to
+// authenticate (no Authorization header for an empty key), then the
+// model's and then the caller's headers, which may replace it.
+func requestHeader(m *llm.Model, o *llm.StreamOptions) http.Header {
+	h := make(http.Header, 2+len(m.Headers)+len(o.Headers))
+	h.Set("Accept", "application/json")
+	if o.APIKey != "" {
+		h.Set("Authorization", "Bearer "+o.APIKey)
 	}
-	// The key is always set explicitly so nothing else can supply one; the
-	// SDK sends no Authorization header for an empty key.
-	opts = append(opts, option.WithBaseURL(base), option.WithAPIKey(o.APIKey))
 	for k, v := range m.Headers {
-		opts = append(opts, option.WithHeader(k, v))
+		h.Set(k, v)
 	}
 	for k, v := range o.Headers {
-		opts = append(opts, option.WithHeader(k, v))
+		h.Set(k, v)
 	}
-	return append(opts, option.WithResponseBodyInto(resp))
+	return h
 }
 
 // Open implements llm.Decoder.
@@ -104,26 +93,29 @@ func (d *decoder) Open(ctx context.Context) error {
 	if err != nil {
 		return &llm.Error{Kind: llm.ErrBadRequest, Message: "openai-completions: " + err.Error(), Err: err}
 	}
-	var resp *http.Response
-	// The SDK's own stream is left unused (it has no body: the response
-	// went to resp); its error is the request's.
-	if err := d.p.svc.NewStreaming(ctx, params, requestOptions(d.m, d.o, &resp)...).Err(); err != nil {
-		if resp != nil && resp.StatusCode >= http.StatusBadRequest {
-			return httpError(resp, err)
-		}
+	base := d.m.BaseURL
+	if base == "" {
+		base = DefaultBaseURL
+	}
+	endpoint, err := llm.Endpoint(base, "chat/completions")
+	if err != nil {
 		return err
 	}
-	if resp == nil || resp.Body == nil {
-		return &llm.Error{Kind: llm.ErrNetwork, Message: "openai-completions: the provider sent no response"}
+	resp, err := llm.PostJSON(ctx, d.p.hc, endpoint, requestHeader(d.m, d.o), params)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= http.StatusBadRequest {
+		return httpError(resp, llm.StatusError(resp))
 	}
 	d.body = resp.Body
-	br := bufio.NewReaderSize(resp.Body, sseBufferSize)
+	br := llm.NewBufferedReader(resp.Body)
 	if isJSON(resp.Header.Get("Content-Type")) && startsJSONObject(br) {
 		// A server that did not stream: an error reported with the wrong
 		// status, or a whole completion from one that ignores "stream".
 		return d.openWhole(br)
 	}
-	d.sse = newSSEReader(br)
+	d.sse = llm.NewSSEReader(br)
 	return nil
 }
 
@@ -177,8 +169,7 @@ func (d *decoder) Close() error {
 
 // httpError turns an HTTP error answer into an *llm.Error whose text is
 // "<status> <provider message>". The message comes from the body, whatever
-// shape the server used; the SDK's own error text (method, URL, full body)
-// is kept only as the cause.
+// shape the server used; cause (method, URL, status) is kept behind it.
 func httpError(resp *http.Response, cause error) *llm.Error {
 	var body []byte
 	if resp.Body != nil {

@@ -6,10 +6,6 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/packages/param"
-	"github.com/openai/openai-go/v3/shared"
-
 	"github.com/agentd-dev/agentd/internal/llm"
 )
 
@@ -25,39 +21,107 @@ const (
 	maxToolCallIDSize = 40 // OpenAI rejects longer tool_call ids
 )
 
+// chatRequest is the body of a streaming Chat Completions request. Its
+// fields are in the order the OpenAI SDK wrote them, "stream" last.
+type chatRequest struct {
+	Messages            []chatMessage  `json:"messages"`
+	Model               string         `json:"model"`
+	MaxCompletionTokens *int64         `json:"max_completion_tokens,omitempty"`
+	MaxTokens           *int64         `json:"max_tokens,omitempty"`
+	PromptCacheKey      string         `json:"prompt_cache_key,omitempty"`
+	Store               *bool          `json:"store,omitempty"`
+	Temperature         *float64       `json:"temperature,omitempty"`
+	ReasoningEffort     string         `json:"reasoning_effort,omitempty"`
+	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
+	Tools               []chatTool     `json:"tools,omitempty"`
+	Stream              bool           `json:"stream"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// chatTool is a function tool; Parameters is the tool's schema byte for
+// byte, so its key order survives.
+type chatTool struct {
+	Function struct {
+		Name        string          `json:"name"`
+		Strict      *bool           `json:"strict,omitempty"`
+		Description string          `json:"description,omitempty"`
+		Parameters  json.RawMessage `json:"parameters"`
+	} `json:"function"`
+	Type string `json:"type"`
+}
+
+// chatMessage is a message of any role. Content is a string or a list of
+// parts; an assistant message with only tool calls has none. The
+// reasoning fields carry a model's own reasoning back to it, in the field
+// it arrived in.
+type chatMessage struct {
+	Content          any               `json:"content,omitempty"`
+	ToolCalls        []chatToolCall    `json:"tool_calls,omitempty"`
+	ToolCallID       *string           `json:"tool_call_id,omitempty"`
+	Role             string            `json:"role"`
+	ReasoningContent string            `json:"reasoning_content,omitempty"`
+	Reasoning        string            `json:"reasoning,omitempty"`
+	ReasoningText    string            `json:"reasoning_text,omitempty"`
+	ReasoningDetails []json.RawMessage `json:"reasoning_details,omitempty"`
+}
+
+type chatToolCall struct {
+	ID       string `json:"id"`
+	Function struct {
+		Arguments string `json:"arguments"`
+		Name      string `json:"name"`
+	} `json:"function"`
+	Type string `json:"type"`
+}
+
+// chatPart is a text or image_url content part.
+type chatPart struct {
+	Text     *string   `json:"text,omitempty"`
+	ImageURL *imageURL `json:"image_url,omitempty"`
+	Type     string    `json:"type"`
+}
+
+type imageURL struct {
+	URL string `json:"url"`
+}
+
+func textPart(s string) chatPart { return chatPart{Text: &s, Type: "text"} }
+
 // buildParams maps a request onto the Chat Completions body.
-func buildParams(m *llm.Model, c *llm.Context, o *llm.StreamOptions) (openai.ChatCompletionNewParams, error) {
+func buildParams(m *llm.Model, c *llm.Context, o *llm.StreamOptions) (*chatRequest, error) {
 	compat := m.CompatOrDefault()
-	p := openai.ChatCompletionNewParams{
-		Model:    shared.ChatModel(m.ID),
+	p := &chatRequest{
+		Model:    m.ID,
 		Messages: convertMessages(m, c, compat),
+		Stream:   true,
 	}
 	maxTokens := o.MaxTokens
 	if maxTokens <= 0 {
 		maxTokens = llm.DefaultMaxTokens(m)
 	}
 	if compat.MaxTokensField == "max_tokens" {
-		p.MaxTokens = param.NewOpt(maxTokens)
+		p.MaxTokens = &maxTokens
 	} else {
-		p.MaxCompletionTokens = param.NewOpt(maxTokens)
+		p.MaxCompletionTokens = &maxTokens
 	}
 	if llm.Flag(compat.SupportsUsageInStreaming, true) {
-		p.StreamOptions.IncludeUsage = param.NewOpt(true)
+		p.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
 	// store defaults to false on OpenAI already; pi sends it anyway, and
 	// strict compatible servers reject the unknown field, so it goes only
 	// to OpenAI unless the model says otherwise.
 	if llm.Flag(compat.SupportsStore, isOpenAI(m)) {
-		p.Store = param.NewOpt(false)
+		p.Store = new(false)
 	}
 	if o.Temperature != nil {
-		p.Temperature = param.NewOpt(*o.Temperature)
+		p.Temperature = new(*o.Temperature)
 	}
-	if effort := reasoningEffort(m, o.Thinking); effort != "" {
-		p.ReasoningEffort = shared.ReasoningEffort(effort)
-	}
+	p.ReasoningEffort = reasoningEffort(m, o.Thinking)
 	if o.SessionID != "" && isOpenAI(m) {
-		p.PromptCacheKey = param.NewOpt(o.SessionID)
+		p.PromptCacheKey = o.SessionID
 	}
 	if len(c.Tools) > 0 {
 		tools, err := convertTools(c.Tools, compat)
@@ -90,12 +154,11 @@ func reasoningEffort(m *llm.Model, l llm.ThinkingLevel) string {
 }
 
 // convertTools declares the tools as functions. The parameter schema is
-// passed through byte for byte (the SDK's map type would reorder its
-// keys). strict is sent as false, as pi does, where the server knows the
+// passed through byte for byte (a map would reorder its keys). strict is sent as false, as pi does, where the server knows the
 // field: agent tool schemas are rarely valid strict schemas.
-func convertTools(tools []llm.Tool, compat llm.Compat) ([]openai.ChatCompletionToolUnionParam, error) {
+func convertTools(tools []llm.Tool, compat llm.Compat) ([]chatTool, error) {
 	strict := llm.Flag(compat.SupportsStrictMode, true)
-	out := make([]openai.ChatCompletionToolUnionParam, 0, len(tools))
+	out := make([]chatTool, 0, len(tools))
 	for _, t := range tools {
 		schema := json.RawMessage(t.Parameters)
 		if s := strings.TrimSpace(string(schema)); s == "" || s == "null" {
@@ -103,15 +166,12 @@ func convertTools(tools []llm.Tool, compat llm.Compat) ([]openai.ChatCompletionT
 		} else if !json.Valid(schema) {
 			return nil, fmt.Errorf("tool %q: parameters are not valid JSON", t.Name)
 		}
-		fn := shared.FunctionDefinitionParam{Name: t.Name}
-		if t.Description != "" {
-			fn.Description = param.NewOpt(t.Description)
-		}
+		ct := chatTool{Type: "function"}
+		ct.Function.Name, ct.Function.Description, ct.Function.Parameters = t.Name, t.Description, schema
 		if strict {
-			fn.Strict = param.NewOpt(false)
+			ct.Function.Strict = new(false)
 		}
-		fn.SetExtraFields(map[string]any{"parameters": schema})
-		out = append(out, openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: fn}})
+		out = append(out, ct)
 	}
 	return out, nil
 }
@@ -135,13 +195,13 @@ type pendingCall struct {
 //     field it arrived in; other models' thinking becomes plain text;
 //   - tool-call ids are cut to what OpenAI accepts, the same way on the
 //     call and on its result.
-func convertMessages(m *llm.Model, c *llm.Context, compat llm.Compat) []openai.ChatCompletionMessageParamUnion {
-	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(c.Messages)+1)
+func convertMessages(m *llm.Model, c *llm.Context, compat llm.Compat) []chatMessage {
+	out := make([]chatMessage, 0, len(c.Messages)+1)
 	if c.SystemPrompt != "" {
 		if m.Reasoning && llm.Flag(compat.SupportsDeveloperRole, true) {
-			out = append(out, openai.DeveloperMessage(c.SystemPrompt))
+			out = append(out, chatMessage{Role: "developer", Content: c.SystemPrompt})
 		} else {
-			out = append(out, openai.SystemMessage(c.SystemPrompt))
+			out = append(out, chatMessage{Role: "system", Content: c.SystemPrompt})
 		}
 	}
 	images := m.SupportsImages()
@@ -172,14 +232,14 @@ func convertMessages(m *llm.Model, c *llm.Context, compat llm.Compat) []openai.C
 			if !ok {
 				continue
 			}
-			out = append(out, openai.ChatCompletionMessageParamUnion{OfAssistant: a})
+			out = append(out, *a)
 			for _, tc := range a.ToolCalls {
-				pending = append(pending, pendingCall{id: tc.OfFunction.ID})
+				pending = append(pending, pendingCall{id: tc.ID})
 			}
 		case llm.RoleToolResult:
 			// A run of tool results, then (the API takes images only in
 			// user messages) one user message with their images.
-			var parts []openai.ChatCompletionContentPartUnionParam
+			var parts []chatPart
 			for ; i < len(msgs) && msgs[i].Role == llm.RoleToolResult; i++ {
 				tr := &msgs[i]
 				id := normalizeToolCallID(tr.ToolCallID)
@@ -216,8 +276,8 @@ func convertMessages(m *llm.Model, c *llm.Context, compat llm.Compat) []openai.C
 			i--
 			if len(parts) > 0 {
 				flush()
-				parts = append([]openai.ChatCompletionContentPartUnionParam{openai.TextContentPart(toolImagesIntro)}, parts...)
-				out = append(out, openai.UserMessage(parts))
+				parts = append([]chatPart{textPart(toolImagesIntro)}, parts...)
+				out = append(out, chatMessage{Role: "user", Content: parts})
 			}
 		}
 	}
@@ -228,17 +288,17 @@ func convertMessages(m *llm.Model, c *llm.Context, compat llm.Compat) []openai.C
 // userMessage maps a user message: plain string content when it is one
 // text block (what every compatible server takes), parts otherwise.
 // Images go only to models that take them.
-func userMessage(content []llm.Content, images bool) (openai.ChatCompletionMessageParamUnion, bool) {
+func userMessage(content []llm.Content, images bool) (chatMessage, bool) {
 	if len(content) == 1 && content[0].Type == llm.ContentText {
-		return openai.UserMessage(content[0].Text), true
+		return chatMessage{Role: "user", Content: content[0].Text}, true
 	}
-	parts := make([]openai.ChatCompletionContentPartUnionParam, 0, len(content))
+	parts := make([]chatPart, 0, len(content))
 	dropped := false
 	for _, b := range content {
 		switch b.Type {
 		case llm.ContentText:
 			if b.Text != "" {
-				parts = append(parts, openai.TextContentPart(b.Text))
+				parts = append(parts, textPart(b.Text))
 			}
 		case llm.ContentImage:
 			if images {
@@ -250,29 +310,27 @@ func userMessage(content []llm.Content, images bool) (openai.ChatCompletionMessa
 	}
 	switch {
 	case len(parts) == 0 && dropped:
-		return openai.UserMessage(imageOmittedText), true
+		return chatMessage{Role: "user", Content: imageOmittedText}, true
 	case len(parts) == 0:
-		return openai.ChatCompletionMessageParamUnion{}, false
-	case len(parts) == 1 && parts[0].OfText != nil:
-		return openai.UserMessage(parts[0].OfText.Text), true
+		return chatMessage{}, false
+	case len(parts) == 1 && parts[0].Text != nil:
+		return chatMessage{Role: "user", Content: *parts[0].Text}, true
 	}
-	return openai.UserMessage(parts), true
+	return chatMessage{Role: "user", Content: parts}, true
 }
 
-func imagePart(b llm.Content) openai.ChatCompletionContentPartUnionParam {
-	return openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{
-		URL: "data:" + b.MimeType + ";base64," + b.Data,
-	})
+func imagePart(b llm.Content) chatPart {
+	return chatPart{ImageURL: &imageURL{URL: "data:" + b.MimeType + ";base64," + b.Data}, Type: "image_url"}
 }
 
 // assistantMessage maps an assistant message; ok is false when nothing of
 // it can be sent (no text and no tool calls).
-func assistantMessage(m *llm.Model, msg *llm.Message) (*openai.ChatCompletionAssistantMessageParam, bool) {
+func assistantMessage(m *llm.Model, msg *llm.Message) (*chatMessage, bool) {
 	same := msg.Provider == m.Provider && msg.API == m.API && msg.Model == m.ID
 	var text, reasoning []string
 	var field string
 	var details []json.RawMessage
-	a := &openai.ChatCompletionAssistantMessageParam{}
+	a := &chatMessage{Role: "assistant"}
 	for _, b := range msg.Content {
 		switch b.Type {
 		case llm.ContentText:
@@ -301,12 +359,9 @@ func assistantMessage(m *llm.Model, msg *llm.Message) (*openai.ChatCompletionAss
 			if strings.TrimSpace(args) == "" {
 				args = "{}"
 			}
-			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-					ID:       normalizeToolCallID(b.ID),
-					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: b.Name, Arguments: args},
-				},
-			})
+			tc := chatToolCall{ID: normalizeToolCallID(b.ID), Type: "function"}
+			tc.Function.Name, tc.Function.Arguments = b.Name, args
+			a.ToolCalls = append(a.ToolCalls, tc)
 			if same && b.ThoughtSignature != "" && json.Valid([]byte(b.ThoughtSignature)) {
 				details = append(details, json.RawMessage(b.ThoughtSignature))
 			}
@@ -318,18 +373,17 @@ func assistantMessage(m *llm.Model, msg *llm.Message) (*openai.ChatCompletionAss
 	if len(text) > 0 {
 		// A string, not parts: vLLM-based servers (NVIDIA NIM) and GitHub
 		// Copilot reject parts in assistant messages.
-		a.Content.OfString = param.NewOpt(strings.Join(text, "\n\n"))
+		a.Content = strings.Join(text, "\n\n")
 	}
-	if field != "" || len(details) > 0 {
-		extra := make(map[string]any, 2)
-		if field != "" {
-			extra[field] = strings.Join(reasoning, "\n")
-		}
-		if len(details) > 0 {
-			extra["reasoning_details"] = details
-		}
-		a.SetExtraFields(extra)
+	switch joined := strings.Join(reasoning, "\n"); field {
+	case fieldReasoningContent:
+		a.ReasoningContent = joined
+	case fieldReasoning:
+		a.Reasoning = joined
+	case fieldReasoningText:
+		a.ReasoningText = joined
 	}
+	a.ReasoningDetails = details
 	return a, true
 }
 
@@ -365,11 +419,11 @@ func toolResultText(content []llm.Content) (string, bool) {
 // toolMessage is a role "tool" message. There is no is_error field in
 // this API: a failed call's output is prefixed "Error: " unless it
 // already says so.
-func toolMessage(id, text string, isError bool) openai.ChatCompletionMessageParamUnion {
+func toolMessage(id, text string, isError bool) chatMessage {
 	if isError && !strings.HasPrefix(strings.ToLower(text), "error") {
 		text = "Error: " + text
 	}
-	return openai.ToolMessage(text, id)
+	return chatMessage{Role: "tool", Content: text, ToolCallID: &id}
 }
 
 // normalizeToolCallID makes an id from any provider acceptable here: the

@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openai/openai-go/v3/packages/ssestream"
-	"github.com/openai/openai-go/v3/responses"
-
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
@@ -69,8 +66,8 @@ func (r replay) RoundTrip(req *http.Request) (*http.Response, error) {
 	}, nil
 }
 
-// BenchmarkDecode measures the whole path of one response: the SDK builds
-// and sends the request, the decoder maps the recorded stream, and the
+// BenchmarkDecode measures the whole path of one response: the request is
+// built and sent, the decoder maps the recorded stream, and the
 // builder assembles the message. events/s counts llm stream events.
 func BenchmarkDecode(b *testing.B) {
 	body := recordedStream(b)
@@ -98,35 +95,6 @@ func BenchmarkDecode(b *testing.B) {
 			b.Fatalf("unexpected message: %s", msg.StopReason)
 		}
 		s.Close()
-	}
-	elapsed := time.Since(start)
-	runtime.ReadMemStats(&after)
-	b.ReportMetric(float64(events)/elapsed.Seconds(), "events/s")
-	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(events), "allocs/event")
-}
-
-// BenchmarkDecodeSDKUnion decodes the same stream with the SDK's own
-// event-stream decoder into its typed event union, without building a
-// message: the cost this package avoids.
-func BenchmarkDecodeSDKUnion(b *testing.B) {
-	body := recordedStream(b)
-	var events int
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	start := time.Now()
-	for b.Loop() {
-		res, _ := replay(body).RoundTrip(&http.Request{})
-		st := ssestream.NewStream[responses.ResponseStreamEventUnion](ssestream.NewDecoder(res), nil)
-		for st.Next() {
-			if st.Current().Type != "" {
-				events++
-			}
-		}
-		if err := st.Err(); err != nil {
-			b.Fatal(err)
-		}
-		_ = st.Close()
 	}
 	elapsed := time.Since(start)
 	runtime.ReadMemStats(&after)

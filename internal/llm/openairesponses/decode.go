@@ -1,7 +1,6 @@
 package openairesponses
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,30 +10,19 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/packages/ssestream"
-	"github.com/openai/openai-go/v3/responses"
-
 	"github.com/agentd-dev/agentd/internal/llm"
 )
 
-// maxEventSize bounds one event-stream event. The terminal event repeats
-// the whole response, encrypted reasoning included, so it is generous (the
-// SDK's own decoder allows the same).
-const maxEventSize = bufio.MaxScanTokenSize << 9
-
 // decoder is the llm.Decoder of one Responses stream.
 type decoder struct {
-	svc     *responses.ResponseService
-	params  responses.ResponseNewParams
-	opts    []option.RequestOption
+	hc      *http.Client
+	params  *responseRequest
+	header  http.Header
+	base    string
 	openErr *llm.Error // the request could not be built
 
-	resp    *http.Response // set by the SDK, error answers included
-	errBody []byte         // body of an HTTP error answer
-	stream  *ssestream.Stream[responses.ResponseStreamEventUnion]
-
-	sc   *bufio.Scanner
+	body io.ReadCloser
+	sse  *llm.SSEReader
 	name []byte // event name of the current frame
 	data []byte // data of the current frame
 	js   frameDecoder
@@ -50,32 +38,42 @@ func (d *decoder) Open(ctx context.Context) error {
 	if d.openErr != nil {
 		return d.openErr
 	}
-	d.stream = d.svc.NewStreaming(ctx, d.params, d.opts...)
-	if err := d.stream.Err(); err != nil {
+	endpoint, err := llm.Endpoint(d.base, "responses")
+	if err != nil {
+		return fmt.Errorf("openai-responses: %w", err)
+	}
+	d.params.Stream = true
+	resp, err := llm.PostJSON(ctx, d.hc, endpoint, d.header, d.params)
+	if err != nil {
 		if ctx.Err() != nil {
 			return err // the stream reports it as aborted or idle
 		}
-		if d.resp != nil && d.resp.StatusCode >= http.StatusBadRequest {
-			errType, msg := parseErrorBody(d.errBody)
-			return llm.HTTPError(d.resp.StatusCode, d.resp.Header, errType, msg, err)
-		}
 		return fmt.Errorf("openai-responses: %w", err)
 	}
-	if d.resp == nil || d.resp.Body == nil {
-		return errors.New("openai-responses: the SDK returned no response body")
+	if resp.StatusCode >= http.StatusBadRequest {
+		// The whole answer is read, not only what parses as OpenAI's
+		// {"error":{...}}: compatible servers answer in other shapes
+		// ({"error":"..."}, {"detail":...}, plain text).
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		_ = resp.Body.Close()
+		errType, msg := parseErrorBody(body)
+		return llm.HTTPError(resp.StatusCode, resp.Header, errType, msg, llm.StatusError(resp))
 	}
-	d.sc = bufio.NewScanner(d.resp.Body)
-	d.sc.Buffer(make([]byte, 0, 16<<10), maxEventSize)
+	d.body = resp.Body
+	d.sse = llm.NewSSEReader(resp.Body)
+	d.sse.KeepAlives = true
 	d.last = -1
 	return nil
 }
 
 // Close implements llm.Decoder.
 func (d *decoder) Close() error {
-	if d.stream != nil {
-		return d.stream.Close()
+	if d.body == nil {
+		return nil
 	}
-	return nil
+	err := d.body.Close()
+	d.body = nil
+	return err
 }
 
 // Next implements llm.Decoder: it reads one event and maps it.
@@ -120,49 +118,19 @@ const (
 )
 
 // readEvent reads the next event-stream frame into d.name and d.data,
-// reusing their buffers.
+// which stay valid until the next call.
 func (d *decoder) readEvent() (frame, error) {
-	d.name = d.name[:0]
-	d.data = d.data[:0]
-	hasData := false
-	for d.sc.Scan() {
-		line := d.sc.Bytes()
-		if len(line) == 0 {
-			if hasData {
-				return frameEvent, nil
-			}
-			d.name = d.name[:0]
-			continue
-		}
-		if line[0] == ':' {
-			if !hasData && len(d.name) == 0 {
-				return frameKeepAlive, nil
-			}
-			continue
-		}
-		field, value, _ := bytes.Cut(line, []byte{':'})
-		if len(value) > 0 && value[0] == ' ' {
-			value = value[1:]
-		}
-		switch string(field) {
-		case "data":
-			if hasData {
-				d.data = append(d.data, '\n')
-			}
-			d.data = append(d.data, value...)
-			hasData = true
-		case "event":
-			d.name = append(d.name[:0], value...)
-		}
-	}
-	if err := d.sc.Err(); err != nil {
+	ev, err := d.sse.Next()
+	switch {
+	case errors.Is(err, io.EOF):
+		return frameEnd, nil
+	case err != nil:
 		return frameEnd, err
+	case ev.KeepAlive:
+		return frameKeepAlive, nil
 	}
-	// A last frame without its blank line still counts.
-	if hasData {
-		return frameEvent, nil
-	}
-	return frameEnd, nil
+	d.name, d.data = ev.Name, ev.Data
+	return frameEvent, nil
 }
 
 // item kinds, by the output item type that opened them.

@@ -2,21 +2,17 @@
 // Responses API (POST /v1/responses, api "openai-responses") and from
 // OpenAI-compatible servers that implement it (vLLM, Ollama, OpenRouter).
 //
-// Requests are built and sent with the official SDK
-// (github.com/openai/openai-go/v3). The event stream itself is decoded
-// here rather than through the SDK's typed union, which costs about forty
-// allocations and 13 KB per event; the decoder reads only the fields it
-// maps to llm.Builder calls.
+// The request is agentd's own (request.go, body.go, sent with
+// llm.PostJSON), not the OpenAI SDK's, which linked about a quarter of the
+// binary's symbols and most of its package-init memory for one POST. The
+// event stream is split by llm.SSEReader and decoded here into only the
+// fields mapped to llm.Builder calls; the SDK's typed union cost about
+// forty allocations and 13 KB per event.
 package openairesponses
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net/http"
-
-	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/agentd-dev/agentd/internal/llm"
 )
@@ -30,7 +26,7 @@ const maxErrorBody = 1 << 20
 // Provider streams from the Responses endpoint under each model's base
 // URL. It holds no per-request state and is safe for concurrent use.
 type Provider struct {
-	svc responses.ResponseService
+	hc *http.Client
 }
 
 var _ llm.Provider = (*Provider)(nil)
@@ -42,13 +38,10 @@ func New(httpClient *http.Client) *Provider {
 	if httpClient == nil {
 		httpClient = &http.Client{}
 	}
-	// The service is built without option defaults: openai.NewClient would
-	// read OPENAI_* environment variables, and production code never
-	// consults the environment. Retries are off because the engine decides
-	// about retrying, with the error's classification and Retry-After.
-	return &Provider{
-		svc: responses.NewResponseService(option.WithHTTPClient(httpClient), option.WithMaxRetries(0)),
-	}
+	// Nothing is read from the environment, and the request is sent once:
+	// the engine decides about retrying, with the error's classification
+	// and Retry-After.
+	return &Provider{hc: httpClient}
 }
 
 // Stream implements llm.Provider. Everything sent comes from m and o: an
@@ -61,53 +54,32 @@ func (p *Provider) Stream(ctx context.Context, m *llm.Model, c *llm.Context, o *
 	if c == nil {
 		c = &llm.Context{}
 	}
-	d := &decoder{svc: &p.svc}
+	d := &decoder{hc: p.hc, base: m.BaseURL, header: requestHeader(m, o)}
+	if d.base == "" {
+		d.base = DefaultBaseURL
+	}
 	params, err := buildParams(m, c, o)
 	if err != nil {
 		d.openErr = &llm.Error{Kind: llm.ErrBadRequest, Message: "openai-responses: " + err.Error(), Err: err}
 	}
 	d.params = params
-	d.opts = p.requestOptions(m, o, d)
 	return llm.NewStream(ctx, m, d, o.IdleTimeout)
 }
 
-// requestOptions sets the per-request half of what the SDK would
-// otherwise default (base URL, key, headers); the client and "no retries"
-// are set on the service in New.
-func (p *Provider) requestOptions(m *llm.Model, o *llm.StreamOptions, d *decoder) []option.RequestOption {
-	baseURL := m.BaseURL
-	if baseURL == "" {
-		baseURL = DefaultBaseURL
-	}
-	opts := make([]option.RequestOption, 0, 4+len(m.Headers)+len(o.Headers))
-	opts = append(opts,
-		option.WithBaseURL(baseURL),
-		option.WithResponseInto(&d.resp),
-		option.WithMiddleware(d.keepErrorBody),
-	)
+// requestHeader is what the request says besides its body: the key as a
+// bearer token (none when it is empty), then the model's and the caller's
+// headers, which may replace it.
+func requestHeader(m *llm.Model, o *llm.StreamOptions) http.Header {
+	h := make(http.Header, 2+len(m.Headers)+len(o.Headers))
+	h.Set("Accept", "application/json")
 	if o.APIKey != "" {
-		opts = append(opts, option.WithAPIKey(o.APIKey))
+		h.Set("Authorization", "Bearer "+o.APIKey)
 	}
 	for k, v := range m.Headers {
-		opts = append(opts, option.WithHeader(k, v))
+		h.Set(k, v)
 	}
 	for k, v := range o.Headers {
-		opts = append(opts, option.WithHeader(k, v))
+		h.Set(k, v)
 	}
-	return opts
-}
-
-// keepErrorBody saves the body of an HTTP error answer. The SDK only keeps
-// what it can parse as {"error":{...}}, and OpenAI-compatible servers
-// answer in other shapes ({"error":"..."}, {"detail":...}, plain text).
-func (d *decoder) keepErrorBody(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-	res, err := next(req)
-	if err != nil || res == nil || res.StatusCode < http.StatusBadRequest || res.Body == nil {
-		return res, err
-	}
-	body, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
-	_ = res.Body.Close()
-	d.errBody = body
-	res.Body = io.NopCloser(bytes.NewReader(body))
-	return res, nil
+	return h
 }

@@ -8,10 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/openai/openai-go/v3/packages/param"
-	"github.com/openai/openai-go/v3/responses"
-	"github.com/openai/openai-go/v3/shared"
-
 	"github.com/agentd-dev/agentd/internal/llm"
 )
 
@@ -19,8 +15,9 @@ import (
 // the API rejects a function_call without a function_call_output.
 const noResult = "No result provided"
 
-// buildParams turns an llm.Context into a Responses request.
-func buildParams(m *llm.Model, c *llm.Context, o *llm.StreamOptions) (responses.ResponseNewParams, error) {
+// buildParams turns an llm.Context into a Responses request; Open sets
+// Stream when it sends it.
+func buildParams(m *llm.Model, c *llm.Context, o *llm.StreamOptions) (*responseRequest, error) {
 	compat := m.CompatOrDefault()
 	store := llm.Flag(compat.SupportsStore, true)
 	reasoning := m.Reasoning && llm.Flag(compat.SupportsReasoningEffort, true)
@@ -29,35 +26,32 @@ func buildParams(m *llm.Model, c *llm.Context, o *llm.StreamOptions) (responses.
 	if maxTokens <= 0 {
 		maxTokens = llm.DefaultMaxTokens(m)
 	}
-	p := responses.ResponseNewParams{
+	p := &responseRequest{
 		Model:           m.ID,
-		MaxOutputTokens: param.NewOpt(maxTokens),
+		MaxOutputTokens: maxTokens,
 	}
 	if store {
 		// Nothing is kept server-side: history is replayed in full, with
 		// reasoning carried as encrypted_content.
-		p.Store = param.NewOpt(false)
+		p.Store = new(false)
 	}
 	if reasoning {
 		if effort := llm.ReasoningEffort(m.ClampThinking(o.Thinking)); effort != "" {
-			p.Reasoning = shared.ReasoningParam{
-				Effort:  shared.ReasoningEffort(effort),
-				Summary: shared.ReasoningSummaryAuto,
-			}
+			p.Reasoning = &reasoningConfig{Effort: effort, Summary: "auto"}
 		}
 		// Asked for even when thinking is off: the model may still reason,
 		// and a reasoning item can only be replayed (with store=false) if
 		// it carries its encrypted content.
 		if store {
-			p.Include = []responses.ResponseIncludable{responses.ResponseIncludableReasoningEncryptedContent}
+			p.Include = []string{"reasoning.encrypted_content"}
 		}
 	}
 	if o.Temperature != nil && !m.Reasoning {
 		// Reasoning models reject sampling parameters.
-		p.Temperature = param.NewOpt(*o.Temperature)
+		p.Temperature = new(*o.Temperature)
 	}
 	if o.SessionID != "" && isOpenAI(m.BaseURL) {
-		p.PromptCacheKey = param.NewOpt(o.SessionID)
+		p.PromptCacheKey = o.SessionID
 	}
 
 	conv := converter{model: m, replayNeedsEncrypted: store}
@@ -65,17 +59,17 @@ func buildParams(m *llm.Model, c *llm.Context, o *llm.StreamOptions) (responses.
 	if err != nil {
 		return p, err
 	}
-	p.Input = responses.ResponseNewParamsInputUnion{OfInputItemList: input}
+	p.Input = input
 
 	if len(c.Tools) > 0 {
 		strict := llm.Flag(compat.SupportsStrictMode, true)
-		p.Tools = make([]responses.ToolUnionParam, 0, len(c.Tools))
+		p.Tools = make([]*functionTool, 0, len(c.Tools))
 		for i := range c.Tools {
-			ft, err := functionTool(&c.Tools[i], strict)
+			ft, err := newFunctionTool(&c.Tools[i], strict)
 			if err != nil {
 				return p, err
 			}
-			p.Tools = append(p.Tools, responses.ToolUnionParam{OfFunction: ft})
+			p.Tools = append(p.Tools, ft)
 		}
 	}
 	return p, nil
@@ -83,7 +77,7 @@ func buildParams(m *llm.Model, c *llm.Context, o *llm.StreamOptions) (responses.
 
 // functionTool maps a tool to a function tool. The schema is sent as the
 // caller wrote it (key order included), not re-encoded through a map.
-func functionTool(t *llm.Tool, strict bool) (*responses.FunctionToolParam, error) {
+func newFunctionTool(t *llm.Tool, strict bool) (*functionTool, error) {
 	schema := bytes.TrimSpace(t.Parameters)
 	if len(schema) == 0 || bytes.Equal(schema, []byte("null")) {
 		schema = []byte(`{"type":"object","properties":{}}`)
@@ -91,17 +85,13 @@ func functionTool(t *llm.Tool, strict bool) (*responses.FunctionToolParam, error
 	if schema[0] != '{' || !json.Valid(schema) {
 		return nil, fmt.Errorf("tool %q: parameters are not a JSON object schema", t.Name)
 	}
-	ft := &responses.FunctionToolParam{Name: t.Name}
-	if t.Description != "" {
-		ft.Description = param.NewOpt(t.Description)
-	}
+	ft := &functionTool{Name: t.Name, Description: t.Description, Type: "function", Parameters: schema}
 	if strict {
 		// The Responses API makes function tools strict unless told
 		// otherwise, and strict mode rejects the optional properties that
 		// agent tool schemas use.
-		ft.Strict = param.NewOpt(false)
+		ft.Strict = new(false)
 	}
-	ft.SetExtraFields(map[string]any{"parameters": json.RawMessage(schema)})
 	return ft, nil
 }
 
@@ -129,7 +119,7 @@ type converter struct {
 	// did not give encrypted content for cannot be replayed.
 	replayNeedsEncrypted bool
 
-	items []responses.ResponseInputItemUnionParam
+	items []any // the input items: *easyMessage, *outputMessage, *functionCall, *functionCallOutput or a reasoning item's json.RawMessage
 	// callIDs maps a tool call's id as stored in history to the call_id
 	// sent; calls holds their pairing state by stored id.
 	callIDs map[string]string
@@ -140,19 +130,16 @@ type converter struct {
 	synth   int // synthetic ids handed out
 }
 
-func (c *converter) convert(ctx *llm.Context) (responses.ResponseInputParam, error) {
-	c.items = make([]responses.ResponseInputItemUnionParam, 0, len(ctx.Messages)+1)
+func (c *converter) convert(ctx *llm.Context) ([]any, error) {
+	c.items = make([]any, 0, len(ctx.Messages)+1)
 	if ctx.SystemPrompt != "" {
 		// pi's choice: the prompt is the first input message rather than
 		// "instructions", as developer for reasoning models.
-		role := responses.EasyInputMessageRoleSystem
+		role := "system"
 		if c.model.Reasoning && llm.Flag(c.model.CompatOrDefault().SupportsDeveloperRole, true) {
-			role = responses.EasyInputMessageRoleDeveloper
+			role = "developer"
 		}
-		c.items = append(c.items, responses.ResponseInputItemUnionParam{OfMessage: &responses.EasyInputMessageParam{
-			Role:    role,
-			Content: responses.EasyInputMessageContentUnionParam{OfString: param.NewOpt(ctx.SystemPrompt)},
-		}})
+		c.items = append(c.items, &easyMessage{Content: ctx.SystemPrompt, Role: role})
 	}
 	for i := range ctx.Messages {
 		msg := &ctx.Messages[i]
@@ -192,15 +179,12 @@ func (c *converter) closeCalls() {
 	c.pending = c.pending[:0]
 }
 
-func functionOutput(callID, output string) responses.ResponseInputItemUnionParam {
-	return responses.ResponseInputItemUnionParam{OfFunctionCallOutput: &responses.ResponseInputItemFunctionCallOutputParam{
-		CallID: param.NewOpt(callID),
-		Output: responses.ResponseInputItemFunctionCallOutputOutputUnionParam{OfString: param.NewOpt(output)},
-	}}
+func functionOutput(callID, output string) *functionCallOutput {
+	return &functionCallOutput{Output: output, CallID: callID, Type: "function_call_output"}
 }
 
 func (c *converter) user(content []llm.Content) {
-	parts := make(responses.ResponseInputMessageContentListParam, 0, len(content))
+	parts := make([]any, 0, len(content))
 	for i := range content {
 		switch b := &content[i]; b.Type {
 		case llm.ContentText:
@@ -217,22 +201,16 @@ func (c *converter) user(content []llm.Content) {
 	c.items = append(c.items, userMessage(parts))
 }
 
-func userMessage(parts responses.ResponseInputMessageContentListParam) responses.ResponseInputItemUnionParam {
-	return responses.ResponseInputItemUnionParam{OfMessage: &responses.EasyInputMessageParam{
-		Role:    responses.EasyInputMessageRoleUser,
-		Content: responses.EasyInputMessageContentUnionParam{OfInputItemContentList: parts},
-	}}
+func userMessage(parts []any) *easyMessage {
+	return &easyMessage{Content: parts, Role: "user"}
 }
 
-func inputText(s string) responses.ResponseInputContentUnionParam {
-	return responses.ResponseInputContentUnionParam{OfInputText: &responses.ResponseInputTextParam{Text: s}}
+func inputText(s string) *inputTextPart {
+	return &inputTextPart{Text: s, Type: "input_text"}
 }
 
-func inputImage(b *llm.Content) responses.ResponseInputContentUnionParam {
-	return responses.ResponseInputContentUnionParam{OfInputImage: &responses.ResponseInputImageParam{
-		Detail:   responses.ResponseInputImageDetailAuto,
-		ImageURL: param.NewOpt("data:" + b.MimeType + ";base64," + b.Data),
-	}}
+func inputImage(b *llm.Content) *inputImagePart {
+	return &inputImagePart{Detail: "auto", ImageURL: "data:" + b.MimeType + ";base64," + b.Data, Type: "input_image"}
 }
 
 func (c *converter) assistant(msg *llm.Message) {
@@ -274,23 +252,22 @@ func (c *converter) assistant(msg *llm.Message) {
 
 // reasoningItem replays a reasoning item stored verbatim as a thinking
 // signature.
-func (c *converter) reasoningItem(sig string) (responses.ResponseInputItemUnionParam, bool) {
+func (c *converter) reasoningItem(sig string) (json.RawMessage, bool) {
 	raw := []byte(sig)
 	if len(raw) == 0 || raw[0] != '{' {
-		return responses.ResponseInputItemUnionParam{}, false
+		return nil, false
 	}
 	var head struct {
 		Type             string `json:"type"`
 		EncryptedContent string `json:"encrypted_content"`
 	}
 	if err := json.Unmarshal(raw, &head); err != nil || head.Type != "reasoning" {
-		return responses.ResponseInputItemUnionParam{}, false
+		return nil, false
 	}
 	if c.replayNeedsEncrypted && head.EncryptedContent == "" {
-		return responses.ResponseInputItemUnionParam{}, false
+		return nil, false
 	}
-	item := param.Override[responses.ResponseReasoningItemParam](json.RawMessage(raw))
-	return responses.ResponseInputItemUnionParam{OfReasoning: &item}, true
+	return json.RawMessage(raw), true
 }
 
 // outputText adds an assistant message item. id is the server's message id
@@ -301,18 +278,14 @@ func (c *converter) outputText(text, id, phase string) {
 		c.synth++
 		id = "msg_" + strconv.Itoa(c.synth)
 	}
-	om := &responses.ResponseOutputMessageParam{
-		ID:     id,
-		Status: responses.ResponseOutputMessageStatusCompleted,
-		Content: []responses.ResponseOutputMessageContentUnionParam{{OfOutputText: &responses.ResponseOutputTextParam{
-			Text:        text,
-			Annotations: []responses.ResponseOutputTextAnnotationUnionParam{},
-		}}},
-	}
-	if phase != "" {
-		om.Phase = responses.ResponseOutputMessagePhase(phase)
-	}
-	c.items = append(c.items, responses.ResponseInputItemUnionParam{OfOutputMessage: om})
+	c.items = append(c.items, &outputMessage{
+		ID:      id,
+		Content: []outputTextPart{{Annotations: []any{}, Text: text, Type: "output_text"}},
+		Status:  "completed",
+		Phase:   phase,
+		Role:    "assistant",
+		Type:    "message",
+	})
 }
 
 func (c *converter) functionCall(b *llm.Content, sameProvider, keepItemID bool) {
@@ -328,11 +301,11 @@ func (c *converter) functionCall(b *llm.Content, sameProvider, keepItemID bool) 
 	if len(b.Arguments) > 0 {
 		args = string(b.Arguments)
 	}
-	fc := &responses.ResponseFunctionToolCallParam{CallID: callID, Name: b.Name, Arguments: args}
+	fc := &functionCall{Arguments: args, CallID: callID, Name: b.Name, Type: "function_call"}
 	if keepItemID && strings.HasPrefix(itemID, "fc") {
-		fc.ID = param.NewOpt(itemID)
+		fc.ID = itemID
 	}
-	c.items = append(c.items, responses.ResponseInputItemUnionParam{OfFunctionCall: fc})
+	c.items = append(c.items, fc)
 	if c.callIDs == nil {
 		c.callIDs = make(map[string]string, 4)
 		c.calls = make(map[string]int, 4)
@@ -375,7 +348,7 @@ func (c *converter) toolResult(msg *llm.Message) {
 	}
 	// function_call_output takes text only, so images follow as a user
 	// message.
-	parts := make(responses.ResponseInputMessageContentListParam, 0, images+1)
+	parts := make([]any, 0, images+1)
 	parts = append(parts, inputText("Attached image(s) from tool result:"))
 	for i := range msg.Content {
 		if b := &msg.Content[i]; b.Type == llm.ContentImage {

@@ -1,0 +1,119 @@
+package llm_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/agentd-dev/agentd/internal/llm"
+)
+
+// TestEndpoint pins how a model's base URL and an endpoint path join: the
+// way the provider SDKs joined them, so that no configured baseUrl
+// reaches a different path than it did.
+func TestEndpoint(t *testing.T) {
+	tests := []struct {
+		base, path, want string
+	}{
+		{"https://api.openai.com/v1", "chat/completions", "https://api.openai.com/v1/chat/completions"},
+		{"https://api.openai.com/v1/", "chat/completions", "https://api.openai.com/v1/chat/completions"},
+		{"http://127.0.0.1:11434/v1", "responses", "http://127.0.0.1:11434/v1/responses"},
+		{"https://api.anthropic.com/", "v1/messages", "https://api.anthropic.com/v1/messages"},
+		{"https://api.anthropic.com", "v1/messages", "https://api.anthropic.com/v1/messages"},
+		// A proxy that mounts Anthropic under a prefix keeps it; a base
+		// that already ends in /v1 gets a second one, as before.
+		{"https://gw.example/anthropic", "v1/messages", "https://gw.example/anthropic/v1/messages"},
+		{"https://gw.example/v1", "v1/messages", "https://gw.example/v1/v1/messages"},
+		{"https://openrouter.ai/api/v1", "chat/completions", "https://openrouter.ai/api/v1/chat/completions"},
+		// A query on the base URL does not survive the join.
+		{"https://h.example/v1?x=1", "chat/completions", "https://h.example/v1/chat/completions"},
+		// An escaped slash in the base path is unescaped, as the SDKs did.
+		{"https://h.example/a%2Fb", "responses", "https://h.example/a/b/responses"},
+	}
+	for _, tt := range tests {
+		got, err := llm.Endpoint(tt.base, tt.path)
+		if err != nil || got != tt.want {
+			t.Errorf("Endpoint(%q, %q) = %q, %v; want %q", tt.base, tt.path, got, err, tt.want)
+		}
+	}
+	if _, err := llm.Endpoint("http://[::1", "x"); err == nil {
+		t.Error("a malformed base URL was accepted")
+	}
+}
+
+func TestPostJSON(t *testing.T) {
+	type seen struct {
+		method, path string
+		header       http.Header
+		body         map[string]any
+	}
+	got := make(chan seen, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var s seen
+		s.method, s.path, s.header = r.Method, r.URL.Path, r.Header.Clone()
+		_ = json.NewDecoder(r.Body).Decode(&s.body)
+		got <- s
+		w.WriteHeader(http.StatusTeapot)
+		_, _ = io.WriteString(w, "short and stout")
+	}))
+	defer srv.Close()
+
+	h := http.Header{}
+	h.Set("X-Api-Key", "k")
+	h.Set("User-Agent", "custom") // the caller's headers win
+	resp, err := llm.PostJSON(context.Background(), srv.Client(), srv.URL+"/v1/messages", h, map[string]any{"stream": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	// Any status comes back for the caller to read.
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusTeapot || string(b) != "short and stout" {
+		t.Fatalf("status %d body %q", resp.StatusCode, b)
+	}
+	s := <-got
+	if s.method != http.MethodPost || s.path != "/v1/messages" || s.body["stream"] != true {
+		t.Fatalf("request %s %s %v", s.method, s.path, s.body)
+	}
+	if s.header.Get("Content-Type") != "application/json" || s.header.Get("X-Api-Key") != "k" || s.header.Get("User-Agent") != "custom" {
+		t.Fatalf("headers %v", s.header)
+	}
+	if e := llm.StatusError(resp); e.Error() != `POST "`+srv.URL+`/v1/messages": 418 I'm a teapot` {
+		t.Fatalf("StatusError = %q", e)
+	}
+}
+
+// TestPostJSONCancel: a request whose context ends before an answer comes
+// fails with the context's error, not a network error.
+func TestPostJSONCancel(t *testing.T) {
+	arrived := make(chan struct{})
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		close(arrived)
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}))
+	defer srv.Close()
+	defer close(stop) // before srv.Close, which waits for the handler
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-arrived
+		cancel()
+	}()
+	_, err := llm.PostJSON(ctx, srv.Client(), srv.URL, nil, struct{}{})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+}
+
+func TestPostJSONRefusesUnencodable(t *testing.T) {
+	if _, err := llm.PostJSON(context.Background(), nil, "http://127.0.0.1:1/", nil, func() {}); err == nil {
+		t.Fatal("a body JSON cannot encode was sent")
+	}
+}
