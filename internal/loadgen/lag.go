@@ -357,8 +357,9 @@ func (lw *lagWatchers) report(sessions int) *LagReport {
 	return r
 }
 
-// lagRows are WriteTable's rows of a cluster run's watcher lag.
-var lagRows = func() []tableRow {
+// lagRows are WriteTable's rows of a cluster run's watcher lag, built
+// when a table is written, not at init.
+func lagRows() []tableRow {
 	var rows []tableRow
 	for _, face := range lagFaces {
 		for _, cross := range []bool{false, true} {
@@ -379,7 +380,7 @@ var lagRows = func() []tableRow {
 		}
 	}
 	return rows
-}()
+}
 
 // lagDur is fmtDur with 0 as 0: the first watcher to see an event
 // trails nobody.

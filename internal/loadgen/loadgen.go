@@ -1208,7 +1208,7 @@ func WriteTable(w io.Writer, reps []Report) error {
 		rows = append(rows, restRows...)
 	}
 	if slices.ContainsFunc(reps, func(r Report) bool { return r.Cluster != nil }) {
-		rows = append(append(rows, clusterRows...), lagRows...)
+		rows = append(append(rows, clusterRows...), lagRows()...)
 	}
 	if !slices.ContainsFunc(reps, func(r Report) bool { return r.REST == nil }) {
 		rows = slices.DeleteFunc(rows, func(row tableRow) bool { return piOnlyRows[row.name] })

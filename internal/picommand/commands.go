@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 
 	"github.com/agentd-dev/agentd/internal/agent"
 	"github.com/agentd-dev/agentd/internal/commands"
@@ -18,94 +19,97 @@ import (
 // table holds pi's commands that run the same way on both faces. pirpc
 // runs every one; piserver runs all but get_state (its answer is the
 // session's pi-server SessionInfo, which holds this state) and
-// switch_session (its own switch_session watches another session).
-var table = map[string]Command{
-	"steer":     {Check: CheckMessage, Run: steer},
-	"follow_up": {Check: CheckMessage, Run: steer},
-	"get_state": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
-		return piwire.StateOf(e.Session), nil
-	}},
-	"abort": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
-		e.Session.Abort()
-		return nil, nil
-	}},
-	"abort_retry": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
-		e.Session.AbortRetry()
-		return nil, nil
-	}},
-	"abort_bash": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
-		e.Session.AbortBash()
-		return nil, nil
-	}},
-	"get_messages": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
-		return json.RawMessage(Messages(e.Session)), nil
-	}},
-	"set_model":            {Run: setModel},
-	"get_available_models": {Run: availableModels},
-	"cycle_thinking_level": {Run: cycleThinking},
-	"set_steering_mode":    {Check: checkQueueMode, Run: setQueueMode},
-	"set_follow_up_mode":   {Check: checkQueueMode, Run: setQueueMode},
-	"compact": {Run: func(ctx context.Context, e Env, _ string, f *piwire.Fields) (any, error) {
-		return e.Session.Compact(ctx, f.CustomInstructions)
-	}},
-	"set_auto_compaction": {Check: checkEnabled, Run: setAuto},
-	"set_auto_retry":      {Check: checkEnabled, Run: setAuto},
-	"get_session_stats": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
-		return piwire.SessionStats(e.Session.Stats()), nil
-	}},
-	"export_html": {Run: func(_ context.Context, e Env, _ string, f *piwire.Fields) (any, error) {
-		path, err := e.Export(f.OutputPath, f.Overwrite)
-		if err != nil {
-			return nil, err
-		}
-		return map[string]string{"path": path}, nil
-	}},
-	// switch_session is pi's: load a transcript file in place of the
-	// session's. (pi-server's switch_session_file does the same once the
-	// server has checked the path: server.SwitchFile.)
-	"switch_session": {
-		Check: func(typ string, f *piwire.Fields) error { return require(f.SessionPath != "", typ, `a "sessionPath"`) },
-		Run: func(_ context.Context, e Env, _ string, f *piwire.Fields) (any, error) {
-			return notCancelled, e.Session.Switch(f.SessionPath)
-		},
-	},
-	"new_session": {Run: func(_ context.Context, e Env, _ string, f *piwire.Fields) (any, error) {
-		return notCancelled, e.Session.NewSession(f.ParentSession)
-	}},
-	"fork": {
-		Check: func(typ string, f *piwire.Fields) error { return require(f.EntryID != "", typ, `an "entryId"`) },
-		Run:   fork,
-	},
-	"clone": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
-		return notCancelled, e.Session.Clone()
-	}},
-	"get_fork_messages":       {Run: forkMessages},
-	"get_last_assistant_text": {Run: lastText},
-	"set_session_name":        {Check: checkName, Run: setName},
-	"get_commands": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
-		return map[string]any{"commands": commands.Of(e.Session).List()}, nil
-	}},
-	"get_skills": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
-		return map[string]any{"skills": Skills(e.Session)}, nil
-	}},
-	"get_modes": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
-		return piwire.ModesOf(e.Session), nil
-	}},
-	"set_mode": {
-		Check: func(typ string, f *piwire.Fields) error { return require(f.Mode != "", typ, `a "mode" string`) },
-		Run: func(_ context.Context, e Env, _ string, f *piwire.Fields) (any, error) {
-			if err := e.Session.SetMode(f.Mode); err != nil {
+// switch_session (its own switch_session watches another session). It
+// is built on first use, not at init (TestInitBudget).
+var table = sync.OnceValue(func() map[string]Command {
+	return map[string]Command{
+		"steer":     {Check: CheckMessage, Run: steer},
+		"follow_up": {Check: CheckMessage, Run: steer},
+		"get_state": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
+			return piwire.StateOf(e.Session), nil
+		}},
+		"abort": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
+			e.Session.Abort()
+			return nil, nil
+		}},
+		"abort_retry": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
+			e.Session.AbortRetry()
+			return nil, nil
+		}},
+		"abort_bash": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
+			e.Session.AbortBash()
+			return nil, nil
+		}},
+		"get_messages": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
+			return json.RawMessage(Messages(e.Session)), nil
+		}},
+		"set_model":            {Run: setModel},
+		"get_available_models": {Run: availableModels},
+		"cycle_thinking_level": {Run: cycleThinking},
+		"set_steering_mode":    {Check: checkQueueMode, Run: setQueueMode},
+		"set_follow_up_mode":   {Check: checkQueueMode, Run: setQueueMode},
+		"compact": {Run: func(ctx context.Context, e Env, _ string, f *piwire.Fields) (any, error) {
+			return e.Session.Compact(ctx, f.CustomInstructions)
+		}},
+		"set_auto_compaction": {Check: checkEnabled, Run: setAuto},
+		"set_auto_retry":      {Check: checkEnabled, Run: setAuto},
+		"get_session_stats": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
+			return piwire.SessionStats(e.Session.Stats()), nil
+		}},
+		"export_html": {Run: func(_ context.Context, e Env, _ string, f *piwire.Fields) (any, error) {
+			path, err := e.Export(f.OutputPath, f.Overwrite)
+			if err != nil {
 				return nil, err
 			}
-			return piwire.ModesOf(e.Session), nil
+			return map[string]string{"path": path}, nil
+		}},
+		// switch_session is pi's: load a transcript file in place of the
+		// session's. (pi-server's switch_session_file does the same once the
+		// server has checked the path: server.SwitchFile.)
+		"switch_session": {
+			Check: func(typ string, f *piwire.Fields) error { return require(f.SessionPath != "", typ, `a "sessionPath"`) },
+			Run: func(_ context.Context, e Env, _ string, f *piwire.Fields) (any, error) {
+				return notCancelled, e.Session.Switch(f.SessionPath)
+			},
 		},
-	},
-	// agentd's checkpoint commands.
-	piwire.CmdGetCheckpoints: {Run: checkpoints},
-	piwire.CmdGetTurnDiff:    {Run: checkpoints},
-	piwire.CmdRevertTurn:     {Run: checkpoints},
-	piwire.CmdUndoRevert:     {Run: checkpoints},
-}
+		"new_session": {Run: func(_ context.Context, e Env, _ string, f *piwire.Fields) (any, error) {
+			return notCancelled, e.Session.NewSession(f.ParentSession)
+		}},
+		"fork": {
+			Check: func(typ string, f *piwire.Fields) error { return require(f.EntryID != "", typ, `an "entryId"`) },
+			Run:   fork,
+		},
+		"clone": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
+			return notCancelled, e.Session.Clone()
+		}},
+		"get_fork_messages":       {Run: forkMessages},
+		"get_last_assistant_text": {Run: lastText},
+		"set_session_name":        {Check: checkName, Run: setName},
+		"get_commands": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
+			return map[string]any{"commands": commands.Of(e.Session).List()}, nil
+		}},
+		"get_skills": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
+			return map[string]any{"skills": Skills(e.Session)}, nil
+		}},
+		"get_modes": {Run: func(_ context.Context, e Env, _ string, _ *piwire.Fields) (any, error) {
+			return piwire.ModesOf(e.Session), nil
+		}},
+		"set_mode": {
+			Check: func(typ string, f *piwire.Fields) error { return require(f.Mode != "", typ, `a "mode" string`) },
+			Run: func(_ context.Context, e Env, _ string, f *piwire.Fields) (any, error) {
+				if err := e.Session.SetMode(f.Mode); err != nil {
+					return nil, err
+				}
+				return piwire.ModesOf(e.Session), nil
+			},
+		},
+		// agentd's checkpoint commands.
+		piwire.CmdGetCheckpoints: {Run: checkpoints},
+		piwire.CmdGetTurnDiff:    {Run: checkpoints},
+		piwire.CmdRevertTurn:     {Run: checkpoints},
+		piwire.CmdUndoRevert:     {Run: checkpoints},
+	}
+})
 
 // notCancelled is the answer of the commands that move the session to
 // another transcript: pi's extensions may cancel them; agentd's never do.

@@ -74,14 +74,14 @@ type Command struct {
 
 // Lookup returns the command named typ.
 func Lookup(typ string) (Command, bool) {
-	c, ok := table[typ]
+	c, ok := table()[typ]
 	return c, ok
 }
 
 // Run checks the fields of command typ and runs it. It reports ok false
 // for a command this layer does not have.
 func Run(ctx context.Context, e Env, typ string, f *piwire.Fields) (data any, ok bool, err error) {
-	c, ok := table[typ]
+	c, ok := table()[typ]
 	if !ok {
 		return nil, false, nil
 	}
