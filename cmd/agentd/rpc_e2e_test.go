@@ -1155,16 +1155,6 @@ type e2eCompare struct {
 	run string
 }
 
-func e2eDrop(ls []e2eLine, drop func(v any) bool) []e2eLine {
-	var out []e2eLine
-	for _, l := range ls {
-		if !drop(l.v) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // e2eCompareWithPi checks that agentd answered every command of the pi
 // transcript with a response of the same shape, and produced the same
 // sequence of events and responses (streaming deltas collapsed), each
