@@ -165,16 +165,20 @@ func (f *Follow) read(ctx context.Context, n *Node, it jetstream.MessagesContext
 		if err != nil {
 			return err
 		}
-		ev, err := parseEvent(m.Subject(), m.Headers(), md.Sequence.Stream, m.Data())
+		evs, err := parseEvents(m.Subject(), m.Headers(), md.Sequence.Stream, m.Data())
 		if err != nil {
 			n.log.Warn("cluster: skipping an unreadable event", "session", sessionID, "err", err)
 			continue
 		}
-		if ev.Seq <= *maxSeq {
-			continue
+		// A batch's events one at a time; those at or below the cursor
+		// (a follow resumed inside a batch) were delivered already.
+		for _, ev := range evs {
+			if ev.Seq <= *maxSeq {
+				continue
+			}
+			*maxSeq = ev.Seq
+			deliver(ev)
 		}
-		*maxSeq = ev.Seq
-		deliver(ev)
 	}
 }
 

@@ -46,11 +46,11 @@ func (n *Node) Replay(ctx context.Context, sessionID string, afterSeq uint64) ([
 	}
 	r := replay{sessionID: sessionID, last: last.Sequence, maxSeq: afterSeq}
 	start, done, err := n.readDirect(ctx, EventStream, subject, start, last.Sequence, func(m subjectMsg) error {
-		ev, err := parseEvent(subject, m.hdr, m.pos, m.data)
+		evs, err := parseEvents(subject, m.hdr, m.pos, m.data)
 		if err != nil {
 			return err
 		}
-		r.add(ev)
+		r.add(evs)
 		return nil
 	})
 	if err != nil {
@@ -97,11 +97,14 @@ type replay struct {
 	retries   int
 }
 
-// add keeps ev unless its seq does not exceed one already kept.
-func (r *replay) add(ev Event) {
-	if ev.Seq > r.maxSeq {
-		r.out = append(r.out, ev)
-		r.maxSeq = ev.Seq
+// add keeps each of one message's events (a batch's, or the one) unless
+// its seq does not exceed one already kept.
+func (r *replay) add(evs []Event) {
+	for _, ev := range evs {
+		if ev.Seq > r.maxSeq {
+			r.out = append(r.out, ev)
+			r.maxSeq = ev.Seq
+		}
 	}
 }
 
@@ -127,11 +130,11 @@ func (r *replay) fetch(ctx context.Context, cons jetstream.Consumer) (done bool,
 		if err != nil {
 			return false, fmt.Errorf("cluster: replaying session %s: %w", r.sessionID, err)
 		}
-		ev, err := parseEvent(m.Subject(), m.Headers(), md.Sequence.Stream, m.Data())
+		evs, err := parseEvents(m.Subject(), m.Headers(), md.Sequence.Stream, m.Data())
 		if err != nil {
 			return false, err
 		}
-		r.add(ev)
+		r.add(evs)
 		if md.Sequence.Stream >= r.last {
 			return true, nil
 		}
@@ -167,7 +170,9 @@ func (r *replay) fetch(ctx context.Context, cons jetstream.Consumer) (done bool,
 // seq above afterSeq, by bisecting stream positions with "next message on
 // this subject" reads: a few round trips instead of reading the session's
 // whole history. It relies on a session's seqs growing along the stream,
-// which holds while one owner at a time publishes them in order. last is
+// which holds while one owner at a time publishes them in order; a batch
+// reads as its last event, so the position found may be a batch holding
+// events at or below afterSeq, which the reader skips. last is
 // the position of the session's last event, whose seq is above afterSeq.
 func (n *Node) firstAfter(ctx context.Context, subject string, afterSeq, last uint64) (uint64, error) {
 	if afterSeq == 0 {

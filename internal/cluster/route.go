@@ -57,15 +57,25 @@ func (n *Node) Publish(ctx context.Context, sessionID string, seq uint64, payloa
 }
 
 func (l *Lease) publish(ctx context.Context, seq uint64, payload []byte) (bool, error) {
-	n := l.node
 	l.pub.Lock()
 	defer l.pub.Unlock()
+	return l.append(ctx, []Event{{Seq: seq, Data: payload}}, false)
+}
+
+// append publishes evs (ascending seqs, one message's worth: batchLen) as
+// one message under the fence; l.pub is held. With trim, events the
+// stream's last event already covers are dropped first (untaken), and
+// again if the fence refuses the message; duplicate is true when none
+// were left.
+func (l *Lease) append(ctx context.Context, evs []Event, trim bool) (duplicate bool, err error) {
+	n := l.node
 	l.mu.Lock()
 	deadline := l.deadline
 	l.mu.Unlock()
 	if time.Now().After(deadline) {
 		return false, l.lose("it was not renewed in time", "", 0)
 	}
+	seq := evs[len(evs)-1].Seq
 	subject := evPrefix + l.sessionID
 	if !l.evKnown {
 		if err := l.readLastEvent(ctx); err != nil {
@@ -74,16 +84,17 @@ func (l *Lease) publish(ctx context.Context, seq uint64, payload []byte) (bool, 
 	}
 	refused := 0
 	for attempt := 0; ; attempt++ {
-		if err := l.checkLastEvent(seq); err != nil {
+		if trim {
+			if evs = l.untaken(evs); len(evs) == 0 {
+				return true, nil
+			}
+		}
+		if err := l.checkLastEvent(evs[0].Seq); err != nil {
 			return false, err
 		}
-		m := nats.NewMsg(subject)
-		m.Data = payload
-		m.Header.Set(hdrSeq, strconv.FormatUint(seq, 10))
-		m.Header.Set(hdrEpoch, strconv.FormatUint(l.epoch, 10))
-		m.Header.Set(hdrNode, n.cfg.NodeID)
+		m, id := eventsMsg(subject, l.sessionID, evs, l.epoch, n.cfg.NodeID)
 		ack, err := publishAttempt(ctx, n.js, m,
-			jetstream.WithMsgID(l.sessionID+":"+strconv.FormatUint(seq, 10)),
+			jetstream.WithMsgID(id),
 			jetstream.WithExpectLastSequencePerSubject(l.evLast.pos))
 		if err == nil {
 			if ack.Sequence > l.evLast.pos {
@@ -213,8 +224,11 @@ func (n *Node) LastEvent(ctx context.Context, sessionID string) (ev Event, ok bo
 	if err != nil {
 		return Event{}, false, fmt.Errorf("cluster: reading the last event of session %s: %w", sessionID, err)
 	}
-	ev, err = rawEvent(m)
-	return ev, err == nil, err
+	evs, err := parseEvents(m.Subject, m.Header, m.Sequence, m.Data)
+	if err != nil {
+		return Event{}, false, err
+	}
+	return evs[len(evs)-1], true, nil
 }
 
 func rawEvent(m *jetstream.RawStreamMsg) (Event, error) {
