@@ -74,6 +74,9 @@ type Serve struct {
 	cfg *config.Config
 	sc  config.Serve
 	log *slog.Logger
+	// dir, when set, is the working directory of the sessions in place
+	// of the process's (see InDir).
+	dir string
 
 	// Built by Open, in this order.
 	cwd            string
@@ -137,6 +140,15 @@ func (m *Main) ParseServe(args []string) (*Serve, error) {
 		return nil, err
 	}
 	return m.NewServe(&cfg, sc), nil
+}
+
+// InDir makes dir the server's working directory (where a session
+// starts when its client names none) in place of the process's: a test
+// serving in its own process runs several servers, each in a directory
+// of its own. Call it before Open. It returns s.
+func (s *Serve) InDir(dir string) *Serve {
+	s.dir = dir
+	return s
 }
 
 // Addr is where the server listens once Open has returned; nil on

@@ -73,6 +73,9 @@ func (s *Serve) openEnvironment(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.dir != "" {
+		cwd = s.dir
+	}
 	s.cwd, s.models = cwd, ms
 	model, level, err := pickModel(ms, st.Get(), localFlags{model: s.sc.Model}, s.log)
 	if err != nil {
