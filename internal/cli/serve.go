@@ -36,7 +36,11 @@ func (m *Main) runServe(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		return err
 	}
 	s := m.NewServe(cfg, sc)
-	defer s.Close()
+	defer func() {
+		if err := s.Close(); err != nil {
+			s.log.Warn("releasing what serve opened", "err", err)
+		}
+	}()
 	if err := s.Open(ctx); err != nil {
 		return err
 	}

@@ -161,6 +161,10 @@ func TestServeCloseOnEveryOpenError(t *testing.T) {
 			_, port, _ := net.SplitHostPort(busy.take())
 			return []string{"--port", port}, false
 		}, "address already in use"},
+		{"port in use after joining a cluster", func(t *testing.T, e serveEnv, busy *busyPorts) ([]string, bool) {
+			_, port, _ := net.SplitHostPort(busy.take())
+			return []string{"--cluster", "embedded", "--cluster-listen", "127.0.0.1:0", "--node-id", "n1", "--port", port}, false
+		}, "address already in use"},
 		{"pprof port in use", func(t *testing.T, e serveEnv, busy *busyPorts) ([]string, bool) {
 			return []string{"--pprof-addr", busy.take()}, true
 		}, "--pprof-addr"},
