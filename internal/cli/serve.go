@@ -114,7 +114,8 @@ type Serve struct {
 	closeErr  error
 
 	mu      sync.Mutex
-	opened  bool
+	opened  bool // Open was called
+	ready   bool // Open returned nil
 	ran     bool
 	closed  bool
 	stopRun context.CancelFunc // cancels the running Run's context

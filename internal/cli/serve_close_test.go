@@ -283,6 +283,9 @@ func TestServeOpenRunClose(t *testing.T) {
 				if err := s.Close(); err != nil {
 					t.Errorf("second Close: %v", err)
 				}
+				if err := s.Run(context.Background()); err == nil {
+					t.Error("Run after Close ran")
+				}
 				ln, err := net.Listen("tcp", addr)
 				if err != nil {
 					t.Fatalf("the port is still taken after Close: %v", err)

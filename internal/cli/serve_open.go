@@ -51,6 +51,9 @@ func (s *Serve) Open(ctx context.Context) error {
 			return err
 		}
 	}
+	s.mu.Lock()
+	s.ready = true
+	s.mu.Unlock()
 	return nil
 }
 

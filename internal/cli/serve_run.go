@@ -20,7 +20,7 @@ import (
 // it the same way. Run may be called once, after Open succeeded.
 func (s *Serve) Run(ctx context.Context) error {
 	s.mu.Lock()
-	if !s.opened || s.srv == nil || (s.hs == nil && !s.sc.Stdio) || s.ran || s.closed {
+	if !s.ready || s.ran || s.closed {
 		s.mu.Unlock()
 		return errors.New("serve: Run needs one successful Open, runs once, and not after Close")
 	}
