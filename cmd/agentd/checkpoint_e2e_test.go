@@ -179,7 +179,7 @@ func TestACPConnectTurnChanges(t *testing.T) {
 	cpTurnScript(e)
 	os.WriteFile(filepath.Join(e.cwd, "a.txt"), []byte("one\ntwo\n"), 0o644)
 	os.WriteFile(filepath.Join(e.cwd, "b.txt"), []byte("b before\n"), 0o644)
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	ed := startACPProc(t, e, "--connect", "ws://"+s.addr+"/")
 	ed.call("initialize", map[string]any{"protocolVersion": 1, "clientCapabilities": map[string]any{}})
 	sid, _ := ed.call("session/new", map[string]any{"cwd": e.cwd, "mcpServers": []any{}})["sessionId"].(string)
@@ -224,7 +224,7 @@ func TestUndoCommandAsAPrompt(t *testing.T) {
 		run  func(t *testing.T, e *e2eEnv) (prompt func(text string) string, messages func() int, commands func() []any)
 	}{
 		{"pi-server", func(t *testing.T, e *e2eEnv) (func(string) string, func() int, func() []any) {
-			s := svStart(t, e)
+			s := svStartInProc(t, e)
 			c := s.dial("A")
 			svCreate(c, "u1")
 			return func(text string) string {

@@ -135,7 +135,7 @@ func TestServeCommandsSkillsAndTemplates(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
 	skill := e2eCommandFiles(t, e)
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	c := s.dial("a")
 	svCreate(c, "cmd")
 
@@ -211,7 +211,7 @@ func TestSkillReadableInEverySandboxMode(t *testing.T) {
 			writeFileAll(t, secret, "PRIVATE-CONFIG-TEXT")
 			e.tweak("READ SKILL", func(s *llmtest.Script) { *s = e2eToolScript("read", map[string]string{"path": skill}) })
 			e.tweak("READ SECRET", func(s *llmtest.Script) { *s = e2eToolScript("read", map[string]string{"path": secret}) })
-			s := svStart(t, e, "--sandbox", mode)
+			s := svStartInProc(t, e, "--sandbox", mode)
 			A := s.dial("A")
 			svCreate(A, "sk")
 			A.send(svM{"id": "p1", "type": "prompt", "sessionId": "sk", "message": "READ SKILL"})
@@ -346,7 +346,7 @@ func acpCommandsCase(t *testing.T, bridged bool) {
 	writeFileAll(t, filepath.Join(e.cwd, "AGENTS.md"), "ACP-RULE")
 	var args []string
 	if bridged {
-		s := svStart(t, e)
+		s := svStartInProc(t, e)
 		args = []string{"--connect", "ws://" + s.addr + "/"}
 	}
 	steps := e.acpClient([]string{"init", "new", "commands", "prompt:/review acp.go", "prompt:/help", "prompt:/undo"}, args...)

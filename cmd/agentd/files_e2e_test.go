@@ -44,7 +44,7 @@ func TestServeExportHTMLPaths(t *testing.T) {
 	if err := os.MkdirAll(outside, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	c := s.dial("A")
 	// w works in the usual cwd; r in a directory that holds the data dir,
 	// so the server's own files are inside its cwd.
@@ -184,7 +184,7 @@ func TestServeFIFOInSessionsDir(t *testing.T) {
 func TestServeLoadHardLinkRefused(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	c := s.dial("A")
 	svCreate(c, "s1")
 	svPrompt(c, "s1", "one file, one session")

@@ -106,7 +106,7 @@ func TestServeReportsContextFiles(t *testing.T) {
 	project := filepath.Join(e.cwd, "AGENTS.md")
 	writeFileAll(t, global, "SERVE-GLOBAL-RULE")
 	writeFileAll(t, project, "SERVE-PROJECT-RULE")
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	want := []string{global, project}
 	check := func(what string, files []any) {
 		t.Helper()

@@ -132,7 +132,7 @@ const limitsSid = "limits"
 
 func startLimits(t *testing.T, args ...string) *limitsSession {
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e, args...)
+	s := svStartInProc(t, e, args...)
 	h := watchHealth("http://" + s.loopback() + "/healthz")
 	t.Cleanup(func() { h.finish() })
 	A := s.dial("A")

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd-dev/agentd/internal/cli"
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/sandbox"
+	"github.com/agentd-dev/agentd/internal/tool"
 )
 
 // agentdBin is the binary under test, built once by TestMain in
@@ -43,6 +48,15 @@ func testMCPServer(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && (os.Args[1] == tool.SuperviseCommand || os.Args[1] == sandbox.Command) {
+		// A server in the test's process (svStartInProc) starts the
+		// supervisor of bash runs and the sandbox helper as
+		// /proc/self/exe: this binary, which does what agentd does.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := cli.New(os.Stdin, os.Stdout, os.Stderr, os.Getenv).Run(ctx, os.Args[1:])
+		stop()
+		os.Exit(code)
+	}
 	dir, err := os.MkdirTemp("", "agentd-e2e")
 	if err != nil {
 		panic(err)

@@ -208,7 +208,7 @@ func TestServeServerCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := svStart(t, e, "--allow-session-dir", allowed)
+	s := svStartInProc(t, e, "--allow-session-dir", allowed)
 	A := s.dial("A")
 	B := s.dial("B")
 	var genID, sessionFile string
@@ -533,7 +533,7 @@ func TestServeServerCommands(t *testing.T) {
 func TestServeSessionCommands(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{proxy: true, settings: map[string]any{"compaction": map[string]any{"keepRecentTokens": 1}}})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	C := s.dial("A")
 	const sid = "s"
 	svCreate(C, sid)
@@ -776,7 +776,7 @@ func TestServeSessionCommands(t *testing.T) {
 func TestServeInteraction(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{proxy: true})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	A := s.dial("A")
 	B := s.dial("B")
 	const sid = "s"
@@ -930,7 +930,7 @@ func TestServeInteraction(t *testing.T) {
 func TestServeLifecycle(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	A := s.dial("A")
 	B := s.dial("B")
 	svCreate(A, "s")
@@ -1042,7 +1042,7 @@ func TestServeLifecycle(t *testing.T) {
 func TestServeReplay(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	A := s.dial("A")
 	svCreate(A, "s")
 	svCreate(A, "s2")
@@ -1133,7 +1133,7 @@ func TestServeReplay(t *testing.T) {
 	t.Run("an expired idempotencyKey executes again", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{})
-		s := svStart(t, e, "--idempotency-ttl", "1s")
+		s := svStartInProc(t, e, "--idempotency-ttl", "1s")
 		a := s.dial("A")
 		svCreate(a, "s")
 		file := filepath.Join(e.root, "ttl.txt")
@@ -1175,7 +1175,7 @@ func TestServeDependsOn(t *testing.T) {
 	t.Run("unknown, failed, self, waits, completed", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{proxy: true})
-		s := svStart(t, e)
+		s := svStartInProc(t, e)
 		a := s.dial("A")
 		svCreate(a, "sa")
 		svCreate(a, "sb")
@@ -1246,7 +1246,7 @@ func TestServeDependsOn(t *testing.T) {
 	t.Run("dependency timeout", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{proxy: true})
-		s := svStart(t, e, "--dependency-timeout", "1s")
+		s := svStartInProc(t, e, "--dependency-timeout", "1s")
 		a := s.dial("A")
 		svCreate(a, "sa")
 		svCreate(a, "sb")
@@ -1266,7 +1266,7 @@ func TestServeDependsOn(t *testing.T) {
 func TestServeSessionVersion(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	a := s.dial("A")
 	const sid = "v"
 	r := svCreate(a, sid)
@@ -1373,7 +1373,7 @@ func TestServeLimits(t *testing.T) {
 	t.Run("max-frame-bytes", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{})
-		s := svStart(t, e, "--max-frame-bytes", "4096")
+		s := svStartInProc(t, e, "--max-frame-bytes", "4096")
 		a := s.dial("A")
 		from := a.mark()
 		a.send(svPadded("big", 5000))
@@ -1396,7 +1396,7 @@ func TestServeLimits(t *testing.T) {
 	t.Run("malformed and invalid commands", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{})
-		s := svStart(t, e)
+		s := svStartInProc(t, e)
 		a := s.dial("A")
 		svCreate(a, "s")
 		for _, frame := range []string{`{"type":`, `not json at all`, `{"type":"list_sessions"} trailing`} {
@@ -1451,7 +1451,7 @@ func TestServeLimits(t *testing.T) {
 	t.Run("rate-limit", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{})
-		s := svStart(t, e, "--rate-limit", "5", "--global-rate-limit", "0")
+		s := svStartInProc(t, e, "--rate-limit", "5", "--global-rate-limit", "0")
 		a := s.dial("A")
 		svCreate(a, "s")
 		n, r := svUntilFailure(a, 8, "get_state", svM{"sessionId": "s"})
@@ -1469,7 +1469,7 @@ func TestServeLimits(t *testing.T) {
 	t.Run("global-rate-limit", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{})
-		s := svStart(t, e, "--global-rate-limit", "5", "--rate-limit", "0")
+		s := svStartInProc(t, e, "--global-rate-limit", "5", "--rate-limit", "0")
 		a := s.dial("A")
 		n, r := svUntilFailure(a, 8, "list_sessions", nil)
 		svWantErr(t, r, "Global rate limit exceeded (5 commands/minute)")
@@ -1483,7 +1483,7 @@ func TestServeLimits(t *testing.T) {
 	t.Run("max-sessions", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{})
-		s := svStart(t, e, "--max-sessions", "2")
+		s := svStartInProc(t, e, "--max-sessions", "2")
 		a := s.dial("A")
 		svCreate(a, "one")
 		svCreate(a, "two")
@@ -1496,7 +1496,7 @@ func TestServeLimits(t *testing.T) {
 	t.Run("max-connections", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{})
-		s := svStart(t, e, "--max-connections", "2")
+		s := svStartInProc(t, e, "--max-connections", "2")
 		s.dial("A")
 		b := s.dial("B")
 		c := s.dialRaw(t, svDialOpts{name: "C"})
@@ -1522,7 +1522,7 @@ func TestServeLimits(t *testing.T) {
 	t.Run("max-pending", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{proxy: true})
-		s := svStart(t, e, "--max-pending", "2")
+		s := svStartInProc(t, e, "--max-pending", "2")
 		a := s.dial("A")
 		b := s.dial("B")
 		svCreate(a, "s")
@@ -1638,7 +1638,7 @@ func TestServePortInUse(t *testing.T) {
 func TestServeHTTPEndpoints(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	a := s.dial("A")
 	svCreate(a, "s")
 	svPrompt(a, "s", "count me")
@@ -1719,7 +1719,7 @@ func TestServeAfterSeqResume(t *testing.T) {
 	t.Run("resume from the middle, then live", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{})
-		s := svStart(t, e)
+		s := svStartInProc(t, e)
 		A := s.dial("A") // watches: created the session
 		B := s.dial("B") // runs prompts, not subscribed
 		const sid = "watched"
@@ -1807,7 +1807,7 @@ func TestServeAfterSeqResume(t *testing.T) {
 			s.Text = e2eChunks(strings.Repeat("abcdefgh", 150), 4)
 			s.Delay = 2 * time.Millisecond
 		})
-		s := svStart(t, e)
+		s := svStartInProc(t, e)
 		A := s.dial("A")
 		const sid = "live"
 		svCreate(A, sid)
@@ -1840,7 +1840,7 @@ func TestServeAfterSeqResume(t *testing.T) {
 	t.Run("cursor too old", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{})
-		s := svStart(t, e, "--event-log-size", "3")
+		s := svStartInProc(t, e, "--event-log-size", "3")
 		A := s.dial("A")
 		const sid = "old"
 		svCreate(A, sid)
@@ -1890,7 +1890,7 @@ func TestServeApprovalFromSecondConnection(t *testing.T) {
 	t.Run("answered by B", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{})
-		s := svStart(t, e, "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`))
+		s := svStartInProc(t, e, "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`))
 		A := s.dial("A")
 		B := s.dial("B")
 		const sid = "ask"
@@ -1939,7 +1939,7 @@ func TestServeApprovalFromSecondConnection(t *testing.T) {
 	t.Run("unanswered request times out", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{})
-		s := svStart(t, e, "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`), "--ui-timeout", "1s")
+		s := svStartInProc(t, e, "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`), "--ui-timeout", "1s")
 		A := s.dial("A")
 		const sid = "ask"
 		svCreate(A, sid)
@@ -2049,7 +2049,7 @@ func TestServeStdio(t *testing.T) {
 func TestServeCommandTimeout(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e, "--command-timeout", "1s")
+	s := svStartInProc(t, e, "--command-timeout", "1s")
 	a := s.dial("A")
 	svCreate(a, "s")
 	cmd := svM{"id": "slow-bash", "type": "bash", "sessionId": "s", "command": "sleep 30; echo late >> " + filepath.Join(e.root, "late.txt")}
@@ -2112,7 +2112,7 @@ func svDeltaForm(m map[string]any) map[string]any {
 func TestServeOwnLifecycle(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	own := s.dialRaw(t, svDialOpts{name: "own", query: "lifecycle=own"})
 	own.ready()
 	all := s.dial("all")
@@ -2145,7 +2145,7 @@ func TestServeDeleteDuringPrompt(t *testing.T) {
 		s.Text = e2eChunks(strings.Repeat("word ", 400), 5)
 		s.Delay = 50 * time.Millisecond
 	})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	a := s.dial("A")
 	svCreate(a, "d")
 	a.send(svM{"id": "slow", "type": "prompt", "sessionId": "d", "message": "slow answer"})

@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/agentd-dev/agentd/internal/cli"
 )
 
 const (
@@ -594,6 +596,13 @@ type svServer struct {
 	exited  chan struct{}
 	waitErr error
 
+	// in process (svStartInProc): the server runs in the test's process,
+	// on the same code as the command; cmd is nil. stop cancels Run's
+	// context, as SIGTERM does the command's; runErr is what Run returned.
+	serve  *cli.Serve
+	stop   context.CancelFunc
+	runErr error
+
 	// stdio mode
 	stdin  io.WriteCloser
 	stdout *os.File
@@ -608,6 +617,9 @@ type svOpts struct {
 	noReady bool
 	// cred runs the server as another user.
 	cred *syscall.Credential
+	// inProc serves in the test's process instead of starting the
+	// binary (not with stdio, noReady or cred).
+	inProc bool
 }
 
 var svAddrRe = regexp.MustCompile(`addr=(\S+)`)
@@ -621,6 +633,9 @@ func svStart(t *testing.T, e *e2eEnv, args ...string) *svServer {
 
 func svLaunch(t *testing.T, e *e2eEnv, o svOpts, args ...string) *svServer {
 	t.Helper()
+	if o.inProc {
+		return svLaunchInProc(t, e, o, args...)
+	}
 	all := []string{"serve", "--model", "mock/mock-model", "--data-dir", e.data}
 	if o.stdio {
 		all = append(all, "--stdio")
@@ -717,9 +732,64 @@ func svLaunch(t *testing.T, e *e2eEnv, o svOpts, args ...string) *svServer {
 	return s
 }
 
+// svStartInProc is svStart with the server in the test's own process:
+// the same serve (cli.Serve: Open, Run, Close) the binary runs, without
+// building, starting and waiting for a process, for tests that need only
+// the server's HTTP and WebSocket side. sigterm ends it as SIGTERM would
+// (a drain); kill9 is not possible.
+func svStartInProc(t *testing.T, e *e2eEnv, args ...string) *svServer {
+	t.Helper()
+	return svLaunch(t, e, svOpts{inProc: true}, args...)
+}
+
+func svLaunchInProc(t *testing.T, e *e2eEnv, o svOpts, args ...string) *svServer {
+	t.Helper()
+	if o.stdio || o.noReady || o.cred != nil {
+		t.Fatal("svLaunchInProc: stdio, noReady and cred need the process")
+	}
+	env := map[string]string{"HOME": e.home, "PATH": os.Getenv("PATH"), "TMPDIR": e.tmp, "MOCK_API_KEY": "sk-mock-key", "LANG": "C.UTF-8"}
+	for _, kv := range o.env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	s := &svServer{t: t, env: e, args: args, extra: o.env, stderr: newSvBuf(), exited: make(chan struct{})}
+	m := cli.New(strings.NewReader(""), io.Discard, s.stderr, func(k string) string { return env[k] })
+	all := append([]string{"--model", "mock/mock-model", "--data-dir", e.data, "--port", "0"}, args...)
+	srv, err := m.ParseServe(all)
+	if err != nil {
+		t.Fatalf("agentd serve %v: %v", all, err)
+	}
+	srv.InDir(e.cwd)
+	if err := srv.Open(context.Background()); err != nil {
+		_ = srv.Close()
+		_ = m.Close()
+		t.Fatalf("agentd serve %v (in process) did not start: %v\nstderr:\n%s", all, err, s.stderr.String())
+	}
+	s.serve, s.addr = srv, srv.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	go func() {
+		s.runErr = srv.Run(ctx)
+		// What Open built goes too, so a restart finds it released.
+		_ = srv.Close()
+		_ = m.Close()
+		close(s.exited)
+	}()
+	t.Cleanup(func() {
+		s.killGroup()
+		<-s.exited
+		cancel()
+	})
+	return s
+}
+
 // killGroup sends SIGKILL to the server's process group (the server and
-// the shells it started).
+// the shells it started); in process, it closes the server.
 func (s *svServer) killGroup() {
+	if s.serve != nil {
+		_ = s.serve.Close()
+		return
+	}
 	if s.cmd.Process != nil {
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 	}
@@ -850,9 +920,13 @@ func (s *svServer) dialRaw(t *testing.T, o svDialOpts) *svConn {
 	return c
 }
 
-// sigterm sends SIGTERM to the server.
+// sigterm sends SIGTERM to the server (in process: ends Run's context).
 func (s *svServer) sigterm() {
 	s.t.Helper()
+	if s.serve != nil {
+		s.stop()
+		return
+	}
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		s.t.Fatalf("SIGTERM: %v", err)
 	}
@@ -861,6 +935,9 @@ func (s *svServer) sigterm() {
 // kill9 kills the server with SIGKILL and waits for it.
 func (s *svServer) kill9() {
 	s.t.Helper()
+	if s.serve != nil {
+		s.t.Fatal("kill -9 needs a process: start this server with svStart, not svStartInProc")
+	}
 	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		s.t.Fatalf("SIGKILL: %v", err)
 	}
@@ -876,6 +953,13 @@ func (s *svServer) waitExit() int {
 	case <-time.After(svWait):
 		s.t.Fatalf("agentd serve did not exit within %v\nstderr:\n%s", svWait, s.stderrTail(4000))
 	}
+	if s.serve != nil {
+		// The command's exit code for what Run returned.
+		if s.runErr != nil {
+			return 1
+		}
+		return 0
+	}
 	return s.cmd.ProcessState.ExitCode()
 }
 
@@ -888,7 +972,7 @@ func (s *svServer) restart() *svServer {
 	default:
 		s.t.Fatal("restart: the server is still running")
 	}
-	return svLaunch(s.t, s.env, svOpts{env: s.extra, stdio: s.stdio}, s.args...)
+	return svLaunch(s.t, s.env, svOpts{env: s.extra, stdio: s.stdio, inProc: s.serve != nil}, s.args...)
 }
 
 // closeStdin ends a --stdio server's input.

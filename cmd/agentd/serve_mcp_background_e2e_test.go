@@ -55,7 +55,7 @@ func TestServeMCPStartsInTheBackground(t *testing.T) {
 	e.tweak("MCP-ECHO", func(s *llmtest.Script) {
 		*s = e2eToolScript("slow__echo", map[string]string{"text": "ready now"})
 	})
-	s := svStart(t, e, "--mcp-config", cfg) // ready while the MCP server is stuck
+	s := svStartInProc(t, e, "--mcp-config", cfg) // ready while the MCP server is stuck
 	c := s.dial("A")
 	svCreate(c, "one")
 	r := c.must("get_tools", svM{"sessionId": "one"})

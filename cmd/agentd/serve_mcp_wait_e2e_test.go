@@ -31,7 +31,7 @@ func TestServePromptWaitsForStartingMCPServers(t *testing.T) {
 	e.tweak("MCP-ECHO", func(s *llmtest.Script) {
 		*s = e2eToolScript("slow__echo", map[string]string{"text": "waited"})
 	})
-	s := svStart(t, e, "--mcp-config", cfg)
+	s := svStartInProc(t, e, "--mcp-config", cfg)
 	c := s.dial("A")
 	svCreate(c, "one")
 	from := c.mark()

@@ -12,7 +12,7 @@ import (
 func TestServeParity(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e, "--rate-limit", "100")
+	s := svStartInProc(t, e, "--rate-limit", "100")
 	c := s.dial("A")
 
 	t.Run("a flood of one session's commands does not lock out its delete", func(t *testing.T) {

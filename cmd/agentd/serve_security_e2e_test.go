@@ -53,7 +53,7 @@ func svRawRequest(t *testing.T, s *svServer, path, host, origin string, upgrade 
 func TestServeHostCheck(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e, "--allowed-host", "agent.example.test")
+	s := svStartInProc(t, e, "--allowed-host", "agent.example.test")
 	port := s.port()
 	cases := []struct {
 		name, host, origin string

@@ -165,7 +165,7 @@ func TestServeTreeAbortSummary(t *testing.T) {
 		}
 		return e.script(r)
 	})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	a := s.dial("A")
 	const sid = "abort-tree"
 	svCreate(a, sid)

@@ -72,7 +72,7 @@ func swPlanScript(e *e2eEnv, text string) {
 func TestSessionWSFollowsARun(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e, "--ws-progress-interval", "20ms")
+	s := svStartInProc(t, e, "--ws-progress-interval", "20ms")
 	schema := swSchema(t, s)
 	id, pi := swSession(t, s)
 
@@ -176,7 +176,7 @@ func TestSessionWSFollowsARun(t *testing.T) {
 func TestSessionWSBadInput(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e, "--ws-message-rate", "1000")
+	s := svStartInProc(t, e, "--ws-message-rate", "1000")
 	schema := swSchema(t, s)
 	id, _ := swSession(t, s)
 	other, _ := swSession(t, s)
@@ -250,7 +250,7 @@ func TestSessionWSBadInput(t *testing.T) {
 func TestSessionWSRateLimit(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	id, _ := swSession(t, s)
 	// A burst of pings: the first ten of a second are answered, the
 	// next gets the error and the close. The server counts by when it
@@ -308,7 +308,7 @@ func TestSessionWSRateLimit(t *testing.T) {
 func TestSessionWSNotFound(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	schema := swSchema(t, s)
 	c := swConnect(t, s, schema, "session-nope", swDial{})
 	_, m := c.waitType(0, "error")
@@ -491,7 +491,7 @@ func mustRSA(t *testing.T) *rsa.PrivateKey {
 func TestSessionWSInput(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e, "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`), "--ws-progress-interval", "20ms")
+	s := svStartInProc(t, e, "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`), "--ws-progress-interval", "20ms")
 	schema := swSchema(t, s)
 	id, pi := swSession(t, s)
 	a := swConnect(t, s, schema, id, swDial{})
@@ -606,7 +606,7 @@ func TestSessionWSInput(t *testing.T) {
 func TestSessionWSTwoClientsSeeTheSame(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e, "--ws-progress-interval", "10ms")
+	s := svStartInProc(t, e, "--ws-progress-interval", "10ms")
 	schema := swSchema(t, s)
 	id, pi := swSession(t, s)
 	a := swConnect(t, s, schema, id, swDial{})
@@ -765,7 +765,7 @@ func TestSessionWSSlowReader(t *testing.T) {
 
 	// A client that pauses within its bound loses no critical message,
 	// and the latest progress reading is the last thing it gets.
-	s := svStart(t, e, "--ws-progress-interval", "10ms", "--ws-max-queued-bytes", "67108864")
+	s := svStartInProc(t, e, "--ws-progress-interval", "10ms", "--ws-max-queued-bytes", "67108864")
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("server stderr:\n%s", s.stderrTail(4000))
@@ -806,7 +806,7 @@ func TestSessionWSSlowReader(t *testing.T) {
 	e2.tweak("BIG", func(sc *llmtest.Script) {
 		*sc = llmtest.Script{Text: []string{big}, Usage: &llmtest.Usage{Input: 1, Output: 1}}
 	})
-	s2 := svStart(t, e2, "--ws-max-queued-bytes", "4194304")
+	s2 := svStartInProc(t, e2, "--ws-max-queued-bytes", "4194304")
 	schema2 := swSchema(t, s2)
 	id2, pi2 := swSession(t, s2)
 	watch := swConnect(t, s2, schema2, id2, swDial{})
@@ -941,7 +941,7 @@ func TestSessionWSResume(t *testing.T) {
 func TestSessionWSErrors(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{settings: map[string]any{"retry": map[string]any{"enabled": true, "maxRetries": 2, "baseDelayMs": 10}}})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	schema := swSchema(t, s)
 	id, pi := swSession(t, s)
 	c := swConnect(t, s, schema, id, swDial{})

@@ -129,7 +129,7 @@ type esEvent struct {
 func TestSSEEventSourceCutAndResume(t *testing.T) {
 	browser := wuBrowser(t)
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 
 	tests := []struct {
 		name string

@@ -22,7 +22,7 @@ func TestWebUIAttachFiles(t *testing.T) {
 		"cost": map[string]float64{"input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0}, "contextWindow": 128000, "maxTokens": 4096,
 		"compat": map[string]bool{"supportsDeveloperRole": false, "supportsReasoningEffort": false},
 	}}})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	p := wuOpen(t, browser, s)
 	p.newConversation("attach")
 	id := wuEval[string](p, `decodeURIComponent(location.hash.slice(4))`)

@@ -10,7 +10,7 @@ import (
 func TestWebUI401NamesTheKey(t *testing.T) {
 	browser := wuBrowser(t)
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	p, con := wuOpenAt(t, browser, s, 0, 0)
 	p.newConversation("refused key")
 	p.send("FAIL:401 please")

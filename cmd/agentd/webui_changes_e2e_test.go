@@ -21,7 +21,7 @@ func TestWebUIChanges(t *testing.T) {
 	cpTurnScript(e)
 	os.WriteFile(filepath.Join(e.cwd, "a.txt"), []byte("one\ntwo\n"), 0o644)
 	os.WriteFile(filepath.Join(e.cwd, "b.txt"), []byte("b before\n"), 0o644)
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	p, con := wuOpenAt(t, browser, s, 0, 0)
 	p.newConversation("changes")
 	p.send("change the files")

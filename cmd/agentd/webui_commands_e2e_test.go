@@ -17,7 +17,7 @@ func TestWebUISlashCommands(t *testing.T) {
 	e := e2eNewEnv(t, e2eOpts{})
 	e2eCommandFiles(t, e)
 	writeFileAll(t, filepath.Join(e.cwd, "AGENTS.md"), "Be terse.")
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	p := wuOpen(t, browser, s)
 	p.newConversation("slash")
 

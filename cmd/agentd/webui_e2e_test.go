@@ -576,7 +576,7 @@ func TestWebUIConversation(t *testing.T) {
 func TestWebUITokenLogin(t *testing.T) {
 	browser := wuBrowser(t)
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e, "--token", "webui-secret-0123456789")
+	s := svStartInProc(t, e, "--token", "webui-secret-0123456789")
 	p := wuOpen(t, browser, s)
 	p.until("the login form", `!document.getElementById('login').hidden && document.getElementById('app').hidden`)
 	p.run(chromedp.SendKeys(chromedp.CSS("#login-token"), "wrong"), chromedp.Click(chromedp.CSS(`#login-form button[type=submit]`)))

@@ -124,7 +124,7 @@ const focusedAction = `((document.activeElement && document.activeElement.datase
 func TestWebUIWelcome(t *testing.T) {
 	browser := wuBrowser(t)
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 
 	t.Run("desktop", func(t *testing.T) {
 		p, con := wuOpenAt(t, browser, s, 1280, 900)
@@ -196,7 +196,7 @@ func TestWebUIModelAndThinking(t *testing.T) {
 		"compat": map[string]bool{"supportsDeveloperRole": false, "supportsReasoningEffort": false},
 	}
 	e := e2eNewEnv(t, e2eOpts{proxy: true, extra: []any{thinker}})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	p, con := wuOpenAt(t, browser, s, 0, 0)
 	p.newConversation("switching")
 	p.until("the model shown", `document.getElementById('conv-model').textContent.startsWith('mock/mock-model · thinking ')`)
@@ -255,7 +255,7 @@ func TestWebUIModelAndThinking(t *testing.T) {
 func TestWebUIApprovalKeys(t *testing.T) {
 	browser := wuBrowser(t)
 	e := e2eNewEnv(t, e2eOpts{proxy: true})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	p, con := wuOpenAt(t, browser, s, 0, 0)
 	p.newConversation("keys")
 	ran := func(s string) string {
@@ -364,7 +364,7 @@ func TestWebUIApprovalKeys(t *testing.T) {
 func TestWebUIToolState(t *testing.T) {
 	browser := wuBrowser(t)
 	e := e2eNewEnv(t, e2eOpts{proxy: true})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	p, con := wuOpenAt(t, browser, s, 0, 0)
 	p.newConversation("long tool")
 	p.send("CMD:echo started; sleep 60")

@@ -10,7 +10,7 @@ import "testing"
 func TestWebUIModeChip(t *testing.T) {
 	browser := wuBrowser(t)
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e)
+	s := svStartInProc(t, e)
 	p := wuOpen(t, browser, s)
 	p.newConversation("modes")
 	p.until("the mode chip", `!document.getElementById('conv-mode').hidden && document.getElementById('conv-mode').value === 'build' && [...document.querySelectorAll('#conv-mode option')].map((o) => o.value).join() === 'build,plan'`)
