@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/sandbox"
 )
 
@@ -25,13 +25,13 @@ func TestACPEditorRequestsHeldToTheSandbox(t *testing.T) {
 	e := e2eNewEnv(t, e2eOpts{})
 	outside := filepath.Join(e.root, "outside.txt")
 	inside := filepath.Join(e.cwd, "inside.txt")
-	e.tweak("WRITE-OUT", func(s *llmtest.Script) {
+	e.tweak("WRITE-OUT", func(s *wiremock.Script) {
 		*s = e2eToolScript("write", map[string]string{"path": outside, "content": "escaped"})
 	})
-	e.tweak("WRITE-IN", func(s *llmtest.Script) {
+	e.tweak("WRITE-IN", func(s *wiremock.Script) {
 		*s = e2eToolScript("write", map[string]string{"path": inside, "content": "fine"})
 	})
-	e.tweak("BASH-OUT", func(s *llmtest.Script) {
+	e.tweak("BASH-OUT", func(s *wiremock.Script) {
 		*s = e2eToolScript("bash", map[string]string{"command": "echo ran-here; echo escaped > " + outside})
 	})
 	steps := e.acpClient([]string{"init-editor", "new", "reject:WRITE-OUT", "prompt:WRITE-IN", "reject:BASH-OUT", "editor-log"})

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // agentd acp --connect takes the editor's MCP servers in session/new: they
@@ -17,7 +17,7 @@ func TestACPConnectEditorMCPServers(t *testing.T) {
 	t.Parallel()
 	bin := testMCPServer(t)
 	e := e2eNewEnv(t, e2eOpts{})
-	e.tweak("MCP-ECHO", func(s *llmtest.Script) {
+	e.tweak("MCP-ECHO", func(s *wiremock.Script) {
 		*s = e2eToolScript("tiny__echo", map[string]string{"text": "through the bridge"})
 	})
 	s := svStart(t, e)
@@ -81,7 +81,7 @@ func TestACPConnectMCPWithTheOfficialClient(t *testing.T) {
 	t.Parallel()
 	bin := testMCPServer(t)
 	e := e2eNewEnv(t, e2eOpts{})
-	e.tweak("MCP-ECHO", func(s *llmtest.Script) {
+	e.tweak("MCP-ECHO", func(s *wiremock.Script) {
 		*s = e2eToolScript("tiny__echo", map[string]string{"text": "sdk bridge"})
 	})
 	s := svStart(t, e)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // acpSDKVersion is the official ACP TypeScript SDK the end-to-end tests
@@ -241,8 +241,8 @@ func TestACPMCPServerAsToolSource(t *testing.T) {
 	server := testMCPServer(t)
 	// In the temp dir: the server runs under the session's sandbox.
 	pidFile := filepath.Join(e.tmp, "mcp.pid")
-	echo := func(text string) func(*llmtest.Script) {
-		return func(s *llmtest.Script) {
+	echo := func(text string) func(*wiremock.Script) {
+		return func(s *wiremock.Script) {
 			u := s.Usage
 			*s = e2eToolScript("tiny__echo", map[string]string{"text": text})
 			s.Usage = u
@@ -251,8 +251,8 @@ func TestACPMCPServerAsToolSource(t *testing.T) {
 	e.tweak("MCP-ECHO", echo("via mcp"))
 	e.tweak("MCP-ASK", echo("ask me first"))
 	e.tweak("MCP-AGAIN", echo("after the crash"))
-	e.tweak("MCP-CRASH", func(s *llmtest.Script) { *s = e2eToolScript("tiny__crash", map[string]string{}) })
-	e.tweak("BUILTIN-LS", func(s *llmtest.Script) { *s = e2eToolScript("ls", map[string]string{}) })
+	e.tweak("MCP-CRASH", func(s *wiremock.Script) { *s = e2eToolScript("tiny__crash", map[string]string{}) })
+	e.tweak("BUILTIN-LS", func(s *wiremock.Script) { *s = e2eToolScript("ls", map[string]string{}) })
 	policy := e.writePolicy(`{"rules":[{"tool":"tiny__echo","arg":"args.text","match":"ask me*","action":"ask"}]}`)
 	steps := e.acpClient([]string{
 		"init", "new-mcp:tiny=" + server + "," + pidFile,
@@ -318,8 +318,8 @@ func TestRPCMCPConfig(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(e.cwd, ".agentd", "mcp.json"), []byte(project), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.tweak("MCP-ECHO", func(s *llmtest.Script) { *s = e2eToolScript("tiny__echo", map[string]string{"text": "from rpc"}) })
-	e.tweak("MCP-PROJECT", func(s *llmtest.Script) {
+	e.tweak("MCP-ECHO", func(s *wiremock.Script) { *s = e2eToolScript("tiny__echo", map[string]string{"text": "from rpc"}) })
+	e.tweak("MCP-PROJECT", func(s *wiremock.Script) {
 		*s = e2eToolScript("proj__echo", map[string]string{"text": "from the project"})
 	})
 	run := func(want map[string]string) {

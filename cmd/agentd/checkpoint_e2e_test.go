@@ -7,19 +7,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // cpTurnScript answers "change the files" with a turn that edits a.txt,
 // rewrites b.txt and runs bash to make c.txt (then the mock's usual
 // "Tool said" answer).
 func cpTurnScript(e *e2eEnv) {
-	e.mock.Handle(func(r *llmtest.Request) llmtest.Script {
+	e.mock.Handle(func(r *wiremock.Request) wiremock.Script {
 		msgs, _ := r.JSON["messages"].([]any)
 		if n := len(msgs); n > 0 {
 			last, _ := msgs[n-1].(map[string]any)
 			if last["role"] == "user" && e2eChatText(last["content"]) == "change the files" {
-				return llmtest.Script{ToolCalls: []llmtest.ToolCall{
+				return wiremock.Script{ToolCalls: []wiremock.ToolCall{
 					{ID: "e1", Name: "edit", Args: []string{`{"path":"a.txt","edits":[{"oldText":"two","newText":"TWO"}]}`}},
 					{ID: "w1", Name: "write", Args: []string{`{"path":"b.txt","content":"b after\n"}`}},
 					{ID: "b1", Name: "bash", Args: []string{`{"command":"echo made > c.txt"}`}},

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/sandbox"
 )
 
@@ -209,8 +209,8 @@ func TestSkillReadableInEverySandboxMode(t *testing.T) {
 			skill := e2eCommandFiles(t, e)
 			secret := filepath.Join(e.home, ".agentd", "private-note.md")
 			writeFileAll(t, secret, "PRIVATE-CONFIG-TEXT")
-			e.tweak("READ SKILL", func(s *llmtest.Script) { *s = e2eToolScript("read", map[string]string{"path": skill}) })
-			e.tweak("READ SECRET", func(s *llmtest.Script) { *s = e2eToolScript("read", map[string]string{"path": secret}) })
+			e.tweak("READ SKILL", func(s *wiremock.Script) { *s = e2eToolScript("read", map[string]string{"path": skill}) })
+			e.tweak("READ SECRET", func(s *wiremock.Script) { *s = e2eToolScript("read", map[string]string{"path": secret}) })
 			s := svStartInProc(t, e, "--sandbox", mode)
 			A := s.dial("A")
 			svCreate(A, "sk")

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // Tests of what a newcomer meets first: piping a prompt into agentd rpc,
@@ -161,7 +161,7 @@ func TestRPCSignalAbortsAfterStdinClose(t *testing.T) {
 		t.Run("mid-run "+sig.String(), func(t *testing.T) {
 			t.Parallel()
 			e := e2eNewEnv(t, e2eOpts{})
-			e.tweak("hang", func(s *llmtest.Script) { s.HangAfter = 1 })
+			e.tweak("hang", func(s *wiremock.Script) { s.HangAfter = 1 })
 			p := e.start("--no-session")
 			p.ok(`{"id":"p","type":"prompt","message":"hang"}`)
 			p.event("message_update:text_delta")

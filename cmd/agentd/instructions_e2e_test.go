@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // A piped prompt to agentd rpc, run in a nested project directory,
@@ -38,7 +39,7 @@ func TestRPCContextFilesReachTheProvider(t *testing.T) {
 		{name: "loaded", want: []string{"RULE-AGENTD-GLOBAL", "RULE-PI-GLOBAL", "RULE-PROJECT", "RULE-PKG-CLAUDE", "RULE-INNER"}},
 		{name: "off", flags: []string{"--no-context-files"}},
 	} {
-		srv.Enqueue(llmtest.Script{Text: []string{"done"}})
+		srv.Enqueue(wiremock.Script{Text: []string{"done"}})
 		args := append([]string{"rpc", "--no-session", "--model", "mock/m1"}, tt.flags...)
 		r := runIn(t, cwd, home, nil, input, args...)
 		if r.code != 0 {

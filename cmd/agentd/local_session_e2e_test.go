@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // The commands that host one session here (rpc, acp, tools) check their
@@ -165,7 +165,7 @@ func TestLocalSessionMCPServersEnd(t *testing.T) {
 
 	t.Run("rpc", func(t *testing.T) {
 		path, serverPid, childPid := config("rpc")
-		e.tweak("MCP-ECHO", func(s *llmtest.Script) { *s = e2eToolScript("tiny__echo", map[string]string{"text": "hi"}) })
+		e.tweak("MCP-ECHO", func(s *wiremock.Script) { *s = e2eToolScript("tiny__echo", map[string]string{"text": "hi"}) })
 		p := e.start("--no-session", "--mcp-config", path)
 		p.ok(`{"id":"1","type":"prompt","message":"MCP-ECHO"}`)
 		p.event("tool_execution_end")

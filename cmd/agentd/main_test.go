@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/cli"
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/sandbox"
 	"github.com/agentd-dev/agentd/internal/tool"
 )
@@ -239,7 +240,7 @@ func TestAskThroughEachWireAPI(t *testing.T) {
 	}})
 	for _, provider := range []string{"mock-anthropic", "mock-chat", "mock-responses"} {
 		t.Run(provider, func(t *testing.T) {
-			srv.Enqueue(llmtest.Script{Thinking: []string{"pondering"}, Text: []string{"Hello ", "from ", provider}, Usage: &llmtest.Usage{Input: 42, Output: 7}})
+			srv.Enqueue(wiremock.Script{Thinking: []string{"pondering"}, Text: []string{"Hello ", "from ", provider}, Usage: &wiremock.Usage{Input: 42, Output: 7}})
 			r := run(t, home, []string{"MOCK_KEY=secret-" + provider}, "", "ask", "--model", provider+"/m1:low", "Say hi")
 			if r.code != 0 || strings.TrimSpace(r.stdout) != "Hello from "+provider {
 				t.Fatalf("exit %d\nstdout %q\nstderr %s", r.code, r.stdout, r.stderr)
@@ -259,7 +260,7 @@ func TestAskThroughEachWireAPI(t *testing.T) {
 	}
 
 	t.Run("provider error reaches the user", func(t *testing.T) {
-		srv.Enqueue(llmtest.Script{Status: 429, ErrorType: "rate_limit_error", ErrorMessage: "Rate limit reached", RetryAfter: "3"})
+		srv.Enqueue(wiremock.Script{Status: 429, ErrorType: "rate_limit_error", ErrorMessage: "Rate limit reached", RetryAfter: "3"})
 		r := run(t, home, []string{"MOCK_KEY=k"}, "", "ask", "--model", "mock-chat/m1", "hi")
 		if r.code != 1 || !strings.Contains(r.stderr, "429 Rate limit reached") {
 			t.Fatalf("exit %d stderr %s", r.code, r.stderr)

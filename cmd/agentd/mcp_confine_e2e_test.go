@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // An MCP server agentd starts gets PATH, HOME, LANG, TMPDIR and what its
@@ -45,9 +45,9 @@ func TestMCPServerEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"AGENTD_TOKEN", "OPENAI_API_KEY", "SERVICE_URL"} {
-		e.tweak("ENV-"+name, func(s *llmtest.Script) { *s = e2eToolScript("tiny__env", map[string]string{"name": name}) })
+		e.tweak("ENV-"+name, func(s *wiremock.Script) { *s = e2eToolScript("tiny__env", map[string]string{"name": name}) })
 	}
-	e.tweak("ENV-ALL", func(s *llmtest.Script) { *s = e2eToolScript("everything__get-env", map[string]string{}) })
+	e.tweak("ENV-ALL", func(s *wiremock.Script) { *s = e2eToolScript("everything__get-env", map[string]string{}) })
 	s := svLaunch(t, e, svOpts{env: []string{"AGENTD_TOKEN=" + token, "OPENAI_API_KEY=" + key}}, "--mcp-config", cfg)
 	A := s.dialRaw(t, svDialOpts{name: "A", header: http.Header{"Authorization": {"Bearer " + token}}})
 	A.ready()

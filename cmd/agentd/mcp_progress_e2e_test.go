@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // An MCP server's progress for a call reaches a pi-server client as the
@@ -28,7 +28,7 @@ func TestMCPProgressReachesTheClient(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(`{"mcpServers":{"tiny":{"command":"`+bin+`"}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.tweak("MCP-PROGRESS", func(s *llmtest.Script) {
+	e.tweak("MCP-PROGRESS", func(s *wiremock.Script) {
 		*s = e2eToolScript("tiny__progress", map[string]string{"gate": gate})
 	})
 	s := svStart(t, e, "--mcp-config", cfg)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // MCP servers that cannot start (a command that does not exist, one that
@@ -134,7 +134,7 @@ func TestMCPServersThatFailToStart(t *testing.T) {
 		if err := os.WriteFile(path, cfg, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		e.tweak("MCP-ECHO", func(s *llmtest.Script) {
+		e.tweak("MCP-ECHO", func(s *wiremock.Script) {
 			*s = e2eToolScript("tiny__echo", map[string]string{"text": "still works"})
 		})
 		s := svStart(t, e, "--mcp-config", path)

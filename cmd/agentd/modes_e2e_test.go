@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/sandbox"
 )
 
@@ -51,7 +51,7 @@ func TestServePlanModeRefusesWritesAcrossRestart(t *testing.T) {
 	t.Parallel()
 	needLandlock(t)
 	e := e2eNewEnv(t, e2eOpts{})
-	e.tweak("WRITE-IT", func(s *llmtest.Script) {
+	e.tweak("WRITE-IT", func(s *wiremock.Script) {
 		*s = e2eToolScript("write", map[string]string{"path": "w.txt", "content": "x"})
 	})
 	s := svStart(t, e)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // procsGuard bounds the waits for processes to appear and to go; the
@@ -56,7 +56,7 @@ func TestKilledAgentdTakesItsProcessesAlong(t *testing.T) {
 	pidFile := filepath.Join(e.root, "sleeper-pid")
 	cmd := fmt.Sprintf("setsid sh -c 'echo $$ > %s; exec sleep 300' >/dev/null 2>&1 & echo started", pidFile)
 	// The call asks to keep what it leaves in the background.
-	e.tweak("CMD:"+cmd, func(s *llmtest.Script) {
+	e.tweak("CMD:"+cmd, func(s *wiremock.Script) {
 		u := s.Usage
 		*s = e2eToolScript("bash", map[string]any{"command": cmd, "background": true})
 		s.Usage = u

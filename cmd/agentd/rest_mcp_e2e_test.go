@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // rsRunTool runs prompt in conversation id (rsStepTool) and waits for
@@ -54,7 +54,7 @@ func TestRESTConversationMCPAfterKill9(t *testing.T) {
 	if m, _ := cfg.m["mcp"].(map[string]any); m == nil || !strings.Contains(cfg.body, `"name":"tiny"`) {
 		t.Fatalf("the mcp section after the restart: %s", cfg)
 	}
-	e.tweak("call the tiny tool", func(sc *llmtest.Script) {
+	e.tweak("call the tiny tool", func(sc *wiremock.Script) {
 		*sc = e2eToolScript("tiny__echo", map[string]string{"text": "after the crash"})
 	})
 	rsRunTool(t, s2, id, "call the tiny tool", "tiny echo: after the crash")
@@ -132,7 +132,7 @@ func TestRESTConversationMCPAutoStartAndSecretsAfterKill9(t *testing.T) {
 	if started() {
 		t.Fatal("the server started when the conversation loaded after the restart")
 	}
-	e.tweak("read the token", func(sc *llmtest.Script) { *sc = e2eToolScript("tiny__env", map[string]string{"name": "TOKEN"}) })
+	e.tweak("read the token", func(sc *wiremock.Script) { *sc = e2eToolScript("tiny__env", map[string]string{"name": "TOKEN"}) })
 	rsRunTool(t, s2, id, "read the token", "tiny env: TOKEN="+secret)
 	if !started() {
 		t.Fatal("the tool answered, but the server never wrote its pid file")

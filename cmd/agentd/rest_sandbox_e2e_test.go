@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/sandbox"
 )
 
@@ -82,9 +82,9 @@ func TestRESTConversationSandbox(t *testing.T) {
 		t.Helper()
 		prompt := "write " + name
 		callID := "call_write_" + name
-		e.tweak(prompt, func(sc *llmtest.Script) {
+		e.tweak(prompt, func(sc *wiremock.Script) {
 			a, _ := json.Marshal(map[string]string{"path": name, "content": "should not exist"})
-			*sc = llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: callID, Name: "write", Args: []string{string(a)}}}}
+			*sc = wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: callID, Name: "write", Args: []string{string(a)}}}}
 		})
 		st, from := rsStepTool(t, sv, id, prompt)
 		defer st.close()

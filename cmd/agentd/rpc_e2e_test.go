@@ -42,6 +42,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/transcript"
 )
 
@@ -342,13 +343,13 @@ func e2eChunks(s string, n int) []string {
 	return out
 }
 
-func e2eTextScript(s string) llmtest.Script {
-	return llmtest.Script{Text: e2eChunks(s, 8)}
+func e2eTextScript(s string) wiremock.Script {
+	return wiremock.Script{Text: e2eChunks(s, 8)}
 }
 
-func e2eToolScript(name string, args any) llmtest.Script {
+func e2eToolScript(name string, args any) wiremock.Script {
 	a, _ := json.Marshal(args)
-	return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "call_mock1", Name: name, Args: append([]string{""}, e2eChunks(string(a), 10)...)}}}
+	return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "call_mock1", Name: name, Args: append([]string{""}, e2eChunks(string(a), 10)...)}}}
 }
 
 // e2eAskArgs are ask_user questions the mock asks for "ASK:<kind>": agentd's
@@ -476,12 +477,12 @@ func (p *e2eProxy) serve(w http.ResponseWriter, r *http.Request) {
 type e2eEnv struct {
 	t                          *testing.T
 	root, home, cwd, data, tmp string
-	mock                       *llmtest.Server
+	mock                       *wiremock.Server
 	proxy                      *e2eProxy
 
 	mu     sync.Mutex
-	tweaks map[string]func(*llmtest.Script) // by the exact last user text
-	seen   map[string]int                   // FLAKY: requests per text
+	tweaks map[string]func(*wiremock.Script) // by the exact last user text
+	seen   map[string]int                    // FLAKY: requests per text
 }
 
 type e2eOpts struct {
@@ -495,7 +496,7 @@ func e2eNewEnv(t *testing.T, o e2eOpts) *e2eEnv {
 	root := t.TempDir()
 	e := &e2eEnv{t: t, root: root, home: filepath.Join(root, "home"), cwd: filepath.Join(root, "work"),
 		data: filepath.Join(root, "data"), tmp: filepath.Join(root, "tmp"),
-		tweaks: map[string]func(*llmtest.Script){}, seen: map[string]int{}}
+		tweaks: map[string]func(*wiremock.Script){}, seen: map[string]int{}}
 	for _, d := range []string{e.home, e.cwd, e.data, e.tmp} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -529,7 +530,7 @@ func e2eNewEnv(t *testing.T, o e2eOpts) *e2eEnv {
 
 // tweak changes the script answering the request whose last message is
 // the user text text.
-func (e *e2eEnv) tweak(text string, f func(*llmtest.Script)) {
+func (e *e2eEnv) tweak(text string, f func(*wiremock.Script)) {
 	e.mu.Lock()
 	e.tweaks[text] = f
 	e.mu.Unlock()
@@ -538,7 +539,7 @@ func (e *e2eEnv) tweak(text string, f func(*llmtest.Script)) {
 // script is pi's reference mock (README.md of the reference), plus
 // ASK:<kind> (an ask_user question) and FLAKY:<status> (that status once,
 // then an answer) for what pi's transcripts did through extensions.
-func (e *e2eEnv) script(r *llmtest.Request) llmtest.Script {
+func (e *e2eEnv) script(r *wiremock.Request) wiremock.Script {
 	msgs, _ := r.JSON["messages"].([]any)
 	var last map[string]any
 	if n := len(msgs); n > 0 {
@@ -546,7 +547,7 @@ func (e *e2eEnv) script(r *llmtest.Request) llmtest.Script {
 	}
 	role, _ := last["role"].(string)
 	text := e2eChatText(last["content"])
-	var s llmtest.Script
+	var s wiremock.Script
 	switch {
 	case role == "tool":
 		s = e2eTextScript("Tool said: " + e2ePrefix(strings.TrimSpace(text), 40))
@@ -556,16 +557,16 @@ func (e *e2eEnv) script(r *llmtest.Request) llmtest.Script {
 		s = e2eToolScript("bash", map[string]string{"command": e2eCmdRe.FindStringSubmatch(text)[1]})
 	case e2eFailRe.MatchString(text):
 		code, _ := strconv.Atoi(e2eFailRe.FindStringSubmatch(text)[1])
-		return llmtest.Script{Status: code, ErrorType: "api_error", ErrorMessage: fmt.Sprintf("mock failure %d", code)}
+		return wiremock.Script{Status: code, ErrorType: "api_error", ErrorMessage: fmt.Sprintf("mock failure %d", code)}
 	case e2eFlakyRe.MatchString(text) && e.firstTime(text):
 		code, _ := strconv.Atoi(e2eFlakyRe.FindStringSubmatch(text)[1])
-		return llmtest.Script{Status: code, ErrorType: "api_error", ErrorMessage: fmt.Sprintf("mock failure %d", code)}
+		return wiremock.Script{Status: code, ErrorType: "api_error", ErrorMessage: fmt.Sprintf("mock failure %d", code)}
 	case e2eAskRe.MatchString(text) && e2eAskArgs[e2eAskRe.FindStringSubmatch(text)[1]] != nil:
 		s = e2eToolScript("ask_user", e2eAskArgs[e2eAskRe.FindStringSubmatch(text)[1]])
 	default:
 		s = e2eTextScript("Hello from mock! You said: " + e2ePrefix(text, 60))
 	}
-	s.Usage = &llmtest.Usage{Input: 42, Output: 7}
+	s.Usage = &wiremock.Usage{Input: 42, Output: 7}
 	e.mu.Lock()
 	f := e.tweaks[text]
 	e.mu.Unlock()
@@ -1474,7 +1475,7 @@ func TestRPCPiTranscript2(t *testing.T) {
 	// session (compact_small_session checks the default).
 	e := e2eNewEnv(t, e2eOpts{proxy: true, settings: map[string]any{"compaction": map[string]any{"keepRecentTokens": 1}}})
 	release := e.proxy.holdAfter("first long prompt", 2) // the role chunk, the first delta
-	e.tweak("prompt to abort", func(s *llmtest.Script) { s.HangAfter = 1 })
+	e.tweak("prompt to abort", func(s *wiremock.Script) { s.HangAfter = 1 })
 	p := e.start()
 
 	// prompt + steer + follow_up while streaming: the stream is held after
@@ -2443,7 +2444,7 @@ func TestRPCOnceDifferedFromPi(t *testing.T) {
 		// pi's transcript 2: an abort mid-text ends the block with text_end
 		// (stopReason aborted in the partial) before message_end.
 		e := e2eNewEnv(t, e2eOpts{})
-		e.tweak("abort me", func(s *llmtest.Script) { s.HangAfter = 1 })
+		e.tweak("abort me", func(s *wiremock.Script) { s.HangAfter = 1 })
 		p := e.start("--no-session")
 		p.ok(`{"id":"p","type":"prompt","message":"abort me"}`)
 		p.event("message_update:text_delta")

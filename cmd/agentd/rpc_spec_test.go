@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // TestRPCSpecExampleSession replays the example session of the RPC spec
@@ -21,10 +22,10 @@ import (
 func TestRPCSpecExampleSession(t *testing.T) {
 	srv := llmtest.NewServer(t)
 	srv.Enqueue(
-		llmtest.Script{Text: []string{"I'll list", " the files for you."},
-			ToolCalls: []llmtest.ToolCall{{ID: "call_123", Name: "bash", Args: []string{`{"command":`, `"ls -la"}`}}},
-			Usage:     &llmtest.Usage{Input: 120, Output: 30}},
-		llmtest.Script{Text: []string{"Here are the files", " in the current directory:\n..."}, Usage: &llmtest.Usage{Input: 200, Output: 20}},
+		wiremock.Script{Text: []string{"I'll list", " the files for you."},
+			ToolCalls: []wiremock.ToolCall{{ID: "call_123", Name: "bash", Args: []string{`{"command":`, `"ls -la"}`}}},
+			Usage:     &wiremock.Usage{Input: 120, Output: 30}},
+		wiremock.Script{Text: []string{"Here are the files", " in the current directory:\n..."}, Usage: &wiremock.Usage{Input: 200, Output: 20}},
 	)
 	home, cwd := t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(cwd, "a.txt"), []byte("x"), 0o644); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // pcNodeModules returns the node_modules directory pi 0.73.1 is installed
@@ -106,19 +107,19 @@ var pcCallSeq atomic.Int64
 //     deltas.
 //
 // Every answer reports 42 input and 7 output tokens (LONG: pcLongDeltas).
-func pcMockScript(r *llmtest.Request) llmtest.Script {
-	usage := &llmtest.Usage{Input: 42, Output: 7}
+func pcMockScript(r *wiremock.Request) wiremock.Script {
+	usage := &wiremock.Usage{Input: 42, Output: 7}
 	role, text := pcLastMessage(r.JSON)
 	if role == "user" && (strings.Contains(text, "<transcript>") || strings.Contains(text, "<conversation>")) {
-		return llmtest.Script{Text: pcChunks("## Goal\nMOCK-SUMMARY of the session so far.", 8), Usage: usage}
+		return wiremock.Script{Text: pcChunks("## Goal\nMOCK-SUMMARY of the session so far.", 8), Usage: usage}
 	}
 	if role == "tool" {
-		return llmtest.Script{Text: pcChunks("Tool said: "+pcFirstRunes(strings.TrimSpace(text), 40), 8), Usage: usage}
+		return wiremock.Script{Text: pcChunks("Tool said: "+pcFirstRunes(strings.TrimSpace(text), 40), 8), Usage: usage}
 	}
-	bash := func(cmd string) llmtest.Script {
+	bash := func(cmd string) wiremock.Script {
 		args, _ := json.Marshal(map[string]string{"command": cmd})
 		id := "call_mock" + strconv.FormatInt(pcCallSeq.Add(1), 10)
-		return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: id, Name: "bash", Args: pcChunks(string(args), 10)}}, Usage: usage}
+		return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: id, Name: "bash", Args: pcChunks(string(args), 10)}}, Usage: usage}
 	}
 	switch {
 	case strings.Contains(text, "USE_TOOL"):
@@ -129,13 +130,13 @@ func pcMockScript(r *llmtest.Request) llmtest.Script {
 	case strings.Contains(text, "FAIL:"):
 		_, s, _ := strings.Cut(text, "FAIL:")
 		status, _ := strconv.Atoi(strings.Fields(s + " 500")[0])
-		return llmtest.Script{Status: status, ErrorType: "api_error", ErrorMessage: fmt.Sprintf("mock failure %d", status)}
+		return wiremock.Script{Status: status, ErrorType: "api_error", ErrorMessage: fmt.Sprintf("mock failure %d", status)}
 	case strings.Contains(text, "LONG"):
-		return llmtest.Script{Text: pcLongAnswerDeltas(), Usage: &llmtest.Usage{Input: 42, Output: pcLongDeltas}}
+		return wiremock.Script{Text: pcLongAnswerDeltas(), Usage: &wiremock.Usage{Input: 42, Output: pcLongDeltas}}
 	case strings.Contains(text, "SLOW"):
-		return llmtest.Script{Text: pcChunks("Hello from mock! You said: "+text, 1), Delay: pcSlowDelay, Usage: usage}
+		return wiremock.Script{Text: pcChunks("Hello from mock! You said: "+text, 1), Delay: pcSlowDelay, Usage: usage}
 	}
-	return llmtest.Script{Text: pcChunks("Hello from mock! You said: "+text, 8), Usage: usage}
+	return wiremock.Script{Text: pcChunks("Hello from mock! You said: "+text, 8), Usage: usage}
 }
 
 // pcLongAnswerDeltas are the text deltas of a LONG answer: pcLongDeltas
@@ -195,7 +196,7 @@ func pcFirstRunes(s string, n int) string {
 }
 
 // pcNewMock starts the wire mock answering by pcMockScript.
-func pcNewMock(t testing.TB) *llmtest.Server {
+func pcNewMock(t testing.TB) *wiremock.Server {
 	srv := llmtest.NewServer(t)
 	srv.Handle(pcMockScript)
 	return srv

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/sandbox"
 )
 
@@ -135,7 +135,7 @@ echo "own: $(cat mine)"; echo new > new && echo "wrote: $(cat new)"`, pid, pid,
 	// The read tool, which runs in agentd itself, refuses the same.
 	for i, path := range []string{filepath.Join(e.home, ".agentd", "models.json"), keyFile, filepath.Join(peer, "notes")} {
 		prompt := fmt.Sprintf("READ-%d", i)
-		e.tweak(prompt, func(s *llmtest.Script) { *s = e2eToolScript("read", map[string]string{"path": path}) })
+		e.tweak(prompt, func(s *wiremock.Script) { *s = e2eToolScript("read", map[string]string{"path": path}) })
 		id := fmt.Sprintf("r%d", i)
 		A.send(svM{"id": id, "type": "prompt", "sessionId": "own", "message": prompt})
 		te := A.waitEvent("own", "tool_execution_end")

@@ -22,7 +22,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // ---------------------------------------------------------------------------
@@ -1803,7 +1803,7 @@ func TestServeAfterSeqResume(t *testing.T) {
 	t.Run("resume while events stream", func(t *testing.T) {
 		t.Parallel()
 		e := e2eNewEnv(t, e2eOpts{})
-		e.tweak("long stream", func(s *llmtest.Script) {
+		e.tweak("long stream", func(s *wiremock.Script) {
 			s.Text = e2eChunks(strings.Repeat("abcdefgh", 150), 4)
 			s.Delay = 2 * time.Millisecond
 		})
@@ -2141,7 +2141,7 @@ func TestServeOwnLifecycle(t *testing.T) {
 func TestServeDeleteDuringPrompt(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	e.tweak("slow answer", func(s *llmtest.Script) {
+	e.tweak("slow answer", func(s *wiremock.Script) {
 		s.Text = e2eChunks(strings.Repeat("word ", 400), 5)
 		s.Delay = 50 * time.Millisecond
 	})

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // svToolsSettled asks get_tools of session sid until no MCP server is
@@ -52,7 +52,7 @@ func TestServeMCPStartsInTheBackground(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(`{"mcpServers":{"slow":{"command":"sh","args":["-c","cat `+gate+` >/dev/null; exec `+bin+`"]}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.tweak("MCP-ECHO", func(s *llmtest.Script) {
+	e.tweak("MCP-ECHO", func(s *wiremock.Script) {
 		*s = e2eToolScript("slow__echo", map[string]string{"text": "ready now"})
 	})
 	s := svStartInProc(t, e, "--mcp-config", cfg) // ready while the MCP server is stuck

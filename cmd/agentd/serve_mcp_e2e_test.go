@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // agentd serve --mcp-config: the servers' tools are offered to every
@@ -24,7 +24,7 @@ func TestServeMCPConfig(t *testing.T) {
 		if err := os.WriteFile(cfg, []byte(`{"mcpServers":{"tiny":{"command":"`+bin+`","args":["`+pidFile+`"]}}}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		e.tweak("MCP-ECHO", func(s *llmtest.Script) {
+		e.tweak("MCP-ECHO", func(s *wiremock.Script) {
 			*s = e2eToolScript("tiny__echo", map[string]string{"text": "from serve"})
 		})
 		return e, cfg, pidFile

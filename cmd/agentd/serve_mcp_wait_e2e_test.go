@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // A prompt sent while a --mcp-config server of agentd serve is still
@@ -28,7 +28,7 @@ func TestServePromptWaitsForStartingMCPServers(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(`{"mcpServers":{"slow":{"command":"sh","args":["-c","cat `+gate+` >/dev/null; exec `+bin+`"]}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.tweak("MCP-ECHO", func(s *llmtest.Script) {
+	e.tweak("MCP-ECHO", func(s *wiremock.Script) {
 		*s = e2eToolScript("slow__echo", map[string]string{"text": "waited"})
 	})
 	s := svStartInProc(t, e, "--mcp-config", cfg)

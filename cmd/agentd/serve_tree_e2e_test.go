@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // svTreeNode is one node of a get_tree response, as "type/role text".
@@ -159,9 +159,9 @@ func TestServeTreeAbortSummary(t *testing.T) {
 	e := e2eNewEnv(t, e2eOpts{})
 	// Summary requests (the only ones without tools) hang after their
 	// first words.
-	e.mock.Handle(func(r *llmtest.Request) llmtest.Script {
+	e.mock.Handle(func(r *wiremock.Request) wiremock.Script {
 		if _, ok := r.JSON["tools"]; !ok {
-			return llmtest.Script{Text: []string{"## Goal", " never", " finished"}, HangAfter: 2}
+			return wiremock.Script{Text: []string{"## Goal", " never", " finished"}, HangAfter: 2}
 		}
 		return e.script(r)
 	})

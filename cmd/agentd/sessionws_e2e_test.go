@@ -23,7 +23,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // swSession creates a session over pi-server and returns its id and the
@@ -64,8 +64,8 @@ func swIsState(state string) func(swMsg) bool {
 // plan of four steps, the second in progress.
 func swPlanScript(e *e2eEnv, text string) {
 	plan := `{"todos":[{"content":"read","status":"completed"},{"content":"write","status":"in_progress"},{"content":"test","status":"pending"},{"content":"ship","status":"pending"}]}`
-	e.tweak(text, func(s *llmtest.Script) {
-		*s = llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "call_plan", Name: "todo", Args: []string{plan}}}, Usage: &llmtest.Usage{Input: 42, Output: 7}}
+	e.tweak(text, func(s *wiremock.Script) {
+		*s = wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "call_plan", Name: "todo", Args: []string{plan}}}, Usage: &wiremock.Usage{Input: 42, Output: 7}}
 	})
 }
 
@@ -750,8 +750,8 @@ func TestSessionWSSlowReader(t *testing.T) {
 	// deadline (a client silent longer is dropped), slow as -race is: its
 	// answers are smaller.
 	mid := big[:64<<10]
-	e.tweak("BIG", func(sc *llmtest.Script) {
-		*sc = llmtest.Script{Text: []string{mid[:len(mid)/2], mid[len(mid)/2:]}, Usage: &llmtest.Usage{Input: 1, Output: 1}}
+	e.tweak("BIG", func(sc *wiremock.Script) {
+		*sc = wiremock.Script{Text: []string{mid[:len(mid)/2], mid[len(mid)/2:]}, Usage: &wiremock.Usage{Input: 1, Output: 1}}
 	})
 	count := func(c *swClient, typ string) int {
 		n := 0
@@ -803,8 +803,8 @@ func TestSessionWSSlowReader(t *testing.T) {
 	// small socket buffer keeps the kernel from absorbing much first),
 	// and resumes from the last message it got.
 	e2 := e2eNewEnv(t, e2eOpts{})
-	e2.tweak("BIG", func(sc *llmtest.Script) {
-		*sc = llmtest.Script{Text: []string{big}, Usage: &llmtest.Usage{Input: 1, Output: 1}}
+	e2.tweak("BIG", func(sc *wiremock.Script) {
+		*sc = wiremock.Script{Text: []string{big}, Usage: &wiremock.Usage{Input: 1, Output: 1}}
 	})
 	s2 := svStartInProc(t, e2, "--ws-max-queued-bytes", "4194304")
 	schema2 := swSchema(t, s2)

@@ -28,7 +28,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // swNodeModules finds node and the ws package and returns the
@@ -357,7 +357,7 @@ func TestSessionWSNodeClient(t *testing.T) {
 	// A first run over REST: a tool call, its result, an answer. The
 	// model's first answer is held back a little, so the run is long
 	// enough to see progress while it runs.
-	slow := func(s *llmtest.Script) { s.FirstDelay = 150 * time.Millisecond }
+	slow := func(s *wiremock.Script) { s.FirstDelay = 150 * time.Millisecond }
 	e.tweak("CMD:echo first-run", slow)
 	e.tweak("CMD:echo second-run", slow)
 	rest.call(t, "POST", "/api/v2/conversations/"+conv, map[string]any{"role": "user", "content": "CMD:echo first-run"})
@@ -505,7 +505,7 @@ func TestSessionWSSpecClient(t *testing.T) {
 
 	node := swRunNode(t, modules, "spec-client-run.cjs", nil, "ws://127.0.0.1:"+port, conv, token, "2")
 	node.waitType(0, "subscribed")
-	e.tweak("CMD:echo spec-one", func(s *llmtest.Script) { s.FirstDelay = 100 * time.Millisecond })
+	e.tweak("CMD:echo spec-one", func(s *wiremock.Script) { s.FirstDelay = 100 * time.Millisecond })
 	rest.call(t, "POST", "/api/v2/conversations/"+conv, map[string]any{"role": "user", "content": "CMD:echo spec-one"})
 	rest.call(t, "POST", "/api/v2/conversations/"+conv+"/step", map[string]any{"session_id": attachment, "auto_confirm": true})
 	_, first := node.waitType(0, "completed")

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/transcript"
 )
 
@@ -17,7 +17,7 @@ import (
 // child's request (its first user message is the job) answers CHILD-TEXT,
 // or streams a little and hangs when the job says HANG; a request after
 // a tool result answers "parent done".
-func subagentScript(r *llmtest.Request) llmtest.Script {
+func subagentScript(r *wiremock.Request) wiremock.Script {
 	msgs, _ := r.JSON["messages"].([]any)
 	first, last := "", map[string]any{}
 	for _, m := range msgs {
@@ -29,15 +29,15 @@ func subagentScript(r *llmtest.Request) llmtest.Script {
 	}
 	switch {
 	case strings.HasPrefix(first, "JOB") && strings.Contains(first, "HANG"):
-		return llmtest.Script{Text: []string{"looking ", "around ", "…"}, HangAfter: 2}
+		return wiremock.Script{Text: []string{"looking ", "around ", "…"}, HangAfter: 2}
 	case strings.HasPrefix(first, "JOB"):
-		return llmtest.Script{Text: []string{"CHILD-", "TEXT"}, Usage: &llmtest.Usage{Input: 300, Output: 30}}
+		return wiremock.Script{Text: []string{"CHILD-", "TEXT"}, Usage: &wiremock.Usage{Input: 300, Output: 30}}
 	case last["role"] == "tool":
-		return llmtest.Script{Text: []string{"parent done"}, Usage: &llmtest.Usage{Input: 20, Output: 2}}
+		return wiremock.Script{Text: []string{"parent done"}, Usage: &wiremock.Usage{Input: 20, Output: 2}}
 	}
 	job := strings.TrimPrefix(first, "SPAWN:")
 	args, _ := json.Marshal(map[string]string{"description": "look around", "prompt": job, "subagent_type": "explore"})
-	return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "task1", Name: "task", Args: []string{string(args)}}}, Usage: &llmtest.Usage{Input: 10, Output: 1}}
+	return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "task1", Name: "task", Args: []string{string(args)}}}, Usage: &wiremock.Usage{Input: 10, Output: 1}}
 }
 
 // On agentd serve, a task call makes a child session that is listed, and
@@ -206,7 +206,7 @@ func resultText(f svFrame) string {
 func TestServeSubagentApprovalReachesTheParentsClient(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	e.mock.Handle(func(r *llmtest.Request) llmtest.Script {
+	e.mock.Handle(func(r *wiremock.Request) wiremock.Script {
 		msgs, _ := r.JSON["messages"].([]any)
 		first, last := "", map[string]any{}
 		for _, m := range msgs {
@@ -218,14 +218,14 @@ func TestServeSubagentApprovalReachesTheParentsClient(t *testing.T) {
 		}
 		switch {
 		case strings.HasPrefix(first, "JOB") && last["role"] == "tool":
-			return llmtest.Script{Text: []string{"child ran: " + strings.TrimSpace(e2eChatText(last["content"]))}}
+			return wiremock.Script{Text: []string{"child ran: " + strings.TrimSpace(e2eChatText(last["content"]))}}
 		case strings.HasPrefix(first, "JOB"):
-			return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "b1", Name: "bash", Args: []string{`{"command":"echo approved-run"}`}}}}
+			return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "b1", Name: "bash", Args: []string{`{"command":"echo approved-run"}`}}}}
 		case last["role"] == "tool":
-			return llmtest.Script{Text: []string{"parent done"}}
+			return wiremock.Script{Text: []string{"parent done"}}
 		}
 		args, _ := json.Marshal(map[string]string{"description": "run it", "prompt": "JOB run echo", "subagent_type": "general"})
-		return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "task1", Name: "task", Args: []string{string(args)}}}}
+		return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "task1", Name: "task", Args: []string{string(args)}}}}
 	})
 	s := svLaunch(t, e, svOpts{}, "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`))
 	a := s.dial("a")

@@ -14,7 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // The web UI in real Chromium, against the real binary and the
@@ -239,7 +239,7 @@ func TestWebUIConversation(t *testing.T) {
 	})
 
 	t.Run("thinking streams into its box", func(t *testing.T) {
-		e.tweak("think it over", func(s *llmtest.Script) { s.Thinking = []string{"weighing ", "the options"} })
+		e.tweak("think it over", func(s *wiremock.Script) { s.Thinking = []string{"weighing ", "the options"} })
 		release := e.proxy.holdAfter("think it over", 2)
 		p := wuOpen(t, browser, s)
 		p.newConversation("thinking")
@@ -376,7 +376,7 @@ func TestWebUIConversation(t *testing.T) {
 		// and $2 a million.
 		p.until("the totals", `document.getElementById('totals').textContent.includes('49 tokens · $0.0001')`)
 
-		e.tweak("make a plan", func(sc *llmtest.Script) {
+		e.tweak("make a plan", func(sc *wiremock.Script) {
 			*sc = e2eToolScript("todo", map[string]any{"todos": []map[string]any{
 				{"id": 1, "content": "read the code", "status": "completed"},
 				{"id": 2, "content": "write the fix", "status": "in_progress"}}})
@@ -422,10 +422,10 @@ func TestWebUIConversation(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(e.cwd, "notes.txt"), []byte("old line\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		e.tweak("change the notes", func(sc *llmtest.Script) {
+		e.tweak("change the notes", func(sc *wiremock.Script) {
 			*sc = e2eToolScript("edit", map[string]any{"path": "notes.txt", "edits": []map[string]string{{"oldText": "old line", "newText": "new line"}}})
 		})
-		e.tweak("write a file", func(sc *llmtest.Script) {
+		e.tweak("write a file", func(sc *wiremock.Script) {
 			*sc = e2eToolScript("write", map[string]any{"path": "hello.txt", "content": "hello <b>world</b>"})
 		})
 		p := wuOpen(t, browser, s)
@@ -538,7 +538,7 @@ func TestWebUIConversation(t *testing.T) {
 
 	t.Run("model output is text", func(t *testing.T) {
 		evil := `<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2"> [x](javascript:window.__pwned=3) **bold**`
-		e.tweak("show me some html", func(sc *llmtest.Script) { sc.Text = e2eChunks(evil, 7) })
+		e.tweak("show me some html", func(sc *wiremock.Script) { sc.Text = e2eChunks(evil, 7) })
 		p := wuOpen(t, browser, s)
 		p.newConversation("xss")
 		p.send("show me some html")

@@ -11,7 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // The web UI's first hour in Chromium: the welcome, changing a
@@ -339,8 +339,8 @@ func TestWebUIApprovalKeys(t *testing.T) {
 	// Two calls in one message, asked about in turn. After a reload the
 	// first waits and the second, not asked yet, is not shown running;
 	// answering one moves focus to the next.
-	e.tweak("two calls", func(sc *llmtest.Script) {
-		*sc = llmtest.Script{ToolCalls: []llmtest.ToolCall{
+	e.tweak("two calls", func(sc *wiremock.Script) {
+		*sc = wiremock.Script{ToolCalls: []wiremock.ToolCall{
 			{ID: "call_a", Name: "bash", Args: []string{`{"command":"echo first-call"}`}},
 			{ID: "call_b", Name: "bash", Args: []string{`{"command":"echo second-call"}`}}}}
 	})

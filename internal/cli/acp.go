@@ -10,6 +10,7 @@ import (
 	"github.com/agentd-dev/agentd/internal/acp"
 	"github.com/agentd-dev/agentd/internal/config"
 	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/sandbox"
 	"github.com/agentd-dev/agentd/internal/session"
 )
@@ -114,7 +115,7 @@ type acpSessions struct {
 }
 
 func (s acpSessions) Open(_ context.Context, spec acp.Spec) (*session.Session, error) {
-	return s.eng.Session(engine.Spec{Cwd: spec.Cwd, SessionsDir: s.dir, Open: spec.File, Tools: s.tools, Extra: spec.Tools})
+	return s.eng.Session(sessionspec.Spec{Cwd: spec.Cwd, SessionsDir: s.dir, Open: spec.File, Tools: s.tools, Extra: spec.Tools})
 }
 
 // sessionPolicy is the sandbox of a session in cwd as the engine builds

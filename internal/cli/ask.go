@@ -15,6 +15,7 @@ import (
 	"github.com/agentd-dev/agentd/internal/agent"
 	"github.com/agentd-dev/agentd/internal/config"
 	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/interaction"
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/session"
@@ -145,7 +146,7 @@ func (m *Main) askWithTools(ctx context.Context, cfg *config.Config, ms *engine.
 	if err != nil {
 		return err
 	}
-	sess, err := eng.Session(engine.Spec{Cwd: cwd, Tools: tools})
+	sess, err := eng.Session(sessionspec.Spec{Cwd: cwd, Tools: tools})
 	if err != nil {
 		return err
 	}

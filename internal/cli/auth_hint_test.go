@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // A provider's 401 names the key agentd sent on the stdio faces too: pi's
@@ -20,8 +21,8 @@ import (
 // event) is tested in convapi (TestREST401NamesTheKey).
 func TestStdioFaces401NameTheKey(t *testing.T) {
 	srv := llmtest.NewServer(t)
-	srv.Handle(func(r *llmtest.Request) llmtest.Script {
-		return llmtest.Script{Status: 401, ErrorMessage: "invalid api key"}
+	srv.Handle(func(r *wiremock.Request) wiremock.Script {
+		return wiremock.Script{Status: 401, ErrorMessage: "invalid api key"}
 	})
 	const want = "401 invalid api key (mock refused the API key: check MOCK_API_KEY)"
 	for _, tt := range []struct {

@@ -16,7 +16,7 @@ import (
 	"github.com/agentd-dev/agentd/internal/cluster"
 	"github.com/agentd-dev/agentd/internal/cluster/embeddednats"
 	"github.com/agentd-dev/agentd/internal/config"
-	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/llm/faux"
 	"github.com/agentd-dev/agentd/internal/metrics"
 	"github.com/agentd-dev/agentd/internal/server"
@@ -26,7 +26,7 @@ import (
 // fauxBuilder makes sessions of the offline model.
 type fauxBuilder struct{ p *faux.Provider }
 
-func (b fauxBuilder) Session(spec engine.Spec) (*session.Session, error) {
+func (b fauxBuilder) Session(spec sessionspec.Spec) (*session.Session, error) {
 	return session.New(session.Config{
 		Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open, Model: faux.Model(), Stream: b.p.Stream,
 		FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq, TranscriptOptions: spec.TranscriptOptions,

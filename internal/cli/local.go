@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/config"
 	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/interaction"
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/faux"
@@ -114,7 +115,7 @@ func (h *localHost) engine() (*engine.Engine, error) {
 // session opens the host's one session, with the MCP servers of
 // --mcp-config and of the project in the working directory as tool
 // sources; Close closes it.
-func (h *localHost) session(ctx context.Context, spec engine.Spec) (*session.Session, error) {
+func (h *localHost) session(ctx context.Context, spec sessionspec.Spec) (*session.Session, error) {
 	eng, err := h.engine()
 	if err != nil {
 		return nil, err

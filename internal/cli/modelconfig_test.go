@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 	"github.com/agentd-dev/agentd/internal/llm/registry"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/settings"
 )
 
@@ -94,7 +95,7 @@ func TestBrokenModelsJSONStopsEveryCommand(t *testing.T) {
 }
 
 // mockModels is a models.json with one provider, "mock", on srv.
-func mockModels(t *testing.T, srv *llmtest.Server, apiKey string) string {
+func mockModels(t *testing.T, srv *wiremock.Server, apiKey string) string {
 	t.Helper()
 	p := map[string]any{"baseUrl": srv.OpenAIURL(), "api": "openai-completions", "models": []any{map[string]any{"id": "m1"}}}
 	if apiKey != "" {
@@ -161,8 +162,8 @@ func TestDefaultModelRule(t *testing.T) {
 // changes its model.
 func TestAskUsesTheDefaultModelRule(t *testing.T) {
 	srv := llmtest.NewServer(t)
-	srv.Handle(func(r *llmtest.Request) llmtest.Script {
-		return llmtest.Script{Text: []string{"mock answers"}}
+	srv.Handle(func(r *wiremock.Request) wiremock.Script {
+		return wiremock.Script{Text: []string{"mock answers"}}
 	})
 	home := t.TempDir()
 	writeConfig(t, home, "models.json", mockModels(t, srv, ""))
@@ -181,8 +182,8 @@ func TestAskUsesTheDefaultModelRule(t *testing.T) {
 // A provider's 401 says which key agentd sent, with and without tools.
 func TestAsk401NamesTheKey(t *testing.T) {
 	srv := llmtest.NewServer(t)
-	srv.Handle(func(r *llmtest.Request) llmtest.Script {
-		return llmtest.Script{Status: 401, ErrorMessage: "invalid api key"}
+	srv.Handle(func(r *wiremock.Request) wiremock.Script {
+		return wiremock.Script{Status: 401, ErrorMessage: "invalid api key"}
 	})
 	home := t.TempDir()
 	writeConfig(t, home, "models.json", mockModels(t, srv, "MOCK_API_KEY"))

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/agentd-dev/agentd/internal/config"
-	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/pirpc"
 	"github.com/agentd-dev/agentd/internal/sandbox"
 	"github.com/agentd-dev/agentd/internal/tool"
@@ -70,7 +70,7 @@ func (m *Main) runRPC(ctx context.Context, cfg *config.Config, fs *flag.FlagSet,
 			return fmt.Errorf("session file %s: %w", open, err)
 		}
 	}
-	sess, err := h.session(ctx, engine.Spec{Cwd: h.cwd, SessionsDir: h.saveDir, Open: open, Tools: h.tools, Mode: f.mode})
+	sess, err := h.session(ctx, sessionspec.Spec{Cwd: h.cwd, SessionsDir: h.saveDir, Open: open, Tools: h.tools, Mode: f.mode})
 	if err != nil {
 		return err
 	}

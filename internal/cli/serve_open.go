@@ -20,6 +20,7 @@ import (
 	"github.com/agentd-dev/agentd/internal/config"
 	"github.com/agentd-dev/agentd/internal/convapi"
 	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/health"
 	"github.com/agentd-dev/agentd/internal/jwtauth"
 	"github.com/agentd-dev/agentd/internal/mcp"
@@ -391,7 +392,7 @@ type withTools struct {
 	set *mcp.Set
 }
 
-func (w withTools) Session(spec engine.Spec) (*session.Session, error) {
+func (w withTools) Session(spec sessionspec.Spec) (*session.Session, error) {
 	sess, err := w.eng.Session(spec)
 	if err == nil {
 		sess.AddToolSource(w.set, nil)

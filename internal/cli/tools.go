@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/agentd-dev/agentd/internal/config"
-	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/sandbox"
 	"github.com/agentd-dev/agentd/internal/tool"
 )
@@ -45,7 +45,7 @@ func (m *Main) runTools(ctx context.Context, cfg *config.Config, fs *flag.FlagSe
 		return err
 	}
 	defer h.Close()
-	sess, err := h.session(ctx, engine.Spec{Cwd: h.cwd, Tools: h.tools})
+	sess, err := h.session(ctx, sessionspec.Spec{Cwd: h.cwd, Tools: h.tools})
 	if err != nil {
 		return err
 	}

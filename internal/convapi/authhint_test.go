@@ -10,10 +10,12 @@ import (
 	"testing"
 
 	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 	"github.com/agentd-dev/agentd/internal/llm/openaichat"
 	"github.com/agentd-dev/agentd/internal/llm/registry"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/server"
 	"github.com/agentd-dev/agentd/internal/session"
 )
@@ -24,8 +26,8 @@ import (
 // last_error carry it.
 func TestREST401NamesTheKey(t *testing.T) {
 	srv := llmtest.NewServer(t)
-	srv.Handle(func(r *llmtest.Request) llmtest.Script {
-		return llmtest.Script{Status: 401, ErrorMessage: "invalid api key"}
+	srv.Handle(func(r *wiremock.Request) wiremock.Script {
+		return wiremock.Script{Status: 401, ErrorMessage: "invalid api key"}
 	})
 	root := t.TempDir()
 	models, err := json.Marshal(map[string]any{"providers": map[string]any{"mock": map[string]any{
@@ -51,7 +53,7 @@ func TestREST401NamesTheKey(t *testing.T) {
 	}
 	ms := &engine.Models{Registry: reg, Providers: map[llm.API]llm.Provider{e.Model.API: openaichat.New(nil)}}
 	layer, err := server.New(server.Config{
-		Builder: server.BuilderFunc(func(spec engine.Spec) (*session.Session, error) {
+		Builder: server.BuilderFunc(func(spec sessionspec.Spec) (*session.Session, error) {
 			return session.New(session.Config{Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open,
 				Model: e.Model, Stream: ms.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq})
 		}),

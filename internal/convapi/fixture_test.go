@@ -21,7 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentd-dev/agentd/internal/commands"
-	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/health"
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/faux"
@@ -126,7 +126,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 		fx.journal, journal = j, j
 	}
 	layer, err := server.New(server.Config{Journal: journal,
-		Builder: server.BuilderFunc(func(spec engine.Spec) (*session.Session, error) {
+		Builder: server.BuilderFunc(func(spec sessionspec.Spec) (*session.Session, error) {
 			env := tool.Env{Cwd: spec.Cwd, TempDir: root, Scope: tool.NewScope()}
 			if m, err := sandbox.Choose(o.sandbox, string(spec.Sandbox)); err != nil {
 				return nil, err

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/llm/faux"
 	"github.com/agentd-dev/agentd/internal/mcp"
 	"github.com/agentd-dev/agentd/internal/sandbox"
@@ -39,7 +39,7 @@ const fuzzLimit = 4096
 // starts anything: the decoders only read their settings.
 func fuzzFace(f *testing.F) *Server {
 	layer, err := server.New(server.Config{
-		Builder: server.BuilderFunc(func(engine.Spec) (*session.Session, error) { return nil, errors.New("the decoders build no session") }),
+		Builder: server.BuilderFunc(func(sessionspec.Spec) (*session.Session, error) { return nil, errors.New("the decoders build no session") }),
 		Sandbox: sandbox.WorkspaceWrite,
 	})
 	if err != nil {

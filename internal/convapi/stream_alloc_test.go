@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/llm/faux"
 	"github.com/agentd-dev/agentd/internal/server"
 	"github.com/agentd-dev/agentd/internal/session"
@@ -80,7 +80,7 @@ func sseRig(tb testing.TB, tokens int) (run func(), last func() string) {
 	root := tb.TempDir()
 	p := faux.New(faux.Options{})
 	layer, err := server.New(server.Config{
-		Builder: server.BuilderFunc(func(spec engine.Spec) (*session.Session, error) {
+		Builder: server.BuilderFunc(func(spec sessionspec.Spec) (*session.Session, error) {
 			return session.New(session.Config{Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open,
 				Model: faux.Model(), Stream: p.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq})
 		}),

@@ -3,6 +3,7 @@ package engine
 import (
 	"bufio"
 	"encoding/json"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"os"
 	"slices"
 
@@ -35,7 +36,7 @@ const maxHeaderLine = 64 << 10
 // subagent's (its header names a parent and it has a CustomChild
 // entry); ok is false for any other file. Only a child's file is read
 // whole here: any other stops at its header.
-func reopenedChild(path string) (c *ChildSpec, mode sandbox.Mode, ok bool) {
+func reopenedChild(path string) (c *sessionspec.ChildSpec, mode sandbox.Mode, ok bool) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, "", false
@@ -66,13 +67,13 @@ func reopenedChild(path string) (c *ChildSpec, mode sandbox.Mode, ok bool) {
 		if json.Unmarshal(e.Data, &s) != nil {
 			return nil, "", false
 		}
-		return &ChildSpec{Type: &subagent.Type{Name: s.Agent, Prompt: s.Prompt, MaxTurns: s.MaxTurns, Sandbox: s.Sandbox}, Depth: s.Depth}, s.Sandbox, true
+		return &sessionspec.ChildSpec{Type: &subagent.Type{Name: s.Agent, Prompt: s.Prompt, MaxTurns: s.MaxTurns, Sandbox: s.Sandbox}, Depth: s.Depth}, s.Sandbox, true
 	}
 	return nil, "", false
 }
 
 // childSetupOf is what a new child's transcript records (CustomChild).
-func childSetupOf(c *ChildSpec, mode sandbox.Mode) childSetup {
+func childSetupOf(c *sessionspec.ChildSpec, mode sandbox.Mode) childSetup {
 	s := childSetup{Sandbox: mode, Depth: c.Depth}
 	if c.Type != nil {
 		s.Agent, s.Prompt, s.MaxTurns = c.Type.Name, c.Type.Prompt, c.Type.MaxTurns
@@ -83,7 +84,7 @@ func childSetupOf(c *ChildSpec, mode sandbox.Mode) childSetup {
 // asReopenedChild completes the spec of a session opened from a file
 // that is a subagent's: its type's prompt and turn bound, and a sandbox
 // no looser than the one it ran in.
-func (e *Engine) asReopenedChild(spec Spec) Spec {
+func (e *Engine) asReopenedChild(spec sessionspec.Spec) sessionspec.Spec {
 	if spec.Child != nil || spec.Open == "" {
 		return spec
 	}

@@ -245,10 +245,6 @@ func (e *Engine) Models() *Models { return e.opt.Models }
 // Model is the default model of new sessions.
 func (e *Engine) Model() *llm.Model { return e.opt.Model }
 
-// Spec says which session to build. It is sessionspec.Spec, so that the
-// server, which hands specs to its Builder, does not import the engine.
-type Spec = sessionspec.Spec
-
 // ToolEnv is the environment the tools of a session in cwd run in. Each
 // call has a Scope of its own: the tools and user commands of one session
 // share it, and closing the session ends what they started.
@@ -278,7 +274,7 @@ func (e *Engine) sandboxPolicy(mode sandbox.Mode) sandbox.Policy {
 }
 
 // Session builds a session.
-func (e *Engine) Session(spec Spec) (*session.Session, error) {
+func (e *Engine) Session(spec sessionspec.Spec) (*session.Session, error) {
 	spec = e.asReopenedChild(spec)
 	names := spec.Tools
 	if names == nil {
@@ -387,7 +383,7 @@ func (e *Engine) Session(spec Spec) (*session.Session, error) {
 
 // checkpointDir is where a session's checkpoints go: only a session kept
 // on disk has them, since they outlive it in the data dir.
-func (e *Engine) checkpointDir(spec Spec) string {
+func (e *Engine) checkpointDir(spec sessionspec.Spec) string {
 	if spec.SessionsDir == "" && spec.Open == "" {
 		return ""
 	}

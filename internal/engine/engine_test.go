@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"slices"
 	"testing"
 
@@ -32,7 +33,7 @@ func TestSpecExtraReplacesAndAdds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := e.Session(Spec{Cwd: t.TempDir(), Tools: []string{"read", "ls"}, Extra: []tool.Tool{standIn{"read"}, standIn{"mcp__x__y"}}})
+	s, err := e.Session(sessionspec.Spec{Cwd: t.TempDir(), Tools: []string{"read", "ls"}, Extra: []tool.Tool{standIn{"read"}, standIn{"mcp__x__y"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,7 +67,7 @@ func TestSessionPromptCarriesInstructions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := e.Session(Spec{Cwd: cwd})
+			s, err := e.Session(sessionspec.Spec{Cwd: cwd})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,7 +120,7 @@ func TestSessionSystemMDReplaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := e.Session(Spec{Cwd: cwd})
+	s, err := e.Session(sessionspec.Spec{Cwd: cwd})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -49,7 +50,7 @@ func TestSessionPromptListsSkills(t *testing.T) {
 				Run: func(_ context.Context, c commands.Call) (string, error) { return "loud " + c.Args, nil }}); err != nil {
 				t.Fatal(err)
 			}
-			s, err := e.Session(Spec{Cwd: cwd, Tools: tt.tools})
+			s, err := e.Session(sessionspec.Spec{Cwd: cwd, Tools: tt.tools})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -31,9 +31,6 @@ type Subagents struct {
 	MaxConcurrent int
 }
 
-// ChildSpec is what makes a session a subagent's (sessionspec.ChildSpec).
-type ChildSpec = sessionspec.ChildSpec
-
 // ChildHost starts a child session from spec (sessionspec.ChildHost).
 type ChildHost = sessionspec.ChildHost
 
@@ -47,7 +44,7 @@ func (e *Engine) maxDepth() int {
 
 // taskTool takes "task" out of the built-in names and makes the session's
 // task tool when it gets one.
-func (e *Engine) taskTool(spec Spec, names []string) ([]string, *subagent.Tool) {
+func (e *Engine) taskTool(spec sessionspec.Spec, names []string) ([]string, *subagent.Tool) {
 	asked := spec.Tools == nil || slices.Contains(names, subagent.ToolName)
 	names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == subagent.ToolName })
 	depth := 0
@@ -73,7 +70,7 @@ func (e *Engine) taskTool(spec Spec, names []string) ([]string, *subagent.Tool) 
 // mode or the type's when stricter, its tools are the type's that the
 // parent has (the task tool chose them), and it is built by the same
 // engine under the same policy.
-func (e *Engine) spawner(parent Spec) subagent.Spawner {
+func (e *Engine) spawner(parent sessionspec.Spec) subagent.Spawner {
 	parentMode := e.sandboxPolicy(parent.Sandbox).Mode
 	return func(ctx context.Context, r subagent.Request) (subagent.Child, error) {
 		mode := ChildMode(parentMode, r.Sandbox)
@@ -95,9 +92,9 @@ func (e *Engine) spawner(parent Spec) subagent.Spawner {
 		if builtins == nil {
 			builtins = []string{}
 		}
-		spec := Spec{
+		spec := sessionspec.Spec{
 			Cwd: parent.Cwd, SessionsDir: parent.SessionsDir, Tools: builtins, Sandbox: mode,
-			Child:    &ChildSpec{Type: r.Type, Depth: r.Depth, ParentFile: r.Parent.File(), Model: model, Thinking: r.Parent.Thinking()},
+			Child:    &sessionspec.ChildSpec{Type: r.Type, Depth: r.Depth, ParentFile: r.Parent.File(), Model: model, Thinking: r.Parent.Thinking()},
 			Children: parent.Children,
 		}
 		if parent.Children != nil {
@@ -122,7 +119,7 @@ func (c localChild) Release()                  { _ = c.s.Close() }
 // childSettings are what a child's spec changes of a session: the type's
 // prompt after the others, its model and thinking level, a turn bound no
 // higher than the engine's, and its parent in the transcript's header.
-func (e *Engine) childSettings(c *ChildSpec, prompt string, topts []transcript.Option) (string, *llm.Model, llm.ThinkingLevel, int, []transcript.Option) {
+func (e *Engine) childSettings(c *sessionspec.ChildSpec, prompt string, topts []transcript.Option) (string, *llm.Model, llm.ThinkingLevel, int, []transcript.Option) {
 	model, thinking := e.opt.Model, e.opt.Thinking
 	if c.Model != nil {
 		model = c.Model

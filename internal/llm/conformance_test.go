@@ -13,13 +13,14 @@ import (
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 	"github.com/agentd-dev/agentd/internal/llm/openaichat"
 	"github.com/agentd-dev/agentd/internal/llm/openairesponses"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // conformanceProvider is one wire API under the shared conformance table.
 type conformanceProvider struct {
 	name     string
 	provider llm.Provider
-	model    func(srv *llmtest.Server) *llm.Model
+	model    func(srv *wiremock.Server) *llm.Model
 	// cacheWrite: the API reports cache-creation tokens.
 	cacheWrite bool
 }
@@ -27,15 +28,15 @@ type conformanceProvider struct {
 func conformanceProviders() []conformanceProvider {
 	cost := llm.ModelCost{Input: 3, Output: 15, CacheRead: 0.3, CacheWrite: 3.75}
 	return []conformanceProvider{
-		{name: "anthropic-messages", provider: anthropic.New(nil), cacheWrite: true, model: func(srv *llmtest.Server) *llm.Model {
+		{name: "anthropic-messages", provider: anthropic.New(nil), cacheWrite: true, model: func(srv *wiremock.Server) *llm.Model {
 			return &llm.Model{ID: "claude-test", Name: "Claude Test", API: llm.APIAnthropicMessages, Provider: "anthropic",
 				BaseURL: srv.AnthropicURL(), Reasoning: true, Input: []string{"text", "image"}, Cost: cost, ContextWindow: 200000, MaxTokens: 64000}
 		}},
-		{name: "openai-completions", provider: openaichat.New(nil), model: func(srv *llmtest.Server) *llm.Model {
+		{name: "openai-completions", provider: openaichat.New(nil), model: func(srv *wiremock.Server) *llm.Model {
 			return &llm.Model{ID: "gpt-test", Name: "GPT Test", API: llm.APIOpenAICompletions, Provider: "openai",
 				BaseURL: srv.OpenAIURL(), Reasoning: true, Input: []string{"text", "image"}, Cost: cost, ContextWindow: 400000, MaxTokens: 128000}
 		}},
-		{name: "openai-responses", provider: openairesponses.New(nil), model: func(srv *llmtest.Server) *llm.Model {
+		{name: "openai-responses", provider: openairesponses.New(nil), model: func(srv *wiremock.Server) *llm.Model {
 			return &llm.Model{ID: "gpt-test", Name: "GPT Test", API: llm.APIOpenAIResponses, Provider: "openai",
 				BaseURL: srv.OpenAIURL(), Reasoning: true, Input: []string{"text", "image"}, Cost: cost, ContextWindow: 400000, MaxTokens: 128000}
 		}},
@@ -59,7 +60,7 @@ type runOpts struct {
 	request *llm.Context
 }
 
-func runScript(t *testing.T, p conformanceProvider, sc llmtest.Script, ro runOpts) (runResult, *llmtest.Server) {
+func runScript(t *testing.T, p conformanceProvider, sc wiremock.Script, ro runOpts) (runResult, *wiremock.Server) {
 	t.Helper()
 	srv := llmtest.NewServer(t)
 	srv.Enqueue(sc)
@@ -97,8 +98,8 @@ func runScript(t *testing.T, p conformanceProvider, sc llmtest.Script, ro runOpt
 	return r, srv
 }
 
-func toolCall(id, name string, args ...string) llmtest.ToolCall {
-	return llmtest.ToolCall{ID: id, Name: name, Args: args}
+func toolCall(id, name string, args ...string) wiremock.ToolCall {
+	return wiremock.ToolCall{ID: id, Name: name, Args: args}
 }
 
 // checkSequence verifies the event grammar: start, then well-nested
@@ -125,7 +126,7 @@ func TestConformance(t *testing.T) {
 	for _, p := range conformanceProviders() {
 		t.Run(p.name, func(t *testing.T) {
 			t.Run("plain text", func(t *testing.T) {
-				r, _ := runScript(t, p, llmtest.Script{Text: []string{"Hel", "lo", " world"}, Usage: &llmtest.Usage{Input: 10, Output: 3}}, runOpts{})
+				r, _ := runScript(t, p, wiremock.Script{Text: []string{"Hel", "lo", " world"}, Usage: &wiremock.Usage{Input: 10, Output: 3}}, runOpts{})
 				checkSequence(t, r)
 				if r.err != nil || r.msg.StopReason != llm.StopStop || r.msg.TextContent() != "Hello world" {
 					t.Fatalf("got %+v err %v", r.msg, r.err)
@@ -138,7 +139,7 @@ func TestConformance(t *testing.T) {
 				}
 			})
 			t.Run("thinking", func(t *testing.T) {
-				r, srv := runScript(t, p, llmtest.Script{Thinking: []string{"Let me", " think."}, ThinkingSignature: "sig-1", Text: []string{"42"}},
+				r, srv := runScript(t, p, wiremock.Script{Thinking: []string{"Let me", " think."}, ThinkingSignature: "sig-1", Text: []string{"42"}},
 					runOpts{opts: llm.StreamOptions{Thinking: llm.ThinkingHigh}})
 				checkSequence(t, r)
 				if len(r.msg.Content) != 2 || r.msg.Content[0].Type != llm.ContentThinking || r.msg.Content[0].Thinking != "Let me think." || r.msg.Content[1].Text != "42" {
@@ -153,7 +154,7 @@ func TestConformance(t *testing.T) {
 				}
 			})
 			t.Run("one tool call", func(t *testing.T) {
-				r, _ := runScript(t, p, llmtest.Script{Text: []string{"Running it."}, ToolCalls: []llmtest.ToolCall{toolCall("call_1", "bash", `{"comm`, `and": "ls -`, `la"}`)}}, runOpts{})
+				r, _ := runScript(t, p, wiremock.Script{Text: []string{"Running it."}, ToolCalls: []wiremock.ToolCall{toolCall("call_1", "bash", `{"comm`, `and": "ls -`, `la"}`)}}, runOpts{})
 				checkSequence(t, r)
 				if r.msg.StopReason != llm.StopToolUse {
 					t.Fatalf("stop %s", r.msg.StopReason)
@@ -172,7 +173,7 @@ func TestConformance(t *testing.T) {
 				}
 			})
 			t.Run("several tool calls", func(t *testing.T) {
-				r, _ := runScript(t, p, llmtest.Script{ToolCalls: []llmtest.ToolCall{
+				r, _ := runScript(t, p, wiremock.Script{ToolCalls: []wiremock.ToolCall{
 					toolCall("call_a", "read", `{"path":`, `"a.txt"}`),
 					toolCall("call_b", "read", `{"path":"b.txt"}`),
 					toolCall("call_c", "bash", `{"command":`, `"echo 1"`, `}`),
@@ -195,11 +196,11 @@ func TestConformance(t *testing.T) {
 				}
 			})
 			t.Run("usage and cost", func(t *testing.T) {
-				u := &llmtest.Usage{Input: 1000, Output: 500, CacheRead: 2000}
+				u := &wiremock.Usage{Input: 1000, Output: 500, CacheRead: 2000}
 				if p.cacheWrite {
 					u.CacheWrite = 400
 				}
-				r, _ := runScript(t, p, llmtest.Script{Text: []string{"ok"}, Usage: u}, runOpts{})
+				r, _ := runScript(t, p, wiremock.Script{Text: []string{"ok"}, Usage: u}, runOpts{})
 				got := r.msg.Usage
 				if got.Input != u.Input || got.Output != u.Output || got.CacheRead != u.CacheRead || got.CacheWrite != u.CacheWrite {
 					t.Fatalf("usage %+v, want %+v", got, u)
@@ -210,7 +211,7 @@ func TestConformance(t *testing.T) {
 				}
 			})
 			t.Run("abort mid-stream", func(t *testing.T) {
-				r, _ := runScript(t, p, llmtest.Script{Text: []string{"one ", "two ", "three"}, Delay: 10 * time.Second},
+				r, _ := runScript(t, p, wiremock.Script{Text: []string{"one ", "two ", "three"}, Delay: 10 * time.Second},
 					runOpts{cancel: func(ev llm.Event) bool { return ev.Type == llm.EventTextDelta }})
 				checkSequence(t, r)
 				if r.msg.StopReason != llm.StopAborted || r.err == nil || r.err.Kind != llm.ErrAborted || r.msg.TextContent() != "one " {
@@ -240,7 +241,7 @@ func TestConformance(t *testing.T) {
 					{529, "overloaded_error", "Overloaded", llm.ErrOverloaded, true},
 				}
 				for _, tt := range tests {
-					r, _ := runScript(t, p, llmtest.Script{Status: tt.status, ErrorType: tt.errType, ErrorMessage: tt.msg}, runOpts{})
+					r, _ := runScript(t, p, wiremock.Script{Status: tt.status, ErrorType: tt.errType, ErrorMessage: tt.msg}, runOpts{})
 					checkSequence(t, r)
 					want := strconv.Itoa(tt.status) + " " + tt.msg
 					if r.msg.StopReason != llm.StopError || r.msg.ErrorMessage != want {
@@ -253,37 +254,37 @@ func TestConformance(t *testing.T) {
 				}
 			})
 			t.Run("retry-after", func(t *testing.T) {
-				r, _ := runScript(t, p, llmtest.Script{Status: 429, ErrorType: "rate_limit_error", ErrorMessage: "slow down", RetryAfter: "7"}, runOpts{})
+				r, _ := runScript(t, p, wiremock.Script{Status: 429, ErrorType: "rate_limit_error", ErrorMessage: "slow down", RetryAfter: "7"}, runOpts{})
 				if r.err == nil || r.err.RetryAfter != 7*time.Second {
 					t.Fatalf("retry-after: %+v", r.err)
 				}
-				r, _ = runScript(t, p, llmtest.Script{Status: 529, ErrorType: "overloaded_error", ErrorMessage: "Overloaded", RetryAfterMs: "1500"}, runOpts{})
+				r, _ = runScript(t, p, wiremock.Script{Status: 529, ErrorType: "overloaded_error", ErrorMessage: "Overloaded", RetryAfterMs: "1500"}, runOpts{})
 				if r.err == nil || r.err.RetryAfter != 1500*time.Millisecond {
 					t.Fatalf("retry-after-ms: %+v", r.err)
 				}
 			})
 			t.Run("context overflow", func(t *testing.T) {
-				r, _ := runScript(t, p, llmtest.Script{Status: 400, ErrorType: "invalid_request_error", ErrorMessage: "prompt is too long: 250000 tokens > 200000 maximum"}, runOpts{})
+				r, _ := runScript(t, p, wiremock.Script{Status: 400, ErrorType: "invalid_request_error", ErrorMessage: "prompt is too long: 250000 tokens > 200000 maximum"}, runOpts{})
 				if r.err == nil || !r.err.ContextOverflow() {
 					t.Fatalf("overflow not recognised: %+v", r.err)
 				}
 			})
 			t.Run("cut mid-stream", func(t *testing.T) {
-				r, _ := runScript(t, p, llmtest.Script{Text: []string{"a", "b", "c", "d", "e", "f"}, CutAfter: 5}, runOpts{})
+				r, _ := runScript(t, p, wiremock.Script{Text: []string{"a", "b", "c", "d", "e", "f"}, CutAfter: 5}, runOpts{})
 				checkSequence(t, r)
 				if r.msg.StopReason != llm.StopError || r.err.Kind != llm.ErrStream || !r.err.Retryable() || r.msg.TextContent() == "" {
 					t.Fatalf("stop %s err %+v text %q", r.msg.StopReason, r.err, r.msg.TextContent())
 				}
 			})
 			t.Run("malformed chunk", func(t *testing.T) {
-				r, _ := runScript(t, p, llmtest.Script{Text: []string{"a", "b", "c", "d", "e", "f"}, MalformedAfter: 5}, runOpts{})
+				r, _ := runScript(t, p, wiremock.Script{Text: []string{"a", "b", "c", "d", "e", "f"}, MalformedAfter: 5}, runOpts{})
 				checkSequence(t, r)
 				if r.msg.StopReason != llm.StopError || r.err.Kind != llm.ErrStream || !strings.Contains(r.msg.ErrorMessage, "malformed") {
 					t.Fatalf("stop %s err %+v", r.msg.StopReason, r.err)
 				}
 			})
 			t.Run("idle stream", func(t *testing.T) {
-				r, _ := runScript(t, p, llmtest.Script{Text: []string{"a", "b", "c", "d", "e", "f"}, HangAfter: 5},
+				r, _ := runScript(t, p, wiremock.Script{Text: []string{"a", "b", "c", "d", "e", "f"}, HangAfter: 5},
 					runOpts{opts: llm.StreamOptions{IdleTimeout: 200 * time.Millisecond}})
 				checkSequence(t, r)
 				if r.msg.StopReason != llm.StopError || r.err.Kind != llm.ErrIdleTimeout || !r.err.Retryable() {
@@ -291,7 +292,7 @@ func TestConformance(t *testing.T) {
 				}
 			})
 			t.Run("error inside the stream", func(t *testing.T) {
-				r, _ := runScript(t, p, llmtest.Script{Text: []string{"partial"}, StreamError: &llmtest.StreamError{Type: "overloaded_error", Message: "Overloaded"}}, runOpts{})
+				r, _ := runScript(t, p, wiremock.Script{Text: []string{"partial"}, StreamError: &wiremock.StreamError{Type: "overloaded_error", Message: "Overloaded"}}, runOpts{})
 				checkSequence(t, r)
 				if r.msg.StopReason != llm.StopError || !strings.Contains(r.msg.ErrorMessage, "Overloaded") || !r.err.Retryable() {
 					t.Fatalf("stop %s message %q err %+v", r.msg.StopReason, r.msg.ErrorMessage, r.err)
@@ -317,7 +318,7 @@ func TestConformance(t *testing.T) {
 func TestOpenAICompatibleWithoutUsage(t *testing.T) {
 	no := false
 	p := conformanceProviders()[1]
-	r, srv := runScript(t, p, llmtest.Script{Text: []string{"fine"}, NoUsageInStream: true, Usage: &llmtest.Usage{Input: 5, Output: 1}},
+	r, srv := runScript(t, p, wiremock.Script{Text: []string{"fine"}, NoUsageInStream: true, Usage: &wiremock.Usage{Input: 5, Output: 1}},
 		runOpts{compat: &llm.Compat{SupportsUsageInStreaming: &no, MaxTokensField: "max_tokens"}, opts: llm.StreamOptions{APIKey: "-"}})
 	checkSequence(t, r)
 	if r.err != nil || r.msg.StopReason != llm.StopStop || r.msg.TextContent() != "fine" || r.msg.Usage.Input != 0 {

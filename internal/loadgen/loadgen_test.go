@@ -20,7 +20,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/piclient"
 	"github.com/coder/websocket"
 )
@@ -676,7 +676,7 @@ func TestPlanScript(t *testing.T) {
 		if turn > 10 {
 			t.Fatal("the run never ends")
 		}
-		s := planScript(text, 3, &llmtest.Request{JSON: map[string]any{"messages": msgs}})
+		s := planScript(text, 3, &wiremock.Request{JSON: map[string]any{"messages": msgs}})
 		if !slices.Equal(s.Text, text.Text) {
 			t.Fatalf("turn %d: text %q, want %q", turn, s.Text, text.Text)
 		}
@@ -702,7 +702,7 @@ func TestPlanScript(t *testing.T) {
 		t.Errorf("plan went %q, want %q", statuses, want)
 	}
 	msgs = append(msgs, map[string]any{"role": "assistant"}, map[string]any{"role": "user", "content": "second"})
-	if s := planScript(text, 3, &llmtest.Request{JSON: map[string]any{"messages": msgs}}); len(s.ToolCalls) != 1 {
+	if s := planScript(text, 3, &wiremock.Request{JSON: map[string]any{"messages": msgs}}); len(s.ToolCalls) != 1 {
 		t.Errorf("a new prompt: %d tool calls, want the plan's first", len(s.ToolCalls))
 	}
 }

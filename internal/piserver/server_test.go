@@ -16,7 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/faux"
 	"github.com/agentd-dev/agentd/internal/pipeline"
@@ -237,7 +237,7 @@ func newFixture(t testing.TB, fc fixtureConfig) *fixture {
 		fc.opts(&to)
 	}
 	layer, err := server.New(server.Config{
-		Builder: server.BuilderFunc(func(spec engine.Spec) (*session.Session, error) {
+		Builder: server.BuilderFunc(func(spec sessionspec.Spec) (*session.Session, error) {
 			return session.New(session.Config{
 				Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open, Model: faux.Model(),
 				Stream: fx.faux.Stream, EventLogSize: fc.eventLogSize, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq,

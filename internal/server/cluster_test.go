@@ -14,7 +14,7 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/cluster"
 	"github.com/agentd-dev/agentd/internal/cluster/embeddednats"
-	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/llm/faux"
 	"github.com/agentd-dev/agentd/internal/pipeline"
 	"github.com/agentd-dev/agentd/internal/session"
@@ -27,7 +27,7 @@ import (
 // mirrorBuilder is fauxBuilder with the cluster's transcript mirror.
 type mirrorBuilder struct{ p *faux.Provider }
 
-func (b mirrorBuilder) Session(spec engine.Spec) (*session.Session, error) {
+func (b mirrorBuilder) Session(spec sessionspec.Spec) (*session.Session, error) {
 	return session.New(session.Config{
 		Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open, Model: faux.Model(), Stream: b.p.Stream,
 		FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq, EventLogSize: 256, TranscriptOptions: spec.TranscriptOptions,

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/sandbox"
 	"github.com/agentd-dev/agentd/internal/session"
@@ -23,7 +23,7 @@ type modeBuilder struct {
 	last sandbox.Mode
 }
 
-func (b *modeBuilder) Session(spec engine.Spec) (*session.Session, error) {
+func (b *modeBuilder) Session(spec sessionspec.Spec) (*session.Session, error) {
 	if _, err := sandbox.Choose(b.base, string(spec.Sandbox)); err != nil {
 		return nil, fault.Wrap(fault.Invalid, err, err.Error())
 	}

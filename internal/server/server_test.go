@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/llm/faux"
 	"github.com/agentd-dev/agentd/internal/session"
@@ -24,7 +24,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // fauxBuilder makes sessions of the offline model.
 type fauxBuilder struct{ p *faux.Provider }
 
-func (b fauxBuilder) Session(spec engine.Spec) (*session.Session, error) {
+func (b fauxBuilder) Session(spec sessionspec.Spec) (*session.Session, error) {
 	return session.New(session.Config{
 		Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open, Model: faux.Model(), Stream: b.p.Stream,
 		FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq, EventLogSize: 64,

@@ -12,7 +12,7 @@ import (
 	"github.com/agentd-dev/agentd/internal/agent"
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/faux"
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/session"
 	"github.com/agentd-dev/agentd/internal/tool"
 )
@@ -22,7 +22,7 @@ import (
 // run takes the steering queued before its first request with it.
 func busy(h *harness) {
 	h.t.Helper()
-	h.srv.Enqueue(llmtest.Script{Text: []string{"late"}, FirstDelay: time.Minute})
+	h.srv.Enqueue(wiremock.Script{Text: []string{"late"}, FirstDelay: time.Minute})
 	h.prompt("start")
 	for len(h.srv.Requests()) == 0 {
 		time.Sleep(time.Millisecond)
@@ -273,7 +273,7 @@ func TestEventLogIsBoundedInBytes(t *testing.T) {
 // The log's byte bound is set through session.Config.
 func TestEventLogBytesFromConfig(t *testing.T) {
 	h := newHarness(t, func(c *session.Config) { c.SessionsDir, c.EventLogBytes = "", 8<<10 })
-	h.srv.Enqueue(llmtest.Script{Text: []string{strings.Repeat("w", 10<<10)}})
+	h.srv.Enqueue(wiremock.Script{Text: []string{strings.Repeat("w", 10<<10)}})
 	h.prompt("talk")
 	h.wait()
 	if _, ok := h.s.EventsSince(0); ok {
@@ -285,11 +285,11 @@ func TestEventLogBytesFromConfig(t *testing.T) {
 // a failed outcome and the reason on the last assistant message.
 func TestTurnLimitByDefault(t *testing.T) {
 	h := newHarness(t, func(c *session.Config) { c.SessionsDir = "" })
-	h.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+	h.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 		if len(h.srv.Requests()) > 260 { // old code would go on for ever
-			return llmtest.Script{Text: []string{"giving up"}}
+			return wiremock.Script{Text: []string{"giving up"}}
 		}
-		return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "c", Name: "ls", Args: []string{`{"path":"."}`}}}}
+		return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "c", Name: "ls", Args: []string{`{"path":"."}`}}}}
 	})
 	h.prompt("loop")
 	h.wait()
@@ -334,21 +334,21 @@ func TestRepeatedFailingToolCall(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, func(c *session.Config) { c.SessionsDir = "" })
-			h.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+			h.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 				i := len(h.srv.Requests()) - 1
 				if i >= len(tt.calls) {
-					return llmtest.Script{Text: []string{"stopping"}}
+					return wiremock.Script{Text: []string{"stopping"}}
 				}
-				var calls []llmtest.ToolCall
+				var calls []wiremock.ToolCall
 				for j, a := range tt.calls[i] {
 					id := fmt.Sprintf("c%d_%d", i, j)
 					if a == "ls" {
-						calls = append(calls, llmtest.ToolCall{ID: id, Name: "ls", Args: []string{`{}`}})
+						calls = append(calls, wiremock.ToolCall{ID: id, Name: "ls", Args: []string{`{}`}})
 						continue
 					}
-					calls = append(calls, llmtest.ToolCall{ID: id, Name: "read", Args: []string{a}})
+					calls = append(calls, wiremock.ToolCall{ID: id, Name: "read", Args: []string{a}})
 				}
-				return llmtest.Script{ToolCalls: calls}
+				return wiremock.Script{ToolCalls: calls}
 			})
 			h.prompt("go")
 			h.wait()
@@ -370,8 +370,8 @@ func TestRepeatedFailingToolCall(t *testing.T) {
 func TestRunLimitsFromConfig(t *testing.T) {
 	t.Run("turns", func(t *testing.T) {
 		h := newHarness(t, func(c *session.Config) { c.SessionsDir, c.MaxTurns = "", 2 })
-		h.srv.Handle(func(r *llmtest.Request) llmtest.Script {
-			return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "c", Name: "ls", Args: []string{`{}`}}}}
+		h.srv.Handle(func(r *wiremock.Request) wiremock.Script {
+			return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "c", Name: "ls", Args: []string{`{}`}}}}
 		})
 		h.prompt("loop")
 		h.wait()
@@ -382,11 +382,11 @@ func TestRunLimitsFromConfig(t *testing.T) {
 	})
 	t.Run("failures off", func(t *testing.T) {
 		h := newHarness(t, func(c *session.Config) { c.SessionsDir, c.MaxSameToolFailures = "", -1 })
-		h.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+		h.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 			if len(h.srv.Requests()) > 5 {
-				return llmtest.Script{Text: []string{"ok"}}
+				return wiremock.Script{Text: []string{"ok"}}
 			}
-			return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "c", Name: "read", Args: []string{`{"path":"nope"}`}}}}
+			return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "c", Name: "read", Args: []string{`{"path":"nope"}`}}}}
 		})
 		h.prompt("loop")
 		h.wait()

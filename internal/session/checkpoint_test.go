@@ -8,18 +8,18 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/session"
 )
 
 // scriptFileTurn scripts a turn that edits a.txt, rewrites b.txt and runs
 // bash to create c.txt, then answers "done".
-func scriptFileTurn(srv *llmtest.Server) {
-	srv.Enqueue(llmtest.Script{ToolCalls: []llmtest.ToolCall{
+func scriptFileTurn(srv *wiremock.Server) {
+	srv.Enqueue(wiremock.Script{ToolCalls: []wiremock.ToolCall{
 		{ID: "e1", Name: "edit", Args: []string{`{"path":"a.txt","edits":[{"oldText":"two","newText":"TWO"}]}`}},
 		{ID: "w1", Name: "write", Args: []string{`{"path":"b.txt","content":"b after\n"}`}},
 		{ID: "b1", Name: "bash", Args: []string{`{"command":"echo made > c.txt"}`}},
-	}}, llmtest.Script{Text: []string{"done"}})
+	}}, wiremock.Script{Text: []string{"done"}})
 }
 
 func fileText(t *testing.T, dir, name string) string {
@@ -158,8 +158,8 @@ func TestCheckpointHostileTurn(t *testing.T) {
 	os.WriteFile(filepath.Join(h.cwd, "dir", "f.txt"), []byte("inside\n"), 0o644)
 	os.WriteFile(filepath.Join(h.cwd, "keep.txt"), []byte("keep\n"), 0o644)
 	cmd := "rm -rf dir && ln -s " + outside + " dir && echo planted > dir/planted && rm keep.txt && ln -s " + filepath.Join(outside, "secret") + " keep.txt"
-	h.srv.Enqueue(llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "b1", Name: "bash", Args: []string{`{"command":` + strconv.Quote(cmd) + `}`}}}},
-		llmtest.Script{Text: []string{"done"}})
+	h.srv.Enqueue(wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "b1", Name: "bash", Args: []string{`{"command":` + strconv.Quote(cmd) + `}`}}}},
+		wiremock.Script{Text: []string{"done"}})
 	h.prompt("be hostile")
 	h.wait()
 	if _, err := os.Stat(filepath.Join(outside, "planted")); err != nil {
@@ -206,7 +206,7 @@ func TestPromptRightAfterAgentEnd(t *testing.T) {
 		}
 	})
 	scriptFileTurn(h.srv)
-	h.srv.Enqueue(llmtest.Script{Text: []string{"again"}})
+	h.srv.Enqueue(wiremock.Script{Text: []string{"again"}})
 	h.prompt("change the files")
 	<-ended
 	if err := h.s.Prompt(session.UserMessage("next", nil), session.BehaviorNone); err != nil {

@@ -7,19 +7,19 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/llm"
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/session"
 	"github.com/agentd-dev/agentd/internal/transcript"
 )
 
 // summariser answers summary requests (they carry no tools) with a fixed
 // summary and everything else by echoing.
-func summariser(usage int64) llmtest.Handler {
-	return func(r *llmtest.Request) llmtest.Script {
+func summariser(usage int64) wiremock.Handler {
+	return func(r *wiremock.Request) wiremock.Script {
 		if _, hasTools := r.JSON["tools"]; !hasTools {
-			return llmtest.Script{Text: []string{"## Goal\nSUMMARY OF EARLIER WORK"}}
+			return wiremock.Script{Text: []string{"## Goal\nSUMMARY OF EARLIER WORK"}}
 		}
-		return llmtest.Script{Text: []string{"re: " + lastUserText(r) + " " + strings.Repeat("padding ", 40)}, Usage: &llmtest.Usage{Input: usage, Output: 50}}
+		return wiremock.Script{Text: []string{"re: " + lastUserText(r) + " " + strings.Repeat("padding ", 40)}, Usage: &wiremock.Usage{Input: usage, Output: 50}}
 	}
 }
 
@@ -75,7 +75,7 @@ func TestManualCompaction(t *testing.T) {
 		t.Fatalf("reloaded context %d messages, live %d", got, len(h.s.Messages()))
 	}
 	// Compaction is refused while a run is in progress.
-	h.srv.Enqueue(llmtest.Script{Text: []string{"slow", "answer"}, Delay: 300 * time.Millisecond})
+	h.srv.Enqueue(wiremock.Script{Text: []string{"slow", "answer"}, Delay: 300 * time.Millisecond})
 	h.prompt("six")
 	if _, err := h.s.Compact(context.Background(), ""); err == nil {
 		t.Fatal("compaction ran during a run")
@@ -156,7 +156,7 @@ func TestOverflowCompactsAndRetries(t *testing.T) {
 		h.prompt(p)
 		h.wait()
 	}
-	h.srv.Enqueue(llmtest.Script{Status: 400, ErrorType: "invalid_request_error", ErrorMessage: "This model's maximum context length is 128000 tokens"})
+	h.srv.Enqueue(wiremock.Script{Status: 400, ErrorType: "invalid_request_error", ErrorMessage: "This model's maximum context length is 128000 tokens"})
 	h.prompt("four")
 	h.wait()
 	end := h.waitEvent(is("compaction_end"))

@@ -10,18 +10,18 @@ import (
 	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/interaction"
 	"github.com/agentd-dev/agentd/internal/llm"
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/session"
 	"github.com/agentd-dev/agentd/internal/transcript"
 )
 
 // echoModel answers "re: <last user text>" and reports tool output.
-func echoModel(r *llmtest.Request) llmtest.Script {
+func echoModel(r *wiremock.Request) wiremock.Script {
 	last := lastUserText(r)
 	if strings.HasPrefix(last, "TOOL:") {
-		return llmtest.Script{Text: []string{"done: ", strings.TrimSpace(strings.TrimPrefix(last, "TOOL:"))}}
+		return wiremock.Script{Text: []string{"done: ", strings.TrimSpace(strings.TrimPrefix(last, "TOOL:"))}}
 	}
-	return llmtest.Script{Text: []string{"re: " + last}}
+	return wiremock.Script{Text: []string{"re: " + last}}
 }
 
 func convo(ms []*llm.Message) string {
@@ -68,8 +68,8 @@ func TestAppendAndStep(t *testing.T) {
 	wantCode(t, h.s.Step(session.StepOptions{}), fault.Invalid, "Nothing to respond to")
 
 	// While a run goes on, neither a step nor a message.
-	h.srv.Handle(func(*llmtest.Request) llmtest.Script {
-		return llmtest.Script{Text: []string{"slow ", "answer"}, Delay: 10 * time.Second}
+	h.srv.Handle(func(*wiremock.Request) wiremock.Script {
+		return wiremock.Script{Text: []string{"slow ", "answer"}, Delay: 10 * time.Second}
 	})
 	h.reset()
 	h.prompt("slow")
@@ -129,10 +129,10 @@ func TestConfirmationModes(t *testing.T) {
 	deny := interaction.Policy{Rules: []interaction.Rule{{Tool: "bash", Match: "rm *", Action: interaction.ActionDeny, Reason: "no deleting"}}}
 	h := newHarness(t, func(c *session.Config) { c.Policy = deny })
 	var command string
-	h.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+	h.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 		if last := lastUserText(r); !strings.HasPrefix(last, "TOOL:") {
 			args, _ := json.Marshal(map[string]string{"command": command})
-			return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "call_" + last, Name: "bash", Args: []string{string(args)}}}}
+			return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "call_" + last, Name: "bash", Args: []string{string(args)}}}}
 		}
 		return echoModel(r)
 	})
@@ -406,8 +406,8 @@ func TestEditBranchesTheTree(t *testing.T) {
 		t.Fatalf("file context after truncating all: %s, %d messages", c.ModelID, len(c.Messages))
 	}
 	// While a run goes on, no edit.
-	h.srv.Handle(func(*llmtest.Request) llmtest.Script {
-		return llmtest.Script{Text: []string{"slow ", "answer"}, Delay: 10 * time.Second}
+	h.srv.Handle(func(*wiremock.Request) wiremock.Script {
+		return wiremock.Script{Text: []string{"slow ", "answer"}, Delay: 10 * time.Second}
 	})
 	h.prompt("slow")
 	wantCode(t, h.s.EditMessage(0, []llm.Content{llm.Text("x")}), fault.Busy, "processing")

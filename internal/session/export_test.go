@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/session"
 )
 
@@ -82,7 +82,7 @@ func (x *exportSetup) req(path string, overwrite bool) session.ExportRequest {
 // Where an export may go and what it may replace.
 func TestExportHTMLFileRules(t *testing.T) {
 	h := newHarness(t, nil)
-	h.srv.Enqueue(llmtest.Script{Text: []string{"the answer"}})
+	h.srv.Enqueue(wiremock.Script{Text: []string{"the answer"}})
 	h.prompt("export me")
 	h.wait()
 	x := newExportSetup(t, h)

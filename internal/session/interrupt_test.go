@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/llm"
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/session"
 )
 
@@ -27,14 +27,14 @@ func TestInterruptAtEveryPoint(t *testing.T) {
 	tests := []struct {
 		name   string
 		mod    func(*testing.T, *session.Config)
-		script []llmtest.Script
+		script []wiremock.Script
 		reach  func(*testing.T, *harness)       // waits until the run is at the point
 		after  func(*testing.T, *harness, bool) // checks what is left; idle: no run was interrupted
 		idle   bool
 	}{
 		{
 			name:   "streaming",
-			script: []llmtest.Script{{Text: []string{"one ", "two ", "three"}, Delay: 10 * time.Second}},
+			script: []wiremock.Script{{Text: []string{"one ", "two ", "three"}, Delay: 10 * time.Second}},
 			reach: func(t *testing.T, h *harness) {
 				h.waitEvent(func(ev session.Event) bool {
 					return ev.Type == "message_update" && ev.Agent.Update.Type == llm.EventTextDelta
@@ -55,7 +55,7 @@ func TestInterruptAtEveryPoint(t *testing.T) {
 		{
 			name: "waiting for approval",
 			mod:  func(_ *testing.T, c *session.Config) { c.Policy = askBash },
-			script: []llmtest.Script{{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "bash", Args: []string{`{"command":"echo ran > out.txt"}`}}}},
+			script: []wiremock.Script{{ToolCalls: []wiremock.ToolCall{{ID: "call_1", Name: "bash", Args: []string{`{"command":"echo ran > out.txt"}`}}}},
 				{Text: []string{"never asked"}}},
 			reach: func(t *testing.T, h *harness) {
 				h.waitEvent(is(string(session.EventInteractionRequested)))
@@ -81,7 +81,7 @@ func TestInterruptAtEveryPoint(t *testing.T) {
 			// must neither ask nor run.
 			name: "waiting for approval, an allowed call after it",
 			mod:  func(_ *testing.T, c *session.Config) { c.Policy = askBash },
-			script: []llmtest.Script{{ToolCalls: []llmtest.ToolCall{
+			script: []wiremock.Script{{ToolCalls: []wiremock.ToolCall{
 				{ID: "call_1", Name: "bash", Args: []string{`{"command":"echo ran > out.txt"}`}},
 				{ID: "call_2", Name: "write", Args: []string{`{"path":"written.txt","content":"x"}`}},
 			}}, {Text: []string{"never asked"}}},
@@ -103,7 +103,7 @@ func TestInterruptAtEveryPoint(t *testing.T) {
 		{
 			name: "tool running",
 			mod:  func(t *testing.T, c *session.Config) { supervised(t)(c) },
-			script: []llmtest.Script{{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "bash", Args: []string{`{"command":` + strconv.Quote(toolCmd) + `}`}}}},
+			script: []wiremock.Script{{ToolCalls: []wiremock.ToolCall{{ID: "call_1", Name: "bash", Args: []string{`{"command":` + strconv.Quote(toolCmd) + `}`}}}},
 				{Text: []string{"never asked"}}},
 			reach: func(t *testing.T, h *harness) {
 				pidIn(t, filepath.Join(h.cwd, "pid"))
@@ -129,7 +129,7 @@ func TestInterruptAtEveryPoint(t *testing.T) {
 		{
 			name:   "between two attempts",
 			mod:    func(_ *testing.T, c *session.Config) { c.Retry.BaseDelay, c.Retry.MaxDelay = time.Minute, time.Minute },
-			script: []llmtest.Script{{Status: 503, ErrorMessage: "busy"}, {Text: []string{"never asked"}}},
+			script: []wiremock.Script{{Status: 503, ErrorMessage: "busy"}, {Text: []string{"never asked"}}},
 			reach: func(t *testing.T, h *harness) {
 				h.waitEvent(is("auto_retry_start"))
 			},
@@ -142,7 +142,7 @@ func TestInterruptAtEveryPoint(t *testing.T) {
 		},
 		{
 			name:   "between runs",
-			script: []llmtest.Script{{Text: []string{"done"}}},
+			script: []wiremock.Script{{Text: []string{"done"}}},
 			reach: func(t *testing.T, h *harness) {
 				h.wait()
 			},

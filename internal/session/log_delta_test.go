@@ -14,11 +14,12 @@ import (
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 	"github.com/agentd-dev/agentd/internal/llm/openaichat"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // streamedSession is a session whose model is the Chat Completions wire
 // mock, streamed by the real decoder.
-func streamedSession(t *testing.T, srv *llmtest.Server, mod func(*Config)) *Session {
+func streamedSession(t *testing.T, srv *wiremock.Server, mod func(*Config)) *Session {
 	t.Helper()
 	model := &llm.Model{ID: "mock-model", API: llm.APIOpenAICompletions, Provider: "mock", BaseURL: srv.OpenAIURL(),
 		Input: []string{"text"}, ContextWindow: 1 << 20, MaxTokens: 4096}
@@ -54,9 +55,9 @@ func TestEventLogKeepsLittlePerDelta(t *testing.T) {
 	srv := llmtest.NewServer(t)
 	args := append(append([]string{`{"p":"`}, pieces(600, "%03d,")...), `"}`)
 	srv.Enqueue(
-		llmtest.Script{Thinking: pieces(700, "k%03d"), Text: pieces(700, "%03d "),
-			ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "nothing", Args: args}}},
-		llmtest.Script{Text: pieces(500, "t%03d")},
+		wiremock.Script{Thinking: pieces(700, "k%03d"), Text: pieces(700, "%03d "),
+			ToolCalls: []wiremock.ToolCall{{ID: "c1", Name: "nothing", Args: args}}},
+		wiremock.Script{Text: pieces(500, "t%03d")},
 	)
 	s := streamedSession(t, srv, nil)
 	if err := s.Prompt(UserMessage("go", nil), BehaviorNone); err != nil {

@@ -10,13 +10,13 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/interaction"
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/modes"
 	"github.com/agentd-dev/agentd/internal/session"
 )
 
 // requestTools names the tools a request offered the model.
-func requestTools(r *llmtest.Request) []string {
+func requestTools(r *wiremock.Request) []string {
 	var out []string
 	ts, _ := r.JSON["tools"].([]any)
 	for _, t := range ts {
@@ -29,7 +29,7 @@ func requestTools(r *llmtest.Request) []string {
 	return out
 }
 
-func systemText(r *llmtest.Request) string {
+func systemText(r *wiremock.Request) string {
 	msgs, _ := r.JSON["messages"].([]any)
 	for _, m := range msgs {
 		mm, _ := m.(map[string]any)
@@ -52,20 +52,20 @@ func TestPlanModeRefusesWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHarness(t, func(c *session.Config) { c.Modes = set })
-	var reqs []*llmtest.Request
-	h.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+	var reqs []*wiremock.Request
+	h.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 		reqs = append(reqs, r)
 		last := lastUserText(r)
 		switch {
 		case strings.HasPrefix(last, "TOOL:"):
-			return llmtest.Script{Text: []string{"ok"}}
+			return wiremock.Script{Text: []string{"ok"}}
 		case last == "write it":
-			return llmtest.Script{ToolCalls: []llmtest.ToolCall{
+			return wiremock.Script{ToolCalls: []wiremock.ToolCall{
 				{ID: "w1", Name: "write", Args: []string{`{"path":"x.txt","content":"hi"}`}},
 				{ID: "b1", Name: "bash", Args: []string{`{"command":"echo hi > y.txt"}`}},
 			}}
 		}
-		return llmtest.Script{Text: []string{"ok"}}
+		return wiremock.Script{Text: []string{"ok"}}
 	})
 	if got := h.s.Mode().Name; got != modes.Build {
 		t.Fatalf("a new session's mode is %q", got)
@@ -142,11 +142,11 @@ func TestPlanModeBindsACallWaitingForApproval(t *testing.T) {
 	h := newHarness(t, func(c *session.Config) {
 		c.Policy = interaction.Policy{Rules: []interaction.Rule{{Tool: "write", Action: interaction.ActionAsk}}}
 	})
-	h.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+	h.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 		if strings.HasPrefix(lastUserText(r), "TOOL:") {
-			return llmtest.Script{Text: []string{"ok"}}
+			return wiremock.Script{Text: []string{"ok"}}
 		}
-		return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "w1", Name: "write", Args: []string{`{"path":"x.txt","content":"hi"}`}}}}
+		return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "w1", Name: "write", Args: []string{`{"path":"x.txt","content":"hi"}`}}}}
 	})
 	h.prompt("write it")
 	ev := h.waitEvent(is(string(session.EventInteractionRequested)))

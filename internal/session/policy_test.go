@@ -7,7 +7,7 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/interaction"
 	"github.com/agentd-dev/agentd/internal/llm"
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/session"
 	"github.com/agentd-dev/agentd/internal/tool"
 )
@@ -30,8 +30,8 @@ func TestPolicyPathsResolveInTheSessionCwd(t *testing.T) {
 			{Match: prot + "/*", Action: interaction.ActionDeny, Reason: "protected"},
 		}}
 	})
-	h.srv.Enqueue(llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "write", Args: []string{`{"path":"link/x","content":"pwned\n"}`}}}},
-		llmtest.Script{Text: []string{"ok"}})
+	h.srv.Enqueue(wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "c1", Name: "write", Args: []string{`{"path":"link/x","content":"pwned\n"}`}}}},
+		wiremock.Script{Text: []string{"ok"}})
 	h.prompt("write")
 	h.wait()
 	var res *llm.Message

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/llm"
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/session"
 	"github.com/agentd-dev/agentd/internal/tool"
 )
@@ -85,12 +85,12 @@ func TestCloseEndsWhatCommandsLeft(t *testing.T) {
 	escape := func(file string) string {
 		return fmt.Sprintf("setsid sh -c 'echo $$ > %s; exec sleep 300' >/dev/null 2>&1 &", file)
 	}
-	h.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+	h.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 		if strings.HasPrefix(lastUserText(r), "TOOL:") {
-			return llmtest.Script{Text: []string{"started"}}
+			return wiremock.Script{Text: []string{"started"}}
 		}
 		args := fmt.Sprintf(`{"command":%q,"background":true}`, escape("tool-pid"))
-		return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "bash", Args: []string{args}}}}
+		return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "c1", Name: "bash", Args: []string{args}}}}
 	})
 	h.prompt("start a server")
 	h.wait()

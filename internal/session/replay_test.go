@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/piwire"
 	"github.com/agentd-dev/agentd/internal/session"
 )
@@ -73,7 +73,7 @@ func (r *logRecorder) check(t *testing.T, after, upTo uint64, evs []session.Even
 // longAnswer is a run of two model answers: thinking, text and a tool
 // call whose arguments come in many pieces, then more text, with
 // multi-byte characters and characters JSON escapes.
-func longAnswer(srv *llmtest.Server, n int) {
+func longAnswer(srv *wiremock.Server, n int) {
 	var thinking, text, more []string
 	for i := range n {
 		thinking = append(thinking, fmt.Sprintf("k%d ", i))
@@ -86,8 +86,8 @@ func longAnswer(srv *llmtest.Server, n int) {
 	}
 	args = append(args, `"}`)
 	srv.Enqueue(
-		llmtest.Script{Thinking: thinking, Text: text, ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "ls", Args: args}}},
-		llmtest.Script{Text: more},
+		wiremock.Script{Thinking: thinking, Text: text, ToolCalls: []wiremock.ToolCall{{ID: "c1", Name: "ls", Args: args}}},
+		wiremock.Script{Text: more},
 	)
 }
 
@@ -177,7 +177,7 @@ func TestReplayMidStream(t *testing.T) {
 			for i := range 200 {
 				text = append(text, fmt.Sprintf("w%d ", i))
 			}
-			h.srv.Enqueue(llmtest.Script{Text: text, HangAfter: 120})
+			h.srv.Enqueue(wiremock.Script{Text: text, HangAfter: 120})
 			h.prompt("go")
 			h.waitEvent(func(ev session.Event) bool {
 				return ev.Type == "message_update" && ev.Agent.Update.Delta == "w119 "

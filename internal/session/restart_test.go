@@ -20,6 +20,7 @@ import (
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 	"github.com/agentd-dev/agentd/internal/llm/openaichat"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/session"
 	"github.com/agentd-dev/agentd/internal/tool"
 	"github.com/agentd-dev/agentd/internal/transcript"
@@ -91,16 +92,16 @@ func crashHelper(args []string) int {
 
 // bashModel calls bash with command when asked to "run it", reports a
 // tool's output after a tool result, and answers anything else.
-func bashModel(command string) llmtest.Handler {
+func bashModel(command string) wiremock.Handler {
 	args, _ := json.Marshal(map[string]string{"command": command})
-	return func(r *llmtest.Request) llmtest.Script {
+	return func(r *wiremock.Request) wiremock.Script {
 		switch last := lastUserText(r); {
 		case strings.HasPrefix(last, "TOOL:"):
-			return llmtest.Script{Text: []string{"done: ", strings.TrimSpace(strings.TrimPrefix(last, "TOOL:"))}}
+			return wiremock.Script{Text: []string{"done: ", strings.TrimSpace(strings.TrimPrefix(last, "TOOL:"))}}
 		case last == "run it":
-			return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "bash", Args: []string{string(args)}}}}
+			return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "call_1", Name: "bash", Args: []string{string(args)}}}}
 		default:
-			return llmtest.Script{Text: []string{"re: " + last}}
+			return wiremock.Script{Text: []string{"re: " + last}}
 		}
 	}
 }
@@ -346,7 +347,7 @@ func waitFile(t *testing.T, path string) {
 // restartedWithPending closes a session whose bash call waits for
 // approval and opens its file again: the starting point of the tests of
 // what can be done with a call a restart left pending.
-func restartedWithPending(t *testing.T, command string, mod func(*session.Config)) (*harness, *llmtest.Server) {
+func restartedWithPending(t *testing.T, command string, mod func(*session.Config)) (*harness, *wiremock.Server) {
 	t.Helper()
 	h := newHarness(t, func(c *session.Config) {
 		c.Policy = askBash
@@ -553,8 +554,8 @@ func TestSwitchTakesPendingCallsAlong(t *testing.T) {
 // waiting there keep waiting, under the same request.
 func TestAbortedNavigationKeepsPendingCalls(t *testing.T) {
 	h, srv := restartedWithPending(t, "true", nil)
-	srv.Handle(func(*llmtest.Request) llmtest.Script {
-		return llmtest.Script{Text: []string{"a ", "summary"}, Delay: 10 * time.Second}
+	srv.Handle(func(*wiremock.Request) wiremock.Script {
+		return wiremock.Script{Text: []string{"a ", "summary"}, Delay: 10 * time.Second}
 	})
 	var user string
 	for _, n := range h.s.Tree().Nodes {

@@ -17,6 +17,7 @@ import (
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 	"github.com/agentd-dev/agentd/internal/llm/openaichat"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/session"
 	"github.com/agentd-dev/agentd/internal/tool"
 	"github.com/agentd-dev/agentd/internal/transcript"
@@ -26,7 +27,7 @@ import (
 // with the real built-in tools in a temporary directory.
 type harness struct {
 	t    *testing.T
-	srv  *llmtest.Server
+	srv  *wiremock.Server
 	s    *session.Session
 	dir  string
 	cwd  string
@@ -36,7 +37,7 @@ type harness struct {
 	seen chan struct{}
 }
 
-func mockModel(srv *llmtest.Server) *llm.Model {
+func mockModel(srv *wiremock.Server) *llm.Model {
 	return &llm.Model{ID: "mock-model", Name: "Mock", API: llm.APIOpenAICompletions, Provider: "mock", BaseURL: srv.OpenAIURL(),
 		Input: []string{"text"}, Cost: llm.ModelCost{Input: 1, Output: 2}, ContextWindow: 128000, MaxTokens: 4096}
 }
@@ -137,7 +138,7 @@ func is(t string) func(session.Event) bool {
 	return func(ev session.Event) bool { return string(ev.Type) == t }
 }
 
-func lastUserText(r *llmtest.Request) string {
+func lastUserText(r *wiremock.Request) string {
 	msgs, _ := r.JSON["messages"].([]any)
 	for i := len(msgs) - 1; i >= 0; i-- {
 		m, _ := msgs[i].(map[string]any)
@@ -157,12 +158,12 @@ func lastUserText(r *llmtest.Request) string {
 
 func TestPromptRunsBashAndFinishes(t *testing.T) {
 	h := newHarness(t, nil)
-	h.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+	h.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 		last := lastUserText(r)
 		if strings.HasPrefix(last, "TOOL:") {
-			return llmtest.Script{Text: []string{"The tool said: ", strings.TrimSpace(strings.TrimPrefix(last, "TOOL:"))}, Usage: &llmtest.Usage{Input: 50, Output: 8}}
+			return wiremock.Script{Text: []string{"The tool said: ", strings.TrimSpace(strings.TrimPrefix(last, "TOOL:"))}, Usage: &wiremock.Usage{Input: 50, Output: 8}}
 		}
-		return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "bash", Args: []string{`{"command":`, `"echo hello-from-tool"}`}}}, Usage: &llmtest.Usage{Input: 42, Output: 7}}
+		return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "call_1", Name: "bash", Args: []string{`{"command":`, `"echo hello-from-tool"}`}}}, Usage: &wiremock.Usage{Input: 42, Output: 7}}
 	})
 	h.prompt("run it")
 	h.wait()
@@ -202,11 +203,11 @@ func TestParallelToolCalls(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h.srv.Enqueue(llmtest.Script{ToolCalls: []llmtest.ToolCall{
+	h.srv.Enqueue(wiremock.Script{ToolCalls: []wiremock.ToolCall{
 		{ID: "c1", Name: "read", Args: []string{`{"path":"a.txt"}`}},
 		{ID: "c2", Name: "bash", Args: []string{`{"command":"sleep 0.2; echo slow"}`}},
 		{ID: "c3", Name: "read", Args: []string{`{"path":"c.txt"}`}},
-	}}, llmtest.Script{Text: []string{"read them"}})
+	}}, wiremock.Script{Text: []string{"read them"}})
 	h.prompt("read all")
 	h.wait()
 	var ids, texts []string
@@ -235,12 +236,12 @@ func TestParallelToolCalls(t *testing.T) {
 
 func TestSteerAndFollowUp(t *testing.T) {
 	h := newHarness(t, nil)
-	h.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+	h.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 		last := lastUserText(r)
 		if last == "start" {
-			return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "bash", Args: []string{`{"command":"sleep 0.3"}`}}}}
+			return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "c1", Name: "bash", Args: []string{`{"command":"sleep 0.3"}`}}}}
 		}
-		return llmtest.Script{Text: []string{"answer to " + last}}
+		return wiremock.Script{Text: []string{"answer to " + last}}
 	})
 	h.prompt("start")
 	h.waitEvent(is("tool_execution_start"))
@@ -268,7 +269,7 @@ func TestSteerAndFollowUp(t *testing.T) {
 
 func TestAbortWhileStreaming(t *testing.T) {
 	h := newHarness(t, nil)
-	h.srv.Enqueue(llmtest.Script{Text: []string{"one ", "two ", "three"}, Delay: 5 * time.Second})
+	h.srv.Enqueue(wiremock.Script{Text: []string{"one ", "two ", "three"}, Delay: 5 * time.Second})
 	h.prompt("talk")
 	h.waitEvent(func(ev session.Event) bool {
 		return ev.Type == "message_update" && ev.Agent.Update.Type == llm.EventTextDelta
@@ -293,7 +294,7 @@ func TestAbortWhileStreaming(t *testing.T) {
 func TestAbortKillsRunningBashProcessGroup(t *testing.T) {
 	h := newHarness(t, nil)
 	pidFile := filepath.Join(h.cwd, "pids")
-	h.srv.Enqueue(llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "bash",
+	h.srv.Enqueue(wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "c1", Name: "bash",
 		Args: []string{`{"command":"sleep 30 & echo $! > pids; bash -c 'echo $$ >> pids; sleep 30'"}`}}}})
 	h.prompt("sleep")
 	h.waitEvent(is("tool_execution_start"))
@@ -334,7 +335,7 @@ func TestAbortKillsRunningBashProcessGroup(t *testing.T) {
 
 func TestRetryAfter503(t *testing.T) {
 	h := newHarness(t, nil)
-	h.srv.Enqueue(llmtest.Script{Status: 503, ErrorMessage: "mock failure 503"}, llmtest.Script{Text: []string{"recovered"}})
+	h.srv.Enqueue(wiremock.Script{Status: 503, ErrorMessage: "mock failure 503"}, wiremock.Script{Text: []string{"recovered"}})
 	h.prompt("hello")
 	h.wait()
 	msgs := h.s.Messages()
@@ -373,7 +374,7 @@ func TestRetryAfter503(t *testing.T) {
 func TestRetryGivesUpAndNonRetryableFailsAtOnce(t *testing.T) {
 	h := newHarness(t, nil)
 	for i := 0; i < 4; i++ {
-		h.srv.Enqueue(llmtest.Script{Status: 429, ErrorMessage: "slow down"})
+		h.srv.Enqueue(wiremock.Script{Status: 429, ErrorMessage: "slow down"})
 	}
 	h.prompt("hello")
 	h.wait()
@@ -384,7 +385,7 @@ func TestRetryGivesUpAndNonRetryableFailsAtOnce(t *testing.T) {
 	if n := len(h.srv.Requests()); n != 4 {
 		t.Fatalf("%d requests, want 4", n)
 	}
-	h.srv.Enqueue(llmtest.Script{Status: 400, ErrorMessage: "bad request"})
+	h.srv.Enqueue(wiremock.Script{Status: 400, ErrorMessage: "bad request"})
 	h.prompt("again")
 	h.wait()
 	if n := len(h.srv.Requests()); n != 5 {
@@ -394,7 +395,7 @@ func TestRetryGivesUpAndNonRetryableFailsAtOnce(t *testing.T) {
 
 func TestAbortDuringRetryWait(t *testing.T) {
 	h := newHarness(t, func(c *session.Config) { c.Retry.BaseDelay = time.Minute; c.Retry.MaxDelay = time.Minute })
-	h.srv.Enqueue(llmtest.Script{Status: 529, ErrorType: "overloaded_error", ErrorMessage: "Overloaded"})
+	h.srv.Enqueue(wiremock.Script{Status: 529, ErrorType: "overloaded_error", ErrorMessage: "Overloaded"})
 	h.prompt("hello")
 	h.waitEvent(is("auto_retry_start"))
 	h.s.AbortRetry()
@@ -429,8 +430,8 @@ func TestApprovals(t *testing.T) {
 					c.InteractionTimeout = 0
 				}
 			})
-			h.srv.Enqueue(llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "bash", Args: []string{`{"command":"echo original"}`}}}},
-				llmtest.Script{Text: []string{"ok"}})
+			h.srv.Enqueue(wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "c1", Name: "bash", Args: []string{`{"command":"echo original"}`}}}},
+				wiremock.Script{Text: []string{"ok"}})
 			h.prompt("run")
 			req := h.waitEvent(is(string(session.EventInteractionRequested)))
 			if req.Interaction.Request.Kind != interaction.KindApproval || req.Interaction.Request.Tool.ToolName != "bash" {
@@ -468,12 +469,12 @@ func TestApprovals(t *testing.T) {
 	}
 }
 
-func ptr(r llmtest.Request) *llmtest.Request { return &r }
+func ptr(r wiremock.Request) *wiremock.Request { return &r }
 
 func TestPersistReloadAndFork(t *testing.T) {
 	h := newHarness(t, nil)
-	h.srv.Handle(func(r *llmtest.Request) llmtest.Script {
-		return llmtest.Script{Text: []string{"re: " + lastUserText(r)}, Usage: &llmtest.Usage{Input: 10, Output: 2}}
+	h.srv.Handle(func(r *wiremock.Request) wiremock.Script {
+		return wiremock.Script{Text: []string{"re: " + lastUserText(r)}, Usage: &wiremock.Usage{Input: 10, Output: 2}}
 	})
 	for _, p := range []string{"first", "second", "third"} {
 		h.prompt(p)
@@ -548,7 +549,7 @@ func TestLoadsPiSessionFile(t *testing.T) {
 		t.Fatal("session name from session_info not loaded")
 	}
 	// And the conversation goes on from there.
-	h.srv.Enqueue(llmtest.Script{Text: []string{"continuing"}})
+	h.srv.Enqueue(wiremock.Script{Text: []string{"continuing"}})
 	h.prompt("and now?")
 	h.wait()
 	if text, _ := h.s.LastAssistantText(); text != "continuing" {
@@ -558,7 +559,7 @@ func TestLoadsPiSessionFile(t *testing.T) {
 
 func TestEventLogResume(t *testing.T) {
 	h := newHarness(t, func(c *session.Config) { c.EventLogSize = 16 })
-	h.srv.Enqueue(llmtest.Script{Text: []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n"}})
+	h.srv.Enqueue(wiremock.Script{Text: []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n"}})
 	h.prompt("go")
 	h.wait()
 	seq := h.s.Seq()
@@ -614,7 +615,7 @@ func TestUserBashIsRecordedIntoContext(t *testing.T) {
 	if !secret.ExcludeFromContext {
 		t.Fatal("exclude flag lost")
 	}
-	h.srv.Enqueue(llmtest.Script{Text: []string{"seen"}})
+	h.srv.Enqueue(wiremock.Script{Text: []string{"seen"}})
 	h.prompt("what happened?")
 	h.wait()
 	body := string(h.srv.LastRequest(t).Body)
@@ -656,7 +657,7 @@ func TestUserBashIsRecordedIntoContext(t *testing.T) {
 
 func TestExportHTML(t *testing.T) {
 	h := newHarness(t, nil)
-	h.srv.Enqueue(llmtest.Script{Text: []string{"<b>bold</b> answer"}})
+	h.srv.Enqueue(wiremock.Script{Text: []string{"<b>bold</b> answer"}})
 	h.prompt("<script>alert(1)</script>")
 	h.wait()
 	var b strings.Builder
@@ -729,7 +730,7 @@ func TestCycleAndExportFile(t *testing.T) {
 // made: the session keeps what it had, and says why.
 func TestSettingsChangeNotRecordedIsNotMade(t *testing.T) {
 	h := newHarness(t, func(c *session.Config) { c.Model.Reasoning = true })
-	h.srv.Enqueue(llmtest.Script{Text: []string{"hi"}})
+	h.srv.Enqueue(wiremock.Script{Text: []string{"hi"}})
 	h.prompt("first")
 	h.wait()
 	path := h.s.File()

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentd-dev/agentd/internal/llm"
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/session"
 )
 
@@ -38,7 +38,7 @@ func (fakeSlash) Run(_ context.Context, s *session.Session, text string) (string
 // through RunCommand.
 func TestSlashExpandsEveryWayIn(t *testing.T) {
 	h := newHarness(t, func(c *session.Config) { c.Slash = fakeSlash{} })
-	h.srv.Handle(func(r *llmtest.Request) llmtest.Script { return llmtest.Script{Text: []string{"ok"}} })
+	h.srv.Handle(func(r *wiremock.Request) wiremock.Script { return wiremock.Script{Text: []string{"ok"}} })
 
 	m := session.UserMessage("/t one", nil)
 	if err := h.s.Prompt(m, session.BehaviorNone); err != nil {

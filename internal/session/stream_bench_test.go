@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/llm"
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 	"github.com/agentd-dev/agentd/internal/llm/openaichat"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/session"
 )
 
@@ -46,8 +46,8 @@ func BenchmarkStreamedDeltas(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				srv := llmtest.NewUnstarted()
-				srv.Handle(func(*llmtest.Request) llmtest.Script { return llmtest.Script{Text: text} })
+				srv := wiremock.NewUnstarted()
+				srv.Handle(func(*wiremock.Request) wiremock.Script { return wiremock.Script{Text: text} })
 				srv.Start()
 				tr := &http.Transport{}
 				p := openaichat.New(&http.Client{Transport: tr})

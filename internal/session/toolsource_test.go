@@ -13,14 +13,14 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/interaction"
 	"github.com/agentd-dev/agentd/internal/llm"
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/mcp"
 	"github.com/agentd-dev/agentd/internal/session"
 	"github.com/agentd-dev/agentd/internal/tool"
 )
 
 // toolNames are the tools a model request offered.
-func toolNames(r llmtest.Request) []string {
+func toolNames(r wiremock.Request) []string {
 	var out []string
 	tools, _ := r.JSON["tools"].([]any)
 	for _, t := range tools {
@@ -59,7 +59,7 @@ func TestToolSourceChangesReachTheModel(t *testing.T) {
 	if len(un) != 1 || un[0].Source != "mcp:broken" || !strings.Contains(un[0].Error, "MCP server broken failed to start") {
 		t.Fatalf("unavailable %+v", un)
 	}
-	h.srv.Enqueue(llmtest.Script{Text: []string{"one"}})
+	h.srv.Enqueue(wiremock.Script{Text: []string{"one"}})
 	h.prompt("first")
 	h.wait()
 	if got := toolNames(h.srv.LastRequest(t)); !slices.Contains(got, "web__first") || slices.Contains(got, "web__second") {
@@ -76,8 +76,8 @@ func TestToolSourceChangesReachTheModel(t *testing.T) {
 		t.Fatalf("after the change: %v (event %v)", h.s.AvailableTools(), ev.Config.Tools)
 	}
 	// The new tool is offered and goes through the policy like any other.
-	h.srv.Enqueue(llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "web__second", Args: []string{`{}`}}}},
-		llmtest.Script{Text: []string{"done"}})
+	h.srv.Enqueue(wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "c1", Name: "web__second", Args: []string{`{}`}}}},
+		wiremock.Script{Text: []string{"done"}})
 	h.prompt("second")
 	req := h.waitEvent(is(string(session.EventInteractionRequested)))
 	if tl := req.Interaction.Request.Tool; tl == nil || tl.ToolName != "web__second" {

@@ -13,7 +13,7 @@ import (
 	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/faux"
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/session"
 	"github.com/agentd-dev/agentd/internal/transcript"
 )
@@ -460,9 +460,9 @@ func TestNavigateTreeAbortSummary(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			fx := newTreeFixture(t)
 			// The summary request streams a little, then hangs.
-			fx.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+			fx.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 				if _, ok := r.JSON["tools"]; !ok {
-					return llmtest.Script{Text: []string{"## Goal", " never finished"}, HangAfter: 2}
+					return wiremock.Script{Text: []string{"## Goal", " never finished"}, HangAfter: 2}
 				}
 				return summariser(100)(r)
 			})
@@ -521,8 +521,8 @@ func TestNavigateTreeAbortSummary(t *testing.T) {
 
 func TestNavigateTreeSummaryFailureChangesNothing(t *testing.T) {
 	fx := newTreeFixture(t)
-	fx.srv.Handle(func(r *llmtest.Request) llmtest.Script {
-		return llmtest.Script{Status: 400, ErrorType: "invalid_request_error", ErrorMessage: "no summaries today"}
+	fx.srv.Handle(func(r *wiremock.Request) wiremock.Script {
+		return wiremock.Script{Status: 400, ErrorType: "invalid_request_error", ErrorMessage: "no summaries today"}
 	})
 	before := fx.s.Tree()
 	_, err := fx.s.NavigateTree(context.Background(), fx.ids["re: bravo"], session.NavigateOptions{Summarize: true})
@@ -536,7 +536,7 @@ func TestNavigateTreeSummaryFailureChangesNothing(t *testing.T) {
 
 func TestNavigateTreeRefusedWhileRunning(t *testing.T) {
 	fx := newTreeFixture(t)
-	fx.srv.Enqueue(llmtest.Script{Text: []string{"slow", " answer", " here"}, Delay: 200 * time.Millisecond})
+	fx.srv.Enqueue(wiremock.Script{Text: []string{"slow", " answer", " here"}, Delay: 200 * time.Millisecond})
 	fx.prompt("slowly")
 	_, err := fx.s.NavigateTree(context.Background(), fx.ids["alpha"], session.NavigateOptions{})
 	if fault.CodeOf(err) != fault.Busy || !strings.Contains(err.Error(), "abort it or wait") {
@@ -553,7 +553,7 @@ func TestNavigateTreeRefusedWhileRunning(t *testing.T) {
 func TestNavigateTreeRecordsBashRunMeanwhile(t *testing.T) {
 	fx := newTreeFixture(t)
 	release := make(chan struct{})
-	fx.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+	fx.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 		if _, ok := r.JSON["tools"]; !ok {
 			<-release
 		}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/faux"
 	"github.com/agentd-dev/agentd/internal/server"
@@ -37,7 +37,7 @@ func wsRig(t testing.TB, tokens int) (run func(), check func()) {
 	dir := t.TempDir()
 	p := faux.New(faux.Options{})
 	layer, err := server.New(server.Config{
-		Builder: server.BuilderFunc(func(spec engine.Spec) (*session.Session, error) {
+		Builder: server.BuilderFunc(func(spec sessionspec.Spec) (*session.Session, error) {
 			return session.New(session.Config{Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open,
 				Model: faux.Model(), Stream: p.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq})
 		}),

@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/interaction"
 	"github.com/agentd-dev/agentd/internal/llm"
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/session"
 	"github.com/agentd-dev/agentd/internal/transcript"
 )
@@ -24,14 +25,14 @@ func TestAbortStopsTheChild(t *testing.T) {
 	f := newFixture(t, nil)
 	asked := make(chan struct{})
 	var once sync.Once
-	f.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+	f.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 		if isChild(r) {
 			once.Do(func() { close(asked) })
-			return llmtest.Script{Text: []string{"thinking ", "about ", "it"}, HangAfter: 3}
+			return wiremock.Script{Text: []string{"thinking ", "about ", "it"}, HangAfter: 3}
 		}
-		return llmtest.Script{ToolCalls: []llmtest.ToolCall{taskCall("t1", "explore", "CHILDJOB forever")}}
+		return wiremock.Script{ToolCalls: []wiremock.ToolCall{taskCall("t1", "explore", "CHILDJOB forever")}}
 	})
-	s, rec := f.session(engine.Spec{})
+	s, rec := f.session(sessionspec.Spec{})
 	if err := s.Prompt(session.UserMessage("go", nil), session.BehaviorNone); err != nil {
 		t.Fatal(err)
 	}
@@ -72,18 +73,18 @@ func TestChildApprovalsReachTheParent(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFixture(t, func(o *engine.Options) { o.Policy = policy })
-	f.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+	f.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 		switch {
 		case isChild(r) && lastRole(r) == "tool":
-			return llmtest.Script{Text: []string{"wrote it"}}
+			return wiremock.Script{Text: []string{"wrote it"}}
 		case isChild(r):
-			return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "b1", Name: "bash", Args: []string{`{"command":"echo relayed > out.txt"}`}}}}
+			return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "b1", Name: "bash", Args: []string{`{"command":"echo relayed > out.txt"}`}}}}
 		case lastRole(r) == "tool":
-			return llmtest.Script{Text: []string{"parent done"}}
+			return wiremock.Script{Text: []string{"parent done"}}
 		}
-		return llmtest.Script{ToolCalls: []llmtest.ToolCall{taskCall("t1", "general", "CHILDJOB write out.txt")}}
+		return wiremock.Script{ToolCalls: []wiremock.ToolCall{taskCall("t1", "general", "CHILDJOB write out.txt")}}
 	})
-	s, rec := f.session(engine.Spec{})
+	s, rec := f.session(sessionspec.Spec{})
 	if err := s.Prompt(session.UserMessage("go", nil), session.BehaviorNone); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestDepthIsBounded(t *testing.T) {
 	f := newFixture(t, func(o *engine.Options) { o.Subagents.MaxDepth = 2 })
 	var mu sync.Mutex
 	tools := map[string][]string{}
-	f.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+	f.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 		mu.Lock()
 		defer mu.Unlock()
 		level := "parent"
@@ -135,15 +136,15 @@ func TestDepthIsBounded(t *testing.T) {
 		}
 		switch {
 		case level == "grandchild":
-			return llmtest.Script{Text: []string{"deep answer"}, Usage: &llmtest.Usage{Input: 1000, Output: 100}}
+			return wiremock.Script{Text: []string{"deep answer"}, Usage: &wiremock.Usage{Input: 1000, Output: 100}}
 		case lastRole(r) == "tool":
-			return llmtest.Script{Text: []string{level + " done"}, Usage: &llmtest.Usage{Input: 1, Output: 1}}
+			return wiremock.Script{Text: []string{level + " done"}, Usage: &wiremock.Usage{Input: 1, Output: 1}}
 		case level == "child":
-			return llmtest.Script{ToolCalls: []llmtest.ToolCall{taskCall("t2", "general", "CHILDJOB GRAND")}, Usage: &llmtest.Usage{Input: 10, Output: 10}}
+			return wiremock.Script{ToolCalls: []wiremock.ToolCall{taskCall("t2", "general", "CHILDJOB GRAND")}, Usage: &wiremock.Usage{Input: 10, Output: 10}}
 		}
-		return llmtest.Script{ToolCalls: []llmtest.ToolCall{taskCall("t1", "general", "CHILDJOB one")}, Usage: &llmtest.Usage{Input: 10, Output: 10}}
+		return wiremock.Script{ToolCalls: []wiremock.ToolCall{taskCall("t1", "general", "CHILDJOB one")}, Usage: &wiremock.Usage{Input: 10, Output: 10}}
 	})
-	s, rec := f.session(engine.Spec{})
+	s, rec := f.session(sessionspec.Spec{})
 	run(t, s, "go")
 	mu.Lock()
 	defer mu.Unlock()
@@ -161,7 +162,7 @@ func TestDepthIsBounded(t *testing.T) {
 	}
 }
 
-func firstUser(r *llmtest.Request) string {
+func firstUser(r *wiremock.Request) string {
 	msgs, _ := r.JSON["messages"].([]any)
 	for _, m := range msgs {
 		if m, _ := m.(map[string]any); m["role"] == "user" {
@@ -192,17 +193,17 @@ func TestConcurrencyIsBounded(t *testing.T) {
 			close(release)
 		}
 	})
-	f.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+	f.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 		switch {
 		case isChild(r):
 			<-release
-			return llmtest.Script{Text: []string{"one finished"}}
+			return wiremock.Script{Text: []string{"one finished"}}
 		case lastRole(r) == "tool":
-			return llmtest.Script{Text: []string{"parent done"}}
+			return wiremock.Script{Text: []string{"parent done"}}
 		}
-		return llmtest.Script{ToolCalls: []llmtest.ToolCall{taskCall("t1", "explore", "CHILDJOB a"), taskCall("t2", "explore", "CHILDJOB b")}}
+		return wiremock.Script{ToolCalls: []wiremock.ToolCall{taskCall("t1", "explore", "CHILDJOB a"), taskCall("t2", "explore", "CHILDJOB b")}}
 	})
-	s, rec := f.session(engine.Spec{})
+	s, rec := f.session(sessionspec.Spec{})
 	if err := s.Prompt(session.UserMessage("go", nil), session.BehaviorNone); err != nil {
 		t.Fatal(err)
 	}

@@ -13,10 +13,12 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/agent"
 	"github.com/agentd-dev/agentd/internal/engine"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 	"github.com/agentd-dev/agentd/internal/llm/openaichat"
 	"github.com/agentd-dev/agentd/internal/llm/registry"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/sandbox"
 	"github.com/agentd-dev/agentd/internal/session"
 	"github.com/agentd-dev/agentd/internal/subagent"
@@ -27,7 +29,7 @@ import (
 // with subagents on, and one parent session in a temporary project.
 type fixture struct {
 	t    *testing.T
-	srv  *llmtest.Server
+	srv  *wiremock.Server
 	eng  *engine.Engine
 	dir  string // sessions
 	cwd  string
@@ -59,7 +61,7 @@ func newFixture(t *testing.T, mod func(*engine.Options)) *fixture {
 }
 
 // session builds a parent session and records its events.
-func (f *fixture) session(spec engine.Spec) (*session.Session, *recorder) {
+func (f *fixture) session(spec sessionspec.Spec) (*session.Session, *recorder) {
 	f.t.Helper()
 	spec.Cwd, spec.SessionsDir = f.cwd, f.dir
 	s, err := f.eng.Session(spec)
@@ -177,7 +179,7 @@ func details(t *testing.T, r *agent.Event) subagent.Details {
 
 // Scripts: a child's job says CHILDJOB; the parent's first request
 // asks for the task, its next answers.
-func isChild(r *llmtest.Request) bool {
+func isChild(r *wiremock.Request) bool {
 	msgs, _ := r.JSON["messages"].([]any)
 	for _, m := range msgs {
 		if m, _ := m.(map[string]any); m["role"] == "user" {
@@ -188,7 +190,7 @@ func isChild(r *llmtest.Request) bool {
 	return false
 }
 
-func lastRole(r *llmtest.Request) string {
+func lastRole(r *wiremock.Request) string {
 	msgs, _ := r.JSON["messages"].([]any)
 	if len(msgs) == 0 {
 		return ""
@@ -198,7 +200,7 @@ func lastRole(r *llmtest.Request) string {
 	return s
 }
 
-func toolNames(r *llmtest.Request) []string {
+func toolNames(r *wiremock.Request) []string {
 	var out []string
 	tools, _ := r.JSON["tools"].([]any)
 	for _, t := range tools {
@@ -210,9 +212,9 @@ func toolNames(r *llmtest.Request) []string {
 	return out
 }
 
-func taskCall(id, typ, prompt string) llmtest.ToolCall {
+func taskCall(id, typ, prompt string) wiremock.ToolCall {
 	b, _ := json.Marshal(map[string]string{"description": "a job", "prompt": prompt, "subagent_type": typ})
-	return llmtest.ToolCall{ID: id, Name: "task", Args: []string{string(b)}}
+	return wiremock.ToolCall{ID: id, Name: "task", Args: []string{string(b)}}
 }
 
 // A task call starts a child session of the type asked for, with that
@@ -223,19 +225,19 @@ func TestTaskRunsAChildSession(t *testing.T) {
 	f := newFixture(t, nil)
 	var mu sync.Mutex
 	var childTools []string
-	f.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+	f.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 		switch {
 		case isChild(r):
 			mu.Lock()
 			childTools = toolNames(r)
 			mu.Unlock()
-			return llmtest.Script{Text: []string{"CHILD-", "ANSWER"}, Usage: &llmtest.Usage{Input: 100, Output: 10}}
+			return wiremock.Script{Text: []string{"CHILD-", "ANSWER"}, Usage: &wiremock.Usage{Input: 100, Output: 10}}
 		case lastRole(r) == "tool":
-			return llmtest.Script{Text: []string{"done"}, Usage: &llmtest.Usage{Input: 20, Output: 3}}
+			return wiremock.Script{Text: []string{"done"}, Usage: &wiremock.Usage{Input: 20, Output: 3}}
 		}
-		return llmtest.Script{ToolCalls: []llmtest.ToolCall{taskCall("t1", "explore", "CHILDJOB find the answer")}, Usage: &llmtest.Usage{Input: 10, Output: 5}}
+		return wiremock.Script{ToolCalls: []wiremock.ToolCall{taskCall("t1", "explore", "CHILDJOB find the answer")}, Usage: &wiremock.Usage{Input: 10, Output: 5}}
 	})
-	s, rec := f.session(engine.Spec{})
+	s, rec := f.session(sessionspec.Spec{})
 	run(t, s, "go")
 
 	ends := rec.toolEnds("task")
@@ -282,23 +284,23 @@ func TestChildIsNoWiderThanItsParent(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name  string
-		spec  engine.Spec
+		spec  sessionspec.Spec
 		agent string // a project agent file
 		call  string // the task call's arguments
-		child llmtest.Script
+		child wiremock.Script
 		want  want
 	}{
 		{
-			name: "read-only parent", spec: engine.Spec{Sandbox: sandbox.ReadOnly},
+			name: "read-only parent", spec: sessionspec.Spec{Sandbox: sandbox.ReadOnly},
 			call:  `{"description":"w","prompt":"CHILDJOB write x","subagent_type":"general"}`,
-			child: llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "w1", Name: "write", Args: []string{`{"path":"x.txt","content":"hi"}`}}}},
+			child: wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "w1", Name: "write", Args: []string{`{"path":"x.txt","content":"hi"}`}}}},
 			want:  want{},
 		},
 		{
-			name: "project type asks for more", spec: engine.Spec{Tools: []string{"read", "ls", "task"}, Sandbox: sandbox.WorkspaceWrite},
+			name: "project type asks for more", spec: sessionspec.Spec{Tools: []string{"read", "ls", "task"}, Sandbox: sandbox.WorkspaceWrite},
 			agent: "---\ndescription: wants everything\ntools: [read, bash, write, ls]\nsandbox: full-access\n---\nDo it.\n",
 			call:  `{"description":"w","prompt":"CHILDJOB p","subagent_type":"greedy"}`,
-			child: llmtest.Script{Text: []string{"ok"}},
+			child: wiremock.Script{Text: []string{"ok"}},
 			want:  want{childTools: []string{"ask_user", "ls", "read", "todo"}},
 		},
 		{
@@ -333,20 +335,20 @@ func TestChildIsNoWiderThanItsParent(t *testing.T) {
 			var mu sync.Mutex
 			var childTools []string
 			childRuns := 0
-			f.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+			f.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
 				case isChild(r) && lastRole(r) == "tool":
-					return llmtest.Script{Text: []string{"child done"}}
+					return wiremock.Script{Text: []string{"child done"}}
 				case isChild(r):
 					childRuns++
 					childTools = toolNames(r)
 					return tt.child
 				case lastRole(r) == "tool":
-					return llmtest.Script{Text: []string{"parent done"}}
+					return wiremock.Script{Text: []string{"parent done"}}
 				}
-				return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "t1", Name: "task", Args: []string{tt.call}}}}
+				return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "t1", Name: "task", Args: []string{tt.call}}}}
 			})
 			s, rec := f.session(tt.spec)
 			run(t, s, "go")
@@ -405,23 +407,23 @@ func TestChildIsNoWiderThanItsParent(t *testing.T) {
 // tools and its depth, not a fresh session's.
 func TestChildKeepsItsToolsWhenReopened(t *testing.T) {
 	f := newFixture(t, func(o *engine.Options) { o.Subagents.MaxDepth = 1 })
-	f.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+	f.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 		switch {
 		case isChild(r):
-			return llmtest.Script{Text: []string{"ok"}}
+			return wiremock.Script{Text: []string{"ok"}}
 		case lastRole(r) == "tool":
-			return llmtest.Script{Text: []string{"done"}}
+			return wiremock.Script{Text: []string{"done"}}
 		}
-		return llmtest.Script{ToolCalls: []llmtest.ToolCall{taskCall("t1", "general", "CHILDJOB x")}}
+		return wiremock.Script{ToolCalls: []wiremock.ToolCall{taskCall("t1", "general", "CHILDJOB x")}}
 	})
-	s, rec := f.session(engine.Spec{Tools: []string{"read", "bash", "ls", "task"}})
+	s, rec := f.session(sessionspec.Spec{Tools: []string{"read", "bash", "ls", "task"}})
 	run(t, s, "go")
 	ends := rec.toolEnds("task")
 	if len(ends) != 1 || ends[0].IsError {
 		t.Fatalf("task results %v", ends)
 	}
 	d := details(t, ends[0])
-	again, err := f.eng.Session(engine.Spec{Cwd: f.cwd, SessionsDir: f.dir, Open: d.SessionFile})
+	again, err := f.eng.Session(sessionspec.Spec{Cwd: f.cwd, SessionsDir: f.dir, Open: d.SessionFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,29 +445,29 @@ func TestPlanModeParentHasAReadOnlyChild(t *testing.T) {
 	f := newFixture(t, nil)
 	var mu sync.Mutex
 	var parentTools, childTools []string
-	f.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+	f.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
 		case isChild(r) && lastRole(r) == "tool":
-			return llmtest.Script{Text: []string{"child done"}}
+			return wiremock.Script{Text: []string{"child done"}}
 		case isChild(r):
 			childTools = toolNames(r)
-			return llmtest.Script{ToolCalls: []llmtest.ToolCall{
+			return wiremock.Script{ToolCalls: []wiremock.ToolCall{
 				{ID: "w1", Name: "write", Args: []string{`{"path":"x.txt","content":"hi"}`}},
 				{ID: "e1", Name: "edit", Args: []string{`{"path":"keep.txt","edits":[{"oldText":"keep","newText":"changed"}]}`}},
 				{ID: "b1", Name: "bash", Args: []string{`{"command":"echo hi > y.txt"}`}},
 			}}
 		case lastRole(r) == "tool":
-			return llmtest.Script{Text: []string{"parent done"}}
+			return wiremock.Script{Text: []string{"parent done"}}
 		}
 		parentTools = toolNames(r)
-		return llmtest.Script{ToolCalls: []llmtest.ToolCall{taskCall("t1", "general", "CHILDJOB write x.txt, edit keep.txt and make y.txt with bash")}}
+		return wiremock.Script{ToolCalls: []wiremock.ToolCall{taskCall("t1", "general", "CHILDJOB write x.txt, edit keep.txt and make y.txt with bash")}}
 	})
 	if err := os.WriteFile(filepath.Join(f.cwd, "keep.txt"), []byte("keep\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, rec := f.session(engine.Spec{Mode: "plan"})
+	s, rec := f.session(sessionspec.Spec{Mode: "plan"})
 	run(t, s, "go")
 	ends := rec.toolEnds("task")
 	if len(ends) != 1 || ends[0].IsError {
@@ -506,7 +508,7 @@ func TestPlanModeParentHasAReadOnlyChild(t *testing.T) {
 	if refused != 3 {
 		t.Errorf("%d of the child's 3 calls refused", refused)
 	}
-	again, err := f.eng.Session(engine.Spec{Cwd: f.cwd, SessionsDir: f.dir, Open: d.SessionFile})
+	again, err := f.eng.Session(sessionspec.Spec{Cwd: f.cwd, SessionsDir: f.dir, Open: d.SessionFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,22 +534,22 @@ func TestChildKeepsItsPromptAndSandboxWhenReopened(t *testing.T) {
 	var mu sync.Mutex
 	reopened := false
 	var prompts []bool // whether each child request carried the type's prompt
-	f.srv.Handle(func(r *llmtest.Request) llmtest.Script {
+	f.srv.Handle(func(r *wiremock.Request) wiremock.Script {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
 		case isChild(r):
 			prompts = append(prompts, strings.Contains(string(r.Body), "SCRIBE-TYPE-PROMPT"))
 			if reopened && lastRole(r) == "user" {
-				return llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "w1", Name: "write", Args: []string{`{"path":"x.txt","content":"hi"}`}}}}
+				return wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "w1", Name: "write", Args: []string{`{"path":"x.txt","content":"hi"}`}}}}
 			}
-			return llmtest.Script{Text: []string{"ok"}}
+			return wiremock.Script{Text: []string{"ok"}}
 		case lastRole(r) == "tool":
-			return llmtest.Script{Text: []string{"done"}}
+			return wiremock.Script{Text: []string{"done"}}
 		}
-		return llmtest.Script{ToolCalls: []llmtest.ToolCall{taskCall("t1", "scribe", "CHILDJOB note")}}
+		return wiremock.Script{ToolCalls: []wiremock.ToolCall{taskCall("t1", "scribe", "CHILDJOB note")}}
 	})
-	s, rec := f.session(engine.Spec{})
+	s, rec := f.session(sessionspec.Spec{})
 	run(t, s, "go")
 	ends := rec.toolEnds("task")
 	if len(ends) != 1 || ends[0].IsError {
@@ -557,7 +559,7 @@ func TestChildKeepsItsPromptAndSandboxWhenReopened(t *testing.T) {
 	mu.Lock()
 	reopened = true
 	mu.Unlock()
-	again, err := f.eng.Session(engine.Spec{Cwd: f.cwd, SessionsDir: f.dir, Open: d.SessionFile})
+	again, err := f.eng.Session(sessionspec.Spec{Cwd: f.cwd, SessionsDir: f.dir, Open: d.SessionFile})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/anthropic"
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // blankEnv clears every variable the SDK would read by default, so a test
@@ -29,7 +30,7 @@ func blankEnv(t *testing.T) {
 }
 
 // testModel is a budget-thinking model with round prices.
-func testModel(srv *llmtest.Server) *llm.Model {
+func testModel(srv *wiremock.Server) *llm.Model {
 	return &llm.Model{
 		ID: "claude-test", Name: "Claude Test", API: llm.APIAnthropicMessages, Provider: "anthropic",
 		BaseURL: srv.AnthropicURL(), Reasoning: true, Input: []string{"text", "image"},
@@ -63,7 +64,7 @@ type runOpts struct {
 
 // run streams one scripted answer from a fresh mock and returns what came
 // out and the mock, for request assertions.
-func run(t *testing.T, sc llmtest.Script, ro runOpts) (result, *llmtest.Server) {
+func run(t *testing.T, sc wiremock.Script, ro runOpts) (result, *wiremock.Server) {
 	t.Helper()
 	blankEnv(t)
 	srv := llmtest.NewServer(t)
@@ -71,7 +72,7 @@ func run(t *testing.T, sc llmtest.Script, ro runOpts) (result, *llmtest.Server) 
 	return runOn(t, srv, ro), srv
 }
 
-func runOn(t *testing.T, srv *llmtest.Server, ro runOpts) result {
+func runOn(t *testing.T, srv *wiremock.Server, ro runOpts) result {
 	t.Helper()
 	m := testModel(srv)
 	if ro.model != nil {
@@ -153,7 +154,7 @@ func jsonEqual(t *testing.T, got any, want string) bool {
 }
 
 func TestPlainText(t *testing.T) {
-	r, srv := run(t, llmtest.Script{Text: []string{"Hel", "lo", " world"}, ResponseID: "msg_01abc", Usage: &llmtest.Usage{Input: 10, Output: 3}}, runOpts{})
+	r, srv := run(t, wiremock.Script{Text: []string{"Hel", "lo", " world"}, ResponseID: "msg_01abc", Usage: &wiremock.Usage{Input: 10, Output: 3}}, runOpts{})
 	checkSequence(t, r)
 	want := []string{"start", "text_start", "text_delta", "text_delta", "text_delta", "text_end", "done"}
 	if !reflect.DeepEqual(r.types, want) {
@@ -179,7 +180,7 @@ func TestPlainText(t *testing.T) {
 
 func TestThinkingBudget(t *testing.T) {
 	temp := 0.2
-	r, srv := run(t, llmtest.Script{Thinking: []string{"Let me", " think."}, ThinkingSignature: "sig-1", Text: []string{"42"}},
+	r, srv := run(t, wiremock.Script{Thinking: []string{"Let me", " think."}, ThinkingSignature: "sig-1", Text: []string{"42"}},
 		runOpts{opts: llm.StreamOptions{Thinking: llm.ThinkingHigh, Temperature: &temp}})
 	checkSequence(t, r)
 	want := []string{"start", "thinking_start", "thinking_delta", "thinking_delta", "thinking_end", "text_start", "text_delta", "text_end", "done"}
@@ -223,7 +224,7 @@ func TestThinkingBudgetOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, srv := run(t, llmtest.Script{Text: []string{"ok"}}, runOpts{
+			r, srv := run(t, wiremock.Script{Text: []string{"ok"}}, runOpts{
 				model: func(m *llm.Model) { m.MaxTokens = tt.modelMax },
 				opts:  llm.StreamOptions{Thinking: tt.level, MaxTokens: tt.maxTokens, ThinkingBudgets: tt.budgets},
 			})
@@ -266,7 +267,7 @@ func TestAdaptiveThinking(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(string(tt.level)+"/xhigh="+strconv.FormatBool(tt.xhigh), func(t *testing.T) {
 			temp := 0.5
-			_, srv := run(t, llmtest.Script{Text: []string{"ok"}}, runOpts{
+			_, srv := run(t, wiremock.Script{Text: []string{"ok"}}, runOpts{
 				model: func(m *llm.Model) {
 					m.Compat = &llm.Compat{AdaptiveThinking: &yes}
 					if tt.xhigh {
@@ -304,7 +305,7 @@ func TestAdaptiveThinking(t *testing.T) {
 }
 
 func TestNonReasoningModelSendsNoThinking(t *testing.T) {
-	_, srv := run(t, llmtest.Script{Text: []string{"ok"}}, runOpts{
+	_, srv := run(t, wiremock.Script{Text: []string{"ok"}}, runOpts{
 		model: func(m *llm.Model) { m.Reasoning = false },
 		opts:  llm.StreamOptions{Thinking: llm.ThinkingHigh},
 	})
@@ -314,7 +315,7 @@ func TestNonReasoningModelSendsNoThinking(t *testing.T) {
 }
 
 func TestRedactedThinkingRoundTrip(t *testing.T) {
-	r, _ := run(t, llmtest.Script{RedactedThinking: "EmwKAhgBEgy3va3pzix/LafPsn4a", Text: []string{"Done."}}, runOpts{opts: llm.StreamOptions{Thinking: llm.ThinkingLow}})
+	r, _ := run(t, wiremock.Script{RedactedThinking: "EmwKAhgBEgy3va3pzix/LafPsn4a", Text: []string{"Done."}}, runOpts{opts: llm.StreamOptions{Thinking: llm.ThinkingLow}})
 	checkSequence(t, r)
 	th := r.msg.Content[0]
 	if th.Type != llm.ContentThinking || !th.Redacted || th.ThinkingSignature != "EmwKAhgBEgy3va3pzix/LafPsn4a" || r.msg.TextContent() != "Done." {
@@ -323,7 +324,7 @@ func TestRedactedThinkingRoundTrip(t *testing.T) {
 
 	// The same model gets the payload back as redacted_thinking.
 	srv := llmtest.NewServer(t)
-	srv.Enqueue(llmtest.Script{Text: []string{"ok"}})
+	srv.Enqueue(wiremock.Script{Text: []string{"ok"}})
 	c := hi()
 	c.Messages = append(c.Messages, *r.msg, llm.Message{Role: llm.RoleUser, Content: []llm.Content{llm.Text("and?")}})
 	runOn(t, srv, runOpts{ctx: c, opts: llm.StreamOptions{Thinking: llm.ThinkingLow}})
@@ -334,7 +335,7 @@ func TestRedactedThinkingRoundTrip(t *testing.T) {
 }
 
 func TestOneToolCall(t *testing.T) {
-	r, _ := run(t, llmtest.Script{Text: []string{"Running it."}, ToolCalls: []llmtest.ToolCall{{ID: "toolu_01", Name: "bash", Args: []string{`{"comm`, `and": "ls -`, `la"}`}}}}, runOpts{})
+	r, _ := run(t, wiremock.Script{Text: []string{"Running it."}, ToolCalls: []wiremock.ToolCall{{ID: "toolu_01", Name: "bash", Args: []string{`{"comm`, `and": "ls -`, `la"}`}}}}, runOpts{})
 	checkSequence(t, r)
 	if r.err != nil || r.msg.StopReason != llm.StopToolUse {
 		t.Fatalf("stop %s err %v", r.msg.StopReason, r.err)
@@ -357,7 +358,7 @@ func TestOneToolCall(t *testing.T) {
 }
 
 func TestSeveralToolCalls(t *testing.T) {
-	r, _ := run(t, llmtest.Script{ToolCalls: []llmtest.ToolCall{
+	r, _ := run(t, wiremock.Script{ToolCalls: []wiremock.ToolCall{
 		{ID: "toolu_a", Name: "read", Args: []string{`{"path":`, `"a.txt"}`}},
 		{ID: "toolu_b", Name: "read", Args: []string{`{"path":"b.txt"}`}},
 		{ID: "toolu_c", Name: "bash", Args: []string{`{"command":`, `"echo 1"`, `}`}},
@@ -379,7 +380,7 @@ func TestSeveralToolCalls(t *testing.T) {
 }
 
 func TestUsageAndCost(t *testing.T) {
-	r, _ := run(t, llmtest.Script{Text: []string{"ok"}, Usage: &llmtest.Usage{Input: 1000, Output: 500, CacheRead: 2000, CacheWrite: 400}}, runOpts{})
+	r, _ := run(t, wiremock.Script{Text: []string{"ok"}, Usage: &wiremock.Usage{Input: 1000, Output: 500, CacheRead: 2000, CacheWrite: 400}}, runOpts{})
 	u := r.msg.Usage
 	if u.Input != 1000 || u.Output != 500 || u.CacheRead != 2000 || u.CacheWrite != 400 || u.TotalTokens != 3900 {
 		t.Fatalf("usage %+v", u)
@@ -407,9 +408,9 @@ func TestStopReasons(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.stop, func(t *testing.T) {
-			sc := llmtest.Script{Text: []string{"I "}, Stop: tt.stop}
+			sc := wiremock.Script{Text: []string{"I "}, Stop: tt.stop}
 			if tt.tools {
-				sc.ToolCalls = []llmtest.ToolCall{{ID: "toolu_1", Name: "ls", Args: []string{"{}"}}}
+				sc.ToolCalls = []wiremock.ToolCall{{ID: "toolu_1", Name: "ls", Args: []string{"{}"}}}
 			}
 			r, _ := run(t, sc, runOpts{})
 			checkSequence(t, r)
@@ -424,7 +425,7 @@ func TestStopReasons(t *testing.T) {
 }
 
 func TestAbortMidStream(t *testing.T) {
-	r, _ := run(t, llmtest.Script{Text: []string{"one ", "two ", "three"}, Delay: 10 * time.Second},
+	r, _ := run(t, wiremock.Script{Text: []string{"one ", "two ", "three"}, Delay: 10 * time.Second},
 		runOpts{cancel: func(ev llm.Event) bool { return ev.Type == llm.EventTextDelta }})
 	checkSequence(t, r)
 	if r.msg.StopReason != llm.StopAborted || r.err == nil || r.err.Kind != llm.ErrAborted || r.msg.TextContent() != "one " || r.msg.ErrorMessage != "Request was aborted" {
@@ -456,7 +457,7 @@ func TestHTTPErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strconv.Itoa(tt.status)+tt.errType, func(t *testing.T) {
-			r, _ := run(t, llmtest.Script{Status: tt.status, ErrorType: tt.errType, ErrorMessage: tt.msg}, runOpts{})
+			r, _ := run(t, wiremock.Script{Status: tt.status, ErrorType: tt.errType, ErrorMessage: tt.msg}, runOpts{})
 			checkSequence(t, r)
 			if want := strconv.Itoa(tt.status) + " " + tt.msg; r.msg.StopReason != llm.StopError || r.msg.ErrorMessage != want {
 				t.Fatalf("stop %s message %q, want %q", r.msg.StopReason, r.msg.ErrorMessage, want)
@@ -502,18 +503,18 @@ func TestHTTPErrorWithoutJSONBody(t *testing.T) {
 }
 
 func TestRetryAfter(t *testing.T) {
-	r, _ := run(t, llmtest.Script{Status: 429, ErrorType: "rate_limit_error", ErrorMessage: "slow down", RetryAfter: "7"}, runOpts{})
+	r, _ := run(t, wiremock.Script{Status: 429, ErrorType: "rate_limit_error", ErrorMessage: "slow down", RetryAfter: "7"}, runOpts{})
 	if r.err == nil || r.err.RetryAfter != 7*time.Second {
 		t.Fatalf("retry-after: %+v", r.err)
 	}
-	r, _ = run(t, llmtest.Script{Status: 529, ErrorType: "overloaded_error", ErrorMessage: "Overloaded", RetryAfterMs: "1500"}, runOpts{})
+	r, _ = run(t, wiremock.Script{Status: 529, ErrorType: "overloaded_error", ErrorMessage: "Overloaded", RetryAfterMs: "1500"}, runOpts{})
 	if r.err == nil || r.err.RetryAfter != 1500*time.Millisecond {
 		t.Fatalf("retry-after-ms: %+v", r.err)
 	}
 }
 
 func TestContextOverflow(t *testing.T) {
-	r, _ := run(t, llmtest.Script{Status: 400, ErrorType: "invalid_request_error", ErrorMessage: "prompt is too long: 250000 tokens > 200000 maximum"}, runOpts{})
+	r, _ := run(t, wiremock.Script{Status: 400, ErrorType: "invalid_request_error", ErrorMessage: "prompt is too long: 250000 tokens > 200000 maximum"}, runOpts{})
 	if r.err == nil || !r.err.ContextOverflow() || r.err.Retryable() {
 		t.Fatalf("overflow not recognised: %+v", r.err)
 	}
@@ -536,22 +537,22 @@ func TestBrokenStreams(t *testing.T) {
 	text := []string{"a", "b", "c", "d", "e", "f"}
 	tests := []struct {
 		name    string
-		sc      llmtest.Script
+		sc      wiremock.Script
 		opts    llm.StreamOptions
 		kind    llm.ErrorKind
 		message string
 	}{
 		// The mock sends one frame per delta, then the end.
-		{"cut", llmtest.Script{Text: text, CutAfter: 5}, llm.StreamOptions{}, llm.ErrStream, "the stream was cut off"},
-		{"cut before the end", llmtest.Script{Text: text, CutAfter: 6}, llm.StreamOptions{}, llm.ErrStream, "the stream was cut off"},
-		{"ended before message_stop", llmtest.Script{Raw: []byte(truncated)}, llm.StreamOptions{}, llm.ErrStream, "the stream ended before the message was complete"},
-		{"malformed", llmtest.Script{Text: text, MalformedAfter: 5}, llm.StreamOptions{}, llm.ErrStream, "malformed"},
+		{"cut", wiremock.Script{Text: text, CutAfter: 5}, llm.StreamOptions{}, llm.ErrStream, "the stream was cut off"},
+		{"cut before the end", wiremock.Script{Text: text, CutAfter: 6}, llm.StreamOptions{}, llm.ErrStream, "the stream was cut off"},
+		{"ended before message_stop", wiremock.Script{Raw: []byte(truncated)}, llm.StreamOptions{}, llm.ErrStream, "the stream ended before the message was complete"},
+		{"malformed", wiremock.Script{Text: text, MalformedAfter: 5}, llm.StreamOptions{}, llm.ErrStream, "malformed"},
 		// 1 s, not less: a busy machine that stalls the reader between
 		// frames already sent must not fire the idle timeout early.
-		{"idle", llmtest.Script{Text: text, HangAfter: 5}, llm.StreamOptions{IdleTimeout: time.Second}, llm.ErrIdleTimeout, "sent nothing"},
-		{"idle before the first byte", llmtest.Script{Text: text, FirstDelay: 10 * time.Second}, llm.StreamOptions{IdleTimeout: 200 * time.Millisecond}, llm.ErrIdleTimeout, "sent nothing"},
-		{"error event", llmtest.Script{Text: text, StreamError: &llmtest.StreamError{Type: "overloaded_error", Message: "Overloaded"}}, llm.StreamOptions{}, llm.ErrOverloaded, "overloaded_error: Overloaded"},
-		{"api error event", llmtest.Script{Text: text, StreamError: &llmtest.StreamError{Type: "api_error", Message: "Internal server error"}}, llm.StreamOptions{}, llm.ErrServer, "api_error: Internal server error"},
+		{"idle", wiremock.Script{Text: text, HangAfter: 5}, llm.StreamOptions{IdleTimeout: time.Second}, llm.ErrIdleTimeout, "sent nothing"},
+		{"idle before the first byte", wiremock.Script{Text: text, FirstDelay: 10 * time.Second}, llm.StreamOptions{IdleTimeout: 200 * time.Millisecond}, llm.ErrIdleTimeout, "sent nothing"},
+		{"error event", wiremock.Script{Text: text, StreamError: &wiremock.StreamError{Type: "overloaded_error", Message: "Overloaded"}}, llm.StreamOptions{}, llm.ErrOverloaded, "overloaded_error: Overloaded"},
+		{"api error event", wiremock.Script{Text: text, StreamError: &wiremock.StreamError{Type: "api_error", Message: "Internal server error"}}, llm.StreamOptions{}, llm.ErrServer, "api_error: Internal server error"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -571,7 +572,7 @@ func TestBrokenStreams(t *testing.T) {
 }
 
 func TestMalformedChunkIsSyntaxError(t *testing.T) {
-	r, _ := run(t, llmtest.Script{Text: []string{"a", "b", "c"}, MalformedAfter: 2}, runOpts{})
+	r, _ := run(t, wiremock.Script{Text: []string{"a", "b", "c"}, MalformedAfter: 2}, runOpts{})
 	var se *json.SyntaxError
 	if r.err == nil || !errors.As(r.err, &se) {
 		t.Fatalf("err %+v does not wrap a *json.SyntaxError", r.err)
@@ -626,7 +627,7 @@ func TestReferenceStreams(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, _ := run(t, llmtest.Script{Raw: raw}, runOpts{})
+			r, _ := run(t, wiremock.Script{Raw: raw}, runOpts{})
 			checkSequence(t, r)
 			if r.err != nil {
 				t.Fatal(r.err)
@@ -679,7 +680,7 @@ event: message_stop
 data: {"type":"message_stop"}
 
 `
-	r, _ := run(t, llmtest.Script{Raw: []byte(raw)}, runOpts{})
+	r, _ := run(t, wiremock.Script{Raw: []byte(raw)}, runOpts{})
 	checkSequence(t, r)
 	if r.err != nil || len(r.msg.Content) != 2 || r.msg.TextContent() != "Go is fun." {
 		t.Fatalf("err %v content %+v", r.err, r.msg.Content)
@@ -715,7 +716,7 @@ func TestRequestBody(t *testing.T) {
 			{Role: llm.RoleUser, Content: []llm.Content{llm.Text("Thanks")}},
 		},
 	}
-	_, srv := run(t, llmtest.Script{Text: []string{"ok"}}, runOpts{ctx: c, opts: llm.StreamOptions{MaxTokens: 1000}})
+	_, srv := run(t, wiremock.Script{Text: []string{"ok"}}, runOpts{ctx: c, opts: llm.StreamOptions{MaxTokens: 1000}})
 	req := srv.LastRequest(t)
 	want := `{
 		"model": "claude-test",
@@ -780,7 +781,7 @@ func TestHeadersAndAuth(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := llmtest.NewServer(t)
-			srv.Enqueue(llmtest.Script{Text: []string{"ok"}})
+			srv.Enqueue(wiremock.Script{Text: []string{"ok"}})
 			ro := runOpts{
 				noKey: true,
 				model: func(m *llm.Model) { m.Headers = map[string]string{"X-Model": "m", "X-Both": "model"} },
@@ -812,7 +813,7 @@ func TestHeadersAndAuth(t *testing.T) {
 func TestNoRetries(t *testing.T) {
 	blankEnv(t)
 	srv := llmtest.NewServer(t)
-	srv.Enqueue(llmtest.Script{Status: 529, ErrorType: "overloaded_error", ErrorMessage: "Overloaded"}, llmtest.Script{Text: []string{"second"}})
+	srv.Enqueue(wiremock.Script{Status: 529, ErrorType: "overloaded_error", ErrorMessage: "Overloaded"}, wiremock.Script{Text: []string{"second"}})
 	r := runOn(t, srv, runOpts{})
 	if r.err == nil || len(srv.Requests()) != 1 {
 		t.Fatalf("err %v after %d requests: the SDK retried", r.err, len(srv.Requests()))
@@ -821,11 +822,11 @@ func TestNoRetries(t *testing.T) {
 
 func TestTemperature(t *testing.T) {
 	temp := 0.3
-	_, srv := run(t, llmtest.Script{Text: []string{"ok"}}, runOpts{opts: llm.StreamOptions{Temperature: &temp}})
+	_, srv := run(t, wiremock.Script{Text: []string{"ok"}}, runOpts{opts: llm.StreamOptions{Temperature: &temp}})
 	if body := srv.LastRequest(t).JSON; body["temperature"] != 0.3 {
 		t.Fatalf("temperature %v", body["temperature"])
 	}
-	_, srv = run(t, llmtest.Script{Text: []string{"ok"}}, runOpts{})
+	_, srv = run(t, wiremock.Script{Text: []string{"ok"}}, runOpts{})
 	if _, ok := srv.LastRequest(t).JSON["temperature"]; ok {
 		t.Fatal("temperature sent unasked")
 	}
@@ -857,7 +858,7 @@ func TestForeignHistory(t *testing.T) {
 		}},
 		{Role: llm.RoleUser, Content: []llm.Content{llm.Text("again")}},
 	}}
-	_, srv := run(t, llmtest.Script{Text: []string{"ok"}}, runOpts{ctx: c, model: func(m *llm.Model) { m.Input = []string{"text"} }})
+	_, srv := run(t, wiremock.Script{Text: []string{"ok"}}, runOpts{ctx: c, model: func(m *llm.Model) { m.Input = []string{"text"} }})
 	id := anthropic.ToolCallID(foreignID)
 	want := `[
 		{"role":"user","content":[{"type":"text","text":"look"},{"type":"text","text":"(image omitted: this model does not take images)"}]},
@@ -883,7 +884,7 @@ func TestForeignHistory(t *testing.T) {
 func TestInvalidToolSchema(t *testing.T) {
 	c := hi()
 	c.Tools = []llm.Tool{{Name: "bad", Parameters: json.RawMessage(`[1,2]`)}}
-	r, srv := run(t, llmtest.Script{Text: []string{"ok"}}, runOpts{ctx: c})
+	r, srv := run(t, wiremock.Script{Text: []string{"ok"}}, runOpts{ctx: c})
 	if r.err == nil || r.err.Kind != llm.ErrBadRequest || !strings.Contains(r.msg.ErrorMessage, `tool "bad"`) || len(srv.Requests()) != 0 {
 		t.Fatalf("err %+v message %q", r.err, r.msg.ErrorMessage)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // The -update flag may be shared with the other wires' golden tests in
@@ -33,21 +34,21 @@ func updateGolden() bool {
 // the mock answers for each.
 var anthropicGolden = []struct {
 	file string
-	sc   llmtest.Script
+	sc   wiremock.Script
 }{
-	{"text.sse", llmtest.Script{ResponseID: "msg_golden_text", Text: []string{"Hello", " world"},
-		Usage: &llmtest.Usage{Input: 12, Output: 3, CacheRead: 100, CacheWrite: 20}}},
-	{"thinking.sse", llmtest.Script{ResponseID: "msg_golden_thinking", Thinking: []string{"The user", " wants 6*7."},
-		ThinkingSignature: "EqQBCgIYAhIM1gbcDa9GJwZA2b3h", Text: []string{"42"}, Usage: &llmtest.Usage{Input: 30, Output: 20}}},
-	{"tool-calls.sse", llmtest.Script{ResponseID: "msg_golden_tools", Text: []string{"Reading both."}, ToolCalls: []llmtest.ToolCall{
+	{"text.sse", wiremock.Script{ResponseID: "msg_golden_text", Text: []string{"Hello", " world"},
+		Usage: &wiremock.Usage{Input: 12, Output: 3, CacheRead: 100, CacheWrite: 20}}},
+	{"thinking.sse", wiremock.Script{ResponseID: "msg_golden_thinking", Thinking: []string{"The user", " wants 6*7."},
+		ThinkingSignature: "EqQBCgIYAhIM1gbcDa9GJwZA2b3h", Text: []string{"42"}, Usage: &wiremock.Usage{Input: 30, Output: 20}}},
+	{"tool-calls.sse", wiremock.Script{ResponseID: "msg_golden_tools", Text: []string{"Reading both."}, ToolCalls: []wiremock.ToolCall{
 		{ID: "toolu_01A", Name: "read", Args: []string{`{"path":`, ` "a.txt"}`}},
 		{ID: "toolu_01B", Name: "read", Args: []string{`{"path": "b.txt"}`}},
-	}, Usage: &llmtest.Usage{Input: 200, Output: 60}}},
-	{"redacted-thinking.sse", llmtest.Script{ResponseID: "msg_golden_redacted", RedactedThinking: "EmwKAhgBEgy3va3pzix/LafPsn4a",
+	}, Usage: &wiremock.Usage{Input: 200, Output: 60}}},
+	{"redacted-thinking.sse", wiremock.Script{ResponseID: "msg_golden_redacted", RedactedThinking: "EmwKAhgBEgy3va3pzix/LafPsn4a",
 		Text: []string{"Done."}, Stop: "length"}},
-	{"stream-error.sse", llmtest.Script{ResponseID: "msg_golden_error", Text: []string{"Par", "tial"},
-		StreamError: &llmtest.StreamError{Type: "overloaded_error", Message: "Overloaded"}}},
-	{"http-error.json", llmtest.Script{ResponseID: "msg_golden_429", Status: http.StatusTooManyRequests, ErrorType: "rate_limit_error",
+	{"stream-error.sse", wiremock.Script{ResponseID: "msg_golden_error", Text: []string{"Par", "tial"},
+		StreamError: &wiremock.StreamError{Type: "overloaded_error", Message: "Overloaded"}}},
+	{"http-error.json", wiremock.Script{ResponseID: "msg_golden_429", Status: http.StatusTooManyRequests, ErrorType: "rate_limit_error",
 		ErrorMessage: "Number of request tokens has exceeded your per-minute rate limit"}},
 }
 
@@ -56,7 +57,7 @@ func TestAnthropicGolden(t *testing.T) {
 	for _, g := range anthropicGolden {
 		t.Run(g.file, func(t *testing.T) {
 			srv.Enqueue(g.sc)
-			resp, err := http.Post(srv.AnthropicURL()+llmtest.PathAnthropicMessages, "application/json",
+			resp, err := http.Post(srv.AnthropicURL()+wiremock.PathAnthropicMessages, "application/json",
 				strings.NewReader(`{"model":"claude-golden","max_tokens":1024,"stream":true,"messages":[]}`))
 			if err != nil {
 				t.Fatal(err)
@@ -161,8 +162,8 @@ func TestAnthropicErrorTypes(t *testing.T) {
 	srv := llmtest.NewServer(t)
 	for status, want := range map[int]string{400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
 		404: "not_found_error", 413: "api_error", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"} {
-		srv.Enqueue(llmtest.Script{Status: status})
-		resp, err := http.Post(srv.AnthropicURL()+llmtest.PathAnthropicMessages, "application/json", strings.NewReader(`{}`))
+		srv.Enqueue(wiremock.Script{Status: status})
+		resp, err := http.Post(srv.AnthropicURL()+wiremock.PathAnthropicMessages, "application/json", strings.NewReader(`{}`))
 		if err != nil {
 			t.Fatal(err)
 		}

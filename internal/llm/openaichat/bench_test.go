@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // replayTransport answers every request with the same recorded stream,
@@ -35,7 +36,7 @@ func (t replayTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // in ten with a newline, which JSON escapes) and a tool call whose
 // arguments come in 40 pieces, with the usage chunk.
 func recordStream(tb testing.TB) []byte {
-	sc := llmtest.Script{Usage: &llmtest.Usage{Input: 5000, Output: 2100, CacheRead: 3000}}
+	sc := wiremock.Script{Usage: &wiremock.Usage{Input: 5000, Output: 2100, CacheRead: 3000}}
 	for i := range 2000 {
 		d := fmt.Sprintf(" tok%d", i)
 		if i%10 == 9 {
@@ -48,7 +49,7 @@ func recordStream(tb testing.TB) []byte {
 		args = append(args, fmt.Sprintf(`line %d\n`, i))
 	}
 	args = append(args, `"}`)
-	sc.ToolCalls = []llmtest.ToolCall{{ID: "call_bench", Name: "write", Args: args}}
+	sc.ToolCalls = []wiremock.ToolCall{{ID: "call_bench", Name: "write", Args: args}}
 
 	srv := llmtest.NewServer(tb)
 	srv.Enqueue(sc)

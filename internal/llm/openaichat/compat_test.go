@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/agentd-dev/agentd/internal/llm"
-	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // sse frames chunks as data-only events; "[DONE]" is passed as it is.
@@ -266,7 +266,7 @@ func TestCompatibleServers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, _ := runScript(t, llmtest.Script{Raw: tt.raw}, nil, nil)
+			r, _ := runScript(t, wiremock.Script{Raw: tt.raw}, nil, nil)
 			tt.check(t, r)
 		})
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 func TestMain(m *testing.M) {
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 var miniCost = llm.ModelCost{Input: 0.15, Output: 0.6, CacheRead: 0.075}
 
 // chatModel is OpenAI's gpt-4o-mini served by srv.
-func chatModel(srv *llmtest.Server) *llm.Model {
+func chatModel(srv *wiremock.Server) *llm.Model {
 	return &llm.Model{
 		ID: "gpt-4o-mini", Name: "GPT-4o mini", API: llm.APIOpenAICompletions, Provider: "openai",
 		BaseURL: srv.OpenAIURL(), Input: []string{"text", "image"}, Cost: miniCost,
@@ -35,7 +36,7 @@ func chatModel(srv *llmtest.Server) *llm.Model {
 }
 
 // reasoningModel is a gpt-5-style reasoning model served by srv.
-func reasoningModel(srv *llmtest.Server) *llm.Model {
+func reasoningModel(srv *wiremock.Server) *llm.Model {
 	m := chatModel(srv)
 	m.ID, m.Name, m.Reasoning, m.MaxTokens = "gpt-5-mini", "GPT-5 mini", true, 128000
 	return m
@@ -95,7 +96,7 @@ func run(t *testing.T, m *llm.Model, c *llm.Context, o *llm.StreamOptions, cance
 }
 
 // runScript serves sc to a fresh mock and streams it with model(srv).
-func runScript(t *testing.T, sc llmtest.Script, model func(*llmtest.Server) *llm.Model, o *llm.StreamOptions) (result, *llmtest.Server) {
+func runScript(t *testing.T, sc wiremock.Script, model func(*wiremock.Server) *llm.Model, o *llm.StreamOptions) (result, *wiremock.Server) {
 	t.Helper()
 	srv := llmtest.NewServer(t)
 	srv.Enqueue(sc)
@@ -115,7 +116,7 @@ func checkSequence(t *testing.T, r result) {
 func seq(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func TestText(t *testing.T) {
-	r, _ := runScript(t, llmtest.Script{ResponseID: "chatcmpl-abc", Text: []string{"Hel", "lo", " world"}, Usage: &llmtest.Usage{Input: 10, Output: 3}}, nil, nil)
+	r, _ := runScript(t, wiremock.Script{ResponseID: "chatcmpl-abc", Text: []string{"Hel", "lo", " world"}, Usage: &wiremock.Usage{Input: 10, Output: 3}}, nil, nil)
 	if got, want := strings.Join(r.types, " "), seq("start text_start text_delta text_delta text_delta text_end done"); got != want {
 		t.Fatalf("events %s, want %s", got, want)
 	}
@@ -135,7 +136,7 @@ func TestText(t *testing.T) {
 }
 
 func TestThinking(t *testing.T) {
-	r, _ := runScript(t, llmtest.Script{Thinking: []string{"Six", " times seven."}, Text: []string{"42"}}, reasoningModel, &llm.StreamOptions{Thinking: llm.ThinkingMedium})
+	r, _ := runScript(t, wiremock.Script{Thinking: []string{"Six", " times seven."}, Text: []string{"42"}}, reasoningModel, &llm.StreamOptions{Thinking: llm.ThinkingMedium})
 	if got, want := strings.Join(r.types, " "), seq("start thinking_start thinking_delta thinking_delta thinking_end text_start text_delta text_end done"); got != want {
 		t.Fatalf("events %s, want %s", got, want)
 	}
@@ -148,14 +149,14 @@ func TestThinking(t *testing.T) {
 func TestToolCalls(t *testing.T) {
 	tests := []struct {
 		name     string
-		script   llmtest.Script
+		script   wiremock.Script
 		want     []llm.Content // id, name, arguments of each call
 		types    string
 		partials []string
 	}{
 		{
 			name:   "one call with streamed arguments",
-			script: llmtest.Script{Text: []string{"Listing."}, ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "bash", Args: []string{`{"comm`, `and": "ls -`, `la"}`}}}},
+			script: wiremock.Script{Text: []string{"Listing."}, ToolCalls: []wiremock.ToolCall{{ID: "call_1", Name: "bash", Args: []string{`{"comm`, `and": "ls -`, `la"}`}}}},
 			want:   []llm.Content{llm.ToolCall("call_1", "bash", json.RawMessage(`{"command":"ls -la"}`))},
 			types:  "start text_start text_delta text_end toolcall_start toolcall_delta toolcall_delta toolcall_delta toolcall_end done",
 			// What a UI sees while the arguments arrive: the repaired prefix.
@@ -163,7 +164,7 @@ func TestToolCalls(t *testing.T) {
 		},
 		{
 			name: "several calls",
-			script: llmtest.Script{ToolCalls: []llmtest.ToolCall{
+			script: wiremock.Script{ToolCalls: []wiremock.ToolCall{
 				{ID: "call_a", Name: "read", Args: []string{`{"path":`, `"a.txt"}`}},
 				{ID: "call_b", Name: "read", Args: []string{`{"path":"b.txt"}`}},
 				{ID: "call_c", Name: "bash", Args: []string{`{"command":`, `"echo 1"`, `}`}},
@@ -177,7 +178,7 @@ func TestToolCalls(t *testing.T) {
 		},
 		{
 			name:   "call without arguments",
-			script: llmtest.Script{ToolCalls: []llmtest.ToolCall{{ID: "call_n", Name: "now"}}},
+			script: wiremock.Script{ToolCalls: []wiremock.ToolCall{{ID: "call_n", Name: "now"}}},
 			want:   []llm.Content{llm.ToolCall("call_n", "now", nil)},
 			types:  "start toolcall_start toolcall_end done",
 		},
@@ -226,8 +227,8 @@ func TestToolCalls(t *testing.T) {
 }
 
 func TestUsageAndCost(t *testing.T) {
-	u := &llmtest.Usage{Input: 1000, Output: 500, CacheRead: 2000, Reasoning: 200}
-	r, _ := runScript(t, llmtest.Script{Text: []string{"ok"}, Usage: u}, nil, nil)
+	u := &wiremock.Usage{Input: 1000, Output: 500, CacheRead: 2000, Reasoning: 200}
+	r, _ := runScript(t, wiremock.Script{Text: []string{"ok"}, Usage: u}, nil, nil)
 	got := r.msg.Usage
 	// prompt_tokens 3000 with 2000 cached; completion_tokens already holds
 	// the 200 reasoning tokens.
@@ -243,17 +244,17 @@ func TestUsageAndCost(t *testing.T) {
 
 func TestNoUsage(t *testing.T) {
 	no := false
-	model := func(srv *llmtest.Server) *llm.Model {
+	model := func(srv *wiremock.Server) *llm.Model {
 		m := chatModel(srv)
 		m.Compat = &llm.Compat{SupportsUsageInStreaming: &no}
 		return m
 	}
 	for _, tt := range []struct {
 		name  string
-		model func(*llmtest.Server) *llm.Model
+		model func(*wiremock.Server) *llm.Model
 	}{{"server ignores include_usage", chatModel}, {"compat says no usage", model}} {
 		t.Run(tt.name, func(t *testing.T) {
-			r, _ := runScript(t, llmtest.Script{Text: []string{"fine"}, NoUsageInStream: true, Usage: &llmtest.Usage{Input: 5, Output: 1}}, tt.model, nil)
+			r, _ := runScript(t, wiremock.Script{Text: []string{"fine"}, NoUsageInStream: true, Usage: &wiremock.Usage{Input: 5, Output: 1}}, tt.model, nil)
 			if r.err != nil || r.msg.StopReason != llm.StopStop || r.msg.TextContent() != "fine" || r.msg.Usage != (llm.Usage{}) {
 				t.Fatalf("message %+v err %v", r.msg, r.err)
 			}
@@ -262,22 +263,22 @@ func TestNoUsage(t *testing.T) {
 }
 
 func TestStopReasons(t *testing.T) {
-	call := []llmtest.ToolCall{{ID: "call_1", Name: "bash", Args: []string{`{}`}}}
+	call := []wiremock.ToolCall{{ID: "call_1", Name: "bash", Args: []string{`{}`}}}
 	tests := []struct {
 		name   string
-		script llmtest.Script
+		script wiremock.Script
 		stop   llm.StopReason
 		kind   llm.ErrorKind
 	}{
-		{"stop", llmtest.Script{Text: []string{"a"}}, llm.StopStop, ""},
-		{"length", llmtest.Script{Text: []string{"a"}, Stop: "length"}, llm.StopLength, ""},
-		{"tool_calls", llmtest.Script{ToolCalls: call}, llm.StopToolUse, ""},
+		{"stop", wiremock.Script{Text: []string{"a"}}, llm.StopStop, ""},
+		{"length", wiremock.Script{Text: []string{"a"}, Stop: "length"}, llm.StopLength, ""},
+		{"tool_calls", wiremock.Script{ToolCalls: call}, llm.StopToolUse, ""},
 		// Ollama and others say "stop" after streaming tool calls.
-		{"stop after tool calls", llmtest.Script{ToolCalls: call, Stop: "stop"}, llm.StopToolUse, ""},
-		{"function_call", llmtest.Script{ToolCalls: call, Stop: "function_call"}, llm.StopToolUse, ""},
+		{"stop after tool calls", wiremock.Script{ToolCalls: call, Stop: "stop"}, llm.StopToolUse, ""},
+		{"function_call", wiremock.Script{ToolCalls: call, Stop: "function_call"}, llm.StopToolUse, ""},
 		// tool_calls without any call would leave the engine waiting.
-		{"tool_calls without calls", llmtest.Script{Text: []string{"a"}, Stop: "toolUse"}, llm.StopStop, ""},
-		{"content_filter", llmtest.Script{Text: []string{"a"}, Stop: "content_filter"}, llm.StopError, llm.ErrBadRequest},
+		{"tool_calls without calls", wiremock.Script{Text: []string{"a"}, Stop: "toolUse"}, llm.StopStop, ""},
+		{"content_filter", wiremock.Script{Text: []string{"a"}, Stop: "content_filter"}, llm.StopError, llm.ErrBadRequest},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -294,7 +295,7 @@ func TestStopReasons(t *testing.T) {
 
 func TestAbortMidStream(t *testing.T) {
 	srv := llmtest.NewServer(t)
-	srv.Enqueue(llmtest.Script{Text: []string{"one ", "two ", "three"}, Delay: 10 * time.Second})
+	srv.Enqueue(wiremock.Script{Text: []string{"one ", "two ", "three"}, Delay: 10 * time.Second})
 	r := run(t, chatModel(srv), nil, nil, func(ev llm.Event) bool { return ev.Type == llm.EventTextDelta })
 	if r.msg.StopReason != llm.StopAborted || r.err == nil || r.err.Kind != llm.ErrAborted {
 		t.Fatalf("stop %s err %v", r.msg.StopReason, r.err)
@@ -309,7 +310,7 @@ func TestAbortMidStream(t *testing.T) {
 
 func TestAbortBeforeAnswer(t *testing.T) {
 	srv := llmtest.NewServer(t)
-	srv.Enqueue(llmtest.Script{Text: []string{"late"}, FirstDelay: 10 * time.Second})
+	srv.Enqueue(wiremock.Script{Text: []string{"late"}, FirstDelay: 10 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start := time.Now()
@@ -343,7 +344,7 @@ func TestHTTPErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(http.StatusText(tt.status)+" "+tt.errType, func(t *testing.T) {
-			r, _ := runScript(t, llmtest.Script{Status: tt.status, ErrorType: tt.errType, ErrorMessage: tt.msg}, nil, nil)
+			r, _ := runScript(t, wiremock.Script{Status: tt.status, ErrorType: tt.errType, ErrorMessage: tt.msg}, nil, nil)
 			want := strconv.Itoa(tt.status) + " " + tt.msg
 			if r.msg.StopReason != llm.StopError || r.msg.ErrorMessage != want {
 				t.Fatalf("stop %s message %q, want %q", r.msg.StopReason, r.msg.ErrorMessage, want)
@@ -457,13 +458,13 @@ func TestNonStreamedAnswers(t *testing.T) {
 
 func TestRetryAfter(t *testing.T) {
 	tests := []struct {
-		script llmtest.Script
+		script wiremock.Script
 		want   time.Duration
 	}{
-		{llmtest.Script{Status: 429, ErrorType: "requests", ErrorMessage: "slow down", RetryAfter: "7"}, 7 * time.Second},
-		{llmtest.Script{Status: 429, ErrorType: "tokens", ErrorMessage: "slow down", RetryAfterMs: "1500"}, 1500 * time.Millisecond},
-		{llmtest.Script{Status: 503, ErrorType: "server_error", ErrorMessage: "busy", RetryAfter: "2", RetryAfterMs: "250"}, 250 * time.Millisecond},
-		{llmtest.Script{Status: 429, ErrorType: "requests", ErrorMessage: "slow down"}, 0},
+		{wiremock.Script{Status: 429, ErrorType: "requests", ErrorMessage: "slow down", RetryAfter: "7"}, 7 * time.Second},
+		{wiremock.Script{Status: 429, ErrorType: "tokens", ErrorMessage: "slow down", RetryAfterMs: "1500"}, 1500 * time.Millisecond},
+		{wiremock.Script{Status: 503, ErrorType: "server_error", ErrorMessage: "busy", RetryAfter: "2", RetryAfterMs: "250"}, 250 * time.Millisecond},
+		{wiremock.Script{Status: 429, ErrorType: "requests", ErrorMessage: "slow down"}, 0},
 	}
 	for _, tt := range tests {
 		srv := llmtest.NewServer(t)
@@ -483,26 +484,26 @@ func TestStreamFailures(t *testing.T) {
 	six := []string{"a", "b", "c", "d", "e", "f"}
 	tests := []struct {
 		name    string
-		script  llmtest.Script
+		script  wiremock.Script
 		opts    *llm.StreamOptions
 		kind    llm.ErrorKind
 		message string
 		check   func(t *testing.T, r result)
 	}{
-		{name: "cut mid-stream", script: llmtest.Script{Text: six, CutAfter: 3}, kind: llm.ErrStream, message: "the stream was cut off",
+		{name: "cut mid-stream", script: wiremock.Script{Text: six, CutAfter: 3}, kind: llm.ErrStream, message: "the stream was cut off",
 			check: func(t *testing.T, r result) {
 				if r.msg.TextContent() != "abc" || !r.err.Retryable() {
 					t.Errorf("text %q retryable %v", r.msg.TextContent(), r.err.Retryable())
 				}
 			}},
-		{name: "malformed chunk", script: llmtest.Script{Text: six, MalformedAfter: 3}, kind: llm.ErrStream, message: "malformed chunk",
+		{name: "malformed chunk", script: wiremock.Script{Text: six, MalformedAfter: 3}, kind: llm.ErrStream, message: "malformed chunk",
 			check: func(t *testing.T, r result) {
 				var se *json.SyntaxError
 				if !errors.As(r.err, &se) {
 					t.Errorf("cause is not a *json.SyntaxError: %v", r.err.Err)
 				}
 			}},
-		{name: "idle", script: llmtest.Script{Text: six, HangAfter: 3}, opts: &llm.StreamOptions{IdleTimeout: time.Second}, kind: llm.ErrIdleTimeout, message: "sent nothing for 1s",
+		{name: "idle", script: wiremock.Script{Text: six, HangAfter: 3}, opts: &llm.StreamOptions{IdleTimeout: time.Second}, kind: llm.ErrIdleTimeout, message: "sent nothing for 1s",
 			check: func(t *testing.T, r result) {
 				// 1 s, not less: a busy machine that stalls the reader
 				// between frames already sent must not fire it early;
@@ -511,16 +512,16 @@ func TestStreamFailures(t *testing.T) {
 					t.Errorf("text %q after %s", r.msg.TextContent(), r.elapsed)
 				}
 			}},
-		{name: "idle before the first byte", script: llmtest.Script{Text: six, FirstDelay: 5 * time.Second}, opts: &llm.StreamOptions{IdleTimeout: 150 * time.Millisecond}, kind: llm.ErrIdleTimeout},
-		{name: "error chunk", script: llmtest.Script{Text: []string{"partial"}, StreamError: &llmtest.StreamError{Type: "server_error", Message: "Provider disconnected unexpectedly"}},
+		{name: "idle before the first byte", script: wiremock.Script{Text: six, FirstDelay: 5 * time.Second}, opts: &llm.StreamOptions{IdleTimeout: 150 * time.Millisecond}, kind: llm.ErrIdleTimeout},
+		{name: "error chunk", script: wiremock.Script{Text: []string{"partial"}, StreamError: &wiremock.StreamError{Type: "server_error", Message: "Provider disconnected unexpectedly"}},
 			kind: llm.ErrServer, message: "server_error: Provider disconnected unexpectedly",
 			check: func(t *testing.T, r result) {
 				if r.msg.TextContent() != "partial" || !r.err.Retryable() {
 					t.Errorf("text %q retryable %v", r.msg.TextContent(), r.err.Retryable())
 				}
 			}},
-		{name: "overflow inside the stream", script: llmtest.Script{StreamError: &llmtest.StreamError{Type: "context_length_exceeded", Message: "prompt too long"}}, kind: llm.ErrContextOverflow},
-		{name: "rate limit inside the stream", script: llmtest.Script{StreamError: &llmtest.StreamError{Type: "rate_limit_exceeded", Message: "slow down"}}, kind: llm.ErrRateLimit},
+		{name: "overflow inside the stream", script: wiremock.Script{StreamError: &wiremock.StreamError{Type: "context_length_exceeded", Message: "prompt too long"}}, kind: llm.ErrContextOverflow},
+		{name: "rate limit inside the stream", script: wiremock.Script{StreamError: &wiremock.StreamError{Type: "rate_limit_exceeded", Message: "slow down"}}, kind: llm.ErrRateLimit},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -583,7 +584,7 @@ func replayFile(t *testing.T, name string) result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, _ := runScript(t, llmtest.Script{Raw: raw}, nil, nil)
+	r, _ := runScript(t, wiremock.Script{Raw: raw}, nil, nil)
 	return r
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -170,7 +171,7 @@ func TestRequestBody(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := llmtest.NewServer(t)
-			srv.Enqueue(llmtest.Script{Text: []string{"ok"}})
+			srv.Enqueue(wiremock.Script{Text: []string{"ok"}})
 			m := chatModel(srv)
 			if tt.model != nil {
 				tt.model(m)
@@ -186,7 +187,7 @@ func TestRequestBody(t *testing.T) {
 				t.Fatal(r.err)
 			}
 			req := srv.LastRequest(t)
-			if req.Path != llmtest.PathChatCompletions || req.Method != "POST" {
+			if req.Path != wiremock.PathChatCompletions || req.Method != "POST" {
 				t.Fatalf("sent %s %s", req.Method, req.Path)
 			}
 			for path, want := range tt.want {
@@ -211,7 +212,7 @@ func TestRequestBody(t *testing.T) {
 // matters to models.
 func TestToolSchemaVerbatim(t *testing.T) {
 	srv := llmtest.NewServer(t)
-	srv.Enqueue(llmtest.Script{Text: []string{"ok"}})
+	srv.Enqueue(wiremock.Script{Text: []string{"ok"}})
 	schema := `{"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"integer"}},"required":["zeta"]}`
 	c := hello()
 	c.Tools = []llm.Tool{{Name: "t", Description: "d", Parameters: json.RawMessage(schema)}}
@@ -246,7 +247,7 @@ func TestNoEnvironment(t *testing.T) {
 	}
 	for _, key := range []string{"", "sk-explicit"} {
 		srv := llmtest.NewServer(t)
-		srv.Enqueue(llmtest.Script{Text: []string{"ok"}})
+		srv.Enqueue(wiremock.Script{Text: []string{"ok"}})
 		if r := run(t, chatModel(srv), nil, &llm.StreamOptions{APIKey: key}, nil); r.err != nil {
 			t.Fatalf("key %q: %v (the base URL must be the model's)", key, r.err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 // recordedStream renders a long answer with the mock once: 2000 text
@@ -29,11 +30,11 @@ func recordedStream(b *testing.B) []byte {
 	}
 	args = append(args, `"}`)
 	srv := llmtest.NewServer(b)
-	srv.Enqueue(llmtest.Script{
+	srv.Enqueue(wiremock.Script{
 		ResponseID: "resp_bench",
 		Text:       text,
-		ToolCalls:  []llmtest.ToolCall{{ID: "call_bench", Name: "bash", Args: args}},
-		Usage:      &llmtest.Usage{Input: 1200, CacheRead: 800, Output: 2100},
+		ToolCalls:  []wiremock.ToolCall{{ID: "call_bench", Name: "bash", Args: args}},
+		Usage:      &wiremock.Usage{Input: 1200, CacheRead: 800, Output: 2100},
 	})
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()

@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
+	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files under testdata/")
@@ -62,7 +63,7 @@ func testProvider(t *testing.T) *Provider {
 }
 
 // chatModel is a non-reasoning model with gpt-4.1-mini's prices.
-func chatModel(srv *llmtest.Server) *llm.Model {
+func chatModel(srv *wiremock.Server) *llm.Model {
 	return &llm.Model{
 		ID: "gpt-4.1-mini", Name: "GPT-4.1 mini", API: llm.APIOpenAIResponses, Provider: "openai",
 		BaseURL: srv.OpenAIURL(), Input: []string{"text", "image"},
@@ -72,7 +73,7 @@ func chatModel(srv *llmtest.Server) *llm.Model {
 }
 
 // reasoningModel is a reasoning model with gpt-5-mini's prices.
-func reasoningModel(srv *llmtest.Server) *llm.Model {
+func reasoningModel(srv *wiremock.Server) *llm.Model {
 	return &llm.Model{
 		ID: "gpt-5-mini", Name: "GPT-5 mini", API: llm.APIOpenAIResponses, Provider: "openai",
 		BaseURL: srv.OpenAIURL(), Reasoning: true, Input: []string{"text", "image"},
@@ -152,7 +153,7 @@ func types(evs []llm.Event) []string {
 
 func TestText(t *testing.T) {
 	srv := llmtest.NewServer(t)
-	srv.Enqueue(llmtest.Script{ResponseID: "resp_abc", Text: []string{"Hel", "lo", "!"}, Usage: &llmtest.Usage{Input: 12, Output: 3}})
+	srv.Enqueue(wiremock.Script{ResponseID: "resp_abc", Text: []string{"Hel", "lo", "!"}, Usage: &wiremock.Usage{Input: 12, Output: 3}})
 	evs, msg, err := run(t, testProvider(t).Stream(context.Background(), chatModel(srv), hello(), &llm.StreamOptions{APIKey: "sk-test"}))
 	if err != nil {
 		t.Fatal(err)
@@ -177,12 +178,12 @@ func TestText(t *testing.T) {
 
 func TestThinking(t *testing.T) {
 	srv := llmtest.NewServer(t)
-	srv.Enqueue(llmtest.Script{
+	srv.Enqueue(wiremock.Script{
 		ResponseID:        "resp_r1",
 		Thinking:          []string{"**Plan**\n\n", "Say hi."},
 		ThinkingSignature: "gAAAAABo-encrypted",
 		Text:              []string{"Hi"},
-		Usage:             &llmtest.Usage{Input: 10, Output: 100, Reasoning: 90},
+		Usage:             &wiremock.Usage{Input: 10, Output: 100, Reasoning: 90},
 	})
 	evs, msg, err := run(t, testProvider(t).Stream(context.Background(), reasoningModel(srv), hello(), &llm.StreamOptions{Thinking: llm.ThinkingMedium}))
 	if err != nil {
@@ -223,17 +224,17 @@ func TestThinking(t *testing.T) {
 func TestToolCalls(t *testing.T) {
 	tests := []struct {
 		name  string
-		calls []llmtest.ToolCall
+		calls []wiremock.ToolCall
 		want  []string // arguments at toolcall_end
 	}{
 		{
 			name:  "one",
-			calls: []llmtest.ToolCall{{ID: "call_A", Name: "read", Args: []string{`{"pa`, `th":"/etc/`, `hosts"}`}}},
+			calls: []wiremock.ToolCall{{ID: "call_A", Name: "read", Args: []string{`{"pa`, `th":"/etc/`, `hosts"}`}}},
 			want:  []string{`{"path":"/etc/hosts"}`},
 		},
 		{
 			name: "several",
-			calls: []llmtest.ToolCall{
+			calls: []wiremock.ToolCall{
 				{ID: "call_A", Name: "read", Args: []string{`{"path":`, `"a.go"}`}},
 				{ID: "call_B", Name: "bash", Args: []string{`{"command":"ls -la",`, `"timeout":`, `30}`}},
 				{ID: "call_C", Name: "noargs"},
@@ -244,7 +245,7 @@ func TestToolCalls(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := llmtest.NewServer(t)
-			srv.Enqueue(llmtest.Script{ResponseID: "resp_t", Text: []string{"Let me look."}, ToolCalls: tt.calls})
+			srv.Enqueue(wiremock.Script{ResponseID: "resp_t", Text: []string{"Let me look."}, ToolCalls: tt.calls})
 			evs, msg, err := run(t, testProvider(t).Stream(context.Background(), chatModel(srv), hello(), nil))
 			if err != nil {
 				t.Fatal(err)
@@ -285,7 +286,7 @@ func TestToolCalls(t *testing.T) {
 
 func TestUsageAndCost(t *testing.T) {
 	srv := llmtest.NewServer(t)
-	srv.Enqueue(llmtest.Script{Text: []string{"ok"}, Usage: &llmtest.Usage{Input: 1_000_000, CacheRead: 2_000_000, Output: 500_000, Reasoning: 100_000}})
+	srv.Enqueue(wiremock.Script{Text: []string{"ok"}, Usage: &wiremock.Usage{Input: 1_000_000, CacheRead: 2_000_000, Output: 500_000, Reasoning: 100_000}})
 	_, msg, err := run(t, testProvider(t).Stream(context.Background(), reasoningModel(srv), hello(), nil))
 	if err != nil {
 		t.Fatal(err)
@@ -306,7 +307,7 @@ func TestAbort(t *testing.T) {
 	for i := range text {
 		text[i] = "word "
 	}
-	srv.Enqueue(llmtest.Script{Text: text, Delay: 300 * time.Millisecond})
+	srv.Enqueue(wiremock.Script{Text: text, Delay: 300 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := testProvider(t).Stream(ctx, chatModel(srv), hello(), nil)
@@ -360,7 +361,7 @@ func TestHTTPErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(http.StatusText(tt.status), func(t *testing.T) {
 			srv := llmtest.NewServer(t)
-			srv.Enqueue(llmtest.Script{Status: tt.status, ErrorType: tt.errType, ErrorMessage: tt.message})
+			srv.Enqueue(wiremock.Script{Status: tt.status, ErrorType: tt.errType, ErrorMessage: tt.message})
 			evs, msg, err := run(t, testProvider(t).Stream(context.Background(), chatModel(srv), hello(), nil))
 			if err == nil {
 				t.Fatal("no error")
@@ -385,12 +386,12 @@ func TestHTTPErrors(t *testing.T) {
 func TestRetryAfter(t *testing.T) {
 	tests := []struct {
 		name string
-		s    llmtest.Script
+		s    wiremock.Script
 		want time.Duration
 	}{
-		{"seconds", llmtest.Script{Status: 429, RetryAfter: "7"}, 7 * time.Second},
-		{"milliseconds", llmtest.Script{Status: 429, RetryAfter: "7", RetryAfterMs: "1500"}, 1500 * time.Millisecond},
-		{"none", llmtest.Script{Status: 503}, 0},
+		{"seconds", wiremock.Script{Status: 429, RetryAfter: "7"}, 7 * time.Second},
+		{"milliseconds", wiremock.Script{Status: 429, RetryAfter: "7", RetryAfterMs: "1500"}, 1500 * time.Millisecond},
+		{"none", wiremock.Script{Status: 503}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -413,18 +414,18 @@ func TestBrokenStreams(t *testing.T) {
 	idle := llm.StreamOptions{IdleTimeout: time.Second}
 	tests := []struct {
 		name   string
-		s      llmtest.Script
+		s      wiremock.Script
 		o      llm.StreamOptions
 		kind   llm.ErrorKind
 		text   string
 		syntax bool
 	}{
 		// Frames: created, in_progress, item added, part added, delta "Hel", delta "lo", ...
-		{name: "cut", s: llmtest.Script{Text: []string{"Hel", "lo", "!"}, CutAfter: 6}, kind: llm.ErrStream, text: "Hello"},
-		{name: "malformed", s: llmtest.Script{Text: []string{"Hel", "lo", "!"}, MalformedAfter: 6}, kind: llm.ErrStream, text: "Hello", syntax: true},
-		{name: "idle", s: llmtest.Script{Text: []string{"Hel", "lo", "!"}, HangAfter: 6}, o: idle, kind: llm.ErrIdleTimeout, text: "Hello"},
-		{name: "idle before headers", s: llmtest.Script{Text: []string{"Hel"}, FirstDelay: 5 * time.Second}, o: idle, kind: llm.ErrIdleTimeout},
-		{name: "cut before content", s: llmtest.Script{Text: []string{"Hel"}, CutAfter: 1}, kind: llm.ErrStream},
+		{name: "cut", s: wiremock.Script{Text: []string{"Hel", "lo", "!"}, CutAfter: 6}, kind: llm.ErrStream, text: "Hello"},
+		{name: "malformed", s: wiremock.Script{Text: []string{"Hel", "lo", "!"}, MalformedAfter: 6}, kind: llm.ErrStream, text: "Hello", syntax: true},
+		{name: "idle", s: wiremock.Script{Text: []string{"Hel", "lo", "!"}, HangAfter: 6}, o: idle, kind: llm.ErrIdleTimeout, text: "Hello"},
+		{name: "idle before headers", s: wiremock.Script{Text: []string{"Hel"}, FirstDelay: 5 * time.Second}, o: idle, kind: llm.ErrIdleTimeout},
+		{name: "cut before content", s: wiremock.Script{Text: []string{"Hel"}, CutAfter: 1}, kind: llm.ErrStream},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -458,40 +459,40 @@ func TestBrokenStreams(t *testing.T) {
 func TestStreamErrors(t *testing.T) {
 	tests := []struct {
 		name     string
-		s        llmtest.Script
+		s        wiremock.Script
 		want     string
 		kind     llm.ErrorKind
 		overflow bool
 	}{
 		{
 			name: "error event",
-			s:    llmtest.Script{Text: []string{"Part"}, StreamError: &llmtest.StreamError{Type: "server_error", Message: "The server had an error processing your request."}},
+			s:    wiremock.Script{Text: []string{"Part"}, StreamError: &wiremock.StreamError{Type: "server_error", Message: "The server had an error processing your request."}},
 			want: "server_error: The server had an error processing your request.",
 			kind: llm.ErrServer,
 		},
 		{
 			name: "rate limit",
-			s:    llmtest.Script{StreamError: &llmtest.StreamError{Type: "rate_limit_exceeded", Message: "Rate limit reached."}},
+			s:    wiremock.Script{StreamError: &wiremock.StreamError{Type: "rate_limit_exceeded", Message: "Rate limit reached."}},
 			want: "rate_limit_exceeded: Rate limit reached.",
 			kind: llm.ErrRateLimit,
 		},
 		{
 			name:     "context overflow in stream",
-			s:        llmtest.Script{StreamError: &llmtest.StreamError{Type: "context_length_exceeded", Message: "Your input exceeds the context window of this model."}},
+			s:        wiremock.Script{StreamError: &wiremock.StreamError{Type: "context_length_exceeded", Message: "Your input exceeds the context window of this model."}},
 			want:     "context_length_exceeded: Your input exceeds the context window of this model.",
 			kind:     llm.ErrContextOverflow,
 			overflow: true,
 		},
 		{
 			name:     "context overflow as HTTP 400",
-			s:        llmtest.Script{Status: 400, ErrorType: "context_length_exceeded", ErrorMessage: "Your input exceeds the context window of this model. Please adjust your input and try again."},
+			s:        wiremock.Script{Status: 400, ErrorType: "context_length_exceeded", ErrorMessage: "Your input exceeds the context window of this model. Please adjust your input and try again."},
 			want:     "400 Your input exceeds the context window of this model. Please adjust your input and try again.",
 			kind:     llm.ErrContextOverflow,
 			overflow: true,
 		},
 		{
 			name: "content filter",
-			s:    llmtest.Script{Text: []string{"I"}, Stop: "content_filter"},
+			s:    wiremock.Script{Text: []string{"I"}, Stop: "content_filter"},
 			want: "the response was stopped by the content filter (incomplete: content_filter)",
 			kind: llm.ErrBadRequest,
 		},
@@ -519,7 +520,7 @@ func TestStreamErrors(t *testing.T) {
 
 func TestLength(t *testing.T) {
 	srv := llmtest.NewServer(t)
-	srv.Enqueue(llmtest.Script{Text: []string{"Once upon", " a time"}, Stop: "length", Usage: &llmtest.Usage{Input: 5, Output: 16}})
+	srv.Enqueue(wiremock.Script{Text: []string{"Once upon", " a time"}, Stop: "length", Usage: &wiremock.Usage{Input: 5, Output: 16}})
 	_, msg, err := run(t, testProvider(t).Stream(context.Background(), chatModel(srv), hello(), &llm.StreamOptions{MaxTokens: 16}))
 	if err != nil {
 		t.Fatal(err)
@@ -541,7 +542,7 @@ func TestRequest(t *testing.T) {
 	}}
 	tests := []struct {
 		name   string
-		model  func(*llmtest.Server) *llm.Model
+		model  func(*wiremock.Server) *llm.Model
 		o      llm.StreamOptions
 		check  map[string]any // top-level fields that must equal
 		absent []string       // top-level fields that must not be sent
@@ -571,7 +572,7 @@ func TestRequest(t *testing.T) {
 		},
 		{
 			name: "xhigh",
-			model: func(s *llmtest.Server) *llm.Model {
+			model: func(s *wiremock.Server) *llm.Model {
 				m := reasoningModel(s)
 				m.Compat = &llm.Compat{SupportsXHigh: ptr(true)}
 				return m
@@ -594,7 +595,7 @@ func TestRequest(t *testing.T) {
 		},
 		{
 			name: "compat server",
-			model: func(s *llmtest.Server) *llm.Model {
+			model: func(s *wiremock.Server) *llm.Model {
 				m := reasoningModel(s)
 				m.Compat = &llm.Compat{SupportsStore: ptr(false), SupportsReasoningEffort: ptr(false), SupportsStrictMode: ptr(false), SupportsDeveloperRole: ptr(false)}
 				return m
@@ -606,7 +607,7 @@ func TestRequest(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := llmtest.NewServer(t)
-			srv.Enqueue(llmtest.Script{Text: []string{"ok"}})
+			srv.Enqueue(wiremock.Script{Text: []string{"ok"}})
 			m := tt.model(srv)
 			m.Headers = map[string]string{"X-Model": "m", "X-Both": "model"}
 			o := tt.o
@@ -617,7 +618,7 @@ func TestRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			req := srv.LastRequest(t)
-			if req.Path != llmtest.PathResponses {
+			if req.Path != wiremock.PathResponses {
 				t.Errorf("path %s", req.Path)
 			}
 			for k, want := range tt.check {
@@ -672,7 +673,7 @@ func TestNoKeyNoEnv(t *testing.T) {
 	}
 	t.Setenv("OPENAI_API_KEY", "sk-from-env")
 	srv := llmtest.NewServer(t)
-	srv.Enqueue(llmtest.Script{Text: []string{"ok"}})
+	srv.Enqueue(wiremock.Script{Text: []string{"ok"}})
 	if _, _, err := run(t, testProvider(t).Stream(context.Background(), chatModel(srv), hello(), &llm.StreamOptions{})); err != nil {
 		t.Fatal(err)
 	}
@@ -699,7 +700,7 @@ func TestPromptCacheKey(t *testing.T) {
 	m := chatModel(srv)
 	m.BaseURL = "https://api.openai.com/v1"
 	for _, session := range []string{"session-42", ""} {
-		srv.Enqueue(llmtest.Script{Text: []string{"ok"}})
+		srv.Enqueue(wiremock.Script{Text: []string{"ok"}})
 		if _, _, err := run(t, New(client).Stream(context.Background(), m, hello(), &llm.StreamOptions{SessionID: session})); err != nil {
 			t.Fatal(err)
 		}
@@ -723,7 +724,7 @@ func TestReferenceStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := llmtest.NewServer(t)
-	srv.Enqueue(llmtest.Script{Raw: raw})
+	srv.Enqueue(wiremock.Script{Raw: raw})
 	evs, msg, serr := run(t, testProvider(t).Stream(context.Background(), reasoningModel(srv), hello(), &llm.StreamOptions{Thinking: llm.ThinkingLow}))
 	if serr != nil {
 		t.Fatal(serr)
@@ -859,7 +860,7 @@ data: {"type":"response.failed","sequence_number":1,"response":{"id":"r","status
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := llmtest.NewServer(t)
-			srv.Enqueue(llmtest.Script{Raw: []byte(tt.raw)})
+			srv.Enqueue(wiremock.Script{Raw: []byte(tt.raw)})
 			evs, msg, err := run(t, testProvider(t).Stream(context.Background(), reasoningModel(srv), hello(), nil))
 			if diff := cmp.Diff(tt.want, types(evs)); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
@@ -980,8 +981,8 @@ func httpServer(t *testing.T, h http.Handler) string {
 
 func TestConcurrentStreams(t *testing.T) {
 	srv := llmtest.NewServer(t)
-	srv.Handle(func(r *llmtest.Request) llmtest.Script {
-		return llmtest.Script{Text: []string{"a", "b"}, ToolCalls: []llmtest.ToolCall{{Name: "ls", Args: []string{"{}"}}}}
+	srv.Handle(func(r *wiremock.Request) wiremock.Script {
+		return wiremock.Script{Text: []string{"a", "b"}, ToolCalls: []wiremock.ToolCall{{Name: "ls", Args: []string{"{}"}}}}
 	})
 	p := testProvider(t)
 	m := chatModel(srv)
