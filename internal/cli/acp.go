@@ -10,9 +10,9 @@ import (
 	"github.com/agentd-dev/agentd/internal/acp"
 	"github.com/agentd-dev/agentd/internal/config"
 	"github.com/agentd-dev/agentd/internal/engine"
-	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/sandbox"
 	"github.com/agentd-dev/agentd/internal/session"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 )
 
 // runACP is `agentd acp`: an Agent Client Protocol agent on stdin and

@@ -10,9 +10,9 @@ import (
 	"strings"
 
 	"github.com/agentd-dev/agentd/internal/config"
-	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/pirpc"
 	"github.com/agentd-dev/agentd/internal/sandbox"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/tool"
 	"github.com/agentd-dev/agentd/internal/transcript"
 )

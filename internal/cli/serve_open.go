@@ -20,7 +20,6 @@ import (
 	"github.com/agentd-dev/agentd/internal/config"
 	"github.com/agentd-dev/agentd/internal/convapi"
 	"github.com/agentd-dev/agentd/internal/engine"
-	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/health"
 	"github.com/agentd-dev/agentd/internal/jwtauth"
 	"github.com/agentd-dev/agentd/internal/mcp"
@@ -29,6 +28,7 @@ import (
 	"github.com/agentd-dev/agentd/internal/sandbox"
 	"github.com/agentd-dev/agentd/internal/server"
 	"github.com/agentd-dev/agentd/internal/session"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/sessionws"
 	"github.com/agentd-dev/agentd/internal/webui"
 )

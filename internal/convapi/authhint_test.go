@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/agentd-dev/agentd/internal/engine"
-	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 	"github.com/agentd-dev/agentd/internal/llm/openaichat"
@@ -18,6 +17,7 @@ import (
 	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 	"github.com/agentd-dev/agentd/internal/server"
 	"github.com/agentd-dev/agentd/internal/session"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 )
 
 // A provider's 401 on the REST face names the key, as on every face:

@@ -11,12 +11,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/llm/faux"
 	"github.com/agentd-dev/agentd/internal/mcp"
 	"github.com/agentd-dev/agentd/internal/sandbox"
 	"github.com/agentd-dev/agentd/internal/server"
 	"github.com/agentd-dev/agentd/internal/session"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 )
 
 // The request body decoders take whatever a client sends. Whatever it
@@ -39,7 +39,9 @@ const fuzzLimit = 4096
 // starts anything: the decoders only read their settings.
 func fuzzFace(f *testing.F) *Server {
 	layer, err := server.New(server.Config{
-		Builder: server.BuilderFunc(func(sessionspec.Spec) (*session.Session, error) { return nil, errors.New("the decoders build no session") }),
+		Builder: server.BuilderFunc(func(sessionspec.Spec) (*session.Session, error) {
+			return nil, errors.New("the decoders build no session")
+		}),
 		Sandbox: sandbox.WorkspaceWrite,
 	})
 	if err != nil {

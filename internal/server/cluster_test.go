@@ -14,10 +14,10 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/cluster"
 	"github.com/agentd-dev/agentd/internal/cluster/embeddednats"
-	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/llm/faux"
 	"github.com/agentd-dev/agentd/internal/pipeline"
 	"github.com/agentd-dev/agentd/internal/session"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 )
 
 // These tests run cluster nodes in one process over an embedded NATS

@@ -6,10 +6,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/sandbox"
 	"github.com/agentd-dev/agentd/internal/session"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 )
 
 // modeBuilder is fauxBuilder with the engine's sandbox rule: it refuses a

@@ -13,10 +13,10 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/agentd-dev/agentd/internal/sessionspec"
 	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/llm/faux"
 	"github.com/agentd-dev/agentd/internal/session"
+	"github.com/agentd-dev/agentd/internal/sessionspec"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
