@@ -224,7 +224,7 @@ func TestUndoCommandAsAPrompt(t *testing.T) {
 		run  func(t *testing.T, e *e2eEnv) (prompt func(text string) string, messages func() int, commands func() []any)
 	}{
 		{"pi-server", func(t *testing.T, e *e2eEnv) (func(string) string, func() int, func() []any) {
-			s := svStartInProc(t, e)
+			s := svStart(t, e)
 			c := s.dial("A")
 			svCreate(c, "u1")
 			return func(text string) string {
