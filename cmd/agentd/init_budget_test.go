@@ -53,7 +53,7 @@ func parseInitTrace(t *testing.T, trace string) (own, all initCost, lines int) {
 func TestInitBudget(t *testing.T) {
 	const (
 		ownBytes, ownAllocs = 8 << 10, 120
-		allBytes, allAllocs = 584 << 10, 4650
+		allBytes, allAllocs = 560 << 10, 4550
 	)
 	r := run(t, t.TempDir(), []string{"GODEBUG=inittrace=1"}, "", "version")
 	if r.code != 0 {

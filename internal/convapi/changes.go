@@ -17,17 +17,17 @@ import (
 
 // ChangedTurn is a turn that changed files.
 type ChangedTurn struct {
-	ID     string `json:"id" jsonschema:"description=the turn's id: the transcript entry id of the user message that started it"`
-	Prompt string `json:"prompt" jsonschema:"description=the start of that message"`
+	ID     string `json:"id" jsonschema:"the turn's id: the transcript entry id of the user message that started it"`
+	Prompt string `json:"prompt" jsonschema:"the start of that message"`
 	// MessageIndex is the message's index in the conversation, -1 when
 	// the conversation has moved off it.
 	MessageIndex int    `json:"message_index"`
-	Started      string `json:"started" jsonschema:"description=RFC 3339 time of the checkpoint taken before the turn's first change"`
+	Started      string `json:"started" jsonschema:"RFC 3339 time of the checkpoint taken before the turn's first change"`
 }
 
 // ChangesResponse answers GET .../changes.
 type ChangesResponse struct {
-	Turns []ChangedTurn `json:"turns" jsonschema:"description=oldest first"`
+	Turns []ChangedTurn `json:"turns" jsonschema:"oldest first"`
 	// Undo is the revert POST .../changes/undo would undo, null if none.
 	Undo *UndoableRevert `json:"undo"`
 }
@@ -35,24 +35,24 @@ type ChangesResponse struct {
 // UndoableRevert is a revert that can still be undone.
 type UndoableRevert struct {
 	Turn      string `json:"turn"`
-	Truncated bool   `json:"truncated" jsonschema:"description=the revert also truncated the conversation; undoing it goes back there"`
+	Truncated bool   `json:"truncated" jsonschema:"the revert also truncated the conversation; undoing it goes back there"`
 	Time      string `json:"time"`
 }
 
 // DiffHunk is one changed region of a file.
 type DiffHunk struct {
-	Header   string   `json:"header" jsonschema:"description=@@ -old_start\\,old_lines +new_start\\,new_lines @@"`
+	Header   string   `json:"header" jsonschema:"@@ -old_start,old_lines +new_start,new_lines @@"`
 	OldStart int      `json:"old_start"`
 	OldLines int      `json:"old_lines"`
 	NewStart int      `json:"new_start"`
 	NewLines int      `json:"new_lines"`
-	Lines    []string `json:"lines" jsonschema:"description=each prefixed with a space\\, - or +"`
+	Lines    []string `json:"lines" jsonschema:"each prefixed with a space, - or +"`
 }
 
 // ChangedFile is how a turn changed one path.
 type ChangedFile struct {
 	Path      string     `json:"path"`
-	Status    string     `json:"status" jsonschema:"enum=added,enum=modified,enum=deleted"`
+	Status    string     `json:"status" enum:"added,modified,deleted"`
 	Binary    bool       `json:"binary"`
 	Additions int        `json:"additions"`
 	Deletions int        `json:"deletions"`
@@ -69,26 +69,26 @@ type SkippedPath struct {
 type TurnDiffResponse struct {
 	Turn    ChangedTurn   `json:"turn"`
 	Files   []ChangedFile `json:"files"`
-	Skipped []SkippedPath `json:"skipped" jsonschema:"description=paths the checkpoints did not record (too large\\, over a limit)"`
-	Partial bool          `json:"partial" jsonschema:"description=a checkpoint stopped at a limit"`
-	Live    bool          `json:"live" jsonschema:"description=the turn has not ended: the diff runs to the workspace as it is now"`
-	Patch   string        `json:"patch" jsonschema:"description=the same as one unified diff"`
+	Skipped []SkippedPath `json:"skipped" jsonschema:"paths the checkpoints did not record (too large, over a limit)"`
+	Partial bool          `json:"partial" jsonschema:"a checkpoint stopped at a limit"`
+	Live    bool          `json:"live" jsonschema:"the turn has not ended: the diff runs to the workspace as it is now"`
+	Patch   string        `json:"patch" jsonschema:"the same as one unified diff"`
 }
 
 // RevertRequest is the body of POST .../changes/revert.
 type RevertRequest struct {
-	Turn     string `json:"turn" jsonschema:"description=the turn to revert to the state before; the last turn that changed files when empty"`
-	Truncate bool   `json:"truncate" jsonschema:"description=also move the conversation to just before the turn's message"`
+	Turn     string `json:"turn" jsonschema:"the turn to revert to the state before; the last turn that changed files when empty"`
+	Truncate bool   `json:"truncate" jsonschema:"also move the conversation to just before the turn's message"`
 }
 
 // RevertResponse answers a revert or its undo.
 type RevertResponse struct {
 	Turn      string        `json:"turn"`
-	Written   []string      `json:"written" jsonschema:"description=paths written back"`
-	Deleted   []string      `json:"deleted" jsonschema:"description=paths removed"`
-	Kept      []SkippedPath `json:"kept" jsonschema:"description=paths left as they are\\, and why"`
-	Truncated bool          `json:"truncated" jsonschema:"description=the conversation moved (to before the turn\\, or back)"`
-	Prompt    string        `json:"prompt" jsonschema:"description=the reverted turn's message\\, to offer again"`
+	Written   []string      `json:"written" jsonschema:"paths written back"`
+	Deleted   []string      `json:"deleted" jsonschema:"paths removed"`
+	Kept      []SkippedPath `json:"kept" jsonschema:"paths left as they are, and why"`
+	Truncated bool          `json:"truncated" jsonschema:"the conversation moved (to before the turn, or back)"`
+	Prompt    string        `json:"prompt" jsonschema:"the reverted turn's message, to offer again"`
 }
 
 func changedTurn(t session.CheckpointTurn) ChangedTurn {

@@ -1,22 +1,19 @@
 package convapi
 
 import (
-	"bytes"
 	"net/http"
 	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-
-	"github.com/invopop/jsonschema"
 )
 
 // The OpenAPI 3.1 document of the face is generated from the route table
 // and the wire types (wire.go): paths, methods, parameters, bodies and
-// events cannot drift from what the handlers serve. Schemas are reflected
-// by github.com/invopop/jsonschema, which emits JSON Schema 2020-12, the
-// dialect OpenAPI 3.1 uses.
+// events cannot drift from what the handlers serve. Schemas are inferred
+// by github.com/google/jsonschema-go (openapischema.go), which emits JSON Schema
+// 2020-12, the dialect OpenAPI 3.1 uses.
 
 // eventTypes are the payloads of the event stream, each with its "type".
 var eventTypes = []any{
@@ -30,22 +27,17 @@ var eventTypes = []any{
 type openapiCache struct {
 	once sync.Once
 	doc  []byte
+	err  error
 }
 
 // openapiDoc builds the document.
-func (s *Server) openapiDoc() []byte {
+func (s *Server) openapiDoc() ([]byte, error) {
 	// Compiled here, not at start: the document is built once, on the
 	// first request for it.
 	pathParam := regexp.MustCompile(`\{([a-z_]+)\}`)
-	r := &jsonschema.Reflector{ExpandedStruct: false, AllowAdditionalProperties: false}
-	schemas := map[string]any{}
+	comps := newComponents()
 	ref := func(v any) map[string]any {
-		sch := r.Reflect(v)
-		for name, def := range sch.Definitions {
-			schemas[name] = def
-		}
-		name := reflect.TypeOf(v).Name()
-		return map[string]any{"$ref": "#/components/schemas/" + name}
+		return comps.ref(reflect.TypeOf(v))
 	}
 	errRef := ref(ErrorResponse{})
 	var events []any
@@ -131,6 +123,10 @@ func (s *Server) openapiDoc() []byte {
 			item[strings.ToLower(rt.method)] = o
 		}
 	}
+	schemas, err := comps.schemas()
+	if err != nil {
+		return nil, err
+	}
 	doc := map[string]any{
 		"openapi": "3.1.0",
 		"info": map[string]any{"title": "agentd conversation API", "version": s.opt.Version,
@@ -147,8 +143,7 @@ func (s *Server) openapiDoc() []byte {
 		},
 		"security": []any{map[string]any{"bearer": []any{}}, map[string]any{"cookie": []any{}}, map[string]any{"query": []any{}}},
 	}
-	b := marshal(doc)
-	return bytes.ReplaceAll(b, []byte(`"#/$defs/`), []byte(`"#/components/schemas/`))
+	return marshal(doc), nil
 }
 
 // aliases are the paths a route is served on.
@@ -178,7 +173,10 @@ func operationID(method, path string) string {
 }
 
 func (s *Server) openapi(w http.ResponseWriter, _ *http.Request, _ params) error {
-	s.doc.once.Do(func() { s.doc.doc = s.openapiDoc() })
+	s.doc.once.Do(func() { s.doc.doc, s.doc.err = s.openapiDoc() })
+	if s.doc.err != nil {
+		return s.doc.err
+	}
 	writeRaw(w, http.StatusOK, s.doc.doc)
 	return nil
 }

@@ -288,7 +288,7 @@ func TestOpenAPIMatchesTheWire(t *testing.T) {
 func eventSchemaName(typ string) string {
 	for _, e := range eventTypes {
 		f, _ := reflect.TypeOf(e).FieldByName("Type")
-		if strings.Contains(f.Tag.Get("jsonschema"), "enum="+typ) {
+		if slices.Contains(strings.Split(f.Tag.Get("enum"), ","), typ) {
 			return reflect.TypeOf(e).Name()
 		}
 	}

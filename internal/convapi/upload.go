@@ -33,7 +33,7 @@ type UploadedFile struct {
 	Name string `json:"name"`
 	// Path is what a message's files takes: "attachments/<name>".
 	Path     string `json:"path"`
-	Type     string `json:"type" jsonschema:"enum=file"`
+	Type     string `json:"type" enum:"file"`
 	Size     int64  `json:"size"`
 	Modified string `json:"modified"`
 	MimeType string `json:"mime_type,omitempty"`

@@ -18,12 +18,12 @@ import (
 // message "assistant" (its tool calls rendered into content and listed in
 // metadata), a tool result "system" with call_id, anything else "system".
 type Message struct {
-	Role      string   `json:"role" jsonschema:"enum=user,enum=assistant,enum=system"`
+	Role      string   `json:"role" enum:"user,assistant,system"`
 	Content   string   `json:"content"`
-	Timestamp string   `json:"timestamp" jsonschema:"description=ISO 8601 with offset"`
+	Timestamp string   `json:"timestamp" jsonschema:"ISO 8601 with offset"`
 	Files     []string `json:"files,omitempty"`
 	Hide      bool     `json:"hide,omitempty"`
-	CallID    string   `json:"call_id,omitempty" jsonschema:"description=the tool call a tool result answers"`
+	CallID    string   `json:"call_id,omitempty" jsonschema:"the tool call a tool result answers"`
 	// Metadata is agentd's detail of the message (model, stop reason, tool
 	// calls, the tool that produced a result).
 	Metadata *MessageMetadata `json:"metadata,omitempty"`
@@ -32,7 +32,7 @@ type Message struct {
 // MessageMetadata is what agentd knows of a message beyond gptme's
 // fields.
 type MessageMetadata struct {
-	Model      string `json:"model,omitempty" jsonschema:"description=provider/id of the model that wrote it"`
+	Model      string `json:"model,omitempty" jsonschema:"provider/id of the model that wrote it"`
 	StopReason string `json:"stop_reason,omitempty"`
 	// Interrupted marks an assistant message cut short by an interrupt:
 	// what had streamed is kept.
@@ -72,37 +72,37 @@ type ToolUse struct {
 
 // CreateRequest is the body of PUT /api/v2/conversations/{id}.
 type CreateRequest struct {
-	Prompt   string              `json:"prompt,omitempty" jsonschema:"description=full, short or none: agentd's own system prompt; any other text leads the conversation as a system message"`
+	Prompt   string              `json:"prompt,omitempty" jsonschema:"full, short or none: agentd's own system prompt; any other text leads the conversation as a system message"`
 	Messages []InputMessage      `json:"messages,omitempty"`
 	Config   *ConversationConfig `json:"config,omitempty"`
 	// AutoConfirm true confirms every tool call of the session it creates;
 	// an integer N the next N calls.
-	AutoConfirm any `json:"auto_confirm,omitempty" jsonschema:"oneof_type=boolean;integer"`
+	AutoConfirm any `json:"auto_confirm,omitempty" oneof:"boolean,integer"`
 }
 
 // InputMessage is a message a client adds.
 type InputMessage struct {
-	Role      string   `json:"role" jsonschema:"enum=user,enum=assistant,enum=system"`
+	Role      string   `json:"role" enum:"user,assistant,system"`
 	Content   string   `json:"content"`
 	Timestamp string   `json:"timestamp,omitempty"`
-	Files     []string `json:"files,omitempty" jsonschema:"description=must be empty: agentd takes no file attachments"`
+	Files     []string `json:"files,omitempty" jsonschema:"must be empty: agentd takes no file attachments"`
 }
 
 // AppendRequest is the body of POST /api/v2/conversations/{id}.
 type AppendRequest struct {
 	InputMessage
-	Branch string   `json:"branch,omitempty" jsonschema:"description=only main"`
+	Branch string   `json:"branch,omitempty" jsonschema:"only main"`
 	Tools  []string `json:"tools,omitempty"`
 }
 
 // StepRequest is the body of POST .../step.
 type StepRequest struct {
-	SessionID   string  `json:"session_id" jsonschema:"description=the attachment (gptme session) the request comes from; required here and optional on the design document's /api/conversations paths"`
-	Model       string  `json:"model,omitempty" jsonschema:"description=provider/id; the conversation's model from now on"`
-	Stream      bool    `json:"stream,omitempty" jsonschema:"description=accepted; agentd always streams"`
+	SessionID   string  `json:"session_id" jsonschema:"the attachment (gptme session) the request comes from; required here and optional on the design document's /api/conversations paths"`
+	Model       string  `json:"model,omitempty" jsonschema:"provider/id; the conversation's model from now on"`
+	Stream      bool    `json:"stream,omitempty" jsonschema:"accepted; agentd always streams"`
 	Branch      string  `json:"branch,omitempty"`
-	AutoConfirm any     `json:"auto_confirm,omitempty" jsonschema:"oneof_type=boolean;integer"`
-	UseACP      bool    `json:"use_acp,omitempty" jsonschema:"description=accepted; must be false"`
+	AutoConfirm any     `json:"auto_confirm,omitempty" oneof:"boolean,integer"`
+	UseACP      bool    `json:"use_acp,omitempty" jsonschema:"accepted; must be false"`
 	MaxTokens   int     `json:"max_tokens,omitempty"`
 	Temperature float64 `json:"temperature,omitempty"`
 	TopP        float64 `json:"top_p,omitempty"`
@@ -114,7 +114,7 @@ type ConfirmRequest struct {
 	ToolID    string `json:"tool_id,omitempty"`
 	// ID is the design document's name for tool_id.
 	ID     string `json:"id,omitempty"`
-	Action string `json:"action" jsonschema:"enum=confirm,enum=edit,enum=skip,enum=auto,enum=reject,enum=always"`
+	Action string `json:"action" enum:"confirm,edit,skip,auto,reject,always"`
 	// Content is the edited primary text (edit).
 	Content string `json:"content,omitempty"`
 	// Count is how many more calls auto confirms.
@@ -127,33 +127,33 @@ type ConfirmRequest struct {
 
 // InterruptRequest is the body of POST .../interrupt.
 type InterruptRequest struct {
-	SessionID string `json:"session_id" jsonschema:"description=the attachment (gptme session) the request comes from; required here and optional on the design document's /api/conversations paths"`
+	SessionID string `json:"session_id" jsonschema:"the attachment (gptme session) the request comes from; required here and optional on the design document's /api/conversations paths"`
 }
 
 // RerunRequest is the body of POST .../rerun.
 type RerunRequest struct {
-	SessionID string `json:"session_id" jsonschema:"description=the attachment (gptme session) the request comes from; required here and optional on the design document's /api/conversations paths"`
+	SessionID string `json:"session_id" jsonschema:"the attachment (gptme session) the request comes from; required here and optional on the design document's /api/conversations paths"`
 }
 
 // TranscriptRequest is the body of POST .../transcript: the turns of a
 // voice call, added to the conversation (made if it does not exist).
 type TranscriptRequest struct {
 	Turns        []TranscriptTurn `json:"turns"`
-	CallMetadata map[string]any   `json:"call_metadata" jsonschema:"description=must hold call_sid; a call_sid already added is acknowledged without adding its turns again"`
+	CallMetadata map[string]any   `json:"call_metadata" jsonschema:"must hold call_sid; a call_sid already added is acknowledged without adding its turns again"`
 }
 
 // TranscriptTurn is one turn of a call; turns with another role or no
 // text are passed over.
 type TranscriptTurn struct {
-	Role    string   `json:"role" jsonschema:"enum=user,enum=assistant"`
+	Role    string   `json:"role" enum:"user,assistant"`
 	Text    *string  `json:"text"`
-	EndedAt *float64 `json:"ended_at,omitempty" jsonschema:"description=accepted"`
+	EndedAt *float64 `json:"ended_at,omitempty" jsonschema:"accepted"`
 }
 
 // TranscriptResponse answers POST .../transcript. Status is "ok", or
 // "already_acked" for a call_sid added before (messages_added 0).
 type TranscriptResponse struct {
-	Status         string `json:"status" jsonschema:"enum=ok,enum=already_acked"`
+	Status         string `json:"status" enum:"ok,already_acked"`
 	ConversationID string `json:"conversation_id"`
 	MessagesAdded  int    `json:"messages_added"`
 }
@@ -162,7 +162,7 @@ type TranscriptResponse struct {
 type ElicitRequest struct {
 	SessionID string         `json:"session_id,omitempty"`
 	ElicitID  string         `json:"elicit_id"`
-	Action    string         `json:"action" jsonschema:"enum=accept,enum=decline,enum=cancel"`
+	Action    string         `json:"action" enum:"accept,decline,cancel"`
 	Value     any            `json:"value,omitempty"`
 	Values    map[string]any `json:"values,omitempty"`
 }
@@ -221,9 +221,9 @@ type MCPServerConfig struct {
 // ChatConfig is the chat part of a configuration.
 type ChatConfig struct {
 	Name        string   `json:"name,omitempty"`
-	Model       string   `json:"model,omitempty" jsonschema:"description=provider/id"`
+	Model       string   `json:"model,omitempty" jsonschema:"provider/id"`
 	Tools       []string `json:"tools,omitempty"`
-	Thinking    string   `json:"thinking,omitempty" jsonschema:"description=agentd's thinking level: off, minimal, low, medium, high, xhigh"`
+	Thinking    string   `json:"thinking,omitempty" jsonschema:"agentd's thinking level: off, minimal, low, medium, high, xhigh"`
 	ToolFormat  string   `json:"tool_format,omitempty"`
 	Stream      bool     `json:"stream"`
 	Interactive bool     `json:"interactive"`
@@ -236,10 +236,10 @@ type ChatConfig struct {
 	// Sandbox is what the conversation's tools may touch (agentd): chosen
 	// when it is created, the server's mode or a stricter one, and fixed
 	// from then on.
-	Sandbox string `json:"sandbox,omitempty" jsonschema:"enum=read-only,enum=workspace-write,enum=full-access,description=agentd: the server's mode or a stricter one; set on PUT only"`
+	Sandbox string `json:"sandbox,omitempty" enum:"read-only,workspace-write,full-access" jsonschema:"agentd: the server's mode or a stricter one; set on PUT only"`
 	// Mode is the conversation's mode (agentd): build, plan or one of
 	// the configuration's; PATCH switches it.
-	Mode string `json:"mode,omitempty" jsonschema:"description=agentd: the conversation's mode (build, plan, or a configured one; see modes)"`
+	Mode string `json:"mode,omitempty" jsonschema:"agentd: the conversation's mode (build, plan, or a configured one; see modes)"`
 }
 
 // AutoConfirm are the approvals a conversation has given in advance.
@@ -321,7 +321,7 @@ type Conversation struct {
 type ConversationSession struct {
 	ID         string  `json:"id"`
 	Generating bool    `json:"generating"`
-	LastError  *string `json:"last_error" jsonschema:"oneof_type=string;null"`
+	LastError  *string `json:"last_error" oneof:"string,null"`
 }
 
 // ConversationSummary is one entry of the conversation list.
@@ -329,15 +329,15 @@ type ConversationSummary struct {
 	ID                 string  `json:"id"`
 	Name               string  `json:"name"`
 	Path               string  `json:"path"`
-	Created            float64 `json:"created" jsonschema:"description=Unix seconds"`
-	Modified           float64 `json:"modified" jsonschema:"description=Unix seconds"`
+	Created            float64 `json:"created" jsonschema:"Unix seconds"`
+	Modified           float64 `json:"modified" jsonschema:"Unix seconds"`
 	Messages           int     `json:"messages"`
 	MessageCount       int     `json:"message_count"`
 	LastUpdated        float64 `json:"last_updated"`
 	Branches           int     `json:"branches"`
 	Workspace          string  `json:"workspace"`
-	Model              *string `json:"model" jsonschema:"oneof_type=string;null"`
-	LastMessagePreview *string `json:"last_message_preview" jsonschema:"oneof_type=string;null"`
+	Model              *string `json:"model" oneof:"string,null"`
+	LastMessagePreview *string `json:"last_message_preview" oneof:"string,null"`
 	// Loaded is false for a conversation known from before a restart and
 	// not opened since (agentd).
 	Loaded bool `json:"loaded"`
@@ -349,7 +349,7 @@ type ConversationSummary struct {
 // ConversationPage is the paginated list.
 type ConversationPage struct {
 	Conversations []ConversationSummary `json:"conversations"`
-	NextCursor    *string               `json:"next_cursor" jsonschema:"oneof_type=string;null"`
+	NextCursor    *string               `json:"next_cursor" oneof:"string,null"`
 }
 
 // RootResponse answers GET /api/v2.
@@ -371,7 +371,7 @@ type VersionResponse struct {
 
 // ModelInfo is one model of GET /api/v2/models.
 type ModelInfo struct {
-	ID                string  `json:"id" jsonschema:"description=provider/id"`
+	ID                string  `json:"id" jsonschema:"provider/id"`
 	Provider          string  `json:"provider"`
 	Model             string  `json:"model"`
 	Name              string  `json:"name"`
@@ -392,7 +392,7 @@ type ModelInfo struct {
 // ModelsResponse answers GET /api/v2/models.
 type ModelsResponse struct {
 	Models      []ModelInfo `json:"models"`
-	Default     *string     `json:"default" jsonschema:"oneof_type=string;null"`
+	Default     *string     `json:"default" oneof:"string,null"`
 	Recommended []string    `json:"recommended"`
 	Favorites   []string    `json:"favorites"`
 }
@@ -401,10 +401,10 @@ type ModelsResponse struct {
 type SessionInfo struct {
 	ID             string   `json:"id"`
 	ConversationID string   `json:"conversation_id"`
-	Model          *string  `json:"model" jsonschema:"oneof_type=string;null"`
+	Model          *string  `json:"model" oneof:"string,null"`
 	MessageCount   int      `json:"message_count"`
 	Generating     bool     `json:"generating"`
-	ElapsedSeconds *float64 `json:"elapsed_seconds" jsonschema:"oneof_type=number;null"`
+	ElapsedSeconds *float64 `json:"elapsed_seconds" oneof:"number,null"`
 	CreatedAt      string   `json:"created_at"`
 	LastActivity   string   `json:"last_activity"`
 	// Streams counts the event streams attached (agentd).
@@ -418,13 +418,13 @@ type ServerHealth struct {
 	SessionCount    int          `json:"session_count"`
 	GeneratingCount int          `json:"generating_count"`
 	IdleCount       int          `json:"idle_count"`
-	Health          string       `json:"health" jsonschema:"enum=green,enum=yellow,enum=red"`
+	Health          string       `json:"health" enum:"green,yellow,red"`
 	Slots           []HealthSlot `json:"slots"`
 }
 
 // HealthSlot is one attachment in ServerHealth.
 type HealthSlot struct {
-	ID         string `json:"id" jsonschema:"description=the attachment id's first 8 characters"`
+	ID         string `json:"id" jsonschema:"the attachment id's first 8 characters"`
 	Generating bool   `json:"generating"`
 }
 
@@ -444,10 +444,10 @@ type CookieResponse struct {
 
 // ConnectedEvent is the first frame of every stream: a snapshot.
 type ConnectedEvent struct {
-	Type         string        `json:"type" jsonschema:"enum=connected"`
+	Type         string        `json:"type" enum:"connected"`
 	SessionID    string        `json:"session_id"`
 	Generating   bool          `json:"generating"`
-	LastError    *string       `json:"last_error" jsonschema:"oneof_type=string;null"`
+	LastError    *string       `json:"last_error" oneof:"string,null"`
 	PendingTools []PendingTool `json:"pending_tools"`
 	// PendingElicitations are the questions waiting for an answer
 	// (agentd).
@@ -478,45 +478,45 @@ type PendingTool struct {
 // the last event: the events in between cannot be replayed, so the
 // client reloads the conversation (GET) and continues from seq (agentd).
 type ResyncEvent struct {
-	Type   string `json:"type" jsonschema:"enum=resync"`
+	Type   string `json:"type" enum:"resync"`
 	Reason string `json:"reason"`
-	After  uint64 `json:"after" jsonschema:"description=the cursor the client sent"`
-	Seq    uint64 `json:"seq" jsonschema:"description=events from here on follow"`
+	After  uint64 `json:"after" jsonschema:"the cursor the client sent"`
+	Seq    uint64 `json:"seq" jsonschema:"events from here on follow"`
 }
 
 // PingEvent is the heartbeat, at least every 15 s. Its id is the last
 // event's seq.
 type PingEvent struct {
-	Type string `json:"type" jsonschema:"enum=ping"`
+	Type string `json:"type" enum:"ping"`
 }
 
 // GenerationStartedEvent: the model starts writing a message.
 type GenerationStartedEvent struct {
-	Type string `json:"type" jsonschema:"enum=generation_started"`
+	Type string `json:"type" enum:"generation_started"`
 }
 
 // GenerationProgressEvent is streamed text. A client that falls behind
 // gets consecutive fragments joined into one.
 type GenerationProgressEvent struct {
-	Type  string `json:"type" jsonschema:"enum=generation_progress"`
+	Type  string `json:"type" enum:"generation_progress"`
 	Token string `json:"token"`
 }
 
 // MessageAddedEvent: a message was added to the log.
 type MessageAddedEvent struct {
-	Type    string  `json:"type" jsonschema:"enum=message_added"`
+	Type    string  `json:"type" enum:"message_added"`
 	Message Message `json:"message"`
 }
 
 // GenerationCompleteEvent follows the assistant's message_added.
 type GenerationCompleteEvent struct {
-	Type    string  `json:"type" jsonschema:"enum=generation_complete"`
+	Type    string  `json:"type" enum:"generation_complete"`
 	Message Message `json:"message"`
 }
 
 // ToolPendingEvent: a tool call waits for a person (tool/confirm).
 type ToolPendingEvent struct {
-	Type        string  `json:"type" jsonschema:"enum=tool_pending"`
+	Type        string  `json:"type" enum:"tool_pending"`
 	ToolID      string  `json:"tool_id"`
 	ToolUse     ToolUse `json:"tooluse"`
 	AutoConfirm bool    `json:"auto_confirm"`
@@ -524,21 +524,21 @@ type ToolPendingEvent struct {
 
 // ToolExecutingEvent: a confirmed tool call starts.
 type ToolExecutingEvent struct {
-	Type   string `json:"type" jsonschema:"enum=tool_executing"`
+	Type   string `json:"type" enum:"tool_executing"`
 	ToolID string `json:"tool_id"`
 }
 
 // ToolOutputEvent is a running tool's output so far (each replaces the
 // one before).
 type ToolOutputEvent struct {
-	Type   string `json:"type" jsonschema:"enum=tool_output"`
+	Type   string `json:"type" enum:"tool_output"`
 	ToolID string `json:"tool_id"`
 	Output string `json:"output"`
 }
 
 // ToolCompleteEvent: a tool call that ran has ended.
 type ToolCompleteEvent struct {
-	Type       string  `json:"type" jsonschema:"enum=tool_complete"`
+	Type       string  `json:"type" enum:"tool_complete"`
 	ToolID     string  `json:"tool_id"`
 	DurationMs float64 `json:"duration_ms"`
 	Success    bool    `json:"success"`
@@ -547,9 +547,9 @@ type ToolCompleteEvent struct {
 // ElicitPendingEvent: the agent asks the person something
 // (elicit/respond).
 type ElicitPendingEvent struct {
-	Type        string        `json:"type" jsonschema:"enum=elicit_pending"`
+	Type        string        `json:"type" enum:"elicit_pending"`
 	ElicitID    string        `json:"elicit_id"`
-	ElicitType  string        `json:"elicit_type" jsonschema:"enum=text,enum=choice,enum=multi_choice,enum=secret,enum=confirmation,enum=form"`
+	ElicitType  string        `json:"elicit_type" enum:"text,choice,multi_choice,secret,confirmation,form"`
 	Prompt      string        `json:"prompt"`
 	Options     []string      `json:"options,omitempty"`
 	Fields      []ElicitField `json:"fields,omitempty"`
@@ -561,7 +561,7 @@ type ElicitPendingEvent struct {
 type ElicitField struct {
 	Name     string   `json:"name"`
 	Prompt   string   `json:"prompt"`
-	Type     string   `json:"type" jsonschema:"description=text, number, integer, boolean or choice"`
+	Type     string   `json:"type" jsonschema:"text, number, integer, boolean or choice"`
 	Options  []string `json:"options"`
 	Required bool     `json:"required"`
 	Default  any      `json:"default"`
@@ -570,7 +570,7 @@ type ElicitField struct {
 // InterruptedEvent: an interrupt stopped the work; nothing of it runs
 // after this event.
 type InterruptedEvent struct {
-	Type string `json:"type" jsonschema:"enum=interrupted"`
+	Type string `json:"type" enum:"interrupted"`
 }
 
 // RunEndedEvent: the run a step (or another face's prompt) started has
@@ -579,20 +579,20 @@ type InterruptedEvent struct {
 // generation_complete with no tool_pending after it). After an
 // interrupt it follows interrupted.
 type RunEndedEvent struct {
-	Type    string `json:"type" jsonschema:"enum=run_ended"`
-	Outcome string `json:"outcome" jsonschema:"enum=completed,enum=failed,enum=cancelled"`
+	Type    string `json:"type" enum:"run_ended"`
+	Outcome string `json:"outcome" enum:"completed,failed,cancelled"`
 }
 
 // ErrorEvent: a failure, also kept as the conversation's last error.
 type ErrorEvent struct {
-	Type  string `json:"type" jsonschema:"enum=error"`
+	Type  string `json:"type" enum:"error"`
 	Error string `json:"error"`
 }
 
 // ConfigChangedEvent: the model, thinking level, name or tools changed.
 // Config holds the fields that changed.
 type ConfigChangedEvent struct {
-	Type          string             `json:"type" jsonschema:"enum=config_changed"`
+	Type          string             `json:"type" enum:"config_changed"`
 	Config        ConversationConfig `json:"config"`
 	ChangedFields []string           `json:"changed_fields"`
 }
@@ -600,7 +600,7 @@ type ConfigChangedEvent struct {
 // ConversationEditedEvent: a message was edited or removed; Log is the
 // conversation as it now stands.
 type ConversationEditedEvent struct {
-	Type      string               `json:"type" jsonschema:"enum=conversation_edited"`
+	Type      string               `json:"type" enum:"conversation_edited"`
 	Index     int                  `json:"index"`
 	Truncated bool                 `json:"truncated"`
 	Log       []Message            `json:"log"`
@@ -610,23 +610,23 @@ type ConversationEditedEvent struct {
 // CompactionStartedEvent: the conversation's older messages are being
 // summarized; the model is not called meanwhile (agentd).
 type CompactionStartedEvent struct {
-	Type   string `json:"type" jsonschema:"enum=compaction_started"`
-	Reason string `json:"reason" jsonschema:"description=manual, threshold or overflow"`
+	Type   string `json:"type" enum:"compaction_started"`
+	Reason string `json:"reason" jsonschema:"manual, threshold or overflow"`
 }
 
 // CompactionEndedEvent: the summary is done, given up or failed (agentd).
 type CompactionEndedEvent struct {
-	Type      string `json:"type" jsonschema:"enum=compaction_ended"`
+	Type      string `json:"type" enum:"compaction_ended"`
 	Reason    string `json:"reason"`
 	Aborted   bool   `json:"aborted,omitempty"`
-	WillRetry bool   `json:"will_retry,omitempty" jsonschema:"description=the request that overflowed is sent again"`
+	WillRetry bool   `json:"will_retry,omitempty" jsonschema:"the request that overflowed is sent again"`
 	Error     string `json:"error,omitempty"`
 }
 
 // RetryStartedEvent: a model request failed with an error worth retrying
 // and is sent again after delay_ms (agentd).
 type RetryStartedEvent struct {
-	Type        string `json:"type" jsonschema:"enum=retry_started"`
+	Type        string `json:"type" enum:"retry_started"`
 	Attempt     int    `json:"attempt"`
 	MaxAttempts int    `json:"max_attempts"`
 	DelayMs     int64  `json:"delay_ms"`
@@ -636,7 +636,7 @@ type RetryStartedEvent struct {
 // RetryEndedEvent: the retries ended, with an answer or without
 // (agentd).
 type RetryEndedEvent struct {
-	Type    string `json:"type" jsonschema:"enum=retry_ended"`
+	Type    string `json:"type" enum:"retry_ended"`
 	Attempt int    `json:"attempt"`
 	Success bool   `json:"success"`
 	Error   string `json:"error,omitempty"`
@@ -644,7 +644,7 @@ type RetryEndedEvent struct {
 
 // TodoEvent: the agent's plan (its todo list) changed (agentd).
 type TodoEvent struct {
-	Type  string     `json:"type" jsonschema:"enum=todo_updated"`
+	Type  string     `json:"type" enum:"todo_updated"`
 	Items []TodoItem `json:"items"`
 	Done  int        `json:"done"`
 	Total int        `json:"total"`
@@ -654,5 +654,5 @@ type TodoEvent struct {
 type TodoItem struct {
 	ID      int    `json:"id"`
 	Content string `json:"content"`
-	Status  string `json:"status" jsonschema:"enum=pending,enum=in_progress,enum=completed"`
+	Status  string `json:"status" enum:"pending,in_progress,completed"`
 }
