@@ -215,3 +215,38 @@ func TestPromptRightAfterAgentEnd(t *testing.T) {
 	<-ended
 	h.wait()
 }
+
+// TestUndoRightAfterAgentEnd: /undo, a fork or a new session asked for
+// as soon as agent_end is out waits for the run's tail (its end-of-run
+// checkpoint) instead of refusing the session as busy.
+func TestUndoRightAfterAgentEnd(t *testing.T) {
+	for _, op := range []string{"undo", "new_session"} {
+		t.Run(op, func(t *testing.T) {
+			h := newHarness(t, func(c *session.Config) { c.CheckpointDir = t.TempDir() })
+			os.WriteFile(filepath.Join(h.cwd, "a.txt"), []byte("one\ntwo\n"), 0o644)
+			ended := make(chan struct{}, 1)
+			h.s.Subscribe(func(ev session.Event) {
+				if ev.Type == "agent_end" {
+					select {
+					case ended <- struct{}{}:
+					default:
+					}
+				}
+			})
+			scriptFileTurn(h.srv)
+			h.prompt("change the files")
+			<-ended
+			var err error
+			switch op {
+			case "undo":
+				_, err = h.s.Undo(t.Context())
+			case "new_session":
+				err = h.s.NewSession("")
+			}
+			if err != nil {
+				t.Fatalf("%s right after agent_end: %v", op, err)
+			}
+			h.wait()
+		})
+	}
+}

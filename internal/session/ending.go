@@ -50,3 +50,17 @@ func (s *Session) runEndingLocked() (<-chan struct{}, bool) {
 	}
 	return s.runEnd.wake, true
 }
+
+// awaitRunTail waits while the run in progress is only winding down
+// after its agent_end (its end-of-run checkpoint, retry and compaction
+// checks): a client that saw agent_end may start the next thing at once,
+// as with pi. s.mu must not be held. If the run goes on instead (a retry,
+// a compaction), it returns and the caller finds the session busy.
+func (s *Session) awaitRunTail() {
+	s.mu.Lock()
+	wake, ending := s.runEndingLocked()
+	s.mu.Unlock()
+	if ending {
+		<-wake
+	}
+}

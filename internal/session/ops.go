@@ -485,6 +485,7 @@ var errIdle = fault.New(fault.Busy, "the agent is processing; abort it or wait f
 // idle fails while a run is in progress: switching transcripts under a
 // running agent would tear the conversation.
 func (s *Session) idle() error {
+	s.awaitRunTail()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.runDone != nil {

@@ -563,6 +563,7 @@ func (s *Session) NavigateTree(ctx context.Context, targetID string, opts Naviga
 // call cancel and wait, Close waits. release gives it back and records
 // the commands the user ran meanwhile, as the end of a run does.
 func (s *Session) claim(cancel context.CancelFunc) (release func(), err error) {
+	s.awaitRunTail()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
