@@ -142,6 +142,10 @@ func (f *Follow) run(ctx context.Context, n *Node, it jetstream.MessagesContext,
 func (f *Follow) read(ctx context.Context, n *Node, it jetstream.MessagesContext, back <-chan struct{}, sessionID string, maxSeq *uint64, deliver func(Event)) error {
 	ended := make(chan struct{})
 	stopped := make(chan struct{})
+	// Next is also given a context that ends with the iterator: an
+	// ordered consumer stopped while it re-creates its consumer (NATS
+	// just came back) can leave Next waiting on the new one for ever.
+	rctx, rcancel := context.WithCancel(ctx)
 	go func() {
 		defer close(stopped)
 		select {
@@ -150,13 +154,14 @@ func (f *Follow) read(ctx context.Context, n *Node, it jetstream.MessagesContext
 		case <-ended:
 		}
 		it.Stop()
+		rcancel()
 	}()
 	defer func() { <-stopped }()
 	defer close(ended)
 	for {
-		m, err := it.Next()
+		m, err := it.Next(jetstream.NextContext(rctx))
 		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || rctx.Err() != nil {
 				return nil
 			}
 			return err
