@@ -35,6 +35,12 @@ func (c *Cluster) checkRoutes() []error {
 			errs = append(errs, fmt.Errorf("%s %s is on the network: routes between embedded NATS servers need TLS there; set --cluster-tls-cert and --cluster-tls-key (and --cluster-tls-ca to verify the other nodes), or use 127.0.0.1", flag, addr))
 		}
 	}
+	if len(c.Routes) == 0 {
+		// A lone node with a route listener waits at start for routes
+		// that never come (NATS: "Waiting for routing to be established")
+		// and fails its start-up timeout; say so here instead.
+		errs = append(errs, fmt.Errorf("--cluster-route-listen %s: needs --cluster-routes with the route addresses of the other nodes (the same list on every node, this one's may be in it); an embedded cluster of one needs neither flag", c.RouteListen))
+	}
 	offLoopback("--cluster-route-listen", c.RouteListen)
 	for _, r := range c.Routes {
 		offLoopback("--cluster-routes", r)

@@ -53,11 +53,7 @@ func TestServeClusterRoutes(t *testing.T) {
 				t.Errorf("replicas %d, want 2", c.Replicas)
 			}
 		}},
-		{name: "a seed with no routes", args: cat(emb, []string{"--cluster-route-listen", "127.0.0.1:6222"}), check: func(t *testing.T, c Cluster) {
-			if c.Replicas != 1 {
-				t.Errorf("replicas %d, want 1", c.Replicas)
-			}
-		}},
+		{name: "a route listener without routes", args: cat(emb, []string{"--cluster-route-listen", "127.0.0.1:6222"}), want: "--cluster-route-listen 127.0.0.1:6222: needs --cluster-routes"},
 		{name: "routes without a route listener", args: cat(emb, []string{"--cluster-routes", "127.0.0.1:6223"}), want: "--cluster-routes: needs --cluster-route-listen"},
 		{name: "routes on an external NATS", args: []string{"--cluster", "nats://n1:4222", "--cluster-route-listen", "127.0.0.1:6222"}, want: "only with --cluster embedded"},
 		{name: "bad route listener", args: cat(emb, []string{"--cluster-route-listen", "6222"}), want: `--cluster-route-listen "6222": want host:port`},
