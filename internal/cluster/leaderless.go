@@ -41,3 +41,25 @@ func whileLeaderless[T any](ctx context.Context, write func() (T, error)) (T, er
 		}
 	}
 }
+
+// firstAttempt bounds the first try of a read that a stream leader must
+// answer (readWhileLeaderless); each later try may take twice as long.
+const firstAttempt = time.Second
+
+// readWhileLeaderless runs read with a deadline of its own, and again
+// with a longer one while a try went unanswered or found no leader, until
+// ctx ends. A request that only a JetStream leader answers (creating the
+// consumer behind a key listing) and that is sent during an election is
+// dropped, not refused: without its own deadline the read would wait
+// out the caller's whole time although a leader exists a moment later.
+func readWhileLeaderless[T any](ctx context.Context, read func(context.Context) (T, error)) (T, error) {
+	for d := firstAttempt; ; d *= 2 {
+		actx, cancel := context.WithTimeout(ctx, d)
+		v, err := read(actx)
+		expired := actx.Err() != nil
+		cancel()
+		if err == nil || ctx.Err() != nil || !(leaderless(err) || expired && errors.Is(err, context.DeadlineExceeded)) {
+			return v, err
+		}
+	}
+}

@@ -258,13 +258,22 @@ func (n *Node) Nodes(ctx context.Context) (map[string]NodeInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	lister, err := kv.ListKeys(ctx)
+	keys, err := readWhileLeaderless(ctx, func(ctx context.Context) ([]string, error) {
+		lister, err := kv.ListKeys(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var keys []string
+		for k := range lister.Keys() {
+			keys = append(keys, k)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err // cut off: the list may be partial
+		}
+		return keys, nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: listing nodes: %w", err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
 	}
 	now := time.Now().UnixMilli()
 	out := map[string]NodeInfo{}
