@@ -230,9 +230,6 @@ func TestReplayWhileStreaming(t *testing.T) {
 			running = false
 		default:
 		}
-		if running {
-			during = replays + 1
-		}
 		head := h.s.Seq()
 		after := head - min(head, uint64(rng.IntN(300)))
 		if rng.IntN(2) == 0 {
@@ -240,6 +237,9 @@ func TestReplayWhileStreaming(t *testing.T) {
 			if ok {
 				r.check(t, after, head, evs)
 				replays++
+				if running {
+					during++
+				}
 			}
 			continue
 		}
@@ -256,6 +256,9 @@ func TestReplayWhileStreaming(t *testing.T) {
 			continue
 		}
 		replays++
+		if running {
+			during++
+		}
 		r.check(t, after, head, missed)
 		// The live events continue the replay without a gap.
 		mu.Lock()
