@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -106,7 +107,7 @@ func New(opts Options) (*Pipeline, error) {
 		journal:    opts.Journal,
 		emitFn:     opts.Emit,
 		onJErr:     opts.OnJournalError,
-		log:        cmpOr(opts.Log, slog.New(slog.DiscardHandler)),
+		log:        cmp.Or(opts.Log, slog.New(slog.DiscardHandler)),
 		ttl:        opts.IdempotencyTTL,
 		retention:  opts.OutcomeRetention,
 		depTimeout: opts.DependencyTimeout,
@@ -296,12 +297,4 @@ func (p *Pipeline) Close() error {
 	cancel()
 	p.Shutdown(ctx)
 	return nil
-}
-
-// cmpOr is the first of a and b that is not nil.
-func cmpOr[T any](a, b *T) *T {
-	if a != nil {
-		return a
-	}
-	return b
 }
