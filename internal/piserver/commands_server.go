@@ -222,7 +222,7 @@ func (s *Server) stores() map[string]any {
 }
 
 func (s *Server) startupRecovery(context.Context, *call) (any, error) {
-	return s.srv.Pipeline().StartupRecovery(), nil
+	return recoveryData(s.srv.Pipeline().StartupRecovery()), nil
 }
 
 func (s *Server) commandHistory(_ context.Context, c *call) (any, error) {
@@ -237,7 +237,7 @@ func (s *Server) commandHistory(_ context.Context, c *call) (any, error) {
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
-	return s.srv.Pipeline().CommandHistory(q), nil
+	return historyData(s.srv.Pipeline().CommandHistory(q)), nil
 }
 
 func (s *Server) healthCheck(context.Context, *call) (any, error) {

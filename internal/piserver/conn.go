@@ -95,7 +95,7 @@ func (c *conn) start() error {
 		Face: face, Transport: c.transport, Value: c,
 		// startup_recovery_summary follows server_ready, redacted: a client
 		// asks get_startup_recovery for the paths and ids.
-		First: [][]byte{readyFrame(c.srv.opt.Version), piwire.Marshal(frame{"startup_recovery_summary", c.srv.srv.Pipeline().StartupRecovery().Redacted()})},
+		First: [][]byte{readyFrame(c.srv.opt.Version), piwire.Marshal(frame{"startup_recovery_summary", recoveryData(c.srv.srv.Pipeline().StartupRecovery().Redacted())})},
 	})
 	if err != nil {
 		code := closeOverloaded
