@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -240,10 +239,11 @@ func (n *Node) AwaitLease(ctx context.Context, id string) *Lease {
 	}
 }
 
-// encodeRecord is r as stored; data that would not fit in a message is
+// encodeRecord is r as stored (the journal's own record format,
+// pipeline.MarshalRecord, as FileJournal's lines); data that would not fit in a message is
 // dropped, as FileJournal drops outsized data.
 func (n *Node) encodeRecord(r *pipeline.Record) ([]byte, error) {
-	b, err := json.Marshal(r)
+	b, err := pipeline.MarshalRecord(r)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: encoding a journal record: %w", err)
 	}
@@ -271,7 +271,7 @@ func (n *Node) readRecords(ctx context.Context, subject string, upTo uint64) ([]
 			return nil
 		}
 		var r pipeline.Record
-		if err := json.Unmarshal(m.data, &r); err != nil {
+		if err := pipeline.UnmarshalRecord(m.data, &r); err != nil {
 			bad++
 			return nil
 		}

@@ -306,7 +306,7 @@ func TestOpenUnboundedJournal(t *testing.T) {
 			{Op: OpFinish, Command: typ, ID: id, Fingerprint: Fingerprint(nil, sized(typ, id, 1<<20+1000)), At: time.Now(), Expires: exp,
 				Response: &Response{ID: id, Command: typ, Success: true, Data: data}},
 		} {
-			b, _ := json.Marshal(r)
+			b, _ := MarshalRecord(&r)
 			old.Write(append(b, '\n'))
 		}
 	}

@@ -10,9 +10,10 @@ import (
 
 // The introspection pi-server offers beyond protocol 1.0.0:
 // get_startup_recovery, get_command_history and the
-// startup_recovery_summary event. The types carry pi-server's field names
-// (src/types.ts StartupRecoveryData and the get_command_history response),
-// so a face returns them as they are.
+// startup_recovery_summary event. The types hold what pi-server's
+// answers say (src/types.ts StartupRecoveryData and the
+// get_command_history response); the wire names are piserver's (its
+// wire_history.go), not the pipeline's.
 
 // JournalSchemaVersion is the version of agentd's journal records, as
 // StartupRecovery and CommandHistory report it.
@@ -57,35 +58,35 @@ type JournalInfo struct {
 // RecoveredCommand is a command that was in flight when agentd stopped; it
 // was marked failed (fault.Interrupted) when the journal was opened.
 type RecoveredCommand struct {
-	CommandID   string `json:"commandId"`
-	CommandType string `json:"commandType"`
-	LaneKey     string `json:"laneKey"`
+	CommandID   string
+	CommandType string
+	LaneKey     string
 	// LastPhase is the last phase the journal holds: agentd journals a
 	// command when it is admitted and when it finishes, so this is always
 	// command_accepted even if the command had started.
-	LastPhase string `json:"lastPhase"`
-	Reason    string `json:"reason"`
+	LastPhase string
+	Reason    string
 }
 
 // StartupRecovery is the data of get_startup_recovery and of the
 // startup_recovery_summary event (use Redacted for the event).
 type StartupRecovery struct {
-	Enabled                      bool               `json:"enabled"`
-	Initialized                  bool               `json:"initialized"`
-	InitState                    string             `json:"initState"`
-	InitializationError          string             `json:"initializationError,omitempty"`
-	JournalPath                  string             `json:"journalPath"`
-	SchemaVersion                int                `json:"schemaVersion"`
-	EntriesScanned               int                `json:"entriesScanned"`
-	MalformedEntries             int                `json:"malformedEntries"`
-	UnsupportedVersionEntries    int                `json:"unsupportedVersionEntries"`
-	RecoveredOutcomes            int                `json:"recoveredOutcomes"`
-	RecoveredOutcomeIDs          []string           `json:"recoveredOutcomeIds"`
-	RecoveredOutcomeIDsTruncated bool               `json:"recoveredOutcomeIdsTruncated"`
-	RecoveredInFlightFailures    int                `json:"recoveredInFlightFailures"`
-	RecoveredInFlight            []RecoveredCommand `json:"recoveredInFlight"`
-	RecoveredInFlightTruncated   bool               `json:"recoveredInFlightTruncated"`
-	MaxItemsReturned             int                `json:"maxItemsReturned"`
+	Enabled                      bool
+	Initialized                  bool
+	InitState                    string
+	InitializationError          string
+	JournalPath                  string
+	SchemaVersion                int
+	EntriesScanned               int
+	MalformedEntries             int
+	UnsupportedVersionEntries    int
+	RecoveredOutcomes            int
+	RecoveredOutcomeIDs          []string
+	RecoveredOutcomeIDsTruncated bool
+	RecoveredInFlightFailures    int
+	RecoveredInFlight            []RecoveredCommand
+	RecoveredInFlightTruncated   bool
+	MaxItemsReturned             int
 }
 
 // StartupRecovery reports what the journal held when the pipeline was
@@ -157,13 +158,13 @@ func (p *Pipeline) startupRecovery(recs []Record, now time.Time) StartupRecovery
 // HistoryQuery selects entries of the command history; its fields are
 // get_command_history's.
 type HistoryQuery struct {
-	SessionID     string `json:"sessionIdFilter,omitempty"`
-	CommandID     string `json:"commandId,omitempty"`
-	FromTimestamp *int64 `json:"fromTimestamp,omitempty"` // ms since the epoch, inclusive
-	ToTimestamp   *int64 `json:"toTimestamp,omitempty"`   // ms since the epoch, inclusive
+	SessionID     string
+	CommandID     string
+	FromTimestamp *int64 // ms since the epoch, inclusive
+	ToTimestamp   *int64 // ms since the epoch, inclusive
 	// Limit is how many entries to return, newest first: 1 to
 	// HistoryMaxLimit, 0 for HistoryDefaultLimit.
-	Limit int `json:"limit,omitempty"`
+	Limit int
 }
 
 // Validate checks q as pi-server does, with its messages.
@@ -193,52 +194,52 @@ func (q HistoryQuery) Validate() *fault.Error {
 
 // HistoryEntry is one lifecycle phase of one command.
 type HistoryEntry struct {
-	RecordedAt  int64  `json:"recordedAt"` // ms since the epoch
-	Phase       string `json:"phase"`
-	CommandID   string `json:"commandId"`
-	CommandType string `json:"commandType"`
-	LaneKey     string `json:"laneKey"`
+	RecordedAt  int64 // ms since the epoch
+	Phase       string
+	CommandID   string
+	CommandType string
+	LaneKey     string
 	// LaneSequence orders the entries: it grows with every entry, so it
 	// also grows within a lane (pi-server counts per lane; agentd counts
 	// once for all lanes).
-	LaneSequence     int64    `json:"laneSequence"`
-	Fingerprint      string   `json:"fingerprint"`
-	ExplicitID       bool     `json:"explicitId"`
-	SessionID        string   `json:"sessionId,omitempty"`
-	DependsOn        []string `json:"dependsOn,omitempty"`
-	IfSessionVersion *int     `json:"ifSessionVersion,omitempty"`
-	IdempotencyKey   string   `json:"idempotencyKey,omitempty"`
-	Success          *bool    `json:"success,omitempty"`
-	Error            string   `json:"error,omitempty"`
-	SessionVersion   *int     `json:"sessionVersion,omitempty"`
-	Replayed         bool     `json:"replayed,omitempty"`
-	TimedOut         bool     `json:"timedOut,omitempty"`
-	Recovered        bool     `json:"recovered,omitempty"`
-	RecoveryReason   string   `json:"recoveryReason,omitempty"`
+	LaneSequence     int64
+	Fingerprint      string
+	ExplicitID       bool
+	SessionID        string
+	DependsOn        []string
+	IfSessionVersion *int
+	IdempotencyKey   string
+	Success          *bool
+	Error            string
+	SessionVersion   *int
+	Replayed         bool
+	TimedOut         bool
+	Recovered        bool
+	RecoveryReason   string
 }
 
 // HistoryFilters echoes the query's filters.
 type HistoryFilters struct {
-	SessionIDFilter string `json:"sessionIdFilter,omitempty"`
-	CommandID       string `json:"commandId,omitempty"`
-	FromTimestamp   *int64 `json:"fromTimestamp,omitempty"`
-	ToTimestamp     *int64 `json:"toTimestamp,omitempty"`
+	SessionIDFilter string
+	CommandID       string
+	FromTimestamp   *int64
+	ToTimestamp     *int64
 }
 
 // CommandHistory is the data of get_command_history.
 type CommandHistory struct {
-	Enabled             bool           `json:"enabled"`
-	Initialized         bool           `json:"initialized"`
-	InitState           string         `json:"initState"`
-	InitializationError string         `json:"initializationError,omitempty"`
-	JournalPath         string         `json:"journalPath"`
-	SchemaVersion       int            `json:"schemaVersion"`
-	Filters             HistoryFilters `json:"filters"`
-	Entries             []HistoryEntry `json:"entries"`
-	Returned            int            `json:"returned"`
-	Truncated           bool           `json:"truncated"`
-	MaxItemsReturned    int            `json:"maxItemsReturned"`
-	MaxItemsAllowed     int            `json:"maxItemsAllowed"`
+	Enabled             bool
+	Initialized         bool
+	InitState           string
+	InitializationError string
+	JournalPath         string
+	SchemaVersion       int
+	Filters             HistoryFilters
+	Entries             []HistoryEntry
+	Returned            int
+	Truncated           bool
+	MaxItemsReturned    int
+	MaxItemsAllowed     int
 }
 
 // CommandHistory returns the newest lifecycle entries that match q, newest

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,25 +22,26 @@ const (
 	OpFinish = "finish" // its terminal outcome
 )
 
-// Record is one journal line. A command is identified by its ID and its
-// idempotency key (Scope, Key); at least one is set.
+// Record is one journal line (stored as MarshalRecord encodes it). A
+// command is identified by its ID and its idempotency key (Scope, Key);
+// at least one is set.
 type Record struct {
-	Op          string    `json:"op"`
-	Command     string    `json:"command"`
-	ID          string    `json:"id,omitempty"`
-	Scope       string    `json:"scope,omitempty"`
-	Key         string    `json:"key,omitempty"`
-	Fingerprint string    `json:"fp"`
-	Response    *Response `json:"response,omitempty"`
-	At          time.Time `json:"at"`
-	KeyExpires  time.Time `json:"keyExpires,omitzero"`
-	Expires     time.Time `json:"expires"`
+	Op          string
+	Command     string
+	ID          string
+	Scope       string
+	Key         string
+	Fingerprint string
+	Response    *Response
+	At          time.Time
+	KeyExpires  time.Time
+	Expires     time.Time
 	// Recovered marks the failed outcome written in place of a command
 	// found in flight when the journal was opened.
-	Recovered bool `json:"recovered,omitempty"`
+	Recovered bool
 	// Interrupted is set by Load on the records recovered when this
 	// journal was opened, as opposed to at an earlier opening.
-	Interrupted bool `json:"-"`
+	Interrupted bool
 }
 
 func (r *Record) ident() string { return r.ID + "\x00" + r.Scope + "\x00" + r.Key }
@@ -321,7 +321,7 @@ func OpenFileJournalWith(path string, opt FileJournalOptions) (*FileJournal, err
 	items := make([]planItem, len(live))
 	lines := make([][]byte, len(live))
 	for i := range live {
-		b, err := json.Marshal(&live[i])
+		b, err := MarshalRecord(&live[i])
 		if err != nil {
 			return nil, err
 		}
@@ -342,7 +342,7 @@ func OpenFileJournalWith(path string, opt FileJournalOptions) (*FileJournal, err
 		r := &live[i]
 		if strip[i] {
 			r.Response.Data, r.Response.DataDropped = nil, true
-			b, _ := json.Marshal(r)
+			b, _ := MarshalRecord(r)
 			lines[i] = append(b, '\n')
 		}
 		w.Write(lines[i])
@@ -386,7 +386,7 @@ func readJournal(path string, maxData int) (recs []Record, scanned, malformed in
 		if len(bytes.TrimSpace(line)) > 0 {
 			scanned++
 			var r Record
-			if json.Unmarshal(line, &r) != nil {
+			if UnmarshalRecord(line, &r) != nil {
 				malformed++ // a line torn by a crash
 			} else {
 				if r.Response != nil && len(r.Response.Data) > maxData {
@@ -474,7 +474,7 @@ func (j *FileJournal) noteInfo() {
 
 // Append implements Journal.
 func (j *FileJournal) Append(r Record) error {
-	b, err := json.Marshal(&r)
+	b, err := MarshalRecord(&r)
 	if err != nil {
 		return err
 	}
@@ -628,11 +628,11 @@ func (j *FileJournal) compact(now time.Time) error {
 		out := line
 		if strip[i] {
 			var rec Record
-			if err := json.Unmarshal(line, &rec); err != nil {
+			if err := UnmarshalRecord(line, &rec); err != nil {
 				return fail(err)
 			}
 			rec.Response.Data, rec.Response.DataDropped = nil, true
-			b, _ := json.Marshal(&rec)
+			b, _ := MarshalRecord(&rec)
 			out, r.data = append(b, '\n'), 0
 		}
 		if _, err := w.Write(out); err != nil {
@@ -713,7 +713,7 @@ func (j *FileJournal) Load() ([]Record, error) {
 			return nil, fmt.Errorf("read journal %s: %w", j.path, err)
 		}
 		var r Record
-		if err := json.Unmarshal(line, &r); err != nil {
+		if err := UnmarshalRecord(line, &r); err != nil {
 			return nil, fmt.Errorf("read journal %s at %d: %w", j.path, e.r.off, err)
 		}
 		r.Interrupted = j.interrupted[e.id]

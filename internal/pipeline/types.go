@@ -30,19 +30,22 @@ import (
 	"github.com/agentd-dev/agentd/internal/fault"
 )
 
-// Command is one client command in the pi-server envelope.
+// Command is one client command: pi-server's envelope (protocol 1.0.0
+// §4), which every face maps its own requests to. It carries no wire
+// names: each face decodes its wire into a Command, a cluster its own
+// message (server's cluster_wire.go), the journal its records (record.go).
 type Command struct {
-	Type             string          `json:"type"`
-	ID               string          `json:"id,omitempty"`
-	SessionID        string          `json:"sessionId,omitempty"`
-	DependsOn        []string        `json:"dependsOn,omitempty"`
-	IfSessionVersion *int            `json:"ifSessionVersion,omitempty"`
-	IdempotencyKey   string          `json:"idempotencyKey,omitempty"`
-	Payload          json.RawMessage `json:"payload,omitempty"`
+	Type             string
+	ID               string
+	SessionID        string
+	DependsOn        []string
+	IfSessionVersion *int
+	IdempotencyKey   string
+	Payload          json.RawMessage
 	// Origin is the face's handle on the sender (its connection), handed
 	// back on the command's lifecycle events. It is not part of the
 	// fingerprint and is not journaled.
-	Origin any `json:"-"`
+	Origin any
 	// Sender groups the commands of one client (its connection) for the
 	// delivery of immediate answers (rejections, conflicts, replays):
 	// those of one Sender arrive in submission order on a goroutine of
@@ -50,14 +53,14 @@ type Command struct {
 	// Commands without a Sender share one such goroutine. It must be
 	// comparable (a pointer); it is not part of the fingerprint and is not
 	// journaled.
-	Sender any `json:"-"`
+	Sender any
 	// Announced says the face has told its clients already that this
 	// command was accepted and started (a cluster node does when it passes
 	// a command on, and the command may come back to run here): its
 	// CommandAccepted and CommandStarted events carry Announced, so the
 	// face does not tell them twice. It is not part of the fingerprint
 	// and is not journaled.
-	Announced bool `json:"-"`
+	Announced bool
 	// Admit, when set, is asked once the pipeline knows the command will
 	// run (it is no replay of a stored or running command, and no
 	// conflict): an error refuses it then, answered with no lifecycle
@@ -65,24 +68,25 @@ type Command struct {
 	// (spec §8.1: a replay returns the prior outcome, and does not count).
 	// It runs under the pipeline's lock: it must be quick and call nothing
 	// of the pipeline. Not part of the fingerprint; not journaled.
-	Admit func() *fault.Error `json:"-"`
+	Admit func() *fault.Error
 }
 
-// Response is the outcome of one command. The face maps it to the wire
-// ({type:"response", command, success, id?, data?, error?, ...}).
+// Response is the outcome of one command. The face maps it to its wire
+// (pi-server's {type:"response", command, success, id?, data?, error?,
+// ...} is piserver's wireResponse).
 type Response struct {
-	ID             string          `json:"id,omitempty"`
-	Command        string          `json:"command"`
-	Success        bool            `json:"success"`
-	Data           json.RawMessage `json:"data,omitempty"`
-	Err            *fault.Error    `json:"error,omitempty"`
-	SessionVersion *int            `json:"sessionVersion,omitempty"`
-	Replayed       bool            `json:"replayed,omitempty"`
-	TimedOut       bool            `json:"timedOut,omitempty"`
+	ID             string
+	Command        string
+	Success        bool
+	Data           json.RawMessage
+	Err            *fault.Error
+	SessionVersion *int
+	Replayed       bool
+	TimedOut       bool
 	// DataDropped marks a replayed outcome whose data was too large to
 	// keep (see the package doc): the command's outcome is as stated, its
 	// data is gone.
-	DataDropped bool `json:"dataDropped,omitempty"`
+	DataDropped bool
 }
 
 // Error strings. The pi-server spec gives verbatim strings for conflicts
@@ -121,26 +125,26 @@ const (
 // Event is a global lifecycle event for an admitted command. The outcome
 // fields are set on CommandFinished only.
 type Event struct {
-	Type EventType `json:"type"`
+	Type EventType
 	// CommandID is the command's id, or "anon:<start>:<n>" for a command
 	// sent without one (the same for all three events of the command).
-	CommandID        string   `json:"commandId,omitempty"`
-	Command          string   `json:"command"`
-	SessionID        string   `json:"sessionId,omitempty"`
-	DependsOn        []string `json:"dependsOn"`
-	IfSessionVersion *int     `json:"ifSessionVersion,omitempty"`
-	IdempotencyKey   string   `json:"idempotencyKey,omitempty"`
-	Lane             string   `json:"lane"`
+	CommandID        string
+	Command          string
+	SessionID        string
+	DependsOn        []string
+	IfSessionVersion *int
+	IdempotencyKey   string
+	Lane             string
 	// Origin is the Origin of the command the event is about.
-	Origin any `json:"-"`
+	Origin any
 	// Announced is the command's Announced, on its CommandAccepted and
 	// CommandStarted: the face's clients were told already.
-	Announced      bool         `json:"-"`
-	Success        bool         `json:"success,omitempty"`
-	Err            *fault.Error `json:"error,omitempty"`
-	Replayed       bool         `json:"replayed,omitempty"`
-	TimedOut       bool         `json:"timedOut,omitempty"`
-	SessionVersion *int         `json:"sessionVersion,omitempty"`
+	Announced      bool
+	Success        bool
+	Err            *fault.Error
+	Replayed       bool
+	TimedOut       bool
+	SessionVersion *int
 }
 
 // Class groups commands for timeouts and scheduling.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/cluster"
 	"github.com/agentd-dev/agentd/internal/fault"
-	"github.com/agentd-dev/agentd/internal/pipeline"
 )
 
 // A server with Config.Cluster is one node of several that look like one
@@ -153,7 +152,7 @@ func (cs *clusterState) start() error {
 type notice struct {
 	From  string          `json:"from"`
 	Via   string          `json:"via,omitempty"`
-	Event *pipeline.Event `json:"event,omitempty"`
+	Event *clusterEvent   `json:"event,omitempty"`
 	Face  string          `json:"face,omitempty"`
 	Frame json.RawMessage `json:"frame,omitempty"`
 }
@@ -183,8 +182,7 @@ func (cs *clusterState) onNotice(b []byte) {
 	}
 	switch {
 	case n.Event != nil:
-		n.Event.Origin = nil // another node's client: no connection here
-		cs.s.emitLifecycle(*n.Event)
+		cs.s.emitLifecycle(n.Event.event()) // no Origin: another node's client
 	case n.Face != "" && json.Valid(n.Frame):
 		cs.s.broadcastHere(n.Face, n.Frame)
 	}

@@ -9,15 +9,15 @@ import (
 	"github.com/agentd-dev/agentd/internal/pipeline"
 )
 
-// envelope is a command on its way between nodes. pipeline.Command is
-// JSON apart from its Origin and Sender, which stay on the node the client
-// is connected to; the principal travels with it, so the owner checks
-// what the client may see and runs the command as that client.
+// envelope is a command on its way between nodes (clusterCommand: its
+// Origin and Sender stay on the node the client is connected to); the
+// principal travels with it, so the owner checks what the client may see
+// and runs the command as that client.
 type envelope struct {
-	Cmd  pipeline.Command `json:"cmd"`
-	Who  Principal        `json:"who"`
-	From string           `json:"from"`
-	Hops int              `json:"hops"`
+	Cmd  clusterCommand `json:"cmd"`
+	Who  Principal      `json:"who"`
+	From string         `json:"from"`
+	Hops int            `json:"hops"`
 	// Via is the node whose client sent the command, which told its
 	// clients of it (From when empty): a command a draining node held
 	// and passed on comes from that node, but was sent by Via's client.
@@ -27,8 +27,8 @@ type envelope struct {
 // reply is the owner's answer: the response, and the subscription the
 // command's handler made for its client, which the client's node makes.
 type reply struct {
-	Resp pipeline.Response `json:"resp"`
-	Sub  *remoteSub        `json:"sub,omitempty"`
+	Resp clusterResponse `json:"resp"`
+	Sub  *remoteSub      `json:"sub,omitempty"`
 	// Seq is the session's last event when the owner answered: the
 	// client's node hands the answer on once its feed of the session has
 	// delivered that far, so a client reads a prompt's answer after the

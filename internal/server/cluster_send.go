@@ -40,11 +40,10 @@ var errNodeStopped = errors.New("the node running it stopped")
 
 // send forwards a command to node dest and answers it when dest does.
 func (cs *clusterState) send(it forwardItem, dest string) {
-	env := envelope{Cmd: it.cmd, Who: it.who, From: cs.node.ID(), Hops: it.hops + 1, Via: it.via}
+	env := envelope{Cmd: toClusterCommand(it.cmd), Who: it.who, From: cs.node.ID(), Hops: it.hops + 1, Via: it.via}
 	if it.reply == nil {
 		env.Via = cs.node.ID()
 	}
-	env.Cmd.Origin, env.Cmd.Sender = nil, nil
 	payload, err := json.Marshal(env)
 	if err != nil {
 		cs.fail(it, fault.Wrap(fault.Internal, err, "The command could not be sent to the session's node"))
@@ -123,7 +122,7 @@ func (cs *clusterState) send(it forwardItem, dest string) {
 		}
 		h := cs.feedHosted(it.cmd.SessionID)
 		if r.Seq == 0 || h == nil || h.feed.delivered(r.Seq) {
-			cs.finish(it, r.Resp)
+			cs.finish(it, r.Resp.response())
 			return
 		}
 		// This node's clients watch the session through its feed, which
@@ -135,7 +134,7 @@ func (cs *clusterState) send(it forwardItem, dest string) {
 			if late, got := h.feed.catchUp(cs.ctx, r.Seq, h.feed.follow.Done()); late {
 				cs.s.log.Warn("cluster: an answer's events did not arrive through the stream in time", "session", it.cmd.SessionID, "command", it.cmd.Type, "want", r.Seq, "delivered", got)
 			}
-			cs.finish(it, r.Resp)
+			cs.finish(it, r.Resp.response())
 		}()
 	})
 }
@@ -159,7 +158,7 @@ func (cs *clusterState) fail(it forwardItem, e *fault.Error) {
 // to the node it came from.
 func (cs *clusterState) finish(it forwardItem, r pipeline.Response) {
 	if it.reply != nil {
-		b, err := json.Marshal(reply{Resp: r})
+		b, err := json.Marshal(reply{Resp: toClusterResponse(r)})
 		it.reply(b, err)
 		return
 	}
@@ -203,7 +202,7 @@ func (cs *clusterState) serveNode(_ context.Context, payload []byte, answer func
 	if via == "" {
 		via = env.From
 	}
-	it := forwardItem{cmd: env.Cmd, who: env.Who, hops: env.Hops, reply: answer, via: via}
+	it := forwardItem{cmd: env.Cmd.command(), who: env.Who, hops: env.Hops, reply: answer, via: via}
 	it.cmd.Origin = &Remote{Who: env.Who, Node: via}
 	if cs.hostsOrMakes(it.cmd.SessionID) {
 		cs.runOrHold(it)
@@ -246,7 +245,7 @@ func (cs *clusterState) runHere(it forwardItem) {
 				}
 			}
 		}
-		b, err := json.Marshal(reply{Resp: resp, Sub: sub, Seq: seq})
+		b, err := json.Marshal(reply{Resp: toClusterResponse(resp), Sub: sub, Seq: seq})
 		it.reply(b, err)
 	})
 }

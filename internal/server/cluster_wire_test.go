@@ -28,14 +28,14 @@ func TestClusterWireFormat(t *testing.T) {
 		msg  any
 		want string
 	}{
-		{"envelope", &envelope{Cmd: cmd, Who: who, From: "n1", Hops: 1, Via: "n0"}, `{"cmd":{"type":"prompt","id":"c1","sessionId":"s1","dependsOn":["c0"],"ifSessionVersion":2,"idempotencyKey":"k1","payload":{"message":"\u003chi\u003e \u0026 bye"}},"who":{"Subject":"alice","Scoped":true,"Sessions":["s1"]},"from":"n1","hops":1,"via":"n0"}`},
-		{"envelope minimal", &envelope{Cmd: pipeline.Command{Type: "get_state", SessionID: "s1"}, From: "n1", Hops: 1}, `{"cmd":{"type":"get_state","sessionId":"s1"},"who":{"Subject":"","Scoped":false,"Sessions":null},"from":"n1","hops":1}`},
-		{"reply", &reply{Resp: pipeline.Response{ID: "c1", Command: "prompt", Success: true, Data: json.RawMessage(`{"a":1}`),
-			SessionVersion: wireInt(3), Replayed: true, TimedOut: true, DataDropped: true},
+		{"envelope", &envelope{Cmd: toClusterCommand(cmd), Who: who, From: "n1", Hops: 1, Via: "n0"}, `{"cmd":{"type":"prompt","id":"c1","sessionId":"s1","dependsOn":["c0"],"ifSessionVersion":2,"idempotencyKey":"k1","payload":{"message":"\u003chi\u003e \u0026 bye"}},"who":{"Subject":"alice","Scoped":true,"Sessions":["s1"]},"from":"n1","hops":1,"via":"n0"}`},
+		{"envelope minimal", &envelope{Cmd: toClusterCommand(pipeline.Command{Type: "get_state", SessionID: "s1"}), From: "n1", Hops: 1}, `{"cmd":{"type":"get_state","sessionId":"s1"},"who":{"Subject":"","Scoped":false,"Sessions":null},"from":"n1","hops":1}`},
+		{"reply", &reply{Resp: toClusterResponse(pipeline.Response{ID: "c1", Command: "prompt", Success: true, Data: json.RawMessage(`{"a":1}`),
+			SessionVersion: wireInt(3), Replayed: true, TimedOut: true, DataDropped: true}),
 			Sub: &remoteSub{SessionID: "s1", After: 9}, Seq: 12}, `{"resp":{"id":"c1","command":"prompt","success":true,"data":{"a":1},"sessionVersion":3,"replayed":true,"timedOut":true,"dataDropped":true},"sub":{"sessionId":"s1","after":9},"seq":12}`},
-		{"reply failed", &reply{Resp: pipeline.Response{Command: "prompt", Err: fault.New(fault.NotFound, "Session s1 not found")}}, `{"resp":{"command":"prompt","success":false,"error":{"code":"not_found","message":"Session s1 not found"}}}`},
-		{"notice finished", &notice{From: "n1", Via: "n0", Event: &finished}, `{"from":"n1","via":"n0","event":{"type":"command_finished","commandId":"c1","command":"prompt","sessionId":"s1","dependsOn":["c0"],"ifSessionVersion":2,"idempotencyKey":"k1","lane":"session:s1","error":{"code":"failed","message":"boom \u003cx\u003e"},"replayed":true,"timedOut":true,"sessionVersion":4}}`},
-		{"notice accepted", &notice{From: "n1", Event: &accepted}, `{"from":"n1","event":{"type":"command_accepted","commandId":"anon:1:1","command":"get_state","dependsOn":[],"lane":"server"}}`},
+		{"reply failed", &reply{Resp: toClusterResponse(pipeline.Response{Command: "prompt", Err: fault.New(fault.NotFound, "Session s1 not found")})}, `{"resp":{"command":"prompt","success":false,"error":{"code":"not_found","message":"Session s1 not found"}}}`},
+		{"notice finished", &notice{From: "n1", Via: "n0", Event: toClusterEvent(finished)}, `{"from":"n1","via":"n0","event":{"type":"command_finished","commandId":"c1","command":"prompt","sessionId":"s1","dependsOn":["c0"],"ifSessionVersion":2,"idempotencyKey":"k1","lane":"session:s1","error":{"code":"failed","message":"boom \u003cx\u003e"},"replayed":true,"timedOut":true,"sessionVersion":4}}`},
+		{"notice accepted", &notice{From: "n1", Event: toClusterEvent(accepted)}, `{"from":"n1","event":{"type":"command_accepted","commandId":"anon:1:1","command":"get_state","dependsOn":[],"lane":"server"}}`},
 		{"notice frame", &notice{From: "n1", Face: "piserver", Frame: json.RawMessage(`{"type":"x"}`)}, `{"from":"n1","face":"piserver","frame":{"type":"x"}}`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -144,7 +144,7 @@ func journalFingerprints(t *testing.T, path string) []string {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var r pipeline.Record
-		if json.Unmarshal(sc.Bytes(), &r) == nil && r.Fingerprint != "" {
+		if pipeline.UnmarshalRecord(sc.Bytes(), &r) == nil && r.Fingerprint != "" {
 			out = append(out, r.Fingerprint)
 		}
 	}

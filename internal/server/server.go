@@ -575,7 +575,7 @@ func (s *Server) emitPipelineEvent(ev pipeline.Event) {
 		if r, ok := ev.Origin.(*Remote); ok {
 			via = r.Node
 		}
-		s.cl.relay(notice{Via: via, Event: &ev})
+		s.cl.relay(notice{Via: via, Event: toClusterEvent(ev)})
 	}
 }
 
