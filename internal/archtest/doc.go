@@ -3,5 +3,6 @@
 // changes. Faces translate the shared layer and do not import each
 // other; the shared core imports no face and not the engine (the core
 // is built around interfaces the engine satisfies, wired in cli); and no
-// production package imports test machinery.
+// production package imports test machinery. wiretags_test.go keeps
+// wire names off the shared pipeline's exported types.
 package archtest
