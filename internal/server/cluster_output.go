@@ -22,39 +22,40 @@ type toolOutputs map[string]time.Time
 // attach puts the latest output of the running calls in progress into
 // evs, the events about to be published: into the update that carried it
 // (the call's newest), when that update is in evs and the call's output
-// did not go out in the last outputEvery. Older updates stay without
-// output: each carries the whole output so far, so the newest is all a
-// client needs, and the call's end carries its result. Events are
-// copied, never changed in place (evs shares its agent events with the
-// session's log).
+// did not go out in the last outputEvery. Every other update goes out
+// with no result at all (nil, not the log's empty one), which the faces
+// send no frame for: a client showing each update's output as the
+// output so far would otherwise blank it between two that carry it. An
+// update says nothing else (the call's start and end are events of their
+// own). Events are copied, never changed in place (evs shares its agent
+// events with the session's log).
 func (o toolOutputs) attach(evs []session.Event, progress []session.ToolProgress, now time.Time) {
+	var newest map[uint64]session.ToolProgress
 	for _, ev := range evs {
 		if a := ev.Agent; a != nil && a.Type == agent.EventToolExecutionEnd {
 			delete(o, a.ToolCallID)
 		}
 	}
-	if len(progress) == 0 {
-		return
-	}
-	newest := make(map[uint64]session.ToolProgress, len(progress))
-	for _, p := range progress {
-		newest[p.Seq] = p
+	if len(progress) > 0 {
+		newest = make(map[uint64]session.ToolProgress, len(progress))
+		for _, p := range progress {
+			newest[p.Seq] = p
+		}
 	}
 	for i, ev := range evs {
 		a := ev.Agent
 		if a == nil || a.Type != agent.EventToolExecutionUpdate {
 			continue
 		}
-		p, ok := newest[ev.Seq]
-		if !ok || p.ToolCallID != a.ToolCallID {
-			continue
-		}
-		if at, sent := o[p.ToolCallID]; sent && now.Sub(at) < outputEvery {
-			continue
-		}
-		o[p.ToolCallID] = now
 		c := *a
-		c.Partial = p.Partial
+		c.Partial = nil
+		p, ok := newest[ev.Seq]
+		if ok && p.ToolCallID == a.ToolCallID {
+			if at, sent := o[p.ToolCallID]; !sent || now.Sub(at) >= outputEvery {
+				o[p.ToolCallID] = now
+				c.Partial = p.Partial
+			}
+		}
 		evs[i].Agent = &c
 	}
 }

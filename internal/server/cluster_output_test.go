@@ -90,6 +90,9 @@ func TestToolOutputsAttach(t *testing.T) {
 				if len(logged[i].Partial.Content) != 0 {
 					t.Errorf("event %d: the log's copy was changed", i)
 				}
+				if ev.Agent.Type == agent.EventToolExecutionUpdate && tc.want[i] == "" && ev.Agent.Partial != nil {
+					t.Errorf("event %d goes out with a result %+v, want none", i, ev.Agent.Partial)
+				}
 			}
 		})
 	}
