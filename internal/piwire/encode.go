@@ -55,6 +55,9 @@ func appendRaw(b []byte, key string, raw []byte) []byte {
 
 // appendToolResult writes an AgentToolResult: {content, details}.
 func appendToolResult(b []byte, r *tool.Result) []byte {
+	if r == nil {
+		r = &tool.Result{}
+	}
 	b = append(b, `{"content":[`...)
 	for i := range r.Content {
 		if i > 0 {

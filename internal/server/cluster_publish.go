@@ -109,6 +109,7 @@ func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 	var (
 		retry <-chan time.Time // a publish failed: try again then
 		pause time.Duration
+		shown = toolOutputs{} // running calls' output, as it goes out
 	)
 	flush := func() bool {
 		evs, ok := h.sess.EventsSince(last)
@@ -122,6 +123,9 @@ func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 		// acknowledgement, a session emitting faster than a round trip per
 		// event queued behind its publisher, and watchers on other nodes
 		// trailed by p99 half a second.
+		// Clients of other nodes see a running call's output (the log
+		// keeps none) as it comes, at most once a second a call.
+		shown.attach(evs, h.sess.ToolProgress(), time.Now())
 		out := make([]cluster.Event, 0, len(evs))
 		for _, ev := range evs {
 			b, err := json.Marshal(ev)
@@ -147,6 +151,7 @@ func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 				// unpublished, its last events never reaching another
 				// node's clients.
 				pause = min(max(2*pause, 100*time.Millisecond), 2*time.Second)
+				clear(shown) // the retry sends the latest output again
 				retry = time.After(pause)
 				return true
 			}

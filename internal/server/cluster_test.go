@@ -109,6 +109,13 @@ func startCluster(t testing.TB, ids ...string) map[string]*testNode {
 
 func startClusterSpread(t testing.TB, spread bool, ids ...string) map[string]*testNode {
 	t.Helper()
+	return startClusterBuilt(t, spread, func() Builder { return mirrorBuilder{faux.New(faux.Options{})} }, ids...)
+}
+
+// startClusterBuilt is startClusterSpread with each node's sessions made
+// by a builder of its own.
+func startClusterBuilt(t testing.TB, spread bool, builder func() Builder, ids ...string) map[string]*testNode {
+	t.Helper()
 	root := t.TempDir()
 	key, err := cluster.GenerateKey()
 	if err != nil {
@@ -132,7 +139,7 @@ func startClusterSpread(t testing.TB, spread bool, ids ...string) map[string]*te
 		if err := os.MkdirAll(cwd, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		s, err := New(Config{Builder: mirrorBuilder{faux.New(faux.Options{})}, Cwd: cwd, SessionsDir: filepath.Join(dir, "sessions"),
+		s, err := New(Config{Builder: builder(), Cwd: cwd, SessionsDir: filepath.Join(dir, "sessions"),
 			StateDir: filepath.Join(dir, "state"), Journal: node.Journal(), Cluster: node, SpreadSessions: spread})
 		if err != nil {
 			t.Fatal(err)

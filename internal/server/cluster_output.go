@@ -1,0 +1,61 @@
+package server
+
+import (
+	"time"
+
+	"github.com/agentd-dev/agentd/internal/agent"
+	"github.com/agentd-dev/agentd/internal/session"
+)
+
+// outputEvery is how often a running call's output goes into the
+// cluster's stream at most. The session's log keeps tool updates without
+// their output (a bash call sends its whole output so far ten times a
+// second), so the publisher puts the latest output back into the newest
+// update of each running call; at most once a second per call, so a long
+// chatty command adds at most its output cap (50 KB) a second to a
+// stream that keeps events for as long as the operator says.
+const outputEvery = time.Second
+
+// toolOutputs remembers when each running call's output last went out.
+type toolOutputs map[string]time.Time
+
+// attach puts the latest output of the running calls in progress into
+// evs, the events about to be published: into the update that carried it
+// (the call's newest), when that update is in evs and the call's output
+// did not go out in the last outputEvery. Every other update goes out
+// with no result at all (nil, not the log's empty one), which the faces
+// send no frame for: a client showing each update's output as the
+// output so far would otherwise blank it between two that carry it. An
+// update says nothing else (the call's start and end are events of their
+// own). Events are copied, never changed in place (evs shares its agent
+// events with the session's log).
+func (o toolOutputs) attach(evs []session.Event, progress []session.ToolProgress, now time.Time) {
+	var newest map[uint64]session.ToolProgress
+	for _, ev := range evs {
+		if a := ev.Agent; a != nil && a.Type == agent.EventToolExecutionEnd {
+			delete(o, a.ToolCallID)
+		}
+	}
+	if len(progress) > 0 {
+		newest = make(map[uint64]session.ToolProgress, len(progress))
+		for _, p := range progress {
+			newest[p.Seq] = p
+		}
+	}
+	for i, ev := range evs {
+		a := ev.Agent
+		if a == nil || a.Type != agent.EventToolExecutionUpdate {
+			continue
+		}
+		c := *a
+		c.Partial = nil
+		p, ok := newest[ev.Seq]
+		if ok && p.ToolCallID == a.ToolCallID {
+			if at, sent := o[p.ToolCallID]; !sent || now.Sub(at) >= outputEvery {
+				o[p.ToolCallID] = now
+				c.Partial = p.Partial
+			}
+		}
+		evs[i].Agent = &c
+	}
+}
