@@ -40,8 +40,14 @@ func (d *stepDecoder) block(b *Builder) error {
 
 var testModel = &Model{ID: "m", Provider: "p", API: APIFaux, Cost: ModelCost{Input: 1, Output: 2}}
 
+// TestStreamSequence runs in a synctest bubble, so its 1s idle timeout
+// is the bubble's clock and a stalled machine cannot trip it.
 func TestStreamSequence(t *testing.T) {
 	defer goleak.VerifyNone(t)
+	synctest.Test(t, testStreamSequence)
+}
+
+func testStreamSequence(t *testing.T) {
 	var text, tool int
 	d := &stepDecoder{}
 	d.steps = []func(*Builder) error{
