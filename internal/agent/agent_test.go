@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -383,42 +384,49 @@ func TestSteerAndFollowUp(t *testing.T) {
 	}
 }
 
+// The subtests run in synctest bubbles: the model's 50ms chunks and the
+// test's polling are the bubble's clock, so the abort always lands long
+// before the last word however loaded the machine is.
 func TestAbortWhileStreamingAndWhileToolRuns(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	t.Run("streaming", func(t *testing.T) {
-		p := faux.New(faux.Options{ChunkDelay: 50 * time.Millisecond})
-		p.Push(faux.Response{Text: "one two three four five six seven eight nine ten"})
-		a, rec := newAgent(p)
-		done := make(chan []*llm.Message)
-		go func() { added, _ := a.Prompt(context.Background(), user("talk")); done <- added }()
-		rec.waitFor(t, func(ev agent.Event) bool { return ev.Type == agent.EventMessageUpdate })
-		a.Abort()
-		added := <-done
-		last := added[len(added)-1]
-		if last.StopReason != llm.StopAborted || last.TextContent() == "" || strings.Contains(last.TextContent(), "ten") {
-			t.Fatalf("last %+v", last)
-		}
-		if a.Running() {
-			t.Fatal("still running after Abort returned")
-		}
+		synctest.Test(t, func(t *testing.T) {
+			p := faux.New(faux.Options{ChunkDelay: 50 * time.Millisecond})
+			p.Push(faux.Response{Text: "one two three four five six seven eight nine ten"})
+			a, rec := newAgent(p)
+			done := make(chan []*llm.Message)
+			go func() { added, _ := a.Prompt(context.Background(), user("talk")); done <- added }()
+			rec.waitFor(t, func(ev agent.Event) bool { return ev.Type == agent.EventMessageUpdate })
+			a.Abort()
+			added := <-done
+			last := added[len(added)-1]
+			if last.StopReason != llm.StopAborted || last.TextContent() == "" || strings.Contains(last.TextContent(), "ten") {
+				t.Fatalf("last %+v", last)
+			}
+			if a.Running() {
+				t.Fatal("still running after Abort returned")
+			}
+		})
 	})
 	t.Run("tool", func(t *testing.T) {
-		p := faux.New(faux.Options{})
-		p.Push(faux.Response{ToolCalls: []faux.ToolCall{{ID: "a", Name: "sleep", Args: `{"ms":60000}`}}}, faux.Response{Text: "never"})
-		a, rec := newAgent(p, &sleepTool{name: "sleep"})
-		done := make(chan []*llm.Message)
-		go func() { added, _ := a.Prompt(context.Background(), user("wait")); done <- added }()
-		rec.waitFor(t, func(ev agent.Event) bool { return ev.Type == agent.EventToolExecutionUpdate })
-		a.Abort()
-		added := <-done
-		last := added[len(added)-1]
-		if last.Role != llm.RoleAssistant || last.StopReason != llm.StopAborted {
-			t.Fatalf("run must end with an aborted assistant message, got %+v", last)
-		}
-		tr := added[len(added)-2]
-		if tr.Role != llm.RoleToolResult || !tr.IsError {
-			t.Fatalf("tool result %+v", tr)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			p := faux.New(faux.Options{})
+			p.Push(faux.Response{ToolCalls: []faux.ToolCall{{ID: "a", Name: "sleep", Args: `{"ms":60000}`}}}, faux.Response{Text: "never"})
+			a, rec := newAgent(p, &sleepTool{name: "sleep"})
+			done := make(chan []*llm.Message)
+			go func() { added, _ := a.Prompt(context.Background(), user("wait")); done <- added }()
+			rec.waitFor(t, func(ev agent.Event) bool { return ev.Type == agent.EventToolExecutionUpdate })
+			a.Abort()
+			added := <-done
+			last := added[len(added)-1]
+			if last.Role != llm.RoleAssistant || last.StopReason != llm.StopAborted {
+				t.Fatalf("run must end with an aborted assistant message, got %+v", last)
+			}
+			tr := added[len(added)-2]
+			if tr.Role != llm.RoleToolResult || !tr.IsError {
+				t.Fatalf("tool result %+v", tr)
+			}
+		})
 	})
 }
 

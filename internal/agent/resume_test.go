@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -130,8 +131,14 @@ func TestResumeAfterAbortedAnswer(t *testing.T) {
 // TestToolDurationAndAbortBeforeAsking: tool_execution_end says how long
 // the tool ran; an abort while one call waits in BeforeToolCall keeps the
 // later calls from being asked about or run, with a result that says why.
+// It runs in a synctest bubble, where the 30ms the tool sleeps are the
+// bubble's clock and the duration reported is exact.
 func TestToolDurationAndAbortBeforeAsking(t *testing.T) {
 	defer goleak.VerifyNone(t)
+	synctest.Test(t, testToolDurationAndAbortBeforeAsking)
+}
+
+func testToolDurationAndAbortBeforeAsking(t *testing.T) {
 	p := faux.New(faux.Options{})
 	p.Push(faux.Response{ToolCalls: []faux.ToolCall{
 		{ID: "a", Name: "sleep", Args: `{"ms":30,"say":"x"}`},

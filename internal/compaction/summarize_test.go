@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/llm"
@@ -233,32 +234,37 @@ func TestSummarizeErrors(t *testing.T) {
 		{"nothing to summarise", Plan{}, nil, nil, ErrNothingToCompact.Error(), nil},
 	}
 	for _, tt := range tests {
+		// In a synctest bubble the 5s delay is the bubble's clock: a
+		// failure that did not cancel the other request would show as 5s
+		// taken, without the test waiting for it.
 		t.Run(tt.name, func(t *testing.T) {
-			rec := newRecorder()
-			if tt.history != nil {
-				rec.history.Push(*tt.history)
-			}
-			if tt.prefix != nil {
-				rec.prefix.Push(*tt.prefix)
-			}
-			start := time.Now()
-			_, err := Summarize(context.Background(), rec.stream, faux.Model(), llm.StreamOptions{}, tt.plan, "")
-			if err == nil || err.Error() != tt.want {
-				t.Fatalf("err = %v, want %q", err, tt.want)
-			}
-			// A failure cancels the other request instead of waiting for it.
-			if d := time.Since(start); d > 2*time.Second {
-				t.Errorf("took %v", d)
-			}
-			if tt.wantLLM != nil {
-				e, ok := llm.AsError(err)
-				if !ok || e.Kind != tt.wantLLM.Kind || e.Status != tt.wantLLM.Status {
-					t.Errorf("llm error = %#v", e)
+			synctest.Test(t, func(t *testing.T) {
+				rec := newRecorder()
+				if tt.history != nil {
+					rec.history.Push(*tt.history)
 				}
-			}
-			if errors.Is(err, context.Canceled) {
-				t.Error("a model error reads as a cancellation")
-			}
+				if tt.prefix != nil {
+					rec.prefix.Push(*tt.prefix)
+				}
+				start := time.Now()
+				_, err := Summarize(context.Background(), rec.stream, faux.Model(), llm.StreamOptions{}, tt.plan, "")
+				if err == nil || err.Error() != tt.want {
+					t.Fatalf("err = %v, want %q", err, tt.want)
+				}
+				// A failure cancels the other request instead of waiting for it.
+				if d := time.Since(start); d > 2*time.Second {
+					t.Errorf("took %v", d)
+				}
+				if tt.wantLLM != nil {
+					e, ok := llm.AsError(err)
+					if !ok || e.Kind != tt.wantLLM.Kind || e.Status != tt.wantLLM.Status {
+						t.Errorf("llm error = %#v", e)
+					}
+				}
+				if errors.Is(err, context.Canceled) {
+					t.Error("a model error reads as a cancellation")
+				}
+			})
 		})
 	}
 }
@@ -269,20 +275,24 @@ func TestSummarizeCancel(t *testing.T) {
 		"split":  {ToSummarize: []*llm.Message{user("a")}, TurnPrefix: []*llm.Message{user("b")}, SplitTurn: true, Settings: DefaultSettings()},
 	}
 	for name, plan := range plans {
+		// The bubble's clock: the cancel comes 50ms into the minute-long
+		// delays, every time, and no real time passes.
 		t.Run(name, func(t *testing.T) {
-			rec := newRecorder()
-			rec.history.Push(faux.Response{Text: "late", Delay: time.Minute})
-			rec.prefix.Push(faux.Response{Text: "late", Delay: time.Minute})
-			ctx, cancel := context.WithCancel(context.Background())
-			time.AfterFunc(50*time.Millisecond, cancel)
-			start := time.Now()
-			_, err := Summarize(ctx, rec.stream, faux.Model(), llm.StreamOptions{}, plan, "")
-			if !errors.Is(err, context.Canceled) {
-				t.Fatalf("err = %v, want context.Canceled", err)
-			}
-			if d := time.Since(start); d > 2*time.Second {
-				t.Errorf("returned after %v", d)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				rec := newRecorder()
+				rec.history.Push(faux.Response{Text: "late", Delay: time.Minute})
+				rec.prefix.Push(faux.Response{Text: "late", Delay: time.Minute})
+				ctx, cancel := context.WithCancel(context.Background())
+				time.AfterFunc(50*time.Millisecond, cancel)
+				start := time.Now()
+				_, err := Summarize(ctx, rec.stream, faux.Model(), llm.StreamOptions{}, plan, "")
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("err = %v, want context.Canceled", err)
+				}
+				if d := time.Since(start); d > 2*time.Second {
+					t.Errorf("returned after %v", d)
+				}
+			})
 		})
 	}
 	t.Run("already cancelled", func(t *testing.T) {

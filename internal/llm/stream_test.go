@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -39,8 +40,14 @@ func (d *stepDecoder) block(b *Builder) error {
 
 var testModel = &Model{ID: "m", Provider: "p", API: APIFaux, Cost: ModelCost{Input: 1, Output: 2}}
 
+// TestStreamSequence runs in a synctest bubble, so its 1s idle timeout
+// is the bubble's clock and a stalled machine cannot trip it.
 func TestStreamSequence(t *testing.T) {
 	defer goleak.VerifyNone(t)
+	synctest.Test(t, testStreamSequence)
+}
+
+func testStreamSequence(t *testing.T) {
 	var text, tool int
 	d := &stepDecoder{}
 	d.steps = []func(*Builder) error{
@@ -127,34 +134,39 @@ func TestStreamFailures(t *testing.T) {
 		}, kind: ErrAborted, reason: StopAborted, message: "Request was aborted", text: "partial"},
 	}
 	for _, tt := range tests {
+		// In a synctest bubble the idle timeout is the bubble's clock: it
+		// fires only once the decoder blocks, never while a loaded machine
+		// is slow to deliver the text before it.
 		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			d := &stepDecoder{openErr: tt.openErr}
-			d.steps = tt.steps(d)
-			s := NewStream(ctx, testModel, d, tt.idle)
-			var last Event
-			n := 0
-			for s.Next() {
-				last = s.Event()
-				n++
-				if tt.cancel && last.Type == EventTextDelta {
-					cancel()
+			synctest.Test(t, func(t *testing.T) {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				d := &stepDecoder{openErr: tt.openErr}
+				d.steps = tt.steps(d)
+				s := NewStream(ctx, testModel, d, tt.idle)
+				var last Event
+				n := 0
+				for s.Next() {
+					last = s.Event()
+					n++
+					if tt.cancel && last.Type == EventTextDelta {
+						cancel()
+					}
 				}
-			}
-			if last.Type != EventError || last.Reason != tt.reason {
-				t.Fatalf("last event %+v", last)
-			}
-			m := s.Result()
-			if m.StopReason != tt.reason || m.ErrorMessage != tt.message || m.TextContent() != tt.text {
-				t.Fatalf("result stop=%s msg=%q text=%q", m.StopReason, m.ErrorMessage, m.TextContent())
-			}
-			if s.Err() == nil || s.Err().Kind != tt.kind {
-				t.Fatalf("err %+v, want kind %s", s.Err(), tt.kind)
-			}
-			if s.Next() {
-				t.Fatal("Next after the end")
-			}
+				if last.Type != EventError || last.Reason != tt.reason {
+					t.Fatalf("last event %+v", last)
+				}
+				m := s.Result()
+				if m.StopReason != tt.reason || m.ErrorMessage != tt.message || m.TextContent() != tt.text {
+					t.Fatalf("result stop=%s msg=%q text=%q", m.StopReason, m.ErrorMessage, m.TextContent())
+				}
+				if s.Err() == nil || s.Err().Kind != tt.kind {
+					t.Fatalf("err %+v, want kind %s", s.Err(), tt.kind)
+				}
+				if s.Next() {
+					t.Fatal("Next after the end")
+				}
+			})
 		})
 	}
 }

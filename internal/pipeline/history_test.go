@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/fault"
@@ -132,7 +133,13 @@ func entryKeys(es []HistoryEntry) []string {
 
 // get_command_history lists lifecycle entries newest first, filtered and
 // limited as pi-server's does.
-func TestCommandHistory(t *testing.T) {
+//
+// It runs in a synctest bubble: the millisecond stamps come from the
+// bubble's clock, so the 2ms that separate them are exact and cost no
+// real time (t.Run cannot be called in a bubble: each case names itself).
+func TestCommandHistory(t *testing.T) { synctest.Test(t, testCommandHistory) }
+
+func testCommandHistory(t *testing.T) {
 	h := newHarness(t, nil, nil)
 	h.p.Do(Command{Type: "create_session", SessionID: "s", ID: "c"})
 	h.p.Do(Command{Type: "get_messages", SessionID: "s", ID: "m"})
@@ -168,15 +175,14 @@ func TestCommandHistory(t *testing.T) {
 		{"future", HistoryQuery{FromTimestamp: &future}, []string{}, false, 100},
 		{"over the maximum", HistoryQuery{Limit: 9999}, all, false, 500},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := h.p.CommandHistory(tc.q)
-			if k := entryKeys(got.Entries); !slices.Equal(k, tc.want) {
-				t.Fatalf("entries %v\nwant %v", k, tc.want)
-			}
-			if got.Returned != len(tc.want) || got.Truncated != tc.truncated || got.MaxItemsReturned != tc.limit || got.MaxItemsAllowed != 500 {
-				t.Fatalf("returned %d truncated %v maxItemsReturned %d maxItemsAllowed %d", got.Returned, got.Truncated, got.MaxItemsReturned, got.MaxItemsAllowed)
-			}
-		})
+		got := h.p.CommandHistory(tc.q)
+		if k := entryKeys(got.Entries); !slices.Equal(k, tc.want) {
+			t.Errorf("%s: entries %v\nwant %v", tc.name, k, tc.want)
+			continue
+		}
+		if got.Returned != len(tc.want) || got.Truncated != tc.truncated || got.MaxItemsReturned != tc.limit || got.MaxItemsAllowed != 500 {
+			t.Errorf("%s: returned %d truncated %v maxItemsReturned %d maxItemsAllowed %d", tc.name, got.Returned, got.Truncated, got.MaxItemsReturned, got.MaxItemsAllowed)
+		}
 	}
 	es := h.p.CommandHistory(HistoryQuery{}).Entries
 	f, replay := es[3], es[6]

@@ -304,7 +304,12 @@ func TestLaneOrder(t *testing.T) {
 	}
 }
 
-func TestControlNotBehindPrompt(t *testing.T) {
+// TestControlNotBehindPrompt runs in a synctest bubble: its 20ms wait for
+// a read that must not run is the bubble's clock, which moves only when
+// every goroutine is blocked, so a late-scheduled read cannot slip past it.
+func TestControlNotBehindPrompt(t *testing.T) { synctest.Test(t, testControlNotBehindPrompt) }
+
+func testControlNotBehindPrompt(t *testing.T) {
 	h := newHarness(t, nil, nil)
 	h.p.Do(Command{Type: "create_session", SessionID: "s"})
 	prompt := make(chan Response, 1)

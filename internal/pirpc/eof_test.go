@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/interaction"
@@ -69,15 +70,19 @@ func decodeFrames(t *testing.T, out string) []map[string]any {
 // When the input ends, what was accepted before the end runs to its end,
 // as `echo '{"type":"prompt",...}' | agentd rpc` needs; questions and
 // approvals nobody can answer any more are cancelled instead of waiting.
+// The cases without a subprocess run in a synctest bubble, where the
+// faux model's delay is the bubble's clock: the input ends while the run
+// is still going, every time, without waiting real time for it.
 func TestEndOfInputFinishesAcceptedWork(t *testing.T) {
 	slow := 200 * time.Millisecond // the run is still going when the input ends
 	tests := []struct {
-		name   string
-		script []faux.Response
-		policy string
-		tools  []string
-		lines  []string
-		check  func(t *testing.T, frames []map[string]any)
+		name      string
+		realClock bool // a subprocess (bash) runs: it cannot join a synctest bubble
+		script    []faux.Response
+		policy    string
+		tools     []string
+		lines     []string
+		check     func(t *testing.T, frames []map[string]any)
 	}{{
 		name:   "prompt",
 		script: []faux.Response{{Text: "the whole answer", Delay: slow}},
@@ -147,8 +152,9 @@ func TestEndOfInputFinishesAcceptedWork(t *testing.T) {
 			}
 		},
 	}, {
-		name:  "bash",
-		lines: []string{`{"id":"b","type":"bash","command":"sleep 0.2; echo finished"}`},
+		name:      "bash",
+		realClock: true,
+		lines:     []string{`{"id":"b","type":"bash","command":"sleep 0.2; echo finished"}`},
 		check: func(t *testing.T, frames []map[string]any) {
 			for _, f := range frames {
 				if f["id"] == "b" {
@@ -163,7 +169,7 @@ func TestEndOfInputFinishesAcceptedWork(t *testing.T) {
 		},
 	}}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+		run := func(t *testing.T) {
 			p := faux.New(faux.Options{})
 			p.Push(tt.script...)
 			cwd := t.TempDir()
@@ -206,6 +212,13 @@ func TestEndOfInputFinishesAcceptedWork(t *testing.T) {
 				t.Error("a run is still going after Run returned")
 			}
 			tt.check(t, decodeFrames(t, out.String()))
+		}
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.realClock {
+				run(t)
+				return
+			}
+			synctest.Test(t, run)
 		})
 	}
 }

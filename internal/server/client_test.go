@@ -62,8 +62,14 @@ func (l *gateLink) written() []string {
 
 // A frame with Replace takes the place of the waiting frame with its key
 // wherever it waits; More go out right after their frame; a lower queue
-// limit of a face cuts its client off sooner.
+// limit of a face cuts its client off sooner. In a synctest bubble the
+// polling below is on the bubble's clock: it ends the moment the writer
+// has nothing left to do, however loaded the machine is.
 func TestReplaceMoreAndFaceQueueLimit(t *testing.T) {
+	synctest.Test(t, testReplaceMoreAndFaceQueueLimit)
+}
+
+func testReplaceMoreAndFaceQueueLimit(t *testing.T) {
 	s := newEnv(t).start(t, Limits{})
 	l := newGateLink()
 	c, err := s.Attach(l, ClientOptions{Face: "test", Transport: "test", MaxQueuedBytes: 1 << 20})

@@ -51,6 +51,47 @@ func dialWS(t *testing.T, srv *httptest.Server, h http.Header) *websocket.Conn {
 	return c
 }
 
+// pingSeen is a client's connection that closes sent once the client has
+// written a ping frame (a client frame's first byte is FIN and the opcode:
+// 0x89), so a test can order a message after the ping without sleeping.
+type pingSeen struct {
+	net.Conn
+	once sync.Once
+	sent chan struct{}
+}
+
+func (c *pingSeen) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if len(b) > 0 && b[0] == 0x89 {
+		c.once.Do(func() { close(c.sent) })
+	}
+	return n, err
+}
+
+// dialWSPingSeen dials like dialWS through a pingSeen connection and
+// returns its sent channel.
+func dialWSPingSeen(t *testing.T, srv *httptest.Server) (*websocket.Conn, <-chan struct{}) {
+	t.Helper()
+	sent := make(chan struct{})
+	var d net.Dialer
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &pingSeen{Conn: nc, sent: sent}, nil
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), &websocket.DialOptions{HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	return c, sent
+}
+
 // echo reads messages and writes back, for each, its length and text,
 // until the connection ends.
 func echo(max int, ended chan<- error) func(*WebSocket) {
@@ -73,7 +114,7 @@ func echo(max int, ended chan<- error) func(*WebSocket) {
 func TestWebSocketReadsAndAnswers(t *testing.T) {
 	ended := make(chan error, 1)
 	srv := wsServer(t, WebSocketOptions{}, echo(10, ended))
-	c := dialWS(t, srv, nil)
+	c, pingSent := dialWSPingSeen(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	read := func() string {
@@ -118,7 +159,13 @@ func TestWebSocketReadsAndAnswers(t *testing.T) {
 	// the pong in its Read).
 	pinged := make(chan error, 1)
 	go func() { pinged <- c.Ping(ctx) }()
-	time.Sleep(50 * time.Millisecond)
+	// The ping must be on the wire before the message, so that the read
+	// of the answer below also reads the pong.
+	select {
+	case <-pingSent:
+	case <-ctx.Done():
+		t.Fatal("the ping was never written")
+	}
 	if err := c.Write(ctx, websocket.MessageText, []byte("after ping")); err != nil {
 		t.Fatal(err)
 	}

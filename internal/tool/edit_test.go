@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -185,7 +186,11 @@ func TestConcurrentEditsSerialised(t *testing.T) {
 	}
 }
 
-func TestFileLocks(t *testing.T) {
+// TestFileLocks runs in a synctest bubble: the 50ms a waiter gives the
+// lock are the bubble's clock, passing only once everything is blocked.
+func TestFileLocks(t *testing.T) { synctest.Test(t, testFileLocks) }
+
+func testFileLocks(t *testing.T) {
 	var l FileLocks
 	dir := t.TempDir()
 	p := filepath.Join(dir, "f")
@@ -222,7 +227,12 @@ func TestFileLocks(t *testing.T) {
 	}
 }
 
-func TestWriteAndEditShareLock(t *testing.T) {
+// TestWriteAndEditShareLock runs in a synctest bubble: the 100ms a write
+// must keep waiting and the cancel 20ms into the edit's wait are the
+// bubble's clock, so a late-scheduled goroutine cannot reorder them.
+func TestWriteAndEditShareLock(t *testing.T) { synctest.Test(t, testWriteAndEditShareLock) }
+
+func testWriteAndEditShareLock(t *testing.T) {
 	env := testEnv(t)
 	p := filepath.Join(env.Cwd, "f.txt")
 	writeFile(t, p, "v0\n")

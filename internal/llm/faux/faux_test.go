@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/llm"
@@ -420,50 +421,58 @@ func TestAbort(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
+		// In a synctest bubble the delays and cancelIn are the bubble's
+		// clock: the cancel lands inside the delay every time, at once.
 		t.Run(tt.name, func(t *testing.T) {
-			p := New(tt.opts)
-			if tt.resp != nil {
-				p.Push(*tt.resp)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			if tt.cancelNow {
-				cancel()
-			}
-			if tt.cancelIn > 0 {
-				time.AfterFunc(tt.cancelIn, cancel)
-			}
-			start := time.Now()
-			s := p.Stream(ctx, Model(), ctxOf(user("x")), nil)
-			var evs []llm.Event
-			for s.Next() {
-				evs = append(evs, s.Event())
-				if tt.cancelWhen != nil && tt.cancelWhen(s.Event(), s.Partial()) {
+			synctest.Test(t, func(t *testing.T) {
+				p := New(tt.opts)
+				if tt.resp != nil {
+					p.Push(*tt.resp)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if tt.cancelNow {
 					cancel()
 				}
-			}
-			checkSequence(t, evs)
-			if d := time.Since(start); d > 5*time.Second {
-				t.Errorf("abort took %s", d)
-			}
-			msg := s.Result()
-			if msg.StopReason != llm.StopAborted || s.Err() == nil || s.Err().Kind != llm.ErrAborted {
-				t.Fatalf("stop %s err %v, want aborted", msg.StopReason, s.Err())
-			}
-			if !tt.wantText(msg.TextContent()) {
-				t.Errorf("partial text = %q", msg.TextContent())
-			}
-			if msg.ErrorMessage != tt.wantMsg {
-				t.Errorf("errorMessage = %q, want %q", msg.ErrorMessage, tt.wantMsg)
-			}
-			if evs[len(evs)-1].Reason != llm.StopAborted {
-				t.Errorf("final event reason %s", evs[len(evs)-1].Reason)
-			}
+				if tt.cancelIn > 0 {
+					time.AfterFunc(tt.cancelIn, cancel)
+				}
+				start := time.Now()
+				s := p.Stream(ctx, Model(), ctxOf(user("x")), nil)
+				var evs []llm.Event
+				for s.Next() {
+					evs = append(evs, s.Event())
+					if tt.cancelWhen != nil && tt.cancelWhen(s.Event(), s.Partial()) {
+						cancel()
+					}
+				}
+				checkSequence(t, evs)
+				if d := time.Since(start); d > 5*time.Second {
+					t.Errorf("abort took %s", d)
+				}
+				msg := s.Result()
+				if msg.StopReason != llm.StopAborted || s.Err() == nil || s.Err().Kind != llm.ErrAborted {
+					t.Fatalf("stop %s err %v, want aborted", msg.StopReason, s.Err())
+				}
+				if !tt.wantText(msg.TextContent()) {
+					t.Errorf("partial text = %q", msg.TextContent())
+				}
+				if msg.ErrorMessage != tt.wantMsg {
+					t.Errorf("errorMessage = %q, want %q", msg.ErrorMessage, tt.wantMsg)
+				}
+				if evs[len(evs)-1].Reason != llm.StopAborted {
+					t.Errorf("final event reason %s", evs[len(evs)-1].Reason)
+				}
+			})
 		})
 	}
 }
 
-func TestDelays(t *testing.T) {
+// TestDelays runs in a synctest bubble: the delays pass on the bubble's
+// clock, so the sum is measured exactly and no real time is spent.
+func TestDelays(t *testing.T) { synctest.Test(t, testDelays) }
+
+func testDelays(t *testing.T) {
 	p := New(Options{ChunkDelay: 5 * time.Millisecond})
 	p.Push(Response{Text: "a b c", Delay: 40 * time.Millisecond})
 	start := time.Now()
