@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/agentd-dev/agentd/internal/llm"
@@ -115,5 +116,86 @@ func TestPostJSONCancel(t *testing.T) {
 func TestPostJSONRefusesUnencodable(t *testing.T) {
 	if _, err := llm.PostJSON(context.Background(), nil, "http://127.0.0.1:1/", nil, func() {}); err == nil {
 		t.Fatal("a body JSON cannot encode was sent")
+	}
+}
+
+// TestStreamRequestOpen: an accepted request returns its response, an
+// error answer becomes the provider's error, and a failure to build or
+// send is worded with the provider's prefix, except an ended context's.
+func TestStreamRequestOpen(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/fail" {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		_, _ = io.WriteString(w, r.URL.Path)
+	}))
+	defer srv.Close()
+	down := httptest.NewServer(http.NotFoundHandler())
+	downURL := down.URL
+	down.Close() // nothing listens there now
+	answerErr := errors.New("the provider's error")
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+
+	tests := []struct {
+		name      string
+		ctx       context.Context
+		base      string
+		path      string
+		prefix    string
+		wantBody  string // an accepted request's answer
+		wantErr   error  // errors.Is
+		wantText  string // the error's text starts so
+		unwrapped bool   // the error is wantErr itself
+	}{
+		{name: "accepted", base: srv.URL + "/v1", path: "ok", wantBody: "/v1/ok"},
+		{name: "error answer", base: srv.URL + "/v1", path: "fail", prefix: "p", wantErr: answerErr, unwrapped: true},
+		{name: "bad base", base: "http://[::1", path: "x", prefix: "openai-responses", wantText: "openai-responses: base URL"},
+		{name: "bad base no prefix", base: "http://[::1", path: "x", wantText: "base URL"},
+		{name: "send fails", base: downURL, path: "x", prefix: "openai-responses", wantText: "openai-responses: Post"},
+		{name: "send fails no prefix", base: downURL, path: "x", wantText: "Post"},
+		{name: "ctx ended", ctx: canceled, base: srv.URL, path: "x", prefix: "p", wantErr: context.Canceled, unwrapped: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := tt.ctx
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			req := llm.StreamRequest{
+				Base: tt.base, Path: tt.path, Body: struct{}{}, ErrPrefix: tt.prefix,
+				AnswerError: func(resp *http.Response) error {
+					_ = resp.Body.Close()
+					if resp.StatusCode != http.StatusTooManyRequests {
+						t.Errorf("AnswerError got status %d", resp.StatusCode)
+					}
+					return answerErr
+				},
+			}
+			resp, err := req.Open(ctx, srv.Client())
+			if tt.wantBody != "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				if b, _ := io.ReadAll(resp.Body); string(b) != tt.wantBody {
+					t.Fatalf("body %q, want %q", b, tt.wantBody)
+				}
+				return
+			}
+			if err == nil {
+				resp.Body.Close()
+				t.Fatal("no error")
+			}
+			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err %v, want %v", err, tt.wantErr)
+			}
+			if tt.unwrapped && err != tt.wantErr {
+				t.Fatalf("err %q was wrapped", err)
+			}
+			if tt.wantText != "" && !strings.HasPrefix(err.Error(), tt.wantText) {
+				t.Fatalf("err %q, want it to start %q", err, tt.wantText)
+			}
+		})
 	}
 }

@@ -20,6 +20,7 @@ package openaichat
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -93,20 +94,16 @@ func (d *decoder) Open(ctx context.Context) error {
 	if err != nil {
 		return &llm.Error{Kind: llm.ErrBadRequest, Message: "openai-completions: " + err.Error(), Err: err}
 	}
-	base := d.m.BaseURL
-	if base == "" {
-		base = DefaultBaseURL
+	req := llm.StreamRequest{
+		Base:        cmp.Or(d.m.BaseURL, DefaultBaseURL),
+		Path:        "chat/completions",
+		Header:      requestHeader(d.m, d.o),
+		Body:        params,
+		AnswerError: httpError,
 	}
-	endpoint, err := llm.Endpoint(base, "chat/completions")
+	resp, err := req.Open(ctx, d.p.hc)
 	if err != nil {
 		return err
-	}
-	resp, err := llm.PostJSON(ctx, d.p.hc, endpoint, requestHeader(d.m, d.o), params)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode >= http.StatusBadRequest {
-		return httpError(resp, llm.StatusError(resp))
 	}
 	d.body = resp.Body
 	br := llm.NewBufferedReader(resp.Body)
@@ -169,15 +166,16 @@ func (d *decoder) Close() error {
 
 // httpError turns an HTTP error answer into an *llm.Error whose text is
 // "<status> <provider message>". The message comes from the body, whatever
-// shape the server used; cause (method, URL, status) is kept behind it.
-func httpError(resp *http.Response, cause error) *llm.Error {
+// shape the server used; the request and status (llm.StatusError) are
+// kept behind it.
+func httpError(resp *http.Response) error {
 	var body []byte
 	if resp.Body != nil {
 		body, _ = io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		_ = resp.Body.Close()
 	}
 	msg, typ := errorBody(body)
-	return llm.HTTPError(resp.StatusCode, resp.Header, typ, msg, cause)
+	return llm.HTTPError(resp.StatusCode, resp.Header, typ, msg, llm.StatusError(resp))
 }
 
 // errorBody finds the message and type in an error answer. Besides
