@@ -31,8 +31,7 @@ func TestClusterNATSRefusesOutsiders(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
 	natsAddr := clFreeAddr(t)
-	s := svStart(t, e, "--data-dir", filepath.Join(e.root, "node-A"), "--node-id", "A",
-		"--cluster", "embedded", "--cluster-listen", natsAddr)
+	s := svStart(t, e, clNodeArgs(e, "A", "--cluster", "embedded", "--cluster-listen", natsAddr)...)
 	url := "nats://" + natsAddr
 	c := s.dial("a")
 	svCreate(c, "s1")
@@ -107,16 +106,12 @@ func clKeyAuth(t *testing.T, path string) nats.Option {
 func TestClusterKeyAfterKill9(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	natsAddr := clFreeAddr(t)
-	a := svStart(t, e, "--data-dir", filepath.Join(e.root, "node-A"), "--node-id", "A",
-		"--cluster", "embedded", "--cluster-listen", natsAddr, "--cluster-lease-ttl", "1s", "--cluster-spread")
+	nodes := clStartWith(t, e, []string{"A", "B"}, "--cluster-spread")
+	a, b := nodes["A"], nodes["B"]
 	before, err := os.ReadFile(clKeyPath(e, "A"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := svStart(t, e, "--data-dir", filepath.Join(e.root, "node-B"), "--node-id", "B",
-		"--cluster", "nats://"+natsAddr, "--cluster-key", clKeyCopy(t, e, "A"), "--cluster-lease-ttl", "1s", "--cluster-spread")
-	svWaitUntil(t, "A and B see each other", func() bool { return clStatus(t, a).Members == 2 && clStatus(t, b).Members == 2 })
 
 	a.kill9()
 	a = a.restart()
@@ -146,19 +141,16 @@ func TestClusterKeyAfterKill9(t *testing.T) {
 func TestClusterTLS(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	code, stderr := svRunExit(t, e, nil, "--data-dir", filepath.Join(e.root, "node-X"), "--node-id", "X",
-		"--cluster", "embedded", "--cluster-listen", "0.0.0.0:0")
+	code, stderr := svRunExit(t, e, nil, clNodeArgs(e, "X", "--cluster", "embedded", "--cluster-listen", "0.0.0.0:0")...)
 	if code == 0 || !strings.Contains(stderr, "--cluster-listen 0.0.0.0:0 is reachable from other hosts") || !strings.Contains(stderr, "--cluster-tls-cert") {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
 
 	cert, key := clWriteCert(t, e.root)
 	natsAddr := clFreeAddr(t)
-	a := svStart(t, e, "--data-dir", filepath.Join(e.root, "node-A"), "--node-id", "A",
-		"--cluster", "embedded", "--cluster-listen", natsAddr, "--cluster-tls-cert", cert, "--cluster-tls-key", key)
+	a := svStart(t, e, clNodeArgs(e, "A", "--cluster", "embedded", "--cluster-listen", natsAddr, "--cluster-tls-cert", cert, "--cluster-tls-key", key)...)
 	keyCopy := clKeyCopy(t, e, "A")
-	b := svStart(t, e, "--data-dir", filepath.Join(e.root, "node-B"), "--node-id", "B",
-		"--cluster", "nats://"+natsAddr, "--cluster-key", keyCopy, "--nats-tls-ca", cert)
+	b := svStart(t, e, clNodeArgs(e, "B", "--cluster", "nats://"+natsAddr, "--cluster-key", keyCopy, "--nats-tls-ca", cert)...)
 	svWaitUntil(t, "A and B see each other", func() bool { return clStatus(t, a).Members == 2 && clStatus(t, b).Members == 2 })
 
 	// The key, but no CA: the client cannot check the server and does
