@@ -95,13 +95,7 @@ func TestClusterNATSRestartMidRun(t *testing.T) {
 		}
 	}
 	// The tool ran once; B kept the session throughout.
-	starts := 0
-	for _, f := range b.events(sid) {
-		if f.isEvent(sid, "tool_execution_start") {
-			starts++
-		}
-	}
-	if starts != 1 {
+	if starts := clCount(b, sid, "tool_execution_start"); starts != 1 {
 		t.Errorf("the tool started %d times, want 1", starts)
 	}
 	if st := clStatus(t, nodes["B"]); st.Leases != 1 {

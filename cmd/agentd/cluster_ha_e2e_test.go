@@ -122,13 +122,7 @@ func TestClusterEmbeddedHAKillANode(t *testing.T) {
 		t.Errorf("client of C: %d of %d events lost, %d duplicated", lost, len(truth), dup)
 	}
 	clCheckSeqs(t, "client of B", clSeqs(b, sid))
-	starts := 0
-	for _, f := range b.events(sid) {
-		if f.isEvent(sid, "tool_execution_start") {
-			starts++
-		}
-	}
-	if starts != 1 {
+	if starts := clCount(b, sid, "tool_execution_start"); starts != 1 {
 		t.Errorf("the tool started %d times, want 1", starts)
 	}
 	if st := clStatus(t, nodes["B"]); st.Leases != 1 {

@@ -240,6 +240,17 @@ func clFIFO(t *testing.T, e *e2eEnv) (release func()) {
 	}
 }
 
+// clCount is how many events of type typ c has of session sid.
+func clCount(c *svConn, sid, typ string) int {
+	n := 0
+	for _, f := range c.events(sid) {
+		if f.isEvent(sid, typ) {
+			n++
+		}
+	}
+	return n
+}
+
 // clReachSeq waits until c has an event of session sid with seq end or
 // later.
 func clReachSeq(c *svConn, sid string, end uint64) error {
