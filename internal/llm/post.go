@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -127,4 +128,34 @@ func (r *StreamRequest) wrap(err error) error {
 		return err
 	}
 	return fmt.Errorf("%s: %w", r.ErrPrefix, err)
+}
+
+// BearerHeader is what a request of the OpenAI-style APIs says besides
+// its body: the key as a bearer token (none for an empty key: local
+// servers), then the model's headers and the caller's, which may replace
+// it.
+func BearerHeader(m *Model, o *StreamOptions) http.Header {
+	h := make(http.Header, 2+len(m.Headers)+len(o.Headers))
+	h.Set("Accept", "application/json")
+	if o.APIKey != "" {
+		h.Set("Authorization", "Bearer "+o.APIKey)
+	}
+	for k, v := range m.Headers {
+		h.Set(k, v)
+	}
+	for k, v := range o.Headers {
+		h.Set(k, v)
+	}
+	return h
+}
+
+// CloseBody closes the response body *body, if one is open, and forgets
+// it, so that a decoder's Close may be called more than once.
+func CloseBody(body *io.ReadCloser) error {
+	if *body == nil {
+		return nil
+	}
+	err := (*body).Close()
+	*body = nil
+	return err
 }

@@ -199,3 +199,53 @@ func TestStreamRequestOpen(t *testing.T) {
 		})
 	}
 }
+
+// countCloser counts its Close calls.
+type countCloser struct{ n int }
+
+func (c *countCloser) Read([]byte) (int, error) { return 0, io.EOF }
+func (c *countCloser) Close() error             { c.n++; return nil }
+
+// TestCloseBody: a decoder's Close closes its body once however often it
+// is called, and one that never opened is closed at no cost.
+func TestCloseBody(t *testing.T) {
+	var none io.ReadCloser
+	if err := llm.CloseBody(&none); err != nil {
+		t.Fatal(err)
+	}
+	c := &countCloser{}
+	var body io.ReadCloser = c
+	for range 2 {
+		if err := llm.CloseBody(&body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.n != 1 || body != nil {
+		t.Fatalf("closed %d times, body %v after; want once and nil", c.n, body)
+	}
+}
+
+// TestBearerHeader: the key as a bearer token, none for an empty key,
+// and the model's then the caller's headers over it.
+func TestBearerHeader(t *testing.T) {
+	tests := []struct {
+		name  string
+		key   string
+		model map[string]string
+		opts  map[string]string
+		want  map[string]string // "" for absent
+	}{
+		{"key", "sk-1", nil, nil, map[string]string{"Authorization": "Bearer sk-1", "Accept": "application/json"}},
+		{"no key", "", nil, nil, map[string]string{"Authorization": ""}},
+		{"model header", "sk-1", map[string]string{"X-Org": "m"}, nil, map[string]string{"X-Org": "m", "Authorization": "Bearer sk-1"}},
+		{"caller replaces", "sk-1", map[string]string{"Authorization": "Bearer m"}, map[string]string{"Authorization": "Bearer o"}, map[string]string{"Authorization": "Bearer o"}},
+	}
+	for _, tt := range tests {
+		h := llm.BearerHeader(&llm.Model{Headers: tt.model}, &llm.StreamOptions{APIKey: tt.key, Headers: tt.opts})
+		for k, v := range tt.want {
+			if got := h.Get(k); got != v {
+				t.Errorf("%s: %s = %q, want %q", tt.name, k, got, v)
+			}
+		}
+	}
+}

@@ -121,12 +121,7 @@ func (d *decoder) Open(ctx context.Context) error {
 
 // Close releases the response body.
 func (d *decoder) Close() error {
-	if d.body == nil {
-		return nil
-	}
-	err := d.body.Close()
-	d.body = nil
-	return err
+	return llm.CloseBody(&d.body)
 }
 
 // Next reads one event.

@@ -70,24 +70,6 @@ func (p *Provider) Stream(ctx context.Context, m *llm.Model, c *llm.Context, o *
 	return llm.NewStream(ctx, m, &decoder{p: p, m: m, c: c, o: o, cur: -1}, o.IdleTimeout)
 }
 
-// requestHeader is what the request says besides its body: how to
-// authenticate (no Authorization header for an empty key), then the
-// model's and then the caller's headers, which may replace it.
-func requestHeader(m *llm.Model, o *llm.StreamOptions) http.Header {
-	h := make(http.Header, 2+len(m.Headers)+len(o.Headers))
-	h.Set("Accept", "application/json")
-	if o.APIKey != "" {
-		h.Set("Authorization", "Bearer "+o.APIKey)
-	}
-	for k, v := range m.Headers {
-		h.Set(k, v)
-	}
-	for k, v := range o.Headers {
-		h.Set(k, v)
-	}
-	return h
-}
-
 // Open implements llm.Decoder.
 func (d *decoder) Open(ctx context.Context) error {
 	params, err := buildParams(d.m, d.c, d.o)
@@ -97,7 +79,7 @@ func (d *decoder) Open(ctx context.Context) error {
 	req := llm.StreamRequest{
 		Base:        cmp.Or(d.m.BaseURL, DefaultBaseURL),
 		Path:        "chat/completions",
-		Header:      requestHeader(d.m, d.o),
+		Header:      llm.BearerHeader(d.m, d.o),
 		Body:        params,
 		AnswerError: httpError,
 	}
@@ -156,12 +138,7 @@ func (d *decoder) openWhole(r io.Reader) error {
 
 // Close implements llm.Decoder.
 func (d *decoder) Close() error {
-	if d.body == nil {
-		return nil
-	}
-	err := d.body.Close()
-	d.body = nil
-	return err
+	return llm.CloseBody(&d.body)
 }
 
 // httpError turns an HTTP error answer into an *llm.Error whose text is

@@ -60,12 +60,7 @@ func (d *decoder) Open(ctx context.Context) error {
 
 // Close implements llm.Decoder.
 func (d *decoder) Close() error {
-	if d.body == nil {
-		return nil
-	}
-	err := d.body.Close()
-	d.body = nil
-	return err
+	return llm.CloseBody(&d.body)
 }
 
 // Next implements llm.Decoder: it reads one event and maps it.
