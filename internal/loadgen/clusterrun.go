@@ -29,6 +29,7 @@ type clusterRun struct {
 	clients []*client
 	lag     *lagWatchers // nil without lag watchers
 	victim  int          // the index of the node killed
+	results []sessionResult
 }
 
 // runCluster is Run against o.ClusterNodes nodes. With --cluster-spread
@@ -77,25 +78,19 @@ func runCluster(ctx context.Context, o Options) (Report, error) {
 	}
 
 	defer func() { closeAll(r.clients) }()
-	if err := r.connect(ctx); err != nil {
-		return r.rep, err
-	}
 	defer func() {
 		if r.lag != nil {
 			r.lag.closeAll()
 		}
 	}()
-	r.openLag(ctx)
-	results, err := r.load(ctx)
-	if err != nil {
-		return r.rep, err
-	}
-	if err := r.killOne(ctx); err != nil {
-		return r.rep, err
+	for _, step := range []func(context.Context) error{r.connect, r.openLag, r.load, r.killOne} {
+		if err := step(ctx); err != nil {
+			return r.rep, err
+		}
 	}
 	r.stopSurvivors()
 
-	summarize(&r.rep, results, mk, &r.probs)
+	summarize(&r.rep, r.results, mk, &r.probs)
 	countClients(&r.rep, r.clients)
 	if r.rep.Commands > 0 {
 		r.cr.ForwardedFraction = float64(r.cr.Forwarded) / float64(r.rep.Commands)
@@ -146,10 +141,10 @@ func (r *clusterRun) connect(ctx context.Context) error {
 
 // openLag opens watchers on every face, on each watched session's node
 // and on another, through the load (lag.go).
-func (r *clusterRun) openLag(ctx context.Context) {
+func (r *clusterRun) openLag(ctx context.Context) error {
 	n := lagSessionsOf(r.o)
 	if n <= 0 {
-		return
+		return nil
 	}
 	var sids []string
 	var drivers []int
@@ -160,6 +155,7 @@ func (r *clusterRun) openLag(ctx context.Context) {
 	}
 	r.lag = openLagWatchers(ctx, r.o, r.hc, r.nodes, r.ids, sids, func(i int) int { return drivers[i] })
 	r.log.Info("lag watchers open", "sessions", len(sids), "watchers", len(r.lag.ws), "failed", len(r.lag.failed))
+	return nil
 }
 
 // totals are the nodes' counters together: commands forwarded,
@@ -179,7 +175,7 @@ func (r *clusterRun) totals(ctx context.Context) (fwd, took int64) {
 // load is the load, as on one node, with the nodes' CPU together, the
 // commands forwarded and the takeovers meanwhile, and then the lag
 // watchers' report.
-func (r *clusterRun) load(ctx context.Context) ([]sessionResult, error) {
+func (r *clusterRun) load(ctx context.Context) error {
 	o, rep, cr := r.o, &r.rep, r.cr
 	frames0, bytes0, events0 := countFrames(r.clients)
 	fwd0, took0 := r.totals(ctx)
@@ -191,8 +187,7 @@ func (r *clusterRun) load(ctx context.Context) ([]sessionResult, error) {
 			cpuErr = err
 		}
 	}
-	var results []sessionResult
-	results, rep.Duration = driveAll(ctx, o, r.clients, driveClients(o, &r.probs))
+	r.results, rep.Duration = driveAll(ctx, o, r.clients, driveClients(o, &r.probs))
 	frames1, bytes1, events1 := countFrames(r.clients)
 	// One machine: the first node's mark has the machine's and the
 	// bench's times; the servers' are the nodes' together.
@@ -218,7 +213,7 @@ func (r *clusterRun) load(ctx context.Context) ([]sessionResult, error) {
 		rep.LoadCPU = CPUUse{}
 	}
 	if err := ctx.Err(); err != nil {
-		return results, fmt.Errorf("load phase: %w", err)
+		return fmt.Errorf("load phase: %w", err)
 	}
 	fwd1, took1 := r.totals(ctx)
 	cr.Forwarded, cr.LoadTakeovers = fwd1-fwd0, took1-took0
@@ -234,7 +229,7 @@ func (r *clusterRun) load(ctx context.Context) ([]sessionResult, error) {
 			r.probs.add("lag watcher", f)
 		}
 	}
-	return results, nil
+	return nil
 }
 
 // killOne finds who owns what (each node's leases, and the sessions of

@@ -24,6 +24,7 @@ type restRun struct {
 	prev     memory    // the server's settled memory before the conversations
 	idle     memory    // and with them
 	start    time.Time // when the watchers began to attach: the span's start
+	results  []sessionResult
 }
 
 // runREST is Run for the conversation API: N conversations created with
@@ -54,27 +55,16 @@ func runREST(ctx context.Context, o Options) (Report, error) {
 	r.api = "http://" + r.srv.addr + convPath
 	r.so = &sseOptions{timeout: o.CommandTimeout, answer: r.mk.answer, faults: &r.probs}
 
-	if err := r.first(ctx); err != nil {
-		return r.rep, err
-	}
 	defer r.closeStreams()
-	if err := r.conversations(ctx); err != nil {
-		return r.rep, err
-	}
-	if err := r.watch(ctx); err != nil {
-		return r.rep, err
-	}
-	results, err := r.load(ctx)
-	if err != nil {
-		return r.rep, err
-	}
-	if err := r.idleWait(ctx); err != nil {
-		return r.rep, err
+	for _, step := range []func(context.Context) error{r.first, r.conversations, r.watch, r.load, r.idleWait} {
+		if err := step(ctx); err != nil {
+			return r.rep, err
+		}
 	}
 	r.askSendBudgetCuts(ctx)
 	r.stop()
 
-	summarize(&r.rep, results, r.mk, &r.probs)
+	summarize(&r.rep, r.results, r.mk, &r.probs)
 	for _, c := range r.convs {
 		if c != nil {
 			r.rep.AnswersChecked += c.driver.answers.Load()
@@ -166,18 +156,17 @@ func (r *restRun) watch(ctx context.Context) error {
 
 // load is phase 2: the load, every conversation at once, bounded as a
 // whole; then the watchers' totals, once each has every run's end.
-func (r *restRun) load(ctx context.Context) ([]sessionResult, error) {
+func (r *restRun) load(ctx context.Context) error {
 	o, rr := r.o, r.rr
 	w0, wire0 := markStreams(r.watchers), r.wire.Load()
 	d0 := markStreams(drivers(r.convs))
 	cpu0, cpuErr := readCPU(r.srv.pid())
-	var results []sessionResult
-	results, r.rep.Duration = driveAll(ctx, o, r.convs, func(ctx context.Context, c *restConv) sessionResult {
+	r.results, r.rep.Duration = driveAll(ctx, o, r.convs, func(ctx context.Context, c *restConv) sessionResult {
 		return driveConversation(ctx, o, r.hc, r.api, c, &r.probs)
 	})
 	after, err := endLoad(ctx, r.srv.pid(), cpu0, cpuErr, &r.rep, r.log)
 	if err != nil {
-		return results, err
+		return err
 	}
 	d1 := markStreams(drivers(r.convs))
 	r.rep.Frames, r.rep.Bytes = d1.events()-d0.events(), d1.bytes-d0.bytes
@@ -194,7 +183,7 @@ func (r *restRun) load(ctx context.Context) ([]sessionResult, error) {
 	w1 := markStreams(r.watchers)
 	rr.WireBytes = r.wire.Load() - wire0
 	rr.loadTotals(w0, w1, len(r.watchers), r.mk.requestsBy(), r.convs, o.Chunks, &r.probs)
-	return results, nil
+	return nil
 }
 
 // askSendBudgetCuts asks the server, over a connection of the bench's own,

@@ -18,6 +18,7 @@ type wsRun struct {
 	watchers []*watcher    // on the per-session WebSocket; nil where one failed
 	prev     memory        // the server's settled memory before the sessions
 	idle     memory        // and with them
+	results  []sessionResult
 }
 
 // runWS is Run on one node over pi-server's WebSocket, phase by phase.
@@ -43,49 +44,47 @@ func runWS(ctx context.Context, o Options) (Report, error) {
 	r.hc = &http.Client{Transport: &http.Transport{}}
 	defer r.hc.CloseIdleConnections()
 
-	// Phase 0: the bench's own connection, for what is not the load: it
-	// creates the first session and the idle sessions; it asks for the
-	// server's counters at the end.
-	obs, err := dial(ctx, r.hc, "ws://"+r.srv.addr+"/?lifecycle=own", "", &clientOptions{timeout: o.CommandTimeout, faults: &r.probs})
-	if err != nil {
-		return r.rep, fmt.Errorf("the bench's own connection: %w", err)
-	}
-	defer obs.close()
-	r.obs = obs
-	if err := createSession(ctx, obs, "bench-first", o.CommandTimeout); err != nil {
-		return r.rep, err
-	}
-	if r.prev, err = r.firstAndIdle(ctx, func(ctx context.Context, id string) error {
-		return createSession(ctx, obs, id, o.CommandTimeout)
-	}); err != nil {
-		return r.rep, err
-	}
-
+	defer func() {
+		if r.obs != nil {
+			r.obs.close()
+		}
+	}()
 	defer func() { closeAll(r.clients) }()
-	if err := r.connect(ctx); err != nil {
-		return r.rep, err
-	}
 	defer r.closeWatchers()
-	if err := r.watch(ctx); err != nil {
-		return r.rep, err
+	for _, step := range []func(context.Context) error{r.first, r.connect, r.watch, r.load, r.idleWait} {
+		if err := step(ctx); err != nil {
+			return r.rep, err
+		}
 	}
-	results, err := r.load(ctx)
-	if err != nil {
-		return r.rep, err
-	}
-	if err := r.idleWait(ctx); err != nil {
-		return r.rep, err
-	}
-	r.rep.SendBudgetCuts = sendBudgetCuts(ctx, obs, o.CommandTimeout, r.log)
+	r.rep.SendBudgetCuts = sendBudgetCuts(ctx, r.obs, o.CommandTimeout, r.log)
 	r.stop()
 
-	summarize(&r.rep, results, r.mk, &r.probs)
+	summarize(&r.rep, r.results, r.mk, &r.probs)
 	countClients(&r.rep, r.clients)
 	r.rep.Errors, r.rep.ErrorKinds, r.rep.ErrorSamples = r.probs.result()
 	if err := r.baseline(ctx); err != nil {
 		return r.rep, err
 	}
 	return r.rep, nil
+}
+
+// first is phase 0: the bench's own connection, for what is not the
+// load: it creates the first session and the idle sessions; it asks for
+// the server's counters at the end.
+func (r *wsRun) first(ctx context.Context) error {
+	o := r.o
+	obs, err := dial(ctx, r.hc, "ws://"+r.srv.addr+"/?lifecycle=own", "", &clientOptions{timeout: o.CommandTimeout, faults: &r.probs})
+	if err != nil {
+		return fmt.Errorf("the bench's own connection: %w", err)
+	}
+	r.obs = obs
+	if err := createSession(ctx, obs, "bench-first", o.CommandTimeout); err != nil {
+		return err
+	}
+	r.prev, err = r.firstAndIdle(ctx, func(ctx context.Context, id string) error {
+		return createSession(ctx, obs, id, o.CommandTimeout)
+	})
+	return err
 }
 
 // connect is phase 1: connect and create every session.
@@ -150,18 +149,17 @@ func (r *wsRun) closeWatchers() {
 
 // load is phase 2: the load, every session at once, bounded as a whole;
 // then the watchers' totals, once each has every run's completed.
-func (r *wsRun) load(ctx context.Context) ([]sessionResult, error) {
+func (r *wsRun) load(ctx context.Context) error {
 	o := r.o
 	frames0, bytes0, events0 := countFrames(r.clients)
 	watch0 := markWatchers(r.watchers)
 	cpu0, cpuErr := readCPU(r.srv.pid())
-	var results []sessionResult
-	results, r.rep.Duration = driveAll(ctx, o, r.clients, driveClients(o, &r.probs))
+	r.results, r.rep.Duration = driveAll(ctx, o, r.clients, driveClients(o, &r.probs))
 	frames1, bytes1, events1 := countFrames(r.clients)
 	watch1 := markWatchers(r.watchers)
 	after, err := endLoad(ctx, r.srv.pid(), cpu0, cpuErr, &r.rep, r.log)
 	if err != nil {
-		return results, err
+		return err
 	}
 	r.rep.Frames, r.rep.Bytes, r.rep.SessionEvents = frames1-frames0, bytes1-bytes0, events1-events0
 	r.log.Info("load done", "took", r.rep.Duration.Round(time.Millisecond), "rss", after.RSS, "peak", after.Peak)
@@ -179,7 +177,7 @@ func (r *wsRun) load(ctx context.Context) ([]sessionResult, error) {
 		awaitCompleted(ctx, r.watchers, runs, 10*time.Second+2*r.interval)
 		sw.watchTotals(r.watchers, watch0, watch1, r.rep.Duration, runs, &r.probs)
 	}
-	return results, nil
+	return nil
 }
 
 // stop is phase 3: SIGTERM with every connection still open, as in a
