@@ -327,12 +327,7 @@ func driveConversation(ctx context.Context, o Options, hc *http.Client, api stri
 // awaitRunEnds waits until every stream has the run_ended of every run
 // its driver saw end, or for wait.
 func awaitRunEnds(ctx context.Context, convs []*restConv, wait time.Duration) {
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	giveUp := time.After(wait)
-	for {
-		all := true
-	check:
+	pollUntil(ctx, wait, func() bool {
 		for _, c := range convs {
 			if c == nil {
 				continue
@@ -340,22 +335,12 @@ func awaitRunEnds(ctx context.Context, convs []*restConv, wait time.Duration) {
 			want := c.driver.runEnds.Load()
 			for _, w := range c.watchers {
 				if w != nil && w.runEnds.Load() < want {
-					all = false
-					break check
+					return false
 				}
 			}
 		}
-		if all {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-giveUp:
-			return
-		case <-t.C:
-		}
-	}
+		return true
+	})
 }
 
 // awaitStreamsEnded waits, up to wait, for the streams' readers to see
