@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd-dev/agentd/internal/cluster/clustertest"
 	"github.com/agentd-dev/agentd/internal/server"
 )
 
@@ -494,7 +495,7 @@ func TestClusterRESTCreateThroughAnotherNode(t *testing.T) {
 func TestClusterFingerprintKeyAfterKill9(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e, clNodeArgs(e, "A", "--cluster", "embedded", "--cluster-listen", clFreeAddr(t), "--cluster-lease-ttl", "30s")...)
+	s := svStart(t, e, clNodeArgs(e, "A", "--cluster", "embedded", "--cluster-listen", clustertest.FreeAddr(t), "--cluster-lease-ttl", "30s")...)
 	a := s.dial("a")
 	svCreate(a, "keyed")
 	named := svM{"id": "n1", "type": "set_session_name", "sessionId": "keyed", "name": "before the crash", "idempotencyKey": "name-key"}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentd-dev/agentd/internal/cluster"
+	"github.com/agentd-dev/agentd/internal/cluster/clustertest"
 )
 
 // Three agentd processes with --cluster embedded and nothing else: each
@@ -236,7 +237,7 @@ func TestClusterEmbeddedRoutesRefuseAnotherKey(t *testing.T) {
 	h := clStartHA(t, e)
 	mark := len(h.nodes["A"].stderr.String())
 	intruder := svLaunch(t, e, svOpts{noReady: true}, clNodeArgs(e, "X", "--cluster", "embedded", "--cluster-listen", "127.0.0.1:0",
-		"--cluster-route-listen", clFreeAddr(t), "--cluster-routes", h.routes["A"])...)
+		"--cluster-route-listen", clustertest.FreeAddr(t), "--cluster-routes", h.routes["A"])...)
 	svWaitUntil(t, "node A's NATS refuses the intruder's route", func() bool {
 		return strings.Contains(h.nodes["A"].stderr.String()[mark:], "authentication error")
 	})
@@ -260,7 +261,7 @@ func TestClusterEmbeddedRoutesRefuseAnotherKey(t *testing.T) {
 func TestClusterEmbeddedRoutesWithTLS(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	cert, key := clWriteCert(t, e.root)
+	cert, key := clustertest.WriteCert(t, e.root)
 	h := clStartHA(t, e, "--cluster-tls-cert", cert, "--cluster-tls-key", key, "--cluster-tls-ca", cert)
 	if !strings.Contains(h.nodes["A"].stderr.String(), "tls=true") {
 		t.Errorf("node A's embedded NATS does not say TLS:\n%s", h.nodes["A"].stderrTail(2000))

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/agentd-dev/agentd/internal/cluster"
+	"github.com/agentd-dev/agentd/internal/cluster/clustertest"
 	"github.com/agentd-dev/agentd/internal/cluster/embeddednats"
 	"github.com/agentd-dev/agentd/internal/server"
 )
@@ -30,16 +30,6 @@ type clNodes map[string]*svServer
 
 // clABC are the ids of a three-node test cluster.
 var clABC = []string{"A", "B", "C"}
-
-func clFreeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // clNodeArgs are the flags of node id: its own data directory and node
 // id, then args (how it reaches the cluster, and the test's own).
@@ -86,7 +76,7 @@ func clStart(t *testing.T, e *e2eEnv, extra ...string) clNodes {
 // 1 s and extra, and waits until each sees all of them as members.
 func clStartWith(t *testing.T, e *e2eEnv, ids []string, extra ...string) clNodes {
 	t.Helper()
-	natsAddr := clFreeAddr(t)
+	natsAddr := clustertest.FreeAddr(t)
 	common := append([]string{"--cluster-lease-ttl", "1s"}, extra...)
 	key := ""
 	return clLaunch(t, e, false, ids, func(id string) []string {
@@ -210,7 +200,7 @@ func clStartHA(t *testing.T, e *e2eEnv, extra ...string) *clHA {
 	h := &clHA{routes: map[string]string{}, keyPath: keyPath}
 	var all []string
 	for _, id := range clABC {
-		h.routes[id] = clFreeAddr(t)
+		h.routes[id] = clustertest.FreeAddr(t)
 		all = append(all, h.routes[id])
 	}
 	h.nodes = clLaunch(t, e, true, clABC, func(id string) []string {
