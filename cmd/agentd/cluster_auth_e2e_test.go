@@ -2,14 +2,7 @@ package main
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/agentd-dev/agentd/internal/cluster/clustertest"
 )
 
 // The cluster's transport admits only the nodes of the cluster, as an
@@ -30,9 +25,8 @@ import (
 func TestClusterNATSRefusesOutsiders(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	natsAddr := clFreeAddr(t)
-	s := svStart(t, e, "--data-dir", filepath.Join(e.root, "node-A"), "--node-id", "A",
-		"--cluster", "embedded", "--cluster-listen", natsAddr)
+	natsAddr := clustertest.FreeAddr(t)
+	s := svStart(t, e, clNodeArgs(e, "A", "--cluster", "embedded", "--cluster-listen", natsAddr)...)
 	url := "nats://" + natsAddr
 	c := s.dial("a")
 	svCreate(c, "s1")
@@ -107,16 +101,12 @@ func clKeyAuth(t *testing.T, path string) nats.Option {
 func TestClusterKeyAfterKill9(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	natsAddr := clFreeAddr(t)
-	a := svStart(t, e, "--data-dir", filepath.Join(e.root, "node-A"), "--node-id", "A",
-		"--cluster", "embedded", "--cluster-listen", natsAddr, "--cluster-lease-ttl", "1s", "--cluster-spread")
+	nodes := clStartWith(t, e, []string{"A", "B"}, "--cluster-spread")
+	a, b := nodes["A"], nodes["B"]
 	before, err := os.ReadFile(clKeyPath(e, "A"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := svStart(t, e, "--data-dir", filepath.Join(e.root, "node-B"), "--node-id", "B",
-		"--cluster", "nats://"+natsAddr, "--cluster-key", clKeyCopy(t, e, "A"), "--cluster-lease-ttl", "1s", "--cluster-spread")
-	svWaitUntil(t, "A and B see each other", func() bool { return clStatus(t, a).Members == 2 && clStatus(t, b).Members == 2 })
 
 	a.kill9()
 	a = a.restart()
@@ -146,19 +136,16 @@ func TestClusterKeyAfterKill9(t *testing.T) {
 func TestClusterTLS(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	code, stderr := svRunExit(t, e, nil, "--data-dir", filepath.Join(e.root, "node-X"), "--node-id", "X",
-		"--cluster", "embedded", "--cluster-listen", "0.0.0.0:0")
+	code, stderr := svRunExit(t, e, nil, clNodeArgs(e, "X", "--cluster", "embedded", "--cluster-listen", "0.0.0.0:0")...)
 	if code == 0 || !strings.Contains(stderr, "--cluster-listen 0.0.0.0:0 is reachable from other hosts") || !strings.Contains(stderr, "--cluster-tls-cert") {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
 
-	cert, key := clWriteCert(t, e.root)
-	natsAddr := clFreeAddr(t)
-	a := svStart(t, e, "--data-dir", filepath.Join(e.root, "node-A"), "--node-id", "A",
-		"--cluster", "embedded", "--cluster-listen", natsAddr, "--cluster-tls-cert", cert, "--cluster-tls-key", key)
+	cert, key := clustertest.WriteCert(t, e.root)
+	natsAddr := clustertest.FreeAddr(t)
+	a := svStart(t, e, clNodeArgs(e, "A", "--cluster", "embedded", "--cluster-listen", natsAddr, "--cluster-tls-cert", cert, "--cluster-tls-key", key)...)
 	keyCopy := clKeyCopy(t, e, "A")
-	b := svStart(t, e, "--data-dir", filepath.Join(e.root, "node-B"), "--node-id", "B",
-		"--cluster", "nats://"+natsAddr, "--cluster-key", keyCopy, "--nats-tls-ca", cert)
+	b := svStart(t, e, clNodeArgs(e, "B", "--cluster", "nats://"+natsAddr, "--cluster-key", keyCopy, "--nats-tls-ca", cert)...)
 	svWaitUntil(t, "A and B see each other", func() bool { return clStatus(t, a).Members == 2 && clStatus(t, b).Members == 2 })
 
 	// The key, but no CA: the client cannot check the server and does
@@ -184,38 +171,4 @@ func TestClusterTLS(t *testing.T) {
 	if strings.Contains(string(buf[:n]), "PONG") {
 		t.Fatalf("a plain client was answered: %s", buf[:n])
 	}
-}
-
-// clWriteCert writes a self-signed certificate for 127.0.0.1 (its own CA,
-// good for a server and a client: embedded NATS routes use it both ways)
-// and its key.
-func clWriteCert(t *testing.T, dir string) (cert, key string) {
-	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "agentd cluster test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, IsCA: true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, key = filepath.Join(dir, "nats-cert.pem"), filepath.Join(dir, "nats-key.pem")
-	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return cert, key
 }

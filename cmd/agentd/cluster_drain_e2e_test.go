@@ -1,11 +1,9 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -23,18 +21,12 @@ import (
 func TestClusterDrainHoldsPromptsForTheNextOwner(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	ns, keyPath := clStartNATS(t, e)
-	nodes := clStartOn(t, e, ns.addr, keyPath, "--shutdown-timeout", "60s")
+	_, nodes := clStartExternal(t, e, "--shutdown-timeout", "60s")
 	sid := clSessionOn("B", "A", "B", "C")
-	fifo := filepath.Join(e.cwd, "release")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	release := clFIFO(t, e)
 
-	a := nodes["A"].dial("a")
-	svCreate(a, sid)
-	c := nodes["C"].dial("c")
-	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	a := clCreate(nodes, "A", sid)
+	c := clFollow(nodes, "C", sid)
 	a.send(svM{"id": "p1", "type": "prompt", "sessionId": sid,
 		"message": "CMD:echo p1 >> run.log; cat release; echo p1-done"})
 	c.waitEvent(sid, "tool_execution_start")
@@ -55,12 +47,7 @@ func TestClusterDrainHoldsPromptsForTheNextOwner(t *testing.T) {
 	c2.send(svM{"id": "p3", "type": "prompt", "sessionId": sid, "message": "CMD:echo p3 >> run.log; echo p3-ran"})
 	svWaitUntil(t, "B holds p3", func() bool { return strings.Contains(nodes["B"].stderr.String(), "id=p3") })
 
-	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = w.WriteString("released\n")
-	w.Close()
+	release()
 
 	svWantOK(t, a.response("p1"))
 	for _, r := range []struct {
@@ -116,15 +103,12 @@ func TestClusterDrainHoldsPromptsForTheNextOwner(t *testing.T) {
 func TestClusterDrainWithAPendingApproval(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	ns, keyPath := clStartNATS(t, e)
-	nodes := clStartOn(t, e, ns.addr, keyPath, "--shutdown-timeout", "60s",
+	_, nodes := clStartExternal(t, e, "--shutdown-timeout", "60s",
 		"--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`))
 	sid := clSessionOn("B", "A", "B", "C")
 
-	a := nodes["A"].dial("a")
-	svCreate(a, sid)
-	c := nodes["C"].dial("c")
-	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	a := clCreate(nodes, "A", sid)
+	c := clFollow(nodes, "C", sid)
 	a.send(svM{"id": "p1", "type": "prompt", "sessionId": sid, "message": "CMD:echo approved >> run.log; echo ran-after-handover"})
 	req := c.waitEvent(sid, "extension_ui_request")
 	rid := svStr(req.m, "event", "requestId")

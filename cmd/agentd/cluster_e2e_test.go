@@ -1,101 +1,20 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/agentd-dev/agentd/internal/cluster/clustertest"
 	"github.com/agentd-dev/agentd/internal/server"
 )
 
-// These tests run agentd as a cluster of real `agentd serve` processes on
-// 127.0.0.1: node A with --cluster embedded (the NATS server with
-// JetStream inside it), B and C joining it with --cluster nats://. Each
-// node has its own data directory; the clients are pi-server WebSocket
-// clients, the model is the wire-level mock.
-
-// clNodes are the nodes of one test cluster, by id.
-type clNodes map[string]*svServer
-
-func clFreeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// clStart starts nodes A (embedded NATS), B and C, and waits until each
-// sees all three as members.
-func clStart(t *testing.T, e *e2eEnv, extra ...string) clNodes {
-	t.Helper()
-	// --cluster-spread: a session created through one node may live on
-	// another, which most of these tests need.
-	return clStartWith(t, e, append([]string{"--cluster-spread"}, extra...)...)
-}
-
-func clStartWith(t *testing.T, e *e2eEnv, extra ...string) clNodes {
-	t.Helper()
-	natsAddr := clFreeAddr(t)
-	common := append([]string{"--cluster-lease-ttl", "1s"}, extra...)
-	nodes := clNodes{}
-	nodes["A"] = svStart(t, e, append([]string{"--data-dir", filepath.Join(e.root, "node-A"), "--node-id", "A",
-		"--cluster", "embedded", "--cluster-listen", natsAddr}, common...)...)
-	// A made the cluster key on its start; B and C are given a copy.
-	key := clKeyCopy(t, e, "A")
-	for _, id := range []string{"B", "C"} {
-		nodes[id] = svStart(t, e, append([]string{"--data-dir", filepath.Join(e.root, "node-"+id), "--node-id", id,
-			"--cluster", "nats://" + natsAddr, "--cluster-key", key}, common...)...)
-	}
-	for id, n := range nodes {
-		svWaitUntil(t, "node "+id+" sees three members", func() bool { return clStatus(t, n).Members == 3 })
-	}
-	return nodes
-}
-
-// clKeyCopy copies the cluster key node id made (0600, as another host
-// would get it) and returns the copy's path.
-func clKeyCopy(t *testing.T, e *e2eEnv, id string) string {
-	t.Helper()
-	b, err := os.ReadFile(clKeyPath(e, id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst := filepath.Join(e.root, "cluster-"+id+".key")
-	if err := os.WriteFile(dst, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return dst
-}
-
-// clKeyPath is where node id keeps the cluster key it made.
-func clKeyPath(e *e2eEnv, id string) string {
-	return filepath.Join(e.root, "node-"+id, "server", "cluster.key")
-}
-
-// clStatus is a node's cluster state from /healthz.
-func clStatus(t *testing.T, s *svServer) server.ClusterStatus {
-	t.Helper()
-	code, _, body := svHTTPGet(t, s, "/healthz")
-	var h struct {
-		Status  string               `json:"status"`
-		Cluster server.ClusterStatus `json:"cluster"`
-	}
-	if code != 200 || json.Unmarshal([]byte(body), &h) != nil {
-		t.Fatalf("/healthz: %d %s", code, body)
-	}
-	return h.Cluster
-}
+// The cluster's behaviour seen by its clients; cluster_harness_test.go
+// starts the nodes.
 
 // clWantHome checks that node home holds the one lease of the cluster;
 // a failure shows every node's state, takeovers included.
@@ -154,8 +73,7 @@ func TestClusterCommandsAndEventsAcrossNodes(t *testing.T) {
 	// would: the session created through A and the lifecycle of A's
 	// client's commands, once each.
 	w := nodes["C"].dial("w")
-	a := nodes["A"].dial("a")
-	svCreate(a, sid)
+	a := clCreate(nodes, "A", sid)
 	if st := clStatus(t, nodes["B"]); st.Leases != 1 {
 		t.Fatalf("node B holds %d leases after a create placed on it, want 1: %+v", st.Leases, st)
 	}
@@ -163,8 +81,7 @@ func TestClusterCommandsAndEventsAcrossNodes(t *testing.T) {
 		t.Fatalf("node A: %+v, want no lease and a forwarded command", st)
 	}
 
-	c := nodes["C"].dial("c")
-	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	c := clFollow(nodes, "C", sid)
 	approver := nodes["C"].dial("approver")
 
 	a.send(svM{"id": "p1", "type": "prompt", "sessionId": sid, "message": "CMD:echo across-nodes"})
@@ -260,13 +177,10 @@ func TestClusterTakeoverAfterNodeDies(t *testing.T) {
 	nodes := clStart(t, e, "--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`))
 	sid := clSessionOn("B", "A", "B", "C")
 
-	a := nodes["A"].dial("a")
-	svCreate(a, sid)
+	a := clCreate(nodes, "A", sid)
 	named := a.ok(svM{"id": "name-1", "type": "set_session_name", "sessionId": sid, "name": "before the crash"})
-	b := nodes["B"].dial("b")
-	b.must("switch_session", svM{"id": "b-switch", "sessionId": sid})
-	c := nodes["C"].dial("c")
-	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	b := clFollow(nodes, "B", sid)
+	c := clFollow(nodes, "C", sid)
 
 	a.send(svM{"id": "p1", "type": "prompt", "sessionId": sid, "message": "CMD:echo after-takeover"})
 	req := b.waitEvent(sid, "extension_ui_request")
@@ -367,10 +281,8 @@ func TestClusterDrainHandsSessionsOver(t *testing.T) {
 	nodes := clStart(t, e, "--shutdown-timeout", "20s")
 	sid := clSessionOn("B", "A", "B", "C")
 
-	a := nodes["A"].dial("a")
-	svCreate(a, sid)
-	c := nodes["C"].dial("c")
-	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	a := clCreate(nodes, "A", sid)
+	c := clFollow(nodes, "C", sid)
 
 	a.send(svM{"id": "p1", "type": "prompt", "sessionId": sid, "message": "CMD:sleep 1; echo drained-run"})
 	c.waitEvent(sid, "tool_execution_start")
@@ -422,10 +334,8 @@ func TestClusterStaleOwnerIsFenced(t *testing.T) {
 	nodes := clStart(t, e)
 	sid := clSessionOn("B", "A", "B", "C")
 
-	a := nodes["A"].dial("a")
-	svCreate(a, sid)
-	c := nodes["C"].dial("c")
-	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	a := clCreate(nodes, "A", sid)
+	c := clFollow(nodes, "C", sid)
 	onB := nodes["B"].dial("on-b")
 	onB.must("switch_session", svM{"id": "b-switch", "sessionId": sid})
 	a.send(svM{"id": "p1", "type": "prompt", "sessionId": sid, "message": "CMD:sleep 2; echo stale-write"})
@@ -551,12 +461,10 @@ func TestClusterRESTAndSessionWSOnAnyNode(t *testing.T) {
 func TestClusterCreatesOnTheNodeAsked(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	nodes := clStartWith(t, e)
+	nodes := clStartWith(t, e, clABC)
 	const sid = "made-on-a"
-	a := nodes["A"].dial("a")
-	svCreate(a, sid) // with an id: pi-server announces it (Expect) before the create runs
-	c := nodes["C"].dial("c")
-	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	a := clCreate(nodes, "A", sid) // with an id: pi-server announces it (Expect) before the create runs
+	c := clFollow(nodes, "C", sid)
 	svPrompt(a, sid, "hello from A")
 	end := c.waitEvent(sid, "agent_end")
 	if !strings.Contains(end.raw, "You said: hello from A") {
@@ -587,8 +495,7 @@ func TestClusterRESTCreateThroughAnotherNode(t *testing.T) {
 func TestClusterFingerprintKeyAfterKill9(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e, "--data-dir", filepath.Join(e.root, "node-A"), "--node-id", "A",
-		"--cluster", "embedded", "--cluster-listen", clFreeAddr(t), "--cluster-lease-ttl", "30s")
+	s := svStart(t, e, clNodeArgs(e, "A", "--cluster", "embedded", "--cluster-listen", clustertest.FreeAddr(t), "--cluster-lease-ttl", "30s")...)
 	a := s.dial("a")
 	svCreate(a, "keyed")
 	named := svM{"id": "n1", "type": "set_session_name", "sessionId": "keyed", "name": "before the crash", "idempotencyKey": "name-key"}

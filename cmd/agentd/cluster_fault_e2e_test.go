@@ -2,16 +2,11 @@ package main
 
 import (
 	"fmt"
-	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/agentd-dev/agentd/internal/cluster"
-	"github.com/agentd-dev/agentd/internal/cluster/embeddednats"
 	"github.com/agentd-dev/agentd/internal/server"
 )
 
@@ -19,67 +14,6 @@ import (
 // server of its own (here in the test process, an external NATS to the
 // nodes), restarted under running sessions. The lease is the default
 // 10 s: no test here depends on a short one.
-
-// clExternalNATS is a NATS server outside the nodes, restartable on its
-// address with its store kept.
-type clExternalNATS struct {
-	t    *testing.T
-	dir  string
-	addr string
-	key  *cluster.Key
-	srv  *embeddednats.Server
-}
-
-func clStartNATS(t *testing.T, e *e2eEnv) (*clExternalNATS, string) {
-	t.Helper()
-	keyPath := filepath.Join(e.root, "cluster.key")
-	key, _, err := cluster.LoadOrCreateKey(keyPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &clExternalNATS{t: t, dir: filepath.Join(e.root, "nats"), key: key}
-	n.start("127.0.0.1:0")
-	u, err := url.Parse(n.srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.addr = u.Host
-	t.Cleanup(func() {
-		if n.srv != nil {
-			n.srv.Shutdown()
-		}
-	})
-	return n, keyPath
-}
-
-func (n *clExternalNATS) start(addr string) {
-	n.t.Helper()
-	srv, err := embeddednats.Start(embeddednats.Config{StoreDir: n.dir, Nkey: n.key.PublicKey(), Listen: addr})
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	n.srv = srv
-}
-
-func (n *clExternalNATS) stop() {
-	n.srv.Shutdown()
-	n.srv = nil
-}
-
-// clStartOn starts nodes A, B and C on an external NATS and waits until
-// each sees all three as members.
-func clStartOn(t *testing.T, e *e2eEnv, natsAddr, keyPath string, extra ...string) clNodes {
-	t.Helper()
-	nodes := clNodes{}
-	for _, id := range []string{"A", "B", "C"} {
-		nodes[id] = svStart(t, e, append([]string{"--data-dir", filepath.Join(e.root, "node-"+id), "--node-id", id,
-			"--cluster", "nats://" + natsAddr, "--cluster-key", keyPath, "--cluster-spread"}, extra...)...)
-	}
-	for id, n := range nodes {
-		svWaitUntil(t, "node "+id+" sees three members", func() bool { return clStatus(t, n).Members == 3 })
-	}
-	return nodes
-}
 
 // clTally compares what a client saw of a session with what the owner's
 // own client saw (every event the session emitted): events missing,
@@ -112,20 +46,13 @@ func clTally(truth, got []uint64) (lost, dup int) {
 func TestClusterNATSRestartMidRun(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	ns, keyPath := clStartNATS(t, e)
-	nodes := clStartOn(t, e, ns.addr, keyPath)
+	ns, nodes := clStartExternal(t, e)
 	sid := clSessionOn("B", "A", "B", "C")
-	fifo := filepath.Join(e.cwd, "release")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	release := clFIFO(t, e)
 
-	a := nodes["A"].dial("a")
-	svCreate(a, sid)
-	b := nodes["B"].dial("b")
-	b.must("switch_session", svM{"id": "b-switch", "sessionId": sid})
-	c := nodes["C"].dial("c")
-	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	a := clCreate(nodes, "A", sid)
+	b := clFollow(nodes, "B", sid)
+	c := clFollow(nodes, "C", sid)
 	startsBefore := len(b.events(sid))
 
 	// Output streams before and during the outage; the run then waits on
@@ -145,12 +72,7 @@ func TestClusterNATSRestartMidRun(t *testing.T) {
 		svWaitUntil(t, "node "+id+" is connected again", func() bool { return clStatus(t, n).Connected })
 	}
 	// Release the rest of the run.
-	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = w.WriteString("released\n")
-	w.Close()
+	release()
 
 	svWantOK(t, a.response("p1"))
 	b.waitEvent(sid, "agent_end")
@@ -158,10 +80,7 @@ func TestClusterNATSRestartMidRun(t *testing.T) {
 	end := truth[len(truth)-1]
 	caught := map[string]time.Duration{}
 	for name, cl := range map[string]*svConn{"A": a, "C": c} {
-		if _, _, err := cl.tryWaitFor(0, svWait, func(f svFrame) bool {
-			n, _ := svNum(f.m, "seq")
-			return f.isEvent(sid, "") && uint64(n) >= end
-		}); err != nil {
+		if err := clReachSeq(cl, sid, end); err != nil {
 			t.Errorf("the client of %s did not catch up to seq %d: %v\n%s", name, end, err, cl.tail(10))
 			continue
 		}
@@ -176,13 +95,7 @@ func TestClusterNATSRestartMidRun(t *testing.T) {
 		}
 	}
 	// The tool ran once; B kept the session throughout.
-	starts := 0
-	for _, f := range b.events(sid) {
-		if f.isEvent(sid, "tool_execution_start") {
-			starts++
-		}
-	}
-	if starts != 1 {
+	if starts := clCount(b, sid, "tool_execution_start"); starts != 1 {
 		t.Errorf("the tool started %d times, want 1", starts)
 	}
 	if st := clStatus(t, nodes["B"]); st.Leases != 1 {
@@ -214,17 +127,15 @@ func TestClusterNATSRestartMidRun(t *testing.T) {
 func TestClusterKill9EndsTheRunForWatchers(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	ns, keyPath := clStartNATS(t, e)
 	const ttl = 10 * time.Second
-	nodes := clStartOn(t, e, ns.addr, keyPath)
+	_, nodes := clStartExternal(t, e)
 	sid := clSessionOn("B", "A", "B", "C")
 	watcher := "A"
 	if server.PlaceSession(sid, []string{"A", "C"}) == "A" {
 		watcher = "C"
 	}
 
-	b := nodes["B"].dial("b")
-	svCreate(b, sid)
+	b := clCreate(nodes, "B", sid)
 	w := nodes[watcher].dial("w")
 	w.must("switch_session", svM{"id": "w-switch", "sessionId": sid})
 	b.send(svM{"id": "p1", "type": "prompt", "sessionId": sid,
@@ -282,14 +193,11 @@ func TestClusterKill9EndsTheRunForWatchers(t *testing.T) {
 func TestClusterHandoverKeepsSeqsContiguous(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	ns, keyPath := clStartNATS(t, e)
-	nodes := clStartOn(t, e, ns.addr, keyPath, "--shutdown-timeout", "20s")
+	_, nodes := clStartExternal(t, e, "--shutdown-timeout", "20s")
 	sid := clSessionOn("B", "A", "B", "C")
 
-	a := nodes["A"].dial("a")
-	svCreate(a, sid)
-	c := nodes["C"].dial("c")
-	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	a := clCreate(nodes, "A", sid)
+	c := clFollow(nodes, "C", sid)
 	svWantOK(t, a.must("prompt", svM{"id": "p1", "sessionId": sid, "message": "CMD:echo before-the-handover"}))
 	c.waitEvent(sid, "agent_end")
 	svWaitUntil(t, "C's client has the first run's last event", func() bool {

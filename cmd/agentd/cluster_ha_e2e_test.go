@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentd-dev/agentd/internal/cluster"
+	"github.com/agentd-dev/agentd/internal/cluster/clustertest"
 )
 
 // Three agentd processes with --cluster embedded and nothing else: each
@@ -24,45 +23,7 @@ import (
 // lease is the default 10 s, longer than JetStream takes to elect new
 // leaders for what the dead server led.
 
-// clHA is a cluster of nodes on their embedded, routed NATS servers.
-type clHA struct {
-	nodes   clNodes
-	routes  map[string]string // route address by node
-	keyPath string
-}
-
 var clNATSURLRe = regexp.MustCompile(`embedded NATS listening.*? url=(\S+)`)
-
-// clStartHA starts nodes A, B and C at once (a clustered JetStream has no
-// leader until a majority of its servers is up, so no node is ready
-// before the others start), each with --cluster-routes naming all three,
-// and waits until each sees all three as members.
-func clStartHA(t *testing.T, e *e2eEnv, extra ...string) *clHA {
-	t.Helper()
-	keyPath := filepath.Join(e.root, "cluster.key")
-	if _, _, err := cluster.LoadOrCreateKey(keyPath); err != nil {
-		t.Fatal(err)
-	}
-	h := &clHA{nodes: clNodes{}, routes: map[string]string{}, keyPath: keyPath}
-	ids := []string{"A", "B", "C"}
-	var all []string
-	for _, id := range ids {
-		h.routes[id] = clFreeAddr(t)
-		all = append(all, h.routes[id])
-	}
-	for _, id := range ids {
-		h.nodes[id] = svLaunch(t, e, svOpts{noReady: true}, append([]string{"--data-dir", filepath.Join(e.root, "node-"+id), "--node-id", id,
-			"--cluster", "embedded", "--cluster-listen", "127.0.0.1:0", "--cluster-key", keyPath,
-			"--cluster-route-listen", h.routes[id], "--cluster-routes", strings.Join(all, ","), "--cluster-spread"}, extra...)...)
-	}
-	for _, id := range ids {
-		h.nodes[id].waitListening()
-	}
-	for id, n := range h.nodes {
-		svWaitUntil(t, "node "+id+" sees three members", func() bool { return clStatus(t, n).Members == 3 })
-	}
-	return h
-}
 
 // natsURL is the client address of node id's embedded NATS, from its log.
 func (h *clHA) natsURL(t *testing.T, id string) string {
@@ -129,17 +90,11 @@ func TestClusterEmbeddedHAKillANode(t *testing.T) {
 	h.wantReplicas(t, "B", 3)
 	nodes := h.nodes
 	sid := clSessionOn("B", "A", "B", "C")
-	fifo := filepath.Join(e.cwd, "release")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	release := clFIFO(t, e)
 
-	c := nodes["C"].dial("c")
-	svCreate(c, sid)
-	b := nodes["B"].dial("b")
-	b.must("switch_session", svM{"id": "b-switch", "sessionId": sid})
-	a := nodes["A"].dial("a")
-	a.must("switch_session", svM{"id": "a-switch", "sessionId": sid})
+	c := clCreate(nodes, "C", sid)
+	b := clFollow(nodes, "B", sid)
+	clFollow(nodes, "A", sid) // A's client watches until A is killed
 	startsBefore := len(b.events(sid))
 
 	c.send(svM{"id": "p1", "type": "prompt", "sessionId": sid,
@@ -151,21 +106,13 @@ func TestClusterEmbeddedHAKillANode(t *testing.T) {
 	killed := time.Now()
 	// The rest of the run streams while JetStream elects new leaders for
 	// what A's server led.
-	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = w.WriteString("released\n")
-	w.Close()
+	release()
 
 	svWantOK(t, c.response("p1"))
 	b.waitEvent(sid, "agent_end")
 	truth := clSeqs(b, sid)[startsBefore:]
 	end := truth[len(truth)-1]
-	if _, _, err := c.tryWaitFor(0, svWait, func(f svFrame) bool {
-		n, _ := svNum(f.m, "seq")
-		return f.isEvent(sid, "") && uint64(n) >= end
-	}); err != nil {
+	if err := clReachSeq(c, sid, end); err != nil {
 		t.Fatalf("the client of C did not reach seq %d: %v\n%s\n--- C ---\n%s", end, err, c.tail(10), nodes["C"].stderrTail(4000))
 	}
 	recovered := time.Since(killed)
@@ -176,13 +123,7 @@ func TestClusterEmbeddedHAKillANode(t *testing.T) {
 		t.Errorf("client of C: %d of %d events lost, %d duplicated", lost, len(truth), dup)
 	}
 	clCheckSeqs(t, "client of B", clSeqs(b, sid))
-	starts := 0
-	for _, f := range b.events(sid) {
-		if f.isEvent(sid, "tool_execution_start") {
-			starts++
-		}
-	}
-	if starts != 1 {
+	if starts := clCount(b, sid, "tool_execution_start"); starts != 1 {
 		t.Errorf("the tool started %d times, want 1", starts)
 	}
 	if st := clStatus(t, nodes["B"]); st.Leases != 1 {
@@ -226,8 +167,7 @@ func TestClusterEmbeddedHAKillTheOwner(t *testing.T) {
 	nodes := h.nodes
 	sid := clSessionOn("B", "A", "B", "C")
 
-	b := nodes["B"].dial("b")
-	svCreate(b, sid)
+	b := clCreate(nodes, "B", sid)
 	watchers := map[string]*svConn{"A": nodes["A"].dial("a"), "C": nodes["C"].dial("c")}
 	for id, w := range watchers {
 		w.must("switch_session", svM{"id": "switch-" + id, "sessionId": sid})
@@ -296,9 +236,8 @@ func TestClusterEmbeddedRoutesRefuseAnotherKey(t *testing.T) {
 	e := e2eNewEnv(t, e2eOpts{})
 	h := clStartHA(t, e)
 	mark := len(h.nodes["A"].stderr.String())
-	intruder := svLaunch(t, e, svOpts{noReady: true}, "--data-dir", filepath.Join(e.root, "intruder"), "--node-id", "X",
-		"--cluster", "embedded", "--cluster-listen", "127.0.0.1:0",
-		"--cluster-route-listen", clFreeAddr(t), "--cluster-routes", h.routes["A"])
+	intruder := svLaunch(t, e, svOpts{noReady: true}, clNodeArgs(e, "X", "--cluster", "embedded", "--cluster-listen", "127.0.0.1:0",
+		"--cluster-route-listen", clustertest.FreeAddr(t), "--cluster-routes", h.routes["A"])...)
 	svWaitUntil(t, "node A's NATS refuses the intruder's route", func() bool {
 		return strings.Contains(h.nodes["A"].stderr.String()[mark:], "authentication error")
 	})
@@ -322,14 +261,13 @@ func TestClusterEmbeddedRoutesRefuseAnotherKey(t *testing.T) {
 func TestClusterEmbeddedRoutesWithTLS(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	cert, key := clWriteCert(t, e.root)
+	cert, key := clustertest.WriteCert(t, e.root)
 	h := clStartHA(t, e, "--cluster-tls-cert", cert, "--cluster-tls-key", key, "--cluster-tls-ca", cert)
 	if !strings.Contains(h.nodes["A"].stderr.String(), "tls=true") {
 		t.Errorf("node A's embedded NATS does not say TLS:\n%s", h.nodes["A"].stderrTail(2000))
 	}
 	sid := clSessionOn("B", "A", "B", "C")
-	c := h.nodes["C"].dial("c")
-	svCreate(c, sid)
+	c := clCreate(h.nodes, "C", sid)
 	svWantOK(t, c.must("prompt", svM{"id": "p1", "sessionId": sid, "message": "CMD:echo over-tls-routes"}))
 	a := h.nodes["A"].dial("a")
 	msgs := a.must("get_messages", svM{"id": "a-msgs", "sessionId": sid})
@@ -352,10 +290,8 @@ func TestClusterEmbeddedHASigtermTheOwner(t *testing.T) {
 	nodes := h.nodes
 	sid := clSessionOn("B", "A", "B", "C")
 
-	a := nodes["A"].dial("a")
-	svCreate(a, sid)
-	c := nodes["C"].dial("c")
-	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	a := clCreate(nodes, "A", sid)
+	c := clFollow(nodes, "C", sid)
 	a.send(svM{"id": "p1", "type": "prompt", "sessionId": sid, "message": "CMD:sleep 1; echo before-the-drain"})
 	c.waitEvent(sid, "tool_execution_start")
 	nodes["B"].sigterm()

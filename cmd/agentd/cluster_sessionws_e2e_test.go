@@ -22,15 +22,12 @@ import (
 func TestClusterSessionWSResumesAcrossAKill9(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	ns, keyPath := clStartNATS(t, e)
 	const ttl = 10 * time.Second
-	nodes := clStartOn(t, e, ns.addr, keyPath)
+	_, nodes := clStartExternal(t, e)
 	sid := clSessionOn("B", "A", "B", "C")
 
-	b := nodes["B"].dial("b")
-	svCreate(b, sid)
-	c := nodes["C"].dial("c")
-	c.must("switch_session", svM{"id": "c-switch", "sessionId": sid})
+	clCreate(nodes, "B", sid)
+	c := clFollow(nodes, "C", sid)
 	schema := swSchema(t, nodes["A"])
 	ws := swConnect(t, nodes["A"], schema, sid, swDial{})
 	ws.subscribe(sid, nil)

@@ -19,8 +19,7 @@ import (
 func TestClusterSSEResumesAcrossAKill9(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	ns, keyPath := clStartNATS(t, e)
-	nodes := clStartOn(t, e, ns.addr, keyPath)
+	_, nodes := clStartExternal(t, e)
 	id := clSessionOn("B", "A", "B", "C")
 	sid := rsOK(t, nodes["B"], "PUT", rsConvPath(id), map[string]any{}).str("session_id")
 	st := rsOpen(t, nodes["C"], rsConvPath(id)+"/events?session_id="+sid)

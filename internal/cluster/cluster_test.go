@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/agentd-dev/agentd/internal/cluster/clustertest"
 	"github.com/agentd-dev/agentd/internal/cluster/embeddednats"
 )
 
@@ -600,17 +600,6 @@ func TestCloseEndsLeasesWithoutReleasing(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // TestTwoClusteredServers runs two embedded servers forming one JetStream
 // cluster, with a node on each: the lease bucket, command routing and the
 // event stream work across the route between them.
@@ -619,7 +608,7 @@ func TestTwoClusteredServers(t *testing.T) {
 		t.Skip("forming a JetStream cluster takes seconds")
 	}
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	r1, r2 := freeAddr(t), freeAddr(t)
+	r1, r2 := clustertest.FreeAddr(t), clustertest.FreeAddr(t)
 	routes := []string{"nats://" + r1, "nats://" + r2}
 	var srvs [2]*embeddednats.Server
 	for i, r := range []string{r1, r2} {

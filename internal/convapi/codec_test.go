@@ -2,7 +2,6 @@ package convapi
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +11,7 @@ import (
 	"github.com/agentd-dev/agentd/internal/llm/faux"
 	"github.com/agentd-dev/agentd/internal/server"
 	"github.com/agentd-dev/agentd/internal/session"
-	"github.com/agentd-dev/agentd/internal/sessionspec"
+	"github.com/agentd-dev/agentd/internal/streamtest"
 )
 
 // slowLink is an SSE client that reads slower than the model writes.
@@ -44,18 +43,8 @@ func (l *slowLink) Close(server.Close) {}
 // that streams a chunk a millisecond.
 func codecLayer(t *testing.T) (*faux.Provider, *server.Server, *Server) {
 	t.Helper()
-	root := t.TempDir()
 	fp := faux.New(faux.Options{ChunkDelay: time.Millisecond})
-	layer, err := server.New(server.Config{
-		Builder: server.BuilderFunc(func(spec sessionspec.Spec) (*session.Session, error) {
-			return session.New(session.Config{Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open, Model: faux.Model(),
-				Stream: fp.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq})
-		}),
-		Cwd: root, SessionsDir: filepath.Join(root, "sessions"), StateDir: filepath.Join(root, "state"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	layer := streamtest.FauxLayer(t, fp)
 	face, err := New(layer, Options{Models: fixedModels{faux.Model()}})
 	if err != nil {
 		t.Fatal(err)

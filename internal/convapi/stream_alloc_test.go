@@ -8,18 +8,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/agentd-dev/agentd/internal/llm/faux"
-	"github.com/agentd-dev/agentd/internal/server"
-	"github.com/agentd-dev/agentd/internal/session"
-	"github.com/agentd-dev/agentd/internal/sessionspec"
+	"github.com/agentd-dev/agentd/internal/streamtest"
 )
 
 // connectedMark and completeMark are the first event of a stream and
@@ -77,18 +70,7 @@ func drainEvents(body io.Reader, marks chan<- struct{}, done chan<- struct{}) {
 // few hundred allocations a run, HTTP client and server both) is a fixed
 // share of each answer.
 func sseRig(tb testing.TB, tokens int) (run func(), last func() string) {
-	root := tb.TempDir()
-	p := faux.New(faux.Options{})
-	layer, err := server.New(server.Config{
-		Builder: server.BuilderFunc(func(spec sessionspec.Spec) (*session.Session, error) {
-			return session.New(session.Config{Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open,
-				Model: faux.Model(), Stream: p.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq})
-		}),
-		Cwd: root, SessionsDir: filepath.Join(root, "sessions"), StateDir: filepath.Join(root, "state"),
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	layer := streamtest.FauxLayer(tb, faux.New(faux.Options{}))
 	face, err := New(layer, Options{Models: fixedModels{faux.Model()}, DefaultModel: faux.Model(), Version: "test"})
 	if err != nil {
 		tb.Fatal(err)
@@ -124,7 +106,7 @@ func sseRig(tb testing.TB, tokens int) (run func(), last func() string) {
 		_ = json.Unmarshal(b, &m)
 		return m
 	}
-	prompt := words(tokens - 2) // "You said: " and the words
+	prompt := streamtest.Words(tokens - 2) // "You said: " and the words
 	n := 0
 	run = func() {
 		n++
@@ -174,14 +156,6 @@ func sseRig(tb testing.TB, tokens int) (run func(), last func() string) {
 	return run, last
 }
 
-func words(n int) string {
-	w := make([]string, n)
-	for i := range w {
-		w[i] = fmt.Sprintf("word%03d", i)
-	}
-	return strings.Join(w, " ")
-}
-
 // TestSSEStreamAllocBudget is the allocation gate of the REST face (SSE):
 // allocations per streamed token, counted in-process with the faux model,
 // may not grow past a budget about 30 % above what they were when it was
@@ -189,29 +163,17 @@ func words(n int) string {
 // Timings are noise on a shared machine; allocation counts are not.
 // AGENTD_ALLOC_REPORT=1 logs the figure when the test passes.
 func TestSSEStreamAllocBudget(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector changes allocation counts")
-	}
-	if testing.Short() {
-		t.Skip("streams 12,000 tokens")
-	}
 	// Measured 2026-11-28 (go1.26, amd64, GOMAXPROCS 1 as AllocsPerRun
 	// sets it): 3.623 allocations per token, the same to three
 	// decimals run after run.
 	const budget, tokens = 4.7, 2000
 	run, last := sseRig(t, tokens)
-	// AllocsPerRun runs once to warm up, then averages the runs.
-	got := testing.AllocsPerRun(5, run) / tokens
+	got := streamtest.AllocsPerToken(t, tokens, run)
 	// The figure is per token only if the whole answer streamed.
 	if want := fmt.Sprintf("word%03d", tokens-3); !strings.Contains(last(), want) {
 		t.Fatalf("the answer did not stream whole: no %s in %.200s", want, last())
 	}
-	if os.Getenv("AGENTD_ALLOC_REPORT") != "" {
-		t.Logf("REST SSE: %.3f allocs/token (budget %.2f)", got, budget)
-	}
-	if got > budget {
-		t.Errorf("REST SSE face: %.3f allocations per streamed token, over the budget of %.2f: something on the stream path (decode → session → encode → queue → write) now allocates per token; find it with go test -bench BenchmarkSSEStreamPath -memprofile, or raise the budget here with the reason", got, budget)
-	}
+	streamtest.CheckBudget(t, "REST SSE", got, budget, "decode → session → encode → queue → write", "BenchmarkSSEStreamPath")
 }
 
 // BenchmarkSSEStreamPath is the REST face's whole stream path per token
@@ -221,25 +183,5 @@ func TestSSEStreamAllocBudget(t *testing.T) {
 func BenchmarkSSEStreamPath(b *testing.B) {
 	const tokens = 2000
 	run, _ := sseRig(b, tokens)
-	run() // warm up
-	b.ReportAllocs()
-	var m0, m1 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	cpu0 := cpuTime()
-	for b.Loop() {
-		run()
-	}
-	cpu := cpuTime() - cpu0
-	runtime.ReadMemStats(&m1)
-	per := float64(b.N * tokens)
-	b.ReportMetric(float64(cpu.Nanoseconds())/per, "cpu-ns/token")
-	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/per, "allocs/token")
-	b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/per, "B/token")
-}
-
-// cpuTime is the CPU this process has used, every thread.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	streamtest.Bench(b, tokens, run)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -81,4 +82,80 @@ func StatusError(resp *http.Response) error {
 		u = resp.Request.URL.Redacted()
 	}
 	return fmt.Errorf("POST %q: %d %s", u, resp.StatusCode, http.StatusText(resp.StatusCode))
+}
+
+// StreamRequest is the request a provider opens its stream with. The
+// providers differ in the endpoint, the body, how they read an error
+// answer and how they word a failure to send; the sending is the same.
+type StreamRequest struct {
+	Base   string      // the model's base URL (see Endpoint)
+	Path   string      // the endpoint under Base, such as "v1/messages"
+	Header http.Header // sent as PostJSON sends it
+	Body   any         // encoded as JSON
+
+	// AnswerError makes the provider's error of an answer whose status is
+	// 400 or more; it reads and closes the answer's body.
+	AnswerError func(*http.Response) error
+
+	// ErrPrefix, when set, starts the text of an error building or
+	// sending the request ("openai-responses: …"). The error of an ended
+	// ctx is returned as it is, for the stream to report an abort.
+	ErrPrefix string
+}
+
+// Open sends r with hc and returns the response of a request the server
+// accepted (status below 400), for the caller to read and close.
+func (r *StreamRequest) Open(ctx context.Context, hc *http.Client) (*http.Response, error) {
+	endpoint, err := Endpoint(r.Base, r.Path)
+	if err != nil {
+		return nil, r.wrap(err)
+	}
+	resp, err := PostJSON(ctx, hc, endpoint, r.Header, r.Body)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, r.wrap(err)
+	}
+	if resp.StatusCode >= http.StatusBadRequest {
+		return nil, r.AnswerError(resp)
+	}
+	return resp, nil
+}
+
+func (r *StreamRequest) wrap(err error) error {
+	if r.ErrPrefix == "" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", r.ErrPrefix, err)
+}
+
+// BearerHeader is what a request of the OpenAI-style APIs says besides
+// its body: the key as a bearer token (none for an empty key: local
+// servers), then the model's headers and the caller's, which may replace
+// it.
+func BearerHeader(m *Model, o *StreamOptions) http.Header {
+	h := make(http.Header, 2+len(m.Headers)+len(o.Headers))
+	h.Set("Accept", "application/json")
+	if o.APIKey != "" {
+		h.Set("Authorization", "Bearer "+o.APIKey)
+	}
+	for k, v := range m.Headers {
+		h.Set(k, v)
+	}
+	for k, v := range o.Headers {
+		h.Set(k, v)
+	}
+	return h
+}
+
+// CloseBody closes the response body *body, if one is open, and forgets
+// it, so that a decoder's Close may be called more than once.
+func CloseBody(body *io.ReadCloser) error {
+	if *body == nil {
+		return nil
+	}
+	err := (*body).Close()
+	*body = nil
+	return err
 }

@@ -107,194 +107,6 @@ type restConv struct {
 	watchers []*sseStream // nil where one failed
 }
 
-// runREST is Run for the conversation API: N conversations created with
-// PUT, each with its driver's event stream and o.SSEWatchers watchers,
-// driven by POSTing a user message and a step with auto_confirm, o.Rounds
-// times back to back, each step waited for by its run_ended. The
-// watchers pause o.ReadDelay after each event; the drivers read at full
-// speed.
-func runREST(ctx context.Context, o Options) (Report, error) {
-	rep := Report{Sessions: o.Sessions, Rounds: o.Rounds, Chunks: o.Chunks, StreamFormat: o.StreamFormat, IdleWait: o.IdleWait,
-		Planned: o.Sessions * o.Rounds, OwnLifecycle: true}
-	rr := &RESTReport{WatchersPerConversation: o.SSEWatchers, Watchers: o.Sessions * o.SSEWatchers, ReadDelay: o.ReadDelay}
-	rep.REST = rr
-	log := o.Logger.With("sessions", o.Sessions, "face", "rest")
-
-	run, err := launch(ctx, o, o.Sessions*(1+o.SSEWatchers)+o.IdleSessions+20, log)
-	if err != nil {
-		return rep, err
-	}
-	defer run.close(o)
-	mk, srv, base := run.mk, run.srv, run.base
-	rep.RSSBaseline, rep.RSSAnonBaseline = base.RSS, base.Anon
-
-	probs := tally{log: log}
-	// Every driver keeps its connection for its POSTs between steps.
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Sessions + 16}}
-	defer hc.CloseIdleConnections()
-	// The watchers have connections of their own, counted on the wire.
-	var wire atomic.Int64
-	whc := &http.Client{Transport: &http.Transport{DialContext: countingDial(&wire)}}
-	defer whc.CloseIdleConnections()
-	api := "http://" + srv.addr + convPath
-	so := &sseOptions{timeout: o.CommandTimeout, answer: mk.answer, faults: &probs}
-
-	// Phase 0: a first conversation with a stream, so that no figure per
-	// conversation carries the server's one-time initialisation, and the
-	// idle conversations, without streams.
-	if _, err := putConversation(ctx, hc, api, "bench-first", o.CommandTimeout); err != nil {
-		return rep, err
-	}
-	first, err := openSSE(ctx, hc, api+"bench-first/events", "bench-first", "first stream", 0, so)
-	if err != nil {
-		return rep, fmt.Errorf("the first conversation's stream: %w", err)
-	}
-	first.close()
-	prev, err := settledMemory(ctx, srv.pid(), o.Settle)
-	if err != nil {
-		return rep, err
-	}
-	rep.RSSFirstSession = prev.RSS
-	if o.IdleSessions > 0 {
-		for i := range o.IdleSessions {
-			if _, err := putConversation(ctx, hc, api, fmt.Sprintf("bench-idle-%06d", i), o.CommandTimeout); err != nil {
-				return rep, err
-			}
-		}
-		m, err := settledMemory(ctx, srv.pid(), o.Settle)
-		if err != nil {
-			return rep, err
-		}
-		rep.IdleSessions, rep.RSSPerIdleSession = o.IdleSessions, (m.RSS-prev.RSS)/int64(o.IdleSessions)
-		prev = m
-	}
-
-	// Phase 1: the conversations, each with its driver's stream.
-	start := time.Now()
-	convs := createConversations(ctx, o, hc, api, so, &probs)
-	var streams []*sseStream // every one open, closed at the end
-	defer func() {
-		var wg sync.WaitGroup
-		for _, s := range streams {
-			wg.Go(s.close)
-		}
-		wg.Wait()
-	}()
-	for _, c := range convs {
-		if c != nil {
-			streams = append(streams, c.driver)
-		}
-	}
-	rep.Setup = time.Since(start)
-	if err := ctx.Err(); err != nil {
-		return rep, fmt.Errorf("creating conversations: %w", err)
-	}
-	idle, err := settledMemory(ctx, srv.pid(), o.Settle)
-	if err != nil {
-		return rep, err
-	}
-	rep.RSSSessions = idle.RSS
-	if n := int64(len(streams)); n > 0 {
-		rep.RSSPerSession = (idle.RSS - prev.RSS) / n
-	}
-	log.Info("conversations created", "took", rep.Setup.Round(time.Millisecond), "rss", idle.RSS)
-
-	// Phase 1b: the watchers, idle.
-	start = time.Now()
-	var watchers []*sseStream
-	if o.SSEWatchers > 0 {
-		wo := *so
-		wo.readDelay = o.ReadDelay
-		watchers = attachWatchers(ctx, o, whc, api, convs, &wo, &probs)
-		streams = append(streams, watchers...)
-	}
-	rr.Setup = time.Since(start)
-	rr.Failed = rr.Watchers - len(watchers)
-	if err := ctx.Err(); err != nil {
-		return rep, fmt.Errorf("attaching watchers: %w", err)
-	}
-	if o.SSEWatchers > 0 {
-		m, err := settledMemory(ctx, srv.pid(), o.Settle)
-		if err != nil {
-			return rep, err
-		}
-		rr.RSSWatchers = m.RSS
-		if len(watchers) > 0 {
-			rr.RSSPerWatcher = (m.RSS - idle.RSS) / int64(len(watchers))
-		}
-		log.Info("watchers attached", "took", rr.Setup.Round(time.Millisecond), "rss", m.RSS)
-	}
-
-	// Phase 2: the load, every conversation at once, bounded as a whole.
-	w0, wire0 := markStreams(watchers), wire.Load()
-	d0 := markStreams(drivers(convs))
-	cpu0, cpuErr := readCPU(srv.pid())
-	var results []sessionResult
-	results, rep.Duration = driveAll(ctx, o, convs, func(ctx context.Context, c *restConv) sessionResult {
-		return driveConversation(ctx, o, hc, api, c, &probs)
-	})
-	after, err := endLoad(ctx, srv.pid(), cpu0, cpuErr, &rep, log)
-	if err != nil {
-		return rep, err
-	}
-	d1 := markStreams(drivers(convs))
-	rep.Frames, rep.Bytes = d1.events()-d0.events(), d1.bytes-d0.bytes
-	log.Info("load done", "took", rep.Duration.Round(time.Millisecond), "rss", after.RSS, "peak", after.Peak)
-
-	// A watcher's last events may come a moment after its driver's, or
-	// long after for a slow one.
-	wait := 10 * time.Second
-	if o.ReadDelay > 0 {
-		wait = max(wait, o.CommandTimeout)
-	}
-	awaitRunEnds(ctx, convs, wait)
-	rr.Span = time.Since(start)
-	w1 := markStreams(watchers)
-	rr.WireBytes = wire.Load() - wire0
-	rr.loadTotals(w0, w1, len(watchers), mk.requestsBy(), convs, o.Chunks, &probs)
-
-	// Phase 2b: idle, every stream still open.
-	if o.IdleWait > 0 {
-		log.Info("idle wait", "for", o.IdleWait)
-		if err := idleReadings(ctx, srv, o.IdleWait, &rep, log); err != nil {
-			return rep, err
-		}
-	}
-	rep.SendBudgetCuts = -1
-	if obs, err := dial(ctx, hc, "ws://"+srv.addr+"/?lifecycle=own", "", &clientOptions{timeout: o.CommandTimeout, faults: &probs}); err != nil {
-		log.Warn("the bench's own connection, for get_metrics", "err", err)
-	} else {
-		rep.SendBudgetCuts = sendBudgetCuts(ctx, obs, o.CommandTimeout, log)
-		obs.close()
-	}
-
-	// Phase 3: SIGTERM with every stream still open.
-	for _, s := range streams {
-		s.ending.Store(true)
-	}
-	code, took, killed := srv.stop(o.ShutdownGrace)
-	awaitStreamsEnded(streams, 5*time.Second)
-	rr.streamEnds(streams)
-	rep.ServerExit, rep.Shutdown = code, took
-	if killed {
-		probs.add("server killed", fmt.Sprintf("server did not exit within %s of SIGTERM; killed", o.ShutdownGrace))
-	} else if code != 0 {
-		probs.add("server exit code", fmt.Sprintf("server exited with code %d after SIGTERM; stderr:\n%s", code, srv.log.tail()))
-	}
-	rep.ServerWarnings, rep.ServerWarningSamples = srv.log.problemLines()
-	rep.ModelRequests = mk.requestCount()
-
-	summarize(&rep, results, mk, &probs)
-	for _, c := range convs {
-		if c != nil {
-			rep.AnswersChecked += c.driver.answers.Load()
-		}
-	}
-	rep.Errors, rep.ErrorKinds, rep.ErrorSamples = probs.result()
-	rr.Duplicated, rr.OutOfOrder = int64(rep.ErrorKinds["sse event twice"]), int64(rep.ErrorKinds["sse event out of order"])
-	return rep, nil
-}
-
 // countingDial dials TCP and adds every byte read on the connection to n.
 func countingDial(n *atomic.Int64) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	var d net.Dialer
@@ -515,12 +327,7 @@ func driveConversation(ctx context.Context, o Options, hc *http.Client, api stri
 // awaitRunEnds waits until every stream has the run_ended of every run
 // its driver saw end, or for wait.
 func awaitRunEnds(ctx context.Context, convs []*restConv, wait time.Duration) {
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	giveUp := time.After(wait)
-	for {
-		all := true
-	check:
+	pollUntil(ctx, wait, func() bool {
 		for _, c := range convs {
 			if c == nil {
 				continue
@@ -528,22 +335,12 @@ func awaitRunEnds(ctx context.Context, convs []*restConv, wait time.Duration) {
 			want := c.driver.runEnds.Load()
 			for _, w := range c.watchers {
 				if w != nil && w.runEnds.Load() < want {
-					all = false
-					break check
+					return false
 				}
 			}
 		}
-		if all {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-giveUp:
-			return
-		case <-t.C:
-		}
-	}
+		return true
+	})
 }
 
 // awaitStreamsEnded waits, up to wait, for the streams' readers to see

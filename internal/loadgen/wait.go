@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // errReaderEnded is waitAnswer's error when the reader ended unanswered.
@@ -26,5 +27,24 @@ func waitAnswer(ctx context.Context, answered, ended <-chan struct{}) error {
 		}
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// pollUntil checks done every 10 ms until it holds, ctx ends or wait has
+// passed, whichever comes first: what the bench waits for (a watcher's
+// last events) comes from other processes, which say nothing when it is
+// there.
+func pollUntil(ctx context.Context, wait time.Duration, done func() bool) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	giveUp := time.After(wait)
+	for !done() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-giveUp:
+			return
+		case <-t.C:
+		}
 	}
 }

@@ -151,28 +151,14 @@ func markWatchers(ws []*watcher) watchMark {
 // its session ended (runs(sid)), or for wait: a completed is sent when the
 // run ends, so it may come a moment after the prompt's response.
 func awaitCompleted(ctx context.Context, ws []*watcher, runs func(sid string) int64, wait time.Duration) {
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	giveUp := time.After(wait)
-	for {
-		all := true
+	pollUntil(ctx, wait, func() bool {
 		for _, w := range ws {
 			if w != nil && int64(len(w.completedSeqs())) < runs(w.sid) {
-				all = false
-				break
+				return false
 			}
 		}
-		if all {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-giveUp:
-			return
-		case <-t.C:
-		}
-	}
+		return true
+	})
 }
 
 // awaitClosed waits, up to wait, for the watchers' readers to see the

@@ -5,13 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/coder/websocket"
 
@@ -19,7 +14,7 @@ import (
 	"github.com/agentd-dev/agentd/internal/llm/faux"
 	"github.com/agentd-dev/agentd/internal/server"
 	"github.com/agentd-dev/agentd/internal/session"
-	"github.com/agentd-dev/agentd/internal/sessionspec"
+	"github.com/agentd-dev/agentd/internal/streamtest"
 )
 
 var completedMark = []byte(`"type":"completed"`)
@@ -34,18 +29,7 @@ var completedMark = []byte(`"type":"completed"`)
 // run starts from a new conversation, so every run is alike. check
 // fails t unless the last run's whole answer streamed.
 func wsRig(t testing.TB, tokens int) (run func(), check func()) {
-	dir := t.TempDir()
-	p := faux.New(faux.Options{})
-	layer, err := server.New(server.Config{
-		Builder: server.BuilderFunc(func(spec sessionspec.Spec) (*session.Session, error) {
-			return session.New(session.Config{Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open,
-				Model: faux.Model(), Stream: p.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq})
-		}),
-		Cwd: dir, SessionsDir: filepath.Join(dir, "sessions"), StateDir: filepath.Join(dir, "state"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	layer := streamtest.FauxLayer(t, faux.New(faux.Options{}))
 	f, err := New(layer, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +71,7 @@ func wsRig(t testing.TB, tokens int) (run func(), check func()) {
 		}
 	}
 	sess := h.Session()
-	prompt := words(tokens - 2) // "You said: " and the words
+	prompt := streamtest.Words(tokens - 2) // "You said: " and the words
 	run = func() {
 		if err := sess.NewSession(""); err != nil {
 			t.Fatal(err)
@@ -118,14 +102,6 @@ func wsRig(t testing.TB, tokens int) (run func(), check func()) {
 	return run, check
 }
 
-func words(n int) string {
-	w := make([]string, n)
-	for i := range w {
-		w[i] = fmt.Sprintf("word%03d", i)
-	}
-	return strings.Join(w, " ")
-}
-
 // TestWSStreamAllocBudget is the allocation gate of the session
 // WebSocket face: allocations per streamed token, counted in-process with
 // the faux model, may not grow past a budget about 30 % above what they
@@ -133,27 +109,15 @@ func words(n int) string {
 // the day it lands. Timings are noise on a shared machine; allocation
 // counts are not. AGENTD_ALLOC_REPORT=1 logs the figure when it passes.
 func TestWSStreamAllocBudget(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector changes allocation counts")
-	}
-	if testing.Short() {
-		t.Skip("streams 12,000 tokens")
-	}
 	// Measured 2026-11-28 (go1.26, amd64, GOMAXPROCS 1 as AllocsPerRun
 	// sets it): 2.159 allocations per token, the same to three decimals
 	// run after run.
 	const budget = 2.8
 	const tokens = 2000
 	run, check := wsRig(t, tokens)
-	// AllocsPerRun runs once to warm up, then averages the runs.
-	got := testing.AllocsPerRun(5, run) / tokens
+	got := streamtest.AllocsPerToken(t, tokens, run)
 	check()
-	if os.Getenv("AGENTD_ALLOC_REPORT") != "" {
-		t.Logf("session WebSocket: %.3f allocs/token (budget %.2f)", got, budget)
-	}
-	if got > budget {
-		t.Errorf("session WebSocket face: %.3f allocations per streamed token, over the budget of %.2f: something on the stream path (session → fan-out → codec → queue → write) now allocates per token; find it with go test -bench BenchmarkWSStreamPath -memprofile, or raise the budget here with the reason", got, budget)
-	}
+	streamtest.CheckBudget(t, "session WebSocket", got, budget, "session → fan-out → codec → queue → write", "BenchmarkWSStreamPath")
 }
 
 // BenchmarkWSStreamPath is this face's whole stream path per token (see
@@ -162,26 +126,6 @@ func TestWSStreamAllocBudget(t *testing.T) {
 func BenchmarkWSStreamPath(b *testing.B) {
 	const tokens = 2000
 	run, check := wsRig(b, tokens)
-	run() // warm up
-	b.ReportAllocs()
-	var m0, m1 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	cpu0 := cpuTime()
-	for b.Loop() {
-		run()
-	}
-	cpu := cpuTime() - cpu0
-	runtime.ReadMemStats(&m1)
+	streamtest.Bench(b, tokens, run)
 	check()
-	per := float64(b.N * tokens)
-	b.ReportMetric(float64(cpu.Nanoseconds())/per, "cpu-ns/token")
-	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/per, "allocs/token")
-	b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/per, "B/token")
-}
-
-// cpuTime is the CPU this process has used, every thread.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -1,7 +1,6 @@
 package sessionws
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -9,8 +8,7 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/llm/faux"
 	"github.com/agentd-dev/agentd/internal/server"
-	"github.com/agentd-dev/agentd/internal/session"
-	"github.com/agentd-dev/agentd/internal/sessionspec"
+	"github.com/agentd-dev/agentd/internal/streamtest"
 )
 
 // Every goroutine a test's layer and face start must be gone when it ends.
@@ -22,18 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // send again (subscribe checks Gone before it joins, and the session can
 // be deleted in between).
 func TestWatchJoinAfterDeletion(t *testing.T) {
-	dir := t.TempDir()
-	p := faux.New(faux.Options{})
-	layer, err := server.New(server.Config{
-		Builder: server.BuilderFunc(func(spec sessionspec.Spec) (*session.Session, error) {
-			return session.New(session.Config{Cwd: spec.Cwd, SessionsDir: spec.SessionsDir, Open: spec.Open,
-				Model: faux.Model(), Stream: p.Stream, FirstSeq: spec.FirstSeq, ReserveSeq: spec.ReserveSeq})
-		}),
-		Cwd: dir, SessionsDir: filepath.Join(dir, "sessions"), StateDir: filepath.Join(dir, "state"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	layer := streamtest.FauxLayer(t, faux.New(faux.Options{}))
 	f, err := New(layer, Options{})
 	if err != nil {
 		t.Fatal(err)

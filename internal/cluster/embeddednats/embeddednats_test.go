@@ -1,24 +1,15 @@
 package embeddednats
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"go.uber.org/goleak"
+
+	"github.com/agentd-dev/agentd/internal/cluster/clustertest"
 )
 
 // user is a NATS user nkey for a test: the public key a server admits and
@@ -129,7 +120,8 @@ func TestStartRefusesClientsWithoutTheKey(t *testing.T) {
 func TestStartWithTLS(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	dir := t.TempDir()
-	cert, key, ca := writeCert(t, dir)
+	cert, key := clustertest.WriteCert(t, dir)
+	ca := cert // self-signed: its own CA
 	pub, auth := user(t)
 	s, err := Start(Config{StoreDir: t.TempDir(), Nkey: pub, TLSCert: cert, TLSKey: key})
 	if err != nil {
@@ -160,37 +152,4 @@ func TestStartWithTLS(t *testing.T) {
 		t.Fatalf("in-process client: %v", err)
 	}
 	nc.Close()
-}
-
-// writeCert writes a self-signed certificate for 127.0.0.1, its key, and
-// the certificate again as the CA that verifies it.
-func writeCert(t *testing.T, dir string) (cert, key, ca string) {
-	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "agentd test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, IsCA: true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, key = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return cert, key, cert
 }

@@ -3,13 +3,14 @@ package embeddednats
 import (
 	"context"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/agentd-dev/agentd/internal/cluster/clustertest"
 )
 
 // logLines collects a server's log messages, for a test to wait on one.
@@ -39,16 +40,6 @@ func (l *logLines) has(s string) bool {
 	return false
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
@@ -66,7 +57,8 @@ func TestRoutesNeedTheSecret(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	pub, _ := user(t)
 	dir := t.TempDir()
-	cert, key, ca := writeCert(t, dir)
+	cert, key := clustertest.WriteCert(t, dir)
+	ca := cert // self-signed: its own CA
 	for _, tc := range []struct {
 		name          string
 		cert, key, ca string
@@ -75,7 +67,7 @@ func TestRoutesNeedTheSecret(t *testing.T) {
 		{name: "TLS", cert: cert, key: key, ca: ca},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r1, r2, r3 := freeAddr(t), freeAddr(t), freeAddr(t)
+			r1, r2, r3 := clustertest.FreeAddr(t), clustertest.FreeAddr(t), clustertest.FreeAddr(t)
 			start := func(name, listen, secret string, routes []string, log *logLines) *Server {
 				t.Helper()
 				s, err := Start(Config{StoreDir: t.TempDir(), ServerName: name, Nkey: pub, ClusterName: "agentd",

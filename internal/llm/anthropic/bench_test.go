@@ -1,10 +1,8 @@
 package anthropic_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"runtime"
 	"strings"
@@ -12,24 +10,8 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/anthropic"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
-
-// memoryTransport answers every request with the same recorded stream,
-// so the benchmark measures the SDK and the decoder, not a network.
-type memoryTransport struct{ body []byte }
-
-func (t memoryTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body != nil {
-		_, _ = io.Copy(io.Discard, r.Body)
-		_ = r.Body.Close()
-	}
-	return &http.Response{
-		StatusCode: http.StatusOK, Status: "200 OK", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header:  http.Header{"Content-Type": {"text/event-stream"}},
-		Body:    io.NopCloser(bytes.NewReader(t.body)),
-		Request: r,
-	}, nil
-}
 
 // recordedStream is a long answer as the API streams it: textDeltas text
 // deltas, then a tool call whose arguments come in argDeltas pieces. It
@@ -65,7 +47,7 @@ func recordedStream(textDeltas, argDeltas int) ([]byte, int) {
 // 200-piece tool call through the real SDK and the decoder.
 func BenchmarkDecode(b *testing.B) {
 	body, wireEvents := recordedStream(2000, 200)
-	p := anthropic.New(&http.Client{Transport: memoryTransport{body: body}})
+	p := anthropic.New(&http.Client{Transport: llmtest.Replay(body)})
 	m := &llm.Model{ID: "claude-test", API: llm.APIAnthropicMessages, Provider: "anthropic", BaseURL: "http://memory",
 		Cost: llm.ModelCost{Input: 3, Output: 15}, MaxTokens: 64000}
 	c := hi()

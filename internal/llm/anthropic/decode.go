@@ -1,6 +1,7 @@
 package anthropic
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -102,20 +103,16 @@ func (d *decoder) Open(ctx context.Context) error {
 	if err != nil {
 		return &llm.Error{Kind: llm.ErrBadRequest, Message: "invalid request: " + err.Error(), Err: err}
 	}
-	base := d.m.BaseURL
-	if base == "" {
-		base = DefaultBaseURL
+	req := llm.StreamRequest{
+		Base:        cmp.Or(d.m.BaseURL, DefaultBaseURL),
+		Path:        "v1/messages",
+		Header:      requestHeader(d.m, d.o),
+		Body:        params,
+		AnswerError: apiError,
 	}
-	endpoint, err := llm.Endpoint(base, "v1/messages")
+	resp, err := req.Open(ctx, d.p.hc)
 	if err != nil {
 		return err
-	}
-	resp, err := llm.PostJSON(ctx, d.p.hc, endpoint, requestHeader(d.m, d.o), params)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode >= http.StatusBadRequest {
-		return apiError(resp)
 	}
 	d.body = resp.Body
 	d.sse = llm.NewSSEReader(resp.Body)
@@ -124,12 +121,7 @@ func (d *decoder) Open(ctx context.Context) error {
 
 // Close releases the response body.
 func (d *decoder) Close() error {
-	if d.body == nil {
-		return nil
-	}
-	err := d.body.Close()
-	d.body = nil
-	return err
+	return llm.CloseBody(&d.body)
 }
 
 // Next reads one event.

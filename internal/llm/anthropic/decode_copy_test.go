@@ -1,15 +1,14 @@
 package anthropic_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/agentd-dev/agentd/internal/llm"
 	"github.com/agentd-dev/agentd/internal/llm/anthropic"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // A delta handed out in an event is a string of its own, never a slice of
@@ -42,36 +41,10 @@ func TestDeltasDoNotPinChunks(t *testing.T) {
 			ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}`)
 			ev("message_stop", `{"type":"message_stop"}`)
 			raw := []byte(body.String())
-			p := anthropic.New(&http.Client{Transport: memoryTransport{body: raw}})
+			p := anthropic.New(&http.Client{Transport: llmtest.Replay(raw)})
 			m := &llm.Model{ID: "m", API: llm.APIAnthropicMessages, Provider: "anthropic", BaseURL: "http://llm.invalid", MaxTokens: 100}
 			c := &llm.Context{Messages: []llm.Message{{Role: llm.RoleUser, Content: []llm.Content{llm.Text("hi")}}}}
-
-			var ms runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&ms)
-			before := ms.HeapAlloc
-			var kept []string
-			s := p.Stream(context.Background(), m, c, &llm.StreamOptions{APIKey: "k"})
-			for s.Next() {
-				if e := s.Event(); e.Type == tt.typ {
-					kept = append(kept, e.Delta)
-				}
-			}
-			if err := s.Err(); err != nil {
-				t.Fatal(err)
-			}
-			s.Close()
-			runtime.GC()
-			runtime.ReadMemStats(&ms)
-			retained := int64(ms.HeapAlloc) - int64(before)
-			if len(kept) != chunks {
-				t.Fatalf("%d deltas, want %d", len(kept), chunks)
-			}
-			if retained > chunks<<10 {
-				t.Fatalf("%d deltas of a few bytes keep %d KiB alive: slices of the 64 KiB events", len(kept), retained>>10)
-			}
-			runtime.KeepAlive(kept)
-			runtime.KeepAlive(raw) // not freed between the measurements
+			llmtest.KeptDeltas(t, p, m, c, tt.typ, chunks)
 		})
 	}
 }

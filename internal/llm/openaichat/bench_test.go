@@ -15,23 +15,6 @@ import (
 	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
 
-// replayTransport answers every request with the same recorded stream,
-// in memory.
-type replayTransport struct{ body []byte }
-
-func (t replayTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body != nil {
-		_, _ = io.Copy(io.Discard, r.Body)
-		_ = r.Body.Close()
-	}
-	return &http.Response{
-		StatusCode: http.StatusOK, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header:  http.Header{"Content-Type": []string{"text/event-stream"}},
-		Body:    io.NopCloser(bytes.NewReader(t.body)),
-		Request: r,
-	}, nil
-}
-
 // recordStream has the mock render a long answer: 2000 text deltas (one
 // in ten with a newline, which JSON escapes) and a tool call whose
 // arguments come in 40 pieces, with the usage chunk.
@@ -71,7 +54,7 @@ func recordStream(tb testing.TB) []byte {
 // round trip replaced by an in-memory one.
 func BenchmarkDecode(b *testing.B) {
 	raw := recordStream(b)
-	p := New(&http.Client{Transport: replayTransport{body: raw}})
+	p := New(&http.Client{Transport: llmtest.Replay(raw)})
 	m := &llm.Model{ID: "gpt-4o-mini", API: llm.APIOpenAICompletions, Provider: "openai", BaseURL: "https://api.openai.com/v1", Cost: miniCost, MaxTokens: 16384}
 	c := hello()
 	o := &llm.StreamOptions{APIKey: "sk-bench"}

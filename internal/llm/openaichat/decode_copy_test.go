@@ -1,14 +1,13 @@
 package openaichat
 
 import (
-	"context"
 	"fmt"
 	"net/http"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/agentd-dev/agentd/internal/llm"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // A delta handed out in an event is the decoder's own copy, never a slice
@@ -42,41 +41,14 @@ func TestDeltasDoNotPinChunks(t *testing.T) {
 			}
 			body.WriteString("data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
 			raw := []byte(body.String())
-			p := New(&http.Client{Transport: replayTransport{body: raw}})
+			p := New(&http.Client{Transport: llmtest.Replay(raw)})
 			m := &llm.Model{ID: "m", API: llm.APIOpenAICompletions, Provider: "openai", BaseURL: "https://api.openai.com/v1", MaxTokens: 100}
-
-			var ms runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&ms)
-			before := ms.HeapAlloc
-			var kept []string
-			s := p.Stream(context.Background(), m, hello(), &llm.StreamOptions{APIKey: "k"})
-			for s.Next() {
-				if ev := s.Event(); ev.Type == tt.typ {
-					kept = append(kept, ev.Delta)
-				}
-			}
-			if err := s.Err(); err != nil {
-				t.Fatal(err)
-			}
-			s.Close()
-			s = nil
-			runtime.GC()
-			runtime.ReadMemStats(&ms)
-			retained := int64(ms.HeapAlloc) - int64(before)
-			if len(kept) != chunks {
-				t.Fatalf("%d deltas, want %d", len(kept), chunks)
-			}
+			kept := llmtest.KeptDeltas(t, p, m, hello(), tt.typ, chunks)
 			for i, d := range kept {
 				if want := fmt.Sprintf(tt.want, i); d != want {
 					t.Fatalf("delta %d reads %q after the stream, want %q", i, d, want)
 				}
 			}
-			if retained > chunks<<10 {
-				t.Fatalf("%d deltas of a few bytes keep %d KiB alive: slices of the %d KiB chunks", len(kept), retained>>10, 64)
-			}
-			runtime.KeepAlive(kept)
-			runtime.KeepAlive(raw) // not freed between the measurements
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentd-dev/agentd/internal/llm"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // FuzzChunk streams one event of arbitrary data, as a server would send
@@ -36,7 +37,7 @@ func FuzzChunk(f *testing.F) {
 		body.WriteString("data: ")
 		body.Write(data)
 		body.WriteString("\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"after\"}}]}\n\ndata: [DONE]\n\n")
-		p := New(&http.Client{Transport: replayTransport{body: body.Bytes()}})
+		p := New(&http.Client{Transport: llmtest.Replay(body.Bytes())})
 		m := &llm.Model{ID: "m", API: llm.APIOpenAICompletions, Provider: "openai", BaseURL: "https://api.openai.com/v1", MaxTokens: 100}
 		s := p.Stream(context.Background(), m, hello(), &llm.StreamOptions{APIKey: "k"})
 		var text string

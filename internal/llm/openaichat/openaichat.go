@@ -20,6 +20,7 @@ package openaichat
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -69,44 +70,22 @@ func (p *Provider) Stream(ctx context.Context, m *llm.Model, c *llm.Context, o *
 	return llm.NewStream(ctx, m, &decoder{p: p, m: m, c: c, o: o, cur: -1}, o.IdleTimeout)
 }
 
-// requestHeader is what the request says besides its body: how to
-// authenticate (no Authorization header for an empty key), then the
-// model's and then the caller's headers, which may replace it.
-func requestHeader(m *llm.Model, o *llm.StreamOptions) http.Header {
-	h := make(http.Header, 2+len(m.Headers)+len(o.Headers))
-	h.Set("Accept", "application/json")
-	if o.APIKey != "" {
-		h.Set("Authorization", "Bearer "+o.APIKey)
-	}
-	for k, v := range m.Headers {
-		h.Set(k, v)
-	}
-	for k, v := range o.Headers {
-		h.Set(k, v)
-	}
-	return h
-}
-
 // Open implements llm.Decoder.
 func (d *decoder) Open(ctx context.Context) error {
 	params, err := buildParams(d.m, d.c, d.o)
 	if err != nil {
 		return &llm.Error{Kind: llm.ErrBadRequest, Message: "openai-completions: " + err.Error(), Err: err}
 	}
-	base := d.m.BaseURL
-	if base == "" {
-		base = DefaultBaseURL
+	req := llm.StreamRequest{
+		Base:        cmp.Or(d.m.BaseURL, DefaultBaseURL),
+		Path:        "chat/completions",
+		Header:      llm.BearerHeader(d.m, d.o),
+		Body:        params,
+		AnswerError: httpError,
 	}
-	endpoint, err := llm.Endpoint(base, "chat/completions")
+	resp, err := req.Open(ctx, d.p.hc)
 	if err != nil {
 		return err
-	}
-	resp, err := llm.PostJSON(ctx, d.p.hc, endpoint, requestHeader(d.m, d.o), params)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode >= http.StatusBadRequest {
-		return httpError(resp, llm.StatusError(resp))
 	}
 	d.body = resp.Body
 	br := llm.NewBufferedReader(resp.Body)
@@ -159,25 +138,21 @@ func (d *decoder) openWhole(r io.Reader) error {
 
 // Close implements llm.Decoder.
 func (d *decoder) Close() error {
-	if d.body == nil {
-		return nil
-	}
-	err := d.body.Close()
-	d.body = nil
-	return err
+	return llm.CloseBody(&d.body)
 }
 
 // httpError turns an HTTP error answer into an *llm.Error whose text is
 // "<status> <provider message>". The message comes from the body, whatever
-// shape the server used; cause (method, URL, status) is kept behind it.
-func httpError(resp *http.Response, cause error) *llm.Error {
+// shape the server used; the request and status (llm.StatusError) are
+// kept behind it.
+func httpError(resp *http.Response) error {
 	var body []byte
 	if resp.Body != nil {
 		body, _ = io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		_ = resp.Body.Close()
 	}
 	msg, typ := errorBody(body)
-	return llm.HTTPError(resp.StatusCode, resp.Header, typ, msg, cause)
+	return llm.HTTPError(resp.StatusCode, resp.Header, typ, msg, llm.StatusError(resp))
 }
 
 // errorBody finds the message and type in an error answer. Besides

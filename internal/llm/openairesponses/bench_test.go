@@ -1,7 +1,6 @@
 package openairesponses
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -51,28 +50,12 @@ func recordedStream(b *testing.B) []byte {
 	return body
 }
 
-// replay answers every request with the recorded stream, in memory.
-type replay []byte
-
-func (r replay) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Body != nil {
-		_, _ = io.Copy(io.Discard, req.Body)
-		_ = req.Body.Close()
-	}
-	return &http.Response{
-		StatusCode: http.StatusOK, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header:  http.Header{"Content-Type": []string{"text/event-stream"}},
-		Body:    io.NopCloser(bytes.NewReader(r)),
-		Request: req,
-	}, nil
-}
-
 // BenchmarkDecode measures the whole path of one response: the request is
 // built and sent, the decoder maps the recorded stream, and the
 // builder assembles the message. events/s counts llm stream events.
 func BenchmarkDecode(b *testing.B) {
 	body := recordedStream(b)
-	p := New(&http.Client{Transport: replay(body)})
+	p := New(&http.Client{Transport: llmtest.Replay(body)})
 	m := &llm.Model{ID: "gpt-4.1-mini", API: llm.APIOpenAIResponses, Provider: "openai", BaseURL: "http://llm.invalid/v1",
 		Cost: llm.ModelCost{Input: 0.4, Output: 1.6, CacheRead: 0.1}}
 	c := hello()

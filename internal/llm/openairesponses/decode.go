@@ -38,26 +38,18 @@ func (d *decoder) Open(ctx context.Context) error {
 	if d.openErr != nil {
 		return d.openErr
 	}
-	endpoint, err := llm.Endpoint(d.base, "responses")
-	if err != nil {
-		return fmt.Errorf("openai-responses: %w", err)
-	}
 	d.params.Stream = true
-	resp, err := llm.PostJSON(ctx, d.hc, endpoint, d.header, d.params)
-	if err != nil {
-		if ctx.Err() != nil {
-			return err // the stream reports it as aborted or idle
-		}
-		return fmt.Errorf("openai-responses: %w", err)
+	req := llm.StreamRequest{
+		Base:        d.base,
+		Path:        "responses",
+		Header:      d.header,
+		Body:        d.params,
+		AnswerError: answerError,
+		ErrPrefix:   "openai-responses",
 	}
-	if resp.StatusCode >= http.StatusBadRequest {
-		// The whole answer is read, not only what parses as OpenAI's
-		// {"error":{...}}: compatible servers answer in other shapes
-		// ({"error":"..."}, {"detail":...}, plain text).
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		_ = resp.Body.Close()
-		errType, msg := parseErrorBody(body)
-		return llm.HTTPError(resp.StatusCode, resp.Header, errType, msg, llm.StatusError(resp))
+	resp, err := req.Open(ctx, d.hc)
+	if err != nil {
+		return err
 	}
 	d.body = resp.Body
 	d.sse = llm.NewSSEReader(resp.Body)
@@ -68,12 +60,7 @@ func (d *decoder) Open(ctx context.Context) error {
 
 // Close implements llm.Decoder.
 func (d *decoder) Close() error {
-	if d.body == nil {
-		return nil
-	}
-	err := d.body.Close()
-	d.body = nil
-	return err
+	return llm.CloseBody(&d.body)
 }
 
 // Next implements llm.Decoder: it reads one event and maps it.

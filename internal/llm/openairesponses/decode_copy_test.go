@@ -1,14 +1,13 @@
 package openairesponses
 
 import (
-	"context"
 	"fmt"
 	"net/http"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/agentd-dev/agentd/internal/llm"
+	"github.com/agentd-dev/agentd/internal/llm/llmtest"
 )
 
 // A delta handed out in an event is a string of its own, never a slice of
@@ -40,35 +39,9 @@ func TestDeltasDoNotPinChunks(t *testing.T) {
 			}
 			body.WriteString("data: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\"}}\n\n")
 			raw := []byte(body.String())
-			p := New(&http.Client{Transport: replay(raw)})
+			p := New(&http.Client{Transport: llmtest.Replay(raw)})
 			m := &llm.Model{ID: "m", API: llm.APIOpenAIResponses, Provider: "openai", BaseURL: "http://llm.invalid/v1", MaxTokens: 100}
-
-			var ms runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&ms)
-			before := ms.HeapAlloc
-			var kept []string
-			s := p.Stream(context.Background(), m, hello(), &llm.StreamOptions{APIKey: "k"})
-			for s.Next() {
-				if e := s.Event(); e.Type == tt.typ {
-					kept = append(kept, e.Delta)
-				}
-			}
-			if err := s.Err(); err != nil {
-				t.Fatal(err)
-			}
-			s.Close()
-			runtime.GC()
-			runtime.ReadMemStats(&ms)
-			retained := int64(ms.HeapAlloc) - int64(before)
-			if len(kept) != chunks {
-				t.Fatalf("%d deltas, want %d", len(kept), chunks)
-			}
-			if retained > chunks<<10 {
-				t.Fatalf("%d deltas of a few bytes keep %d KiB alive: slices of the 64 KiB events", len(kept), retained>>10)
-			}
-			runtime.KeepAlive(kept)
-			runtime.KeepAlive(raw) // not freed between the measurements
+			llmtest.KeptDeltas(t, p, m, hello(), tt.typ, chunks)
 		})
 	}
 }

@@ -3,6 +3,8 @@ package openairesponses
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"unicode/utf8"
 
@@ -27,6 +29,17 @@ type wireError struct {
 	Message looseString `json:"message"`
 	Type    looseString `json:"type"`
 	Code    looseString `json:"code"`
+}
+
+// answerError makes the error of an HTTP error answer. The whole answer is
+// read, not only what parses as OpenAI's {"error":{...}}: compatible
+// servers answer in other shapes ({"error":"..."}, {"detail":...}, plain
+// text).
+func answerError(resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	_ = resp.Body.Close()
+	errType, msg := parseErrorBody(body)
+	return llm.HTTPError(resp.StatusCode, resp.Header, errType, msg, llm.StatusError(resp))
 }
 
 // kind is the most specific classifier the error carries: OpenAI's code

@@ -54,7 +54,7 @@ func (p *Provider) Stream(ctx context.Context, m *llm.Model, c *llm.Context, o *
 	if c == nil {
 		c = &llm.Context{}
 	}
-	d := &decoder{hc: p.hc, base: m.BaseURL, header: requestHeader(m, o)}
+	d := &decoder{hc: p.hc, base: m.BaseURL, header: llm.BearerHeader(m, o)}
 	if d.base == "" {
 		d.base = DefaultBaseURL
 	}
@@ -64,22 +64,4 @@ func (p *Provider) Stream(ctx context.Context, m *llm.Model, c *llm.Context, o *
 	}
 	d.params = params
 	return llm.NewStream(ctx, m, d, o.IdleTimeout)
-}
-
-// requestHeader is what the request says besides its body: the key as a
-// bearer token (none when it is empty), then the model's and the caller's
-// headers, which may replace it.
-func requestHeader(m *llm.Model, o *llm.StreamOptions) http.Header {
-	h := make(http.Header, 2+len(m.Headers)+len(o.Headers))
-	h.Set("Accept", "application/json")
-	if o.APIKey != "" {
-		h.Set("Authorization", "Bearer "+o.APIKey)
-	}
-	for k, v := range m.Headers {
-		h.Set(k, v)
-	}
-	for k, v := range o.Headers {
-		h.Set(k, v)
-	}
-	return h
 }

@@ -1,6 +1,6 @@
 //go:build race
 
-package sessionws
+package streamtest
 
 // raceEnabled: the race detector allocates on its own account, so
 // allocation budgets do not hold under it.

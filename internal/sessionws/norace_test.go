@@ -1,7 +1,0 @@
-//go:build !race
-
-package sessionws
-
-// raceEnabled: the race detector allocates on its own account, so
-// allocation budgets do not hold under it.
-const raceEnabled = false
