@@ -47,8 +47,11 @@ func TestRunCluster(t *testing.T) {
 	if c == nil {
 		t.Fatal("no cluster report")
 	}
-	// Every client is on a node that does not own its session.
-	if c.Nodes != 3 || c.Forwarded != int64(rep.Commands) {
+	// Every client is on a node that does not own its session. A command
+	// can count twice: a node that got it from a stale owners entry
+	// passes it on again (a 1 s lease moves on a loaded machine); the
+	// model requests above say it ran once.
+	if c.Nodes != 3 || c.Forwarded < int64(rep.Commands) {
 		t.Errorf("nodes %d, forwarded %d of %d commands; want 3, all", c.Nodes, c.Forwarded, rep.Commands)
 	}
 	leases := 0
