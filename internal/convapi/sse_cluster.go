@@ -147,8 +147,9 @@ func (s *Server) eventsElsewhere(w http.ResponseWriter, r *http.Request, p param
 		Origin: &server.WatchOrigin{Who: principalOf(r.Context()), Client: c, Codec: s.codec, Hold: hold}}
 	resp, err := s.srv.SubmitWatch(r.Context(), cmd)
 	if err == nil && !resp.Success {
-		err = resp.Err
-		if err == nil {
+		if resp.Err != nil {
+			err = resp.Err
+		} else {
 			err = fault.New(fault.Internal, "Internal error")
 		}
 	}
