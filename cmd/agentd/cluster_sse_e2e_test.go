@@ -107,7 +107,14 @@ func TestClusterSSEKeepsItsStreamWhenTheOwnerGoes(t *testing.T) {
 			if st := clStatus(t, nodes["C"]); st.Followed != 1 {
 				t.Errorf("node C follows %d sessions from the stream, want 1 (the stream is served on C)", st.Followed)
 			}
-			rsOK(t, nodes["C"], "POST", rsConvPath(id), map[string]any{"role": "user", "content": tc.cmd})
+			rsOK(t, nodes["C"], "POST", rsConvPath(id), map[string]any{"role": "user", "content": "to be edited"})
+			// An edit: C has no log to send with conversation_edited, and
+			// tells its client to reload.
+			edited := st.mark()
+			rsOK(t, nodes["C"], "PATCH", rsConvPath(id)+"/messages/0", map[string]any{"content": tc.cmd})
+			if _, rs := st.waitType(edited, "resync"); !strings.Contains(rs.str("reason"), "edited") {
+				t.Errorf("the edit reached the stream on C as %s", rs.raw)
+			}
 			from := st.mark()
 			rsOK(t, nodes["C"], "POST", rsConvPath(id)+"/step", map[string]any{"session_id": sid, "auto_confirm": true})
 			svWaitUntil(t, "the tool runs on B", func() bool {

@@ -2,6 +2,7 @@ package convapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/agentd-dev/agentd/internal/fault"
 	"github.com/agentd-dev/agentd/internal/pipeline"
 	"github.com/agentd-dev/agentd/internal/server"
+	"github.com/agentd-dev/agentd/internal/session"
 )
 
 // An event stream on a cluster node that does not run the conversation.
@@ -109,6 +111,15 @@ func (a *attachments) adopt(id, conv string, c *server.Client) {
 	}
 	at.streams[c] = struct{}{}
 	at.last = now
+}
+
+// editedElsewhere stands for conversation_edited on a stream fed from
+// the cluster's stream: the event carries no log, and the log is on the
+// node that runs the conversation, so the client is told to reload it,
+// as after a cursor too old, rather than sent an empty one.
+func editedElsewhere(ev session.Event) ResyncEvent {
+	return ResyncEvent{Type: "resync", Reason: fmt.Sprintf("The conversation was edited at message %d on the node that runs it: reload the conversation (GET) and continue from seq", ev.Index),
+		After: ev.Seq - 1, Seq: ev.Seq}
 }
 
 // originPrincipal is who a command acts for: the principal a request of
