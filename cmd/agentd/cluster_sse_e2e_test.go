@@ -200,6 +200,13 @@ func TestClusterSSEKeepsItsStreamWhenTheOwnerGoes(t *testing.T) {
 			st2.waitFor(j+1, "the next run's end after a resume", func(ev rsEvent) bool { return ev.typ() == "run_ended" })
 			clSSEEvents(t, "the stream resumed on C", st2.snapshot(), cursor)
 
+			// Deleted through C (which runs it now): A's stream, fed from
+			// the cluster's, ends too.
+			rsOK(t, nodes["C"], "DELETE", rsConvPath(id), nil)
+			if err := replay.waitEnded(); err != nil {
+				t.Errorf("A's stream of the deleted conversation ended with %v, want a clean end", err)
+			}
+
 			if tc.interrupted {
 				if got := strings.Join(svLines(t, filepath.Join(e.cwd, "run.log")), ","); got != "start" {
 					t.Errorf("run.log reads %q: the interrupted tool ran again", got)

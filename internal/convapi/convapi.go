@@ -118,6 +118,7 @@ func New(srv *server.Server, opt Options) (*Server, error) {
 	}
 	s.table = s.routes()
 	srv.OnOpen(s.restoreMCP)
+	srv.OnLifecycle(s.deletedElsewhere) // sse_cluster.go
 	if err := srv.Register(s.registry()); err != nil {
 		return nil, err
 	}

@@ -27,8 +27,9 @@ import (
 // The attachment (gptme's "session") is made on the owner, as the other
 // requests that name it go there, and kept here too with the stream
 // (adopt). A stream served here is not one of its streams on the owner:
-// DELETE of it or of the conversation there does not close it (the
-// conversation's deletion ends its events), and its idle time runs there.
+// DELETE of the attachment there does not close it (DELETE of it here
+// does), and its idle time runs there. The conversation's deletion, on
+// any node, closes it (deletedElsewhere).
 // When the owner dies, its attachments die with it, as on every path; a
 // step naming the attachment then finds it only on this node, when this
 // node took the conversation over.
@@ -111,6 +112,20 @@ func (a *attachments) adopt(id, conv string, c *server.Client) {
 	}
 	at.streams[c] = struct{}{}
 	at.last = now
+}
+
+// deletedElsewhere closes this node's streams of a conversation deleted
+// through the REST face on any node (the pipeline's lifecycle events
+// reach every node of a cluster): the node that ran the delete closes
+// its own streams as it answers, and a stream another node serves from
+// the cluster's stream would otherwise stay open, hearing nothing more.
+func (s *Server) deletedElsewhere(ev pipeline.Event) {
+	if ev.Type != pipeline.CommandFinished || ev.Command != "rest.delete" || !ev.Success || ev.SessionID == "" {
+		return
+	}
+	for _, c := range s.att.removeConversation(ev.SessionID) {
+		c.Close(server.Close{Kind: server.CloseNormal, Reason: "Conversation deleted"})
+	}
 }
 
 // editedElsewhere stands for conversation_edited on a stream fed from
