@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/cluster"
 	"github.com/agentd-dev/agentd/internal/config"
+	"github.com/agentd-dev/agentd/internal/convapi"
 	"github.com/agentd-dev/agentd/internal/metrics"
 	"github.com/agentd-dev/agentd/internal/server"
 	"github.com/agentd-dev/agentd/internal/sessionws"
@@ -154,8 +155,13 @@ func clusterMetrics(reg *metrics.Registry, srv *server.Server) error {
 }
 
 // sessionOfRequest is the session an HTTP request names: a REST
-// conversation or a per-session WebSocket; "" for none.
+// conversation or a per-session WebSocket; "" for none, and for a
+// request every node serves itself (a conversation's event stream, fed
+// from the cluster's stream: convapi.ServedEverywhere).
 func sessionOfRequest(r *http.Request) string {
+	if convapi.ServedEverywhere(r) {
+		return ""
+	}
 	for _, prefix := range []string{"/api/v2/conversations/", "/api/conversations/", sessionws.SessionsPath, sessionws.ConversionsPath} {
 		if rest, ok := strings.CutPrefix(r.URL.Path, prefix); ok {
 			id, _, _ := strings.Cut(rest, "/")

@@ -147,11 +147,15 @@ func TestAdvertised(t *testing.T) {
 }
 
 // The session an HTTP request names: the REST face's conversations (both
-// prefixes) and the per-session WebSockets; nothing else.
+// prefixes) and the per-session WebSockets; nothing else. A
+// conversation's event stream is served on every node (from the
+// cluster's stream), never passed on.
 func TestSessionOfRequest(t *testing.T) {
 	tests := []struct{ path, want string }{
 		{"/api/v2/conversations/s1", "s1"},
-		{"/api/v2/conversations/s1/events", "s1"},
+		{"/api/v2/conversations/s1/events", ""},
+		{"/api/conversations/s1/events", ""},
+		{"/api/v2/conversations/s1/events/x", "s1"},
 		{"/api/conversations/s2/messages", "s2"},
 		{"/api/v1/ws/sessions/s3", "s3"},
 		{"/api/v1/ws/conversions/s4", "s4"},
@@ -165,6 +169,9 @@ func TestSessionOfRequest(t *testing.T) {
 		if got := sessionOfRequest(httptest.NewRequest(http.MethodGet, tc.path, nil)); got != tc.want {
 			t.Errorf("sessionOfRequest(%s) = %q, want %q", tc.path, got, tc.want)
 		}
+	}
+	if got := sessionOfRequest(httptest.NewRequest(http.MethodPost, "/api/v2/conversations/s1/events", nil)); got != "s1" {
+		t.Errorf("sessionOfRequest(POST .../events) = %q, want s1 (only the stream's GET is served everywhere)", got)
 	}
 }
 

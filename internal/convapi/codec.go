@@ -122,7 +122,13 @@ func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
 	case session.EventConversationEdited:
 		var log []Message
 		if cd.messages != nil {
-			log = wireLog(cd.messages(sessionID))
+			msgs := cd.messages(sessionID)
+			if msgs == nil {
+				// Run by another cluster node: this one has no log to send.
+				f = appendEvent(f, ev.Seq, editedElsewhere(ev))
+				break
+			}
+			log = wireLog(msgs)
 		}
 		if log == nil {
 			log = []Message{}

@@ -84,6 +84,9 @@ func (s *Server) commands() map[string]command {
 		"rest.confirm":   {class: pipeline.ClassControl, session: true, run: s.runConfirm},
 		"rest.elicit":    {class: pipeline.ClassControl, session: true, run: s.runElicit},
 		"rest.interrupt": {class: pipeline.ClassControl, session: true, mutating: true, run: s.runInterrupt},
+		// What an event stream opens with, asked by a cluster node that
+		// does not run the conversation (sse_cluster.go).
+		"rest.watch": {class: pipeline.ClassControl, session: true, run: s.runWatch},
 	}
 }
 
@@ -98,7 +101,7 @@ func (s *Server) registry() pipeline.Registry {
 		}
 		h := pipeline.Handler{Class: cmd.class, Lane: lane, Mutating: cmd.mutating, Timeout: cmd.timeout,
 			Run: func(ctx context.Context, pc pipeline.Command) (json.RawMessage, error) {
-				if who, ok := pc.Origin.(server.Principal); ok {
+				if who, ok := originPrincipal(pc.Origin); ok {
 					ctx = withPrincipal(ctx, who)
 				}
 				c := &call{cmd: pc}

@@ -103,16 +103,22 @@ func New(srv *server.Server, opt Options) (*Server, error) {
 	}
 	s := &Server{srv: srv, opt: opt, codec: &codec{requests: &requestIDs{}}, att: newAttachments(opt.SessionIdle)}
 	s.codec.messages = func(id string) []*llm.Message {
-		// Only a loaded session emits: the lookup never loads one.
+		// Only a loaded session emits: the lookup never loads one. nil
+		// is a session not loaded here (one another cluster node runs,
+		// whose events reach this node's streams from the cluster's).
 		for _, h := range srv.Sessions() {
 			if h.ID() == id {
-				return h.Session().Messages()
+				if m := h.Session().Messages(); m != nil {
+					return m
+				}
+				return []*llm.Message{}
 			}
 		}
 		return nil
 	}
 	s.table = s.routes()
 	srv.OnOpen(s.restoreMCP)
+	srv.OnLifecycle(s.deletedElsewhere) // sse_cluster.go
 	if err := srv.Register(s.registry()); err != nil {
 		return nil, err
 	}

@@ -144,6 +144,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p params) error 
 		after = &a
 	}
 	sid, hasSID := r.URL.Query()["session_id"]
+	if s.srv.RunsElsewhere(r.Context(), p.conv) {
+		if !hasSID {
+			sid = []string{""}
+		}
+		return s.eventsElsewhere(w, r, p, cur, after, sid[0]) // sse_cluster.go
+	}
 	h, err := s.conversation(r.Context(), p.conv)
 	if err != nil {
 		return err
@@ -202,7 +208,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p params) error 
 	}
 	c.Send(pingFrame)
 	hold.Release()
+	s.stream(r, link, c)
+	return nil
+}
 
+// stream keeps an event stream open, with its heartbeats, until the
+// client goes, or the link or the client is closed.
+func (s *Server) stream(r *http.Request, link *sseLink, c *server.Client) {
 	t := time.NewTicker(s.opt.Ping)
 	defer t.Stop()
 loop:
@@ -220,7 +232,6 @@ loop:
 	}
 	c.Close(server.Close{Kind: server.CloseNormal})
 	<-c.Done()
-	return nil
 }
 
 // snapshot is the connected event: the attachment, whether a run is in

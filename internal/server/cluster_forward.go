@@ -124,6 +124,8 @@ func principalOf(origin any) Principal {
 	switch o := origin.(type) {
 	case *Remote:
 		return o.Who
+	case Principal: // the REST face's commands carry their principal as it is
+		return o
 	case interface{ Principal() Principal }:
 		return o.Principal()
 	}
