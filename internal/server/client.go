@@ -36,8 +36,10 @@ type Close struct {
 // Link is what a transport provides to a client: writing frames, and
 // closing with a reason. Write is called from the client's writer
 // goroutine only, with every frame that was waiting (up to a batch): a
-// transport that can, sends them in one go under one deadline. Close may
-// be called from any goroutine, more than once.
+// transport that can, sends them in one go under one deadline. Write
+// must not keep the frames slice after it returns (the writer lends it
+// to the next batch, see scratchPool). Close may be called from any
+// goroutine, more than once.
 type Link interface {
 	Write(ctx context.Context, frames [][]byte) error
 	Close(c Close)
