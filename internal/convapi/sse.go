@@ -34,7 +34,6 @@ type sseLink struct {
 	rc *http.ResponseController
 
 	lastID []byte // the id of the last frame written, for heartbeats
-	buf    []byte
 	// skip is a resume cursor inside an event ("7.1"): the frames of
 	// that event up to its part, which the client has seen, are dropped
 	// from the replay. Cleared at the first frame of a later event. The
@@ -51,9 +50,17 @@ func newSSELink(w http.ResponseWriter) *sseLink {
 	return &sseLink{w: w, rc: http.NewResponseController(w), closed: make(chan struct{})}
 }
 
+// sseBufs lends the links their write buffers for the time of a batch:
+// kept per link, a buffer (up to 64 KB) stayed with every idle stream.
+var sseBufs sync.Pool // of *[]byte
+
 // Write implements server.Link; only the client's writer calls it.
 func (l *sseLink) Write(_ context.Context, frames [][]byte) error {
-	b := l.buf[:0]
+	bp, _ := sseBufs.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
+	}
+	b := (*bp)[:0]
 	for _, f := range frames {
 		if len(f) > 0 && &f[0] == &pingFrame[0] {
 			if l.lastID != nil {
@@ -85,10 +92,9 @@ func (l *sseLink) Write(_ context.Context, frames [][]byte) error {
 	if err == nil {
 		err = l.rc.Flush()
 	}
-	if cap(b) <= 64<<10 {
-		l.buf = b // a large batch's buffer is not kept
-	} else {
-		l.buf = nil
+	if cap(b) <= 64<<10 { // a large batch's buffer is not kept
+		*bp = b[:0]
+		sseBufs.Put(bp)
 	}
 	return err
 }

@@ -36,8 +36,10 @@ type Close struct {
 // Link is what a transport provides to a client: writing frames, and
 // closing with a reason. Write is called from the client's writer
 // goroutine only, with every frame that was waiting (up to a batch): a
-// transport that can, sends them in one go under one deadline. Close may
-// be called from any goroutine, more than once.
+// transport that can, sends them in one go under one deadline. Write
+// must not keep the frames slice after it returns (the writer lends it
+// to the next batch, see scratchPool). Close may be called from any
+// goroutine, more than once.
 type Link interface {
 	Write(ctx context.Context, frames [][]byte) error
 	Close(c Close)
@@ -487,8 +489,6 @@ const (
 func (c *Client) writeLoop(transport string) {
 	defer close(c.done)
 	defer c.detach(transport)
-	var batch [][]byte
-	var taken []queued
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	for {
@@ -522,7 +522,12 @@ func (c *Client) writeLoop(transport string) {
 			c.link.Close(cl)
 			return
 		}
-		taken = taken[:0]
+		// The batch's scratch is borrowed for this batch only: kept for
+		// the connection's life it would hold ~50 KB per idle client
+		// (256 queued frames), in a pool the next batch of any client
+		// reuses it and an idle server's collections let it go.
+		sc := c.srv.scratch.get()
+		taken := sc.taken[:0]
 		size := 0
 		i := 0
 		for ; i < len(c.queue) && i < maxBatchFrames && (i == 0 || size+c.queue[i].size <= maxBatchBytes); i++ {
@@ -547,12 +552,16 @@ func (c *Client) writeLoop(transport string) {
 		// Frames are encoded here, off the lock, so that producers never
 		// wait on an encoding; and once taken, so that a frame merged in
 		// the queue is encoded once, not each frame it replaced.
-		batch = batch[:0]
+		batch := sc.batch[:0]
 		for j := range taken {
 			batch = append(batch, taken[j].encoded())
 		}
 		clear(taken)
-		if err := c.link.Write(c.srv.ctx, batch); err != nil {
+		err := c.link.Write(c.srv.ctx, batch)
+		clear(batch)
+		sc.taken, sc.batch = taken[:0], batch[:0]
+		c.srv.scratch.put(sc)
+		if err != nil {
 			c.srv.log.Debug("connection write failed", "face", c.face, "transport", transport, "err", err)
 			c.mu.Lock()
 			if !c.dropped {
@@ -564,7 +573,6 @@ func (c *Client) writeLoop(transport string) {
 			c.link.Close(Close{Kind: CloseOverloaded, Reason: "write failed"})
 			return
 		}
-		clear(batch)
 		c.mu.Lock()
 		if !c.dropped {
 			c.queued.Add(-int64(size))

@@ -209,6 +209,7 @@ type Server struct {
 	rates   *rateLimits
 	index   *index
 	budget  budget
+	scratch scratchPool // the writers' batch scratch
 
 	ctx    context.Context // cancelled when the server closes
 	cancel context.CancelFunc
