@@ -165,12 +165,6 @@ type codec struct {
 // of them, cost most of the server's CPU.
 func (cd *codec) Encode(sessionID string, ev session.Event) server.Frame {
 	a := ev.Agent
-	if a != nil && a.Type == agent.EventToolExecutionUpdate && a.Partial == nil {
-		// An update from another node's stream that carries no output
-		// (the output goes out at most once a second): sent, it would
-		// blank the output a client shows.
-		return server.Frame{}
-	}
 	if a != nil && a.Type == agent.EventMessageUpdate && a.Update != nil && !cd.delta && a.Message != nil && a.Message.Role == llm.RoleAssistant {
 		switch u := a.Update; u.Type {
 		case llm.EventTextDelta, llm.EventThinkingDelta, llm.EventToolCallDelta:

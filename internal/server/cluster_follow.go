@@ -211,8 +211,10 @@ func (cs *clusterState) feedFor(id string, after uint64) (*Hosted, error) {
 	fd := &feed{seq: after}
 	ctx, cancel := context.WithTimeout(cs.ctx, clusterOpenTimeout)
 	defer cancel()
+	outputs := lastOutputs{}
 	f, err := cs.node.Follow(ctx, id, after, func(e cluster.Event) {
 		if ev, ok := cs.decode(id, e); ok {
+			outputs.fill(&ev)
 			h.fanOut(ev)
 		}
 		fd.advance(e.Seq)

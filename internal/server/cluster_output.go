@@ -5,6 +5,7 @@ import (
 
 	"github.com/agentd-dev/agentd/internal/agent"
 	"github.com/agentd-dev/agentd/internal/session"
+	"github.com/agentd-dev/agentd/internal/tool"
 )
 
 // outputEvery is how often a running call's output goes into the
@@ -23,12 +24,12 @@ type toolOutputs map[string]time.Time
 // evs, the events about to be published: into the update that carried it
 // (the call's newest), when that update is in evs and the call's output
 // did not go out in the last outputEvery. Every other update goes out
-// with no result at all (nil, not the log's empty one), which the faces
-// send no frame for: a client showing each update's output as the
-// output so far would otherwise blank it between two that carry it. An
-// update says nothing else (the call's start and end are events of their
-// own). Events are copied, never changed in place (evs shares its agent
-// events with the session's log).
+// with no result at all (nil, not the log's empty one): the nodes that
+// follow the stream give it the last output they saw (lastOutputs), so
+// a client showing each update's output as the output so far does not
+// see it blanked between two that carry it. Events are copied, never
+// changed in place (evs shares its agent events with the session's
+// log).
 func (o toolOutputs) attach(evs []session.Event, progress []session.ToolProgress, now time.Time) {
 	var newest map[uint64]session.ToolProgress
 	for _, ev := range evs {
@@ -57,5 +58,32 @@ func (o toolOutputs) attach(evs []session.Event, progress []session.ToolProgress
 			}
 		}
 		evs[i].Agent = &c
+	}
+}
+
+// lastOutputs is what a node following a session from the stream keeps
+// of its running calls: the last output that came with an update, by
+// call. Only the follow's callback uses it.
+type lastOutputs map[string]*tool.Result
+
+// fill gives an update that came without output (see attach) the last
+// output of its call, and forgets a call when it ends. ev is a decoded
+// copy of the stream's event, the caller's own.
+func (l lastOutputs) fill(ev *session.Event) {
+	a := ev.Agent
+	if a == nil {
+		return
+	}
+	switch a.Type {
+	case agent.EventToolExecutionUpdate:
+		if a.Partial != nil {
+			l[a.ToolCallID] = a.Partial
+		} else if r, ok := l[a.ToolCallID]; ok {
+			a.Partial = r
+		}
+	case agent.EventToolExecutionEnd:
+		delete(l, a.ToolCallID)
+	case agent.EventAgentEnd:
+		clear(l)
 	}
 }

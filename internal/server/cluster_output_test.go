@@ -211,3 +211,42 @@ func TestClusterRemoteWatcherSeesToolOutput(t *testing.T) {
 		t.Fatal("the run did not end")
 	}
 }
+
+// A node following the stream gives an update that came without output
+// the last output of its call, so no client sees it blanked.
+func TestLastOutputsFill(t *testing.T) {
+	upd := func(call string, text *string) session.Event {
+		ev := toolEvent(agent.EventToolExecutionUpdate, call, 0)
+		ev.Agent.Partial = nil
+		if text != nil {
+			r := tool.TextResult(*text, nil)
+			ev.Agent.Partial = &r
+		}
+		return ev
+	}
+	str := func(s string) *string { return &s }
+	l := lastOutputs{}
+	for i, step := range []struct {
+		ev   session.Event
+		want string
+		none bool // no result at all
+	}{
+		{upd("c1", nil), "", true}, // nothing seen yet
+		{upd("c1", str("a")), "a", false},
+		{upd("c1", nil), "a", false},
+		{upd("c2", nil), "", true},
+		{upd("c1", str("ab")), "ab", false},
+		{upd("c1", nil), "ab", false},
+		{toolEvent(agent.EventToolExecutionEnd, "c1", 0), "", false},
+		{upd("c1", nil), "", true}, // the call ended: nothing kept
+	} {
+		ev := step.ev
+		l.fill(&ev)
+		if ev.Agent.Type != agent.EventToolExecutionUpdate {
+			continue
+		}
+		if got := outputOf(ev); got != step.want || (ev.Agent.Partial == nil) != step.none {
+			t.Errorf("step %d: output %q (result %v), want %q", i, got, ev.Agent.Partial, step.want)
+		}
+	}
+}
