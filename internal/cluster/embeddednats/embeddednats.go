@@ -128,6 +128,13 @@ func Start(cfg Config) (*Server, error) {
 			tc.RootCAs = tc.ClientCAs
 			opts.Cluster.TLSConfig = tc
 			opts.Cluster.TLSTimeout = 5
+		} else {
+			tc, err := secretRouteTLS(cfg.RouteSecret)
+			if err != nil {
+				return nil, fmt.Errorf("embeddednats: route TLS from the route secret: %w", err)
+			}
+			opts.Cluster.TLSConfig = tc
+			opts.Cluster.TLSTimeout = 5
 		}
 		for _, r := range cfg.Routes {
 			u, err := routeURL(r, cfg.RouteSecret)
