@@ -149,7 +149,12 @@ func Start(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("embeddednats: NATS: %w", err)
 	}
 	if cfg.Logger != nil {
-		srv.SetLoggerV2(natsLog{cfg.Logger.With("component", "nats-server")}, false, false, false)
+		// --log-level debug turns on the server's debug notices
+		// (routes connecting and closing, TLS handshakes), a level
+		// below it the protocol trace.
+		ctx := context.Background()
+		srv.SetLoggerV2(natsLog{cfg.Logger.With("component", "nats-server")},
+			cfg.Logger.Enabled(ctx, slog.LevelDebug), cfg.Logger.Enabled(ctx, slog.LevelDebug-4), false)
 	}
 	srv.Start()
 	wait := cfg.ReadyTimeout

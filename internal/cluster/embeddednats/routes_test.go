@@ -19,7 +19,8 @@ type logLines struct {
 	lines []string
 }
 
-func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+// Enabled leaves out the server's debug notices and protocol trace.
+func (l *logLines) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelInfo }
 func (l *logLines) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
