@@ -305,6 +305,7 @@ func (n *Node) nodeRecords(ctx context.Context, kv jetstream.KeyValue) (map[stri
 	cancel()
 	if err != nil && ctx.Err() == nil && (leaderless(err) || expired && errors.Is(err, context.DeadlineExceeded)) {
 		if recs, ok := n.directRecords(ctx, "KV_"+NodeBucket, "$KV."+NodeBucket+"."); ok {
+			n.log.Debug("cluster: the node list was read with direct gets: its listing went unanswered", "err", err)
 			return recs, nil
 		}
 		keys, err = readWhileLeaderless(ctx, list)
