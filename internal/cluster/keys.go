@@ -91,13 +91,22 @@ func (n *Node) fingerprintKey(ctx context.Context) ([]byte, error) {
 
 // keyValue opens the KV bucket of cfg, making it (file storage, the
 // cluster's replicas) if no node has yet.
+//
+// The lookup is a stream info request, which only the stream's leader
+// answers: one sent while the stream elects a leader (a server of the
+// cluster was killed, or the node starts again while the one that led
+// it is gone) is dropped, not refused. Each try has a deadline of its
+// own, so the lookup goes on once a leader exists instead of waiting out
+// ctx (a restarted node's start hung 10 s in it, 1 run in 8 of
+// TestClusterEmbeddedHAKillANode under load).
 func (n *Node) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	kv, err := n.js.KeyValue(ctx, cfg.Bucket)
+	lookup := func(ctx context.Context) (jetstream.KeyValue, error) { return n.js.KeyValue(ctx, cfg.Bucket) }
+	kv, err := readWhileLeaderless(ctx, lookup)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		cfg.Storage, cfg.Replicas = jetstream.FileStorage, n.cfg.Replicas
 		kv, err = n.js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = n.js.KeyValue(ctx, cfg.Bucket)
+			kv, err = readWhileLeaderless(ctx, lookup)
 		}
 	}
 	if err != nil {

@@ -146,7 +146,9 @@ func (n *Node) Announce(ctx context.Context) (*Membership, error) {
 		return nil, err
 	}
 	m := &Membership{n: n, kv: kv, done: make(chan struct{})}
-	if err := m.put(ctx); err != nil {
+	// A node started again while the bucket elects a leader (the server
+	// that led it is the one that died) waits for the election.
+	if _, err := whileLeaderless(ctx, func() (struct{}, error) { return struct{}{}, m.put(ctx) }); err != nil {
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
@@ -258,7 +260,32 @@ func (n *Node) Nodes(ctx context.Context) (map[string]NodeInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys, err := readWhileLeaderless(ctx, func(ctx context.Context) ([]string, error) {
+	recs, err := n.nodeRecords(ctx, kv)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: listing nodes: %w", err)
+	}
+	now := time.Now().UnixMilli()
+	out := map[string]NodeInfo{}
+	for k, b := range recs {
+		var r memberRecord
+		if json.Unmarshal(b, &r) == nil && r.Expires > now {
+			out[k] = NodeInfo{Leaving: r.Leaving, Addr: r.Addr}
+		}
+	}
+	return out, nil
+}
+
+// nodeRecords reads every node's record, by node id. The key listing
+// is a consumer, whose creation only the bucket's leader answers: while
+// the bucket elects one (up to about 10 s after the server that led it
+// died) the listing goes unanswered, and a session created then on a
+// surviving node failed ("listing nodes: context deadline exceeded",
+// TestClusterEmbeddedHAKillANode, 1 run in 10 under load). When the
+// first try goes unanswered, the records are read with direct gets,
+// which every replica answers (directRecords), and only if that fails
+// too is the listing tried again until ctx ends.
+func (n *Node) nodeRecords(ctx context.Context, kv jetstream.KeyValue) (map[string][]byte, error) {
+	list := func(ctx context.Context) ([]string, error) {
 		lister, err := kv.ListKeys(ctx)
 		if err != nil {
 			return nil, err
@@ -271,23 +298,30 @@ func (n *Node) Nodes(ctx context.Context) (map[string]NodeInfo, error) {
 			return nil, err // cut off: the list may be partial
 		}
 		return keys, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cluster: listing nodes: %w", err)
 	}
-	now := time.Now().UnixMilli()
-	out := map[string]NodeInfo{}
+	actx, cancel := context.WithTimeout(ctx, firstAttempt)
+	keys, err := list(actx)
+	expired := actx.Err() != nil
+	cancel()
+	if err != nil && ctx.Err() == nil && (leaderless(err) || expired && errors.Is(err, context.DeadlineExceeded)) {
+		if recs, ok := n.directRecords(ctx, "KV_"+NodeBucket, "$KV."+NodeBucket+"."); ok {
+			n.log.Debug("cluster: the node list was read with direct gets: its listing went unanswered", "err", err)
+			return recs, nil
+		}
+		keys, err = readWhileLeaderless(ctx, list)
+	}
+	if err != nil {
+		return nil, err
+	}
+	recs := map[string][]byte{}
 	for _, k := range keys {
 		e, err := kv.Get(ctx, k)
 		if err != nil {
 			continue // gone meanwhile
 		}
-		var r memberRecord
-		if json.Unmarshal(e.Value(), &r) == nil && r.Expires > now {
-			out[k] = NodeInfo{Leaving: r.Leaving, Addr: r.Addr}
-		}
+		recs[k] = e.Value()
 	}
-	return out, nil
+	return recs, nil
 }
 
 // LeaseOwner reads who holds a session's lease: the node and whether the

@@ -13,10 +13,11 @@ const routeLabel = "agentd cluster route secret v1"
 // (--cluster embedded with --cluster-routes) present to each other on
 // their routes and require of each other: derived from the key's seed,
 // so every node holding the cluster key has it and nobody else does.
-// NATS routes take a user and password only (no nkey challenge), and the
-// password crosses the route as it is: off loopback, routes need TLS
-// (config.Cluster's rules). It reveals nothing of the seed or of the
-// signing key.
+// NATS routes take a user and password only (no nkey challenge), so the
+// password only ever crosses a route inside TLS: off loopback with the
+// configured certificate (config.Cluster's rules), on loopback with one
+// embeddednats derives from this secret. It reveals nothing of the seed
+// or of the signing key.
 func (k *Key) RouteSecret() string {
 	seed, _ := k.kp.Seed()
 	h := hmac.New(sha256.New, seed)

@@ -128,6 +128,13 @@ func Start(cfg Config) (*Server, error) {
 			tc.RootCAs = tc.ClientCAs
 			opts.Cluster.TLSConfig = tc
 			opts.Cluster.TLSTimeout = 5
+		} else {
+			tc, err := secretRouteTLS(cfg.RouteSecret)
+			if err != nil {
+				return nil, fmt.Errorf("embeddednats: route TLS from the route secret: %w", err)
+			}
+			opts.Cluster.TLSConfig = tc
+			opts.Cluster.TLSTimeout = 5
 		}
 		for _, r := range cfg.Routes {
 			u, err := routeURL(r, cfg.RouteSecret)
@@ -142,7 +149,12 @@ func Start(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("embeddednats: NATS: %w", err)
 	}
 	if cfg.Logger != nil {
-		srv.SetLoggerV2(natsLog{cfg.Logger.With("component", "nats-server")}, false, false, false)
+		// --log-level debug turns on the server's debug notices
+		// (routes connecting and closing, TLS handshakes), a level
+		// below it the protocol trace.
+		ctx := context.Background()
+		srv.SetLoggerV2(natsLog{cfg.Logger.With("component", "nats-server")},
+			cfg.Logger.Enabled(ctx, slog.LevelDebug), cfg.Logger.Enabled(ctx, slog.LevelDebug-4), false)
 	}
 	srv.Start()
 	wait := cfg.ReadyTimeout

@@ -2,6 +2,7 @@ package embeddednats
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -19,7 +20,8 @@ type logLines struct {
 	lines []string
 }
 
-func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+// Enabled leaves out the server's debug notices and protocol trace.
+func (l *logLines) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelInfo }
 func (l *logLines) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -62,9 +64,13 @@ func TestRoutesNeedTheSecret(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		cert, key, ca string
+		// refused and told are what n1 and the intruder log: without a
+		// certificate, the TLS derived from another secret fails
+		// before any password is sent.
+		refused, told string
 	}{
-		{name: "plain, on loopback"},
-		{name: "TLS", cert: cert, key: key, ca: ca},
+		{name: "plain, on loopback", refused: "handshake error", told: "handshake error"},
+		{name: "TLS", cert: cert, key: key, ca: ca, refused: "authentication error", told: "Authorization Violation"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r1, r2, r3 := clustertest.FreeAddr(t), clustertest.FreeAddr(t), clustertest.FreeAddr(t)
@@ -87,8 +93,8 @@ func TestRoutesNeedTheSecret(t *testing.T) {
 				t.Errorf("ClusterAddr %q, want %q", got, r1)
 			}
 			s3 := start("intruder", r3, "another-secret", []string{"nats-route://" + r1}, log3)
-			waitUntil(t, "n1 refuses the intruder's route", func() bool { return log1.has("authentication error") })
-			waitUntil(t, "the intruder is told", func() bool { return log3.has("Authorization Violation") })
+			waitUntil(t, "n1 refuses the intruder's route", func() bool { return log1.has(tc.refused) })
+			waitUntil(t, "the intruder is told", func() bool { return log3.has(tc.told) })
 			if n := s3.NumRoutes(); n != 0 {
 				t.Errorf("the intruder has %d routes", n)
 			}
@@ -115,5 +121,49 @@ func TestRoutesRejectBadConfig(t *testing.T) {
 				t.Fatalf("Start: %v, want an error mentioning %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// A server without a certificate never sends the route secret to
+// whatever listens on a route address: here a process that took the port
+// of a node that is down and speaks NATS (the INFO a server sends first).
+// What arrives is a TLS handshake, never a CONNECT with the password.
+func TestRoutesDoNotSendTheSecretToAnImpostor(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	pub, _ := user(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan string, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer c.Close()
+		c.Write([]byte(`INFO {"server_id":"NIMPOSTOR","auth_required":true,"cluster":"agentd"}` + "\r\n"))
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		// A CONNECT would be in clear text, with the password after
+		// the verb; a TLS ClientHello starts with a record header.
+		first := make([]byte, len("CONNECT"))
+		n, _ := io.ReadFull(c, first)
+		got <- string(first[:n])
+	}()
+	const secret = "the-route-secret"
+	s, err := Start(Config{StoreDir: t.TempDir(), ServerName: "n1", Nkey: pub, ClusterName: "agentd",
+		ClusterListen: freeAddr(t), Routes: []string{l.Addr().String()}, RouteSecret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	first := <-got
+	// Closed before Shutdown: a connection the server dials meanwhile
+	// would wait in the backlog for a ServerHello until the TLS timeout.
+	l.Close()
+	if first == "CONNECT" {
+		t.Fatalf("the impostor on a route address got a CONNECT in clear text (%q), with the route secret in it", first)
 	}
 }
