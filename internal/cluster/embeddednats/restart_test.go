@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
+
+	"github.com/agentd-dev/agentd/internal/cluster/clustertest"
 )
 
 // Three servers routed with the TLS derived from the route secret; one
@@ -25,7 +27,7 @@ func TestRoutesSettleAfterARestart(t *testing.T) {
 	const secret = "the-route-secret"
 	var addrs, dirs []string
 	for range 3 {
-		addrs = append(addrs, freeAddr(t))
+		addrs = append(addrs, clustertest.FreeAddr(t))
 		dirs = append(dirs, t.TempDir())
 	}
 	start := func(i int) (*Server, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -154,7 +155,7 @@ func TestRoutesDoNotSendTheSecretToAnImpostor(t *testing.T) {
 	}()
 	const secret = "the-route-secret"
 	s, err := Start(Config{StoreDir: t.TempDir(), ServerName: "n1", Nkey: pub, ClusterName: "agentd",
-		ClusterListen: freeAddr(t), Routes: []string{l.Addr().String()}, RouteSecret: secret})
+		ClusterListen: clustertest.FreeAddr(t), Routes: []string{l.Addr().String()}, RouteSecret: secret})
 	if err != nil {
 		t.Fatal(err)
 	}
