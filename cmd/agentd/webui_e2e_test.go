@@ -85,6 +85,15 @@ func wuOpen(t *testing.T, browser context.Context, s *svServer) *wuPage {
 	return p
 }
 
+// wuType types text into the element sel, as chromedp.SendKeys does
+// (focus, then a key event per character). SendKeys itself reads the
+// node's attributes without the node's lock (chromedp v0.23.0,
+// query.go), which the race detector reported when the page changed an
+// attribute of the node meanwhile; Focus reads only the node's id.
+func wuType(sel, text string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(chromedp.Focus(chromedp.CSS(sel), chromedp.NodeVisible), chromedp.KeyEvent(text))
+}
+
 func (p *wuPage) run(actions ...chromedp.Action[chromedp.Void]) {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeout(p.ctx, wuWait+5*time.Second)
@@ -171,7 +180,7 @@ func (p *wuPage) newConversation(name string) {
 	p.until("the model list", `document.querySelectorAll('#new-model option').length > 0`)
 	// Models without a key are listed too, greyed out, saying why.
 	p.until("an unusable model with its reason", `[...document.querySelectorAll('#new-model option:disabled')].some((o) => /not usable: .*key/i.test(o.textContent)) && document.querySelector('#new-model option:checked:enabled') !== null`)
-	p.run(chromedp.SendKeys(chromedp.CSS("#new-name"), name))
+	p.run(wuType("#new-name", name))
 	p.run(chromedp.Click(chromedp.CSS(`#new-form button[type=submit]`)))
 	p.until("the conversation", `location.hash.startsWith('#/c/web-') && !document.getElementById('prompt').disabled && document.getElementById('conv-title').textContent === `+js(name))
 	p.until("the event stream", `document.getElementById('state').textContent === 'idle'`)
@@ -180,7 +189,7 @@ func (p *wuPage) newConversation(name string) {
 // send types a prompt and presses Enter.
 func (p *wuPage) send(text string) {
 	p.t.Helper()
-	p.run(chromedp.Focus(chromedp.CSS("#prompt")), chromedp.SendKeys(chromedp.CSS("#prompt"), text+"\r"))
+	p.run(chromedp.Focus(chromedp.CSS("#prompt")), wuType("#prompt", text+"\r"))
 }
 
 func (p *wuPage) count(s string) int {
@@ -288,7 +297,7 @@ func TestWebUIConversation(t *testing.T) {
 		p.send("CMD:echo rejected-command")
 		p.until("the approval card", `document.querySelector('.approval button[data-action=reject]') !== null`)
 		p.run(chromedp.Click(chromedp.CSS(`.approval button[data-action=reject]`)),
-			chromedp.SendKeys(chromedp.CSS(`.approval-feedback`), "not on my machine"),
+			wuType(`.approval-feedback`, "not on my machine"),
 			chromedp.Click(chromedp.CSS(`.approval button[data-action=reject]`)))
 		p.until("the card gone", `document.querySelector('.approval') === null`)
 		p.until("the rejection", shows("not on my machine"))
@@ -355,7 +364,7 @@ func TestWebUIConversation(t *testing.T) {
 
 		p.send("ASK:form")
 		p.until("the form", `document.querySelector('.elicit input[type=number]') !== null`)
-		p.run(chromedp.SendKeys(chromedp.CSS(`.elicit input[type=number]`), "2"), chromedp.Click(chromedp.CSS(`.elicit button[type=submit]`)))
+		p.run(wuType(`.elicit input[type=number]`, "2"), chromedp.Click(chromedp.CSS(`.elicit button[type=submit]`)))
 		p.until("the form gone", `document.querySelector('.elicit') === null`)
 		p.until("idle", stateIs("idle"))
 		if !strings.Contains(wuEval[string](p, `[...document.querySelectorAll('.tool-output')].map(e => e.textContent).join('|')`), "12") {
@@ -397,11 +406,11 @@ func TestWebUIConversation(t *testing.T) {
 		p.run(chromedp.Click(chromedp.CSS("#rename")))
 		p.until("the name field", `document.querySelector('#conv-title input') !== null`)
 		wuEval[bool](p, `(document.querySelector('#conv-title input').value = '') === ''`)
-		p.run(chromedp.SendKeys(chromedp.CSS("#conv-title input"), "renamed chat\r"))
+		p.run(wuType("#conv-title input", "renamed chat\r"))
 		p.until("the new name", `document.getElementById('conv-title').textContent === 'renamed chat'`)
 		p.until("the new name in the list", `[...document.querySelectorAll('.conv-name')].some(e => e.textContent.startsWith('renamed chat'))`)
 
-		p.run(chromedp.SendKeys(chromedp.CSS("#search"), "renamed"))
+		p.run(wuType("#search", "renamed"))
 		p.until("the search", `[...document.querySelectorAll('.conv-name')].map(e => e.textContent).join('|') === 'renamed chat'`)
 		wuEval[bool](p, `(document.getElementById('search').value = '') === ''`)
 
@@ -579,10 +588,10 @@ func TestWebUITokenLogin(t *testing.T) {
 	s := svStartInProc(t, e, "--token", "webui-secret-0123456789")
 	p := wuOpen(t, browser, s)
 	p.until("the login form", `!document.getElementById('login').hidden && document.getElementById('app').hidden`)
-	p.run(chromedp.SendKeys(chromedp.CSS("#login-token"), "wrong"), chromedp.Click(chromedp.CSS(`#login-form button[type=submit]`)))
+	p.run(wuType("#login-token", "wrong"), chromedp.Click(chromedp.CSS(`#login-form button[type=submit]`)))
 	p.until("the refusal", `document.getElementById('login-error').textContent.includes('not accepted')`)
 	wuEval[bool](p, `(document.getElementById('login-token').value = '') === ''`)
-	p.run(chromedp.SendKeys(chromedp.CSS("#login-token"), "webui-secret-0123456789"),
+	p.run(wuType("#login-token", "webui-secret-0123456789"),
 		chromedp.Click(chromedp.CSS(`#login-form button[type=submit]`)))
 	p.until("the app", `!document.getElementById('app').hidden && document.getElementById('login').hidden`)
 	p.run(chromedp.Reload())

@@ -178,7 +178,7 @@ func TestWebUIWelcome(t *testing.T) {
 		p.shot("welcome-phone")
 		p.run(chromedp.Click(chromedp.CSS("#welcome-start")))
 		p.until("the new conversation form", `!document.getElementById('new-form-wrap').hidden && document.querySelector('#new-model option:checked:enabled') !== null`)
-		p.run(chromedp.SendKeys(chromedp.CSS("#new-name"), "from a phone"),
+		p.run(wuType("#new-name", "from a phone"),
 			chromedp.Click(chromedp.CSS(`#new-form button[type=submit]`)))
 		p.until("the conversation", `document.getElementById('conv-title').textContent === 'from a phone' && !document.getElementById('prompt').disabled`)
 		p.send("hello from the welcome")
@@ -316,7 +316,7 @@ func TestWebUIApprovalKeys(t *testing.T) {
 	p.until("running", stateIs("running"))
 	// (chromedp's Enter leaves its char event's newline in the box.)
 	wuEval[bool](p, `(document.getElementById('prompt').value = '') === ''`)
-	p.run(chromedp.SendKeys(chromedp.CSS("#prompt"), "draft"))
+	p.run(wuType("#prompt", "draft"))
 	close(release)
 	p.until("the card", `document.querySelector('.approval button[data-action=run]') !== null`)
 	p.run(chromedp.KeyEvent("y"))
@@ -395,7 +395,7 @@ func TestWebUIToolState(t *testing.T) {
 	p.run(chromedp.Click(chromedp.CSS("#new-conv")))
 	p.until("faux/echo offered", `document.querySelector('#new-model option[value="faux/echo"]:enabled') !== null`)
 	p.run(chromedp.SetValue(chromedp.CSS("#new-model"), "faux/echo"), chromedp.SetValue(chromedp.CSS("#new-thinking"), "off"),
-		chromedp.SendKeys(chromedp.CSS("#new-name"), "think"), chromedp.Click(chromedp.CSS(`#new-form button[type=submit]`)))
+		wuType("#new-name", "think"), chromedp.Click(chromedp.CSS(`#new-form button[type=submit]`)))
 	p.until("the conversation", `document.getElementById('conv-title').textContent === 'think' && document.getElementById('conv-model').textContent === 'faux/echo · thinking off'`)
 	p.run(chromedp.SetValue(chromedp.CSS("#prompt"), "/think\nponder this"), chromedp.Focus(chromedp.CSS("#prompt")), chromedp.KeyEvent("\r"))
 	p.until("the answer", shows("You said: ponder this"))
