@@ -176,12 +176,14 @@ func (f *Follow) read(ctx context.Context, n *Node, it jetstream.MessagesContext
 			continue
 		}
 		// A batch's events one at a time; those at or below the cursor
-		// (a follow resumed inside a batch) were delivered already.
-		for _, ev := range evs {
+		// (a follow resumed inside a batch) were delivered already. All
+		// but the last are marked More.
+		for i, ev := range evs {
 			if ev.Seq <= *maxSeq {
 				continue
 			}
 			*maxSeq = ev.Seq
+			ev.More = i < len(evs)-1
 			deliver(ev)
 		}
 	}

@@ -37,6 +37,10 @@ type Event struct {
 	Node      string // the publishing node
 	StreamSeq uint64 // position in the stream, for diagnostics
 	Data      []byte
+	// More says that Follow delivers more events of the same stream
+	// message right after this one: a subscriber's queue may hold this
+	// event's frame for them and send them together.
+	More bool
 }
 
 // Publish appends a session event to the stream. This node must hold the

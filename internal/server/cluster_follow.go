@@ -215,7 +215,7 @@ func (cs *clusterState) feedFor(id string, after uint64) (*Hosted, error) {
 	f, err := cs.node.Follow(ctx, id, after, func(e cluster.Event) {
 		if ev, ok := cs.decode(id, e); ok {
 			outputs.fill(&ev)
-			h.fanOut(ev)
+			h.fanOutFed(ev, !e.More)
 		}
 		fd.advance(e.Seq)
 	})

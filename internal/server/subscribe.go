@@ -218,7 +218,16 @@ func (s *Server) unsubscribeAll(c *Client, ids []string) {
 
 // fanOut sends one session event to the subscribers. It runs on the
 // session's emitting goroutine: it encodes once per codec and only queues.
-func (h *Hosted) fanOut(ev session.Event) {
+func (h *Hosted) fanOut(ev session.Event) { h.fanOutFed(ev, false) }
+
+// fanOutFed is fanOut of an event a remote feed delivered (cluster
+// follow): with now, its frame goes out at once rather than after its
+// Linger, taking along the frames of the events that came with it. Such
+// an event has waited a round trip to the stream already, and those that
+// came in the same stream message are its company: lingering after them
+// (StreamLinger, a timer that fires late on a loaded machine) only added
+// to how far a watcher on another node trails the session.
+func (h *Hosted) fanOutFed(ev session.Event, now bool) {
 	h.subMu.Lock()
 	defer h.subMu.Unlock()
 	if len(h.subs) == 0 {
@@ -256,6 +265,9 @@ func (h *Hosted) fanOut(ev session.Event) {
 		}
 		if ev.Seq > sub.after {
 			sub.after = ev.Seq
+			if now {
+				f.Linger = 0
+			}
 			c.SendFrame(f)
 		}
 	}
