@@ -125,6 +125,43 @@ func TestBatchMixedWithSingleEvents(t *testing.T) {
 	}
 }
 
+// Follow marks every event of a stream message but its last More (a
+// subscriber's frame of the last one goes out at once and takes the
+// others along), also when it resumes inside a batch.
+func TestFollowMarksMore(t *testing.T) {
+	a, b, ctx := pair(t)
+	acquire(ctx, t, a, "s1")
+	tests := []struct {
+		after uint64
+		ends  []uint64
+	}{{0, []uint64{5, 6, 9}}, {2, []uint64{5, 6, 9}}, {5, []uint64{6, 9}}, {7, []uint64{9}}}
+	cols := make([]*collector, len(tests))
+	for i, tc := range tests {
+		cols[i] = newCollector()
+		f, err := b.Follow(ctx, "s1", tc.after, cols[i].deliver)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Stop()
+	}
+	for _, r := range [][2]uint64{{1, 5}, {6, 6}, {7, 9}} {
+		if _, err := a.PublishEvents(ctx, "s1", evRange(r[0], r[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, tc := range tests {
+		if got, want := cols[i].waitFor(t, 9), seqRange(tc.after+1, 9); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("follow after %d: %v, want %v", tc.after, got, want)
+		}
+		cols[i].mu.Lock()
+		ends := slices.Clone(cols[i].ends)
+		cols[i].mu.Unlock()
+		if fmt.Sprint(ends) != fmt.Sprint(tc.ends) {
+			t.Errorf("follow after %d: delivered without More %v, want %v", tc.after, ends, tc.ends)
+		}
+	}
+}
+
 // A flush larger than a message goes as several, each under the byte and
 // count bounds; an event larger than the byte bound goes alone.
 func TestBatchSplitAtTheBound(t *testing.T) {

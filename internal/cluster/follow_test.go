@@ -17,6 +17,7 @@ import (
 type collector struct {
 	mu   sync.Mutex
 	seqs []uint64
+	ends []uint64 // the seqs delivered without More: each message's last
 	more chan struct{}
 }
 
@@ -25,6 +26,9 @@ func newCollector() *collector { return &collector{more: make(chan struct{}, 1)}
 func (c *collector) deliver(e Event) {
 	c.mu.Lock()
 	c.seqs = append(c.seqs, e.Seq)
+	if !e.More {
+		c.ends = append(c.ends, e.Seq)
+	}
 	c.mu.Unlock()
 	select {
 	case c.more <- struct{}{}:
