@@ -26,6 +26,15 @@ import (
 // length of its data as uvarints, then the data. A message without the
 // header is one event, as every message was before batches: readers take
 // both (parseEvents).
+//
+// One message per session is in flight, not several: the fence of the
+// next needs the stream position the last one got. A fence that needs no
+// answer (every message expecting this owner's own marker on another
+// subject, Nats-Expected-Last-Subject-Sequence-Subject) would not do:
+// a replicated stream refuses a second message while one under the same
+// expected subject is in process, and a standalone server drops a message
+// when its ingest queue is full (429) while accepting the next, so a
+// later batch could be stored, and followed, without an earlier one.
 
 const (
 	hdrBatch = "Agentd-Batch"
