@@ -47,28 +47,28 @@ const (
 // modified; the partial message of message_update changes after the
 // callback returns, so a consumer that keeps it must Clone it.
 type Event struct {
-	Type        EventType
-	Message     *llm.Message
-	Update      *llm.Event
-	ToolResults []*llm.Message
-	Messages    []*llm.Message
+	Type        EventType      `json:",omitzero"`
+	Message     *llm.Message   `json:",omitzero"`
+	Update      *llm.Event     `json:",omitzero"`
+	ToolResults []*llm.Message `json:",omitzero"`
+	Messages    []*llm.Message `json:",omitzero"`
 
-	ToolCallID string
-	ToolName   string
-	Args       json.RawMessage
-	Result     *tool.Result
-	Partial    *tool.Result
-	IsError    bool
+	ToolCallID string          `json:",omitzero"`
+	ToolName   string          `json:",omitzero"`
+	Args       json.RawMessage `json:",omitzero"`
+	Result     *tool.Result    `json:",omitzero"`
+	Partial    *tool.Result    `json:",omitzero"`
+	IsError    bool            `json:",omitzero"`
 	// Duration is how long the tool ran (tool_execution_end); 0 for a
 	// call that did not run (refused, not found, aborted before it
 	// started).
-	Duration time.Duration
+	Duration time.Duration `json:",omitzero"`
 
-	Steering []string
-	FollowUp []string
+	Steering []string `json:",omitzero"`
+	FollowUp []string `json:",omitzero"`
 
 	// Err is the typed error of an assistant message that ended with
 	// stopReason error or aborted (message_end only); retry and
 	// compaction branch on its kind.
-	Err *llm.Error
+	Err *llm.Error `json:",omitzero"`
 }

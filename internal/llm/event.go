@@ -26,14 +26,14 @@ const (
 // (and changes) until the stream ends: take Message.Clone to keep a
 // snapshot.
 type Event struct {
-	Type         EventType
-	ContentIndex int
+	Type         EventType `json:",omitzero"`
+	ContentIndex int       `json:",omitzero"`
 	// Delta is the new text, thinking or raw tool-argument JSON of a *_delta event.
-	Delta string
+	Delta string `json:",omitzero"`
 	// Content is the full text or thinking of a text_end / thinking_end event.
-	Content string
+	Content string `json:",omitzero"`
 	// ToolCall is the finished call of a toolcall_end event, arguments parsed.
-	ToolCall *Content
+	ToolCall *Content `json:",omitzero"`
 	// Reason is the stop reason of a done or error event.
-	Reason StopReason
+	Reason StopReason `json:",omitzero"`
 }
