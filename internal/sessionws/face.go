@@ -124,6 +124,9 @@ func New(srv *server.Server, o Options) (*Face, error) {
 	o.fill()
 	v := sync.OnceValues(func() (*validator, error) { return newValidator(schemaJSON) })
 	f := &Face{srv: srv, opt: o, schema: v, watches: map[*server.Hosted]*watch{}, subjects: map[string]int{}}
+	if err := srv.Register(f.registry()); err != nil {
+		return nil, err
+	}
 	srv.OnShutdown(func(time.Duration) { f.shutdown() })
 	return f, nil
 }
@@ -181,7 +184,18 @@ func (f *Face) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	h, err := f.srv.SessionFor(lctx, id, who)
+	var h *server.Hosted
+	if f.srv.RunsElsewhere(lctx, id) {
+		// Served here from the cluster's stream; the session's node says
+		// whether who may watch it (cluster.go), within askTimeout: a
+		// node that died holds the session until its lease expires.
+		err = f.visibleElsewhere(ctx, id, who)
+		if err != nil {
+			f.srv.Logger().Debug("sessionws: the session's node refused a watch", "session", id, "err", err)
+		}
+	} else {
+		h, err = f.srv.SessionFor(lctx, id, who)
+	}
 	cancel()
 	if err != nil {
 		e := protocolError("session_not_found", "Session "+id+" does not exist", nil, f.opt.Now())
