@@ -290,6 +290,7 @@ func (f *Face) awayWatchFor(c *conn, s *seed) *watch {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.closing {
+		f.aways[w] = struct{}{}
 		f.wg.Add(1)
 		go func() {
 			defer f.wg.Done()
@@ -351,4 +352,12 @@ func messageOf(err error) string {
 		return fe.Message
 	}
 	return "Internal error"
+}
+
+// stopAway stops the watch of a session another node runs.
+func (f *Face) stopAway(w *watch) {
+	f.mu.Lock()
+	delete(f.aways, w)
+	f.mu.Unlock()
+	w.stopOnce.Do(func() { close(w.stop) })
 }

@@ -349,7 +349,7 @@ func (c *conn) leave(bye func(seq uint64) []byte) {
 	}
 	if w.away != nil {
 		c.f.srv.UnwatchAfterEvents(c.client, c.id, bye)
-		w.stopOnce.Do(func() { close(w.stop) })
+		c.f.stopAway(w)
 		return
 	}
 	w.remove(c)

@@ -114,6 +114,7 @@ type Face struct {
 
 	mu       sync.Mutex
 	watches  map[*server.Hosted]*watch
+	aways    map[*watch]struct{} // watches of sessions other nodes run (cluster.go)
 	subjects map[string]int // connections per subject
 	closing  bool
 	wg       sync.WaitGroup // watches' goroutines
@@ -123,7 +124,7 @@ type Face struct {
 func New(srv *server.Server, o Options) (*Face, error) {
 	o.fill()
 	v := sync.OnceValues(func() (*validator, error) { return newValidator(schemaJSON) })
-	f := &Face{srv: srv, opt: o, schema: v, watches: map[*server.Hosted]*watch{}, subjects: map[string]int{}}
+	f := &Face{srv: srv, opt: o, schema: v, watches: map[*server.Hosted]*watch{}, aways: map[*watch]struct{}{}, subjects: map[string]int{}}
 	if err := srv.Register(f.registry()); err != nil {
 		return nil, err
 	}
@@ -305,6 +306,10 @@ func (f *Face) shutdown() {
 	f.closing = true
 	for h, w := range f.watches {
 		delete(f.watches, h)
+		w.stopOnce.Do(func() { close(w.stop) })
+	}
+	for w := range f.aways {
+		delete(f.aways, w)
 		w.stopOnce.Do(func() { close(w.stop) })
 	}
 	f.mu.Unlock()
