@@ -115,7 +115,7 @@ type Face struct {
 	mu       sync.Mutex
 	watches  map[*server.Hosted]*watch
 	aways    map[*watch]struct{} // watches of sessions other nodes run (cluster.go)
-	subjects map[string]int // connections per subject
+	subjects map[string]int      // connections per subject
 	closing  bool
 	wg       sync.WaitGroup // watches' goroutines
 }
