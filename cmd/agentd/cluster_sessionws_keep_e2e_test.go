@@ -134,6 +134,12 @@ func TestClusterSessionWSKeepsItsConnectionWhenTheOwnerGoes(t *testing.T) {
 			if !strings.Contains(ws.dump(0), "on-the-next-owner") {
 				t.Logf("the next run's output is not in a completed message:\n%s", ws.dump(endAt))
 			}
+			// Deleted through C: the connection A serves from the stream is
+			// told and closed, as one on the session's node.
+			c.must("delete_session", svM{"id": "del", "sessionId": sid})
+			if code, _ := ws.waitClosed(); code != 4004 {
+				t.Errorf("the connection through A closed with %d after the session was deleted, want 4004", code)
+			}
 			if tc.interrupted {
 				if got := strings.Join(svLines(t, filepath.Join(e.cwd, "run.log")), ","); got != "start" {
 					t.Errorf("run.log reads %q: the interrupted tool ran again", got)

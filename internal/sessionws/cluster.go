@@ -361,3 +361,25 @@ func (f *Face) stopAway(w *watch) {
 	f.mu.Unlock()
 	w.stopOnce.Do(func() { close(w.stop) })
 }
+
+// deletedElsewhere closes the connections of a deleted session this
+// node serves from the cluster's stream, as a hosted session's watch
+// does when it is gone (4004): a session deleted through any face on any
+// node (the pipeline's lifecycle events reach every node of a cluster).
+func (f *Face) deletedElsewhere(ev pipeline.Event) {
+	if ev.Type != pipeline.CommandFinished || !ev.Success || ev.SessionID == "" ||
+		(ev.Command != "delete_session" && ev.Command != "rest.delete") {
+		return
+	}
+	f.mu.Lock()
+	var conns []*conn
+	for w := range f.aways {
+		if w.id == ev.SessionID {
+			conns = append(conns, w.away.c)
+		}
+	}
+	f.mu.Unlock()
+	for _, c := range conns {
+		c.fail(closeNotFound, protocolError("session_not_found", "Session "+ev.SessionID+" was deleted", nil, f.opt.Now()))
+	}
+}

@@ -128,6 +128,7 @@ func New(srv *server.Server, o Options) (*Face, error) {
 	if err := srv.Register(f.registry()); err != nil {
 		return nil, err
 	}
+	srv.OnLifecycle(f.deletedElsewhere) // cluster.go
 	srv.OnShutdown(func(time.Duration) { f.shutdown() })
 	return f, nil
 }
