@@ -244,6 +244,7 @@ func (c *conn) subscribeAway(after *uint64) {
 	err := c.ask(ctx, "sessionws.watch", watchPayload{After: from}, &server.WatchOrigin{Who: c.who, Client: c.client, Codec: w, Hold: hold}, &res)
 	if err != nil {
 		hold.Release()
+		c.leave(nil) // not subscribed: the watch would send progress to nobody
 		c.refuseAway(err)
 		return
 	}
