@@ -134,6 +134,22 @@ func TestClusterSessionWSKeepsItsConnectionWhenTheOwnerGoes(t *testing.T) {
 			if !strings.Contains(ws.dump(0), "on-the-next-owner") {
 				t.Logf("the next run's output is not in a completed message:\n%s", ws.dump(endAt))
 			}
+			next := "C"
+			if clStatus(t, nodes["A"]).Leases > 0 {
+				next = "A" // its client moved from A's feed onto the session A hosts now
+			}
+			// query_state through A: the state A keeps of what it sent, as of
+			// the run's end.
+			at := ws.mark()
+			ws.send(map[string]any{"type": "query_state"})
+			_, snap := ws.waitType(at, "state_snapshot")
+			if snap.str("state") != "completed" || snap.seq() < last.seq() {
+				t.Errorf("query_state through A after the run on the next owner: %s", e2eClip(snap.raw, 400))
+			}
+			if cps, _ := snap.m["checkpoints"].([]any); len(cps) == 0 {
+				t.Errorf("query_state through A has no checkpoints: %s", e2eClip(snap.raw, 400))
+			}
+
 			// Deleted through C: the connection A serves from the stream is
 			// told and closed, as one on the session's node.
 			c.must("delete_session", svM{"id": "del", "sessionId": sid})
@@ -145,8 +161,8 @@ func TestClusterSessionWSKeepsItsConnectionWhenTheOwnerGoes(t *testing.T) {
 					t.Errorf("run.log reads %q: the interrupted tool ran again", got)
 				}
 			}
-			t.Logf("fault table: %s of the owner, per-session WebSocket client of another node: 3 runs, %d state changes, lost %d, duplicated %d, re-run 0; the connection stayed open and saw the run end %v after (lease 10s)",
-				tc.name, len(truth), lost, dup, ended.Round(100*time.Millisecond))
+			t.Logf("fault table: %s of the owner, per-session WebSocket client of another node: 3 runs, %d state changes, lost %d, duplicated %d, re-run 0; the connection stayed open and saw the run end %v after (lease 10s); next owner %s",
+				tc.name, len(truth), lost, dup, ended.Round(100*time.Millisecond), next)
 		})
 	}
 }
