@@ -117,7 +117,7 @@ func TestClusterSessionWSKeepsItsConnectionWhenTheOwnerGoes(t *testing.T) {
 			var lastSeq uint64
 			for _, m := range ws.all() {
 				switch m.typ() {
-				case "status_change", "completed", "error", "input_required", "input_received":
+				case "status_change", "completed", "error", "input_required", "input_received", "progress_update":
 					if m.seq() < lastSeq {
 						t.Errorf("seq goes back: %d after %d: %s", m.seq(), lastSeq, e2eClip(m.raw, 200))
 					}
@@ -126,6 +126,15 @@ func TestClusterSessionWSKeepsItsConnectionWhenTheOwnerGoes(t *testing.T) {
 						got = append(got, m.seq())
 					}
 				}
+			}
+			progress := 0
+			for _, m := range ws.all()[endAt:] {
+				if m.typ() == "progress_update" {
+					progress++
+				}
+			}
+			if progress == 0 {
+				t.Errorf("no progress_update through A after the next owner took over:\n%s", ws.dump(endAt))
 			}
 			lost, dup := clTally(truth, got)
 			if lost != 0 || dup != 0 {
