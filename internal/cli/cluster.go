@@ -157,9 +157,10 @@ func clusterMetrics(reg *metrics.Registry, srv *server.Server) error {
 // sessionOfRequest is the session an HTTP request names: a REST
 // conversation or a per-session WebSocket; "" for none, and for a
 // request every node serves itself (a conversation's event stream, fed
-// from the cluster's stream: convapi.ServedEverywhere).
+// from the cluster's stream: convapi.ServedEverywhere, and a session's
+// WebSocket: sessionws.ServedEverywhere).
 func sessionOfRequest(r *http.Request) string {
-	if convapi.ServedEverywhere(r) {
+	if convapi.ServedEverywhere(r) || sessionws.ServedEverywhere(r) {
 		return ""
 	}
 	for _, prefix := range []string{"/api/v2/conversations/", "/api/conversations/", sessionws.SessionsPath, sessionws.ConversionsPath} {

@@ -148,8 +148,8 @@ func TestAdvertised(t *testing.T) {
 
 // The session an HTTP request names: the REST face's conversations (both
 // prefixes) and the per-session WebSockets; nothing else. A
-// conversation's event stream is served on every node (from the
-// cluster's stream), never passed on.
+// conversation's event stream and a session's WebSocket are served on
+// every node (from the cluster's stream), never passed on.
 func TestSessionOfRequest(t *testing.T) {
 	tests := []struct{ path, want string }{
 		{"/api/v2/conversations/s1", "s1"},
@@ -157,8 +157,9 @@ func TestSessionOfRequest(t *testing.T) {
 		{"/api/conversations/s1/events", ""},
 		{"/api/v2/conversations/s1/events/x", "s1"},
 		{"/api/conversations/s2/messages", "s2"},
-		{"/api/v1/ws/sessions/s3", "s3"},
-		{"/api/v1/ws/conversions/s4", "s4"},
+		{"/api/v1/ws/sessions/s3", ""},
+		{"/api/v1/ws/conversions/s4", ""},
+		{"/api/v1/ws/sessions/s3/x", "s3"},
 		{"/api/v2/conversations", ""},
 		{"/api/v2/conversations/", ""},
 		{"/api/v2/sessions/s1", ""},

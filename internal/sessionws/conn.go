@@ -18,7 +18,7 @@ type conn struct {
 	f      *Face
 	ws     *server.WebSocket
 	client *server.Client
-	h      *server.Hosted
+	h      *server.Hosted // nil for a session another cluster node runs (cluster.go)
 	id     string
 	who    server.Principal
 	remote string
@@ -29,6 +29,9 @@ type conn struct {
 
 	mu    sync.Mutex
 	watch *watch // while subscribed
+	// seeded is the owner's reading of a session another node runs,
+	// for a query_state before the client subscribed.
+	seeded *trackedView
 	// sent are the times of the messages of the last second, for the
 	// rate limit.
 	sent []time.Time
@@ -181,10 +184,40 @@ func (c *conn) sendError(e *errorMsg) {
 	if e.SessionID == "" {
 		e.SessionID = c.id
 	}
-	c.f.srv.SendAfterEvents(c.client, c.h, func(seq uint64) []byte {
+	c.afterEvents(func(seq uint64) []byte {
 		e.Seq = &seq
 		return encode(e)
 	})
+}
+
+// afterEvents queues the frame build makes from the seq of the last
+// event frame queued to the client (server.SendAfterEvents), wherever
+// its subscription is: on the hosted session, or, for a session another
+// node runs, this node's feed of it or the session once taken over here.
+func (c *conn) afterEvents(build func(seq uint64) []byte) {
+	h := c.h
+	if h == nil {
+		h = c.f.srv.Watched(c.client, c.id)
+	}
+	if h == nil {
+		c.client.Send(build(0))
+		return
+	}
+	c.f.srv.SendAfterEvents(c.client, h, build)
+}
+
+// view is what the connection reads of its session: the hosted session,
+// or the view its watch keeps of one another node runs.
+func (c *conn) view() view {
+	if c.h != nil {
+		return hostedView{c.h}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.watch != nil {
+		return c.watch.v
+	}
+	return c.seeded
 }
 
 // handle answers one client message.
@@ -223,12 +256,20 @@ func (c *conn) handle(b []byte) {
 	case "pong":
 		// A sign of life, counted already.
 	case "query_state":
+		if c.h == nil {
+			c.queryStateAway(now)
+			return
+		}
 		snap := c.snapshot(now)
 		c.f.srv.SendAfterEvents(c.client, c.h, func(seq uint64) []byte {
 			snap.Seq = max(snap.Seq, seq)
 			return encode(snap)
 		})
 	case "provide_input":
+		if c.h == nil {
+			c.provideInputAway(body, now)
+			return
+		}
 		c.provideInput(body, now)
 	}
 }
@@ -240,6 +281,10 @@ func (c *conn) subscribe(body map[string]any) {
 	if v, ok := body["after_seq"].(float64); ok {
 		a := uint64(v)
 		after = &a
+	}
+	if c.h == nil {
+		c.subscribeAway(after)
+		return
 	}
 	gone := func() {
 		c.fail(closeNotFound, protocolError("session_not_found", "Session "+c.id+" does not exist", nil, c.f.opt.Now()))
@@ -302,6 +347,11 @@ func (c *conn) leave(bye func(seq uint64) []byte) {
 		}
 		return
 	}
+	if w.away != nil {
+		c.f.srv.UnwatchAfterEvents(c.client, c.id, bye)
+		c.f.stopAway(w)
+		return
+	}
 	w.remove(c)
 	if bye != nil {
 		c.f.srv.UnsubscribeAfterEvents(c.client, c.h, bye)
@@ -316,13 +366,26 @@ func (c *conn) leave(bye func(seq uint64) []byte) {
 func (c *conn) provideInput(body map[string]any, now time.Time) {
 	data, _ := body["input_data"].(map[string]any)
 	qid, _ := body["question_id"].(string)
-	sess := c.h.Session()
+	qid, e := c.f.answer(c.h, qid, data, now)
+	if e != nil {
+		c.sendError(e)
+		return
+	}
+	c.f.srv.SendAfterEvents(c.client, c.h, func(seq uint64) []byte {
+		return encode(&inputReceivedMsg{Type: "input_received", SessionID: c.id, QuestionID: qid, Timestamp: stamp(now), Seq: seq})
+	})
+}
+
+// answer gives question qid of hosted session h (the only one pending
+// when qid is "") the answer data, or says why not: provide_input on the
+// session's node, for a client of this node or of another (cluster.go).
+func (f *Face) answer(h *server.Hosted, qid string, data map[string]any, now time.Time) (string, *errorMsg) {
+	sess := h.Session()
 	if qid == "" {
 		pending := sess.Interactions()
 		switch len(pending) {
 		case 0:
-			c.sendError(protocolError("no_pending_input", "Session "+c.id+" is not waiting for input", nil, now))
-			return
+			return "", protocolError("no_pending_input", "Session "+h.ID()+" is not waiting for input", nil, now)
 		case 1:
 			qid = pending[0].ID
 		default:
@@ -330,36 +393,29 @@ func (c *conn) provideInput(body map[string]any, now time.Time) {
 			for i, p := range pending {
 				ids[i] = p.ID
 			}
-			c.sendError(protocolError("invalid_message_format", strconv.Itoa(len(pending))+" questions are pending: name one with question_id", map[string]any{"pending_questions": ids}, now))
-			return
+			return "", protocolError("invalid_message_format", strconv.Itoa(len(pending))+" questions are pending: name one with question_id", map[string]any{"pending_questions": ids}, now)
 		}
 	}
 	req, ok := sess.InteractionByID(qid)
 	if !ok {
-		c.mu.Lock()
-		w := c.watch
-		c.mu.Unlock()
+		f.mu.Lock()
+		w := f.watches[h]
+		f.mu.Unlock()
 		if w != nil {
 			if by, known := w.resolution(qid); known {
-				c.sendError(answerError(qid, &interaction.ResolvedError{ID: qid, By: by}, now))
-				return
+				return "", answerError(qid, &interaction.ResolvedError{ID: qid, By: by}, now)
 			}
 		}
-		c.sendError(protocolError("question_not_found", "Question "+qid+" is not pending (it was answered, timed out or never asked)", map[string]any{"question_id": qid}, now))
-		return
+		return "", protocolError("question_not_found", "Question "+qid+" is not pending (it was answered, timed out or never asked)", map[string]any{"question_id": qid}, now)
 	}
 	resp, verr := responseOf(req, data)
 	if verr != nil {
-		c.sendError(verr.message(now))
-		return
+		return "", verr.message(now)
 	}
 	if err := sess.Answer(qid, resp); err != nil {
-		c.sendError(answerError(qid, err, now))
-		return
+		return "", answerError(qid, err, now)
 	}
-	c.f.srv.SendAfterEvents(c.client, c.h, func(seq uint64) []byte {
-		return encode(&inputReceivedMsg{Type: "input_received", SessionID: c.id, QuestionID: qid, Timestamp: stamp(now), Seq: seq})
-	})
+	return qid, nil
 }
 
 // answerError tells a client why its answer was not taken.

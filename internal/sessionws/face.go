@@ -114,7 +114,8 @@ type Face struct {
 
 	mu       sync.Mutex
 	watches  map[*server.Hosted]*watch
-	subjects map[string]int // connections per subject
+	aways    map[*watch]struct{} // watches of sessions other nodes run (cluster.go)
+	subjects map[string]int      // connections per subject
 	closing  bool
 	wg       sync.WaitGroup // watches' goroutines
 }
@@ -123,7 +124,11 @@ type Face struct {
 func New(srv *server.Server, o Options) (*Face, error) {
 	o.fill()
 	v := sync.OnceValues(func() (*validator, error) { return newValidator(schemaJSON) })
-	f := &Face{srv: srv, opt: o, schema: v, watches: map[*server.Hosted]*watch{}, subjects: map[string]int{}}
+	f := &Face{srv: srv, opt: o, schema: v, watches: map[*server.Hosted]*watch{}, aways: map[*watch]struct{}{}, subjects: map[string]int{}}
+	if err := srv.Register(f.registry()); err != nil {
+		return nil, err
+	}
+	srv.OnLifecycle(f.deletedElsewhere) // cluster.go
 	srv.OnShutdown(func(time.Duration) { f.shutdown() })
 	return f, nil
 }
@@ -181,7 +186,18 @@ func (f *Face) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	h, err := f.srv.SessionFor(lctx, id, who)
+	var h *server.Hosted
+	if f.srv.RunsElsewhere(lctx, id) {
+		// Served here from the cluster's stream; the session's node says
+		// whether who may watch it (cluster.go), within askTimeout: a
+		// node that died holds the session until its lease expires.
+		err = f.visibleElsewhere(ctx, id, who)
+		if err != nil {
+			f.srv.Logger().Debug("sessionws: the session's node refused a watch", "session", id, "err", err)
+		}
+	} else {
+		h, err = f.srv.SessionFor(lctx, id, who)
+	}
 	cancel()
 	if err != nil {
 		e := protocolError("session_not_found", "Session "+id+" does not exist", nil, f.opt.Now())
@@ -291,6 +307,10 @@ func (f *Face) shutdown() {
 	f.closing = true
 	for h, w := range f.watches {
 		delete(f.watches, h)
+		w.stopOnce.Do(func() { close(w.stop) })
+	}
+	for w := range f.aways {
+		delete(f.aways, w)
 		w.stopOnce.Do(func() { close(w.stop) })
 	}
 	f.mu.Unlock()

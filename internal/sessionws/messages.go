@@ -277,9 +277,9 @@ func totalSteps(s server.Step) *int {
 
 // progress is the session's progress now, ordered after event seq.
 func (w *watch) progress(seq uint64, now time.Time) *progressMsg {
-	st := w.h.Status()
+	st := w.v.Status()
 	d := detailsOf(st, now)
-	for _, r := range w.h.Session().Interactions() {
+	for _, r := range w.v.Interactions() {
 		d.PendingQuestions = append(d.PendingQuestions, r.ID)
 	}
 	return &progressMsg{Type: "progress_update", SessionID: w.id, Timestamp: stamp(now), Seq: seq,
@@ -290,16 +290,17 @@ func (w *watch) progress(seq uint64, now time.Time) *progressMsg {
 // snapshot is query_state's answer: the status, the history of state
 // changes, and what waits on a person.
 func (c *conn) snapshot(now time.Time) *snapshotMsg {
-	st := c.h.Status()
+	v := c.view()
+	st := v.Status()
 	d := detailsOf(st, now)
-	hist := c.h.History()
+	hist := v.History()
 	cps := make([]checkpoint, len(hist))
 	for i, tr := range hist {
 		cps[i] = checkpoint{Version: tr.Version, State: tr.New, PreviousState: tr.Old, Reason: tr.Reason, CreatedAt: stamp(tr.Time), Seq: tr.Seq, EntryID: tr.EntryID}
 	}
-	w := &watch{f: c.f, h: c.h, id: c.id}
+	w := &watch{f: c.f, h: c.h, v: v, id: c.id}
 	var pending []*inputRequiredMsg
-	for _, r := range c.h.Session().Interactions() {
+	for _, r := range v.Interactions() {
 		pending = append(pending, w.inputRequired(r, st.Seq, now))
 		d.PendingQuestions = append(d.PendingQuestions, r.ID)
 	}
@@ -308,7 +309,7 @@ func (c *conn) snapshot(now time.Time) *snapshotMsg {
 	}
 	return &snapshotMsg{Type: "state_snapshot", SessionID: c.id, Timestamp: stamp(now), Seq: st.Seq, State: st.State,
 		CurrentStep: st.Step.ID, StepTitle: st.Step.Title, StepIndex: st.Step.Index, TotalSteps: totalSteps(st.Step),
-		ProgressPercentage: st.Step.Percent, Message: st.Activity, CreatedAt: stamp(c.h.Created()), UpdatedAt: stamp(st.Updated),
+		ProgressPercentage: st.Step.Percent, Message: st.Activity, CreatedAt: stamp(v.Created()), UpdatedAt: stamp(st.Updated),
 		Checkpoints: cps, PendingInputs: pending, Details: d}
 }
 
@@ -342,5 +343,5 @@ func (w *watch) inputRequired(r interaction.Request, seq uint64, now time.Time) 
 		left = &s
 	}
 	return &inputRequiredMsg{Type: "input_required", SessionID: w.id, Timestamp: stamp(now), Seq: seq,
-		SuspendedAtStep: w.h.Status().Step.ID, Prompt: promptOf(r), TimeoutSeconds: left}
+		SuspendedAtStep: w.v.Status().Step.ID, Prompt: promptOf(r), TimeoutSeconds: left}
 }

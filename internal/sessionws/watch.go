@@ -16,8 +16,12 @@ import (
 // interval, coalesced to the latest.
 type watch struct {
 	f  *Face
-	h  *server.Hosted
+	h  *server.Hosted // nil for a session another node runs
+	v  view
 	id string
+	// away is set for a session another node runs: the watch of one
+	// connection, fed from the cluster's stream (cluster.go).
+	away *awayWatch
 
 	refs     int // subscribed connections; under f.mu
 	stop     chan struct{}
@@ -41,7 +45,7 @@ type watch struct {
 }
 
 func newWatch(f *Face, h *server.Hosted) *watch {
-	w := &watch{f: f, h: h, id: h.ID(), stop: make(chan struct{}), kick: make(chan struct{}, 1),
+	w := &watch{f: f, h: h, v: hostedView{h}, id: h.ID(), stop: make(chan struct{}), kick: make(chan struct{}, 1),
 		resolved: map[string]interaction.ResolvedBy{}, conns: map[*conn]struct{}{}}
 	w.lastSeq = h.Session().Seq()
 	w.lastRev.Store(h.StatusRev())
@@ -55,13 +59,16 @@ const maxResolved = 256
 // message for. For a live event it runs on the session's emitting
 // goroutine, after the layer's status took the event in.
 func (w *watch) Encode(_ string, ev session.Event) server.Frame {
+	if w.away != nil {
+		w.away.view.observe(ev)
+	}
 	w.mu.Lock()
 	live := ev.Seq > w.lastSeq
 	if live {
 		w.lastSeq = ev.Seq
 	}
 	w.mu.Unlock()
-	if live && w.h.StatusRev() != w.lastRev.Load() {
+	if live && w.v.StatusRev() != w.lastRev.Load() {
 		select {
 		case w.kick <- struct{}{}:
 		default:
@@ -79,7 +86,7 @@ func (w *watch) Encode(_ string, ev session.Event) server.Frame {
 			return server.Frame{}
 		}
 		// Replayed or live, only a question still waiting is asked.
-		req, ok := w.h.Session().InteractionByID(ev.Interaction.Request.ID)
+		req, ok := w.v.InteractionByID(ev.Interaction.Request.ID)
 		if !ok {
 			return server.Frame{}
 		}
@@ -93,7 +100,7 @@ func (w *watch) Encode(_ string, ev session.Event) server.Frame {
 		// replay has the event's text.
 		e := &server.RunError{Message: ev.ErrorMessage}
 		if live {
-			if st := w.h.Status(); st.Run != nil && st.Run.Error != nil {
+			if st := w.v.Status(); st.Run != nil && st.Run.Error != nil {
 				e = st.Run.Error
 			}
 		}
@@ -110,7 +117,7 @@ func (w *watch) Encode(_ string, ev session.Event) server.Frame {
 // transition is a state change's messages: status_change, preceded by
 // error for a failed run and followed by completed for a run's end.
 func (w *watch) transition(ev session.Event, now time.Time) server.Frame {
-	tr, ok := w.h.TransitionAt(ev.Seq)
+	tr, ok := w.v.TransitionAt(ev.Seq)
 	if !ok {
 		// Older than the history kept: the event alone.
 		tr = server.Transition{Seq: ev.Seq, Time: now, Old: string(ev.Previous), New: string(ev.State)}
@@ -193,11 +200,15 @@ func (w *watch) loop() {
 			timer.Stop()
 		}
 	}()
+	var gone <-chan struct{} // never, for a session another node runs
+	if w.h != nil {
+		gone = w.h.Gone()
+	}
 	for {
 		select {
 		case <-w.stop:
 			return
-		case <-w.h.Gone():
+		case <-gone:
 			w.gone()
 			return
 		case <-w.kick:
@@ -211,7 +222,7 @@ func (w *watch) loop() {
 			select {
 			case <-w.stop:
 				return
-			case <-w.h.Gone():
+			case <-gone:
 				w.gone()
 				return
 			case <-timer.C:
@@ -223,8 +234,16 @@ func (w *watch) loop() {
 }
 
 func (w *watch) publishProgress() {
-	rev := w.h.StatusRev()
-	w.f.srv.Publish(w.h, w, func() server.Frame {
+	rev := w.v.StatusRev()
+	h := w.h
+	if w.away != nil {
+		// Where its connection's subscription is now: this node's feed
+		// of the session, or the session once this node took it over.
+		if h = w.f.srv.Watched(w.away.c.client, w.id); h == nil {
+			return
+		}
+	}
+	w.f.srv.Publish(h, w, func() server.Frame {
 		w.mu.Lock()
 		seq := w.lastSeq
 		w.mu.Unlock()
