@@ -170,6 +170,9 @@ func (cs *clusterState) replaySince(h *Hosted, after uint64) ([]session.Event, b
 	if after > h.sess.Seq() {
 		return nil, false // a cursor this session never issued
 	}
+	if cs.s.tooFarBack(h.sess.Seq(), after) {
+		return nil, false
+	}
 	ctx, cancel := context.WithTimeout(cs.ctx, clusterOpenTimeout)
 	defer cancel()
 	evs, err := cs.node.Replay(ctx, h.id, after)

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"testing"
+)
+
+// A client resuming an event stream names where it resumes from
+// (Last-Event-ID or ?after=): it may name any seq, 0 included. The owner
+// replays from its event log, which holds --event-log-size events, and
+// tells a client whose cursor is older to reload (resync). A node serving
+// the stream of a conversation another node runs replays from the
+// cluster's event stream, which keeps every event for as long as the
+// operator says (by default for ever): it must refuse the same cursors
+// the owner does, or one request with Last-Event-ID: 0 makes it read and
+// hold the conversation's whole history, and every stream another copy.
+func TestClusterSSEOldCursorAsTheOwner(t *testing.T) {
+	t.Parallel()
+	const logSize = 8
+	e := e2eNewEnv(t, e2eOpts{})
+	_, nodes := clStartExternal(t, e, "--event-log-size", fmt.Sprint(logSize))
+	id := clSessionOn("B", "A", "B", "C")
+	rsOK(t, nodes["B"], "PUT", rsConvPath(id), map[string]any{})
+	// Grow the conversation well past what the logs and the bound on the
+	// stream's replay (two logs: one more for a takeover's jump) reach.
+	st := rsOpen(t, nodes["B"], rsConvPath(id)+"/events")
+	st.waitType(0, "connected")
+	for i := 0; ; i++ {
+		from := st.mark()
+		rsOK(t, nodes["B"], "POST", rsConvPath(id), map[string]any{"role": "user", "content": fmt.Sprintf("message %d", i)})
+		_, ev := st.waitFor(from, "an event of the message", func(e rsEvent) bool { return e.id != "" && e.typ() != "ping" })
+		if seq, _, _ := clEventID(ev.id); seq > 6*logSize {
+			break
+		}
+	}
+
+	for _, via := range []string{"B", "C"} {
+		t.Run("via "+via, func(t *testing.T) {
+			st := rsOpen(t, nodes[via], rsConvPath(id)+"/events", "Last-Event-ID", "0")
+			_, conn := st.waitType(0, "connected")
+			ping, _ := st.waitType(0, "ping")
+			resync := false
+			for _, ev := range st.snapshot()[:ping] {
+				resync = resync || ev.typ() == "resync"
+			}
+			if !resync {
+				t.Errorf("no resync before the first ping of a stream resumed at 0, the conversation at seq %d: %s", conn.num("seq"), st.dump(0))
+			}
+			// Whatever was replayed came before the next live event.
+			from := st.mark()
+			rsOK(t, nodes["B"], "POST", rsConvPath(id), map[string]any{"role": "user", "content": "one more"})
+			st.waitFor(from, "a live event", func(e rsEvent) bool { return e.id != "" && e.typ() != "ping" })
+			n := 0
+			for _, ev := range st.snapshot() {
+				if seq, _, ok := clEventID(ev.id); ok && ev.typ() != "ping" && ev.typ() != "resync" && ev.typ() != "connected" && seq < conn.num("seq") {
+					n++
+				}
+			}
+			if n > 0 {
+				t.Errorf("%d events replayed from before the stream opened, the cursor 0 beyond the event log's %d: %s", n, logSize, st.dump(0))
+			}
+		})
+	}
+}
