@@ -111,7 +111,10 @@ func (cs *clusterState) subscribeRemote(c *Client, id string, codec Codec, after
 	h.subMu.Lock()
 	h.subs[c] = sub
 	h.subMu.Unlock()
-	c.watch(id)
+	if !c.watch(id) {
+		cs.s.unsubscribeAll(c, []string{id}) // stops the feed if nobody else watches
+		return Subscribed{Seq: *after}
+	}
 	ctx, cancel := context.WithTimeout(cs.ctx, clusterOpenTimeout)
 	missed, err := cs.node.Replay(ctx, id, *after)
 	cancel()
