@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/agentd-dev/agentd/internal/server"
 )
 
 // A client resuming an event stream names where it resumes from
@@ -106,4 +111,61 @@ func TestClusterSSEEventBeyondMaxPayload(t *testing.T) {
 	from := st.mark()
 	rsOK(t, nodes["B"], "POST", rsConvPath(id), map[string]any{"role": "user", "content": "after the big one"})
 	st.waitFor(from, "the message after the big one on node C", func(e rsEvent) bool { return strings.Contains(e.raw, "after the big one") })
+}
+
+// An attachment's stream served on another node is not one of its
+// streams on the owner, so the owner counts the attachment idle while
+// its client streams: the owner's table of attachments (10000, the ones
+// idle the longest evicted first, those with streams never) drops it
+// first when a client floods the table with streams opened and closed on
+// any conversation of the owner. The victim's next request naming its
+// attachment (a step) then finds none, its stream still open. A stream
+// served by the owner itself is safe from the flood, and now so is one
+// served elsewhere: the owner evicts those last.
+func TestClusterSSEAttachmentSurvivesAFlood(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	_, nodes := clStartExternal(t, e)
+	victim := clSessionOn("B", "A", "B", "C")
+	flood := ""
+	for i := 0; flood == ""; i++ {
+		if o := fmt.Sprintf("s-flood-%d", i); server.PlaceSession(o, clABC) == "B" {
+			flood = o
+		}
+	}
+	rsOK(t, nodes["B"], "PUT", rsConvPath(victim), map[string]any{})
+	rsOK(t, nodes["B"], "PUT", rsConvPath(flood), map[string]any{})
+	st := rsOpen(t, nodes["C"], rsConvPath(victim)+"/events")
+	_, conn := st.waitType(0, "connected")
+	sid := conn.str("session_id")
+
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10000/8+10; i++ {
+				ctx, cancel := context.WithCancel(context.Background())
+				req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+nodes["B"].loopback()+rsConvPath(flood)+"/events", nil)
+				resp, err := http.DefaultClient.Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	// A request on the owner naming the attachment: a stream of it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+nodes["B"].loopback()+rsConvPath(victim)+"/events?session_id="+sid, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("the owner dropped attachment %s, its stream still open on node C: %d", sid, resp.StatusCode)
+	}
 }
