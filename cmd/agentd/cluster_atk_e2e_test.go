@@ -71,22 +71,15 @@ func TestClusterSSEOldCursorAsTheOwner(t *testing.T) {
 
 // A message larger than NATS's max_payload (1 MB by default) is an event
 // no single stream message can carry. A client may send one (a request
-// body may be --max-frame-bytes, 10 MB): the conversation's later events
-// must still reach the streams other nodes serve.
-//
-// They do not: the owner's publisher retries the oversized event for
-// ever, each attempt waiting out its publish timeout ("publishing event
-// 2 of session ...: context deadline exceeded" every ~10 s), and every
-// later event of the conversation waits behind it: watchers on other
-// nodes see nothing more, and a node taking the conversation over after
-// the owner dies finds none of them in the stream. A model reaches it
-// too (a tool result with a large image). The fix is not local: the
-// publisher needs a stand-in for an event no message can carry that
-// every face's follower turns into "reload" (REST has resync; pi-server
-// and sessionws need theirs), or cluster.PublishEvents must split one
-// event over several messages as the transcript store does.
+// body may be --max-frame-bytes, 10 MB), a model too (a tool result with
+// a large image): the conversation's later events must still reach the
+// streams other nodes serve. The owner's publisher retried the event for
+// ever, each attempt waiting out its publish timeout, and every later
+// event waited behind it: watchers on other nodes saw nothing more, and
+// a node taking the conversation over found none of them in the stream.
+// Now the owner leaves that one event out of the stream (its clients of
+// other nodes read it with the conversation).
 func TestClusterSSEEventBeyondMaxPayload(t *testing.T) {
-	t.Skip("open: an event larger than NATS's max_payload stalls the conversation's cluster stream for good (see above)")
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
 	_, nodes := clStartExternal(t, e)
