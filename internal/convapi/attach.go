@@ -24,6 +24,10 @@ type attachment struct {
 	// streams are the event streams attached now, closed when the
 	// attachment or its conversation is deleted.
 	streams map[*server.Client]struct{}
+	// elsewhere: a stream of it was opened on another cluster node
+	// (rest.watch), which this node's streams do not count; it is
+	// evicted after those that were never streamed anywhere else.
+	elsewhere bool
 	// autoAlways and autoNext are PUT's auto_confirm: every step from this
 	// attachment confirms its calls, or its first step confirms the next
 	// autoNext calls.
@@ -204,7 +208,10 @@ func (a *attachments) sweepLocked(now time.Time) {
 	}
 }
 
-// evictLocked drops the n attachments without streams idle the longest.
+// evictLocked drops the n attachments without streams idle the longest,
+// those streamed on another node last: their streams are not counted
+// here, and a client opening and closing streams here must not push out
+// the attachment another node streams now.
 func (a *attachments) evictLocked(n int) {
 	var idle []*attachment
 	for _, at := range a.byID {
@@ -212,7 +219,12 @@ func (a *attachments) evictLocked(n int) {
 			idle = append(idle, at)
 		}
 	}
-	sort.Slice(idle, func(i, j int) bool { return idle[i].last.Before(idle[j].last) })
+	sort.Slice(idle, func(i, j int) bool {
+		if idle[i].elsewhere != idle[j].elsewhere {
+			return !idle[i].elsewhere
+		}
+		return idle[i].last.Before(idle[j].last)
+	})
 	for i := 0; i < n && i < len(idle); i++ {
 		delete(a.byID, idle[i].id)
 	}

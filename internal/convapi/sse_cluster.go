@@ -91,6 +91,9 @@ func (s *Server) runWatch(_ context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, remote := c.cmd.Origin.(*server.Remote); remote {
+		s.att.update(at.id, func(at *attachment) { at.elsewhere = true })
+	}
 	return watchAnswer{Attachment: at.id, Connected: s.snapshot(c.h, at.id, sub), TooOld: sub.TooOld}, nil
 }
 

@@ -177,6 +177,7 @@ type Client struct {
 	closing  bool
 	cl       Close
 	watching map[string]struct{}
+	detached bool // detach took watching: watch adds no more
 	maxQueue int64
 	pending  int
 	dropped  bool // cut off: the queue was discarded and uncounted
@@ -585,6 +586,7 @@ func (c *Client) writeLoop(transport string) {
 // detach unregisters the client and its subscriptions.
 func (c *Client) detach(transport string) {
 	c.mu.Lock()
+	c.detached = true
 	ids := make([]string, 0, len(c.watching))
 	for id := range c.watching {
 		ids = append(ids, id)
@@ -594,10 +596,18 @@ func (c *Client) detach(transport string) {
 	c.srv.removeClient(c, transport)
 }
 
-func (c *Client) watch(id string) {
+// watch records that c watches session id, so that its detach
+// unsubscribes it; false once the client has detached (a command that
+// subscribes it was answered after it went): the caller unsubscribes it
+// itself (unsubscribeAll), or the subscription outlives the client.
+func (c *Client) watch(id string) bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.detached {
+		return false
+	}
 	c.watching[id] = struct{}{}
-	c.mu.Unlock()
+	return true
 }
 
 func (c *Client) forget(id string) {

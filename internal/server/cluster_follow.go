@@ -111,7 +111,10 @@ func (cs *clusterState) subscribeRemote(c *Client, id string, codec Codec, after
 	h.subMu.Lock()
 	h.subs[c] = sub
 	h.subMu.Unlock()
-	c.watch(id)
+	if !c.watch(id) {
+		cs.s.unsubscribeAll(c, []string{id}) // stops the feed if nobody else watches
+		return Subscribed{Seq: *after}
+	}
 	ctx, cancel := context.WithTimeout(cs.ctx, clusterOpenTimeout)
 	missed, err := cs.node.Replay(ctx, id, *after)
 	cancel()
@@ -169,6 +172,9 @@ func (cs *clusterState) decode(id string, e cluster.Event) (session.Event, bool)
 func (cs *clusterState) replaySince(h *Hosted, after uint64) ([]session.Event, bool) {
 	if after > h.sess.Seq() {
 		return nil, false // a cursor this session never issued
+	}
+	if cs.s.tooFarBack(h.sess.Seq(), after) {
+		return nil, false
 	}
 	ctx, cancel := context.WithTimeout(cs.ctx, clusterOpenTimeout)
 	defer cancel()

@@ -55,13 +55,14 @@ type Remote struct {
 
 // Subscribe records that the command's client watches h from after (from
 // now when nil) and answers as Server.Subscribe would: the stream keeps
-// every event, so any cursor up to the last event resumes.
+// every event, so any cursor up to the last event resumes, unless it is
+// further back than a replay reaches (tooFarBack).
 func (r *Remote) Subscribe(h *Hosted, after *uint64) Subscribed {
 	cur := h.sess.Seq()
 	res := Subscribed{Seq: cur}
 	from := cur
 	if after != nil {
-		if *after > cur {
+		if *after > cur || h.srv.tooFarBack(cur, *after) {
 			res.TooOld = true
 		} else {
 			from, res.Resumed = *after, true

@@ -127,10 +127,20 @@ func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 		// keeps none) as it comes, at most once a second a call.
 		shown.attach(evs, h.sess.ToolProgress(), time.Now())
 		out := make([]cluster.Event, 0, len(evs))
+		limit := cs.node.MaxEventBytes()
 		for _, ev := range evs {
 			b, err := json.Marshal(ev)
 			if err != nil {
 				cs.s.log.Error("cluster: encoding an event", "session", h.id, "seq", ev.Seq, "err", err)
+				continue
+			}
+			if len(b) > limit {
+				// No message carries it (a client's 2 MB message, a large
+				// image in a tool result): retried, it held back every
+				// later event of the session for good. Clients of other
+				// nodes miss it, and read it with the conversation.
+				cs.s.log.Warn("cluster: an event larger than a stream message is not published; clients of other nodes miss it",
+					"session", h.id, "seq", ev.Seq, "type", ev.Type, "bytes", len(b), "limit", limit)
 				continue
 			}
 			out = append(out, cluster.Event{Seq: ev.Seq, Data: b})

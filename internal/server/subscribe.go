@@ -135,7 +135,10 @@ func (s *Server) Subscribe(c *Client, h *Hosted, codec Codec, after *uint64, hol
 	h.subMu.Lock()
 	h.subs[c] = sub
 	h.subMu.Unlock()
-	c.watch(h.id)
+	if !c.watch(h.id) {
+		s.unsubscribeAll(c, []string{h.id})
+		return Subscribed{Seq: h.sess.Seq()}
+	}
 
 	var missed []session.Event
 	ok := false
