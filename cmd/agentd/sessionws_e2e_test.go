@@ -681,7 +681,10 @@ func TestSessionWSTwoClientsSeeTheSame(t *testing.T) {
 func TestSessionWSHeartbeat(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
-	s := svStart(t, e, "--ws-heartbeat", "150ms")
+	// 500 ms: a client is closed after two intervals without a sign of
+	// life, and at 150 ms a loaded CI machine (race detector, load 35)
+	// held the answering client's reader past 300 ms once.
+	s := svStart(t, e, "--ws-heartbeat", "500ms")
 	schema := swSchema(t, s)
 	id, _ := swSession(t, s)
 
@@ -698,7 +701,7 @@ func TestSessionWSHeartbeat(t *testing.T) {
 	silent.pause()
 
 	seen := 0
-	deadline := time.Now().Add(1500 * time.Millisecond)
+	deadline := time.Now().Add(2500 * time.Millisecond)
 	for time.Now().Before(deadline) {
 		for _, m := range live.all()[seen:] {
 			if m.typ() == "ping" {
@@ -716,7 +719,7 @@ func TestSessionWSHeartbeat(t *testing.T) {
 		}
 	}
 	if pings < 3 {
-		t.Fatalf("%d JSON pings in 1.5 s at 150 ms", pings)
+		t.Fatalf("%d JSON pings in 2.5 s at 500 ms", pings)
 	}
 	silent.resume()
 	if code, reason := silent.waitClosed(); code != websocket.StatusGoingAway || !strings.Contains(reason, "Heartbeat") {
