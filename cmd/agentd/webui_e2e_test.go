@@ -226,7 +226,11 @@ func (p *wuPage) newConversation(name string) {
 // send types a prompt and presses Enter.
 func (p *wuPage) send(text string) {
 	p.t.Helper()
-	p.run(chromedp.Focus(chromedp.CSS("#prompt")), wuType("#prompt", text+"\r"))
+	// Enter with wuPress: a character of its own (chromedp.KeyEvent)
+	// came after the message went, and landed wherever the focus was by
+	// then; on an approval card that had appeared and taken the focus,
+	// it pressed Run.
+	p.run(chromedp.Focus(chromedp.CSS("#prompt")), wuType("#prompt", text), wuPress("\r"))
 }
 
 func (p *wuPage) count(s string) int {
