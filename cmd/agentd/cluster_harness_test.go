@@ -269,3 +269,12 @@ func clFollow(nodes clNodes, id, sid string) *svConn {
 	c.must("switch_session", svM{"id": name + "-switch", "sessionId": sid})
 	return c
 }
+
+// clStarted says whether the tool a test runs wrote its first line,
+// "start", to run.log in the working directory. The file exists a moment
+// before the line is in it (the shell opens it, then writes): a node
+// killed in between takes the tool with it, and run.log stays empty.
+func clStarted(e *e2eEnv) bool {
+	b, err := os.ReadFile(filepath.Join(e.cwd, "run.log"))
+	return err == nil && string(b) == "start\n"
+}

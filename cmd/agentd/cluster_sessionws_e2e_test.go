@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,10 +29,7 @@ func TestClusterSessionWSResumesAcrossAKill9(t *testing.T) {
 	ws.subscribe(sid, nil)
 	c.send(svM{"id": "p1", "type": "prompt", "sessionId": sid, "message": "CMD:echo start >> run.log; sleep 120"})
 	ws.waitFor(0, "the run starting, through A", swIsState("running"))
-	svWaitUntil(t, "the tool runs on B", func() bool {
-		_, err := os.Stat(filepath.Join(e.cwd, "run.log"))
-		return err == nil
-	})
+	svWaitUntil(t, "the tool runs on B", func() bool { return clStarted(e) })
 
 	nodes["B"].kill9()
 	killed := time.Now()

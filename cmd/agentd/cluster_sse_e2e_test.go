@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -116,10 +115,7 @@ func TestClusterSSEKeepsItsStreamWhenTheOwnerGoes(t *testing.T) {
 			}
 			from := st.mark()
 			rsOK(t, nodes["C"], "POST", rsConvPath(id)+"/step", map[string]any{"session_id": sid, "auto_confirm": true})
-			svWaitUntil(t, "the tool runs on B", func() bool {
-				_, err := os.Stat(filepath.Join(e.cwd, "run.log"))
-				return err == nil && st.mark() > from
-			})
+			svWaitUntil(t, "the tool runs on B", func() bool { return clStarted(e) && st.mark() > from })
 			var cursor uint64 // the last event before B went
 			for _, ev := range st.snapshot() {
 				if seq, _, ok := clEventID(ev.id); ok && seq > cursor {

@@ -39,8 +39,11 @@ import (
 const (
 	// svWait bounds every wait for a frame or an exit.
 	svWait = 30 * time.Second
-	// svReadyWait bounds the wait for the "listening" log line.
-	svReadyWait = 10 * time.Second
+	// svReadyWait bounds the wait for the "listening" log line. A node
+	// of a cluster of embedded NATS servers listens once JetStream has a
+	// meta leader: with -race on a loaded 2-core machine, that election
+	// alone took 7 s and node A listened 10.2 s after it started.
+	svReadyWait = 30 * time.Second
 )
 
 // svM is a command or any JSON object.

@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/agentd-dev/agentd/internal/llm/wiremock"
 )
@@ -92,6 +95,40 @@ func wuOpen(t *testing.T, browser context.Context, s *svServer) *wuPage {
 // attribute of the node meanwhile; Focus reads only the node's id.
 func wuType(sel, text string) chromedp.Action[chromedp.Void] {
 	return chromedp.Steps(chromedp.Focus(chromedp.CSS(sel), chromedp.NodeVisible), chromedp.KeyEvent(text))
+}
+
+// wuPress presses keys as a browser does for a person: a key's keydown
+// carries its character, so a page that takes the keydown
+// (preventDefault) gets no character from it. chromedp.KeyEvent sends
+// the character as an event of its own, a round trip after the
+// keydown; by then the keydown may have moved the focus (an approval
+// card answered gives it to the message box, Reject to the reason box),
+// and the character lands there: a stray "y" in the message box kept
+// the next card from taking the focus (TestWebUIApprovalKeys, 1 run in
+// 3 with -race on a loaded machine).
+func wuPress(keys string, opts ...chromedp.KeyOption) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		for _, r := range keys {
+			evs := kb.Encode(r)
+			for _, k := range evs {
+				for _, o := range opts {
+					o(k)
+				}
+			}
+			for i, k := range evs {
+				if k.Type == kb.KeyChar {
+					continue // its text went with the keydown
+				}
+				if k.Type == kb.KeyDown && i+1 < len(evs) && evs[i+1].Type == kb.KeyChar && k.Modifiers&^int64(chromedp.ModifierShift) == 0 {
+					k.Text, k.UnmodifiedText = evs[i+1].Text, evs[i+1].UnmodifiedText
+				}
+				if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, *k); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
 }
 
 func (p *wuPage) run(actions ...chromedp.Action[chromedp.Void]) {
@@ -189,7 +226,11 @@ func (p *wuPage) newConversation(name string) {
 // send types a prompt and presses Enter.
 func (p *wuPage) send(text string) {
 	p.t.Helper()
-	p.run(chromedp.Focus(chromedp.CSS("#prompt")), wuType("#prompt", text+"\r"))
+	// Enter with wuPress: a character of its own (chromedp.KeyEvent)
+	// came after the message went, and landed wherever the focus was by
+	// then; on an approval card that had appeared and taken the focus,
+	// it pressed Run.
+	p.run(chromedp.Focus(chromedp.CSS("#prompt")), wuType("#prompt", text), wuPress("\r"))
 }
 
 func (p *wuPage) count(s string) int {
