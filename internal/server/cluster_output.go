@@ -23,40 +23,41 @@ type toolOutputs map[string]time.Time
 // attach puts the latest output of the running calls in progress into
 // evs, the events about to be published: into the update that carried it
 // (the call's newest), when that update is in evs and the call's output
-// did not go out in the last outputEvery. Every other update goes out
-// with no result at all (nil, not the log's empty one): the nodes that
-// follow the stream give it the last output they saw (lastOutputs), so
+// did not go out in the last outputEvery. Every other update goes out as
+// the log keeps it, with an empty result: the nodes that follow the
+// stream give it the last output they saw of its call (lastOutputs), so
 // a client showing each update's output as the output so far does not
-// see it blanked between two that carry it. Events are copied, never
-// changed in place (evs shares its agent events with the session's
-// log).
+// see it blanked between two that carry it, and a node of the previous
+// version reads it as it always did. Events are copied, never changed in
+// place (evs shares its agent events with the session's log).
 func (o toolOutputs) attach(evs []session.Event, progress []session.ToolProgress, now time.Time) {
-	var newest map[uint64]session.ToolProgress
 	for _, ev := range evs {
 		if a := ev.Agent; a != nil && a.Type == agent.EventToolExecutionEnd {
 			delete(o, a.ToolCallID)
 		}
 	}
-	if len(progress) > 0 {
-		newest = make(map[uint64]session.ToolProgress, len(progress))
-		for _, p := range progress {
-			newest[p.Seq] = p
-		}
+	if len(progress) == 0 {
+		return
+	}
+	newest := make(map[uint64]session.ToolProgress, len(progress))
+	for _, p := range progress {
+		newest[p.Seq] = p
 	}
 	for i, ev := range evs {
 		a := ev.Agent
 		if a == nil || a.Type != agent.EventToolExecutionUpdate {
 			continue
 		}
-		c := *a
-		c.Partial = nil
 		p, ok := newest[ev.Seq]
-		if ok && p.ToolCallID == a.ToolCallID {
-			if at, sent := o[p.ToolCallID]; !sent || now.Sub(at) >= outputEvery {
-				o[p.ToolCallID] = now
-				c.Partial = p.Partial
-			}
+		if !ok || p.ToolCallID != a.ToolCallID {
+			continue
 		}
+		if at, sent := o[p.ToolCallID]; sent && now.Sub(at) < outputEvery {
+			continue
+		}
+		o[p.ToolCallID] = now
+		c := *a
+		c.Partial = p.Partial
 		evs[i].Agent = &c
 	}
 }
@@ -67,8 +68,10 @@ func (o toolOutputs) attach(evs []session.Event, progress []session.ToolProgress
 type lastOutputs map[string]*tool.Result
 
 // fill gives an update that came without output (see attach) the last
-// output of its call, and forgets a call when it ends. ev is a decoded
-// copy of the stream's event, the caller's own.
+// output of its call, and forgets a call when it ends. An update's output
+// is the whole output so far, which never goes back to nothing, so an
+// empty one is one without. ev is a decoded copy of the stream's event,
+// the caller's own.
 func (l lastOutputs) fill(ev *session.Event) {
 	a := ev.Agent
 	if a == nil {
@@ -76,8 +79,8 @@ func (l lastOutputs) fill(ev *session.Event) {
 	}
 	switch a.Type {
 	case agent.EventToolExecutionUpdate:
-		if a.Partial != nil {
-			l[a.ToolCallID] = a.Partial
+		if p := a.Partial; p != nil && (len(p.Content) > 0 || p.Details != nil) {
+			l[a.ToolCallID] = p
 		} else if r, ok := l[a.ToolCallID]; ok {
 			a.Partial = r
 		}

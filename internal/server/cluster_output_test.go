@@ -90,8 +90,8 @@ func TestToolOutputsAttach(t *testing.T) {
 				if len(logged[i].Partial.Content) != 0 {
 					t.Errorf("event %d: the log's copy was changed", i)
 				}
-				if ev.Agent.Type == agent.EventToolExecutionUpdate && tc.want[i] == "" && ev.Agent.Partial != nil {
-					t.Errorf("event %d goes out with a result %+v, want none", i, ev.Agent.Partial)
+				if ev.Agent.Type == agent.EventToolExecutionUpdate && tc.want[i] == "" && ev.Agent.Partial != logged[i].Partial {
+					t.Errorf("event %d goes out with a result %+v, want the log's", i, ev.Agent.Partial)
 				}
 			}
 		})
@@ -216,8 +216,7 @@ func TestClusterRemoteWatcherSeesToolOutput(t *testing.T) {
 // the last output of its call, so no client sees it blanked.
 func TestLastOutputsFill(t *testing.T) {
 	upd := func(call string, text *string) session.Event {
-		ev := toolEvent(agent.EventToolExecutionUpdate, call, 0)
-		ev.Agent.Partial = nil
+		ev := toolEvent(agent.EventToolExecutionUpdate, call, 0) // the log's empty result
 		if text != nil {
 			r := tool.TextResult(*text, nil)
 			ev.Agent.Partial = &r
@@ -229,23 +228,22 @@ func TestLastOutputsFill(t *testing.T) {
 	for i, step := range []struct {
 		ev   session.Event
 		want string
-		none bool // no result at all
 	}{
-		{upd("c1", nil), "", true}, // nothing seen yet
-		{upd("c1", str("a")), "a", false},
-		{upd("c1", nil), "a", false},
-		{upd("c2", nil), "", true},
-		{upd("c1", str("ab")), "ab", false},
-		{upd("c1", nil), "ab", false},
-		{toolEvent(agent.EventToolExecutionEnd, "c1", 0), "", false},
-		{upd("c1", nil), "", true}, // the call ended: nothing kept
+		{upd("c1", nil), ""}, // nothing seen yet: as it came
+		{upd("c1", str("a")), "a"},
+		{upd("c1", nil), "a"},
+		{upd("c2", nil), ""},
+		{upd("c1", str("ab")), "ab"},
+		{upd("c1", nil), "ab"},
+		{toolEvent(agent.EventToolExecutionEnd, "c1", 0), ""},
+		{upd("c1", nil), ""}, // the call ended: nothing kept
 	} {
 		ev := step.ev
 		l.fill(&ev)
 		if ev.Agent.Type != agent.EventToolExecutionUpdate {
 			continue
 		}
-		if got := outputOf(ev); got != step.want || (ev.Agent.Partial == nil) != step.none {
+		if got := outputOf(ev); got != step.want || ev.Agent.Partial == nil {
 			t.Errorf("step %d: output %q (result %v), want %q", i, got, ev.Agent.Partial, step.want)
 		}
 	}
