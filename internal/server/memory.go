@@ -39,6 +39,7 @@ func (s *Server) relieveMemory(ctx context.Context) {
 	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
 	metrics.Read(sample)
 	r := newReleaser(sample[0].Value.Uint64())
+	started := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -50,7 +51,15 @@ func (s *Server) relieveMemory(ctx context.Context) {
 			continue
 		}
 		start := time.Now()
-		returnMemory()
+		if started {
+			returnMemory()
+		} else {
+			// Start-up's garbage: no client has filled a pool yet, and
+			// the second collection left an idle server 0.4 MB more
+			// anonymous memory (3.3 MB against 2.9 MB).
+			debug.FreeOSMemory()
+			started = true
+		}
 		live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 		metrics.Read(live)
 		s.log.Debug("load ended: memory returned to the system", "live_heap_mb", live[0].Value.Uint64()>>20,
