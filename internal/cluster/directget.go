@@ -76,49 +76,8 @@ func (n *Node) readDirect(ctx context.Context, stream, subject string, from, upT
 // advancing *next. more says the answer was complete and the subject has
 // messages after it: another request may go on.
 func (n *Node) getBatch(ctx context.Context, stream, subject string, next *uint64, upTo uint64, batch int, fn func(subjectMsg) error) (more bool, err error) {
-	req, _ := json.Marshal(directGetRequest{Seq: *next, NextFor: subject, Batch: batch, MaxBytes: directMaxBytes})
-	replies, inbox, _, err := n.replies(&n.direct)
-	if err != nil {
-		return false, nil
-	}
-	// The batch and the end of the answer.
-	ch, token := replies.wait(batch + 1)
-	defer replies.drop(token)
-	if err := n.nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox+token, req); err != nil {
-		return false, nil
-	}
-	var prev uint64 // the answer's previous message; each one names it
-	t := time.NewTimer(directWait)
-	defer t.Stop()
-	for {
-		var m *nats.Msg
-		select {
-		case m = <-ch:
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-t.C:
-			return false, nil
-		case <-n.ncClosed:
-			return false, nil
-		}
-		t.Reset(directWait)
-		if status := m.Header.Get(hdrStatus); status != "" {
-			// The end of the answer (204), or no message at or after
-			// *next (404): the subject ends before upTo on this replica.
-			if status != statusEOB {
-				return false, nil
-			}
-			pending, err := strconv.ParseUint(m.Header.Get(hdrNumPending), 10, 64)
-			return err == nil && pending > 0, nil
-		}
-		if m.Header.Get(hdrNumPending) == "" {
-			return false, nil // a server without batched gets: one message, not the batch
-		}
-		pos, err := strconv.ParseUint(m.Header.Get(hdrSequence), 10, 64)
-		if err != nil || pos < *next || m.Header.Get(hdrLastSeq) != strconv.FormatUint(prev, 10) {
-			return false, nil // not the answer expected, or a message of it lost
-		}
-		prev = pos
+	req := directGetRequest{Seq: *next, NextFor: subject, Batch: batch, MaxBytes: directMaxBytes}
+	end, pending, err := n.directAnswer(ctx, stream, req, func(pos uint64, m *nats.Msg) (bool, error) {
 		if pos > upTo {
 			// Nothing left up to upTo: removed meanwhile (age, purge), as
 			// a consumer would find.
@@ -129,8 +88,70 @@ func (n *Node) getBatch(ctx context.Context, stream, subject string, next *uint6
 			return false, err
 		}
 		*next = pos + 1
-		if pos == upTo {
-			return false, nil
+		return pos != upTo, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return false, err // fn's
+	}
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	return end && pending > 0, nil
+}
+
+// directAnswer sends one batched direct get and hands each message of its
+// answer, in stream order, to each, which says whether to go on (an
+// error from it ends the answer and is returned). end says the answer's
+// end arrived (EOB), with pending the messages the subject has after it;
+// without it the answer stopped short: no answer in directWait, nothing
+// at or after the request's position (404), a server without batched
+// gets (one message, not the batch), a message of the answer lost or out
+// of order, or each stopped it. Both readers of a subject's messages and
+// of a bucket's records read answers here, with the same checks.
+func (n *Node) directAnswer(ctx context.Context, stream string, r directGetRequest, each func(pos uint64, m *nats.Msg) (bool, error)) (end bool, pending uint64, err error) {
+	req, _ := json.Marshal(r)
+	replies, inbox, _, err := n.replies(&n.direct)
+	if err != nil {
+		return false, 0, nil
+	}
+	// The batch and the end of the answer.
+	ch, token := replies.wait(r.Batch + 1)
+	defer replies.drop(token)
+	if err := n.nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox+token, req); err != nil {
+		return false, 0, nil
+	}
+	var prev uint64 // the answer's previous message; each one names it
+	t := time.NewTimer(directWait)
+	defer t.Stop()
+	for {
+		var m *nats.Msg
+		select {
+		case m = <-ch:
+		case <-ctx.Done():
+			return false, 0, ctx.Err()
+		case <-t.C:
+			return false, 0, nil
+		case <-n.ncClosed:
+			return false, 0, nil
+		}
+		t.Reset(directWait)
+		if status := m.Header.Get(hdrStatus); status != "" {
+			if status != statusEOB {
+				return false, 0, nil
+			}
+			pending, err := strconv.ParseUint(m.Header.Get(hdrNumPending), 10, 64)
+			return err == nil, pending, nil
+		}
+		if m.Header.Get(hdrNumPending) == "" {
+			return false, 0, nil
+		}
+		pos, err := strconv.ParseUint(m.Header.Get(hdrSequence), 10, 64)
+		if err != nil || pos < r.Seq || (prev != 0 && pos <= prev) || m.Header.Get(hdrLastSeq) != strconv.FormatUint(prev, 10) {
+			return false, 0, nil
+		}
+		prev = pos
+		if goOn, err := each(pos, m); err != nil || !goOn {
+			return false, 0, err
 		}
 	}
 }

@@ -2,10 +2,7 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,57 +37,25 @@ func (n *Node) directRecords(ctx context.Context, stream, prefix string) (map[st
 // more says the stream has messages after the batch; ok false that the
 // answer was not what was asked for.
 func (n *Node) directRecordsBatch(ctx context.Context, stream, prefix string, next *uint64, recs map[string][]byte) (more, ok bool) {
-	req, _ := json.Marshal(directGetRequest{Seq: *next, NextFor: prefix + ">", Batch: directBatch, MaxBytes: directMaxBytes})
-	replies, inbox, _, err := n.replies(&n.direct)
-	if err != nil {
-		return false, false
-	}
-	ch, token := replies.wait(directBatch + 1)
-	defer replies.drop(token)
-	if err := n.nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox+token, req); err != nil {
-		return false, false
-	}
-	var prev uint64 // the answer's previous message; each one names it
-	t := time.NewTimer(directWait)
-	defer t.Stop()
-	for {
-		var m *nats.Msg
-		select {
-		case m = <-ch:
-		case <-ctx.Done():
-			return false, false
-		case <-t.C:
-			return false, false
-		case <-n.ncClosed:
-			return false, false
-		}
-		t.Reset(directWait)
-		if status := m.Header.Get(hdrStatus); status != "" {
-			if status != statusEOB {
-				return false, false // 404: nothing at or after *next here
-			}
-			pending, err := strconv.ParseUint(m.Header.Get(hdrNumPending), 10, 64)
-			return pending > 0, err == nil
-		}
-		if m.Header.Get(hdrNumPending) == "" {
-			return false, false // a server without batched gets: one message, not the batch
-		}
-		pos, err := strconv.ParseUint(m.Header.Get(hdrSequence), 10, 64)
-		if err != nil || pos < *next || m.Header.Get(hdrLastSeq) != strconv.FormatUint(prev, 10) {
-			return false, false // not the answer expected, or a message of it lost
-		}
-		prev, *next = pos, pos+1
+	req := directGetRequest{Seq: *next, NextFor: prefix + ">", Batch: directBatch, MaxBytes: directMaxBytes}
+	end, pending, err := n.directAnswer(ctx, stream, req, func(pos uint64, m *nats.Msg) (bool, error) {
 		key, found := strings.CutPrefix(m.Header.Get(jetstream.SubjectHeader), prefix)
 		if !found {
-			return false, false
+			return false, nil
 		}
+		*next = pos + 1
 		switch m.Header.Get(kvOperationHeader) {
 		case "DEL", "PURGE":
 			delete(recs, key)
 		default:
 			recs[key] = m.Data
 		}
+		return true, nil
+	})
+	if err != nil || !end {
+		return false, false
 	}
+	return pending > 0, true
 }
 
 // kvOperationHeader marks a KV delete ("DEL") or purge ("PURGE").
