@@ -174,18 +174,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p params) error 
 		at = s.att.create(p.conv)
 	}
 
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-cache")
-	hdr.Set("X-Accel-Buffering", "no")
-	link := newSSELink(w)
-	if cur != nil {
-		link.skip = *cur
-	}
-	c, err := s.srv.Attach(link, server.ClientOptions{Face: face, Transport: "sse"})
+	link, c, err := s.openStream(w, cur)
 	if err != nil {
-		hdr.Del("Content-Type")
-		hdr.Del("X-Accel-Buffering")
 		return err
 	}
 	if !s.att.attach(at.id, c) {
@@ -262,4 +252,31 @@ func (s *Server) snapshot(h *server.Hosted, sid string, sub server.Subscribed) C
 	}
 	slices.SortFunc(ev.ToolOutputs, func(a, b ToolOutputEvent) int { return strings.Compare(a.ToolID, b.ToolID) })
 	return ev
+}
+
+// openStream answers a request for an event stream with the stream's
+// headers and attaches its client, resuming inside an event when cur is
+// one ("7.1"); on an error nothing is written, so the caller answers it.
+func (s *Server) openStream(w http.ResponseWriter, cur *eventID) (*sseLink, *server.Client, error) {
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-cache")
+	hdr.Set("X-Accel-Buffering", "no")
+	link := newSSELink(w)
+	if cur != nil {
+		link.skip = *cur
+	}
+	c, err := s.srv.Attach(link, server.ClientOptions{Face: face, Transport: "sse"})
+	if err != nil {
+		unstream(w)
+		return nil, nil, err
+	}
+	return link, c, nil
+}
+
+// unstream takes back the stream's headers from a response that was not
+// started, so that it answers an error as JSON.
+func unstream(w http.ResponseWriter) {
+	w.Header().Del("Content-Type")
+	w.Header().Del("X-Accel-Buffering")
 }

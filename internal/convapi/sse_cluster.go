@@ -157,18 +157,8 @@ func originPrincipal(origin any) (server.Principal, bool) {
 // eventsElsewhere serves GET .../events for a conversation another node
 // runs: rest.watch asks the owner, and the client is fed here.
 func (s *Server) eventsElsewhere(w http.ResponseWriter, r *http.Request, p params, cur *eventID, after *uint64, sid string) error {
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-cache")
-	hdr.Set("X-Accel-Buffering", "no")
-	link := newSSELink(w)
-	if cur != nil {
-		link.skip = *cur
-	}
-	c, err := s.srv.Attach(link, server.ClientOptions{Face: face, Transport: "sse"})
+	link, c, err := s.openStream(w, cur)
 	if err != nil {
-		hdr.Del("Content-Type")
-		hdr.Del("X-Accel-Buffering")
 		return err
 	}
 	hold := server.NewHold()
@@ -190,8 +180,7 @@ func (s *Server) eventsElsewhere(w http.ResponseWriter, r *http.Request, p param
 		hold.Release()
 		c.Close(server.Close{Kind: server.CloseNormal})
 		<-c.Done()
-		hdr.Del("Content-Type")
-		hdr.Del("X-Accel-Buffering")
+		unstream(w)
 		return err
 	}
 	// The attachment is kept here too, with this stream: requests that
