@@ -278,3 +278,28 @@ func clStarted(e *e2eEnv) bool {
 	b, err := os.ReadFile(filepath.Join(e.cwd, "run.log"))
 	return err == nil && string(b) == "start\n"
 }
+
+// clOwnerGo is one way the owner of a watched session goes, for the
+// tests of clients that keep watching through another node.
+type clOwnerGo struct {
+	name string
+	stop func(b *svServer)
+	// cmd is the run in progress when the owner goes.
+	cmd string
+	// interrupted: the run is cut, and its tool must not run again.
+	interrupted bool
+}
+
+// clOwnerGoes are kill -9 mid-run and SIGTERM with the run finishing
+// first (the node must then exit 0).
+func clOwnerGoes(t *testing.T) []clOwnerGo {
+	return []clOwnerGo{
+		{name: "kill9", stop: func(b *svServer) { b.kill9() }, cmd: "CMD:echo start >> run.log; sleep 120", interrupted: true},
+		{name: "sigterm", stop: func(b *svServer) {
+			b.sigterm()
+			if code := b.waitExit(); code != 0 {
+				t.Errorf("node B exited with %d after SIGTERM", code)
+			}
+		}, cmd: "CMD:echo start >> run.log; sleep 2; echo drained-run"},
+	}
+}

@@ -42,20 +42,7 @@ func swApprove(t *testing.T, ws *swClient, from int) int {
 // them.
 func TestClusterSessionWSKeepsItsConnectionWhenTheOwnerGoes(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name        string
-		stop        func(b *svServer)
-		cmd         string
-		interrupted bool
-	}{
-		{name: "kill9", stop: func(b *svServer) { b.kill9() }, cmd: "CMD:echo start >> run.log; sleep 120", interrupted: true},
-		{name: "sigterm", stop: func(b *svServer) {
-			b.sigterm()
-			if code := b.waitExit(); code != 0 {
-				t.Errorf("node B exited with %d after SIGTERM", code)
-			}
-		}, cmd: "CMD:echo start >> run.log; sleep 2; echo drained-run"},
-	} {
+	for _, tc := range clOwnerGoes(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := e2eNewEnv(t, e2eOpts{})
