@@ -55,7 +55,14 @@ func (o toolOutputs) attach(evs []session.Event, progress []session.ToolProgress
 		if at, sent := o[p.ToolCallID]; sent && now.Sub(at) < outputEvery {
 			continue
 		}
-		o[p.ToolCallID] = now
+		// Only output starts the second: a call's opening update has
+		// none (bash sends it before the command prints), and counted,
+		// it held back the first line printed in the second after it; a
+		// command that then ran quietly (echo; sleep) was shown to other
+		// nodes' clients as empty updates until it ended.
+		if p.Partial != nil && (len(p.Partial.Content) > 0 || p.Partial.Details != nil) {
+			o[p.ToolCallID] = now
+		}
 		c := *a
 		c.Partial = p.Partial
 		evs[i].Agent = &c

@@ -98,6 +98,34 @@ func TestToolOutputsAttach(t *testing.T) {
 	}
 }
 
+// A bash call's opening update carries no output: publishing it must not
+// hold back the first output that comes after it for a second, or a
+// command that prints a line and then runs quietly (echo; sleep) is shown
+// to clients of other nodes as two empty updates until it ends.
+func TestToolOutputsOpenerHoldsNothingBack(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	opener := session.ToolProgress{ToolCallID: "c1", ToolName: "bash", Partial: &tool.Result{Content: []llm.Content{}}, Seq: 1}
+	for _, tc := range []struct {
+		name  string
+		first session.ToolProgress // the newest output at the first flush
+		want  string               // the output the second update goes out with
+	}{
+		{"after the opener", opener, "started-42"},
+		{"after an output", progressOf("c1", 1, "started"), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := toolOutputs{}
+			first := []session.Event{toolEvent(agent.EventToolExecutionUpdate, "c1", 1)}
+			o.attach(first, []session.ToolProgress{tc.first}, t0)
+			second := []session.Event{toolEvent(agent.EventToolExecutionUpdate, "c1", 2)}
+			o.attach(second, []session.ToolProgress{progressOf("c1", 2, "started-42")}, t0.Add(outputEvery/10))
+			if got := outputOf(second[0]); got != tc.want {
+				t.Errorf("the update after the first goes out with %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // stepTool sends an update for each text on next, and returns when next
 // is closed.
 type stepTool struct {
