@@ -140,15 +140,18 @@ func TestClusterKill9EndsTheRunForWatchers(t *testing.T) {
 	w.must("switch_session", svM{"id": "w-switch", "sessionId": sid})
 	b.send(svM{"id": "p1", "type": "prompt", "sessionId": sid,
 		"message": "CMD:echo start >> run.log; echo started-$((40+2)); sleep 120; echo end >> run.log"})
-	// The owner's client sees the command's output (the stream keeps
-	// tool updates without it), the watcher that the tool runs.
-	b.waitFor(0, "the owner's client sees the tool's output", func(f svFrame) bool {
+	// Both clients see the command's output: the owner's as the session
+	// emits it, the watcher's through the stream, which carries a running
+	// call's output although the owner's log keeps tool updates without
+	// it (a command that printed its line and went quiet was once shown
+	// there as two empty updates). A failure shows every node's log
+	// (clLaunch).
+	output := func(f svFrame) bool {
 		return f.isEvent(sid, "tool_execution_update") && strings.Contains(f.raw, "started-42")
-	})
-	if _, _, err := w.tryWaitFor(0, svWait, func(f svFrame) bool {
-		return f.isEvent(sid, "tool_execution_update")
-	}); err != nil {
-		t.Fatalf("the watcher on %s does not see the tool run: %v\n%s\n--- B ---\n%s\n--- %s ---\n%s", watcher, err, w.tail(5), nodes["B"].stderrTail(4000), watcher, nodes[watcher].stderrTail(4000))
+	}
+	b.waitFor(0, "the owner's client sees the tool's output", output)
+	if _, _, err := w.tryWaitFor(0, svWait, output); err != nil {
+		t.Fatalf("the watcher on %s does not see the tool's output: %v\n%s", watcher, err, w.tail(5))
 	}
 	before := clSeqs(w, sid)
 	nodes["B"].kill9()

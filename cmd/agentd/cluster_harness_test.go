@@ -3,9 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,6 +26,9 @@ import (
 // server in the test process. clStartHA: every node with its own embedded
 // NATS, the three routed into one NATS cluster. The clients are pi-server
 // WebSocket clients, the model is the wire-level mock.
+
+// clLogTail is how much of each node's log a failed test shows.
+const clLogTail = 16 << 10
 
 // clNodes are the nodes of one test cluster, by id.
 type clNodes map[string]*svServer
@@ -55,6 +60,17 @@ func clLaunch(t *testing.T, e *e2eEnv, together bool, ids []string, flags func(i
 			nodes[id].waitListening()
 		}
 	}
+	// A failure shows every node's log, not only the one a wait names:
+	// a cluster test fails on one node for what another did (a takeover,
+	// a lease lost, a stream not read), and a flake leaves nothing else.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, id := range slices.Sorted(maps.Keys(nodes)) {
+			t.Logf("--- node %s's log (tail) ---\n%s", id, nodes[id].stderrTail(clLogTail))
+		}
+	})
 	for _, id := range ids {
 		n := nodes[id]
 		svWaitUntil(t, fmt.Sprintf("node %s sees %d members", id, len(ids)), func() bool { return clStatus(t, n).Members == len(ids) })
