@@ -156,8 +156,14 @@ func TestClusterKill9EndsTheRunForWatchers(t *testing.T) {
 	before := clSeqs(w, sid)
 	nodes["B"].kill9()
 	killed := time.Now()
-	if _, _, err := w.tryWaitFor(0, 3*ttl, func(f svFrame) bool { return f.isEvent(sid, "agent_end") }); err != nil {
-		t.Fatalf("the watcher on %s never saw the interrupted run end: %v\n%s", watcher, err, w.tail(10))
+	// In two steps, so that a failure says which one failed: the
+	// watcher's node takes the session over once B's lease has run out,
+	// then its client sees the run end. (One wait of 30 s for the end
+	// once failed at load 34 with nothing but the watcher's last frames
+	// to read.)
+	svWaitUntil(t, "node "+watcher+" takes the session over", func() bool { return clStatus(t, nodes[watcher]).Leases == 1 })
+	if _, _, err := w.tryWaitFor(0, svWait, func(f svFrame) bool { return f.isEvent(sid, "agent_end") }); err != nil {
+		t.Fatalf("node %s took the session over, but its client never saw the interrupted run end: %v\n%s", watcher, err, w.tail(10))
 	}
 	ended := time.Since(killed)
 	if _, _, err := w.tryWaitFor(0, svWait, func(f svFrame) bool {
