@@ -352,12 +352,24 @@ func TestWebUIApprovalKeys(t *testing.T) {
 	p.until("the first card", `document.querySelectorAll('.approval').length === 1`)
 	p.run(chromedp.Reload())
 	p.until("the first card after the reload, focused", `document.querySelectorAll('.approval').length === 1 && `+focusedAction+` === 'run'`)
-	statuses := `[...[...document.querySelectorAll('.msg-assistant')].pop().querySelectorAll('.tool-status')].map((e) => e.textContent).join('|')`
+	// The card comes with the stream's first event, before the replay
+	// of the events before the log's seq (which makes and ends a bubble
+	// per message it goes through): the calls are found by their cards,
+	// not as the last message on the page, which may be such a bubble
+	// still (1 run in 18 with -race on a loaded machine).
+	statuses := `[...document.querySelectorAll('.tool[data-call-id=call_a], .tool[data-call-id=call_b]')].map((e) => e.querySelector('.tool-status').textContent).join('|')`
 	if got := wuEval[string](p, statuses); got != "waiting for you|" {
 		p.fail("after a reload the two calls' states are %q, want the first waiting and the second blank", got)
 	}
 	p.run(wuPress("y"))
 	p.until("the second card, focused", ran("first-call")+` && document.querySelectorAll('.approval').length === 1 && `+focusedAction+` === 'run'`)
+	// The run's events come after the replay's: by now the page has
+	// caught up, and shows what one that kept up shows, the message
+	// with the calls last and no bubble (nothing is being written).
+	last := `[...[...document.querySelectorAll('.msg-assistant')].pop().querySelectorAll('.tool')].map((e) => e.dataset.callId).join(' ') + ' ' + document.querySelectorAll('.streaming').length`
+	if got := wuEval[string](p, last); got != "call_a call_b 0" {
+		p.fail("after the reload, the last message's calls and the streaming bubbles are %q, want call_a call_b 0", got)
+	}
 	p.run(wuPress("y"))
 	p.until("both ran", ran("second-call"))
 	p.until("idle", stateIs("idle"))

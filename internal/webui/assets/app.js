@@ -684,7 +684,16 @@ function connect(my) {
     es.close();
     ui.es = null;
     ui.connected = false;
-    ui.replay = null;
+    if (ui.replay && ui.lastSeq <= ui.replay.upTo) {
+      // Cut off inside the replay (no event after it yet): the message
+      // it was rebuilding may be one the log already shows, or the one
+      // being written with only part of its text. It goes, and the
+      // reconnect replays again from as far back, as a page that kept
+      // up shows the text streamed so far.
+      endStream();
+    } else {
+      ui.replay = null;
+    }
     setState();
     scheduleReconnect(my);
   };
