@@ -147,8 +147,28 @@ func TestClusterSSEEnds(t *testing.T) {
 		}
 	})
 
-	// Deleted through pi-server (the streams are the test's own, whose
-	// waits fail it, not a subtest).
+	// An attachment deleted on the node that made it (B) closes A's
+	// stream of it; one deleted on A, which serves its stream, goes on
+	// B too. (The streams are the test's own, whose waits fail it, so
+	// these are no subtests.)
+	for _, tc := range []struct{ name, deleteOn string }{{"deleted on the owner", "B"}, {"deleted on the stream's node", "A"}} {
+		s := rsOpen(t, a, rsConvPath(id)+"/events")
+		_, conn := s.waitType(0, "connected")
+		at := conn.str("session_id")
+		if _, _, ok := clAttachment(t, b, at); !ok {
+			t.Fatalf("%s: B has no attachment %s, which A's stream opened with", tc.name, at)
+		}
+		rsOK(t, nodes[tc.deleteOn], "DELETE", "/api/v2/sessions/"+at, nil)
+		if err := s.waitEnded(); err != nil {
+			t.Errorf("%s: A's stream of the deleted attachment ended with %v, want a clean end", tc.name, err)
+		}
+		svWaitUntil(t, tc.name+": B drops the attachment", func() bool { _, _, ok := clAttachment(t, b, at); return !ok })
+		if r := rsDo(t, a, "POST", rsConvPath(id)+"/interrupt", map[string]any{"session_id": at}); r.status != 404 {
+			t.Errorf("%s: interrupt naming the deleted attachment: %d %s, want 404", tc.name, r.status, r)
+		}
+	}
+
+	// Deleted through pi-server.
 	own := rsOpen(t, b, rsConvPath(id)+"/events")
 	own.waitType(0, "connected")
 	c := a.dial("a")

@@ -128,6 +128,8 @@ func New(srv *server.Server, opt Options) (*Server, error) {
 	s.table = s.routes()
 	srv.OnOpen(s.restoreMCP)
 	srv.OnLifecycle(s.deletedElsewhere) // sse_cluster.go
+	// An attachment deleted on another node (sse_cluster.go).
+	srv.OnNote(face, s.attachmentDeleted)
 	if err := srv.Register(s.registry()); err != nil {
 		return nil, err
 	}

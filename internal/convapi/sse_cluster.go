@@ -2,6 +2,7 @@ package convapi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -136,6 +137,41 @@ func (s *Server) deletedElsewhere(ev pipeline.Event) {
 	}
 	for _, c := range s.att.removeConversation(ev.SessionID) {
 		c.Close(server.Close{Kind: server.CloseNormal, Reason: "Conversation deleted"})
+	}
+}
+
+// attachmentNote is what this face tells itself on the other cluster
+// nodes (server.Note): attachment Deleted, of Conversation, was deleted.
+type attachmentNote struct {
+	Deleted      string `json:"deleted"`
+	Conversation string `json:"conversation"`
+}
+
+// removeOf deletes attachment id when it is one of conversation conv,
+// and returns its streams to close.
+func (a *attachments) removeOf(id, conv string) []*server.Client {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at, ok := a.byID[id]
+	if !ok || at.conv != conv {
+		return nil
+	}
+	delete(a.byID, id)
+	return streamsOf(at)
+}
+
+// attachmentDeleted closes this node's streams of an attachment deleted
+// (DELETE /sessions/{id}) on another node: a stream served here of an
+// attachment the owner made, deleted there, would otherwise go on under
+// an attachment no request finds. Only an attachment of the
+// conversation the note names goes.
+func (s *Server) attachmentDeleted(note json.RawMessage) {
+	var n attachmentNote
+	if json.Unmarshal(note, &n) != nil || n.Deleted == "" {
+		return
+	}
+	for _, c := range s.att.removeOf(n.Deleted, n.Conversation) {
+		c.Close(server.Close{Kind: server.CloseNormal, Reason: "Session deleted"})
 	}
 }
 
