@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // clAttachment is attachment sid as node s lists it (GET
@@ -181,4 +186,79 @@ func TestClusterSSEEnds(t *testing.T) {
 			t.Errorf("%s of the conversation deleted by delete_session ended with %v, want a clean end", s.name, err)
 		}
 	}
+}
+
+// clTryOpen opens GET path on s as an event stream and returns it, or
+// nil and the refusal's status and body.
+func clTryOpen(t *testing.T, s *svServer, path string, hdr ...string) (*rsStream, int, string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+s.loopback()+path, nil)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		return nil, resp.StatusCode, string(b)
+	}
+	st := &rsStream{t: t, resp: resp, cancel: cancel, done: make(chan struct{}), changed: make(chan struct{})}
+	go st.read()
+	t.Cleanup(st.close)
+	return st, http.StatusOK, ""
+}
+
+// One JWT subject's event streams are counted on the node that serves
+// them, the conversation's owner or not: at the limit the next one there
+// is refused with a 429 and gptme's error body, while the subject still
+// connects on the other node and another subject on the same one; a
+// stream that ends frees its slot.
+func TestClusterSSEStreamsPerSubject(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	k := swNewKeys(t, e.root)
+	nodes := clStartWith(t, e, []string{"A", "B"}, "--cluster-spread", "--cluster-lease-ttl", "10s",
+		"--jwt-secret-file", k.secretPath, "--rest-max-streams-per-subject", "1")
+	a, b := nodes["A"], nodes["B"]
+	id := clSessionOn("B", "A", "B")
+	tok := func(claims jwt.MapClaims) []string {
+		return []string{"Authorization", "Bearer " + swToken(t, jwt.SigningMethodHS256, k.secret, claims)}
+	}
+	alice, carol := tok(jwt.MapClaims{"sub": "alice"}), tok(jwt.MapClaims{"sub": "carol", "sessions": []string{id}})
+	rsOK(t, b, "PUT", rsConvPath(id), map[string]any{}, alice...)
+	path := rsConvPath(id) + "/events"
+
+	first := rsOpen(t, a, path, alice...)
+	first.waitType(0, "connected")
+	const refused = `{"error":"Too many event streams for this user (at most 1): close one first"}`
+	if st, code, body := clTryOpen(t, a, path, alice...); st != nil || code != http.StatusTooManyRequests || strings.TrimSpace(body) != refused {
+		t.Errorf("alice's second stream on A (not the owner): %d %s, want 429 %s", code, body, refused)
+	}
+	rsOpen(t, b, path, alice...).waitType(0, "connected") // counted where served: B has none of hers
+	rsOpen(t, a, path, carol...).waitType(0, "connected") // another subject on A
+	if st, code, _ := clTryOpen(t, b, path, alice...); st != nil || code != http.StatusTooManyRequests {
+		t.Errorf("alice's second stream on B (the owner): %d, want 429", code)
+	}
+
+	first.close()
+	var again *rsStream
+	svWaitUntil(t, "alice's closed stream on A frees its slot", func() bool {
+		st, code, body := clTryOpen(t, a, path, alice...)
+		if st == nil && code != http.StatusTooManyRequests {
+			t.Fatalf("alice's stream on A after she closed one: %d %s", code, body)
+		}
+		again = st
+		return st != nil
+	})
+	again.waitType(0, "connected")
 }
