@@ -273,7 +273,7 @@ func (s *Serve) openFaces() error {
 		// The conversation API shares the port, the sessions and the
 		// token with pi-server's WebSocket.
 		s.rest, err = convapi.New(s.srv, convapi.Options{Models: ms, DefaultModel: s.model, Version: version(), Token: sc.Token,
-			OriginPatterns: sc.AllowOrigins, SessionIdle: sc.RESTSessionIdle,
+			OriginPatterns: sc.AllowOrigins, SessionIdle: sc.RESTSessionIdle, MaxStreamsPerSubject: sc.RESTMaxStreamsPerSubject,
 			MCP: mcpManager(s.log, s.mcpPolicy, sc.Engine.MCP)})
 		if err != nil {
 			return err

@@ -25,7 +25,7 @@ func ServeFlagGroups() []FlagGroup {
 		{"Limits", []string{"max-sessions", "max-connections", "max-frame-bytes", "rate-limit", "global-rate-limit",
 			"control-rate-limit", "max-pending", "max-queued-bytes", "max-queued-bytes-total", "max-queued-messages",
 			"max-queued-message-bytes", "command-timeout", "ws-max-connections-per-subject", "ws-message-rate",
-			"ws-max-message-bytes", "ws-max-queued-bytes", "tool-max-procs", "tool-max-memory", "tool-cpu-time"}},
+			"ws-max-message-bytes", "ws-max-queued-bytes", "rest-max-streams-per-subject", "tool-max-procs", "tool-max-memory", "tool-cpu-time"}},
 		{"Sandbox (what the model's tools may touch)", []string{"sandbox", "sandbox-network", "sandbox-allow-write",
 			"sandbox-fallback", "sandbox-env-allow", "sandbox-hide"}},
 		{"Cluster", []string{"cluster", "cluster-listen", "node-id", "cluster-lease-ttl", "cluster-spread",

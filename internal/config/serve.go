@@ -92,6 +92,9 @@ type Serve struct {
 	// "session": the handle its event stream and commands name) stays
 	// with no stream attached and no request naming it.
 	RESTSessionIdle time.Duration
+	// RESTMaxStreamsPerSubject bounds the REST face's event streams one
+	// JWT subject holds on a node at once.
+	RESTMaxStreamsPerSubject int
 	// Cluster makes serve a node of a cluster (--cluster).
 	Cluster Cluster
 	// PprofAddr, when set, is a loopback address where net/http/pprof's
@@ -138,7 +141,7 @@ func ServeDefaults(getenv func(string) string) Serve {
 		JWTIssuer: getenv("AGENTD_JWT_ISSUER"), JWTAudience: getenv("AGENTD_JWT_AUDIENCE"),
 		SessionWS: true, WSHeartbeat: 30 * time.Second, WSProgressInterval: time.Second,
 		WSMaxConnectionsPerSubject: 100, WSMessageRate: 10, WSMaxMessageBytes: 1 << 20, WSMaxQueuedBytes: 8 << 20,
-		RESTSessionIdle: 30 * time.Minute, Cluster: ClusterDefaults(getenv),
+		RESTSessionIdle: 30 * time.Minute, RESTMaxStreamsPerSubject: 100, Cluster: ClusterDefaults(getenv),
 		Engine: Engine{Sandbox: Sandbox{Mode: "workspace-write"}},
 	}
 	s.GCPercent = DefaultGCPercent
@@ -227,6 +230,7 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.Var(&s.MemoryLimit, "memory-limit", "soft limit on the server's memory, as Go's GOMEMLIMIT (e.g. 512MiB, 2GiB): near it the collector runs more often, whatever --gc-percent allows (default: env GOMEMLIMIT, else none)")
 	fs.StringVar(&s.PprofAddr, "pprof-addr", "", "serve Go's profiles (net/http/pprof) on this loopback host:port, for profiling under load; off by default")
 	fs.DurationVar(&s.RESTSessionIdle, "rest-session-idle", s.RESTSessionIdle, "how long a REST client's session (the handle its event stream and commands name) stays with no stream attached and no request naming it")
+	fs.IntVar(&s.RESTMaxStreamsPerSubject, "rest-max-streams-per-subject", s.RESTMaxStreamsPerSubject, "REST event streams one JWT subject may hold on this node; over it GET .../events answers 429")
 	s.Engine.Register(fs)
 }
 
@@ -285,7 +289,8 @@ func (s *Serve) Check() error {
 		name string
 		v    int
 	}{{"--max-sessions", s.MaxSessions}, {"--max-connections", s.MaxConnections}, {"--max-pending", s.MaxPending}, {"--event-log-size", s.EventLogSize},
-		{"--ws-max-connections-per-subject", s.WSMaxConnectionsPerSubject}, {"--ws-message-rate", s.WSMessageRate}}
+		{"--ws-max-connections-per-subject", s.WSMaxConnectionsPerSubject}, {"--ws-message-rate", s.WSMessageRate},
+		{"--rest-max-streams-per-subject", s.RESTMaxStreamsPerSubject}}
 	for _, p := range positive {
 		if p.v < 1 {
 			errs = append(errs, fmt.Errorf("%s %d: must be at least 1", p.name, p.v))

@@ -87,6 +87,9 @@ func (s *Server) commands() map[string]command {
 		// What an event stream opens with, asked by a cluster node that
 		// does not run the conversation (sse_cluster.go).
 		"rest.watch": {class: pipeline.ClassControl, session: true, run: s.runWatch},
+		// Keeps a stream's attachment where the conversation runs while
+		// another node serves the stream (sse_cluster.go).
+		"rest.keep": {class: pipeline.ClassControl, session: true, run: s.runKeep},
 	}
 }
 

@@ -70,6 +70,9 @@ type Options struct {
 	// MCP starts the MCP servers a conversation's configuration names
 	// (its mcp section); nil refuses such a configuration.
 	MCP MCPStarter
+	// MaxStreamsPerSubject bounds the event streams one JWT subject
+	// holds on this node at once: 0 takes 100.
+	MaxStreamsPerSubject int
 }
 
 // Server is the conversation API face of a server.Server.
@@ -81,6 +84,8 @@ type Server struct {
 	table []route
 	doc   openapiCache
 	mcp   mcpServers
+	// streams counts event streams per subject (sse_limit.go).
+	streams streamCounts
 }
 
 // New adds the face to srv: its commands and its shutdown. Call it
@@ -101,7 +106,11 @@ func New(srv *server.Server, opt Options) (*Server, error) {
 	if opt.StepWait <= 0 {
 		opt.StepWait = 5 * time.Second
 	}
-	s := &Server{srv: srv, opt: opt, codec: &codec{requests: &requestIDs{}}, att: newAttachments(opt.SessionIdle)}
+	if opt.MaxStreamsPerSubject <= 0 {
+		opt.MaxStreamsPerSubject = 100
+	}
+	s := &Server{srv: srv, opt: opt, codec: &codec{requests: &requestIDs{}}, att: newAttachments(opt.SessionIdle),
+		streams: streamCounts{max: opt.MaxStreamsPerSubject}}
 	s.codec.messages = func(id string) []*llm.Message {
 		// Only a loaded session emits: the lookup never loads one. nil
 		// is a session not loaded here (one another cluster node runs,
@@ -119,6 +128,8 @@ func New(srv *server.Server, opt Options) (*Server, error) {
 	s.table = s.routes()
 	srv.OnOpen(s.restoreMCP)
 	srv.OnLifecycle(s.deletedElsewhere) // sse_cluster.go
+	// An attachment deleted on another node (sse_cluster.go).
+	srv.OnNote(face, s.attachmentDeleted)
 	if err := srv.Register(s.registry()); err != nil {
 		return nil, err
 	}

@@ -91,6 +91,11 @@ func numberParts(f []byte, seq uint64) []byte {
 
 // dropParts removes from f the frames of event id.seq whose part is at
 // most id.part: what a client resuming inside that event has already seen.
+// An event of one frame carries its bare seq and no part: a cursor inside
+// it ("7.1" for an event 7 that went out as "7", an id never issued, which
+// a client or a proxy may still send) says its one frame was seen, so the
+// frame goes too. The rule: "N.k" is every frame of N up to the k-th, and
+// N had only as many as it had.
 func dropParts(f []byte, id eventID) []byte {
 	var out []byte
 	rest := f
@@ -102,7 +107,7 @@ func dropParts(f []byte, id eventID) []byte {
 		}
 		ev := rest[:end+2]
 		rest = rest[end+2:]
-		if got, ok := frameID(ev); ok && got.seq == id.seq && got.part > 0 && got.part <= id.part {
+		if got, ok := frameID(ev); ok && got.seq == id.seq && got.part <= id.part {
 			continue
 		}
 		out = append(out, ev...)

@@ -1,6 +1,7 @@
 package convapi
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -78,6 +79,21 @@ func TestNumberAndDropParts(t *testing.T) {
 			t.Errorf("dropParts(%s) = %q, want %q", d.cursor, got, d.want)
 		}
 	}
+	// An event that went out as one frame ("7"), resumed from an id the
+	// server never issued for it ("7.1", "7.9"): its one frame was seen.
+	for _, d := range []struct {
+		cursor eventID
+		want   string
+	}{
+		{eventID{seq: 7, part: 1}, ""},
+		{eventID{seq: 7, part: 9}, ""},
+		{eventID{seq: 6, part: 1}, string(one)},
+		{eventID{seq: 8, part: 1}, string(one)},
+	} {
+		if got := string(dropParts(one, d.cursor)); got != d.want {
+			t.Errorf("dropParts(one frame of 7, %s) = %q, want %q", d.cursor, got, d.want)
+		}
+	}
 }
 
 func FuzzEventID(f *testing.F) {
@@ -122,6 +138,20 @@ func TestResumeInsideAnEvent(t *testing.T) {
 		t.Fatalf("message_added id %q, generation_complete id %q: want <seq>.1 and <seq>.2", added.id, done.id)
 	}
 	all := ids(w.snapshot())
+	// oneFrame is the id of the last event before message_added that
+	// went out as one frame: a bare seq.
+	oneFrame := ""
+	for _, e := range w.snapshot() {
+		if e.id == added.id {
+			break
+		}
+		if e.typ() != "ping" && e.typ() != "connected" && e.id != "" && !strings.Contains(e.id, ".") {
+			oneFrame = e.id
+		}
+	}
+	if oneFrame == "" {
+		t.Fatalf("no one-frame event before message_added:\n%s", w.dump())
+	}
 	tests := []struct {
 		name, cursor string
 		how          string
@@ -130,6 +160,12 @@ func TestResumeInsideAnEvent(t *testing.T) {
 		{"between them, by after", added.id, "after"},
 		{"after both", done.id, "Last-Event-ID"},
 		{"the bare seq: the whole event", d.String()[:strings.IndexByte(d.String(), '.')], "Last-Event-ID"},
+		// An id the server never issued: a part of an event that went
+		// out as one frame. Its one frame counts as seen.
+		{"a part of a one-frame event", oneFrame + ".1", "Last-Event-ID"},
+		{"a part of a one-frame event, by after", oneFrame + ".1", "after"},
+		{"the last part of a one-frame event", oneFrame + ".9", "Last-Event-ID"},
+		{"past the last part of a two-frame event", strconv.FormatUint(d.seq, 10) + ".3", "Last-Event-ID"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -145,6 +181,10 @@ func TestResumeInsideAnEvent(t *testing.T) {
 				t.Errorf("connected id %q resumed %v, want the cursor %q, resumed", conn.id, conn.m["resumed"], tt.cursor)
 			}
 			cur, _ := parseEventID(tt.cursor)
+			if cur.part > 0 && (cur.seq != a.seq || cur.part > 2) {
+				// "N.k" past an event's last frame is all of N.
+				cur.part = 0
+			}
 			var want []string
 			for i, e := range w.snapshot() {
 				_ = i

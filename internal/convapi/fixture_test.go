@@ -101,6 +101,9 @@ type fixtureOptions struct {
 	health *health.Health
 	// log is the server's logger; nil discards.
 	log *slog.Logger
+	// maxStreams is the event streams one subject may hold; 0 takes
+	// the face's default.
+	maxStreams int
 }
 
 func newFixture(t *testing.T, o fixtureOptions) *fixture {
@@ -150,7 +153,8 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 		t.Fatal(err)
 	}
 	face, err := New(layer, Options{Models: fixedModels{faux.Model()}, DefaultModel: faux.Model(), Version: "test",
-		Token: o.token, OriginPatterns: o.origins, SessionIdle: o.idle, Ping: o.ping, StepWait: o.stepWait, MCP: o.mcp})
+		Token: o.token, OriginPatterns: o.origins, SessionIdle: o.idle, Ping: o.ping, StepWait: o.stepWait, MCP: o.mcp,
+		MaxStreamsPerSubject: o.maxStreams})
 	if err != nil {
 		t.Fatal(err)
 	}

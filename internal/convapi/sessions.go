@@ -61,7 +61,8 @@ func (s *Server) serverHealth(w http.ResponseWriter, r *http.Request, _ params) 
 }
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, p params) error {
-	if at, ok := s.att.get(p.sid); ok && !s.sees(r.Context(), at.conv) {
+	at, ok := s.att.get(p.sid)
+	if ok && !s.sees(r.Context(), at.conv) {
 		return fault.New(fault.NotFound, "Session not found: "+p.sid)
 	}
 	streams, ok := s.att.remove(p.sid)
@@ -71,6 +72,8 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, p params)
 	for _, c := range streams {
 		c.Close(server.Close{Kind: server.CloseNormal, Reason: "Session deleted"})
 	}
+	// Other cluster nodes may serve streams of it (sse_cluster.go).
+	s.srv.Note(face, marshal(attachmentNote{Deleted: p.sid, Conversation: at.conv}))
 	writeJSON(w, http.StatusOK, StatusResponse{Status: "ok", Message: "Session " + p.sid + " deleted"})
 	return nil
 }

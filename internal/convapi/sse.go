@@ -149,6 +149,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p params) error 
 		a := cur.after()
 		after = &a
 	}
+	who := principalOf(r.Context()).Subject
+	if err := s.streams.admit(who); err != nil {
+		return err
+	}
+	defer s.streams.leave(who)
 	sid, hasSID := r.URL.Query()["session_id"]
 	if s.srv.RunsElsewhere(r.Context(), p.conv) {
 		if !hasSID {

@@ -2,6 +2,7 @@ package convapi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -28,8 +29,10 @@ import (
 // requests that name it go there, and kept here too with the stream
 // (adopt). A stream served here is not one of its streams on the owner:
 // DELETE of the attachment there does not close it (DELETE of it here
-// does), and its idle time runs there. The conversation's deletion, on
-// any node, closes it (deletedElsewhere).
+// does), and its idle time runs there, so this node keeps it used there
+// while the stream is open (keepAttachment, rest.keep). The
+// conversation's deletion through any face, on any node, closes it
+// (deletedElsewhere).
 // When the owner dies, its attachments die with it, as on every path; a
 // step naming the attachment then finds it only on this node, when this
 // node took the conversation over.
@@ -117,18 +120,118 @@ func (a *attachments) adopt(id, conv string, c *server.Client) {
 	at.last = now
 }
 
+// deletes are the commands of every face that delete a conversation:
+// the REST face's DELETE and pi-server's delete_session.
+var deletes = map[string]bool{"rest.delete": true, "delete_session": true}
+
 // deletedElsewhere closes this node's streams of a conversation deleted
-// through the REST face on any node (the pipeline's lifecycle events
-// reach every node of a cluster): the node that ran the delete closes
-// its own streams as it answers, and a stream another node serves from
-// the cluster's stream would otherwise stay open, hearing nothing more.
+// through any face on any node (the pipeline's lifecycle events reach
+// every node of a cluster): the node that ran a REST delete closes its
+// own streams as it answers, but a stream another node serves from the
+// cluster's stream, or any stream of a conversation pi-server's
+// delete_session removed, would otherwise stay open, hearing nothing
+// more.
 func (s *Server) deletedElsewhere(ev pipeline.Event) {
-	if ev.Type != pipeline.CommandFinished || ev.Command != "rest.delete" || !ev.Success || ev.SessionID == "" {
+	if ev.Type != pipeline.CommandFinished || !deletes[ev.Command] || !ev.Success || ev.SessionID == "" {
 		return
 	}
 	for _, c := range s.att.removeConversation(ev.SessionID) {
 		c.Close(server.Close{Kind: server.CloseNormal, Reason: "Conversation deleted"})
 	}
+}
+
+// attachmentNote is what this face tells itself on the other cluster
+// nodes (server.Note): attachment Deleted, of Conversation, was deleted.
+type attachmentNote struct {
+	Deleted      string `json:"deleted"`
+	Conversation string `json:"conversation"`
+}
+
+// removeOf deletes attachment id when it is one of conversation conv,
+// and returns its streams to close.
+func (a *attachments) removeOf(id, conv string) []*server.Client {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at, ok := a.byID[id]
+	if !ok || at.conv != conv {
+		return nil
+	}
+	delete(a.byID, id)
+	return streamsOf(at)
+}
+
+// attachmentDeleted closes this node's streams of an attachment deleted
+// (DELETE /sessions/{id}) on another node: a stream served here of an
+// attachment the owner made, deleted there, would otherwise go on under
+// an attachment no request finds. Only an attachment of the
+// conversation the note names goes.
+func (s *Server) attachmentDeleted(note json.RawMessage) {
+	var n attachmentNote
+	if json.Unmarshal(note, &n) != nil || n.Deleted == "" {
+		return
+	}
+	for _, c := range s.att.removeOf(n.Deleted, n.Conversation) {
+		c.Close(server.Close{Kind: server.CloseNormal, Reason: "Session deleted"})
+	}
+}
+
+// keepAttachment keeps attachment id of conversation conv alive where
+// the conversation runs while this node serves a stream of it, as a
+// stream there does: the owner does not count this node's streams, and
+// would drop the attachment once it had been idle for its time, the
+// stream still open here and every step naming it then a 404. A
+// rest.keep command, routed as rest.watch is, marks it used there
+// every third of the idle time. The returned func stops it and waits.
+func (s *Server) keepAttachment(ctx context.Context, id, conv string, who server.Principal) (stop func()) {
+	if s.opt.SessionIdle <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(s.opt.SessionIdle / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			cmd := pipeline.Command{Type: "rest.keep", SessionID: conv, Payload: marshal(watchPayload{SessionID: id}), Origin: who}
+			ch := make(chan pipeline.Response, 1)
+			s.srv.Submit(cmd, func(r pipeline.Response) { ch <- r })
+			select {
+			case <-ctx.Done():
+				return
+			case r := <-ch:
+				if !r.Success {
+					// Gone with an owner that died (attachments die with
+					// it, this stream does not) or deleted there: the
+					// stream goes on, as after its owner's death.
+					s.srv.Logger().Debug("convapi: an attachment streamed here was not kept", "session", conv, "attachment", id, "err", r.Err)
+				}
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// runKeep is rest.keep: attachment id is marked used where the
+// conversation runs (keepAttachment).
+func (s *Server) runKeep(_ context.Context, c *call) (any, error) {
+	var p watchPayload
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	at, ok := s.att.get(p.SessionID)
+	if !ok || at.conv != c.cmd.SessionID {
+		return nil, fault.New(fault.NotFound, "Session not found: "+p.SessionID)
+	}
+	return StatusResponse{Status: "ok"}, nil
 }
 
 // editedElsewhere stands for conversation_edited on a stream fed from
@@ -190,6 +293,7 @@ func (s *Server) eventsElsewhere(w http.ResponseWriter, r *http.Request, p param
 	// the stream.
 	s.att.adopt(ans.Attachment, p.conv, c)
 	defer s.att.detach(ans.Attachment, c)
+	defer s.keepAttachment(r.Context(), ans.Attachment, p.conv, principalOf(r.Context()))()
 	cursor := eventID{seq: ans.Connected.Seq}
 	if ans.Connected.Resumed && cur != nil {
 		cursor = *cur

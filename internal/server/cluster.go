@@ -155,6 +155,9 @@ type notice struct {
 	Event *clusterEvent   `json:"event,omitempty"`
 	Face  string          `json:"face,omitempty"`
 	Frame json.RawMessage `json:"frame,omitempty"`
+	// Note is a face's word to its own handlers on the other nodes
+	// (Server.Note), not to their clients.
+	Note json.RawMessage `json:"note,omitempty"`
 }
 
 // relay tells the other nodes' clients what this node's clients are told.
@@ -183,6 +186,8 @@ func (cs *clusterState) onNotice(b []byte) {
 	switch {
 	case n.Event != nil:
 		cs.s.emitLifecycle(n.Event.event()) // no Origin: another node's client
+	case n.Face != "" && len(n.Note) > 0:
+		cs.s.noteHere(n.Face, n.Note)
 	case n.Face != "" && json.Valid(n.Frame):
 		cs.s.broadcastHere(n.Face, n.Frame)
 	}

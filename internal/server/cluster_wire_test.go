@@ -37,6 +37,7 @@ func TestClusterWireFormat(t *testing.T) {
 		{"notice finished", &notice{From: "n1", Via: "n0", Event: toClusterEvent(finished)}, `{"from":"n1","via":"n0","event":{"type":"command_finished","commandId":"c1","command":"prompt","sessionId":"s1","dependsOn":["c0"],"ifSessionVersion":2,"idempotencyKey":"k1","lane":"session:s1","error":{"code":"failed","message":"boom \u003cx\u003e"},"replayed":true,"timedOut":true,"sessionVersion":4}}`},
 		{"notice accepted", &notice{From: "n1", Event: toClusterEvent(accepted)}, `{"from":"n1","event":{"type":"command_accepted","commandId":"anon:1:1","command":"get_state","dependsOn":[],"lane":"server"}}`},
 		{"notice frame", &notice{From: "n1", Face: "piserver", Frame: json.RawMessage(`{"type":"x"}`)}, `{"from":"n1","face":"piserver","frame":{"type":"x"}}`},
+		{"notice note", &notice{From: "n1", Face: "rest", Note: json.RawMessage(`{"deleted":"a1","conversation":"c1"}`)}, `{"from":"n1","face":"rest","note":{"deleted":"a1","conversation":"c1"}}`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b, err := json.Marshal(tt.msg)

@@ -222,6 +222,7 @@ type Server struct {
 	onLifecycle []func(pipeline.Event)
 	onShutdown  []func(drain time.Duration)
 	onOpen      []func(h *Hosted)
+	onNote      noteHandlers // by face (notes.go)
 
 	// mu guards the session and client maps and the fields below. Lock
 	// order: it is taken under a session's emitMu (Hosted.onEvent records
