@@ -1,0 +1,71 @@
+package server
+
+// A session this node hosted leaves it: its lease ended under it (the
+// node stalled, or lost its NATS link, past the lease, and another node
+// took the session over), and lost unloads it. The clients of this node
+// that watched it keep watching it, as clients of a node that never ran
+// it do: from the cluster's stream, from the last event each was sent.
+//
+// A face whose codec holds the hosted session itself (the per-session
+// WebSocket's watch reads the session's status and open questions from
+// it) moves its clients itself (Leaver): put on the stream with that
+// codec, a client was sent nothing of the next owner's questions, its
+// query_state answered the session as it stood when it left, and its
+// provide_input answered the unloaded session. A client the stream
+// cannot take (the node cannot follow it: its NATS link is down) is
+// closed with the reason, and resumes from its last seq; it was left
+// subscribed to nothing before, hearing nothing more and told nothing.
+
+// Leaver is a Codec whose face moves its clients itself when the session
+// they watch leaves this node.
+type Leaver interface {
+	// Left tells the codec that client c, which watched session id with
+	// it, was sent the events through seq after when the session left
+	// this node: the client is subscribed to nothing now, and the face
+	// subscribes it again (as a client of a node that does not run the
+	// session) or closes it with the reason. Left must not block. False
+	// says the codec's face has nothing to move: the client follows the
+	// session from the stream with the codec, as any other.
+	Left(c *Client, id string, after uint64) bool
+}
+
+// movedClose is what a client is told when its session left this node
+// and it could not go on watching it here.
+const movedClose = "The session moved to another node and its events cannot be followed here now; reconnect and resume from the last seq you saw"
+
+// left moves the clients that watched hosted session h off it, in a
+// goroutine of the cluster's, once it is unloaded; closed says the
+// node's cluster link closed (the node stops): nobody follows anything
+// here then.
+func (cs *clusterState) left(h *Hosted, closed bool) {
+	cs.wg.Add(1)
+	go func() {
+		defer cs.wg.Done()
+		h.subMu.Lock()
+		subs := make(map[*Client]*subscription, len(h.subs))
+		for c, sub := range h.subs {
+			subs[c] = sub
+		}
+		h.subMu.Unlock()
+		if cs.s.unload(h, false) != nil || closed {
+			return
+		}
+		// From the last event each was sent, read once unload has
+		// stopped the fan-out.
+		for c, sub := range subs {
+			h.subMu.Lock()
+			after, held := sub.after, sub.held
+			h.subMu.Unlock()
+			if held || c.Closing() {
+				continue
+			}
+			if l, ok := sub.codec.(Leaver); ok && l.Left(c, h.id, after) {
+				continue
+			}
+			if res := cs.subscribeRemote(c, h.id, sub.codec, &after, nil); !res.Resumed {
+				cs.s.log.Warn("cluster: a client of a session that left this node could not follow it from the stream", "session", h.id, "after", after)
+				c.Close(Close{Kind: CloseOverloaded, Reason: movedClose})
+			}
+		}
+	}()
+}
