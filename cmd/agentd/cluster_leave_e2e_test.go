@@ -1,7 +1,10 @@
 package main
 
 import (
+	"io"
+	"net"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 )
@@ -19,9 +22,81 @@ func clFreeze(t *testing.T, s *svServer) (thaw func()) {
 	return thaw
 }
 
-// A per-session WebSocket client and an SSE client of node `on` watch a
-// session while it moves to node C, `on` being neither its old nor its
-// new owner, or its old owner that lost the lease (frozen past it; C,
+// clLink is one node's TCP link to NATS, which a test cuts (every
+// connection closed, new ones refused) and heals: a partition of that
+// node alone.
+type clLink struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func clNewLink(t *testing.T, target string) *clLink {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &clLink{ln: ln, target: target}
+	l.wg.Add(1)
+	go l.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		l.setCut(true)
+		l.wg.Wait()
+	})
+	return l
+}
+
+func (l *clLink) addr() string { return l.ln.Addr().String() }
+
+func (l *clLink) accept() {
+	defer l.wg.Done()
+	for {
+		c, err := l.ln.Accept()
+		if err != nil {
+			return
+		}
+		l.mu.Lock()
+		if l.cut {
+			l.mu.Unlock()
+			c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", l.target)
+		if err != nil {
+			l.mu.Unlock()
+			c.Close()
+			continue
+		}
+		l.conns = append(l.conns, c, up)
+		l.wg.Add(2)
+		l.mu.Unlock()
+		go func() { defer l.wg.Done(); _, _ = io.Copy(up, c); up.Close() }()
+		go func() { defer l.wg.Done(); _, _ = io.Copy(c, up); c.Close() }()
+	}
+}
+
+func (l *clLink) setCut(cut bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cut = cut
+	if cut {
+		for _, c := range l.conns {
+			c.Close()
+		}
+		l.conns = nil
+	}
+}
+
+// A pi-server client, a per-session WebSocket client and an SSE client
+// of node `on` watch a session while it moves to node C, `on` being
+// neither its old nor its new owner, or its old owner that lost the
+// lease (frozen past it, or its NATS link cut past it and healed; C,
 // whose pi-server client follows the session, takes it over). Each keeps
 // working as a client of a node that never ran the session: the next
 // run's events arrive once each, in order; the question C asks reaches
@@ -32,11 +107,12 @@ func TestClusterClientsKeepWatchingASessionThatMoves(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		on   string // the node the session-WS and SSE clients are connected to
-		// move makes node C take the session over.
-		move func(t *testing.T, nodes clNodes)
+		on   string // the node the clients are connected to
+		// move makes node C take the session over; link is B's link
+		// to NATS.
+		move func(t *testing.T, nodes clNodes, link *clLink)
 	}{
-		{name: "the owner loses its lease", on: "B", move: func(t *testing.T, nodes clNodes) {
+		{name: "the owner loses its lease", on: "B", move: func(t *testing.T, nodes clNodes, _ *clLink) {
 			thaw := clFreeze(t, nodes["B"])
 			svWaitUntil(t, "node C takes the session over", func() bool { return clStatus(t, nodes["C"]).Leases == 1 })
 			thaw()
@@ -44,7 +120,18 @@ func TestClusterClientsKeepWatchingASessionThatMoves(t *testing.T) {
 				return clStatus(t, nodes["B"]).Leases == 0 && strings.Contains(nodes["B"].stderrTail(1<<20), "lost a session's lease")
 			})
 		}},
-		{name: "a third node takes over", on: "A", move: func(t *testing.T, nodes clNodes) {
+		{name: "the owner's NATS link breaks past its lease", on: "B", move: func(t *testing.T, nodes clNodes, link *clLink) {
+			link.setCut(true)
+			svWaitUntil(t, "node C takes the session over", func() bool { return clStatus(t, nodes["C"]).Leases == 1 })
+			// Until the link heals, B cannot follow the session from the
+			// stream for its clients: it tried once (and gave up on
+			// them, before).
+			svWaitUntil(t, "node B fails to follow the session from the stream", func() bool {
+				return strings.Contains(nodes["B"].stderrTail(1<<20), "cluster: following a session")
+			})
+			link.setCut(false)
+		}},
+		{name: "a third node takes over", on: "A", move: func(t *testing.T, nodes clNodes, _ *clLink) {
 			// A, frozen, cannot race C for the session; it follows on
 			// once it wakes.
 			thaw := clFreeze(t, nodes["A"])
@@ -56,11 +143,21 @@ func TestClusterClientsKeepWatchingASessionThatMoves(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := e2eNewEnv(t, e2eOpts{})
-			_, nodes := clStartExternal(t, e, "--cluster-lease-ttl", "1s", "--ws-progress-interval", "50ms",
-				"--policy", e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`))
+			ns, keyPath := clStartNATS(t, e)
+			link := clNewLink(t, ns.addr)
+			policy := e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`)
+			nodes := clLaunch(t, e, false, clABC, func(id string) []string {
+				addr := ns.addr
+				if id == "B" {
+					addr = link.addr()
+				}
+				return []string{"--cluster", "nats://" + addr, "--cluster-key", keyPath, "--cluster-spread",
+					"--cluster-lease-ttl", "1s", "--ws-progress-interval", "50ms", "--policy", policy}
+			})
 			sid := clSessionOn("B", "A", "B", "C")
 			rsOK(t, nodes["B"], "PUT", rsConvPath(sid), map[string]any{})
 			c := clFollow(nodes, "C", sid)
+			pi := clFollow(nodes, tc.on, sid)
 			on := nodes[tc.on]
 			ws := swConnect(t, on, swSchema(t, on), sid, swDial{})
 			ws.subscribe(sid, nil)
@@ -78,7 +175,7 @@ func TestClusterClientsKeepWatchingASessionThatMoves(t *testing.T) {
 				moved = max(moved, m.seq())
 			}
 
-			tc.move(t, nodes)
+			tc.move(t, nodes, link)
 
 			// The next run, on C: its question reaches the client of `on`,
 			// whose answer reaches C.
@@ -110,7 +207,16 @@ func TestClusterClientsKeepWatchingASessionThatMoves(t *testing.T) {
 			if closed {
 				t.Errorf("the WebSocket through %s closed (%d %q)", tc.on, code, reason)
 			}
-			var truth, got []uint64
+			if err := clReachSeq(pi, sid, last.seq()); err != nil {
+				t.Errorf("the pi-server client of %s did not see the run on the new owner end: %v", tc.on, err)
+			}
+			clCheckSeqs(t, "the pi-server client of "+tc.on, clSeqs(pi, sid))
+			var truth, got, piGot []uint64
+			for _, f := range pi.events(sid) {
+				if n, _ := svNum(f.m, "seq"); f.isEvent(sid, "state_changed") && uint64(n) > moved && uint64(n) <= last.seq() {
+					piGot = append(piGot, uint64(n))
+				}
+			}
 			for _, f := range c.events(sid) {
 				if n, _ := svNum(f.m, "seq"); f.isEvent(sid, "state_changed") && uint64(n) > moved && uint64(n) <= last.seq() {
 					truth = append(truth, uint64(n))
@@ -131,7 +237,11 @@ func TestClusterClientsKeepWatchingASessionThatMoves(t *testing.T) {
 			}
 			lost, dup := clTally(truth, got)
 			if lost != 0 || dup != 0 || len(truth) == 0 {
-				t.Errorf("state changes after the move: %d of %v lost, %d duplicated (got %v)", lost, truth, dup, got)
+				t.Errorf("state changes after the move on the WebSocket: %d of %v lost, %d duplicated (got %v)", lost, truth, dup, got)
+			}
+			if l, d := clTally(truth, piGot); l != 0 || d != 0 {
+				t.Errorf("state changes after the move on the pi-server client: %d of %v lost, %d duplicated (got %v)", l, truth, d, piGot)
+				lost, dup = lost+l, dup+d
 			}
 			st.mu.Lock()
 			ended, serr := st.ended, st.err

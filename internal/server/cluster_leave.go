@@ -1,5 +1,7 @@
 package server
 
+import "time"
+
 // A session this node hosted leaves it: its lease ended under it (the
 // node stalled, or lost its NATS link, past the lease, and another node
 // took the session over), and lost unloads it. The clients of this node
@@ -12,9 +14,12 @@ package server
 // codec, a client was sent nothing of the next owner's questions, its
 // query_state answered the session as it stood when it left, and its
 // provide_input answered the unloaded session. A client the stream
-// cannot take (the node cannot follow it: its NATS link is down) is
-// closed with the reason, and resumes from its last seq; it was left
-// subscribed to nothing before, hearing nothing more and told nothing.
+// cannot take yet (the node cannot follow it: its NATS link is down,
+// which is how it lost the lease) is put on it once it can, from the
+// same seq, and is closed with the reason, to resume from its last seq,
+// if that does not come within leftFollowFor. It was left subscribed to
+// nothing before: after a partition healed, pi-server, SSE and session-WS
+// clients of the old owner heard nothing more, and were told nothing.
 
 // Leaver is a Codec whose face moves its clients itself when the session
 // they watch leaves this node.
@@ -32,6 +37,19 @@ type Leaver interface {
 // movedClose is what a client is told when its session left this node
 // and it could not go on watching it here.
 const movedClose = "The session moved to another node and its events cannot be followed here now; reconnect and resume from the last seq you saw"
+
+// leftFollowFor bounds how long the clients of a session that left this
+// node wait for the cluster's stream to become readable (the node's NATS
+// link back) before they are closed, as a command of the per-session
+// WebSocket waits for the session's node (askTimeout there).
+const leftFollowFor = 60 * time.Second
+
+// leftFollow is a client to put on the stream.
+type leftFollow struct {
+	c     *Client
+	codec Codec
+	after uint64
+}
 
 // left moves the clients that watched hosted session h off it, in a
 // goroutine of the cluster's, once it is unloaded; closed says the
@@ -52,6 +70,7 @@ func (cs *clusterState) left(h *Hosted, closed bool) {
 		}
 		// From the last event each was sent, read once unload has
 		// stopped the fan-out.
+		var follow []leftFollow
 		for c, sub := range subs {
 			h.subMu.Lock()
 			after, held := sub.after, sub.held
@@ -62,10 +81,51 @@ func (cs *clusterState) left(h *Hosted, closed bool) {
 			if l, ok := sub.codec.(Leaver); ok && l.Left(c, h.id, after) {
 				continue
 			}
-			if res := cs.subscribeRemote(c, h.id, sub.codec, &after, nil); !res.Resumed {
-				cs.s.log.Warn("cluster: a client of a session that left this node could not follow it from the stream", "session", h.id, "after", after)
-				c.Close(Close{Kind: CloseOverloaded, Reason: movedClose})
+			follow = append(follow, leftFollow{c, sub.codec, after})
+		}
+		cs.followLeft(h.id, follow)
+	}()
+}
+
+// followLeft puts the clients of session id, which left this node, on
+// the stream: at once when it can be read, else as soon as it can (a
+// node loses its lease when it lost its NATS link, and the link comes
+// back), within leftFollowFor; a client still not following then is
+// closed with the reason.
+func (cs *clusterState) followLeft(id string, follow []leftFollow) {
+	deadline := time.NewTimer(leftFollowFor)
+	defer deadline.Stop()
+	pause := 100 * time.Millisecond
+	for {
+		kept := follow[:0]
+		for _, f := range follow {
+			if f.c.Closing() {
+				continue
+			}
+			if res := cs.subscribeRemote(f.c, id, f.codec, &f.after, nil); !res.Resumed {
+				kept = append(kept, f)
 			}
 		}
-	}()
+		follow = kept
+		if len(follow) == 0 {
+			return
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+			pause = min(2*pause, 2*time.Second)
+			continue
+		case <-deadline.C:
+		case <-cs.ctx.Done():
+		}
+		t.Stop()
+		if cs.ctx.Err() != nil {
+			return // stopping: the server closes its clients
+		}
+		for _, f := range follow {
+			cs.s.log.Warn("cluster: a client of a session that left this node could not follow it from the stream", "session", id, "after", f.after)
+			f.c.Close(Close{Kind: CloseOverloaded, Reason: movedClose})
+		}
+		return
+	}
 }
