@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -254,4 +255,100 @@ func TestClusterClientsKeepWatchingASessionThatMoves(t *testing.T) {
 				tc.name, tc.on, len(truth), lost, dup, closed, ended)
 		})
 	}
+}
+
+// Node B, which runs a session, loses its NATS link past its lease and
+// does not get it back: C takes the session over, and B cannot put its
+// clients on the cluster's stream. Each is told why, with what it needs
+// to resume, within six lease TTLs (6 s here): the per-session WebSocket
+// closes with 1011 and the after_seq to subscribe with, the SSE stream
+// ends (an EventSource reconnects with its Last-Event-ID), the pi-server
+// connection closes with the reason. Resumed through another node, the
+// WebSocket and the SSE stream miss nothing of the next run.
+func TestClusterClientsOfACutOffOwnerAreToldWhy(t *testing.T) {
+	t.Parallel()
+	e := e2eNewEnv(t, e2eOpts{})
+	ns, keyPath := clStartNATS(t, e)
+	link := clNewLink(t, ns.addr)
+	policy := e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`)
+	nodes := clLaunch(t, e, false, clABC, func(id string) []string {
+		addr := ns.addr
+		if id == "B" {
+			addr = link.addr()
+		}
+		return []string{"--cluster", "nats://" + addr, "--cluster-key", keyPath, "--cluster-spread",
+			"--cluster-lease-ttl", "1s", "--ws-progress-interval", "50ms", "--policy", policy}
+	})
+	sid := clSessionOn("B", "A", "B", "C")
+	rsOK(t, nodes["B"], "PUT", rsConvPath(sid), map[string]any{})
+	c := clFollow(nodes, "C", sid)
+	pi := clFollow(nodes, "B", sid)
+	ws := swConnect(t, nodes["B"], swSchema(t, nodes["B"]), sid, swDial{})
+	ws.subscribe(sid, nil)
+	st := rsOpen(t, nodes["B"], rsConvPath(sid)+"/events")
+	st.waitType(0, "connected")
+
+	c.send(svM{"id": "p1", "type": "prompt", "sessionId": sid, "message": "CMD:echo before-the-cut"})
+	from := swApprove(t, ws, 0)
+	ws.waitType(from, "completed")
+	st.waitType(0, "run_ended")
+	svWantOK(t, c.response("p1"))
+
+	link.setCut(true)
+	svWaitUntil(t, "node C takes the session over", func() bool { return clStatus(t, nodes["C"]).Leases == 1 })
+	code, reason := ws.waitClosed()
+	seqText, ok := strings.CutPrefix(reason[strings.LastIndex(reason, "after_seq"):], "after_seq ")
+	after, err := strconv.ParseUint(seqText, 10, 64)
+	if code != 1011 || !ok || err != nil {
+		t.Fatalf("the WebSocket of B closed with %d %q, want 1011 and the after_seq to resume with", code, reason)
+	}
+	if err := st.waitEnded(); err != nil {
+		t.Errorf("the SSE stream of B ended with %v, want a clean end", err)
+	}
+	var lastID uint64
+	for _, ev := range st.snapshot() {
+		if seq, _, ok := clEventID(ev.id); ok {
+			lastID = max(lastID, seq)
+		}
+	}
+	pcode, preason := pi.waitClosed()
+	if !strings.Contains(preason, "moved to another node") {
+		t.Errorf("the pi-server connection of B closed with %d %q, want the reason", pcode, preason)
+	}
+
+	// Resumed through A, from where each stood.
+	ws2 := swConnect(t, nodes["A"], swSchema(t, nodes["A"]), sid, swDial{})
+	if sub := ws2.subscribe(sid, map[string]any{"after_seq": after}); sub.m["resumed"] != true {
+		t.Errorf("subscribing through A after_seq %d: %s", after, sub.raw)
+	}
+	st2 := rsOpen(t, nodes["A"], rsConvPath(sid)+"/events", "Last-Event-ID", strconv.FormatUint(lastID, 10))
+	if _, c2 := st2.waitType(0, "connected"); c2.m["resumed"] != true {
+		t.Errorf("the SSE stream reopened through A did not resume after %d: %s", lastID, c2.raw)
+	}
+	c.send(svM{"id": "p2", "type": "prompt", "sessionId": sid, "message": "CMD:echo after-the-cut"})
+	at := swApprove(t, ws2, 0)
+	_, last := ws2.waitType(at, "completed")
+	svWantOK(t, c.response("p2"))
+	st2.waitType(0, "run_ended")
+	if !strings.Contains(st2.dump(0), "after-the-cut") {
+		t.Errorf("the run after the cut did not reach the resumed SSE stream:\n%s", st2.dump(0))
+	}
+	clSSEEvents(t, "the SSE stream resumed through A", st2.snapshot(), lastID)
+	var truth, got []uint64
+	for _, f := range c.events(sid) {
+		if n, _ := svNum(f.m, "seq"); f.isEvent(sid, "state_changed") && uint64(n) > after && uint64(n) <= last.seq() {
+			truth = append(truth, uint64(n))
+		}
+	}
+	for _, m := range ws2.all() {
+		if m.typ() == "status_change" {
+			got = append(got, m.seq())
+		}
+	}
+	lost, dup := clTally(truth, got)
+	if lost != 0 || dup != 0 || len(truth) == 0 {
+		t.Errorf("state changes after %d through the resumed WebSocket: %d of %v lost, %d duplicated (got %v)", after, lost, truth, dup, got)
+	}
+	t.Logf("fault table: owner's NATS link cut for good, clients of the owner: WebSocket closed %d %q, pi-server %d %q; resumed through A: %d state changes, lost %d, duplicated %d",
+		code, reason, pcode, preason, len(truth), lost, dup)
 }

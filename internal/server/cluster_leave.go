@@ -17,7 +17,7 @@ import "time"
 // cannot take yet (the node cannot follow it: its NATS link is down,
 // which is how it lost the lease) is put on it once it can, from the
 // same seq, and is closed with the reason, to resume from its last seq,
-// if that does not come within leftFollowFor. It was left subscribed to
+// if that does not come within LeftFollowFor. It was left subscribed to
 // nothing before: after a partition healed, pi-server, SSE and session-WS
 // clients of the old owner heard nothing more, and were told nothing.
 
@@ -36,13 +36,20 @@ type Leaver interface {
 
 // movedClose is what a client is told when its session left this node
 // and it could not go on watching it here.
-const movedClose = "The session moved to another node and its events cannot be followed here now; reconnect and resume from the last seq you saw"
+const movedClose = "Session moved to another node and cannot be followed here now; reconnect and resume from the last seq you saw"
 
-// leftFollowFor bounds how long the clients of a session that left this
+// LeftFollowFor bounds how long the clients of a session that left this
 // node wait for the cluster's stream to become readable (the node's NATS
-// link back) before they are closed, as a command of the per-session
-// WebSocket waits for the session's node (askTimeout there).
-const leftFollowFor = 60 * time.Second
+// link back) before they are closed: six lease TTLs (a minute at the
+// default TTL), time for a partition that cost the lease to heal, and
+// for a takeover. A face that moves its clients itself (Leaver) waits
+// as long. Zero without a cluster.
+func (s *Server) LeftFollowFor() time.Duration {
+	if s.cl == nil {
+		return 0
+	}
+	return 6 * s.cl.node.LeaseTTL()
+}
 
 // leftFollow is a client to put on the stream.
 type leftFollow struct {
@@ -90,10 +97,10 @@ func (cs *clusterState) left(h *Hosted, closed bool) {
 // followLeft puts the clients of session id, which left this node, on
 // the stream: at once when it can be read, else as soon as it can (a
 // node loses its lease when it lost its NATS link, and the link comes
-// back), within leftFollowFor; a client still not following then is
+// back), within LeftFollowFor; a client still not following then is
 // closed with the reason.
 func (cs *clusterState) followLeft(id string, follow []leftFollow) {
-	deadline := time.NewTimer(leftFollowFor)
+	deadline := time.NewTimer(cs.s.LeftFollowFor())
 	defer deadline.Stop()
 	pause := 100 * time.Millisecond
 	for {

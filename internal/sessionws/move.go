@@ -1,6 +1,7 @@
 package sessionws
 
 import (
+	"context"
 	"strconv"
 
 	"github.com/agentd-dev/agentd/internal/fault"
@@ -94,8 +95,13 @@ func (c *conn) moveAway(after uint64) {
 	if c.hosted() == nil || !c.dropHosted() {
 		return // unsubscribed, or subscribed again meanwhile (subscribe)
 	}
+	// Within the time the layer gives its own clients to follow the
+	// stream again (the node lost the lease by losing NATS: it may not
+	// reach the new owner until its link heals).
+	ctx, cancel := context.WithTimeout(c.ctx, max(c.f.srv.LeftFollowFor(), askAgain))
+	defer cancel()
 	var s seed
-	if err := c.ask(c.ctx, "sessionws.state", struct{}{}, c.who, &s); err != nil {
+	if err := c.ask(ctx, "sessionws.state", struct{}{}, c.who, &s); err != nil {
 		c.movedFailed(after, err)
 		return
 	}
@@ -105,7 +111,7 @@ func (c *conn) moveAway(after uint64) {
 	c.mu.Unlock()
 	hold := server.NewHold()
 	var res server.Subscribed
-	err := c.ask(c.ctx, "sessionws.watch", watchPayload{After: &after}, &server.WatchOrigin{Who: c.who, Client: c.client, Codec: w, Hold: hold}, &res)
+	err := c.ask(ctx, "sessionws.watch", watchPayload{After: &after}, &server.WatchOrigin{Who: c.who, Client: c.client, Codec: w, Hold: hold}, &res)
 	if err != nil {
 		hold.Release()
 		c.leave(nil)
