@@ -40,15 +40,16 @@ const movedClose = "Session moved to another node and cannot be followed here no
 
 // LeftFollowFor bounds how long the clients of a session that left this
 // node wait for the cluster's stream to become readable (the node's NATS
-// link back) before they are closed: six lease TTLs (a minute at the
-// default TTL), time for a partition that cost the lease to heal, and
-// for a takeover. A face that moves its clients itself (Leaver) waits
-// as long. Zero without a cluster.
+// link back) before they are closed: six lease TTLs, time for a
+// partition that cost the lease to heal and for a takeover, beyond the
+// first try, which waits up to clusterOpenTimeout for NATS (70 s at the
+// default TTL). A face that moves its clients itself (Leaver) waits as
+// long. Zero without a cluster.
 func (s *Server) LeftFollowFor() time.Duration {
 	if s.cl == nil {
 		return 0
 	}
-	return 6 * s.cl.node.LeaseTTL()
+	return 6*s.cl.node.LeaseTTL() + clusterOpenTimeout
 }
 
 // leftFollow is a client to put on the stream.
