@@ -260,11 +260,12 @@ func TestClusterClientsKeepWatchingASessionThatMoves(t *testing.T) {
 // Node B, which runs a session, loses its NATS link past its lease and
 // does not get it back: C takes the session over, and B cannot put its
 // clients on the cluster's stream. Each is told why, with what it needs
-// to resume, within six lease TTLs and 10 s (16 s here): the per-session WebSocket
-// closes with 1011 and the after_seq to subscribe with, the SSE stream
-// ends (an EventSource reconnects with its Last-Event-ID), the pi-server
-// connection closes with the reason. Resumed through another node, the
-// WebSocket and the SSE stream miss nothing of the next run.
+// to resume, within six lease TTLs and 10 s (16 s here): the
+// per-session WebSocket closes with 1011 and the after_seq to subscribe
+// with, the SSE stream ends (an EventSource reconnects with its
+// Last-Event-ID), the pi-server connection closes with the reason.
+// Resumed through another node, the WebSocket and the SSE stream miss
+// nothing of the next run.
 func TestClusterClientsOfACutOffOwnerAreToldWhy(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
