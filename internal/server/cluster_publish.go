@@ -216,32 +216,7 @@ func (cs *clusterState) lost(h *Hosted) {
 		return // given back by unhost, which is unloading it
 	}
 	cs.s.log.Warn("cluster: lost a session's lease; it stops here", "session", h.id, "err", err)
-	closed := errors.Is(err, cluster.ErrNodeClosed)
-	cs.wg.Add(1)
-	go func() {
-		defer cs.wg.Done()
-		h.subMu.Lock()
-		subs := make(map[*Client]*subscription, len(h.subs))
-		for c, sub := range h.subs {
-			subs[c] = sub
-		}
-		h.subMu.Unlock()
-		if cs.s.unload(h, false) != nil || closed {
-			return
-		}
-		// This node's clients keep watching: from the stream now, from
-		// the last event each was sent (read once unload has stopped the
-		// fan-out).
-		for c, sub := range subs {
-			h.subMu.Lock()
-			after, held := sub.after, sub.held
-			h.subMu.Unlock()
-			if held || c.Closing() {
-				continue
-			}
-			cs.subscribeRemote(c, h.id, sub.codec, &after, nil)
-		}
-	}()
+	cs.left(h, errors.Is(err, cluster.ErrNodeClosed)) // cluster_leave.go
 }
 
 // fileChanged notes that the session continues in another file; it runs

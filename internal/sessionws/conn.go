@@ -18,7 +18,6 @@ type conn struct {
 	f      *Face
 	ws     *server.WebSocket
 	client *server.Client
-	h      *server.Hosted // nil for a session another cluster node runs (cluster.go)
 	id     string
 	who    server.Principal
 	remote string
@@ -27,7 +26,17 @@ type conn struct {
 	// pong), unix ns.
 	lastActive atomic.Int64
 
-	mu    sync.Mutex
+	// op serializes what changes the subscription (subscribe,
+	// unsubscribe, the move off a session that left this node: move.go)
+	// with the messages that read it.
+	op sync.Mutex
+	// ctx ends when the connection's reader does.
+	ctx context.Context
+
+	mu sync.Mutex
+	// h is the session when this node runs it; nil for one another
+	// cluster node runs (cluster.go), or once it moved there (move.go).
+	h     *server.Hosted
 	watch *watch // while subscribed
 	// seeded is the owner's reading of a session another node runs,
 	// for a query_state before the client subscribed.
@@ -62,6 +71,7 @@ func (c *conn) run() {
 	f := c.f
 	c.lastActive.Store(f.opt.Now().UnixNano())
 	ctx, cancel := context.WithCancel(f.srv.Context())
+	c.ctx = ctx
 	var hb sync.WaitGroup
 	if f.opt.Heartbeat > 0 {
 		hb.Add(1)
@@ -76,7 +86,9 @@ func (c *conn) run() {
 	stop()
 	cancel()
 	hb.Wait()
+	c.op.Lock()
 	c.unsubscribe()
+	c.op.Unlock()
 	c.client.Close(server.Close{})
 	<-c.client.Done()
 }
@@ -195,7 +207,7 @@ func (c *conn) sendError(e *errorMsg) {
 // its subscription is: on the hosted session, or, for a session another
 // node runs, this node's feed of it or the session once taken over here.
 func (c *conn) afterEvents(build func(seq uint64) []byte) {
-	h := c.h
+	h := c.hosted()
 	if h == nil {
 		h = c.f.srv.Watched(c.client, c.id)
 	}
@@ -209,11 +221,11 @@ func (c *conn) afterEvents(build func(seq uint64) []byte) {
 // view is what the connection reads of its session: the hosted session,
 // or the view its watch keeps of one another node runs.
 func (c *conn) view() view {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.h != nil {
 		return hostedView{c.h}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.watch != nil {
 		return c.watch.v
 	}
@@ -239,6 +251,11 @@ func (c *conn) handle(b []byte) {
 		c.sendError(protocolError("session_mismatch", "This connection watches session "+c.id+"; connect to "+SessionsPath+sid+" to watch "+sid, map[string]any{"session_id": sid}, now))
 		return
 	}
+	if typ != "ping" && typ != "pong" {
+		c.op.Lock()
+		defer c.op.Unlock()
+	}
+	h := c.hosted()
 	switch typ {
 	case "subscribe":
 		c.subscribe(body)
@@ -256,21 +273,21 @@ func (c *conn) handle(b []byte) {
 	case "pong":
 		// A sign of life, counted already.
 	case "query_state":
-		if c.h == nil {
+		if h == nil {
 			c.queryStateAway(now)
 			return
 		}
 		snap := c.snapshot(now)
-		c.f.srv.SendAfterEvents(c.client, c.h, func(seq uint64) []byte {
+		c.f.srv.SendAfterEvents(c.client, h, func(seq uint64) []byte {
 			snap.Seq = max(snap.Seq, seq)
 			return encode(snap)
 		})
 	case "provide_input":
-		if c.h == nil {
+		if h == nil {
 			c.provideInputAway(body, now)
 			return
 		}
-		c.provideInput(body, now)
+		c.provideInput(h, body, now)
 	}
 }
 
@@ -282,7 +299,8 @@ func (c *conn) subscribe(body map[string]any) {
 		a := uint64(v)
 		after = &a
 	}
-	if c.h == nil {
+	h := c.hosted()
+	if h == nil {
 		c.subscribeAway(after)
 		return
 	}
@@ -290,7 +308,14 @@ func (c *conn) subscribe(body map[string]any) {
 		c.fail(closeNotFound, protocolError("session_not_found", "Session "+c.id+" does not exist", nil, c.f.opt.Now()))
 	}
 	select {
-	case <-c.h.Gone():
+	case <-h.Gone():
+		if !h.Deleted() {
+			// Unloaded, not deleted: it runs on another node now, or
+			// opens again when asked (move.go).
+			c.dropHosted()
+			c.subscribeAway(after)
+			return
+		}
 		gone()
 		return
 	default:
@@ -299,7 +324,7 @@ func (c *conn) subscribe(body map[string]any) {
 	w := c.watch
 	c.mu.Unlock()
 	if w == nil {
-		w = c.f.watchFor(c.h)
+		w = c.f.watchFor(h)
 		c.mu.Lock()
 		c.watch = w // released when c closes
 		c.mu.Unlock()
@@ -311,9 +336,9 @@ func (c *conn) subscribe(body map[string]any) {
 		}
 	}
 	hold := server.NewHold()
-	res := c.f.srv.Subscribe(c.client, c.h, w, after, hold)
+	res := c.f.srv.Subscribe(c.client, h, w, after, hold)
 	now := c.f.opt.Now()
-	st := c.h.Status()
+	st := h.Status()
 	c.client.Send(encode(&subscribedMsg{Type: "subscribed", SessionID: c.id, CurrentState: st.State, ProgressPercentage: st.Step.Percent,
 		SubscribedAt: stamp(now), Seq: res.Seq, Resumed: res.Resumed, CursorTooOld: res.TooOld}))
 	if res.TooOld {
@@ -323,7 +348,7 @@ func (c *conn) subscribe(body map[string]any) {
 	}
 	if !res.Resumed {
 		// What is waiting on a person now, whatever the cursor.
-		for _, r := range c.h.Session().Interactions() {
+		for _, r := range h.Session().Interactions() {
 			c.client.Send(encode(w.inputRequired(r, res.Seq, now)))
 		}
 		c.client.Send(encode(w.progress(res.Seq, now)))
@@ -338,7 +363,7 @@ func (c *conn) unsubscribe() { c.leave(nil) }
 // reflects every event before it and none follows.
 func (c *conn) leave(bye func(seq uint64) []byte) {
 	c.mu.Lock()
-	w := c.watch
+	w, h := c.watch, c.h
 	c.watch = nil
 	c.mu.Unlock()
 	if w == nil {
@@ -354,24 +379,24 @@ func (c *conn) leave(bye func(seq uint64) []byte) {
 	}
 	w.remove(c)
 	if bye != nil {
-		c.f.srv.UnsubscribeAfterEvents(c.client, c.h, bye)
+		c.f.srv.UnsubscribeAfterEvents(c.client, h, bye)
 	} else {
-		c.f.srv.Unsubscribe(c.client, c.h)
+		c.f.srv.Unsubscribe(c.client, h)
 	}
 	c.f.release(w)
 }
 
 // provideInput answers a pending interaction; the first answer from any
 // face wins.
-func (c *conn) provideInput(body map[string]any, now time.Time) {
+func (c *conn) provideInput(h *server.Hosted, body map[string]any, now time.Time) {
 	data, _ := body["input_data"].(map[string]any)
 	qid, _ := body["question_id"].(string)
-	qid, e := c.f.answer(c.h, qid, data, now)
+	qid, e := c.f.answer(h, qid, data, now)
 	if e != nil {
 		c.sendError(e)
 		return
 	}
-	c.f.srv.SendAfterEvents(c.client, c.h, func(seq uint64) []byte {
+	c.f.srv.SendAfterEvents(c.client, h, func(seq uint64) []byte {
 		return encode(&inputReceivedMsg{Type: "input_received", SessionID: c.id, QuestionID: qid, Timestamp: stamp(now), Seq: seq})
 	})
 }

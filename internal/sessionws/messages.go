@@ -298,7 +298,7 @@ func (c *conn) snapshot(now time.Time) *snapshotMsg {
 	for i, tr := range hist {
 		cps[i] = checkpoint{Version: tr.Version, State: tr.New, PreviousState: tr.Old, Reason: tr.Reason, CreatedAt: stamp(tr.Time), Seq: tr.Seq, EntryID: tr.EntryID}
 	}
-	w := &watch{f: c.f, h: c.h, v: v, id: c.id}
+	w := &watch{f: c.f, h: c.hosted(), v: v, id: c.id}
 	var pending []*inputRequiredMsg
 	for _, r := range v.Interactions() {
 		pending = append(pending, w.inputRequired(r, st.Seq, now))
