@@ -140,6 +140,12 @@ func (d *durable) recordFile() {
 // to a message) and reports whether it all went; hc.published then says
 // the stream has everything read so far.
 func (d *durable) flush() bool {
+	if hold := d.cs.durableHold.Load(); hold != nil {
+		select {
+		case <-*hold:
+		case <-d.cs.ctx.Done():
+		}
+	}
 	d.mu.Lock()
 	evs, through := d.queue, d.through
 	d.mu.Unlock()

@@ -142,9 +142,9 @@ func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 			read()
 		case <-hc.lease.Done():
 			close(d.quit)
-			<-d.done
 			cs.lost(h)
 			<-hc.stop
+			<-d.done
 			return
 		case <-hc.stop:
 			if hc.lease.Err() == nil {
