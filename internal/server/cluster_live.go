@@ -34,9 +34,11 @@ type durable struct {
 	through uint64          // the seq of the last event read from the log
 
 	// stored is the seq of the last event this owner knows the stream
-	// holds (0 before its first append): live events go no further than
-	// the log's size past it (showLive).
+	// holds: the stream's last when the durable started (base, once
+	// known) or the last it appended since (0 while neither is known).
+	// Live events go no further than the log's size past it (showLive).
 	stored atomic.Uint64
+	known  atomic.Bool
 
 	wake   chan struct{} // capacity 1: something was queued
 	finish chan struct{} // closed when the session stops: append what is queued, then return
@@ -80,6 +82,7 @@ func (d *durable) push(evs []cluster.Event, through uint64) {
 // run appends what is queued until the session stops or its lease ends.
 func (d *durable) run() {
 	defer close(d.done)
+	d.readBase()
 	var (
 		retry <-chan time.Time // an append failed: try again then
 		pause time.Duration
@@ -123,6 +126,32 @@ func (d *durable) run() {
 	}
 }
 
+// readBase reads the stream's last seq for the session, which bounds what
+// showLive sends before the first append. Without it (the stream cannot
+// be read now) nothing goes live until an append succeeds.
+func (d *durable) readBase() {
+	ctx, cancel := context.WithTimeout(d.cs.ctx, clusterReadTimeout)
+	defer cancel()
+	base, err := d.cs.node.LastSeq(ctx, d.h.id)
+	if err != nil {
+		d.cs.s.log.Debug("cluster: reading a session's last seq in the stream; no events go live until one is stored", "session", d.h.id, "err", err)
+		return
+	}
+	d.storedAt(base)
+}
+
+// storedAt records that the stream holds the session's events through
+// seq.
+func (d *durable) storedAt(seq uint64) {
+	for {
+		cur := d.stored.Load()
+		if seq <= cur || d.stored.CompareAndSwap(cur, seq) {
+			break
+		}
+	}
+	d.known.Store(true)
+}
+
 // recordFile records in the cluster's index that the session moved to
 // another transcript file, if it did.
 func (d *durable) recordFile() {
@@ -154,7 +183,7 @@ func (d *durable) flush() bool {
 		got, err := d.cs.node.PublishEvents(ctx, d.h.id, evs)
 		cancel()
 		if got > 0 {
-			d.stored.Store(max(d.stored.Load(), got))
+			d.storedAt(got)
 			d.mu.Lock()
 			i := 0
 			for i < len(d.queue) && d.queue[i].Seq <= got {
@@ -199,15 +228,15 @@ func (cs *clusterState) encodeEvents(h *Hosted, evs []session.Event) []cluster.E
 }
 
 // showLive sends evs live to the followers on other nodes, those of them
-// no further than the event log's size past the last event the stream
-// holds (before this owner stored anything: none past first, where its
-// seqs began). A node that takes the session over after a crash numbers
-// from the stream's last seq plus that much at most (nextSeq), so a seq a
-// follower took live is never used again by another owner.
+// no further than the event log's size past the last event the stream is
+// known to hold (none past first, where this owner's seqs began, while
+// that is not known). A node that takes the session over after a crash
+// numbers from at most the stream's last seq plus that much (nextSeq),
+// so a seq a follower took live is never used again by another owner.
 func (cs *clusterState) showLive(h *Hosted, d *durable, first uint64, evs []cluster.Event) {
 	limit := first
-	if s := d.stored.Load(); s > 0 {
-		limit = max(limit, s+uint64(d.limit))
+	if d.known.Load() {
+		limit = max(limit, d.stored.Load()+uint64(d.limit))
 	}
 	k := 0
 	for k < len(evs) && evs[k].Seq <= limit {

@@ -63,8 +63,7 @@ func TestClusterRemoteWatcherLive(t *testing.T) {
 			}
 		}
 	}
-	// A first run, stored: live goes no further than the log's size past
-	// what the owner stored (before it stored anything, nowhere).
+	// A first run, stored.
 	if r := submit(t, b, pipeline.Command{Type: "t.prompt", SessionID: sid}); r.Err != nil {
 		t.Fatal(r.Err)
 	}
