@@ -39,9 +39,9 @@ type Follow struct {
 
 // Follow starts following session sessionID after afterSeq. deliver is
 // called on the follow's own goroutine or on its live subscription's,
-// one event at a time, never two at once; it must not call Stop. ctx bounds the setup; the follow runs until Stop, until the
-// node closes, or until the stream cannot be read for followRetryFor
-// (Err says why).
+// one event at a time, never two at once; it must not call Stop. ctx
+// bounds the setup; the follow runs until Stop, until the node closes,
+// or until the stream cannot be read for followRetryFor (Err says why).
 //
 // A follow outlives a break of the node's link to NATS: each time the
 // connection comes back it starts again from the last seq it delivered
