@@ -54,7 +54,7 @@ func (n *Node) Follow(ctx context.Context, sessionID string, afterSeq uint64, de
 	}
 	back := n.reconn.wait()
 	f := &Follow{done: make(chan struct{}), deliver: deliver, maxSeq: afterSeq}
-	if err := f.subscribeLive(n, sessionID); err != nil {
+	if err := f.subscribeLive(ctx, n, sessionID); err != nil {
 		return nil, err
 	}
 	it, err := n.followFrom(ctx, sessionID, afterSeq)

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -93,7 +94,7 @@ func (l *Lease) liveValid() bool {
 // subscription outlives a break of the connection (nats.go subscribes
 // again on the server it reconnects to), so one serves the follow for
 // its whole life.
-func (f *Follow) subscribeLive(n *Node, sessionID string) error {
+func (f *Follow) subscribeLive(ctx context.Context, n *Node, sessionID string) error {
 	seen := newNonces()
 	sub, err := n.nc.Subscribe(livePrefix+sessionID, func(m *nats.Msg) {
 		if err := n.sig.verify(liveKind(m.Header), m, seen); err != nil {
@@ -113,8 +114,12 @@ func (f *Follow) subscribeLive(n *Node, sessionID string) error {
 	}
 	// In place at the server before the follow reads the stream, when
 	// the connection is up (a test publishes right after); when it is
-	// not, the stream serves until it is.
-	_ = n.nc.FlushTimeout(fetchWait)
+	// not, the stream serves until it is, and the follow does not wait.
+	if n.nc.Status() == nats.CONNECTED {
+		fctx, cancel := context.WithTimeout(ctx, fetchWait)
+		_ = n.nc.FlushWithContext(fctx)
+		cancel()
+	}
 	f.live = sub
 	return nil
 }
