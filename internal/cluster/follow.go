@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -15,20 +16,32 @@ import (
 // delivers every event with a seq above the cursor it started from, those
 // already in the stream first and then each one as it is published, in seq
 // order and never a seq twice, whichever node publishes them (the owner,
-// or the node that took the session over). Stop ends it.
+// or the node that took the session over). Stop ends it. Events the
+// owner sends live (live.go) that continue exactly where the follow is
+// are delivered from there, before the stream has them.
 type Follow struct {
-	cancel context.CancelFunc
-	done   chan struct{}
+	cancel  context.CancelFunc
+	done    chan struct{}
+	deliver func(Event)
+	live    *nats.Subscription // the session's live subject (live.go)
+
+	// dmu serialises delivery from the stream and from the live subject:
+	// it guards the cursor (the last seq delivered), the newest owner
+	// epoch seen, and stopped. It is held while deliver runs.
+	dmu     sync.Mutex
+	maxSeq  uint64
+	epoch   uint64
+	stopped bool
 
 	mu  sync.Mutex // a leaf: guards err only
 	err error
 }
 
 // Follow starts following session sessionID after afterSeq. deliver is
-// called on the follow's own goroutine, one event at a time; it must not
-// call Stop. ctx bounds the setup; the follow runs until Stop, until the
-// node closes, or until the stream cannot be read for followRetryFor
-// (Err says why).
+// called on the follow's own goroutine or on its live subscription's,
+// one event at a time, never two at once; it must not call Stop. ctx
+// bounds the setup; the follow runs until Stop, until the node closes,
+// or until the stream cannot be read for followRetryFor (Err says why).
 //
 // A follow outlives a break of the node's link to NATS: each time the
 // connection comes back it starts again from the last seq it delivered
@@ -40,13 +53,18 @@ func (n *Node) Follow(ctx context.Context, sessionID string, afterSeq uint64, de
 		return nil, err
 	}
 	back := n.reconn.wait()
+	f := &Follow{done: make(chan struct{}), deliver: deliver, maxSeq: afterSeq}
+	if err := f.subscribeLive(ctx, n, sessionID); err != nil {
+		return nil, err
+	}
 	it, err := n.followFrom(ctx, sessionID, afterSeq)
 	if err != nil {
+		f.halt()
 		return nil, err
 	}
 	fctx, cancel := context.WithCancel(context.Background())
-	f := &Follow{cancel: cancel, done: make(chan struct{})}
-	go f.run(fctx, n, it, back, sessionID, afterSeq, deliver)
+	f.cancel = cancel
+	go f.run(fctx, n, it, back, sessionID)
 	return f, nil
 }
 
@@ -94,14 +112,16 @@ func (n *Node) followFrom(ctx context.Context, sessionID string, afterSeq uint64
 // run reads iterators until the follow is stopped: one at a time, each
 // stopped (and waited for) before the next is opened, so a stopped
 // follow leaves no goroutine behind.
-func (f *Follow) run(ctx context.Context, n *Node, it jetstream.MessagesContext, back <-chan struct{}, sessionID string, maxSeq uint64, deliver func(Event)) {
+func (f *Follow) run(ctx context.Context, n *Node, it jetstream.MessagesContext, back <-chan struct{}, sessionID string) {
 	defer close(f.done)
+	defer f.halt()
 	defer f.cancel()
 	for {
-		err := f.read(ctx, n, it, back, sessionID, &maxSeq, deliver)
+		err := f.read(ctx, n, it, back, sessionID)
 		if ctx.Err() != nil {
 			return
 		}
+		maxSeq := f.cursor()
 		if err != nil {
 			n.log.Warn("cluster: reading a session's events failed; following again", "session", sessionID, "after", maxSeq, "err", err)
 		}
@@ -111,6 +131,7 @@ func (f *Follow) run(ctx context.Context, n *Node, it jetstream.MessagesContext,
 		for attempt := 0; ; attempt++ {
 			back = n.reconn.wait()
 			octx, cancel := context.WithTimeout(ctx, fetchWait)
+			maxSeq = f.cursor()
 			it, err = n.followFrom(octx, sessionID, maxSeq)
 			cancel()
 			if err == nil {
@@ -139,7 +160,7 @@ func (f *Follow) run(ctx context.Context, n *Node, it jetstream.MessagesContext,
 // read delivers what it yields until it fails, the follow is stopped, or
 // NATS comes back after a break (back closes): the iterator is stopped
 // then and its error is nil.
-func (f *Follow) read(ctx context.Context, n *Node, it jetstream.MessagesContext, back <-chan struct{}, sessionID string, maxSeq *uint64, deliver func(Event)) error {
+func (f *Follow) read(ctx context.Context, n *Node, it jetstream.MessagesContext, back <-chan struct{}, sessionID string) error {
 	ended := make(chan struct{})
 	stopped := make(chan struct{})
 	// Next is also given a context that ends with the iterator: an
@@ -176,17 +197,35 @@ func (f *Follow) read(ctx context.Context, n *Node, it jetstream.MessagesContext
 			continue
 		}
 		// A batch's events one at a time; those at or below the cursor
-		// (a follow resumed inside a batch) were delivered already. All
-		// but the last are marked More.
-		for i, ev := range evs {
-			if ev.Seq <= *maxSeq {
-				continue
-			}
-			*maxSeq = ev.Seq
-			ev.More = i < len(evs)-1
-			deliver(ev)
+		// (a follow resumed inside a batch, or events the live subject
+		// delivered first) were delivered already. All but the last are
+		// marked More.
+		if !f.deliverStream(evs) {
+			return nil
 		}
 	}
+}
+
+// deliverStream delivers the events of one stream message above the
+// cursor; false once the follow is stopped.
+func (f *Follow) deliverStream(evs []Event) bool {
+	f.dmu.Lock()
+	defer f.dmu.Unlock()
+	if f.stopped {
+		return false
+	}
+	for _, ev := range evs {
+		f.epoch = max(f.epoch, ev.Epoch)
+	}
+	f.deliverLocked(evs)
+	return true
+}
+
+// cursor is the seq of the last event delivered.
+func (f *Follow) cursor() uint64 {
+	f.dmu.Lock()
+	defer f.dmu.Unlock()
+	return f.maxSeq
 }
 
 func (f *Follow) fail(err error) {
@@ -207,6 +246,7 @@ func (f *Follow) Err() error {
 
 // Stop ends the follow and waits until deliver is no longer called.
 func (f *Follow) Stop() {
+	f.halt()
 	f.cancel()
 	<-f.done
 }

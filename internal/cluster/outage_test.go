@@ -243,6 +243,18 @@ func TestNATSRestartShorterThanTheLease(t *testing.T) {
 	if flost != 0 || fdup != 0 {
 		t.Errorf("the follower: %d events lost, %d duplicated", flost, fdup)
 	}
+	// The follow's live subscription came back with the connection: an
+	// event sent only live reaches it.
+	if err := a.PublishLive("outage", []Event{{Seq: total + 1, Data: []byte(`{"live":true}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	for last := uint64(0); last != total+1; {
+		select {
+		case last = <-seen:
+		case <-deadline:
+			t.Fatalf("the follow on b did not get the live event after the outage")
+		}
+	}
 	t.Logf("NATS restart of ~3 s: %d events and transcript lines, lost 0, duplicated 0; the writer was done %v after NATS went down", total, recovered.Round(time.Millisecond))
 }
 

@@ -37,6 +37,9 @@ const (
 	sigCommand   = "command"
 	sigReply     = "reply"
 	sigBroadcast = "broadcast"
+	// sigLive prefixes the kind of a session's live events (live.go),
+	// which also names their seq, epoch and batch headers.
+	sigLive = "live"
 )
 
 // signWindow is how far a message's time may be from the receiver's

@@ -108,6 +108,10 @@ type clusterState struct {
 	received  atomic.Int64
 	takeovers atomic.Int64
 
+	// durableHold, set by tests only, holds back the stream appends of
+	// hosted sessions (durable.flush) until the channel closes.
+	durableHold atomic.Pointer[chan struct{}]
+
 	// httpTransport carries requests passed on to other nodes (ClusterProxy).
 	httpTransport *http.Transport
 }

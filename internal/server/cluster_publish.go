@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync/atomic"
 	"time"
@@ -102,21 +101,27 @@ func (cs *clusterState) record(ctx context.Context, h *Hosted, l *cluster.Lease,
 
 // publish copies the session's logged events to the stream in seq order,
 // each once, until the session is unloaded or the lease ends. When the
-// lease is lost the session stops here: another node owns it now.
+// lease is lost the session stops here: another node owns it now. It
+// sends each new event live at once and leaves the stream to a durable
+// (cluster_live.go), whose appends it never waits for.
 func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 	defer cs.wg.Done()
 	defer close(hc.done)
-	var (
-		retry <-chan time.Time // a publish failed: try again then
-		pause time.Duration
-		shown = toolOutputs{} // running calls' output, as it goes out
-	)
-	flush := func() bool {
+	d := cs.newDurable(h, hc, last)
+	go d.run()
+	first := last
+	shown := toolOutputs{} // running calls' output, as it goes out
+	read := func() {
 		evs, ok := h.sess.EventsSince(last)
 		if !ok {
 			cs.s.log.Warn("cluster: events left the log before they were published", "session", h.id, "after", last)
 			last = h.sess.Seq()
-			return true
+			d.push(nil, last)
+			return
+		}
+		if len(evs) == 0 {
+			d.push(nil, last) // wakes the durable: the file may have changed
+			return
 		}
 		// All that waits goes out together, several events to a message
 		// (cluster.PublishEvents): one at a time, each waiting for its
@@ -126,83 +131,27 @@ func (cs *clusterState) publish(h *Hosted, hc *hosted, last uint64) {
 		// Clients of other nodes see a running call's output (the log
 		// keeps none) as it comes, at most once a second a call.
 		shown.attach(evs, h.sess.ToolProgress(), time.Now())
-		out := make([]cluster.Event, 0, len(evs))
-		limit := cs.node.MaxEventBytes()
-		for _, ev := range evs {
-			b, err := json.Marshal(ev)
-			if err != nil {
-				cs.s.log.Error("cluster: encoding an event", "session", h.id, "seq", ev.Seq, "err", err)
-				continue
-			}
-			if len(b) > limit {
-				// No message carries it (a client's 2 MB message, a large
-				// image in a tool result): retried, it held back every
-				// later event of the session for good. Clients of other
-				// nodes miss it, and read it with the conversation.
-				cs.s.log.Warn("cluster: an event larger than a stream message is not published; clients of other nodes miss it",
-					"session", h.id, "seq", ev.Seq, "type", ev.Type, "bytes", len(b), "limit", limit)
-				continue
-			}
-			out = append(out, cluster.Event{Seq: ev.Seq, Data: b})
-		}
-		if len(out) > 0 {
-			ctx, cancel := context.WithTimeout(cs.ctx, clusterPublishTimeout)
-			through, err := cs.node.PublishEvents(ctx, h.id, out)
-			cancel()
-			last = max(last, through)
-			if err != nil {
-				cs.s.log.Warn("cluster: publishing events", "session", h.id, "after", last, "through", out[len(out)-1].Seq, "err", err)
-				if hc.lease.Err() != nil {
-					return false
-				}
-				// Retried soon, and on the next event: the session's log
-				// keeps what is not out yet, in order. Waiting for an
-				// event alone left a run that ended while NATS was away
-				// unpublished, its last events never reaching another
-				// node's clients.
-				pause = min(max(2*pause, 100*time.Millisecond), 2*time.Second)
-				clear(shown) // the retry sends the latest output again
-				retry = time.After(pause)
-				return true
-			}
-		}
-		pause = 0
-		if len(evs) > 0 {
-			last = max(last, evs[len(evs)-1].Seq)
-		}
-		hc.published.Store(last)
-		return true
+		out := cs.encodeEvents(h, evs)
+		last = evs[len(evs)-1].Seq
+		cs.showLive(h, d, first, out)
+		d.push(out, last)
 	}
 	for {
 		select {
-		case <-retry:
-			retry = nil
-			if !flush() {
-				cs.lost(h)
-				<-hc.stop
-				return
-			}
 		case <-hc.kick:
-			if hc.file.Swap(false) {
-				ctx, cancel := context.WithTimeout(cs.ctx, clusterReadTimeout)
-				if err := cs.record(ctx, h, hc.lease, false); err != nil {
-					cs.s.log.Warn("cluster: recording a session's new file", "session", h.id, "err", err)
-				}
-				cancel()
-			}
-			if !flush() {
-				cs.lost(h)
-				<-hc.stop
-				return
-			}
+			read()
 		case <-hc.lease.Done():
+			close(d.quit)
 			cs.lost(h)
 			<-hc.stop
+			<-d.done
 			return
 		case <-hc.stop:
 			if hc.lease.Err() == nil {
-				flush()
+				read()
 			}
+			close(d.finish)
+			<-d.done
 			return
 		}
 	}
