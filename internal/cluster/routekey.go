@@ -14,9 +14,9 @@ const routeLabel = "agentd cluster route secret v1"
 // their routes and require of each other: derived from the key's seed,
 // so every node holding the cluster key has it and nobody else does.
 // NATS routes take a user and password only (no nkey challenge), so the
-// password only ever crosses a route inside TLS: off loopback with the
-// configured certificate (config.Cluster's rules), on loopback with one
-// embeddednats derives from this secret. It reveals nothing of the seed
+// password only ever crosses a route inside TLS: with the configured
+// certificate, or, without one, with one embeddednats derives from this
+// secret (on loopback or off it). It reveals nothing of the seed
 // or of the signing key.
 func (k *Key) RouteSecret() string {
 	seed, _ := k.kp.Seed()

@@ -123,7 +123,7 @@ func (c *Cluster) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LeaseTTL, "cluster-lease-ttl", c.LeaseTTL, "how long a node's sessions stay its own after it stops renewing them (a crash); another node takes them over after that")
 	fs.BoolVar(&c.Spread, "cluster-spread", c.Spread, "place each new session on a node chosen by hashing its id over the live nodes, instead of the node that received the command creating it")
 	fs.IntVar(&c.Replicas, "cluster-replicas", c.Replicas, "copies JetStream keeps of the cluster's state (set by the first node to start): 1 for one NATS server, 3 for a NATS cluster (default 1; with --cluster-route-listen, the number of nodes up to 3)")
-	fs.StringVar(&c.RouteListen, "cluster-route-listen", c.RouteListen, "with --cluster embedded: where the embedded NATS server takes routes from the other nodes' embedded servers, host:port; with it the nodes form one NATS cluster with JetStream replicated among them (3 nodes: any one may die). Routes are authenticated with the cluster key; off loopback they need --cluster-tls-cert")
+	fs.StringVar(&c.RouteListen, "cluster-route-listen", c.RouteListen, "with --cluster embedded: where the embedded NATS server takes routes from the other nodes' embedded servers, host:port; with it the nodes form one NATS cluster with JetStream replicated among them (3 nodes: any one may die). Routes are authenticated with the cluster key and always speak TLS: with --cluster-tls-cert, or a certificate derived from the key")
 	fs.Func("cluster-routes", "with --cluster-route-listen: the other nodes' route addresses, host:port, comma-separated (this node's own may be listed too, so every node can be given the same list)", func(v string) error {
 		c.Routes = nil
 		for _, r := range strings.Split(v, ",") {

@@ -8,8 +8,11 @@ import (
 )
 
 // checkRoutes checks the embedded server's routes: addresses that are
-// host:port, and TLS wherever the route secret would cross the network
-// (the same rule as the client listener's: off loopback, TLS or nothing).
+// host:port. Routes need no certificate off loopback: without one every
+// node derives the same certificate from the cluster key and trusts it
+// alone (embeddednats' secretRouteTLS), so the route secret only crosses
+// TLS to a peer that holds the key. Three machines form a cluster with
+// nothing but the key copied to each.
 func (c *Cluster) checkRoutes() []error {
 	var errs []error
 	if c.RouteListen == "" {
@@ -21,18 +24,14 @@ func (c *Cluster) checkRoutes() []error {
 		}
 		return errs
 	}
-	offLoopback := func(flag, addr string) {
-		h, p, err := net.SplitHostPort(addr)
+	checkAddr := func(flag, addr string) {
+		_, p, err := net.SplitHostPort(addr)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s %q: want host:port (%v)", flag, addr, err))
 			return
 		}
 		if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 65535 {
 			errs = append(errs, fmt.Errorf("%s %q: port %q is not a number from 0 to 65535", flag, addr, p))
-			return
-		}
-		if !loopbackHost(h) && c.TLSCert == "" {
-			errs = append(errs, fmt.Errorf("%s %s is on the network: routes between embedded NATS servers need TLS there; set --cluster-tls-cert and --cluster-tls-key (and --cluster-tls-ca to verify the other nodes), or use 127.0.0.1", flag, addr))
 		}
 	}
 	if len(c.Routes) == 0 {
@@ -41,12 +40,12 @@ func (c *Cluster) checkRoutes() []error {
 		// and fails its start-up timeout; say so here instead.
 		errs = append(errs, fmt.Errorf("--cluster-route-listen %s: needs --cluster-routes with the route addresses of the other nodes (the same list on every node, this one's may be in it); an embedded cluster of one needs neither flag", c.RouteListen))
 	}
-	offLoopback("--cluster-route-listen", c.RouteListen)
+	checkAddr("--cluster-route-listen", c.RouteListen)
 	for _, r := range c.Routes {
-		offLoopback("--cluster-routes", r)
+		checkAddr("--cluster-routes", r)
 	}
 	if c.TLSCA != "" && c.TLSCert == "" {
-		errs = append(errs, errors.New("--cluster-tls-ca: only with --cluster-tls-cert (routes speak TLS only with a certificate)"))
+		errs = append(errs, errors.New("--cluster-tls-ca: only with --cluster-tls-cert (without a certificate, routes trust only the one derived from the cluster key)"))
 	}
 	return errs
 }

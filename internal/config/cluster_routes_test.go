@@ -58,10 +58,12 @@ func TestServeClusterRoutes(t *testing.T) {
 		{name: "routes on an external NATS", args: []string{"--cluster", "nats://n1:4222", "--cluster-route-listen", "127.0.0.1:6222"}, want: "only with --cluster embedded"},
 		{name: "bad route listener", args: cat(emb, []string{"--cluster-route-listen", "6222"}), want: `--cluster-route-listen "6222": want host:port`},
 		{name: "bad route", args: cat(emb, []string{"--cluster-route-listen", "127.0.0.1:6222", "--cluster-routes", "127.0.0.1:x"}), want: `--cluster-routes "127.0.0.1:x": port "x"`},
-		{name: "route listener off loopback without TLS", args: cat(emb, []string{"--cluster-route-listen", "0.0.0.0:6222"}),
-			want: "--cluster-route-listen 0.0.0.0:6222 is on the network: routes between embedded NATS servers need TLS there"},
-		{name: "a route to another host without TLS", args: cat(emb, []string{"--cluster-route-listen", "127.0.0.1:6222", "--cluster-routes", "node2.example:6222"}),
-			want: "--cluster-routes node2.example:6222 is on the network"},
+		{name: "off loopback without a certificate (the derived one)", args: cat(emb, []string{"--cluster-route-listen", "0.0.0.0:6222",
+			"--cluster-routes", "node2.example:6222,node3.example:6222"}), check: func(t *testing.T, c Cluster) {
+			if c.TLSCert != "" || c.Replicas != 3 {
+				t.Errorf("%+v", c)
+			}
+		}},
 		{name: "off loopback with TLS", args: cat(emb, tls, []string{"--cluster-listen", "0.0.0.0:4222", "--cluster-route-listen", "0.0.0.0:6222",
 			"--cluster-routes", "node2.example:6222,node3.example:6222", "--cluster-tls-ca", "ca.pem"}), check: func(t *testing.T, c Cluster) {
 			if c.TLSCA != "ca.pem" || c.Replicas != 3 {
