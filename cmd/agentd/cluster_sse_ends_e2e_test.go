@@ -123,9 +123,19 @@ func TestClusterSSEEnds(t *testing.T) {
 			{"inside a two-frame event", multi, true},
 			{"past the last part of a two-frame event", strconv.FormatUint(mseq, 10) + ".9", true},
 		} {
+			// A finished call's tool_output is left out of the comparison:
+			// the owner replays updates from its log, which keeps them
+			// without output (the call's tool_complete has it all), while
+			// the stream another node replays has the output the publisher
+			// put into the newest update of a running call. Which of the
+			// two a replay shows is not what this test is about.
+			kept := func(ev rsEvent) bool {
+				t := ev.typ()
+				return ev.id != "" && t != "connected" && t != "ping" && t != "resync" && t != "tool_output"
+			}
 			var want []string
 			for _, ev := range evs {
-				if ev.id != "" && ev.typ() != "connected" && ev.typ() != "ping" && ev.typ() != "resync" && clAfterCursor(ev.id, tc.cursor, tc.multi) {
+				if kept(ev) && clAfterCursor(ev.id, tc.cursor, tc.multi) {
 					want = append(want, ev.id+":"+ev.typ())
 				}
 			}
@@ -139,7 +149,7 @@ func TestClusterSSEEnds(t *testing.T) {
 					r.waitFor(0, "the last event "+last, func(ev rsEvent) bool { return ev.id == last })
 					var got []string
 					for _, ev := range r.snapshot() {
-						if ev.id != "" && ev.typ() != "connected" && ev.typ() != "ping" && ev.typ() != "resync" {
+						if kept(ev) {
 							got = append(got, ev.id+":"+ev.typ())
 						}
 					}

@@ -221,7 +221,27 @@ func (n *Node) LastEvent(ctx context.Context, sessionID string) (ev Event, ok bo
 	if err := CheckSessionID(sessionID); err != nil {
 		return Event{}, false, err
 	}
-	m, err := n.events.GetLastMsgForSubject(ctx, evPrefix+sessionID)
+	// Tried again within ctx, each try bounded: a node taking a session
+	// over after a kill -9 reads this while the stream may be electing a
+	// leader, when NATS drops a request instead of refusing it. One read
+	// that waited out all of ctx left the previous owner's run without
+	// its end for every watcher (and the session's record unwritten).
+	var m *jetstream.RawStreamMsg
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, min(fetchWait, reconnectMax))
+		m, err = n.events.GetLastMsgForSubject(actx, evPrefix+sessionID)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) || ctx.Err() != nil || n.nc.IsClosed() {
+			break
+		}
+		t := time.NewTimer(min(reconnectMax, 50*time.Millisecond<<min(attempt, 6)))
+		select {
+		case <-ctx.Done():
+		case <-n.reconn.wait():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Event{}, false, nil
 	}
