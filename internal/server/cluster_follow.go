@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentd-dev/agentd/internal/cluster"
@@ -21,6 +22,11 @@ type feed struct {
 	mu      sync.Mutex
 	seq     uint64 // the last event delivered
 	waiters []feedWaiter
+
+	// fanning is the seq of the event being fanned out or the last one
+	// fanned out, set before its fan-out begins: a subscriber added after
+	// that fan-out gets what it missed up to here from the stream.
+	fanning atomic.Uint64
 }
 
 type feedWaiter struct {
@@ -116,7 +122,7 @@ func (cs *clusterState) subscribeRemote(c *Client, id string, codec Codec, after
 		return Subscribed{Seq: *after}
 	}
 	ctx, cancel := context.WithTimeout(cs.ctx, clusterOpenTimeout)
-	missed, err := cs.node.Replay(ctx, id, *after)
+	missed, err := cs.replayThrough(ctx, id, *after, h.feed.fanning.Load())
 	cancel()
 	if err != nil {
 		cs.s.log.Warn("cluster: replaying a session", "session", id, "err", err)
@@ -151,6 +157,40 @@ func (cs *clusterState) subscribeRemote(c *Client, id string, codec Codec, after
 	}
 	sub.flush(c)
 	return res
+}
+
+// replayThrough reads the session's events after after from the stream,
+// through seq reach at least: what the shared feed had fanned out before
+// the subscriber joined it. The feed delivers events from the live path
+// before the stream stores them (cluster.Follow), so the stream may not
+// have them yet; it is read again, a little later each time, until it
+// does or ctx ends (the owner died before storing them: the subscriber
+// goes on without them, as the owner's own clients would have seen them
+// and the stream never will).
+func (cs *clusterState) replayThrough(ctx context.Context, id string, after, reach uint64) ([]cluster.Event, error) {
+	missed, err := cs.node.Replay(ctx, id, after)
+	last := after
+	if n := len(missed); n > 0 {
+		last = missed[n-1].Seq
+	}
+	for wait := 10 * time.Millisecond; err == nil && last < reach; wait = min(2*wait, 250*time.Millisecond) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			cs.s.log.Warn("cluster: the stream did not store what a session's feed had shown in time; a subscriber joining it misses those events",
+				"session", id, "stored", last, "shown", reach)
+			return missed, nil
+		case <-t.C:
+		}
+		var more []cluster.Event
+		more, err = cs.node.Replay(ctx, id, last)
+		missed = append(missed, more...)
+		if n := len(more); n > 0 {
+			last = more[n-1].Seq
+		}
+	}
+	return missed, err
 }
 
 func (cs *clusterState) decode(id string, e cluster.Event) (session.Event, bool) {
@@ -218,7 +258,9 @@ func (cs *clusterState) feedFor(id string, after uint64) (*Hosted, error) {
 	ctx, cancel := context.WithTimeout(cs.ctx, clusterOpenTimeout)
 	defer cancel()
 	outputs := lastOutputs{}
+	fd.fanning.Store(after)
 	f, err := cs.node.Follow(ctx, id, after, func(e cluster.Event) {
+		fd.fanning.Store(e.Seq)
 		if ev, ok := cs.decode(id, e); ok {
 			outputs.fill(&ev)
 			h.fanOutFed(ev, !e.More)

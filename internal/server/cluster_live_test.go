@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -89,9 +90,51 @@ func TestClusterRemoteWatcherLive(t *testing.T) {
 	if got := lastSeq(); got != stored {
 		t.Fatalf("the stream went from seq %d to %d while held", stored, got)
 	}
+	// A second client of a joins the feed now, from a cursor before what
+	// the feed showed live: the stream does not have those events yet,
+	// and the client gets them once it does (replayThrough), not a gap.
+	link2 := newListLink()
+	c2, err := a.srv.Attach(link2, ClientOptions{Face: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := make(chan struct{})
+	go func() {
+		defer close(joined)
+		cursor := stored
+		a.srv.cl.subscribeRemote(c2, sid, testCodec, &cursor, nil)
+	}()
+	for registered := false; !registered; {
+		if fh := a.srv.cl.feedHosted(sid); fh != nil {
+			fh.subMu.Lock()
+			_, registered = fh.subs[c2]
+			fh.subMu.Unlock()
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the second client never joined the feed")
+		}
+		runtime.Gosched()
+	}
 	release()
 	b.srv.cl.durableHold.Store(nil)
 	waitStored(first)
+	<-joined
+	for {
+		got := link2.seqs()
+		if len(got) > 0 && got[len(got)-1] >= first {
+			for i, seq := range got {
+				if seq != stored+1+uint64(i) {
+					t.Fatalf("the client that joined after %d got seqs %v: want each of %d..%d once", stored, got, stored+1, first)
+				}
+			}
+			break
+		}
+		select {
+		case <-link2.more:
+		case <-ctx.Done():
+			t.Fatalf("the client that joined after %d got seqs %v, want them up to %d", stored, got, first)
+		}
+	}
 	if r := submit(t, b, pipeline.Command{Type: "t.prompt", SessionID: sid}); r.Err != nil {
 		t.Fatal(r.Err)
 	}

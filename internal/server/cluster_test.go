@@ -282,7 +282,10 @@ func TestClusterRoutesAndFollows(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("a's client got seqs %v, want them up to %d", got, want)
 		}
-		<-link.more
+		select {
+		case <-link.more:
+		case <-time.After(time.Until(deadline)):
+		}
 	}
 	// A second subscriber of node a, resuming from a cursor, shares the
 	// follow and gets exactly what follows the cursor.
@@ -301,7 +304,10 @@ func TestClusterRoutesAndFollows(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("resumed client got %v", link2.seqs())
 		}
-		<-link2.more
+		select {
+		case <-link2.more:
+		case <-time.After(time.Until(deadline)):
+		}
 	}
 	if got := link2.seqs(); got[0] != cursor+1 || got[len(got)-1] != want {
 		t.Errorf("resumed after %d: %v", cursor, got)
