@@ -84,8 +84,8 @@ type Server struct {
 	table []route
 	doc   openapiCache
 	mcp   mcpServers
-	// streams counts event streams per subject (sse_limit.go).
-	streams streamCounts
+	// streams counts event streams per subject.
+	streams server.SubjectCounts
 }
 
 // New adds the face to srv: its commands and its shutdown. Call it
@@ -110,7 +110,7 @@ func New(srv *server.Server, opt Options) (*Server, error) {
 		opt.MaxStreamsPerSubject = 100
 	}
 	s := &Server{srv: srv, opt: opt, codec: &codec{requests: &requestIDs{}}, att: newAttachments(opt.SessionIdle),
-		streams: streamCounts{max: opt.MaxStreamsPerSubject}}
+		streams: server.SubjectCounts{Max: opt.MaxStreamsPerSubject}}
 	s.codec.messages = func(id string) []*llm.Message {
 		// Only a loaded session emits: the lookup never loads one. nil
 		// is a session not loaded here (one another cluster node runs,

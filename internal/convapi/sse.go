@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -150,10 +151,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p params) error 
 		after = &a
 	}
 	who := principalOf(r.Context()).Subject
-	if err := s.streams.admit(who); err != nil {
-		return err
+	// One subject holds at most MaxStreamsPerSubject streams on the node
+	// serving them (owner or not), counted until the handler returns.
+	if !s.streams.Admit(who) {
+		return fault.New(fault.Limit, "Too many event streams for this user (at most "+strconv.Itoa(s.streams.Max)+"): close one first")
 	}
-	defer s.streams.leave(who)
+	defer s.streams.Leave(who)
 	sid, hasSID := r.URL.Query()["session_id"]
 	if s.srv.RunsElsewhere(r.Context(), p.conv) {
 		if !hasSID {

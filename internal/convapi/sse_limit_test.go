@@ -10,9 +10,7 @@ import (
 
 // streamsOf is how many event streams the face counts for subject.
 func (fx *fixture) streamsOf(subject string) int {
-	fx.face.streams.mu.Lock()
-	defer fx.face.streams.mu.Unlock()
-	return fx.face.streams.by[subject]
+	return fx.face.streams.Held(subject)
 }
 
 // waitStreams waits until the face counts n streams of subject: a

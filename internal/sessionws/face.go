@@ -114,8 +114,8 @@ type Face struct {
 
 	mu       sync.Mutex
 	watches  map[*server.Hosted]*watch
-	aways    map[*watch]struct{} // watches of sessions other nodes run (cluster.go)
-	subjects map[string]int      // connections per subject
+	aways    map[*watch]struct{}  // watches of sessions other nodes run (cluster.go)
+	subjects server.SubjectCounts // connections per subject
 	closing  bool
 	wg       sync.WaitGroup // watches' goroutines
 }
@@ -124,7 +124,7 @@ type Face struct {
 func New(srv *server.Server, o Options) (*Face, error) {
 	o.fill()
 	v := sync.OnceValues(func() (*validator, error) { return newValidator(schemaJSON) })
-	f := &Face{srv: srv, opt: o, schema: v, watches: map[*server.Hosted]*watch{}, aways: map[*watch]struct{}{}, subjects: map[string]int{}}
+	f := &Face{srv: srv, opt: o, schema: v, watches: map[*server.Hosted]*watch{}, aways: map[*watch]struct{}{}, subjects: server.SubjectCounts{Max: o.MaxConnectionsPerSubject}}
 	if err := srv.Register(f.registry()); err != nil {
 		return nil, err
 	}
@@ -205,11 +205,11 @@ func (f *Face) serve(w http.ResponseWriter, r *http.Request) {
 		f.refuse(ws, closeNotFound, e)
 		return
 	}
-	if !f.admit(who.Subject) {
+	if !f.subjects.Admit(who.Subject) {
 		f.refuse(ws, closeTooMany, protocolError("too_many_connections", "Too many connections for this user (at most "+strconv.Itoa(f.opt.MaxConnectionsPerSubject)+")", nil, f.opt.Now()))
 		return
 	}
-	defer f.leave(who.Subject)
+	defer f.subjects.Leave(who.Subject)
 	c := &conn{f: f, ws: ws, h: h, id: id, who: who, remote: r.RemoteAddr}
 	cl, err := f.srv.Attach(c, server.ClientOptions{Face: face, Transport: "websocket", Value: c, MaxQueuedBytes: f.opt.MaxQueuedBytes})
 	if err != nil {
@@ -235,33 +235,6 @@ func (f *Face) refuse(ws *server.WebSocket, code int, e *errorMsg) {
 			return
 		}
 		buf = buf[:0]
-	}
-}
-
-// admit counts a connection of subject, or reports false when it has its
-// limit. Clients without a subject (the shared token) are bounded by the
-// server's connection limit instead.
-func (f *Face) admit(subject string) bool {
-	if subject == "" {
-		return true
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.subjects[subject] >= f.opt.MaxConnectionsPerSubject {
-		return false
-	}
-	f.subjects[subject]++
-	return true
-}
-
-func (f *Face) leave(subject string) {
-	if subject == "" {
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.subjects[subject]--; f.subjects[subject] <= 0 {
-		delete(f.subjects, subject)
 	}
 }
 
