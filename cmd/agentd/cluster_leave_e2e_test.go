@@ -1,13 +1,12 @@
 package main
 
 import (
-	"io"
-	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/agentd-dev/agentd/internal/cluster/clustertest"
 )
 
 // clFreeze stops node s (SIGSTOP) until the returned thaw (SIGCONT),
@@ -21,77 +20,6 @@ func clFreeze(t *testing.T, s *svServer) (thaw func()) {
 	thaw = func() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
 	t.Cleanup(thaw)
 	return thaw
-}
-
-// clLink is one node's TCP link to NATS, which a test cuts (every
-// connection closed, new ones refused) and heals: a partition of that
-// node alone.
-type clLink struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	cut   bool
-	conns []net.Conn
-	wg    sync.WaitGroup
-}
-
-func clNewLink(t *testing.T, target string) *clLink {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &clLink{ln: ln, target: target}
-	l.wg.Add(1)
-	go l.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		l.setCut(true)
-		l.wg.Wait()
-	})
-	return l
-}
-
-func (l *clLink) addr() string { return l.ln.Addr().String() }
-
-func (l *clLink) accept() {
-	defer l.wg.Done()
-	for {
-		c, err := l.ln.Accept()
-		if err != nil {
-			return
-		}
-		l.mu.Lock()
-		if l.cut {
-			l.mu.Unlock()
-			c.Close()
-			continue
-		}
-		up, err := net.Dial("tcp", l.target)
-		if err != nil {
-			l.mu.Unlock()
-			c.Close()
-			continue
-		}
-		l.conns = append(l.conns, c, up)
-		l.wg.Add(2)
-		l.mu.Unlock()
-		go func() { defer l.wg.Done(); _, _ = io.Copy(up, c); up.Close() }()
-		go func() { defer l.wg.Done(); _, _ = io.Copy(c, up); c.Close() }()
-	}
-}
-
-func (l *clLink) setCut(cut bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.cut = cut
-	if cut {
-		for _, c := range l.conns {
-			c.Close()
-		}
-		l.conns = nil
-	}
 }
 
 // A pi-server client, a per-session WebSocket client and an SSE client
@@ -111,9 +39,9 @@ func TestClusterClientsKeepWatchingASessionThatMoves(t *testing.T) {
 		on   string // the node the clients are connected to
 		// move makes node C take the session over; link is B's link
 		// to NATS.
-		move func(t *testing.T, nodes clNodes, link *clLink)
+		move func(t *testing.T, nodes clNodes, link *clustertest.Link)
 	}{
-		{name: "the owner loses its lease", on: "B", move: func(t *testing.T, nodes clNodes, _ *clLink) {
+		{name: "the owner loses its lease", on: "B", move: func(t *testing.T, nodes clNodes, _ *clustertest.Link) {
 			thaw := clFreeze(t, nodes["B"])
 			svWaitUntil(t, "node C takes the session over", func() bool { return clStatus(t, nodes["C"]).Leases == 1 })
 			thaw()
@@ -121,8 +49,8 @@ func TestClusterClientsKeepWatchingASessionThatMoves(t *testing.T) {
 				return clStatus(t, nodes["B"]).Leases == 0 && strings.Contains(nodes["B"].stderrTail(1<<20), "lost a session's lease")
 			})
 		}},
-		{name: "the owner's NATS link breaks past its lease", on: "B", move: func(t *testing.T, nodes clNodes, link *clLink) {
-			link.setCut(true)
+		{name: "the owner's NATS link breaks past its lease", on: "B", move: func(t *testing.T, nodes clNodes, link *clustertest.Link) {
+			link.SetCut(true)
 			svWaitUntil(t, "node C takes the session over", func() bool { return clStatus(t, nodes["C"]).Leases == 1 })
 			// Until the link heals, B cannot follow the session from the
 			// stream for its clients: it tried once (and gave up on
@@ -130,9 +58,9 @@ func TestClusterClientsKeepWatchingASessionThatMoves(t *testing.T) {
 			svWaitUntil(t, "node B fails to follow the session from the stream", func() bool {
 				return strings.Contains(nodes["B"].stderrTail(1<<20), "cluster: following a session")
 			})
-			link.setCut(false)
+			link.SetCut(false)
 		}},
-		{name: "a third node takes over", on: "A", move: func(t *testing.T, nodes clNodes, _ *clLink) {
+		{name: "a third node takes over", on: "A", move: func(t *testing.T, nodes clNodes, _ *clustertest.Link) {
 			// A, frozen, cannot race C for the session; it follows on
 			// once it wakes.
 			thaw := clFreeze(t, nodes["A"])
@@ -145,12 +73,12 @@ func TestClusterClientsKeepWatchingASessionThatMoves(t *testing.T) {
 			t.Parallel()
 			e := e2eNewEnv(t, e2eOpts{})
 			ns, keyPath := clStartNATS(t, e)
-			link := clNewLink(t, ns.addr)
+			link := clustertest.NewLink(t, ns.addr)
 			policy := e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`)
 			nodes := clLaunch(t, e, false, clABC, func(id string) []string {
 				addr := ns.addr
 				if id == "B" {
-					addr = link.addr()
+					addr = link.Addr()
 				}
 				return []string{"--cluster", "nats://" + addr, "--cluster-key", keyPath, "--cluster-spread",
 					"--cluster-lease-ttl", "1s", "--ws-progress-interval", "50ms", "--policy", policy}
@@ -270,12 +198,12 @@ func TestClusterClientsOfACutOffOwnerAreToldWhy(t *testing.T) {
 	t.Parallel()
 	e := e2eNewEnv(t, e2eOpts{})
 	ns, keyPath := clStartNATS(t, e)
-	link := clNewLink(t, ns.addr)
+	link := clustertest.NewLink(t, ns.addr)
 	policy := e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`)
 	nodes := clLaunch(t, e, false, clABC, func(id string) []string {
 		addr := ns.addr
 		if id == "B" {
-			addr = link.addr()
+			addr = link.Addr()
 		}
 		return []string{"--cluster", "nats://" + addr, "--cluster-key", keyPath, "--cluster-spread",
 			"--cluster-lease-ttl", "1s", "--ws-progress-interval", "50ms", "--policy", policy}
@@ -295,7 +223,7 @@ func TestClusterClientsOfACutOffOwnerAreToldWhy(t *testing.T) {
 	st.waitType(0, "run_ended")
 	svWantOK(t, c.response("p1"))
 
-	link.setCut(true)
+	link.SetCut(true)
 	svWaitUntil(t, "node C takes the session over", func() bool { return clStatus(t, nodes["C"]).Leases == 1 })
 	code, reason := ws.waitClosed()
 	seqText, ok := strings.CutPrefix(reason[strings.LastIndex(reason, "after_seq"):], "after_seq ")

@@ -2,8 +2,6 @@ package cluster
 
 import (
 	"context"
-	"io"
-	"net"
 	"net/url"
 	"strconv"
 	"sync"
@@ -11,78 +9,9 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/agentd-dev/agentd/internal/cluster/clustertest"
 )
-
-// linkProxy is one node's link to NATS, which a test can cut (every
-// connection closed, new ones refused) and heal: a partition of that
-// node alone.
-type linkProxy struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	cut   bool
-	conns []net.Conn
-	wg    sync.WaitGroup
-}
-
-func newLinkProxy(t *testing.T, target string) *linkProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &linkProxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		p.setCut(true)
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *linkProxy) url() string { return "nats://" + p.ln.Addr().String() }
-
-func (p *linkProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.cut {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns = append(p.conns, c, up)
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); up.Close() }()
-		go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); c.Close() }()
-	}
-}
-
-func (p *linkProxy) setCut(cut bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = cut
-	if cut {
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.conns = nil
-	}
-}
 
 // A node cut off from NATS while it follows a session (the owner, on
 // another link, goes on publishing) delivers every event once its link
@@ -97,8 +26,8 @@ func TestFollowAfterPartitionHeals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := newLinkProxy(t, u.Host)
-	b := join(t, proxy.url(), "b")
+	proxy := clustertest.NewLink(t, u.Host)
+	b := join(t, "nats://"+proxy.Addr(), "b")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	l := acquire(ctx, t, a, "cut")
@@ -155,10 +84,10 @@ func TestFollowAfterPartitionHeals(t *testing.T) {
 	}
 	publish(1, 20)
 	waitGot(20)
-	proxy.setCut(true)
+	proxy.SetCut(true)
 	waitConnected(t, b, false)
 	publish(21, 120) // while b is cut off
-	proxy.setCut(false)
+	proxy.SetCut(false)
 	healed := time.Now()
 	waitConnected(t, b, true)
 	publish(121, 150)

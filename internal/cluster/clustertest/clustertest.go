@@ -1,7 +1,8 @@
 // Package clustertest holds what the cluster's tests need of the network
 // around a node, in package cluster, embeddednats and the end-to-end
-// tests alike: a free loopback address for a listener to come, and a
-// certificate to speak TLS with. It is test machinery: only tests import
+// tests alike: a free loopback address for a listener to come, a
+// certificate to speak TLS with, and a node's link to NATS to cut
+// (link.go). It is test machinery: only tests import
 // it.
 package clustertest
 
