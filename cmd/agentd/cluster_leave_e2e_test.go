@@ -22,6 +22,26 @@ func clFreeze(t *testing.T, s *svServer) (thaw func()) {
 	return thaw
 }
 
+// clLeaveCluster starts nodes A, B and C on one NATS server, B through a
+// link the test can cut, with a 1 s lease and every bash call asking for
+// approval: the cluster in which a session leaves B.
+func clLeaveCluster(t *testing.T) (clNodes, *clustertest.Link) {
+	t.Helper()
+	e := e2eNewEnv(t, e2eOpts{})
+	ns, keyPath := clStartNATS(t, e)
+	link := clustertest.NewLink(t, ns.addr)
+	policy := e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`)
+	nodes := clLaunch(t, e, false, clABC, func(id string) []string {
+		addr := ns.addr
+		if id == "B" {
+			addr = link.Addr()
+		}
+		return []string{"--cluster", "nats://" + addr, "--cluster-key", keyPath, "--cluster-spread",
+			"--cluster-lease-ttl", "1s", "--ws-progress-interval", "50ms", "--policy", policy}
+	})
+	return nodes, link
+}
+
 // A pi-server client, a per-session WebSocket client and an SSE client
 // of node `on` watch a session while it moves to node C, `on` being
 // neither its old nor its new owner, or its old owner that lost the
@@ -71,18 +91,7 @@ func TestClusterClientsKeepWatchingASessionThatMoves(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := e2eNewEnv(t, e2eOpts{})
-			ns, keyPath := clStartNATS(t, e)
-			link := clustertest.NewLink(t, ns.addr)
-			policy := e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`)
-			nodes := clLaunch(t, e, false, clABC, func(id string) []string {
-				addr := ns.addr
-				if id == "B" {
-					addr = link.Addr()
-				}
-				return []string{"--cluster", "nats://" + addr, "--cluster-key", keyPath, "--cluster-spread",
-					"--cluster-lease-ttl", "1s", "--ws-progress-interval", "50ms", "--policy", policy}
-			})
+			nodes, link := clLeaveCluster(t)
 			sid := clSessionOn("B", "A", "B", "C")
 			rsOK(t, nodes["B"], "PUT", rsConvPath(sid), map[string]any{})
 			c := clFollow(nodes, "C", sid)
@@ -196,18 +205,7 @@ func TestClusterClientsKeepWatchingASessionThatMoves(t *testing.T) {
 // nothing of the next run.
 func TestClusterClientsOfACutOffOwnerAreToldWhy(t *testing.T) {
 	t.Parallel()
-	e := e2eNewEnv(t, e2eOpts{})
-	ns, keyPath := clStartNATS(t, e)
-	link := clustertest.NewLink(t, ns.addr)
-	policy := e.writePolicy(`{"rules":[{"tool":"bash","action":"ask"}]}`)
-	nodes := clLaunch(t, e, false, clABC, func(id string) []string {
-		addr := ns.addr
-		if id == "B" {
-			addr = link.Addr()
-		}
-		return []string{"--cluster", "nats://" + addr, "--cluster-key", keyPath, "--cluster-spread",
-			"--cluster-lease-ttl", "1s", "--ws-progress-interval", "50ms", "--policy", policy}
-	})
+	nodes, link := clLeaveCluster(t)
 	sid := clSessionOn("B", "A", "B", "C")
 	rsOK(t, nodes["B"], "PUT", rsConvPath(sid), map[string]any{})
 	c := clFollow(nodes, "C", sid)
