@@ -79,12 +79,9 @@ func (s *Server) runWatch(_ context.Context, c *call) (any, error) {
 	}
 	var at *attachment
 	if p.SessionID != "" {
-		a, ok := s.att.get(p.SessionID)
-		if !ok {
-			return nil, fault.New(fault.NotFound, "Session not found: "+p.SessionID)
-		}
-		if a.conv != c.cmd.SessionID {
-			return nil, fault.New(fault.Forbidden, "Session "+p.SessionID+" does not belong to conversation "+c.cmd.SessionID)
+		a, err := s.attachmentIn(p.SessionID, c.cmd.SessionID)
+		if err != nil {
+			return nil, err
 		}
 		at = a
 	} else {
@@ -227,11 +224,24 @@ func (s *Server) runKeep(_ context.Context, c *call) (any, error) {
 	if err := c.decode(&p); err != nil {
 		return nil, err
 	}
-	at, ok := s.att.get(p.SessionID)
-	if !ok || at.conv != c.cmd.SessionID {
-		return nil, fault.New(fault.NotFound, "Session not found: "+p.SessionID)
+	if _, err := s.attachmentIn(p.SessionID, c.cmd.SessionID); err != nil {
+		return nil, err
 	}
 	return StatusResponse{Status: "ok"}, nil
+}
+
+// attachmentIn is attachment id of conversation conv, marked used (what
+// a routed rest.watch or rest.keep names): not found, or forbidden when
+// it is another conversation's.
+func (s *Server) attachmentIn(id, conv string) (*attachment, error) {
+	at, ok := s.att.get(id)
+	if !ok {
+		return nil, fault.New(fault.NotFound, "Session not found: "+id)
+	}
+	if at.conv != conv {
+		return nil, fault.New(fault.Forbidden, "Session "+id+" does not belong to conversation "+conv)
+	}
+	return at, nil
 }
 
 // editedElsewhere stands for conversation_edited on a stream fed from
